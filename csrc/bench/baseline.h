@@ -1,0 +1,21 @@
+// The machine's own ceilings, measured in the same run as a benchmark so results are read as ratios.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace kvs::bench {
+
+struct Throughput {
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+// memcpy of block_size blocks across two pre-faulted buffers of working_set bytes each.
+StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, double duration_s, int threads);
+
+// Raw TCP stream over loopback: `connections` sender/receiver pairs moving block_size chunks.
+StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size, double duration_s);
+
+}  // namespace kvs::bench

@@ -1,0 +1,48 @@
+#include <pybind11/pybind11.h>
+
+#include "bench/baseline.h"
+#include "bind/status_error.h"
+
+namespace py = pybind11;
+
+namespace kvs::bind {
+namespace {
+
+py::dict to_dict(const bench::Throughput& t) {
+  py::dict d;
+  d["bytes"] = t.bytes;
+  d["seconds"] = t.seconds;
+  d["gbps"] = t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds / 1e9 : 0.0;
+  return d;
+}
+
+}  // namespace
+
+void bind_baseline(py::module_& m) {
+  m.def(
+      "memcpy_baseline",
+      [](uint64_t block_size, uint64_t working_set, double duration_s, int threads) {
+        StatusOr<bench::Throughput> r = Status();
+        {
+          py::gil_scoped_release release;
+          r = bench::memcpy_baseline(block_size, working_set, duration_s, threads);
+        }
+        return to_dict(value_or_throw(std::move(r)));
+      },
+      py::arg("block_size"), py::arg("working_set"), py::arg("duration_s"), py::arg("threads") = 1,
+      "memcpy bandwidth over a working set; returns {bytes, seconds, gbps}.");
+  m.def(
+      "tcp_stream_baseline",
+      [](const std::string& host, int connections, uint64_t block_size, double duration_s) {
+        StatusOr<bench::Throughput> r = Status();
+        {
+          py::gil_scoped_release release;
+          r = bench::tcp_stream_baseline(host.c_str(), connections, block_size, duration_s);
+        }
+        return to_dict(value_or_throw(std::move(r)));
+      },
+      py::arg("host"), py::arg("connections"), py::arg("block_size"), py::arg("duration_s"),
+      "Raw socket stream bandwidth over loopback; returns {bytes, seconds, gbps}.");
+}
+
+}  // namespace kvs::bind

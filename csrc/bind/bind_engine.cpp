@@ -1,0 +1,181 @@
+// Engine binding: a batch crosses as six flat numpy arrays; every blocking call releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bind/status_error.h"
+#include "engine/engine.h"
+
+namespace py = pybind11;
+
+namespace kvs::bind {
+namespace {
+
+template <typename T>
+using Flat = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+py::dict region_dict(const RegionInfo& r) {
+  py::dict d;
+  d["id"] = r.id;
+  d["key"] = r.key;
+  d["base"] = r.base;
+  d["length"] = r.length;
+  d["location"] = r.location;
+  d["exported"] = r.exported;
+  d["shareable"] = r.shareable;
+  return d;
+}
+
+py::dict descriptor_dict(const SegmentDescriptor& s) {
+  py::dict d;
+  d["name"] = s.name;
+  d["engine_id"] = s.engine_id;
+  d["pid"] = s.pid;
+  d["host_id"] = s.host_id;
+  py::list regions;
+  for (const auto& r : s.regions) regions.append(region_dict(r));
+  d["regions"] = regions;
+  return d;
+}
+
+std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
+                              const Flat<uint32_t>& segments, const Flat<uint64_t>& regions,
+                              const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths, int64_t timeout_ms) {
+  const auto n = static_cast<size_t>(ops.size());
+  if (local.size() != ops.size() || segments.size() != ops.size() || regions.size() != ops.size() ||
+      offsets.size() != ops.size() || lengths.size() != ops.size()) {
+    throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
+  }
+  BatchView view{ops.data(), local.data(), segments.data(), regions.data(), offsets.data(), lengths.data(), n};
+  py::gil_scoped_release release;
+  return engine.submit(view, timeout_ms);
+}
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", "Handle of a submitted batch.")
+      .def_property_readonly("size", &Batch::size)
+      .def("done", &Batch::done, "True once every request is final (applies the deadline).")
+      .def(
+          "states",
+          [](Batch& b) {
+            py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.state(i));
+            return out;
+          },
+          "Per-request RequestState values.")
+      .def(
+          "errors",
+          [](Batch& b) {
+            py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
+            auto w = out.mutable_unchecked<1>();
+            for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.error(i));
+            return out;
+          },
+          "Per-request error codes (0 when not failed).");
+
+  py::class_<Engine>(m, "Engine", "The transfer engine core.")
+      .def(py::init([](const std::string& host, uint16_t port, const std::string& protocol, bool enable_shm,
+                       int copy_threads, uint64_t copy_slice_size, int tcp_connections, uint64_t tcp_slice_size,
+                       uint64_t max_payload, int io_timeout_ms, int connect_timeout_ms) {
+             EngineConfig c;
+             c.host = host;
+             c.port = port;
+             c.protocol = protocol;
+             c.enable_shm = enable_shm;
+             c.copy_threads = copy_threads;
+             c.copy_slice_size = copy_slice_size;
+             c.tcp.connections = tcp_connections;
+             c.tcp.slice_size = tcp_slice_size;
+             c.tcp.max_payload = max_payload;
+             c.tcp.io_timeout_ms = io_timeout_ms;
+             c.tcp.connect_timeout_ms = connect_timeout_ms;
+             return std::make_unique<Engine>(c);
+           }),
+           py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"), py::arg("copy_threads"),
+           py::arg("copy_slice_size"), py::arg("tcp_connections"), py::arg("tcp_slice_size"),
+           py::arg("max_payload"), py::arg("io_timeout_ms"), py::arg("connect_timeout_ms"))
+      .def("start", [](Engine& e) { throw_if_error(e.start()); })
+      .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("name", &Engine::name)
+      .def_property_readonly("id", &Engine::id)
+      .def(
+          "register",
+          [](Engine& e, uint64_t addr, uint64_t length, const std::string& location, bool exported) {
+            return region_dict(value_or_throw(e.registry().add(addr, length, location, exported)));
+          },
+          py::arg("addr"), py::arg("length"), py::arg("location"), py::arg("exported"))
+      .def(
+          "allocate",
+          [](Engine& e, uint64_t length, const std::string& location, bool exported) {
+            StatusOr<RegionInfo> r = Status();
+            {
+              py::gil_scoped_release release;  // pre-faulting takes a while for large regions
+              r = e.registry().allocate(length, location, exported);
+            }
+            return region_dict(value_or_throw(std::move(r)));
+          },
+          py::arg("length"), py::arg("location"), py::arg("exported"))
+      .def(
+          "unregister",
+          [](Engine& e, uint64_t id) {
+            Status st;
+            {
+              py::gil_scoped_release release;  // waits for transfers that still touch the region
+              st = e.registry().remove(id);
+            }
+            throw_if_error(st);
+          },
+          py::arg("region_id"))
+      .def("regions",
+           [](Engine& e) {
+             py::list out;
+             for (const auto& r : e.registry().all()) out.append(region_dict(r));
+             return out;
+           })
+      .def("descriptor", [](Engine& e) { return descriptor_dict(e.descriptor()); })
+      .def(
+          "open_segment",
+          [](Engine& e, const std::string& name, const std::string& protocol) {
+            StatusOr<uint32_t> r = Status();
+            {
+              py::gil_scoped_release release;
+              r = e.open_segment(name, protocol);
+            }
+            return value_or_throw(std::move(r));
+          },
+          py::arg("name"), py::arg("protocol") = "")
+      .def(
+          "refresh_segment",
+          [](Engine& e, uint32_t handle) {
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = e.refresh_segment(handle);
+            }
+            throw_if_error(st);
+          },
+          py::arg("handle"))
+      .def(
+          "segment_info",
+          [](Engine& e, uint32_t handle) {
+            py::dict d = descriptor_dict(value_or_throw(e.segment_descriptor(handle)));
+            d["transport"] = value_or_throw(e.segment_transport(handle));
+            return d;
+          },
+          py::arg("handle"))
+      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("segments"), py::arg("region_ids"),
+           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
+           "Submits a batch given as flat arrays; returns a Batch handle at once.")
+      .def(
+          "wait",
+          [](Engine& e, Batch& b, int64_t timeout_ms) {
+            py::gil_scoped_release release;
+            return e.wait(b, timeout_ms);
+          },
+          py::arg("batch"), py::arg("timeout_ms"), "Waits for a batch; True when every request is final.");
+}
+
+}  // namespace kvs::bind

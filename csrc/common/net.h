@@ -1,0 +1,52 @@
+// Small POSIX socket helpers shared by the transports.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace kvs {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+StatusOr<HostPort> parse_host_port(const std::string& text);
+StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port);
+StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms);
+void tune_data_socket(int fd, int poll_ms);
+
+// Sends the whole iovec (modified in place). Fails on error or when the peer stops reading.
+// max_stalls: how many send timeouts (poll intervals) in a row without progress are tolerated.
+Status send_iov(int fd, struct iovec* iov, int count, int max_stalls);
+Status send_all(int fd, const void* data, size_t len, int max_stalls);
+
+// Receives exactly len bytes. Sockets carry a short receive timeout (the poll interval); keep_waiting
+// is asked on each timeout whether to go on waiting. A closed peer is kConnectionFailed.
+template <typename KeepWaiting>
+Status recv_exact(int fd, void* buf, size_t len, KeepWaiting keep_waiting);
+
+Status recv_once(int fd, char* buf, size_t len, size_t* got);  // one recv(); kTimedOut on poll expiry
+
+template <typename KeepWaiting>
+Status recv_exact(int fd, void* buf, size_t len, KeepWaiting keep_waiting) {
+  char* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    size_t got = 0;
+    Status st = recv_once(fd, p + done, len - done, &got);
+    if (st.code() == Code::kTimedOut) {
+      if (keep_waiting(done)) continue;
+      return st;
+    }
+    if (!st.ok()) return st;
+    done += got;
+  }
+  return Status::OK();
+}
+
+}  // namespace kvs

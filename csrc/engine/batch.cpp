@@ -1,0 +1,87 @@
+#include "engine/batch.h"
+
+#include <thread>
+
+namespace kvs {
+
+Batch::Batch(size_t requests, Clock::time_point deadline)
+    : states_(requests), errors_(requests), slices_left_(requests), remaining_(requests), deadline_(deadline) {
+  for (size_t i = 0; i < requests; ++i) {
+    states_[i].store(static_cast<int32_t>(RequestState::kPending));
+    errors_[i].store(0);
+    slices_left_[i].store(0);
+  }
+}
+
+void Batch::hold_pin(RegionPin pin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pins_.push_back(std::move(pin));
+}
+
+void Batch::slice_done(size_t request, const Status& status) {
+  if (!status.ok()) {
+    finish(request, RequestState::kFailed, status.code());
+  }
+  if (slices_left_[request].fetch_sub(1) == 1 && status.ok()) {
+    finish(request, RequestState::kCompleted, Code::kOk);
+  }
+}
+
+void Batch::finish(size_t request, RequestState state, Code error) {
+  int32_t expected = static_cast<int32_t>(RequestState::kPending);
+  if (!states_[request].compare_exchange_strong(expected, static_cast<int32_t>(state))) return;
+  errors_[request].store(static_cast<int32_t>(error));
+  if (remaining_.fetch_sub(1) == 1) {
+    quiesce_and_release();
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+bool Batch::begin_copy(size_t request) {
+  active_copies_.fetch_add(1);
+  if (pending(request)) return true;
+  active_copies_.fetch_sub(1);
+  return false;
+}
+
+void Batch::end_copy() { active_copies_.fetch_sub(1); }
+
+void Batch::quiesce_and_release() {
+  // A request failed or timed out may still have a copy running on another thread: its memory stays
+  // pinned until that copy is over. Copies are bounded by the transports' I/O timeout.
+  while (active_copies_.load() != 0) std::this_thread::yield();
+  std::vector<RegionPin> pins;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pins.swap(pins_);
+  }
+  released_.store(true);
+}
+
+void Batch::expire() {
+  for (size_t i = 0; i < states_.size(); ++i) finish(i, RequestState::kTimedOut, Code::kTimedOut);
+}
+
+bool Batch::done() {
+  if (released_.load()) return true;
+  if (Clock::now() >= deadline_) {
+    expire();
+    // Another thread may be finishing the last request right now; wait for its release.
+    while (!released_.load()) std::this_thread::yield();
+    return true;
+  }
+  return false;
+}
+
+bool Batch::wait(int64_t timeout_ms) {
+  auto until = deadline_;
+  if (timeout_ms >= 0) until = std::min(until, Clock::now() + std::chrono::milliseconds(timeout_ms));
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, until, [&] { return released_.load(); });
+  }
+  return done();
+}
+
+}  // namespace kvs

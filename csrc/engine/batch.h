@@ -1,0 +1,73 @@
+// A submitted batch: per-request state, slice accounting, deadline, and the copy guard that keeps
+// memory untouched once a request has been reported as finished.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/registry.h"
+
+namespace kvs {
+
+enum class TransferOp : uint8_t { kRead = 0, kWrite = 1 };
+
+// Values are part of the Python API (transfer_engine.RequestState).
+enum class RequestState : int32_t { kPending = 0, kCompleted = 1, kFailed = 2, kTimedOut = 3 };
+
+using Clock = std::chrono::steady_clock;
+
+class Batch {
+ public:
+  Batch(size_t requests, Clock::time_point deadline);
+
+  size_t size() const { return states_.size(); }
+  Clock::time_point deadline() const { return deadline_; }
+
+  // Set-up, before slices are handed to transports.
+  void set_slices(size_t request, uint64_t slices) { slices_left_[request].store(slices); }
+  void hold_pin(RegionPin pin);
+  // Ends a request before any slice was issued (validation failure).
+  void reject(size_t request, const Status& status) { finish(request, RequestState::kFailed, status.code()); }
+
+  // Transports report each slice exactly once.
+  void slice_done(size_t request, const Status& status);
+
+  // Wrap every access to local memory of a request: begin_copy() false means the request is over and
+  // its memory must not be touched (data in flight is drained instead).
+  bool begin_copy(size_t request);
+  void end_copy();
+  bool pending(size_t request) const { return state(request) == RequestState::kPending; }
+
+  // Blocks until all requests finish or timeout_ms passes (<0: until the batch deadline). Past the
+  // deadline the unfinished requests become TIMED_OUT. Returns true when every request is final.
+  bool wait(int64_t timeout_ms);
+  bool done();  // non-blocking; applies the deadline too
+
+  RequestState state(size_t request) const { return static_cast<RequestState>(states_[request].load()); }
+  Code error(size_t request) const { return static_cast<Code>(errors_[request].load()); }
+
+ private:
+  void finish(size_t request, RequestState state, Code error);
+  void expire();
+  void quiesce_and_release();
+
+  std::vector<std::atomic<int32_t>> states_;
+  std::vector<std::atomic<int32_t>> errors_;
+  std::vector<std::atomic<uint64_t>> slices_left_;
+  std::atomic<size_t> remaining_;
+  std::atomic<int64_t> active_copies_{0};
+  Clock::time_point deadline_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RegionPin> pins_;  // local regions, released when every request is final
+  std::atomic<bool> released_{false};  // set once every request is final and no copy runs
+};
+
+}  // namespace kvs

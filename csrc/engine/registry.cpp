@@ -1,0 +1,201 @@
+#include "engine/registry.h"
+
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include <cerrno>
+#include <random>
+
+namespace kvs {
+
+uint64_t random_u64() {
+  uint64_t value = 0;
+  if (getrandom(&value, sizeof(value), 0) == sizeof(value)) return value;
+  static thread_local std::mt19937_64 fallback{std::random_device{}()};
+  return fallback();
+}
+
+Region::~Region() {
+  if (owned_) {
+    munmap(reinterpret_cast<void*>(info_.base), info_.length);
+  }
+  if (memfd_ >= 0) close(memfd_);
+}
+
+RegionPin::RegionPin(MemoryRegistry* registry, std::shared_ptr<Region> region)
+    : registry_(registry), region_(std::move(region)) {}
+
+RegionPin::RegionPin(RegionPin&& other) noexcept
+    : registry_(other.registry_), region_(std::move(other.region_)) {
+  other.registry_ = nullptr;
+}
+
+RegionPin& RegionPin::operator=(RegionPin&& other) noexcept {
+  if (this != &other) {
+    release();
+    registry_ = other.registry_;
+    region_ = std::move(other.region_);
+    other.registry_ = nullptr;
+  }
+  return *this;
+}
+
+void RegionPin::release() {
+  if (region_) {
+    registry_->unpin(region_.get());
+    region_.reset();
+  }
+}
+
+MemoryRegistry::~MemoryRegistry() { remove_all(); }
+
+StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Reject overlap: the region containing an address must be unique.
+  auto next = by_base_.lower_bound(info.base);
+  if (next != by_base_.end() && next->first < info.base + info.length) {
+    return Status(Code::kInvalidArgument, "region overlaps an already registered region");
+  }
+  if (next != by_base_.begin()) {
+    auto prev = std::prev(next);
+    const RegionInfo& p = prev->second->info();
+    if (p.base + p.length > info.base) {
+      return Status(Code::kInvalidArgument, "region overlaps an already registered region");
+    }
+  }
+  info.id = next_id_++;
+  info.key = random_u64();
+  auto region = std::make_shared<Region>(info, memfd, owned);
+  by_id_[info.id] = region;
+  by_base_[info.base] = region;
+  return info;
+}
+
+StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, const std::string& location,
+                                         bool exported) {
+  if (base == 0 || length == 0) return Status(Code::kInvalidArgument, "null or empty region");
+  if (base + length < base) return Status(Code::kInvalidArgument, "region wraps the address space");
+  RegionInfo info;
+  info.base = base;
+  info.length = length;
+  info.location = location;
+  info.exported = exported;
+  return insert(std::move(info), -1, false);
+}
+
+StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, const std::string& location,
+                                              bool exported) {
+  if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
+  int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
+  if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
+  // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later.
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0 || fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0) {
+    Status st = errno_status(Code::kNoMemory, "reserving memfd pages");
+    close(fd);
+    return st;
+  }
+  void* addr = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (addr == MAP_FAILED) {
+    Status st = errno_status(Code::kNoMemory, "mmap memfd");
+    close(fd);
+    return st;
+  }
+  RegionInfo info;
+  info.base = reinterpret_cast<uint64_t>(addr);
+  info.length = length;
+  info.location = location;
+  info.exported = exported;
+  info.shareable = true;
+  auto result = insert(std::move(info), fd, true);
+  if (!result.ok()) {
+    munmap(addr, length);
+    close(fd);
+  }
+  return result;
+}
+
+Status MemoryRegistry::remove(uint64_t id) {
+  std::shared_ptr<Region> region;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return Status(Code::kNotFound, "no region with id " + std::to_string(id));
+  region = it->second;
+  by_id_.erase(it);
+  by_base_.erase(region->info().base);
+  region->removed_ = true;
+  unpinned_.wait(lock, [&] { return region->pins_.load() == 0; });
+  return Status::OK();
+}
+
+void MemoryRegistry::remove_all() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, region] : by_id_) ids.push_back(id);
+  }
+  for (uint64_t id : ids) (void)remove(id);
+}
+
+void MemoryRegistry::unpin(Region* region) {
+  if (region->pins_.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (region->removed_) unpinned_.notify_all();
+  }
+}
+
+StatusOr<RegionPin> MemoryRegistry::pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || !it->second->info().exported) {
+    return Status(Code::kNotFound, "unknown region " + std::to_string(id));
+  }
+  const RegionInfo& info = it->second->info();
+  if (info.key != key) return Status(Code::kPermissionDenied, "wrong access key for region " + std::to_string(id));
+  if (!in_bounds(offset, length, info.length)) {
+    return Status(Code::kOutOfRange, "request outside region " + std::to_string(id));
+  }
+  it->second->pins_.fetch_add(1);
+  return RegionPin(this, it->second);
+}
+
+StatusOr<RegionPin> MemoryRegistry::pin_local(uint64_t addr, uint64_t length) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_base_.upper_bound(addr);
+  if (it == by_base_.begin()) return Status(Code::kInvalidArgument, "local buffer is not registered");
+  --it;
+  const RegionInfo& info = it->second->info();
+  if (addr < info.base || !in_bounds(addr - info.base, length, info.length)) {
+    return Status(Code::kInvalidArgument, "local buffer is not inside one registered region");
+  }
+  it->second->pins_.fetch_add(1);
+  return RegionPin(this, it->second);
+}
+
+std::vector<RegionInfo> MemoryRegistry::exported() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RegionInfo> out;
+  for (auto& [base, region] : by_base_) {
+    if (region->info().exported) out.push_back(region->info());
+  }
+  return out;
+}
+
+std::vector<RegionInfo> MemoryRegistry::all() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RegionInfo> out;
+  for (auto& [base, region] : by_base_) out.push_back(region->info());
+  return out;
+}
+
+int MemoryRegistry::dup_memfd(uint64_t id, uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return -1;
+  const Region& region = *it->second;
+  if (!region.info().exported || region.info().key != key || region.memfd() < 0) return -1;
+  return fcntl(region.memfd(), F_DUPFD_CLOEXEC, 0);
+}
+
+}  // namespace kvs

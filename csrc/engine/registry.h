@@ -1,0 +1,115 @@
+// Registered memory regions and the rkey-style access checks every peer request goes through.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvs {
+
+struct RegionInfo {
+  uint64_t id = 0;
+  uint64_t key = 0;  // random; a peer must present it to touch the region
+  uint64_t base = 0;
+  uint64_t length = 0;
+  std::string location;  // "cpu:0", later "cuda:N"
+  bool exported = false;  // listed in the segment descriptor, reachable by peers
+  bool shareable = false;  // backed by a memfd that same-host peers may map
+};
+
+class Region {
+ public:
+  Region(RegionInfo info, int memfd, bool owned) : info_(std::move(info)), memfd_(memfd), owned_(owned) {}
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  const RegionInfo& info() const { return info_; }
+  int memfd() const { return memfd_; }
+
+ private:
+  friend class MemoryRegistry;
+  friend class RegionPin;
+  RegionInfo info_;
+  int memfd_;
+  bool owned_;  // allocated by the registry: unmapped and closed when the last reference goes
+  std::atomic<int64_t> pins_{0};
+  bool removed_ = false;  // guarded by the registry mutex
+};
+
+class MemoryRegistry;
+
+// Keeps a region's memory valid while a transfer touches it; unregister waits for all pins.
+class RegionPin {
+ public:
+  RegionPin() = default;
+  RegionPin(MemoryRegistry* registry, std::shared_ptr<Region> region);
+  RegionPin(RegionPin&& other) noexcept;
+  RegionPin& operator=(RegionPin&& other) noexcept;
+  RegionPin(const RegionPin&) = delete;
+  RegionPin& operator=(const RegionPin&) = delete;
+  ~RegionPin() { release(); }
+
+  explicit operator bool() const { return region_ != nullptr; }
+  const RegionInfo& info() const { return region_->info(); }
+  char* at(uint64_t offset) const { return reinterpret_cast<char*>(region_->info().base + offset); }
+  void release();
+
+ private:
+  MemoryRegistry* registry_ = nullptr;
+  std::shared_ptr<Region> region_;
+};
+
+class MemoryRegistry {
+ public:
+  MemoryRegistry() = default;
+  ~MemoryRegistry();
+  MemoryRegistry(const MemoryRegistry&) = delete;
+  MemoryRegistry& operator=(const MemoryRegistry&) = delete;
+
+  // Registers caller-owned memory. Ranges may not overlap an existing region.
+  StatusOr<RegionInfo> add(uint64_t base, uint64_t length, const std::string& location, bool exported);
+  // Allocates pre-faulted memfd-backed memory owned by the registry (shareable with same-host peers).
+  StatusOr<RegionInfo> allocate(uint64_t length, const std::string& location, bool exported);
+  // Removes a region: new requests fail at once; returns once no transfer touches it any more.
+  Status remove(uint64_t id);
+  void remove_all();
+
+  // Peer request: region must be exported, key must match, [offset, offset+length) inside it.
+  StatusOr<RegionPin> pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length);
+  // Local side of a transfer: [addr, addr+length) must lie inside one registered region.
+  StatusOr<RegionPin> pin_local(uint64_t addr, uint64_t length);
+
+  std::vector<RegionInfo> exported() const;
+  std::vector<RegionInfo> all() const;
+  // Duplicated memfd of an exported shareable region, for handing to a same-host peer; -1 if refused.
+  int dup_memfd(uint64_t id, uint64_t key) const;
+
+ private:
+  friend class RegionPin;
+  void unpin(Region* region);
+  StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned);
+
+  mutable std::mutex mu_;
+  std::condition_variable unpinned_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<Region>> by_id_;
+  std::map<uint64_t, std::shared_ptr<Region>> by_base_;
+};
+
+// Checked bounds: offset + length within total, without overflow.
+inline bool in_bounds(uint64_t offset, uint64_t length, uint64_t total) {
+  return offset <= total && length <= total - offset;
+}
+
+uint64_t random_u64();
+
+}  // namespace kvs

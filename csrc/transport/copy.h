@@ -1,0 +1,12 @@
+// Memory-to-memory slice copy shared by the local and shm transports.
+#pragma once
+
+#include "transport/transport.h"
+
+namespace kvs {
+
+// Copies one slice between its local pointer and `remote`, honouring the batch's copy guard, and
+// reports the slice.
+void copy_slice(const Slice& slice, char* remote);
+
+}  // namespace kvs

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <cstdint>
+
+namespace kvs::tcp {
+
+struct TcpConfig {
+  int connections = 2;                 // data connections per peer
+  uint64_t slice_size = 1ull << 20;    // requests are cut into slices of at most this many bytes
+  uint64_t max_payload = 64ull << 20;  // largest frame payload accepted from a peer
+  int io_timeout_ms = 5000;            // no progress for this long on a busy connection: it is dead
+  int connect_timeout_ms = 3000;
+  int poll_ms = 100;                   // socket timeout granularity
+  int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
+};
+
+}  // namespace kvs::tcp

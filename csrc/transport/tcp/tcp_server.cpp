@@ -1,0 +1,158 @@
+#include "transport/tcp/tcp_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/net.h"
+
+namespace kvs::tcp {
+
+TcpServer::TcpServer(MemoryRegistry* registry, DescriptorFn descriptor, TcpConfig config)
+    : registry_(registry), descriptor_(std::move(descriptor)), config_(config) {}
+
+Status TcpServer::start(const std::string& host, uint16_t port) {
+  auto fd = tcp_listen(host, port, &port_);
+  if (!fd.ok()) return fd.status();
+  listen_fd_ = fd.value();
+  acceptor_ = std::thread([this] { accept_loop(); });
+  return Status::OK();
+}
+
+void TcpServer::stop() {
+  if (stopping_.exchange(true)) return;
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : conns_) shutdown(c.fd, SHUT_RDWR);
+  for (auto& c : conns_) {
+    if (c.thread.joinable()) c.thread.join();
+    close(c.fd);
+  }
+  conns_.clear();
+}
+
+void TcpServer::reap_finished() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (it->finished.load()) {
+      it->thread.join();
+      close(it->fd);
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TcpServer::accept_loop() {
+  while (!stopping_.load()) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, config_.poll_ms) <= 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    tune_data_socket(fd, config_.poll_ms);
+    std::lock_guard<std::mutex> lock(mu_);
+    reap_finished();
+    if (stopping_.load()) {
+      close(fd);
+      break;
+    }
+    conns_.emplace_back();
+    Conn* conn = &conns_.back();
+    conn->fd = fd;
+    conn->thread = std::thread([this, conn] { serve(conn); });
+  }
+}
+
+void TcpServer::serve(Conn* conn) {
+  const int fd = conn->fd;
+  char raw[kHeaderSize];
+  for (;;) {
+    // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
+    int stalled = 0;
+    Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {
+      return !stopping_.load() && (got == 0 || ++stalled < config_.max_stalls());
+    });
+    if (!st.ok()) break;
+    auto header = decode_header(raw, kHeaderSize, config_.max_payload);
+    if (!header.ok()) {
+      (void)reply_error(fd, FrameHeader{}, header.status());
+      break;
+    }
+    if (!handle(fd, header.value()).ok()) break;
+  }
+  shutdown(fd, SHUT_RDWR);
+  conn->finished.store(true);
+}
+
+Status TcpServer::reply_error(int fd, const FrameHeader& request, const Status& status) {
+  FrameHeader reply;
+  reply.opcode = Opcode::kError;
+  reply.status = static_cast<int32_t>(status.code());
+  reply.request_id = request.request_id;
+  char raw[kHeaderSize];
+  encode_header(reply, raw);
+  return send_all(fd, raw, kHeaderSize, config_.max_stalls());
+}
+
+Status TcpServer::drain(int fd, uint64_t length) {
+  thread_local std::vector<char> scratch(1 << 16);
+  int stalled = 0;
+  while (length > 0) {
+    const size_t n = std::min<uint64_t>(length, scratch.size());
+    Status st = recv_exact(fd, scratch.data(), n, [&](size_t) { return ++stalled < config_.max_stalls(); });
+    if (!st.ok()) return st;
+    length -= n;
+  }
+  return Status::OK();
+}
+
+Status TcpServer::handle(int fd, const FrameHeader& h) {
+  char raw[kHeaderSize];
+  FrameHeader reply;
+  reply.request_id = h.request_id;
+  switch (h.opcode) {
+    case Opcode::kHello: {
+      const std::vector<char> body = descriptor_();
+      reply.opcode = Opcode::kDescriptor;
+      reply.length = body.size();
+      encode_header(reply, raw);
+      iovec iov[2] = {{raw, kHeaderSize}, {const_cast<char*>(body.data()), body.size()}};
+      return send_iov(fd, iov, 2, config_.max_stalls());
+    }
+    case Opcode::kRead: {
+      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
+      if (!pin.ok()) return reply_error(fd, h, pin.status());
+      reply.opcode = Opcode::kReadData;
+      reply.length = h.length;
+      encode_header(reply, raw);
+      iovec iov[2] = {{raw, kHeaderSize}, {pin.value().at(h.offset), h.length}};
+      return send_iov(fd, iov, 2, config_.max_stalls());
+    }
+    case Opcode::kWrite: {
+      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
+      if (!pin.ok()) {
+        Status st = drain(fd, h.length);  // keep the stream in step, then refuse
+        return st.ok() ? reply_error(fd, h, pin.status()) : st;
+      }
+      int stalled = 0;
+      Status st = recv_exact(fd, pin.value().at(h.offset), h.length,
+                             [&](size_t) { return ++stalled < config_.max_stalls(); });
+      if (!st.ok()) return st;
+      pin.value().release();
+      reply.opcode = Opcode::kWriteAck;
+      reply.length = 0;
+      encode_header(reply, raw);
+      return send_all(fd, raw, kHeaderSize, config_.max_stalls());
+    }
+    default: {
+      // Reply-only opcodes are not requests: the peer is confused, stop talking to it.
+      Status st(Code::kProtocolError, "unexpected opcode from initiator");
+      (void)reply_error(fd, h, st);
+      return st;
+    }
+  }
+}
+
+}  // namespace kvs::tcp

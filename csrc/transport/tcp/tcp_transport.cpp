@@ -1,0 +1,282 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/net.h"
+
+namespace kvs::tcp {
+namespace {
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+Status recv_payload(int fd, char* dst, uint64_t length, const TcpConfig& config) {
+  int stalled = 0;
+  return recv_exact(fd, dst, length, [&](size_t) { return ++stalled < config.max_stalls(); });
+}
+
+}  // namespace
+
+StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& config, int* fd_out) {
+  auto hp = parse_host_port(name);
+  if (!hp.ok()) return hp.status();
+  auto fd = tcp_connect(hp.value().host, hp.value().port, config.connect_timeout_ms);
+  if (!fd.ok()) return fd.status();
+  tune_data_socket(fd.value(), config.poll_ms);
+  char raw[kHeaderSize];
+  FrameHeader hello;
+  hello.opcode = Opcode::kHello;
+  encode_header(hello, raw);
+  Status st = send_all(fd.value(), raw, kHeaderSize, config.max_stalls());
+  int stalled = 0;
+  auto keep_waiting = [&](size_t) { return ++stalled < config.max_stalls(); };
+  if (st.ok()) st = recv_exact(fd.value(), raw, kHeaderSize, keep_waiting);
+  StatusOr<SegmentDescriptor> result = st;
+  if (st.ok()) {
+    auto header = decode_header(raw, kHeaderSize, config.max_payload);
+    if (!header.ok()) {
+      result = header.status();
+    } else if (header.value().opcode != Opcode::kDescriptor) {
+      result = Status(Code::kProtocolError, "peer did not answer HELLO with a descriptor");
+    } else {
+      std::vector<char> body(header.value().length);
+      st = recv_exact(fd.value(), body.data(), body.size(), keep_waiting);
+      result = st.ok() ? decode_descriptor(body.data(), body.size()) : StatusOr<SegmentDescriptor>(st);
+    }
+  }
+  if (result.ok() && fd_out != nullptr) {
+    *fd_out = fd.value();
+  } else {
+    close(fd.value());
+  }
+  return result;
+}
+
+TcpConnection::TcpConnection(int fd, const TcpConfig& config) : fd_(fd), config_(config) {
+  last_progress_ns_.store(now_ns());
+  sender_ = std::thread([this] { send_loop(); });
+  receiver_ = std::thread([this] { recv_loop(); });
+}
+
+TcpConnection::~TcpConnection() {
+  stopping_.store(true);
+  fail(Status(Code::kClosed, "engine closed"));
+  queue_cv_.notify_all();
+  sender_.join();
+  receiver_.join();
+  close(fd_);
+}
+
+void TcpConnection::enqueue(std::vector<Slice>&& slices, uint64_t bytes) {
+  load_bytes_.fetch_add(bytes);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!dead_.load()) {
+      for (auto& s : slices) queue_.push_back(std::move(s));
+      slices.clear();
+    }
+  }
+  for (auto& s : slices) finish(s, Status(Code::kConnectionFailed, "connection is down"));
+  queue_cv_.notify_one();
+}
+
+void TcpConnection::finish(const Slice& slice, const Status& status) {
+  load_bytes_.fetch_sub(slice.length);
+  slice.done(status);
+}
+
+void TcpConnection::fail(const Status& status) {
+  std::deque<Slice> queued;
+  std::unordered_map<uint64_t, Slice> outstanding;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    dead_.store(true);
+    queued.swap(queue_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    outstanding.swap(outstanding_);
+  }
+  shutdown(fd_, SHUT_RDWR);
+  queue_cv_.notify_all();
+  for (auto& s : queued) finish(s, status);
+  for (auto& [id, s] : outstanding) finish(s, status);
+}
+
+void TcpConnection::send_loop() {
+  for (;;) {
+    Slice slice;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return dead_.load() || !queue_.empty(); });
+      if (dead_.load()) return;
+      slice = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!slice.batch->pending(slice.request)) {
+      finish(slice, Status(Code::kTimedOut, "request already over"));
+      continue;
+    }
+    uint64_t request_id;
+    {
+      std::lock_guard<std::mutex> lock(outstanding_mu_);
+      if (dead_.load()) {
+        finish(slice, Status(Code::kConnectionFailed, "connection is down"));
+        continue;
+      }
+      request_id = next_request_id_++;
+      if (outstanding_.empty()) last_progress_ns_.store(now_ns());
+      outstanding_.emplace(request_id, slice);
+    }
+    Status st = send_slice(slice, request_id);
+    if (!st.ok()) {
+      fail(st);
+      return;
+    }
+  }
+}
+
+Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
+  FrameHeader h;
+  h.opcode = slice.op == TransferOp::kRead ? Opcode::kRead : Opcode::kWrite;
+  h.request_id = request_id;
+  h.region_id = slice.region_id;
+  h.key = slice.key;
+  h.offset = slice.offset;
+  h.length = slice.length;
+  char raw[kHeaderSize];
+  encode_header(h, raw);
+  if (slice.op == TransferOp::kRead) return send_all(fd_, raw, kHeaderSize, config_.max_stalls());
+  // A write's payload is read from the caller's memory: only while the request is still live.
+  if (!slice.batch->begin_copy(slice.request)) {
+    // The header is not sent yet, so the stream stays in step; the slice is finished here.
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    if (outstanding_.erase(request_id) != 0) {
+      load_bytes_.fetch_sub(slice.length);
+      slice.done(Status(Code::kTimedOut, "request already over"));
+    }
+    return Status::OK();
+  }
+  iovec iov[2] = {{raw, kHeaderSize}, {slice.local, slice.length}};
+  Status st = send_iov(fd_, iov, 2, config_.max_stalls());
+  slice.batch->end_copy();
+  return st;
+}
+
+void TcpConnection::recv_loop() {
+  char raw[kHeaderSize];
+  while (!dead_.load()) {
+    Status st = recv_exact(fd_, raw, kHeaderSize, [&](size_t got) {
+      if (dead_.load()) return false;
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(outstanding_mu_);
+        idle = outstanding_.empty();
+      }
+      if (idle && got == 0) return true;
+      return now_ns() - last_progress_ns_.load() < int64_t{config_.io_timeout_ms} * 1000000;
+    });
+    if (st.ok()) {
+      auto header = decode_header(raw, kHeaderSize, config_.max_payload);
+      st = header.ok() ? receive_reply(header.value()) : header.status();
+    }
+    if (!st.ok()) {
+      if (st.code() == Code::kTimedOut) st = Status(Code::kTimedOut, "peer stopped answering");
+      fail(st);
+      return;
+    }
+    last_progress_ns_.store(now_ns());
+  }
+}
+
+Status TcpConnection::receive_reply(const FrameHeader& h) {
+  Slice slice;
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    auto it = outstanding_.find(h.request_id);
+    if (it == outstanding_.end()) return Status(Code::kProtocolError, "reply to an unknown request");
+    slice = std::move(it->second);
+    outstanding_.erase(it);
+  }
+  Status result;
+  Status stream;  // a failure here breaks the connection, not only this slice
+  switch (h.opcode) {
+    case Opcode::kError:
+      result = Status(static_cast<Code>(h.status), "refused by peer");
+      break;
+    case Opcode::kWriteAck:
+      if (slice.op != TransferOp::kWrite) stream = Status(Code::kProtocolError, "write ack for a read");
+      break;
+    case Opcode::kReadData:
+      if (slice.op != TransferOp::kRead || h.length != slice.length) {
+        stream = Status(Code::kProtocolError, "read data does not match the request");
+      } else if (slice.batch->begin_copy(slice.request)) {
+        stream = recv_payload(fd_, slice.local, h.length, config_);
+        slice.batch->end_copy();
+      } else {
+        thread_local std::vector<char> scratch(1 << 16);
+        for (uint64_t left = h.length; left > 0 && stream.ok();) {
+          const size_t n = std::min<uint64_t>(left, scratch.size());
+          stream = recv_payload(fd_, scratch.data(), n, config_);
+          left -= n;
+        }
+      }
+      break;
+    default:
+      stream = Status(Code::kProtocolError, "unexpected reply opcode");
+  }
+  finish(slice, stream.ok() ? result : stream);
+  return stream;
+}
+
+TcpChannel::TcpChannel(std::vector<std::unique_ptr<TcpConnection>> connections)
+    : conns_(std::move(connections)) {}
+
+bool TcpChannel::healthy() const {
+  for (const auto& c : conns_) {
+    if (!c->dead()) return true;
+  }
+  return false;
+}
+
+void TcpChannel::submit(std::vector<Slice>&& slices) {
+  // Spread slices over live connections, each to the least loaded one.
+  std::vector<std::vector<Slice>> per_conn(conns_.size());
+  std::vector<uint64_t> load(conns_.size());
+  for (size_t i = 0; i < conns_.size(); ++i) load[i] = conns_[i]->dead() ? UINT64_MAX : conns_[i]->load();
+  for (auto& s : slices) {
+    size_t best = 0;
+    for (size_t i = 1; i < conns_.size(); ++i) {
+      if (load[i] < load[best]) best = i;
+    }
+    if (load[best] != UINT64_MAX) load[best] += s.length;
+    per_conn[best].push_back(std::move(s));
+  }
+  for (size_t i = 0; i < conns_.size(); ++i) {
+    if (per_conn[i].empty()) continue;
+    uint64_t bytes = 0;
+    for (auto& s : per_conn[i]) bytes += s.length;
+    conns_[i]->enqueue(std::move(per_conn[i]), bytes);
+  }
+}
+
+bool TcpTransport::reachable(const SegmentDescriptor& peer) const {
+  return (peer.transports & kTransportTcp) != 0;
+}
+
+StatusOr<std::shared_ptr<Channel>> TcpTransport::connect(const SegmentDescriptor& peer) {
+  std::vector<std::unique_ptr<TcpConnection>> conns;
+  for (int i = 0; i < std::max(1, config_.connections); ++i) {
+    int fd = -1;
+    auto d = handshake(peer.name, config_, &fd);
+    if (!d.ok()) return d.status();
+    if (d.value().engine_id != peer.engine_id) {
+      close(fd);
+      return Status(Code::kConnectionFailed, "peer " + peer.name + " restarted during connect");
+    }
+    conns.push_back(std::make_unique<TcpConnection>(fd, config_));
+  }
+  return std::shared_ptr<Channel>(std::make_shared<TcpChannel>(std::move(conns)));
+}
+
+}  // namespace kvs::tcp

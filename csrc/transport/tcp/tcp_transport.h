@@ -1,0 +1,88 @@
+// Initiator side of the TCP transport: per peer, several connections; each has a sender thread
+// (requests, write payloads) and a receiver thread (replies, read payloads straight into the
+// destination), so slices are pipelined on every connection.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/descriptor.h"
+#include "transport/tcp/tcp_config.h"
+#include "transport/tcp/wire.h"
+#include "transport/transport.h"
+
+namespace kvs::tcp {
+
+// Connects, says HELLO and returns the peer's descriptor; the socket stays open in *fd_out if given.
+StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& config, int* fd_out);
+
+class TcpConnection {
+ public:
+  TcpConnection(int fd, const TcpConfig& config);
+  ~TcpConnection();
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  void enqueue(std::vector<Slice>&& slices, uint64_t bytes);
+  bool dead() const { return dead_.load(); }
+  uint64_t load() const { return load_bytes_.load(); }
+
+ private:
+  void send_loop();
+  void recv_loop();
+  Status send_slice(const Slice& slice, uint64_t request_id);
+  Status receive_reply(const FrameHeader& header);
+  void fail(const Status& status);
+  void finish(const Slice& slice, const Status& status);
+
+  int fd_;
+  TcpConfig config_;
+  std::atomic<bool> dead_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> load_bytes_{0};  // queued + outstanding, for choosing a connection
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Slice> queue_;
+
+  std::mutex outstanding_mu_;
+  std::unordered_map<uint64_t, Slice> outstanding_;
+  uint64_t next_request_id_ = 1;
+  std::atomic<int64_t> last_progress_ns_{0};
+
+  std::thread sender_;
+  std::thread receiver_;
+};
+
+class TcpChannel : public Channel {
+ public:
+  explicit TcpChannel(std::vector<std::unique_ptr<TcpConnection>> connections);
+  void submit(std::vector<Slice>&& slices) override;
+  bool healthy() const override;
+
+ private:
+  std::vector<std::unique_ptr<TcpConnection>> conns_;
+};
+
+class TcpTransport : public Transport {
+ public:
+  explicit TcpTransport(TcpConfig config) : config_(config) {}
+  const char* name() const override { return "tcp"; }
+  uint32_t bit() const override { return kTransportTcp; }
+  int cost() const override { return 100; }
+  uint64_t slice_size() const override { return config_.slice_size; }
+  bool reachable(const SegmentDescriptor& peer) const override;
+  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override;
+  const TcpConfig& config() const { return config_; }
+
+ private:
+  TcpConfig config_;
+};
+
+}  // namespace kvs::tcp

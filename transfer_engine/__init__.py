@@ -1,0 +1,50 @@
+"""kvstore's transfer engine: registered memory, peer segments, batched READ/WRITE over tcp/shm/local."""
+
+from transfer_engine.config import EngineConfig, TcpConfig
+from transfer_engine.engine import (
+    BatchHandle,
+    Op,
+    Region,
+    RemoteRegion,
+    RequestState,
+    Segment,
+    TransferEngine,
+)
+from transfer_engine.errors import (
+    EngineClosedError,
+    InvalidArgumentError,
+    KVStoreError,
+    NoMemoryError,
+    NotFoundError,
+    NotSupportedError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    ProtocolError,
+    TransferConnectionError,
+    TransferFailedError,
+    TransferTimeoutError,
+)
+
+__all__ = [
+    "BatchHandle",
+    "EngineClosedError",
+    "EngineConfig",
+    "InvalidArgumentError",
+    "KVStoreError",
+    "NoMemoryError",
+    "NotFoundError",
+    "NotSupportedError",
+    "Op",
+    "OutOfRangeError",
+    "PermissionDeniedError",
+    "ProtocolError",
+    "Region",
+    "RemoteRegion",
+    "RequestState",
+    "Segment",
+    "TcpConfig",
+    "TransferConnectionError",
+    "TransferEngine",
+    "TransferFailedError",
+    "TransferTimeoutError",
+]

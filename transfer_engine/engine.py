@@ -1,0 +1,355 @@
+"""TransferEngine: the Python face of the C++ engine.
+
+Memory is registered (or allocated) into regions; a peer engine is opened by its segment name
+("host:port"); batches of READ/WRITE requests move bytes between a local address and a remote
+region. A batch crosses into C++ once, as flat numpy arrays.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from transfer_engine import _core
+from transfer_engine.config import EngineConfig
+from transfer_engine.errors import (
+    CODE_NAMES,
+    EngineClosedError,
+    InvalidArgumentError,
+    NotSupportedError,
+    TransferFailedError,
+    TransferTimeoutError,
+)
+
+
+class Op(enum.IntEnum):
+    READ = 0  # remote -> local
+    WRITE = 1  # local -> remote
+
+
+class RequestState(enum.IntEnum):
+    PENDING = 0
+    COMPLETED = 1
+    FAILED = 2
+    TIMED_OUT = 3
+
+
+_LOCATION_RE = re.compile(r"^(cpu|cuda)(:\d+)?$")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A registered local region. ``array`` is a uint8 view of it when Python can see the memory."""
+
+    id: int
+    key: int
+    addr: int
+    length: int
+    location: str
+    exported: bool
+    shareable: bool
+    array: np.ndarray | None = None
+    owner: Any = None  # keeps a registered Python buffer alive while registered
+
+    def address(self, offset: int = 0) -> int:
+        if not 0 <= offset <= self.length:
+            raise InvalidArgumentError(f"offset {offset} outside region of {self.length} bytes")
+        return self.addr + offset
+
+
+@dataclass(frozen=True)
+class RemoteRegion:
+    """A region a peer exported: what may be read or written there."""
+
+    id: int
+    length: int
+    location: str
+    shareable: bool
+
+
+@dataclass(frozen=True)
+class Segment:
+    """An opened peer segment."""
+
+    name: str
+    handle: int
+    transport: str
+    engine_id: int
+    regions: tuple[RemoteRegion, ...]
+
+    def region(self, region_id: int | None = None) -> RemoteRegion:
+        """The region with this id, or the first (largest-first is not implied) when id is None."""
+        for r in self.regions:
+            if region_id is None or r.id == region_id:
+                return r
+        raise InvalidArgumentError(f"segment {self.name} exports no region {region_id}")
+
+
+class BatchHandle:
+    """A submitted batch. Every request ends COMPLETED, FAILED or TIMED_OUT."""
+
+    def __init__(self, engine: TransferEngine, core_batch: Any) -> None:
+        self._engine = engine
+        self._batch = core_batch
+
+    def __len__(self) -> int:
+        return int(self._batch.size)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits up to ``timeout`` seconds (None: the batch deadline). True when every request is final."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        return bool(self._engine._core_engine().wait(self._batch, ms))
+
+    def done(self) -> bool:
+        return bool(self._batch.done())
+
+    def states(self) -> np.ndarray:
+        """Per-request :class:`RequestState` values (int32 array)."""
+        return self._batch.states()
+
+    def errors(self) -> np.ndarray:
+        """Per-request core error codes; 0 where the request did not fail."""
+        return self._batch.errors()
+
+    def raise_for_status(self) -> None:
+        """Raises TransferFailedError (or TransferTimeoutError) unless every request completed."""
+        states = self.states()
+        bad = np.flatnonzero(states != RequestState.COMPLETED)
+        if bad.size == 0:
+            return
+        errors = self.errors()
+        first = int(bad[0])
+        reason = CODE_NAMES.get(int(errors[first]), str(errors[first]))
+        message = f"{bad.size} of {len(states)} requests did not complete (first: #{first}, {reason})"
+        if np.all(states[bad] == RequestState.TIMED_OUT):
+            raise TransferTimeoutError(message)
+        raise TransferFailedError(message, states=states, errors=errors)
+
+
+class TransferEngine:
+    """Moves bytes between registered memory here and regions of peer segments.
+
+    >>> with TransferEngine() as engine:
+    ...     buf = engine.allocate(1 << 20)
+    """
+
+    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = EngineConfig.load(**overrides)
+        elif overrides:
+            raise InvalidArgumentError("give either a config or keyword overrides, not both")
+        else:
+            config.validate()
+        self.config = config
+        tcp = config.tcp
+        self._core: Any = _core.Engine(
+            host=config.host,
+            port=config.port,
+            protocol=config.protocol,
+            enable_shm=config.enable_shm,
+            copy_threads=config.copy_threads,
+            copy_slice_size=config.copy_slice_size,
+            tcp_connections=tcp.connections,
+            tcp_slice_size=tcp.slice_size,
+            max_payload=tcp.max_payload,
+            io_timeout_ms=int(tcp.io_timeout * 1000),
+            connect_timeout_ms=int(tcp.connect_timeout * 1000),
+        )
+        self._core.start()
+        self._regions: dict[int, Region] = {}
+        self._segments: dict[tuple[str, str], Segment] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> TransferEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Fails what is in flight, unregisters everything and stops serving the segment."""
+        if self._core is not None:
+            self._core.stop()
+            self._core = None
+            self._regions.clear()
+            self._segments.clear()
+
+    def _core_engine(self) -> Any:
+        if self._core is None:
+            raise EngineClosedError("transfer engine is closed")
+        return self._core
+
+    @property
+    def name(self) -> str:
+        """This engine's segment name, "host:port", which peers open."""
+        return str(self._core_engine().name)
+
+    @property
+    def engine_id(self) -> int:
+        return int(self._core_engine().id)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def register(self, buffer: Any, *, location: str = "cpu:0", export: bool = True) -> Region:
+        """Registers a numpy array, bytearray, memoryview or other contiguous buffer."""
+        try:
+            array = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"cannot register {type(buffer).__name__}: {exc}") from exc
+        if not array.flags.c_contiguous:
+            raise InvalidArgumentError("buffer must be C-contiguous")
+        flat = array.reshape(-1).view(np.uint8)
+        return self._add(
+            self._core_engine().register(flat.ctypes.data, flat.nbytes, self._location(location), export),
+            array=flat,
+            owner=buffer,
+        )
+
+    def register_ptr(self, ptr: int, length: int, *, location: str = "cpu:0", export: bool = True) -> Region:
+        """Registers raw memory by address. The caller keeps it valid until :meth:`unregister`."""
+        if ptr <= 0 or length <= 0:
+            raise InvalidArgumentError("ptr and length must be positive")
+        return self._add(self._core_engine().register(ptr, length, self._location(location), export))
+
+    def allocate(self, size: int, *, location: str = "cpu:0", export: bool = True) -> Region:
+        """Allocates pre-faulted memfd-backed memory (mappable by same-host peers) and registers it."""
+        if size <= 0:
+            raise InvalidArgumentError("size must be positive")
+        info = self._core_engine().allocate(size, self._location(location), export)
+        ctype = np.ctypeslib.as_ctypes_type(np.uint8) * info["length"]
+        array = np.frombuffer(ctype.from_address(info["base"]), dtype=np.uint8)
+        return self._add(info, array=array)
+
+    def unregister(self, region: Region | int) -> None:
+        """Removes a region; waits until no transfer touches it, so the memory may be freed after."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        self._core_engine().unregister(region_id)
+        self._regions.pop(region_id, None)
+
+    def regions(self) -> list[Region]:
+        return list(self._regions.values())
+
+    def _add(self, info: dict[str, Any], array: np.ndarray | None = None, owner: Any = None) -> Region:
+        region = Region(
+            id=info["id"],
+            key=info["key"],
+            addr=info["base"],
+            length=info["length"],
+            location=info["location"],
+            exported=info["exported"],
+            shareable=info["shareable"],
+            array=array,
+            owner=owner,
+        )
+        self._regions[region.id] = region
+        return region
+
+    @staticmethod
+    def _location(location: str) -> str:
+        if not _LOCATION_RE.match(location):
+            raise InvalidArgumentError(f"bad memory location {location!r} (expected cpu:N or cuda:N)")
+        if location.startswith("cuda"):
+            raise NotSupportedError("GPU memory is not supported by this engine build yet")
+        return location
+
+    # -- peers -----------------------------------------------------------------------------------
+    def open_segment(self, name: str, protocol: str | None = None) -> Segment:
+        """Connects to a peer segment ("host:port"), learning its regions in a handshake."""
+        proto = protocol or self.config.protocol
+        handle = self._core_engine().open_segment(name, proto)
+        return self._segment(handle, (name, proto))
+
+    def refresh_segment(self, segment: Segment) -> Segment:
+        """Re-reads a peer's regions (after it registered more) and reconnects."""
+        self._core_engine().refresh_segment(segment.handle)
+        return self._segment(segment.handle, (segment.name, segment.transport))
+
+    def _segment(self, handle: int, cache_key: tuple[str, str]) -> Segment:
+        info = self._core_engine().segment_info(handle)
+        segment = Segment(
+            name=info["name"],
+            handle=handle,
+            transport=info["transport"],
+            engine_id=info["engine_id"],
+            regions=tuple(
+                RemoteRegion(r["id"], r["length"], r["location"], r["shareable"]) for r in info["regions"]
+            ),
+        )
+        self._segments[cache_key] = segment
+        return segment
+
+    # -- transfers -------------------------------------------------------------------------------
+    def submit(
+        self,
+        ops: Sequence[int] | np.ndarray | int,
+        local_addrs: Sequence[int] | np.ndarray,
+        segments: Segment | Sequence[int] | np.ndarray,
+        region_ids: Sequence[int] | np.ndarray | int,
+        offsets: Sequence[int] | np.ndarray,
+        lengths: Sequence[int] | np.ndarray | int,
+        *,
+        timeout: float | None = None,
+    ) -> BatchHandle:
+        """Submits a batch and returns at once. Scalars (op, segment, region id, length) broadcast."""
+        local = np.ascontiguousarray(local_addrs, dtype=np.uint64).reshape(-1)
+        n = local.size
+
+        def column(values: Any, dtype: Any) -> np.ndarray:
+            out = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+            if out.size == 1 and n != 1:
+                out = np.full(n, out[0], dtype=dtype)
+            if out.size != n:
+                raise InvalidArgumentError("batch columns differ in length")
+            return out
+
+        seg = segments.handle if isinstance(segments, Segment) else segments
+        deadline = self.config.transfer_timeout if timeout is None else timeout
+        core_batch = self._core_engine().submit(
+            column(ops, np.uint8),
+            local,
+            column(seg, np.uint32),
+            column(region_ids, np.uint64),
+            column(offsets, np.uint64),
+            column(lengths, np.uint64),
+            int(deadline * 1000),
+        )
+        return BatchHandle(self, core_batch)
+
+    def transfer_sync(
+        self,
+        op: Op | int,
+        local_addrs: Sequence[int] | np.ndarray,
+        segment: Segment,
+        region_ids: Sequence[int] | np.ndarray | int,
+        offsets: Sequence[int] | np.ndarray,
+        lengths: Sequence[int] | np.ndarray | int,
+        *,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Runs a batch to the end; returns the per-request states (nothing raised for failures)."""
+        handle = self.submit(op, local_addrs, segment, region_ids, offsets, lengths, timeout=timeout)
+        handle.wait()
+        return handle.states()
+
+    def read(
+        self, local_addr: int, segment: Segment, region_id: int, offset: int, length: int, *, timeout: float | None = None
+    ) -> None:
+        """Reads one range of a peer region into local memory; raises on failure."""
+        self._one(Op.READ, local_addr, segment, region_id, offset, length, timeout)
+
+    def write(
+        self, local_addr: int, segment: Segment, region_id: int, offset: int, length: int, *, timeout: float | None = None
+    ) -> None:
+        """Writes local memory into one range of a peer region; raises on failure."""
+        self._one(Op.WRITE, local_addr, segment, region_id, offset, length, timeout)
+
+    def _one(
+        self, op: Op, addr: int, segment: Segment, region_id: int, offset: int, length: int, timeout: float | None
+    ) -> None:
+        handle = self.submit(op, [addr], segment, region_id, [offset], length, timeout=timeout)
+        handle.wait()
+        handle.raise_for_status()
