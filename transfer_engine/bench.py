@@ -1,0 +1,290 @@
+"""`kvstore bench transfer`: engine bandwidth and latency, printed beside the machine's own baseline.
+
+With no peer given, a target process is started on this host (the embedded default); the initiator
+runs here. The baseline is measured in the same invocation: a memcpy over a working set as large as
+the bench's own for shm/local, a raw TCP stream with the same number of connections for tcp.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from transfer_engine import _core
+from transfer_engine.engine import Op, RequestState, Segment, TransferEngine
+from transfer_engine.errors import InvalidArgumentError, TransferConnectionError
+from transfer_engine.units import format_size
+
+READY_PREFIX = "READY "
+
+
+@dataclass
+class TransferBenchConfig:
+    protocol: str = "auto"
+    op: str = "read"
+    block_size: int = 1 << 20
+    batch_size: int = 16
+    threads: int = 1
+    connections: int = 2
+    duration: float = 5.0
+    working_set: int = 512 << 20
+    """Bytes cycled through on each side; larger than the CPU cache so nothing is cache-resident."""
+    peer: str | None = None
+    host: str = "127.0.0.1"
+    baseline: bool = True
+    warmup: float = 0.5
+
+    def validate(self) -> None:
+        if self.op not in ("read", "write"):
+            raise InvalidArgumentError("--op must be read or write")
+        if self.block_size <= 0 or self.batch_size <= 0 or self.threads <= 0 or self.connections <= 0:
+            raise InvalidArgumentError("block size, batch size, threads and connections must be positive")
+        if self.duration <= 0:
+            raise InvalidArgumentError("--duration must be positive")
+        if self.threads > 64 or self.connections > 64 or self.batch_size > 65536:
+            raise InvalidArgumentError("threads/connections up to 64, batch size up to 65536")
+        if self.block_size > self.working_set:
+            raise InvalidArgumentError("--block-size is larger than the working set")
+
+
+@dataclass
+class TransferBenchResult:
+    protocol: str
+    op: str
+    block_size: int
+    batch_size: int
+    threads: int
+    connections: int
+    duration_s: float
+    bytes: int
+    gbps: float
+    ops_per_s: float
+    p50_us: float
+    p99_us: float
+    baseline_gbps: float | None
+    baseline_kind: str | None
+    ratio: float | None
+    failed_requests: int
+    peer: str
+
+
+# -- target ---------------------------------------------------------------------------------------
+def run_target(host: str, port: int, working_set: int, protocol: str = "auto") -> None:
+    """Serves one allocated region until stdin closes or SIGTERM/SIGINT arrives."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with TransferEngine(host=host, port=port, protocol=protocol) as engine:
+        region = engine.allocate(working_set)  # pre-faulted by the engine
+        print(f"{READY_PREFIX}{engine.name} region={region.id}", flush=True)
+
+        def watch_stdin() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdin.read()
+            stop.set()
+
+        if not sys.stdin.isatty():
+            threading.Thread(target=watch_stdin, daemon=True).start()
+        stop.wait()
+
+
+@contextlib.contextmanager
+def spawned_target(host: str, working_set: int) -> Iterator[str]:
+    """Starts `kvstore bench transfer --mode target` as a child process; yields its segment name."""
+    cmd = [sys.executable, "-m", "kvstore.cli", "bench", "transfer", "--mode", "target"]
+    cmd += ["--host", host, "--working-set", str(working_set)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith(READY_PREFIX):
+            raise TransferConnectionError(f"bench target did not start (exit {proc.poll()}): {line.strip()}")
+        yield line[len(READY_PREFIX) :].split()[0]
+    finally:
+        if proc.stdin:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- initiator ------------------------------------------------------------------------------------
+class _Worker(threading.Thread):
+    """Submits batches back to back over its own slice of the working set, recording latencies."""
+
+    def __init__(self, engine: TransferEngine, segment: Segment, cfg: TransferBenchConfig, index: int,
+                 local_base: int, remote_region: int, span: int, stop_at: list[float]) -> None:
+        super().__init__(daemon=True)
+        self.engine, self.segment, self.cfg = engine, segment, cfg
+        self.stop_at = stop_at
+        blocks = max(cfg.batch_size, span // cfg.block_size)
+        per = cfg.batch_size
+        # Precomputed batches cycling through this worker's span (local and remote at the same offsets).
+        first = index * span
+        self.batches = []
+        for start in range(0, blocks - per + 1, per):
+            offsets = (first + (np.arange(start, start + per, dtype=np.uint64) * cfg.block_size)).astype(np.uint64)
+            self.batches.append((local_base + offsets, offsets))
+        self.remote_region = remote_region
+        self.op = Op.READ if cfg.op == "read" else Op.WRITE
+        self.latencies: list[float] = []
+        self.requests = 0
+        self.failed = 0
+        self.measuring = False
+
+    def run(self) -> None:
+        i = 0
+        while time.perf_counter() < self.stop_at[0]:
+            local, remote = self.batches[i % len(self.batches)]
+            i += 1
+            t0 = time.perf_counter()
+            handle = self.engine.submit(self.op, local, self.segment, self.remote_region, remote,
+                                        self.cfg.block_size)
+            handle.wait()
+            elapsed = time.perf_counter() - t0
+            if self.measuring:
+                states = handle.states()
+                ok = int(np.count_nonzero(states == RequestState.COMPLETED))
+                self.requests += ok
+                self.failed += len(states) - ok
+                self.latencies.append(elapsed)
+
+
+def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> TransferBenchResult:
+    cfg.validate()
+    with contextlib.ExitStack() as stack:
+        peer = cfg.peer or stack.enter_context(spawned_target(cfg.host, cfg.working_set))
+        engine = stack.enter_context(
+            TransferEngine(host=cfg.host, protocol=cfg.protocol, tcp_connections=cfg.connections)
+        )
+        segment = engine.open_segment(peer)
+        remote = max(segment.regions, key=lambda r: r.length)
+        working_set = min(cfg.working_set, remote.length)
+        span = working_set // cfg.threads
+        if span < cfg.block_size * cfg.batch_size:
+            raise InvalidArgumentError("working set too small for threads x batch size x block size")
+        local = engine.allocate(working_set)
+        stop_at = [time.perf_counter() + cfg.warmup + cfg.duration]
+        workers = [_Worker(engine, segment, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)]
+        for w in workers:
+            w.start()
+        _progress(cfg, workers, console)
+        for w in workers:
+            w.join()
+        elapsed = cfg.duration
+        requests = sum(w.requests for w in workers)
+        lat = np.array([x for w in workers for x in w.latencies]) * 1e6
+        nbytes = requests * cfg.block_size
+        gbps = nbytes / elapsed / 1e9
+    baseline_gbps, kind = (None, None)
+    if cfg.baseline:
+        baseline_gbps, kind = measure_baseline(cfg, segment.transport, working_set, engine.config.copy_threads)
+    return TransferBenchResult(
+        protocol=segment.transport,
+        op=cfg.op,
+        block_size=cfg.block_size,
+        batch_size=cfg.batch_size,
+        threads=cfg.threads,
+        connections=cfg.connections,
+        duration_s=elapsed,
+        bytes=nbytes,
+        gbps=gbps,
+        ops_per_s=requests / elapsed,
+        p50_us=float(np.percentile(lat, 50)) if lat.size else 0.0,
+        p99_us=float(np.percentile(lat, 99)) if lat.size else 0.0,
+        baseline_gbps=baseline_gbps,
+        baseline_kind=kind,
+        ratio=(gbps / baseline_gbps) if baseline_gbps else None,
+        failed_requests=sum(w.failed for w in workers),
+        peer=peer,
+    )
+
+
+def _progress(cfg: TransferBenchConfig, workers: list[_Worker], console: Console | None) -> None:
+    """Shows a progress bar during warm-up and measurement; flips workers into measuring mode."""
+    total = cfg.warmup + cfg.duration
+    start = time.perf_counter()
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=console or Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"transfer {cfg.op} {format_size(cfg.block_size)}", total=total)
+        measuring = False
+        while any(w.is_alive() for w in workers):
+            now = time.perf_counter() - start
+            if not measuring and now >= cfg.warmup:
+                for w in workers:
+                    w.measuring = True
+                measuring = True
+            progress.update(task, completed=min(now, total))
+            time.sleep(0.05)
+
+
+def measure_baseline(
+    cfg: TransferBenchConfig, transport: str, working_set: int, copy_threads: int
+) -> tuple[float, str]:
+    seconds = min(cfg.duration, 3.0)
+    if transport == "tcp":
+        r = _core.tcp_stream_baseline(cfg.host, cfg.connections, cfg.block_size, seconds)
+        return float(r["gbps"]), f"raw tcp stream x{cfg.connections}"
+    # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
+    threads = max(cfg.threads, copy_threads)
+    r = _core.memcpy_baseline(cfg.block_size, working_set, seconds, threads)
+    return float(r["gbps"]), f"memcpy x{threads} over {format_size(working_set)}"
+
+
+def render(result: TransferBenchResult, console: Console) -> None:
+    table = Table(title=f"kvstore bench transfer (peer {result.peer})", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("protocol / op", f"{result.protocol} / {result.op}"),
+        ("block x batch", f"{format_size(result.block_size)} x {result.batch_size}"),
+        ("threads / connections", f"{result.threads} / {result.connections}"),
+        ("bandwidth", f"{result.gbps:.2f} GB/s"),
+        ("requests", f"{result.ops_per_s:,.0f} /s"),
+        ("batch latency p50 / p99", f"{result.p50_us:.1f} / {result.p99_us:.1f} µs"),
+    ]
+    if result.baseline_gbps is not None:
+        rows.append((f"baseline ({result.baseline_kind})", f"{result.baseline_gbps:.2f} GB/s"))
+        rows.append(("ratio to baseline", f"{result.ratio:.2f}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    if result.failed_requests:
+        console.print(f"[red]{result.failed_requests} requests failed[/red]")
+
+
+def to_json(result: TransferBenchResult) -> str:
+    return json.dumps(dataclasses.asdict(result))
+
+
+def main(cfg: TransferBenchConfig, mode: str, port: int, as_json: bool) -> int:
+    if mode == "target":
+        run_target(cfg.host, port, cfg.working_set, cfg.protocol)
+        return 0
+    result = run_initiator(cfg)
+    if as_json:
+        print(to_json(result))
+    else:
+        render(result, Console())
+    return 0 if result.failed_requests == 0 else 1
+
+
+def result_dict(result: TransferBenchResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
