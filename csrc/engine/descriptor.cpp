@@ -36,6 +36,7 @@ std::vector<char> encode_descriptor(const SegmentDescriptor& d) {
     w.put<uint64_t>(r.base);
     w.put<uint64_t>(r.length);
     w.put<uint8_t>(r.shareable ? 1 : 0);
+    w.put<uint32_t>(r.slot);
     w.put_string(r.location);
   }
   return std::move(w.bytes());
@@ -61,6 +62,7 @@ StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size) {
     info.base = r.get<uint64_t>();
     info.length = r.get<uint64_t>();
     info.shareable = r.get<uint8_t>() != 0;
+    info.slot = r.get<uint32_t>();
     info.location = r.get_string(kMaxString);
     info.exported = true;
     d.regions.push_back(std::move(info));

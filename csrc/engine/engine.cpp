@@ -29,6 +29,7 @@ Engine::Engine(EngineConfig config)
       host_id_(local_host_id()),
       registry_(std::make_shared<MemoryRegistry>()),
       pool_(std::make_unique<CopyPool>(std::max(1, config_.copy_threads))) {
+  registry_->set_peer_pin_timeout_ms(config_.tcp.io_timeout_ms);
   transports_.push_back(std::make_unique<LocalTransport>(pool_.get(), config_.copy_slice_size));
   transports_.push_back(std::make_unique<shm::ShmTransport>(pool_.get(), host_id_, config_.copy_slice_size));
   transports_.push_back(std::make_unique<tcp::TcpTransport>(config_.tcp));

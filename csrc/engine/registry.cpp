@@ -67,6 +67,7 @@ StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool own
   }
   info.id = next_id_++;
   info.key = random_u64();
+  if (info.exported) info.slot = pin_table_.publish(info.id);
   auto region = std::make_shared<Region>(info, memfd, owned);
   by_id_[info.id] = region;
   by_base_[info.base] = region;
@@ -125,6 +126,10 @@ Status MemoryRegistry::remove(uint64_t id) {
   by_id_.erase(it);
   by_base_.erase(region->info().base);
   region->removed_ = true;
+  // Same-host peers copy without asking: revoke their access and wait for their copies first.
+  lock.unlock();
+  if (region->info().slot != kNoSlot) pin_table_.revoke(region->info().slot, peer_pin_timeout_ms_);
+  lock.lock();
   unpinned_.wait(lock, [&] { return region->pins_.load() == 0; });
   return Status::OK();
 }

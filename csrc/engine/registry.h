@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/pin_table.h"
 
 namespace kvs {
 
@@ -23,6 +24,7 @@ struct RegionInfo {
   std::string location;  // "cpu:0", later "cuda:N"
   bool exported = false;  // listed in the segment descriptor, reachable by peers
   bool shareable = false;  // backed by a memfd that same-host peers may map
+  uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
 };
 
 class Region {
@@ -92,12 +94,18 @@ class MemoryRegistry {
   std::vector<RegionInfo> all() const;
   // Duplicated memfd of an exported shareable region, for handing to a same-host peer; -1 if refused.
   int dup_memfd(uint64_t id, uint64_t key) const;
+  // The cross-process pin table same-host peers map; -1 if it could not be created.
+  int pin_table_fd() const { return pin_table_.ok() ? pin_table_.fd() : -1; }
+  // How long unregister waits for same-host peers to finish copies on a region.
+  void set_peer_pin_timeout_ms(int ms) { peer_pin_timeout_ms_ = ms; }
 
  private:
   friend class RegionPin;
   void unpin(Region* region);
   StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned);
 
+  PinTable pin_table_;
+  int peer_pin_timeout_ms_ = 5000;
   mutable std::mutex mu_;
   std::condition_variable unpinned_;
   uint64_t next_id_ = 1;

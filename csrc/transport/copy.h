@@ -5,8 +5,8 @@
 
 namespace kvs {
 
-// Copies one slice between its local pointer and `remote`, honouring the batch's copy guard, and
-// reports the slice.
-void copy_slice(const Slice& slice, char* remote);
+// Copies one slice between its local pointer and `remote`, honouring the batch's copy guard. The
+// caller reports the slice with the returned status.
+Status copy_slice(const Slice& slice, char* remote);
 
 }  // namespace kvs

@@ -32,7 +32,7 @@ class LocalChannel : public Channel {
         if (!registry) return slice.done(Status(Code::kConnectionFailed, "target engine closed"));
         auto pin = registry->pin_remote(slice.region_id, slice.key, slice.offset, slice.length);
         if (!pin.ok()) return slice.done(pin.status());
-        copy_slice(slice, pin.value().at(slice.offset));
+        slice.done(copy_slice(slice, pin.value().at(slice.offset)));
       });
     }
     pool_->post(std::move(tasks));

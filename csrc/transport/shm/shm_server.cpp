@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -66,10 +67,12 @@ void ShmServer::serve(int fd) {
   ByteReader r(request.data(), static_cast<size_t>(n));
   const auto count = r.get<uint32_t>();
   if (count > kMaxRegionsPerRequest || static_cast<size_t>(n) != 4 + 16ull * count) return;
-  for (uint32_t i = 0; i < count; ++i) {
-    const auto id = r.get<uint64_t>();
-    const auto key = r.get<uint64_t>();
-    const int memfd = registry_->dup_memfd(id, key);
+  // First datagram: the pin table (region id 0); then one per requested region.
+  for (uint32_t i = 0; i <= count; ++i) {
+    const uint64_t id = i == 0 ? 0 : r.get<uint64_t>();
+    const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
+    const int table = registry_->pin_table_fd();
+    const int memfd = i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key);
     char reply[9];
     std::memcpy(reply, &id, 8);
     reply[8] = memfd >= 0 ? 1 : 0;

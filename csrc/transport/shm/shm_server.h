@@ -11,8 +11,8 @@
 
 namespace kvs::shm {
 
-// Request: u32 count, then count x (u64 region id, u64 key). Reply per region, one datagram each:
-// (u64 region id, u8 granted) with the memfd attached when granted.
+// Request: u32 count, then count x (u64 region id, u64 key). Reply: first the pin table as region 0,
+// then per region one datagram (u64 region id, u8 granted) with the memfd attached when granted.
 constexpr uint32_t kMaxRegionsPerRequest = 4096;
 
 class ShmServer {

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "common/bytes.h"
+#include "engine/pin_table.h"
 #include "transport/copy.h"
 #include "transport/shm/shm_server.h"
 
@@ -23,6 +24,19 @@ namespace {
 struct Mapping {
   char* base = nullptr;
   uint64_t length = 0;
+};
+
+// What the peer's shm server handed over: its pin table and its memfd regions, mapped here.
+struct PeerMemory {
+  PinSlot* table = nullptr;
+  std::unordered_map<uint64_t, Mapping> regions;
+
+  void unmap() {
+    for (auto& [id, m] : regions) munmap(m.base, m.length);
+    regions.clear();
+    if (table) munmap(table, sizeof(PinSlot) * PinTable::kSlots);
+    table = nullptr;
+  }
 };
 
 // Cross-memory attach for regions that are not memfd-backed.
@@ -48,58 +62,92 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
 
 class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChannel> {
  public:
-  ShmChannel(CopyPool* pool, SegmentDescriptor peer, int pidfd, std::unordered_map<uint64_t, Mapping> maps)
-      : pool_(pool), peer_(std::move(peer)), pidfd_(pidfd), maps_(std::move(maps)) {}
+  ShmChannel(CopyPool* pool, SegmentDescriptor peer, int pidfd, PeerMemory memory)
+      : pool_(pool), peer_(std::move(peer)), pidfd_(pidfd), memory_(std::move(memory)) {}
   ~ShmChannel() override {
-    for (auto& [id, m] : maps_) munmap(m.base, m.length);
-    if (pidfd_ >= 0) close(pidfd_);
+    memory_.unmap();
+    close(pidfd_);
   }
 
   bool healthy() const override {
-    // The pidfd becomes readable when the peer process exits.
-    pollfd pfd{pidfd_, POLLIN, 0};
-    return pidfd_ < 0 || poll(&pfd, 1, 0) == 0;
+    pollfd pfd{pidfd_, POLLIN, 0};  // a pidfd turns readable when the process exits
+    return poll(&pfd, 1, 0) == 0;
   }
 
   void submit(std::vector<Slice>&& slices) override {
     std::vector<std::function<void()>> tasks;
     tasks.reserve(slices.size());
     for (auto& s : slices) {
-      tasks.emplace_back([self = shared_from_this(), slice = std::move(s)] { self->run(slice); });
+      tasks.emplace_back([self = shared_from_this(), slice = std::move(s)] { slice.done(self->run(slice)); });
     }
     pool_->post(std::move(tasks));
   }
 
  private:
-  void run(const Slice& slice) const {
-    if (!healthy()) return slice.done(Status(Code::kConnectionFailed, "peer process is gone"));
+  Status run(const Slice& slice) const {
+    if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
     const RegionInfo* region = peer_.find_region(slice.region_id);
-    if (region == nullptr || region->key != slice.key) {
-      return slice.done(Status(Code::kNotFound, "unknown region"));
-    }
+    if (region == nullptr || region->key != slice.key) return Status(Code::kNotFound, "unknown region");
     if (!in_bounds(slice.offset, slice.length, region->length)) {
-      return slice.done(Status(Code::kOutOfRange, "request outside the region"));
+      return Status(Code::kOutOfRange, "request outside the region");
     }
-    auto it = maps_.find(slice.region_id);
-    if (it != maps_.end()) return copy_slice(slice, it->second.base + slice.offset);
-    slice.done(cma_copy(slice, static_cast<pid_t>(peer_.pid), region->base));
+    if (region->slot == kNoSlot) return Status(Code::kNotSupported, "region is not reachable by shared memory");
+    if (!PinTable::pin(memory_.table, region->slot, region->id)) {
+      return Status(Code::kNotFound, "region was unregistered by the peer");
+    }
+    auto it = memory_.regions.find(slice.region_id);
+    Status st = it != memory_.regions.end() ? copy_slice(slice, it->second.base + slice.offset)
+                                            : cma_copy(slice, static_cast<pid_t>(peer_.pid), region->base);
+    PinTable::unpin(memory_.table, region->slot);
+    return st;
   }
 
   CopyPool* pool_;
   SegmentDescriptor peer_;
   int pidfd_;
-  std::unordered_map<uint64_t, Mapping> maps_;
+  PeerMemory memory_;
 };
 
-StatusOr<std::unordered_map<uint64_t, Mapping>> map_peer_regions(const SegmentDescriptor& peer) {
-  std::unordered_map<uint64_t, Mapping> maps;
-  ByteWriter req;
+// Receives one datagram (u64 id, u8 granted) and the fd attached to it, if any.
+Status receive_grant(int sock, uint64_t* id, int* fd) {
+  char reply[9];
+  iovec iov{reply, sizeof(reply)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != sizeof(reply)) {
+    return Status(Code::kConnectionFailed, "shm handshake cut short");
+  }
+  std::memcpy(id, reply, 8);
+  *fd = -1;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  if (cm != nullptr && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+    std::memcpy(fd, CMSG_DATA(cm), sizeof(int));
+  }
+  if (*fd >= 0 && reply[8] != 1) {
+    close(*fd);
+    *fd = -1;
+  }
+  return Status::OK();
+}
+
+Status map_fd(int fd, uint64_t length, int flags, void** out) {
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | flags, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return errno_status(Code::kNoMemory, "mapping peer memory");
+  *out = p;
+  return Status::OK();
+}
+
+StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer) {
   std::vector<const RegionInfo*> wanted;
   for (const auto& r : peer.regions) {
-    if (r.shareable) wanted.push_back(&r);
+    if (r.shareable && wanted.size() < kMaxRegionsPerRequest) wanted.push_back(&r);
   }
-  if (wanted.empty()) return maps;
-  if (wanted.size() > kMaxRegionsPerRequest) wanted.resize(kMaxRegionsPerRequest);
+  ByteWriter req;
   req.put<uint32_t>(static_cast<uint32_t>(wanted.size()));
   for (const auto* r : wanted) {
     req.put<uint64_t>(r->id);
@@ -108,54 +156,48 @@ StatusOr<std::unordered_map<uint64_t, Mapping>> map_peer_regions(const SegmentDe
   sockaddr_un addr{};
   unsigned len = 0;
   if (abstract_address(peer.shm_socket, &addr, &len) != 0) return Status(Code::kProtocolError, "bad shm socket");
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno_status(Code::kIoError, "unix socket");
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (sock < 0) return errno_status(Code::kIoError, "unix socket");
   timeval tv{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  PeerMemory memory;
   Status st;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      send(fd, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL) < 0) {
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL) < 0) {
     st = errno_status(Code::kConnectionFailed, "shm handshake with " + peer.name);
   }
-  for (size_t i = 0; st.ok() && i < wanted.size(); ++i) {
-    char reply[9];
-    iovec iov{reply, sizeof(reply)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) != sizeof(reply)) {
-      st = Status(Code::kConnectionFailed, "shm handshake with " + peer.name + " cut short");
-      break;
-    }
-    uint64_t id;
-    std::memcpy(&id, reply, 8);
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS) continue;  // refused: reached by CMA instead
-    int memfd;
-    std::memcpy(&memfd, CMSG_DATA(cm), sizeof(int));
-    const RegionInfo* region = peer.find_region(id);
-    if (region == nullptr || reply[8] != 1) {
-      close(memfd);
+  for (size_t i = 0; st.ok() && i <= wanted.size(); ++i) {
+    uint64_t id = 0;
+    int fd = -1;
+    st = receive_grant(sock, &id, &fd);
+    if (!st.ok()) break;
+    void* base = nullptr;
+    if (i == 0) {
+      if (id != 0 || fd < 0) {
+        if (fd >= 0) close(fd);
+        st = Status(Code::kNotSupported, "peer offers no pin table");
+        break;
+      }
+      st = map_fd(fd, sizeof(PinSlot) * PinTable::kSlots, 0, &base);
+      if (st.ok()) memory.table = static_cast<PinSlot*>(base);
       continue;
     }
-    void* base = mmap(nullptr, region->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
-    close(memfd);
-    if (base == MAP_FAILED) {
-      st = errno_status(Code::kNoMemory, "mapping a peer region");
-      break;
+    const RegionInfo* region = peer.find_region(id);
+    if (fd < 0) continue;  // refused: that region is reached by CMA instead
+    if (region == nullptr) {
+      close(fd);
+      continue;
     }
-    maps[id] = Mapping{static_cast<char*>(base), region->length};
+    st = map_fd(fd, region->length, MAP_POPULATE, &base);
+    if (st.ok()) memory.regions[id] = Mapping{static_cast<char*>(base), region->length};
   }
-  close(fd);
+  close(sock);
   if (!st.ok()) {
-    for (auto& [id, m] : maps) munmap(m.base, m.length);
+    memory.unmap();
     return st;
   }
-  return maps;
+  return memory;
 }
 
 }  // namespace
@@ -167,12 +209,12 @@ bool ShmTransport::reachable(const SegmentDescriptor& peer) const {
 StatusOr<std::shared_ptr<Channel>> ShmTransport::connect(const SegmentDescriptor& peer) {
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(peer.pid), 0));
   if (pidfd < 0) return errno_status(Code::kConnectionFailed, "peer process " + std::to_string(peer.pid));
-  auto maps = map_peer_regions(peer);
-  if (!maps.ok()) {
+  auto memory = map_peer(peer);
+  if (!memory.ok()) {
     close(pidfd);
-    return maps.status();
+    return memory.status();
   }
-  return std::shared_ptr<Channel>(std::make_shared<ShmChannel>(pool_, peer, pidfd, std::move(maps.value())));
+  return std::shared_ptr<Channel>(std::make_shared<ShmChannel>(pool_, peer, pidfd, std::move(memory.value())));
 }
 
 }  // namespace kvs::shm

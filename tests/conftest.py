@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from transfer_engine import TransferEngine
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_SCRIPT = ROOT / "tests" / "helpers" / "target_process.py"
+
+
+@dataclass
+class TargetProcess:
+    proc: subprocess.Popen[str]
+    name: str
+    shared_region: int
+    numpy_region: int
+
+    def check(self, which: str, offset: int, length: int, seed: int) -> bool:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"CHECK {which} {offset} {length} {seed}\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip() == "OK"
+
+
+def start_target(size: int = 8 << 20, protocol: str = "auto") -> TargetProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--protocol", protocol],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()  # readiness probe: the target prints READY once serving
+    if not line or line[0] != "READY":
+        proc.kill()
+        raise RuntimeError(f"target process failed to start (exit {proc.wait()})")
+    return TargetProcess(proc, line[1], int(line[2]), int(line[3]))
+
+
+def stop_target(target: TargetProcess) -> None:
+    if target.proc.poll() is None:
+        assert target.proc.stdin is not None
+        target.proc.stdin.close()
+        try:
+            target.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            target.proc.kill()
+            target.proc.wait()
+
+
+@pytest.fixture
+def target() -> Iterator[TargetProcess]:
+    t = start_target()
+    yield t
+    stop_target(t)
+
+
+@pytest.fixture
+def engine() -> Iterator[TransferEngine]:
+    with TransferEngine(tcp_io_timeout=2.0) as e:
+        yield e

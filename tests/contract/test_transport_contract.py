@@ -1,0 +1,191 @@
+"""One suite over every transport: a transport is done when this passes on it.
+
+Both engines live in this process, so `local` is reachable; `shm` and `tcp` are forced by protocol.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from transfer_engine import (
+    Op,
+    Region,
+    RequestState,
+    Segment,
+    TransferEngine,
+    TransferFailedError,
+)
+from transfer_engine.errors import CODE_NAMES
+
+PROTOCOLS = ["local", "shm", "tcp"]
+SLICE = 64 * 1024  # small slices so multi-slice paths run on small buffers
+
+
+def pattern(n: int, seed: int = 0) -> np.ndarray:
+    return ((np.arange(n, dtype=np.uint64) * 7 + 3 + seed) % 251).astype(np.uint8)
+
+
+@dataclass
+class Pair:
+    initiator: TransferEngine
+    target: TransferEngine
+    segment: Segment
+    local: Region
+    remote: Region  # memfd-backed, on the target
+
+
+@pytest.fixture(params=PROTOCOLS)
+def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
+    protocol = request.param
+    overrides = {"copy_slice_size": SLICE, "tcp_slice_size": SLICE, "tcp_io_timeout": 2.0}
+    with TransferEngine(**overrides) as target, TransferEngine(protocol=protocol, **overrides) as initiator:
+        remote = target.allocate(4 << 20)
+        assert remote.array is not None
+        remote.array[:] = pattern(remote.length)
+        local = initiator.allocate(4 << 20)
+        segment = initiator.open_segment(target.name)
+        assert segment.transport == protocol
+        yield Pair(initiator, target, segment, local, remote)
+
+
+def codes(handle_errors: np.ndarray) -> list[str]:
+    return [CODE_NAMES[int(c)] for c in handle_errors]
+
+
+def test_read_whole_region_byte_exact(pair: Pair) -> None:
+    pair.initiator.read(pair.local.addr, pair.segment, pair.remote.id, 0, pair.remote.length)
+    assert pair.local.array is not None
+    assert np.array_equal(pair.local.array, pattern(pair.remote.length))
+
+
+def test_write_then_target_sees_bytes(pair: Pair) -> None:
+    assert pair.local.array is not None and pair.remote.array is not None
+    pair.local.array[:] = pattern(pair.local.length, seed=5)
+    pair.initiator.write(pair.local.addr + 100, pair.segment, pair.remote.id, 1000, 300_000)
+    assert np.array_equal(pair.remote.array[1000:301_000], pair.local.array[100:300_100])
+    assert np.array_equal(pair.remote.array[:1000], pattern(1000))  # nothing outside the range touched
+    assert pair.remote.array[301_000] == pattern(301_001)[301_000]
+
+
+@pytest.mark.parametrize("length", [1, 4095, 4097, SLICE - 1, SLICE + 1, 3 * SLICE + 17])
+def test_odd_sizes_and_offsets(pair: Pair, length: int) -> None:
+    assert pair.local.array is not None
+    pair.local.array[:] = 0
+    offset = 12_345
+    pair.initiator.read(pair.local.addr + 7, pair.segment, pair.remote.id, offset, length)
+    assert np.array_equal(pair.local.array[7 : 7 + length], pattern(offset + length)[offset:])
+    assert pair.local.array[7 + length] == 0 and pair.local.array[6] == 0
+
+
+def test_mixed_batch(pair: Pair) -> None:
+    assert pair.local.array is not None and pair.remote.array is not None
+    n, size = 64, 20_000
+    pair.local.array[:] = pattern(pair.local.length, seed=9)
+    ops = np.array([Op.READ if i % 2 else Op.WRITE for i in range(n)], dtype=np.uint8)
+    local = pair.local.addr + np.arange(n, dtype=np.uint64) * size
+    remote_offsets = np.arange(n, dtype=np.uint64) * size + 2 * (1 << 20)
+    before = pair.remote.array.copy()
+    states = pair.initiator.transfer_sync(ops, local, pair.segment, pair.remote.id, remote_offsets, size)
+    assert (states == RequestState.COMPLETED).all()
+    for i in range(n):
+        lo, ro = i * size, int(remote_offsets[i])
+        if i % 2:  # read: local got the target's original bytes
+            assert np.array_equal(pair.local.array[lo : lo + size], before[ro : ro + size])
+        else:
+            assert np.array_equal(pair.remote.array[ro : ro + size], pair.local.array[lo : lo + size])
+
+
+def test_bad_requests_fail_alone(pair: Pair) -> None:
+    """Out-of-range, unknown region and unregistered local memory fail; the good request completes."""
+    stray = np.zeros(4096, dtype=np.uint8)  # never registered
+    local = [pair.local.addr, pair.local.addr, pair.local.addr, stray.ctypes.data, pair.local.addr]
+    regions = [pair.remote.id, pair.remote.id, 999_999, pair.remote.id, pair.remote.id]
+    offsets = [0, pair.remote.length - 10, 0, 0, 2**64 - 8]
+    handle = pair.initiator.submit(Op.READ, local, pair.segment, regions, offsets, 4096)
+    assert handle.wait(timeout=10)
+    assert list(handle.states()) == [RequestState.COMPLETED] + [RequestState.FAILED] * 4
+    assert codes(handle.errors()) == ["OK", "OUT_OF_RANGE", "NOT_FOUND", "INVALID_ARGUMENT", "OUT_OF_RANGE"]
+    with pytest.raises(TransferFailedError):
+        handle.raise_for_status()
+
+
+def test_numpy_registered_target_region(pair: Pair) -> None:
+    """Memory the target registered from Python (not memfd) is reachable too (shm: by CMA)."""
+    plain = pattern(1 << 20, seed=3)
+    region = pair.target.register(plain)
+    segment = pair.initiator.refresh_segment(pair.segment)
+    pair.initiator.read(pair.local.addr, segment, region.id, 0, plain.size)
+    assert pair.local.array is not None
+    assert np.array_equal(pair.local.array[: plain.size], plain)
+
+
+def test_region_added_after_open_is_found(pair: Pair) -> None:
+    later = pair.target.allocate(1 << 20)
+    assert later.array is not None
+    later.array[:] = 42
+    pair.initiator.read(pair.local.addr, pair.segment, later.id, 0, later.length)  # refreshes on its own
+    assert pair.local.array is not None and (pair.local.array[: later.length] == 42).all()
+
+
+def test_unregistered_target_region_refuses(pair: Pair) -> None:
+    pair.target.unregister(pair.remote)
+    handle = pair.initiator.submit(Op.READ, [pair.local.addr], pair.segment, pair.remote.id, [0], 4096)
+    assert handle.wait(timeout=10)
+    assert list(handle.states()) == [RequestState.FAILED]
+    assert codes(handle.errors())[0] == "NOT_FOUND"
+
+
+def test_unregister_during_transfers_is_safe(pair: Pair) -> None:
+    """Unregistering both sides while batches run: no crash, every request ends, nothing hangs."""
+    stop = threading.Event()
+    finished: list[np.ndarray] = []
+
+    def pump() -> None:
+        while not stop.is_set():
+            handle = pair.initiator.submit(
+                Op.READ, pair.local.addr + np.arange(16, dtype=np.uint64) * SLICE, pair.segment,
+                pair.remote.id, np.arange(16, dtype=np.uint64) * SLICE, SLICE, timeout=5,
+            )
+            assert handle.wait(timeout=10)
+            finished.append(handle.states())
+
+    worker = threading.Thread(target=pump)
+    worker.start()
+    while not finished:
+        threading.Event().wait(0.001)
+    pair.target.unregister(pair.remote)
+    pair.initiator.unregister(pair.local)
+    stop.set()
+    worker.join(timeout=20)
+    assert not worker.is_alive()
+    states = np.concatenate(finished)
+    assert set(np.unique(states)) <= {RequestState.COMPLETED, RequestState.FAILED}
+    after = pair.initiator.submit(Op.READ, [pair.local.addr], pair.segment, pair.remote.id, [0], 4096)
+    assert after.wait(timeout=10)
+    assert list(after.states()) == [RequestState.FAILED]
+
+
+def test_concurrent_batches_from_threads(pair: Pair) -> None:
+    assert pair.local.array is not None
+    errors: list[BaseException] = []
+
+    def reader(k: int) -> None:
+        try:
+            for _ in range(20):
+                base = k * (1 << 20)
+                pair.initiator.read(pair.local.addr + base, pair.segment, pair.remote.id, base, 1 << 20)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert np.array_equal(pair.local.array, pattern(pair.local.length))

@@ -1,0 +1,44 @@
+"""A peer engine in its own process, for integration tests.
+
+Prints one line `READY <segment> <memfd-region-id> <numpy-region-id>` once serving; both regions hold
+pattern(i) = (i * 7 + 3) % 251. Exits when stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from transfer_engine import TransferEngine
+
+
+def pattern(n: int, seed: int = 0) -> np.ndarray:
+    return ((np.arange(n, dtype=np.uint64) * 7 + 3 + seed) % 251).astype(np.uint8)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=8 << 20)
+    parser.add_argument("--protocol", default="auto")
+    args = parser.parse_args()
+    with TransferEngine(protocol=args.protocol, tcp_io_timeout=2.0) as engine:
+        shared = engine.allocate(args.size)
+        shared.array[:] = pattern(args.size)
+        plain = np.empty(args.size, dtype=np.uint8)  # not memfd-backed: shm reaches it by CMA
+        plain[:] = pattern(args.size)
+        numpy_region = engine.register(plain)
+        print(f"READY {engine.name} {shared.id} {numpy_region.id}", flush=True)
+        for line in sys.stdin:
+            # "CHECK <region> <offset> <length> <seed>": verify a written range, answer OK/BAD.
+            _, which, offset, length, seed = line.split()
+            region = shared if which == "shared" else numpy_region
+            assert region.array is not None
+            got = region.array[int(offset) : int(offset) + int(length)]
+            good = np.array_equal(got, pattern(int(length), int(seed)))
+            print("OK" if good else "BAD", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Two real processes: data verified byte for byte both ways, a killed peer, and a hostile peer."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import TargetProcess, start_target, stop_target
+from transfer_engine import Op, RequestState, TransferEngine, _core
+from transfer_engine.errors import CODE_NAMES
+from tests.helpers.target_process import pattern
+
+SIZE = 8 << 20
+
+
+@pytest.mark.parametrize("protocol", ["shm", "tcp"])
+@pytest.mark.parametrize("which", ["shared", "numpy"])
+def test_both_directions_byte_exact(target: TargetProcess, engine: TransferEngine, protocol: str, which: str) -> None:
+    region_id = target.shared_region if which == "shared" else target.numpy_region
+    segment = engine.open_segment(target.name, protocol)
+    assert segment.transport == protocol
+    local = engine.allocate(SIZE)
+    assert local.array is not None
+    engine.read(local.addr, segment, region_id, 0, SIZE)
+    assert np.array_equal(local.array, pattern(SIZE))
+    seed = 17 if protocol == "tcp" else 29
+    local.array[:] = pattern(SIZE, seed)
+    offset, length = 4099, 3 * (1 << 20) + 5
+    engine.write(local.addr + offset, segment, region_id, offset, length)
+    assert target.check(which, offset, length, seed + 7 * offset)
+
+
+@pytest.mark.parametrize("protocol", ["shm", "tcp"])
+def test_killed_peer_fails_requests_within_timeout(engine: TransferEngine, protocol: str) -> None:
+    target = start_target(size=64 << 20)
+    try:
+        segment = engine.open_segment(target.name, protocol)
+        local = engine.allocate(64 << 20)
+        n, size = 64, 1 << 20
+        offsets = np.arange(n, dtype=np.uint64) * size
+        handles = []
+        start = time.monotonic()
+        for _ in range(20):  # keep the link busy while the peer dies
+            handles.append(engine.submit(Op.READ, local.addr + offsets, segment, target.shared_region,
+                                         offsets, size, timeout=8))
+        target.proc.kill()
+        target.proc.wait()
+        for h in handles:
+            assert h.wait(timeout=15)
+        assert time.monotonic() - start < 12
+        # A fresh batch after the death fails fast.
+        after = engine.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 4096, timeout=8)
+        assert after.wait(timeout=10)
+        assert list(after.states()) == [RequestState.FAILED]
+        assert time.monotonic() - start < 12
+        states = np.concatenate([h.states() for h in handles])
+        assert not (states == RequestState.PENDING).any()
+    finally:
+        stop_target(target)
+
+
+def test_hung_peer_times_out(engine: TransferEngine) -> None:
+    """A peer that stops answering (SIGSTOP) turns requests TIMED_OUT at the deadline, not later."""
+    import signal
+
+    target = start_target()
+    try:
+        segment = engine.open_segment(target.name, "tcp")
+        local = engine.allocate(1 << 20)
+        target.proc.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        handle = engine.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=1.0)
+        assert handle.wait()
+        elapsed = time.monotonic() - start
+        assert list(handle.states()) == [RequestState.TIMED_OUT]
+        assert 0.9 <= elapsed < 3.0
+    finally:
+        target.proc.send_signal(signal.SIGCONT)
+        stop_target(target)
+
+
+class RawPeer:
+    """Speaks the TCP wire protocol by hand, as a hostile or buggy peer would."""
+
+    def __init__(self, name: str) -> None:
+        host, port = name.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_header(self) -> dict:
+        data = b""
+        while len(data) < _core.FRAME_HEADER_SIZE:
+            chunk = self.sock.recv(_core.FRAME_HEADER_SIZE - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return _core.decode_frame_header(data)
+
+    def recv_exact(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+HELLO, DESCRIPTOR, READ, READ_DATA, WRITE, WRITE_ACK, ERROR = range(1, 8)
+
+
+def _region_key(engine: TransferEngine, name: str, region_id: int) -> int:
+    # Keys travel in the descriptor; a test peer reads the real one to make a valid request.
+    peer = RawPeer(name)
+    peer.send(_core.encode_frame_header(HELLO))
+    header = peer.recv_header()
+    assert header["opcode"] == DESCRIPTOR
+    body = peer.recv_exact(header["length"])
+    peer.close()
+    del body
+    segment = engine.open_segment(name, "tcp")
+    assert any(r.id == region_id for r in segment.regions)
+    handle = engine._core_engine().segment_info(segment.handle)
+    return next(r["key"] for r in handle["regions"] if r["id"] == region_id)
+
+
+def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: TransferEngine) -> None:
+    key = _region_key(engine, target.name, target.shared_region)
+    peer = RawPeer(target.name)
+    cases = [
+        (READ, target.shared_region, key ^ 1, 0, 4096, "PERMISSION_DENIED"),
+        (READ, target.shared_region, key, SIZE - 100, 4096, "OUT_OF_RANGE"),
+        (READ, target.shared_region, key, 2**64 - 10, 4096, "OUT_OF_RANGE"),
+        (READ, 123456, key, 0, 4096, "NOT_FOUND"),
+        (WRITE, target.shared_region, key ^ 1, 0, 4096, "PERMISSION_DENIED"),
+        (WRITE, target.shared_region, key, SIZE - 1, 4096, "OUT_OF_RANGE"),
+    ]
+    for i, (op, region, k, offset, length, expected) in enumerate(cases):
+        peer.send(_core.encode_frame_header(op, 0, i, region, k, offset, length))
+        if op == WRITE:
+            peer.send(b"\xff" * length)  # refused payloads are drained, the stream stays usable
+        reply = peer.recv_header()
+        assert reply["opcode"] == ERROR and reply["request_id"] == i
+        assert CODE_NAMES[reply["status"]] == expected
+    # A valid request on the same connection still works, and nothing was written by the refusals.
+    peer.send(_core.encode_frame_header(READ, 0, 99, target.shared_region, key, SIZE - 4096, 4096))
+    reply = peer.recv_header()
+    assert reply["opcode"] == READ_DATA
+    assert peer.recv_exact(4096) == pattern(SIZE)[-4096:].tobytes()
+    peer.close()
+    assert target.check("shared", 0, SIZE, 0)
+
+
+def test_malformed_frames_close_only_that_connection(target: TargetProcess, engine: TransferEngine) -> None:
+    for junk in [b"\x00" * 56, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, _core.encode_frame_header(READ_DATA)]:
+        peer = RawPeer(target.name)
+        peer.send(junk)
+        reply = peer.recv_header()
+        assert reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == "PROTOCOL_ERROR"
+        with pytest.raises(ConnectionError):
+            peer.recv_header()
+        peer.close()
+    segment = engine.open_segment(target.name, "tcp")
+    local = engine.allocate(4096)
+    engine.read(local.addr, segment, target.shared_region, 0, 4096)
+    assert local.array is not None and np.array_equal(local.array, pattern(4096))
