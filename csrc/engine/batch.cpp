@@ -11,6 +11,7 @@ Batch::Batch(size_t requests, Clock::time_point deadline)
     errors_[i].store(0);
     slices_left_[i].store(0);
   }
+  if (requests == 0) released_.store(true);
 }
 
 void Batch::hold_pin(RegionPin pin) {

@@ -41,6 +41,7 @@ Status ShmServer::start(const std::string& name) {
 
 void ShmServer::stop() {
   if (stopping_.exchange(true)) return;
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);  // wakes the poll at once
   if (thread_.joinable()) thread_.join();
   if (listen_fd_ >= 0) close(listen_fd_);
   listen_fd_ = -1;

@@ -51,6 +51,9 @@ StatusOr<FrameHeader> decode_header(const char* data, size_t size, uint64_t max_
     return Status(Code::kProtocolError, "payload larger than the frame limit");
   }
   if (h.opcode == Opcode::kWrite && h.length == 0) return Status(Code::kProtocolError, "empty write");
+  if (!carries_payload(h.opcode) && h.opcode != Opcode::kRead && h.length != 0) {
+    return Status(Code::kProtocolError, "length on a frame without payload");
+  }
   return h;
 }
 

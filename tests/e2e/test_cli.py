@@ -1,0 +1,94 @@
+"""The `kvstore` command as a user runs it: real processes, real output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+JSON_FIELDS = {"protocol", "op", "block_size", "batch_size", "threads", "connections", "duration_s", "bytes",
+               "gbps", "ops_per_s", "p50_us", "p99_us", "baseline_gbps", "ratio"}
+
+
+def kvstore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "kvstore.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize(("protocol", "op"), [("tcp", "read"), ("shm", "write"), ("auto", "read")])
+def test_bench_transfer_json(protocol: str, op: str) -> None:
+    result = kvstore("bench", "transfer", "--protocol", protocol, "--op", op, "--block-size", "256KiB",
+                     "--batch-size", "4", "--duration", "0.3", "--working-set", "16MiB", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    data = json.loads(lines[0])
+    assert JSON_FIELDS <= data.keys()
+    assert data["protocol"] == ("shm" if protocol == "auto" else protocol)
+    assert data["bytes"] > 0 and data["gbps"] > 0 and data["baseline_gbps"] > 0
+    assert data["ratio"] == pytest.approx(data["gbps"] / data["baseline_gbps"])
+    assert data["p99_us"] >= data["p50_us"] > 0
+
+
+def test_bench_transfer_table() -> None:
+    result = kvstore("bench", "transfer", "--protocol", "tcp", "--duration", "0.3", "--working-set", "32MiB",
+                     "--no-baseline")
+    assert result.returncode == 0, result.stderr
+    assert "bandwidth" in result.stdout and "GB/s" in result.stdout
+    assert "baseline" not in result.stdout
+
+
+def test_bench_against_a_running_target() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    target = subprocess.Popen([sys.executable, "-m", "kvstore.cli", "bench", "transfer", "--mode", "target",
+                               "--working-set", "16MiB"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=env)
+    try:
+        assert target.stdout is not None
+        ready = target.stdout.readline().split()
+        assert ready[0] == "READY"
+        result = kvstore("bench", "transfer", "--peer", ready[1], "--protocol", "tcp", "--duration", "0.3",
+                         "--working-set", "16MiB", "--no-baseline", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["peer"] == ready[1]
+    finally:
+        assert target.stdin is not None
+        target.stdin.close()
+        assert target.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "transfer", "--block-size", "lots"],
+        ["bench", "transfer", "--block-size", "0"],
+        ["bench", "transfer", "--batch-size", "-1"],
+        ["bench", "transfer", "--protocol", "rdma"],
+        ["bench", "transfer", "--duration", "nan?"],
+        ["bench", "transfer", "--peer", "nohost"],
+        ["bench", "transfer", "--peer", "h:99999"],
+        ["bench", "nothing"],
+        [],
+    ],
+)
+def test_bad_arguments_are_clear_errors(args: list[str]) -> None:
+    result = kvstore(*args)
+    assert result.returncode == 2
+    assert "error" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unreachable_peer_is_an_error_not_a_traceback() -> None:
+    result = kvstore("bench", "transfer", "--peer", "127.0.0.1:1", "--duration", "0.2", "--no-baseline")
+    assert result.returncode == 1
+    assert "kvstore: error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_block_larger_than_working_set() -> None:
+    result = kvstore("bench", "transfer", "--block-size", "64MiB", "--working-set", "16MiB")
+    assert result.returncode == 1 and "working set" in result.stderr

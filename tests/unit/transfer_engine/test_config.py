@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+
+from transfer_engine import EngineConfig, InvalidArgumentError
+from transfer_engine.units import format_size, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4096", 4096), ("4KiB", 4096), ("1MiB", 1 << 20), ("1MB", 10**6), ("4GiB", 4 << 30), ("512k", 512 << 10),
+     (" 2 GiB ", 2 << 30), (123, 123)],
+)
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "4XB", "-1", "1.5.2MiB", True, -5])
+def test_parse_size_rejects(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_size(bad)  # type: ignore[arg-type]
+
+
+def test_format_size() -> None:
+    assert format_size(1 << 20) == "1MiB"
+    assert format_size(4 << 30) == "4GiB"
+    assert format_size(1000) == "1000B"
+
+
+def test_env_then_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVSTORE_PROTOCOL", "tcp")
+    monkeypatch.setenv("KVSTORE_TCP_SLICE_SIZE", "256KiB")
+    monkeypatch.setenv("KVSTORE_ENABLE_SHM", "false")
+    config = EngineConfig.load(tcp_connections=4)
+    assert config.protocol == "tcp"
+    assert config.tcp.slice_size == 256 << 10
+    assert config.enable_shm is False
+    assert config.tcp.connections == 4
+    assert EngineConfig.load(protocol="shm").protocol == "shm"  # code beats environment
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"protocol": "rdma"}, {"port": 70000}, {"tcp_connections": 0}, {"tcp_slice_size": "1KiB"},
+     {"copy_threads": 0}, {"transfer_timeout": 0}, {"no_such_setting": 1}, {"enable_shm": "maybe"},
+     {"tcp_io_timeout": "soon"}],
+)
+def test_invalid_config(overrides: dict) -> None:
+    with pytest.raises(InvalidArgumentError):
+        EngineConfig.load(**overrides)
+
+
+def test_invalid_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVSTORE_TCP_CONNECTIONS", "many")
+    with pytest.raises(InvalidArgumentError, match="tcp_connections"):
+        EngineConfig.load()
