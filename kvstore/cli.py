@@ -96,7 +96,9 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvstore", description="Distributed KV-cache store for LLM inference")
+    parser = argparse.ArgumentParser(
+        prog="kvstore", description="Distributed KV-cache store for LLM inference"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     bench = commands.add_parser("bench", help="benchmarks")
     benches = bench.add_subparsers(dest="bench", required=True)

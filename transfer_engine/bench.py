@@ -108,7 +108,9 @@ def spawned_target(host: str, working_set: int) -> Iterator[str]:
     """Starts `kvstore bench transfer --mode target` as a child process; yields its segment name."""
     cmd = [sys.executable, "-m", "kvstore.cli", "bench", "transfer", "--mode", "target"]
     cmd += ["--host", host, "--working-set", str(working_set)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -129,8 +131,17 @@ def spawned_target(host: str, working_set: int) -> Iterator[str]:
 class _Worker(threading.Thread):
     """Submits batches back to back over its own slice of the working set, recording latencies."""
 
-    def __init__(self, engine: TransferEngine, segment: Segment, cfg: TransferBenchConfig, index: int,
-                 local_base: int, remote_region: int, span: int, stop_at: list[float]) -> None:
+    def __init__(
+        self,
+        engine: TransferEngine,
+        segment: Segment,
+        cfg: TransferBenchConfig,
+        index: int,
+        local_base: int,
+        remote_region: int,
+        span: int,
+        stop_at: list[float],
+    ) -> None:
         super().__init__(daemon=True)
         self.engine, self.segment, self.cfg = engine, segment, cfg
         self.stop_at = stop_at
@@ -140,7 +151,9 @@ class _Worker(threading.Thread):
         first = index * span
         self.batches = []
         for start in range(0, blocks - per + 1, per):
-            offsets = (first + (np.arange(start, start + per, dtype=np.uint64) * cfg.block_size)).astype(np.uint64)
+            offsets = (first + (np.arange(start, start + per, dtype=np.uint64) * cfg.block_size)).astype(
+                np.uint64
+            )
             self.batches.append((local_base + offsets, offsets))
         self.remote_region = remote_region
         self.op = Op.READ if cfg.op == "read" else Op.WRITE
@@ -155,8 +168,9 @@ class _Worker(threading.Thread):
             local, remote = self.batches[i % len(self.batches)]
             i += 1
             t0 = time.perf_counter()
-            handle = self.engine.submit(self.op, local, self.segment, self.remote_region, remote,
-                                        self.cfg.block_size)
+            handle = self.engine.submit(
+                self.op, local, self.segment, self.remote_region, remote, self.cfg.block_size
+            )
             handle.wait()
             elapsed = time.perf_counter() - t0
             if self.measuring:
@@ -182,7 +196,9 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             raise InvalidArgumentError("working set too small for threads x batch size x block size")
         local = engine.allocate(working_set)
         stop_at = [time.perf_counter() + cfg.warmup + cfg.duration]
-        workers = [_Worker(engine, segment, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)]
+        workers = [
+            _Worker(engine, segment, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)
+        ]
         for w in workers:
             w.start()
         _progress(cfg, workers, console)
@@ -195,7 +211,9 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         gbps = nbytes / elapsed / 1e9
     baseline_gbps, kind = (None, None)
     if cfg.baseline:
-        baseline_gbps, kind = measure_baseline(cfg, segment.transport, working_set, engine.config.copy_threads)
+        baseline_gbps, kind = measure_baseline(
+            cfg, segment.transport, working_set, engine.config.copy_threads
+        )
     return TransferBenchResult(
         protocol=segment.transport,
         op=cfg.op,

@@ -63,7 +63,9 @@ class EngineConfig:
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise InvalidArgumentError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+            raise InvalidArgumentError(
+                f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+            )
         if not 0 <= self.port <= 65535:
             raise InvalidArgumentError(f"port out of range: {self.port}")
         if not 1 <= self.copy_threads <= 64:
@@ -76,7 +78,10 @@ class EngineConfig:
 
     @classmethod
     def load(cls, **overrides: Any) -> EngineConfig:
-        """Defaults, then KVSTORE_* variables, then ``overrides`` (``tcp_connections=4`` sets tcp.connections)."""
+        """Defaults, then KVSTORE_* variables, then ``overrides``.
+
+        ``tcp_connections=4`` sets ``tcp.connections``; sizes may be strings such as "256KiB".
+        """
         config = cls()
         _apply(config, _from_env(os.environ))
         _apply(config, overrides)

@@ -336,19 +336,40 @@ class TransferEngine:
         return handle.states()
 
     def read(
-        self, local_addr: int, segment: Segment, region_id: int, offset: int, length: int, *, timeout: float | None = None
+        self,
+        local_addr: int,
+        segment: Segment,
+        region_id: int,
+        offset: int,
+        length: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Reads one range of a peer region into local memory; raises on failure."""
         self._one(Op.READ, local_addr, segment, region_id, offset, length, timeout)
 
     def write(
-        self, local_addr: int, segment: Segment, region_id: int, offset: int, length: int, *, timeout: float | None = None
+        self,
+        local_addr: int,
+        segment: Segment,
+        region_id: int,
+        offset: int,
+        length: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Writes local memory into one range of a peer region; raises on failure."""
         self._one(Op.WRITE, local_addr, segment, region_id, offset, length, timeout)
 
     def _one(
-        self, op: Op, addr: int, segment: Segment, region_id: int, offset: int, length: int, timeout: float | None
+        self,
+        op: Op,
+        addr: int,
+        segment: Segment,
+        region_id: int,
+        offset: int,
+        length: int,
+        timeout: float | None,
     ) -> None:
         handle = self.submit(op, [addr], segment, region_id, [offset], length, timeout=timeout)
         handle.wait()

@@ -30,11 +30,14 @@ struct Mapped {
   uint64_t size;
 };
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
-StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, double duration_s, int threads) {
+StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, double duration_s,
+                                     int threads) {
   if (block_size == 0 || working_set < block_size || threads < 1) {
     return Status(Code::kInvalidArgument, "memcpy baseline needs working_set >= block_size > 0");
   }
@@ -47,7 +50,8 @@ StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, 
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       uint64_t moved = 0;
-      for (uint64_t i = static_cast<uint64_t>(t); seconds_since(t0) < duration_s; i += static_cast<uint64_t>(threads)) {
+      for (uint64_t i = static_cast<uint64_t>(t); seconds_since(t0) < duration_s;
+           i += static_cast<uint64_t>(threads)) {
         const uint64_t at = (i % blocks) * block_size;
         std::memcpy(dst.data + at, src.data + at, block_size);
         moved += block_size;
@@ -59,8 +63,10 @@ StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, 
   return Throughput{total.load(), seconds_since(t0)};
 }
 
-StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size, double duration_s) {
-  if (connections < 1 || block_size == 0) return Status(Code::kInvalidArgument, "bad tcp baseline parameters");
+StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size,
+                                         double duration_s) {
+  if (connections < 1 || block_size == 0)
+    return Status(Code::kInvalidArgument, "bad tcp baseline parameters");
   uint16_t port = 0;
   auto listener = tcp_listen(host, 0, &port);
   if (!listener.ok()) return listener.status();

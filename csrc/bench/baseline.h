@@ -13,9 +13,11 @@ struct Throughput {
 };
 
 // memcpy of block_size blocks across two pre-faulted buffers of working_set bytes each.
-StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, double duration_s, int threads);
+StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, double duration_s,
+                                     int threads);
 
 // Raw TCP stream over loopback: `connections` sender/receiver pairs moving block_size chunks.
-StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size, double duration_s);
+StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size,
+                                         double duration_s);
 
 }  // namespace kvs::bench

@@ -40,13 +40,15 @@ py::dict descriptor_dict(const SegmentDescriptor& s) {
 
 std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
                               const Flat<uint32_t>& segments, const Flat<uint64_t>& regions,
-                              const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths, int64_t timeout_ms) {
+                              const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
+                              int64_t timeout_ms) {
   const auto n = static_cast<size_t>(ops.size());
   if (local.size() != ops.size() || segments.size() != ops.size() || regions.size() != ops.size() ||
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
     throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
   }
-  BatchView view{ops.data(), local.data(), segments.data(), regions.data(), offsets.data(), lengths.data(), n};
+  BatchView view{ops.data(), local.data(), segments.data(), regions.data(), offsets.data(), lengths.data(),
+                 n};
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
 }
@@ -62,7 +64,8 @@ void bind_engine(py::module_& m) {
           [](Batch& b) {
             py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
             auto w = out.mutable_unchecked<1>();
-            for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.state(i));
+            for (size_t i = 0; i < b.size(); ++i)
+              w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.state(i));
             return out;
           },
           "Per-request RequestState values.")
@@ -71,15 +74,17 @@ void bind_engine(py::module_& m) {
           [](Batch& b) {
             py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
             auto w = out.mutable_unchecked<1>();
-            for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.error(i));
+            for (size_t i = 0; i < b.size(); ++i)
+              w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.error(i));
             return out;
           },
           "Per-request error codes (0 when not failed).");
 
   py::class_<Engine>(m, "Engine", "The transfer engine core.")
       .def(py::init([](const std::string& host, uint16_t port, const std::string& protocol, bool enable_shm,
-                       int copy_threads, uint64_t copy_slice_size, int tcp_connections, uint64_t tcp_slice_size,
-                       uint64_t max_payload, int io_timeout_ms, int connect_timeout_ms) {
+                       int copy_threads, uint64_t copy_slice_size, int tcp_connections,
+                       uint64_t tcp_slice_size, uint64_t max_payload, int io_timeout_ms,
+                       int connect_timeout_ms) {
              EngineConfig c;
              c.host = host;
              c.port = port;
@@ -94,9 +99,10 @@ void bind_engine(py::module_& m) {
              c.tcp.connect_timeout_ms = connect_timeout_ms;
              return std::make_unique<Engine>(c);
            }),
-           py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"), py::arg("copy_threads"),
-           py::arg("copy_slice_size"), py::arg("tcp_connections"), py::arg("tcp_slice_size"),
-           py::arg("max_payload"), py::arg("io_timeout_ms"), py::arg("connect_timeout_ms"))
+           py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"),
+           py::arg("copy_threads"), py::arg("copy_slice_size"), py::arg("tcp_connections"),
+           py::arg("tcp_slice_size"), py::arg("max_payload"), py::arg("io_timeout_ms"),
+           py::arg("connect_timeout_ms"))
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", &Engine::name)
@@ -166,8 +172,8 @@ void bind_engine(py::module_& m) {
             return d;
           },
           py::arg("handle"))
-      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("segments"), py::arg("region_ids"),
-           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
+      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("segments"),
+           py::arg("region_ids"), py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
            "Submits a batch given as flat arrays; returns a Batch handle at once.")
       .def(
           "wait",

@@ -26,7 +26,8 @@ void bind_wire(py::module_& m) {
         d["length"] = h.length;
         return d;
       },
-      py::arg("data"), py::arg("max_payload") = 64ull << 20, "Decodes one frame header; ProtocolError if malformed.");
+      py::arg("data"), py::arg("max_payload") = 64ull << 20,
+      "Decodes one frame header; ProtocolError if malformed.");
   m.def(
       "encode_frame_header",
       [](int opcode, int32_t status, uint64_t request_id, uint64_t region_id, uint64_t key, uint64_t offset,
@@ -52,7 +53,8 @@ void bind_wire(py::module_& m) {
         auto d = value_or_throw(decode_descriptor(view.data(), view.size()));
         return py::make_tuple(d.name, d.engine_id, d.regions.size());
       },
-      py::arg("data"), "Decodes a segment descriptor; ProtocolError if malformed. Returns (name, id, regions).");
+      py::arg("data"),
+      "Decodes a segment descriptor; ProtocolError if malformed. Returns (name, id, regions).");
 }
 
 }  // namespace kvs::bind

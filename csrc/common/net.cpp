@@ -29,7 +29,8 @@ StatusOr<HostPort> parse_host_port(const std::string& text) {
     return Status(Code::kInvalidArgument, "bad port in '" + text + "'");
   }
   const long value = std::stol(port);
-  if (value <= 0 || value > 65535) return Status(Code::kInvalidArgument, "port out of range in '" + text + "'");
+  if (value <= 0 || value > 65535)
+    return Status(Code::kInvalidArgument, "port out of range in '" + text + "'");
   hp.port = static_cast<uint16_t>(value);
   return hp;
 }
@@ -103,8 +104,8 @@ StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms
     if (rc == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (rc != 1 || err != 0) {
       close(fd);
-      return Status(Code::kConnectionFailed,
-                    "connect to " + where + ": " + (rc == 0 ? "timed out" : std::strerror(err ? err : errno)));
+      return Status(Code::kConnectionFailed, "connect to " + where + ": " +
+                                                 (rc == 0 ? "timed out" : std::strerror(err ? err : errno)));
     }
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);

@@ -5,7 +5,11 @@
 namespace kvs {
 
 Batch::Batch(size_t requests, Clock::time_point deadline)
-    : states_(requests), errors_(requests), slices_left_(requests), remaining_(requests), deadline_(deadline) {
+    : states_(requests),
+      errors_(requests),
+      slices_left_(requests),
+      remaining_(requests),
+      deadline_(deadline) {
   for (size_t i = 0; i < requests; ++i) {
     states_[i].store(static_cast<int32_t>(RequestState::kPending));
     errors_[i].store(0);
@@ -46,7 +50,9 @@ bool Batch::begin_copy(size_t request) {
   return false;
 }
 
-void Batch::end_copy() { active_copies_.fetch_sub(1); }
+void Batch::end_copy() {
+  active_copies_.fetch_sub(1);
+}
 
 void Batch::quiesce_and_release() {
   // A request failed or timed out may still have a copy running on another thread: its memory stays

@@ -18,12 +18,12 @@ enum TransportBit : uint32_t {
 };
 
 struct SegmentDescriptor {
-  uint64_t engine_id = 0;    // random per engine; equal ids mean the same process
-  uint32_t pid = 0;          // for process_vm_readv/writev on the same host
-  std::string host_id;       // boot id + network namespace: equal means shared memory is reachable
-  std::string name;          // "host:port"
-  std::string shm_socket;    // abstract unix socket handing out memfds; empty when shm is off
-  uint32_t transports = 0;   // TransportBit mask
+  uint64_t engine_id = 0;           // random per engine; equal ids mean the same process
+  uint32_t pid = 0;                 // for process_vm_readv/writev on the same host
+  std::string host_id;              // boot id + network namespace: equal means shared memory is reachable
+  std::string name;                 // "host:port"
+  std::string shm_socket;           // abstract unix socket handing out memfds; empty when shm is off
+  uint32_t transports = 0;          // TransportBit mask
   std::vector<RegionInfo> regions;  // exported regions only
 
   const RegionInfo* find_region(uint64_t id) const;

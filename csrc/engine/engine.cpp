@@ -33,7 +33,8 @@ Engine::Engine(EngineConfig config)
   transports_.push_back(std::make_unique<LocalTransport>(pool_.get(), config_.copy_slice_size));
   transports_.push_back(std::make_unique<shm::ShmTransport>(pool_.get(), host_id_, config_.copy_slice_size));
   transports_.push_back(std::make_unique<tcp::TcpTransport>(config_.tcp));
-  std::sort(transports_.begin(), transports_.end(), [](const auto& a, const auto& b) { return a->cost() < b->cost(); });
+  std::sort(transports_.begin(), transports_.end(),
+            [](const auto& a, const auto& b) { return a->cost() < b->cost(); });
 }
 
 Engine::~Engine() {
@@ -101,7 +102,8 @@ SegmentDescriptor Engine::descriptor() const {
   return d;
 }
 
-StatusOr<Transport*> Engine::choose_transport(const SegmentDescriptor& peer, const std::string& protocol) const {
+StatusOr<Transport*> Engine::choose_transport(const SegmentDescriptor& peer,
+                                              const std::string& protocol) const {
   for (const auto& t : transports_) {
     if (protocol != "auto" && protocol != t->name()) continue;
     if (t->reachable(peer)) return t.get();
@@ -211,7 +213,8 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     bool unknown_region = false;
     std::lock_guard<std::mutex> lock(seg.value()->mu);
     for (size_t j = i; j < b.count && !unknown_region; ++j) {
-      unknown_region = b.segments[j] == b.segments[i] && !seg.value()->descriptor.find_region(b.region_ids[j]);
+      unknown_region =
+          b.segments[j] == b.segments[i] && !seg.value()->descriptor.find_region(b.region_ids[j]);
     }
     if (unknown_region || !seg.value()->channel || !seg.value()->channel->healthy()) {
       t.error = connect_segment(*seg.value(), true);

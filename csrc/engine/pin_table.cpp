@@ -54,6 +54,8 @@ bool PinTable::pin(PinSlot* table, uint32_t slot, uint64_t region_id) {
   return false;
 }
 
-void PinTable::unpin(PinSlot* table, uint32_t slot) { table[slot].pins.fetch_sub(1); }
+void PinTable::unpin(PinSlot* table, uint32_t slot) {
+  table[slot].pins.fetch_sub(1);
+}
 
 }  // namespace kvs

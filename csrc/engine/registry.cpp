@@ -1,9 +1,9 @@
 #include "engine/registry.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include <cerrno>
 #include <random>
@@ -49,7 +49,9 @@ void RegionPin::release() {
   }
 }
 
-MemoryRegistry::~MemoryRegistry() { remove_all(); }
+MemoryRegistry::~MemoryRegistry() {
+  remove_all();
+}
 
 StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -86,13 +88,13 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, const s
   return insert(std::move(info), -1, false);
 }
 
-StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, const std::string& location,
-                                              bool exported) {
+StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, const std::string& location, bool exported) {
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
   int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
   if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
   // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later.
-  if (ftruncate(fd, static_cast<off_t>(length)) != 0 || fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0 ||
+      fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0) {
     Status st = errno_status(Code::kNoMemory, "reserving memfd pages");
     close(fd);
     return st;
@@ -157,7 +159,8 @@ StatusOr<RegionPin> MemoryRegistry::pin_remote(uint64_t id, uint64_t key, uint64
     return Status(Code::kNotFound, "unknown region " + std::to_string(id));
   }
   const RegionInfo& info = it->second->info();
-  if (info.key != key) return Status(Code::kPermissionDenied, "wrong access key for region " + std::to_string(id));
+  if (info.key != key)
+    return Status(Code::kPermissionDenied, "wrong access key for region " + std::to_string(id));
   if (!in_bounds(offset, length, info.length)) {
     return Status(Code::kOutOfRange, "request outside region " + std::to_string(id));
   }

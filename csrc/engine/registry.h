@@ -21,9 +21,9 @@ struct RegionInfo {
   uint64_t key = 0;  // random; a peer must present it to touch the region
   uint64_t base = 0;
   uint64_t length = 0;
-  std::string location;  // "cpu:0", later "cuda:N"
-  bool exported = false;  // listed in the segment descriptor, reachable by peers
-  bool shareable = false;  // backed by a memfd that same-host peers may map
+  std::string location;     // "cpu:0", later "cuda:N"
+  bool exported = false;    // listed in the segment descriptor, reachable by peers
+  bool shareable = false;   // backed by a memfd that same-host peers may map
   uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
 };
 

@@ -148,8 +148,13 @@ def test_unregister_during_transfers_is_safe(pair: Pair) -> None:
     def pump() -> None:
         while not stop.is_set():
             handle = pair.initiator.submit(
-                Op.READ, pair.local.addr + np.arange(16, dtype=np.uint64) * SLICE, pair.segment,
-                pair.remote.id, np.arange(16, dtype=np.uint64) * SLICE, SLICE, timeout=5,
+                Op.READ,
+                pair.local.addr + np.arange(16, dtype=np.uint64) * SLICE,
+                pair.segment,
+                pair.remote.id,
+                np.arange(16, dtype=np.uint64) * SLICE,
+                SLICE,
+                timeout=5,
             )
             assert handle.wait(timeout=10)
             finished.append(handle.states())

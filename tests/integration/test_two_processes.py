@@ -9,16 +9,18 @@ import numpy as np
 import pytest
 
 from tests.conftest import TargetProcess, start_target, stop_target
+from tests.helpers.target_process import pattern
 from transfer_engine import Op, RequestState, TransferEngine, _core
 from transfer_engine.errors import CODE_NAMES
-from tests.helpers.target_process import pattern
 
 SIZE = 8 << 20
 
 
 @pytest.mark.parametrize("protocol", ["shm", "tcp"])
 @pytest.mark.parametrize("which", ["shared", "numpy"])
-def test_both_directions_byte_exact(target: TargetProcess, engine: TransferEngine, protocol: str, which: str) -> None:
+def test_both_directions_byte_exact(
+    target: TargetProcess, engine: TransferEngine, protocol: str, which: str
+) -> None:
     region_id = target.shared_region if which == "shared" else target.numpy_region
     segment = engine.open_segment(target.name, protocol)
     assert segment.transport == protocol
@@ -44,8 +46,11 @@ def test_killed_peer_fails_requests_within_timeout(engine: TransferEngine, proto
         handles = []
         start = time.monotonic()
         for _ in range(20):  # keep the link busy while the peer dies
-            handles.append(engine.submit(Op.READ, local.addr + offsets, segment, target.shared_region,
-                                         offsets, size, timeout=8))
+            handles.append(
+                engine.submit(
+                    Op.READ, local.addr + offsets, segment, target.shared_region, offsets, size, timeout=8
+                )
+            )
         target.proc.kill()
         target.proc.wait()
         for h in handles:
@@ -72,7 +77,9 @@ def test_hung_peer_times_out(engine: TransferEngine) -> None:
         local = engine.allocate(1 << 20)
         target.proc.send_signal(signal.SIGSTOP)
         start = time.monotonic()
-        handle = engine.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=1.0)
+        handle = engine.submit(
+            Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=1.0
+        )
         assert handle.wait()
         elapsed = time.monotonic() - start
         assert list(handle.states()) == [RequestState.TIMED_OUT]

@@ -1,10 +1,10 @@
 #include "transport/local/local_transport.h"
 
-#include "transport/copy.h"
-
 #include <functional>
 #include <mutex>
 #include <unordered_map>
+
+#include "transport/copy.h"
 
 namespace kvs {
 namespace {
@@ -21,7 +21,8 @@ std::unordered_map<uint64_t, std::weak_ptr<MemoryRegistry>>& directory() {
 
 class LocalChannel : public Channel {
  public:
-  LocalChannel(CopyPool* pool, std::weak_ptr<MemoryRegistry> target) : pool_(pool), target_(std::move(target)) {}
+  LocalChannel(CopyPool* pool, std::weak_ptr<MemoryRegistry> target)
+      : pool_(pool), target_(std::move(target)) {}
 
   void submit(std::vector<Slice>&& slices) override {
     std::vector<std::function<void()>> tasks;

@@ -1,9 +1,9 @@
 #include "transport/shm/shm_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -26,7 +26,8 @@ int abstract_address(const std::string& name, void* out, unsigned* len) {
 Status ShmServer::start(const std::string& name) {
   sockaddr_un addr{};
   unsigned len = 0;
-  if (abstract_address(name, &addr, &len) != 0) return Status(Code::kInvalidArgument, "shm socket name too long");
+  if (abstract_address(name, &addr, &len) != 0)
+    return Status(Code::kInvalidArgument, "shm socket name too long");
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return errno_status(Code::kIoError, "unix socket");
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listen_fd_, 64) != 0) {
@@ -73,7 +74,8 @@ void ShmServer::serve(int fd) {
     const uint64_t id = i == 0 ? 0 : r.get<uint64_t>();
     const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
     const int table = registry_->pin_table_fd();
-    const int memfd = i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key);
+    const int memfd =
+        i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key);
     char reply[9];
     std::memcpy(reply, &id, 8);
     reply[8] = memfd >= 0 ? 1 : 0;

@@ -91,7 +91,8 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
     if (!in_bounds(slice.offset, slice.length, region->length)) {
       return Status(Code::kOutOfRange, "request outside the region");
     }
-    if (region->slot == kNoSlot) return Status(Code::kNotSupported, "region is not reachable by shared memory");
+    if (region->slot == kNoSlot)
+      return Status(Code::kNotSupported, "region is not reachable by shared memory");
     if (!PinTable::pin(memory_.table, region->slot, region->id)) {
       return Status(Code::kNotFound, "region was unregistered by the peer");
     }
@@ -155,7 +156,8 @@ StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer) {
   }
   sockaddr_un addr{};
   unsigned len = 0;
-  if (abstract_address(peer.shm_socket, &addr, &len) != 0) return Status(Code::kProtocolError, "bad shm socket");
+  if (abstract_address(peer.shm_socket, &addr, &len) != 0)
+    return Status(Code::kProtocolError, "bad shm socket");
   const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (sock < 0) return errno_status(Code::kIoError, "unix socket");
   timeval tv{2, 0};
@@ -214,7 +216,8 @@ StatusOr<std::shared_ptr<Channel>> ShmTransport::connect(const SegmentDescriptor
     close(pidfd);
     return memory.status();
   }
-  return std::shared_ptr<Channel>(std::make_shared<ShmChannel>(pool_, peer, pidfd, std::move(memory.value())));
+  return std::shared_ptr<Channel>(
+      std::make_shared<ShmChannel>(pool_, peer, pidfd, std::move(memory.value())));
 }
 
 }  // namespace kvs::shm

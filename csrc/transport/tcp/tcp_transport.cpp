@@ -8,7 +8,9 @@
 namespace kvs::tcp {
 namespace {
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 Status recv_payload(int fd, char* dst, uint64_t length, const TcpConfig& config) {
   int stalled = 0;
@@ -201,9 +203,7 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
   Status result;
   Status stream;  // a failure here breaks the connection, not only this slice
   switch (h.opcode) {
-    case Opcode::kError:
-      result = Status(static_cast<Code>(h.status), "refused by peer");
-      break;
+    case Opcode::kError: result = Status(static_cast<Code>(h.status), "refused by peer"); break;
     case Opcode::kWriteAck:
       if (slice.op != TransferOp::kWrite) stream = Status(Code::kProtocolError, "write ack for a read");
       break;
@@ -222,8 +222,7 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
         }
       }
       break;
-    default:
-      stream = Status(Code::kProtocolError, "unexpected reply opcode");
+    default: stream = Status(Code::kProtocolError, "unexpected reply opcode");
   }
   finish(slice, stream.ok() ? result : stream);
   return stream;

@@ -8,8 +8,16 @@ from transfer_engine.units import format_size, parse_size
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("4096", 4096), ("4KiB", 4096), ("1MiB", 1 << 20), ("1MB", 10**6), ("4GiB", 4 << 30), ("512k", 512 << 10),
-     (" 2 GiB ", 2 << 30), (123, 123)],
+    [
+        ("4096", 4096),
+        ("4KiB", 4096),
+        ("1MiB", 1 << 20),
+        ("1MB", 10**6),
+        ("4GiB", 4 << 30),
+        ("512k", 512 << 10),
+        (" 2 GiB ", 2 << 30),
+        (123, 123),
+    ],
 )
 def test_parse_size(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected
@@ -41,9 +49,17 @@ def test_env_then_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"protocol": "rdma"}, {"port": 70000}, {"tcp_connections": 0}, {"tcp_slice_size": "1KiB"},
-     {"copy_threads": 0}, {"transfer_timeout": 0}, {"no_such_setting": 1}, {"enable_shm": "maybe"},
-     {"tcp_io_timeout": "soon"}],
+    [
+        {"protocol": "rdma"},
+        {"port": 70000},
+        {"tcp_connections": 0},
+        {"tcp_slice_size": "1KiB"},
+        {"copy_threads": 0},
+        {"transfer_timeout": 0},
+        {"no_such_setting": 1},
+        {"enable_shm": "maybe"},
+        {"tcp_io_timeout": "soon"},
+    ],
 )
 def test_invalid_config(overrides: dict) -> None:
     with pytest.raises(InvalidArgumentError):

@@ -12,7 +12,13 @@ def test_roundtrip() -> None:
     assert len(raw) == _core.FRAME_HEADER_SIZE
     h = _core.decode_frame_header(raw)
     assert (h["opcode"], h["request_id"], h["region_id"], h["key"], h["offset"], h["length"]) == (
-        READ, 9, 2, 0xDEADBEEF, 4096, 1 << 20)
+        READ,
+        9,
+        2,
+        0xDEADBEEF,
+        4096,
+        1 << 20,
+    )
 
 
 @pytest.mark.parametrize(
