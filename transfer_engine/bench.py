@@ -258,8 +258,8 @@ def measure_baseline(
 ) -> tuple[float, str]:
     seconds = min(cfg.duration, 3.0)
     if transport == "tcp":
-        r = _core.tcp_stream_baseline(cfg.host, cfg.connections, cfg.block_size, seconds)
-        return float(r["gbps"]), f"raw tcp stream x{cfg.connections}"
+        r = _core.tcp_stream_baseline(cfg.host, cfg.connections, cfg.block_size, working_set, seconds)
+        return float(r["gbps"]), f"raw tcp stream x{cfg.connections} over {format_size(working_set)}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)
     r = _core.memcpy_baseline(cfg.block_size, working_set, seconds, threads)

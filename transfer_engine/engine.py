@@ -24,6 +24,7 @@ from transfer_engine.errors import (
     NotSupportedError,
     TransferFailedError,
     TransferTimeoutError,
+    error_for_code,
 )
 
 
@@ -371,6 +372,11 @@ class TransferEngine:
         length: int,
         timeout: float | None,
     ) -> None:
-        handle = self.submit(op, [addr], segment, region_id, [offset], length, timeout=timeout)
-        handle.wait()
-        handle.raise_for_status()
+        if min(addr, region_id, offset, length) < 0:
+            raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
+        deadline = self.config.transfer_timeout if timeout is None else timeout
+        state, code = self._core_engine().transfer(
+            int(op), addr, segment.handle, region_id, offset, length, int(deadline * 1000)
+        )
+        if state != RequestState.COMPLETED:
+            raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {segment.name} failed")

@@ -64,9 +64,14 @@ StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, 
 }
 
 StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size,
-                                         double duration_s) {
-  if (connections < 1 || block_size == 0)
-    return Status(Code::kInvalidArgument, "bad tcp baseline parameters");
+                                         uint64_t working_set, double duration_s) {
+  const auto conns = static_cast<uint64_t>(connections);
+  if (connections < 1 || block_size == 0 || working_set / conns < block_size) {
+    return Status(Code::kInvalidArgument, "tcp baseline needs working_set >= connections x block_size > 0");
+  }
+  const uint64_t span = working_set / conns / block_size * block_size;
+  Mapped send_memory(span * conns), recv_memory(span * conns);
+  if (!send_memory.data || !recv_memory.data) return Status(Code::kNoMemory, "cannot map the working set");
   uint16_t port = 0;
   auto listener = tcp_listen(host, 0, &port);
   if (!listener.ok()) return listener.status();
@@ -84,17 +89,17 @@ StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint
   const auto t0 = Clock::now();
   for (int i = 0; i < connections; ++i) {
     threads.emplace_back([&, i] {
-      std::vector<char> buf(block_size, 7);
-      while (!stop.load()) {
-        if (!send_all(senders[i], buf.data(), buf.size(), 50).ok()) break;
+      char* base = send_memory.data + span * static_cast<uint64_t>(i);
+      for (uint64_t at = 0; !stop.load(); at = (at + block_size) % span) {
+        if (!send_all(senders[i], base + at, block_size, 50).ok()) break;
       }
       shutdown(senders[i], SHUT_WR);
     });
     threads.emplace_back([&, i] {
-      std::vector<char> buf(block_size);
+      char* base = recv_memory.data + span * static_cast<uint64_t>(i);
       uint64_t got = 0;
-      for (;;) {
-        const ssize_t n = recv(receivers[i], buf.data(), buf.size(), MSG_WAITALL);
+      for (uint64_t at = 0;; at = (at + block_size) % span) {
+        const ssize_t n = recv(receivers[i], base + at, block_size, MSG_WAITALL);
         if (n <= 0) break;
         got += static_cast<uint64_t>(n);
       }

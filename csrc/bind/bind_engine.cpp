@@ -181,7 +181,20 @@ void bind_engine(py::module_& m) {
             py::gil_scoped_release release;
             return e.wait(b, timeout_ms);
           },
-          py::arg("batch"), py::arg("timeout_ms"), "Waits for a batch; True when every request is final.");
+          py::arg("batch"), py::arg("timeout_ms"), "Waits for a batch; True when every request is final.")
+      .def(
+          "transfer",
+          [](Engine& e, uint8_t op, uint64_t local, uint32_t segment, uint64_t region, uint64_t offset,
+             uint64_t length, int64_t timeout_ms) {
+            py::gil_scoped_release release;
+            BatchView view{&op, &local, &segment, &region, &offset, &length, 1};
+            auto batch = e.submit(view, timeout_ms);
+            e.wait(*batch, -1);
+            return std::make_pair(static_cast<int>(batch->state(0)), static_cast<int>(batch->error(0)));
+          },
+          py::arg("op"), py::arg("local_addr"), py::arg("segment"), py::arg("region_id"), py::arg("offset"),
+          py::arg("length"), py::arg("timeout_ms"),
+          "One request, submitted and waited for in one call; returns (state, error code).");
 }
 
 }  // namespace kvs::bind

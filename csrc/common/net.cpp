@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace kvs {
@@ -155,9 +156,20 @@ Status send_all(int fd, const void* data, size_t len, int max_stalls) {
   return send_iov(fd, &iov, 1, max_stalls);
 }
 
+bool spin_until_readable(int fd, int us) {
+  if (us <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  char probe;
+  do {
+    const ssize_t n = recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 Status recv_once(int fd, char* buf, size_t len, size_t* got) {
   for (;;) {
-    const ssize_t n = recv(fd, buf, len, 0);
+    const ssize_t n = recv(fd, buf, len, MSG_WAITALL);  // one wake-up per frame part
     if (n > 0) {
       *got = static_cast<size_t>(n);
       return Status::OK();

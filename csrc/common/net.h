@@ -30,7 +30,13 @@ Status send_all(int fd, const void* data, size_t len, int max_stalls);
 template <typename KeepWaiting>
 Status recv_exact(int fd, void* buf, size_t len, KeepWaiting keep_waiting);
 
-Status recv_once(int fd, char* buf, size_t len, size_t* got);  // one recv(); kTimedOut on poll expiry
+// One recv(MSG_WAITALL): all of len, or less when the poll interval expires (kTimedOut if nothing came).
+Status recv_once(int fd, char* buf, size_t len, size_t* got);
+
+// Polls a socket without sleeping for up to `us` microseconds; true once data (or EOF) is there.
+// A sleeping thread takes tens of microseconds to wake on a VM; spinning briefly when a reply is
+// due cuts round trips by more than half.
+bool spin_until_readable(int fd, int us);
 
 template <typename KeepWaiting>
 Status recv_exact(int fd, void* buf, size_t len, KeepWaiting keep_waiting) {

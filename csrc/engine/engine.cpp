@@ -272,6 +272,12 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
 bool Engine::wait(Batch& batch, int64_t timeout_ms) {
   while (!batch.done() && pool_->run_one()) {
   }
+  // Replies often land within tens of microseconds, sooner than a sleeping thread wakes: spin briefly.
+  const auto spin = std::chrono::microseconds(timeout_ms < 0 ? 40 : std::min<int64_t>(40, timeout_ms * 1000));
+  const auto spin_until = Clock::now() + spin;
+  while (Clock::now() < spin_until) {
+    if (batch.done()) return true;
+  }
   return batch.wait(timeout_ms);
 }
 

@@ -69,6 +69,8 @@ void TcpServer::serve(Conn* conn) {
   const int fd = conn->fd;
   char raw[kHeaderSize];
   for (;;) {
+    // Requests come in bursts: right after serving one, the next is often a few microseconds away.
+    spin_until_readable(fd, config_.busy_poll_us);
     // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
     int stalled = 0;
     Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {

@@ -8,6 +8,8 @@
 namespace kvs::tcp {
 namespace {
 
+constexpr uint64_t kInlineWriteBytes = 256 << 10;
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
@@ -71,6 +73,21 @@ TcpConnection::~TcpConnection() {
 
 void TcpConnection::enqueue(std::vector<Slice>&& slices, uint64_t bytes) {
   load_bytes_.fetch_add(bytes);
+  // Small work on an idle connection is sent from the submitting thread: no wake-up on the way out.
+  uint64_t write_bytes = 0;
+  for (const auto& s : slices) write_bytes += s.op == TransferOp::kWrite ? s.length : 0;
+  if (write_bytes <= kInlineWriteBytes) {
+    std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
+    bool idle = false;
+    if (send_lock.owns_lock()) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      idle = queue_.empty();
+    }
+    if (idle) {
+      for (auto& s : slices) dispatch(std::move(s));
+      return;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!dead_.load()) {
@@ -115,27 +132,25 @@ void TcpConnection::send_loop() {
       slice = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (!slice.batch->pending(slice.request)) {
-      finish(slice, Status(Code::kTimedOut, "request already over"));
-      continue;
-    }
-    uint64_t request_id;
-    {
-      std::lock_guard<std::mutex> lock(outstanding_mu_);
-      if (dead_.load()) {
-        finish(slice, Status(Code::kConnectionFailed, "connection is down"));
-        continue;
-      }
-      request_id = next_request_id_++;
-      if (outstanding_.empty()) last_progress_ns_.store(now_ns());
-      outstanding_.emplace(request_id, slice);
-    }
-    Status st = send_slice(slice, request_id);
-    if (!st.ok()) {
-      fail(st);
-      return;
-    }
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    dispatch(std::move(slice));
   }
+}
+
+void TcpConnection::dispatch(Slice&& slice) {
+  if (!slice.batch->pending(slice.request)) {
+    return finish(slice, Status(Code::kTimedOut, "request already over"));
+  }
+  uint64_t request_id;
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    if (dead_.load()) return finish(slice, Status(Code::kConnectionFailed, "connection is down"));
+    request_id = next_request_id_++;
+    if (outstanding_.empty()) last_progress_ns_.store(now_ns());
+    outstanding_.emplace(request_id, slice);
+  }
+  Status st = send_slice(slice, request_id);
+  if (!st.ok()) fail(st);
 }
 
 Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
@@ -168,6 +183,12 @@ Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
 void TcpConnection::recv_loop() {
   char raw[kHeaderSize];
   while (!dead_.load()) {
+    bool waiting_for_reply;
+    {
+      std::lock_guard<std::mutex> lock(outstanding_mu_);
+      waiting_for_reply = !outstanding_.empty();
+    }
+    if (waiting_for_reply) spin_until_readable(fd_, config_.busy_poll_us);
     Status st = recv_exact(fd_, raw, kHeaderSize, [&](size_t got) {
       if (dead_.load()) return false;
       bool idle;

@@ -36,6 +36,8 @@ class TcpConnection {
  private:
   void send_loop();
   void recv_loop();
+  // Registers a slice as outstanding and sends it; the caller holds send_mu_.
+  void dispatch(Slice&& slice);
   Status send_slice(const Slice& slice, uint64_t request_id);
   Status receive_reply(const FrameHeader& header);
   void fail(const Status& status);
@@ -47,6 +49,7 @@ class TcpConnection {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> load_bytes_{0};  // queued + outstanding, for choosing a connection
 
+  std::mutex send_mu_;  // whoever writes to the socket: the sender thread or an inline submitter
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<Slice> queue_;
