@@ -55,7 +55,14 @@ class Engine:
     ) -> Batch: ...
     def wait(self, batch: Batch, timeout_ms: int) -> bool: ...
     def transfer(
-        self, op: int, local_addr: int, segment: int, region_id: int, offset: int, length: int, timeout_ms: int
+        self,
+        op: int,
+        local_addr: int,
+        segment: int,
+        region_id: int,
+        offset: int,
+        length: int,
+        timeout_ms: int,
     ) -> tuple[int, int]: ...
 
 def decode_frame_header(data: bytes, max_payload: int = ...) -> dict[str, int]: ...

@@ -33,7 +33,8 @@ void bind_baseline(py::module_& m) {
       "memcpy bandwidth over a working set; returns {bytes, seconds, gbps}.");
   m.def(
       "tcp_stream_baseline",
-      [](const std::string& host, int connections, uint64_t block_size, uint64_t working_set, double duration_s) {
+      [](const std::string& host, int connections, uint64_t block_size, uint64_t working_set,
+         double duration_s) {
         StatusOr<bench::Throughput> r = Status();
         {
           py::gil_scoped_release release;
@@ -41,7 +42,8 @@ void bind_baseline(py::module_& m) {
         }
         return to_dict(value_or_throw(std::move(r)));
       },
-      py::arg("host"), py::arg("connections"), py::arg("block_size"), py::arg("working_set"), py::arg("duration_s"),
+      py::arg("host"), py::arg("connections"), py::arg("block_size"), py::arg("working_set"),
+      py::arg("duration_s"),
       "Raw socket stream over loopback cycling a working set on each side; returns {bytes, seconds, gbps}.");
 }
 
