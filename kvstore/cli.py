@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from transfer_engine.errors import KVStoreError
 from transfer_engine.units import parse_size
@@ -20,34 +21,24 @@ def _size(text: str) -> int:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from exc
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
+def _number(kind: type, low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: parses `kind` and checks low <= value <= high (NaN fails)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from exc
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} out of range: {text}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from exc
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("port must be 0..65535")
-    return value
+_positive_int = _number(int, 1, 2**31, "a positive integer")
+_positive_float = _number(float, 1e-9, 1e9, "a positive number")
+_port = _number(int, 0, 65535, "a port (0..65535)")
 
 
 def _host_port(text: str) -> str:

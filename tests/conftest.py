@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +29,14 @@ class TargetProcess:
         return self.proc.stdout.readline().strip() == "OK"
 
 
-def start_target(size: int = 8 << 20, protocol: str = "auto") -> TargetProcess:
+def start_target(
+    size: int = 8 << 20, protocol: str = "auto", host: str = "127.0.0.1", prefix: Sequence[str] = ()
+) -> TargetProcess:
+    """Starts tests/helpers/target_process.py; `prefix` wraps it (e.g. `ip netns exec NS`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--protocol", protocol, "--host", host]
     proc = subprocess.Popen(
-        [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--protocol", protocol],
+        [*prefix, *cmd],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

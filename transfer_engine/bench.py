@@ -104,6 +104,14 @@ def run_target(host: str, port: int, working_set: int, protocol: str = "auto") -
 
 
 @contextlib.contextmanager
+def in_process_target(host: str, working_set: int) -> Iterator[str]:
+    """A target engine in this process: the only kind `--protocol local` can reach."""
+    with TransferEngine(host=host) as engine:
+        engine.allocate(working_set)
+        yield engine.name
+
+
+@contextlib.contextmanager
 def spawned_target(host: str, working_set: int) -> Iterator[str]:
     """Starts `kvstore bench transfer --mode target` as a child process; yields its segment name."""
     cmd = [sys.executable, "-m", "kvstore.cli", "bench", "transfer", "--mode", "target"]
@@ -184,7 +192,12 @@ class _Worker(threading.Thread):
 def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> TransferBenchResult:
     cfg.validate()
     with contextlib.ExitStack() as stack:
-        peer = cfg.peer or stack.enter_context(spawned_target(cfg.host, cfg.working_set))
+        if cfg.peer:
+            peer = cfg.peer
+        elif cfg.protocol == "local":
+            peer = stack.enter_context(in_process_target(cfg.host, cfg.working_set))
+        else:
+            peer = stack.enter_context(spawned_target(cfg.host, cfg.working_set))
         engine = stack.enter_context(
             TransferEngine(host=cfg.host, protocol=cfg.protocol, tcp_connections=cfg.connections)
         )

@@ -109,6 +109,16 @@ class BatchHandle:
     def done(self) -> bool:
         return bool(self._batch.done())
 
+    def state(self) -> RequestState:
+        """The whole batch: PENDING until every request is final, then COMPLETED when all completed,
+        FAILED when any failed, else TIMED_OUT."""
+        if not self.done():
+            return RequestState.PENDING
+        states = self.states()
+        if (states == RequestState.COMPLETED).all():
+            return RequestState.COMPLETED
+        return RequestState.FAILED if (states == RequestState.FAILED).any() else RequestState.TIMED_OUT
+
     def states(self) -> np.ndarray:
         """Per-request :class:`RequestState` values (int32 array)."""
         return self._batch.states()

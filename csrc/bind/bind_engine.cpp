@@ -38,6 +38,15 @@ py::dict descriptor_dict(const SegmentDescriptor& s) {
   return d;
 }
 
+// One int32 per request, as a numpy array.
+template <typename Get>
+py::array_t<int32_t> per_request(const Batch& b, Get get) {
+  py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
+  auto w = out.mutable_unchecked<1>();
+  for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(get(i));
+  return out;
+}
+
 std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
                               const Flat<uint32_t>& segments, const Flat<uint64_t>& regions,
                               const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
@@ -60,24 +69,10 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("size", &Batch::size)
       .def("done", &Batch::done, "True once every request is final (applies the deadline).")
       .def(
-          "states",
-          [](Batch& b) {
-            py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
-            auto w = out.mutable_unchecked<1>();
-            for (size_t i = 0; i < b.size(); ++i)
-              w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.state(i));
-            return out;
-          },
+          "states", [](Batch& b) { return per_request(b, [&](size_t i) { return b.state(i); }); },
           "Per-request RequestState values.")
       .def(
-          "errors",
-          [](Batch& b) {
-            py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
-            auto w = out.mutable_unchecked<1>();
-            for (size_t i = 0; i < b.size(); ++i)
-              w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(b.error(i));
-            return out;
-          },
+          "errors", [](Batch& b) { return per_request(b, [&](size_t i) { return b.error(i); }); },
           "Per-request error codes (0 when not failed).");
 
   py::class_<Engine>(m, "Engine", "The transfer engine core.")

@@ -36,7 +36,9 @@ def kvstore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.parametrize(("protocol", "op"), [("tcp", "read"), ("shm", "write"), ("auto", "read")])
+@pytest.mark.parametrize(
+    ("protocol", "op"), [("tcp", "read"), ("shm", "write"), ("local", "read"), ("auto", "read")]
+)
 def test_bench_transfer_json(protocol: str, op: str) -> None:
     result = kvstore(
         "bench",

@@ -43,6 +43,7 @@ def test_zero_length_and_bad_op_fail_per_request(loop: TransferEngine) -> None:
     handle = loop.submit([Op.READ, 7, Op.READ], [local.addr] * 3, segment, remote.id, [0, 0, 0], [0, 10, 10])
     assert handle.wait()
     assert list(handle.states()) == [RequestState.FAILED, RequestState.FAILED, RequestState.COMPLETED]
+    assert handle.state() == RequestState.FAILED
 
 
 def test_mismatched_columns_raise(loop: TransferEngine) -> None:
@@ -66,6 +67,7 @@ def test_many_slices_complete(loop: TransferEngine) -> None:
     handle = loop.submit(Op.READ, local.addr + offsets, segment, remote.id, offsets, 1 << 20)
     assert handle.wait(30)
     assert (handle.states() == RequestState.COMPLETED).all()
+    assert handle.state() == RequestState.COMPLETED
 
 
 def test_deadline_marks_timed_out() -> None:
@@ -83,8 +85,10 @@ def test_deadline_marks_timed_out() -> None:
             handle = e.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=0.3)
             assert handle.wait(0.05) is False  # before the deadline: still pending
             assert list(handle.states()) == [RequestState.PENDING]
+            assert handle.state() == RequestState.PENDING
             assert handle.wait()
             assert list(handle.states()) == [RequestState.TIMED_OUT]
+            assert handle.state() == RequestState.TIMED_OUT
             with pytest.raises(TransferTimeoutError):
                 handle.raise_for_status()
             os.kill(target.proc.pid, signal.SIGCONT)

@@ -1,0 +1,101 @@
+"""Two hosts on one machine: the target runs in its own network namespace behind a veth pair.
+
+Only the namespace's own addresses are contacted. Needs root (skipped otherwise, with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tests.conftest import start_target, stop_target
+from tests.helpers.target_process import pattern
+from transfer_engine import Op, RequestState, TransferEngine
+
+pytestmark = pytest.mark.root
+
+
+@dataclass
+class Namespace:
+    name: str
+    local_addr: str  # this side of the veth pair (root namespace)
+    peer_addr: str  # inside the namespace
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def netns() -> Iterator[Namespace]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed")
+    tag = f"{os.getpid() % 100000}"
+    ns, veth_host, veth_ns = f"kvs{tag}", f"kvh{tag}", f"kvn{tag}"
+    subnet = 1 + os.getpid() % 250
+    local, peer = f"10.231.{subnet}.1", f"10.231.{subnet}.2"
+    try:
+        _ip("netns", "add", ns)
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"cannot create a network namespace here: {exc.stderr.decode().strip()}")
+    try:
+        _ip("link", "add", veth_host, "type", "veth", "peer", "name", veth_ns)
+        _ip("link", "set", veth_ns, "netns", ns)
+        _ip("addr", "add", f"{local}/30", "dev", veth_host)
+        _ip("link", "set", veth_host, "up")
+        _ip("-n", ns, "addr", "add", f"{peer}/30", "dev", veth_ns)
+        _ip("-n", ns, "link", "set", veth_ns, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        yield Namespace(ns, local, peer)
+    finally:
+        subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+def test_other_host_is_reached_over_tcp(netns: Namespace) -> None:
+    target = start_target(size=16 << 20, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
+    try:
+        with TransferEngine(host=netns.local_addr, tcp_io_timeout=2.0) as engine:
+            segment = engine.open_segment(target.name)  # auto: another namespace is another host
+            assert segment.transport == "tcp"
+            local = engine.allocate(16 << 20)
+            assert local.array is not None
+            engine.read(local.addr, segment, target.shared_region, 0, 16 << 20)
+            assert np.array_equal(local.array, pattern(16 << 20))
+            local.array[:] = pattern(16 << 20, seed=11)
+            engine.write(local.addr, segment, target.numpy_region, 0, 16 << 20)
+            assert target.check("numpy", 0, 16 << 20, 11)
+
+            # The peer host dies: in-flight and later requests fail, nothing hangs.
+            offsets = np.arange(16, dtype=np.uint64) << 20
+            handle = engine.submit(
+                Op.READ, local.addr + offsets, segment, target.shared_region, offsets, 1 << 20
+            )
+            target.proc.kill()
+            target.proc.wait()
+            assert handle.wait(timeout=10)
+            after = engine.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 4096, timeout=5)
+            assert after.wait(timeout=10)
+            assert list(after.states()) == [RequestState.FAILED]
+    finally:
+        stop_target(target)
+
+
+def test_shm_is_refused_across_hosts(netns: Namespace) -> None:
+    target = start_target(host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
+    try:
+        with TransferEngine(host=netns.local_addr) as engine:
+            from transfer_engine import NotSupportedError
+
+            with pytest.raises(NotSupportedError):
+                engine.open_segment(target.name, "shm")
+    finally:
+        stop_target(target)
