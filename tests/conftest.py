@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +33,16 @@ class TargetProcess:
 
 
 def start_target(
-    size: int = 8 << 20, protocol: str = "auto", host: str = "127.0.0.1", prefix: Sequence[str] = ()
+    size: int = 8 << 20,
+    protocol: str = "auto",
+    host: str = "127.0.0.1",
+    prefix: Sequence[str] = (),
+    port: int = 0,
 ) -> TargetProcess:
     """Starts tests/helpers/target_process.py; `prefix` wraps it (e.g. `ip netns exec NS`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--protocol", protocol, "--host", host]
+    cmd += ["--port", str(port)]
     proc = subprocess.Popen(
         [*prefix, *cmd],
         stdin=subprocess.PIPE,
@@ -48,6 +56,21 @@ def start_target(
         proc.kill()
         raise RuntimeError(f"target process failed to start (exit {proc.wait()})")
     return TargetProcess(proc, line[1], int(line[2]), int(line[3]))
+
+
+def freeze(pid: int) -> None:
+    """SIGSTOPs a process and returns once every thread of it is really stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                states.append(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(s in "Tt" for s in states):
+            return
+        time.sleep(0.001)
+    raise RuntimeError(f"process {pid} did not stop")
 
 
 def stop_target(target: TargetProcess) -> None:

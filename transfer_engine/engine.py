@@ -230,9 +230,7 @@ class TransferEngine:
         """Allocates pre-faulted memfd-backed memory (mappable by same-host peers) and registers it."""
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
-        info = self._core_engine().allocate(size, self._location(location), export)
-        ctype = np.ctypeslib.as_ctypes_type(np.uint8) * info["length"]
-        array = np.frombuffer(ctype.from_address(info["base"]), dtype=np.uint8)
+        info, array = self._core_engine().allocate(size, self._location(location), export)
         return self._add(info, array=array)
 
     def unregister(self, region: Region | int) -> None:

@@ -116,9 +116,17 @@ void bind_engine(py::module_& m) {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
               r = e.registry().allocate(length, location, exported);
             }
-            return region_dict(value_or_throw(std::move(r)));
+            const RegionInfo info = value_or_throw(std::move(r));
+            // The array keeps the mapping alive: a view used after unregister reads stale memory,
+            // never unmapped memory.
+            auto* holder = new std::shared_ptr<Region>(e.registry().find(info.id));
+            py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<Region>*>(p); });
+            py::array_t<uint8_t> view(static_cast<py::ssize_t>(info.length),
+                                      reinterpret_cast<uint8_t*>(info.base), owner);
+            return py::make_tuple(region_dict(info), view);
           },
-          py::arg("length"), py::arg("location"), py::arg("exported"))
+          py::arg("length"), py::arg("location"), py::arg("exported"),
+          "Allocates registered memfd memory; returns (region info, uint8 numpy view).")
       .def(
           "unregister",
           [](Engine& e, uint64_t id) {

@@ -21,6 +21,8 @@ struct Engine::Segment {
   SegmentDescriptor descriptor;
   Transport* transport = nullptr;
   std::shared_ptr<Channel> channel;
+  // The peer restarted: its region ids now name other memory, so this handle never reconnects.
+  std::atomic<bool> stale{false};
 };
 
 Engine::Engine(EngineConfig config)
@@ -119,6 +121,13 @@ Status Engine::connect_segment(Segment& seg, bool refresh_descriptor) {
     } else {
       auto d = tcp::handshake(seg.name, config_.tcp, nullptr);
       if (!d.ok()) return d.status();
+      if (seg.descriptor.engine_id != 0 && d.value().engine_id != seg.descriptor.engine_id) {
+        seg.stale.store(true);
+        seg.channel.reset();
+      }
+      if (seg.stale.load()) {
+        return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
+      }
       seg.descriptor = std::move(d.value());
     }
   }
@@ -137,7 +146,8 @@ StatusOr<uint32_t> Engine::open_segment(const std::string& name, const std::stri
   {
     std::lock_guard<std::mutex> lock(segments_mu_);
     for (size_t i = 0; i < segments_.size(); ++i) {
-      if (segments_[i]->name == name && segments_[i]->protocol == proto) return static_cast<uint32_t>(i);
+      const auto& s = segments_[i];
+      if (s->name == name && s->protocol == proto && !s->stale.load()) return static_cast<uint32_t>(i);
     }
   }
   auto seg = std::make_shared<Segment>();

@@ -181,6 +181,12 @@ StatusOr<RegionPin> MemoryRegistry::pin_local(uint64_t addr, uint64_t length) {
   return RegionPin(this, it->second);
 }
 
+std::shared_ptr<Region> MemoryRegistry::find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
 std::vector<RegionInfo> MemoryRegistry::exported() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RegionInfo> out;

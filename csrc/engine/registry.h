@@ -90,6 +90,9 @@ class MemoryRegistry {
   // Local side of a transfer: [addr, addr+length) must lie inside one registered region.
   StatusOr<RegionPin> pin_local(uint64_t addr, uint64_t length);
 
+  // Shares ownership of a region's memory: for registry-allocated regions the mapping outlives
+  // unregister until the last holder lets go (Python views of allocated memory hold one).
+  std::shared_ptr<Region> find(uint64_t id) const;
   std::vector<RegionInfo> exported() const;
   std::vector<RegionInfo> all() const;
   // Duplicated memfd of an exported shareable region, for handing to a same-host peer; -1 if refused.

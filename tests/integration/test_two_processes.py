@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import TargetProcess, start_target, stop_target
+from tests.conftest import TargetProcess, freeze, start_target, stop_target
 from tests.helpers.target_process import pattern
 from transfer_engine import Op, RequestState, TransferEngine, _core
 from transfer_engine.errors import CODE_NAMES
@@ -75,7 +75,7 @@ def test_hung_peer_times_out(engine: TransferEngine) -> None:
     try:
         segment = engine.open_segment(target.name, "tcp")
         local = engine.allocate(1 << 20)
-        target.proc.send_signal(signal.SIGSTOP)
+        freeze(target.proc.pid)
         start = time.monotonic()
         handle = engine.submit(
             Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=1.0
@@ -179,3 +179,29 @@ def test_malformed_frames_close_only_that_connection(target: TargetProcess, engi
     local = engine.allocate(4096)
     engine.read(local.addr, segment, target.shared_region, 0, 4096)
     assert local.array is not None and np.array_equal(local.array, pattern(4096))
+
+
+@pytest.mark.parametrize("protocol", ["shm", "tcp"])
+def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine, protocol: str) -> None:
+    """Region ids restart with the peer: an old handle must fail, not read the new process's memory."""
+    from transfer_engine import TransferConnectionError
+
+    first = start_target()
+    port = int(first.name.rsplit(":", 1)[1])
+    local = engine.allocate(4096)
+    try:
+        segment = engine.open_segment(first.name, protocol)
+        engine.read(local.addr, segment, first.shared_region, 0, 4096)
+    finally:
+        stop_target(first)
+    second = start_target(port=port)
+    try:
+        assert second.name == first.name and second.shared_region == first.shared_region
+        with pytest.raises(TransferConnectionError):
+            engine.read(local.addr, segment, first.shared_region, 0, 4096)
+        fresh = engine.open_segment(second.name, protocol)
+        assert fresh.handle != segment.handle
+        engine.read(local.addr, fresh, second.shared_region, 0, 4096)
+        assert local.array is not None and np.array_equal(local.array, pattern(4096))
+    finally:
+        stop_target(second)

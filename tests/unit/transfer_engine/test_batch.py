@@ -74,14 +74,14 @@ def test_deadline_marks_timed_out() -> None:
     import os
     import signal
 
-    from tests.conftest import start_target, stop_target
+    from tests.conftest import freeze, start_target, stop_target
 
     target = start_target()
     try:
         with TransferEngine(protocol="tcp") as e:
             segment = e.open_segment(target.name)
             local = e.allocate(1 << 20)
-            os.kill(target.proc.pid, signal.SIGSTOP)
+            freeze(target.proc.pid)
             handle = e.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=0.3)
             assert handle.wait(0.05) is False  # before the deadline: still pending
             assert list(handle.states()) == [RequestState.PENDING]

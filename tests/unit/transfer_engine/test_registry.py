@@ -83,3 +83,17 @@ def test_unregistered_memory_can_be_registered_again(engine: TransferEngine) -> 
     engine.unregister(region)
     again = engine.register(buf)
     assert again.id != region.id
+
+
+def test_allocated_view_outlives_unregister_and_close() -> None:
+    """A numpy view of allocated memory keeps the mapping: using it late is stale data, not a crash."""
+    engine = TransferEngine()
+    region = engine.allocate(1 << 20)
+    view = region.array
+    assert view is not None
+    view[:] = 5
+    engine.unregister(region)
+    engine.close()
+    del region
+    assert int(view.sum()) == 5 * (1 << 20)
+    view[:10] = 1
