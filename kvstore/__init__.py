@@ -1,6 +1,34 @@
 """kvstore: a distributed KV-cache store for LLM inference."""
 
-from transfer_engine.errors import KVStoreError
+from kvstore.client.store import MISS, OK, Store, result_error
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    MasterUnavailableError,
+    NoSpaceError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    TransferFailedError,
+    TransferTimeoutError,
+)
 
 __version__ = "0.1.0"
-__all__ = ["KVStoreError", "__version__"]
+__all__ = [
+    "MISS",
+    "OK",
+    "InvalidArgumentError",
+    "KVStoreError",
+    "MasterUnavailableError",
+    "NoSpaceError",
+    "NotFoundError",
+    "ObjectBusyError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "Store",
+    "TransferFailedError",
+    "TransferTimeoutError",
+    "__version__",
+    "result_error",
+]

@@ -204,6 +204,11 @@ class TransferEngine:
     def engine_id(self) -> int:
         return int(self._core_engine().id)
 
+    @property
+    def host_id(self) -> str:
+        """Same value on every engine that can reach this one by shared memory (host + network namespace)."""
+        return str(self._core_engine().descriptor()["host_id"])
+
     # -- memory ----------------------------------------------------------------------------------
     def register(self, buffer: Any, *, location: str = "cpu:0", export: bool = True) -> Region:
         """Registers a numpy array, bytearray, memoryview or other contiguous buffer."""

@@ -8,6 +8,7 @@ namespace kvs::bind {
 void bind_engine(py::module_& m);
 void bind_wire(py::module_& m);
 void bind_baseline(py::module_& m);
+void bind_storage(py::module_& m);
 }  // namespace kvs::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -27,4 +28,5 @@ PYBIND11_MODULE(_core, m) {
   kvs::bind::bind_engine(m);
   kvs::bind::bind_wire(m);
   kvs::bind::bind_baseline(m);
+  kvs::bind::bind_storage(m);
 }

@@ -1,0 +1,56 @@
+// Storage-side helpers: the offset allocator the master runs per segment.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "storage/offset_allocator.h"
+
+namespace py = pybind11;
+
+namespace kvs::bind {
+
+void bind_storage(py::module_& m) {
+  py::class_<OffsetAllocator>(m, "OffsetAllocator", "Best-fit allocator of offsets inside a segment.")
+      .def(py::init<uint64_t, uint64_t>(), py::arg("capacity"), py::arg("alignment") = 64)
+      .def(
+          "allocate",
+          [](OffsetAllocator& a, uint64_t size) -> py::object {
+            auto offset = a.allocate(size);
+            if (!offset) return py::none();
+            return py::int_(*offset);
+          },
+          py::arg("size"), "Offset of a new block, or None when it does not fit.")
+      .def(
+          "allocate_many",
+          [](OffsetAllocator& a,
+             const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& sizes) {
+            // One crossing for a whole batch; -1 marks a block that did not fit.
+            py::array_t<int64_t> out(sizes.size());
+            auto w = out.mutable_unchecked<1>();
+            for (py::ssize_t i = 0; i < sizes.size(); ++i) {
+              auto offset = a.allocate(sizes.data()[i]);
+              w(i) = offset ? static_cast<int64_t>(*offset) : -1;
+            }
+            return out;
+          },
+          py::arg("sizes"))
+      .def("free", &OffsetAllocator::free, py::arg("offset"), "Frees a block; False if none starts there.")
+      .def("block_size", &OffsetAllocator::block_size, py::arg("offset"))
+      .def_property_readonly("capacity", &OffsetAllocator::capacity)
+      .def_property_readonly("alignment", &OffsetAllocator::alignment)
+      .def_property_readonly("used", [](const OffsetAllocator& a) { return a.stats().used; })
+      .def_property_readonly("largest_free", [](const OffsetAllocator& a) { return a.stats().largest_free; })
+      .def("stats", [](const OffsetAllocator& a) {
+        const AllocatorStats s = a.stats();
+        py::dict d;
+        d["capacity"] = s.capacity;
+        d["used"] = s.used;
+        d["free"] = s.free;
+        d["largest_free"] = s.largest_free;
+        d["allocations"] = s.allocations;
+        d["free_extents"] = s.free_extents;
+        d["fragmentation"] = s.fragmentation();
+        return d;
+      });
+}
+
+}  // namespace kvs::bind

@@ -1,0 +1,129 @@
+"""Turning caller buffers into registered memory for the engine.
+
+Registered buffers (Store.register_buffer) are used as they are. Others are registered for the
+duration of one call (cheap, no copy); a buffer that cannot be registered (it overlaps a registered
+one only partly) goes through the staging area with a copy.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvstore.errors import InvalidArgumentError, NoSpaceError
+from transfer_engine import Region, TransferEngine
+from transfer_engine._core import OffsetAllocator
+
+
+def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
+    """A flat uint8 view of a numpy array, bytearray, memoryview or bytes (read-only unless writable)."""
+    if isinstance(buffer, np.ndarray):
+        if not buffer.flags.c_contiguous:
+            raise InvalidArgumentError("buffers must be C-contiguous")
+        view = buffer.reshape(-1).view(np.uint8)
+    else:
+        try:
+            view = np.frombuffer(buffer, dtype=np.uint8)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"not a buffer: {type(buffer).__name__}") from exc
+    if writable and not view.flags.writeable:
+        raise InvalidArgumentError("the destination buffer is read-only")
+    return view
+
+
+@dataclass
+class Span:
+    """Registered memory standing for one caller buffer during a call."""
+
+    addr: int
+    length: int
+    view: np.ndarray  # the caller's bytes
+    staged: np.ndarray | None = None  # staging copy, when the caller's memory is not registered
+    staging_offset: int | None = None
+    temporary: Region | None = None
+
+
+class BufferManager:
+    def __init__(self, engine: TransferEngine, staging_size: int) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._bases: list[int] = []
+        self._regions: dict[int, Region] = {}
+        self.staging = engine.allocate(staging_size, export=False)
+        self._staging_alloc = OffsetAllocator(staging_size, 64)
+
+    # -- long-lived registrations ---------------------------------------------------------------------
+    def register(self, buffer: Any) -> Region:
+        region = self.engine.register(buffer, export=False)
+        with self._lock:
+            bisect.insort(self._bases, region.addr)
+            self._regions[region.addr] = region
+        return region
+
+    def unregister(self, buffer: Any) -> None:
+        addr = as_bytes_view(buffer, writable=False).ctypes.data
+        with self._lock:
+            region = self._regions.pop(addr, None)
+            if region is None:
+                raise InvalidArgumentError("buffer is not registered")
+            self._bases.remove(addr)
+        self.engine.unregister(region)
+
+    def _registered(self, addr: int, length: int) -> bool:
+        with self._lock:
+            i = bisect.bisect_right(self._bases, addr) - 1
+            if i < 0:
+                return False
+            region = self._regions[self._bases[i]]
+            return addr + length <= region.addr + region.length
+
+    # -- per call ---------------------------------------------------------------------------------------
+    def span(self, buffer: Any, writable: bool) -> Span:
+        view = as_bytes_view(buffer, writable)
+        if view.nbytes == 0:
+            raise InvalidArgumentError("empty buffer")
+        addr = view.ctypes.data
+        if self._registered(addr, view.nbytes):
+            return Span(addr, view.nbytes, view)
+        try:
+            region = self.engine.register(view, export=False)
+            return Span(addr, view.nbytes, view, temporary=region)
+        except InvalidArgumentError:
+            return self.stage(view, copy_in=not writable)
+
+    def stage(self, view: np.ndarray, copy_in: bool) -> Span:
+        with self._lock:
+            offset = self._staging_alloc.allocate(view.nbytes)
+        if offset is None:
+            raise NoSpaceError(f"staging area cannot hold {view.nbytes} bytes; register the buffer instead")
+        assert self.staging.array is not None
+        staged = self.staging.array[offset : offset + view.nbytes]
+        if copy_in:
+            staged[:] = view
+        return Span(self.staging.addr + offset, view.nbytes, view, staged=staged, staging_offset=offset)
+
+    def scratch(self, size: int) -> Span:
+        """Registered memory of `size` bytes to read into: staging, or a fresh buffer when it is full."""
+        try:
+            return self.stage(np.empty(size, dtype=np.uint8), copy_in=False)
+        except NoSpaceError:
+            view = np.empty(size, dtype=np.uint8)
+            return Span(view.ctypes.data, size, view, temporary=self.engine.register(view, export=False))
+
+    def release(self, span: Span, copy_out: bool = False, length: int = 0) -> None:
+        """Ends a span; copy_out moves `length` staged bytes into the caller's buffer first."""
+        if span.staged is not None and span.staging_offset is not None:
+            if copy_out:
+                span.view[:length] = span.staged[:length]
+            with self._lock:
+                self._staging_alloc.free(span.staging_offset)
+        if span.temporary is not None:
+            self.engine.unregister(span.temporary)
+
+    def close(self) -> None:
+        self._regions.clear()
+        self._bases.clear()

@@ -1,0 +1,455 @@
+"""`Store`: the client of the KV-cache store.
+
+Metadata goes to the master in one RPC per batch; bytes move directly between this process and the
+segments holding the replicas, through the transfer engine (same host: shared memory; else TCP).
+Every value is checked against its xxh3-64 checksum on read: a mismatch is a miss, never bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from kvstore.client.buffers import BufferManager, Span, as_bytes_view
+from kvstore.client.master_client import MasterClient
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    MasterUnavailableError,
+    ObjectNotFoundError,
+    error_for_code,
+)
+from transfer_engine import Op, RequestState, Segment, TransferEngine
+from transfer_engine.units import parse_size
+
+log = logging.getLogger("kvstore.client")
+
+OK = 0
+MISS = -ObjectNotFoundError.code
+"""Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
+
+
+def result_error(result: int) -> KVStoreError | None:
+    """The exception a negative per-key batch result stands for; None for a success (>= 0)."""
+    return None if result >= 0 else error_for_code(-result, f"store error {-result}")
+
+
+@dataclass
+class ClientStats:
+    checksum_mismatches: int = 0
+    replica_failures: int = 0
+    gets: int = 0
+    hits: int = 0
+    puts: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store:
+    """Thread-safe client. Create with :meth:`connect` (a running master) or :meth:`embedded`."""
+
+    def __init__(
+        self,
+        master: MasterClient,
+        engine: TransferEngine,
+        *,
+        segment_size: int,
+        buffer_size: int,
+        default_replicas: int,
+        owned_master: Any = None,
+    ) -> None:
+        self.master = master
+        self.engine = engine
+        self.client_id = uuid.uuid4().hex
+        self.host_id = engine.host_id
+        self.default_replicas = default_replicas
+        self.stats_local = ClientStats()
+        self._owned_master = owned_master
+        self._segments: dict[str, Segment] = {}
+        self._segments_lock = threading.Lock()
+        self._closed = threading.Event()
+        self.buffers = BufferManager(engine, buffer_size)
+        self.segment = engine.allocate(segment_size) if segment_size else None
+        info = self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
+        self._mount()
+        self._heartbeat = threading.Thread(
+            target=self._heartbeat_loop,
+            args=(float(info["heartbeat_interval"]),),
+            name="kvstore-heartbeat",
+            daemon=True,
+        )
+        self._heartbeat.start()
+
+    # -- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def connect(
+        cls,
+        master: str,
+        *,
+        segment_size: int | str = 0,
+        buffer_size: int | str = "64MiB",
+        protocol: str = "auto",
+        host: str = "127.0.0.1",
+        replicas: int = 1,
+        timeout: float = 10.0,
+    ) -> Store:
+        """Joins the cluster of the master at HOST:PORT; contributes `segment_size` bytes if > 0."""
+        client = MasterClient(master, timeout=timeout)
+        client.call("ping")
+        engine = TransferEngine(host=host, protocol=protocol)
+        try:
+            return cls(
+                client,
+                engine,
+                segment_size=parse_size(segment_size),
+                buffer_size=parse_size(buffer_size),
+                default_replicas=replicas,
+            )
+        except BaseException:
+            engine.close()
+            client.close()
+            raise
+
+    @classmethod
+    def embedded(cls, segment_size: int | str = "1GiB", **kwargs: Any) -> Store:
+        """A master and a segment in this process: the default for examples and the main command."""
+        from kvstore.master import Master, MasterConfig
+
+        master_kwargs = kwargs.pop("master_config", {})
+        embedded = Master.start_in_thread(MasterConfig.load(**master_kwargs))
+        try:
+            store = cls.connect(embedded.address, segment_size=segment_size, **kwargs)
+        except BaseException:
+            embedded.stop()
+            raise
+        store._owned_master = embedded
+        return store
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL
+            self.master.call("close_client", client_id=self.client_id, timeout=2.0)
+        self.master.close()
+        self.buffers.close()
+        self.engine.close()
+        if self._owned_master is not None:
+            self._owned_master.stop()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def master_address(self) -> str:
+        return self.master.address
+
+    # -- membership -----------------------------------------------------------------------------------
+    def _mount(self) -> None:
+        if self.segment is not None:
+            self.master.call(
+                "mount_segment",
+                client_id=self.client_id,
+                engine=self.engine.name,
+                region_id=self.segment.id,
+                size=self.segment.length,
+                host_id=self.host_id,
+            )
+
+    def _heartbeat_loop(self, interval: float) -> None:
+        while not self._closed.wait(interval):
+            try:
+                known = self.master.call("heartbeat", client_id=self.client_id, timeout=interval * 2)["known"]
+                if not known:  # dropped (e.g. the master restarted): join again with an empty segment
+                    log.warning("master forgot this client; registering again")
+                    self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
+                    self._mount()
+            except KVStoreError as exc:
+                log.debug("heartbeat failed: %s", exc)
+
+    # -- buffers --------------------------------------------------------------------------------------
+    def register_buffer(self, buffer: Any) -> None:
+        """Registers memory once so gets and puts on it move bytes with no copy and no per-call work."""
+        self.buffers.register(buffer)
+
+    def unregister_buffer(self, buffer: Any) -> None:
+        self.buffers.unregister(buffer)
+
+    # -- puts -----------------------------------------------------------------------------------------
+    def put(
+        self,
+        key: str,
+        value: bytes | bytearray | memoryview | np.ndarray,
+        *,
+        replicas: int | None = None,
+        pin: bool = False,
+    ) -> None:
+        """Stores value under key; raises on failure (ObjectExistsError for a different value)."""
+        self._raise(self.batch_put_from([key], [value], replicas=replicas, pin=pin)[0], key)
+
+    def put_from(self, key: str, buffer: Any, *, replicas: int | None = None, pin: bool = False) -> None:
+        self.put(key, buffer, replicas=replicas, pin=pin)
+
+    def batch_put_from(
+        self, keys: Sequence[str], buffers: Sequence[Any], *, replicas: int | None = None, pin: bool = False
+    ) -> list[int]:
+        """Per key: 0 when stored (or already stored with the same bytes), else a negative error code."""
+        if len(keys) != len(buffers):
+            raise InvalidArgumentError("keys and buffers differ in length")
+        return self.batch_put_from_multi_buffers(keys, [[b] for b in buffers], replicas=replicas, pin=pin)
+
+    def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        buffer_lists: Sequence[Sequence[Any]],
+        *,
+        replicas: int | None = None,
+        pin: bool = False,
+    ) -> list[int]:
+        """Each key's value is the concatenation of its buffers (e.g. one per layer, or K and V)."""
+        if len(keys) != len(buffer_lists):
+            raise InvalidArgumentError("keys and buffer lists differ in length")
+        spans = [[self.buffers.span(b, writable=False) for b in parts] for parts in buffer_lists]
+        try:
+            return self._put_many(list(keys), spans, replicas or self.default_replicas, pin)
+        finally:
+            for parts in spans:
+                for s in parts:
+                    self.buffers.release(s)
+
+    def _put_many(self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool) -> list[int]:
+        results = [OK] * len(keys)
+        items = []
+        for key, parts in zip(keys, spans, strict=True):
+            digest = xxhash.xxh3_64()
+            for s in parts:
+                digest.update(memoryview(s.view))
+            items.append([key, sum(s.length for s in parts), digest.intdigest()])
+        started = self.master.call(
+            "put_start", client_id=self.client_id, items=items, replicas=replicas, pin=pin
+        )
+        requests = _Requests()
+        writing: list[int] = []
+        for i, (code, _msg, placed) in enumerate(started):
+            if code:
+                results[i] = -code
+            elif placed is not None:
+                writing.append(i)
+                for engine, region_id, offset in placed:
+                    segment = self._segment(engine)
+                    if segment is None:
+                        requests.fail(i)
+                        continue
+                    at = offset
+                    for s in spans[i]:
+                        requests.add(i, Op.WRITE, s.addr, segment, region_id, at, s.length)
+                        at += s.length
+        failed = requests.run(self.engine)
+        done = [keys[i] for i in writing if i not in failed]
+        undone = [keys[i] for i in writing if i in failed]
+        if undone:
+            self.master.call("put_revoke", client_id=self.client_id, keys=undone)
+            for i in writing:
+                if i in failed:
+                    results[i] = -6  # CONNECTION_FAILED: the bytes did not reach every replica
+        if done:
+            ended = self.master.call("put_end", client_id=self.client_id, keys=done)
+            for i, (code, _msg, _none) in zip([i for i in writing if i not in failed], ended, strict=True):
+                if code:
+                    results[i] = -code
+        self.stats_local.puts += sum(1 for r in results if r == OK)
+        return results
+
+    # -- gets -----------------------------------------------------------------------------------------
+    def get(self, key: str) -> bytes | None:
+        """The value, or None on a miss."""
+        found = self.master.call("get_replicas", keys=[key])[0]
+        if found is None:
+            self.stats_local.gets += 1
+            return None
+        span = self.buffers.scratch(found[0])
+        try:
+            result = self._read([key], [[span]], [found])[0]
+            data = span.staged if span.staged is not None else span.view
+            return bytes(data[: found[0]]) if result >= 0 else None
+        finally:
+            self.buffers.release(span)
+
+    def get_into(self, key: str, buffer: Any) -> int:
+        """Bytes read into buffer, or a negative code (MISS when absent)."""
+        return self.batch_get_into([key], [buffer])[0]
+
+    def batch_get_into(self, keys: Sequence[str], buffers: Sequence[Any]) -> list[int]:
+        """Per key: bytes read, or a negative code (MISS for absent or unreadable keys)."""
+        if len(keys) != len(buffers):
+            raise InvalidArgumentError("keys and buffers differ in length")
+        return self.batch_get_into_multi_buffers(keys, [[b] for b in buffers])
+
+    def batch_get_into_multi_buffers(
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]]
+    ) -> list[int]:
+        """Each key's value is spread over its buffers in order."""
+        if len(keys) != len(buffer_lists):
+            raise InvalidArgumentError("keys and buffer lists differ in length")
+        spans = [[self.buffers.span(b, writable=True) for b in parts] for parts in buffer_lists]
+        results: list[int] = []
+        try:
+            found = self.master.call("get_replicas", keys=list(keys))
+            results = self._read(list(keys), spans, found)
+            return results
+        finally:
+            for i, parts in enumerate(spans):
+                left = results[i] if i < len(results) and results[i] > 0 else 0
+                for s in parts:
+                    self.buffers.release(s, copy_out=left > 0, length=min(left, s.length))
+                    left -= min(left, s.length)
+
+    def _read(self, keys: list[str], spans: list[list[Span]], found: list[Any]) -> list[int]:
+        results = [MISS] * len(keys)
+        todo: list[int] = []
+        choices: dict[int, list[Any]] = {}
+        for i, entry in enumerate(found):
+            self.stats_local.gets += 1
+            if entry is None:
+                continue
+            size, _checksum, replicas = entry
+            if sum(s.length for s in spans[i]) < size:
+                results[i] = -InvalidArgumentError.code  # buffer too small
+                continue
+            # Same-host replicas first (shared memory), then the others in the master's order.
+            choices[i] = sorted(replicas, key=lambda r: r[3] != self.host_id)
+            todo.append(i)
+        attempt = 0
+        while todo:
+            requests = _Requests()
+            for i in todo:
+                engine, region_id, offset, _host = choices[i][attempt]
+                segment = self._segment(engine)
+                if segment is None:
+                    requests.fail(i)
+                    continue
+                left = found[i][0]
+                for s in spans[i]:
+                    n = min(left, s.length)
+                    if n:
+                        requests.add(i, Op.READ, s.addr, segment, region_id, offset, n)
+                    offset += n
+                    left -= n
+            failed = requests.run(self.engine)
+            retry = []
+            for i in todo:
+                if i not in failed and self._checksum_ok(spans[i], found[i][0], found[i][1]):
+                    results[i] = found[i][0]
+                    self.stats_local.hits += 1
+                    continue
+                if i in failed:
+                    self.stats_local.replica_failures += 1
+                else:
+                    self.stats_local.checksum_mismatches += 1
+                if attempt + 1 < len(choices[i]):
+                    retry.append(i)
+            todo = retry
+            attempt += 1
+        return results
+
+    def _checksum_ok(self, spans: list[Span], size: int, expected: int) -> bool:
+        digest = xxhash.xxh3_64()
+        left = size
+        for s in spans:
+            data = s.staged if s.staged is not None else s.view
+            n = min(left, s.length)
+            digest.update(memoryview(data[:n]))
+            left -= n
+        return digest.intdigest() == expected
+
+    def _segment(self, name: str) -> Segment | None:
+        with self._segments_lock:
+            segment = self._segments.get(name)
+        if segment is not None:
+            return segment
+        try:
+            segment = self.engine.open_segment(name)
+        except KVStoreError as exc:
+            log.debug("cannot open segment %s: %s", name, exc)
+            return None
+        with self._segments_lock:
+            self._segments[name] = segment
+        return segment
+
+    # -- the rest -------------------------------------------------------------------------------------
+    def exists(self, key: str) -> bool:
+        return bool(self.master.call("exists", keys=[key])[0])
+
+    def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        return [bool(x) for x in self.master.call("exists", keys=list(keys))]
+
+    def remove(self, key: str, *, force: bool = False) -> None:
+        """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
+        code, message, _ = self.master.call("remove", keys=[key], force=force)[0]
+        if code:
+            raise error_for_code(code, message)
+
+    def remove_all(self, *, force: bool = False) -> int:
+        return int(self.master.call("remove_all", force=force))
+
+    def stats(self) -> dict[str, Any]:
+        master = self.master.call("stats")
+        local = {k: v for k, v in vars(self.stats_local).items() if k != "extra"}
+        return {"master": master, "client": local}
+
+    @staticmethod
+    def _raise(result: int, key: str) -> None:
+        if result < 0:
+            raise error_for_code(-result, f"put of {key!r} failed")
+
+
+class _Requests:
+    """Flat arrays for one engine batch, with the key index of every request."""
+
+    def __init__(self) -> None:
+        self.owner: list[int] = []
+        self.ops: list[int] = []
+        self.local: list[int] = []
+        self.segments: list[int] = []
+        self.regions: list[int] = []
+        self.offsets: list[int] = []
+        self.lengths: list[int] = []
+        self.failed: set[int] = set()
+
+    def add(
+        self, owner: int, op: Op, local: int, segment: Segment, region: int, offset: int, length: int
+    ) -> None:
+        self.owner.append(owner)
+        self.ops.append(op)
+        self.local.append(local)
+        self.segments.append(segment.handle)
+        self.regions.append(region)
+        self.offsets.append(offset)
+        self.lengths.append(length)
+
+    def fail(self, owner: int) -> None:
+        self.failed.add(owner)
+
+    def run(self, engine: TransferEngine) -> set[int]:
+        """Runs the batch; returns the owners with any request not completed."""
+        if self.owner:
+            handle = engine.submit(
+                self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths
+            )
+            handle.wait()
+            bad = np.flatnonzero(handle.states() != RequestState.COMPLETED)
+            self.failed.update(self.owner[j] for j in bad)
+        return self.failed
+
+
+__all__ = ["MISS", "OK", "MasterUnavailableError", "Store", "as_bytes_view", "result_error"]

@@ -1,0 +1,75 @@
+"""Store errors: the transfer engine's hierarchy (one base, KVStoreError) plus the store's own kinds.
+
+Codes below 100 are the core's (transfer_engine.errors); 100 and up belong to the store and travel in
+master RPC replies. ``error_for_code`` is the single mapping from a code to an exception.
+"""
+
+from __future__ import annotations
+
+from transfer_engine import errors as _core_errors
+from transfer_engine.errors import (
+    EngineClosedError,
+    InternalError,
+    InvalidArgumentError,
+    KVStoreError,
+    NotFoundError,
+    TransferConnectionError,
+    TransferFailedError,
+    TransferTimeoutError,
+)
+
+
+class NoSpaceError(KVStoreError):
+    """No segment can hold the value, even after evicting everything evictable."""
+
+    code = 100
+
+
+class ObjectExistsError(KVStoreError):
+    """The key holds a different value; remove it first (same key + same bytes is not an error)."""
+
+    code = 101
+
+
+class ObjectBusyError(KVStoreError):
+    """The object is leased to a reader or its put is still in progress."""
+
+    code = 102
+
+
+class MasterUnavailableError(KVStoreError, ConnectionError):
+    code = 103
+
+
+class ObjectNotFoundError(NotFoundError):
+    code = 104
+
+
+_STORE_ERRORS: dict[int, type[KVStoreError]] = {
+    cls.code: cls
+    for cls in (NoSpaceError, ObjectExistsError, ObjectBusyError, MasterUnavailableError, ObjectNotFoundError)
+}
+
+
+def error_for_code(code: int, message: str) -> KVStoreError:
+    """The exception for any code, core or store."""
+    cls = _STORE_ERRORS.get(code)
+    return cls(message) if cls else _core_errors.error_for_code(code, message)
+
+
+__all__ = [
+    "EngineClosedError",
+    "InternalError",
+    "InvalidArgumentError",
+    "KVStoreError",
+    "MasterUnavailableError",
+    "NoSpaceError",
+    "NotFoundError",
+    "ObjectBusyError",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "TransferConnectionError",
+    "TransferFailedError",
+    "TransferTimeoutError",
+    "error_for_code",
+]

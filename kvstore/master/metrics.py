@@ -1,0 +1,57 @@
+"""Prometheus metrics of one master, read from its state at scrape time (one registry per master)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kvstore.master.state import MasterState
+
+_GAUGES = {
+    "objects": "Visible objects",
+    "pending_puts": "Puts started and not yet ended",
+    "bytes": "Bytes of visible objects",
+    "capacity": "Bytes of all mounted segments",
+    "used": "Bytes allocated in segments",
+    "usage": "used / capacity",
+    "segments": "Mounted segments",
+    "clients": "Registered clients",
+}
+_COUNTERS = {
+    "puts": "Objects made visible",
+    "put_bytes": "Bytes made visible",
+    "hits": "Lookups that found an object",
+    "misses": "Lookups that found nothing",
+    "evictions": "Objects evicted",
+    "evicted_bytes": "Bytes evicted",
+    "reclaimed_puts": "Abandoned puts reclaimed",
+    "dropped_clients": "Clients dropped after their heartbeat TTL",
+}
+
+
+class StateCollector(Collector):
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.state.stats()
+        for name, doc in _GAUGES.items():
+            yield GaugeMetricFamily(f"kvstore_{name}", doc, value=stats[name])
+        for name, doc in _COUNTERS.items():
+            yield CounterMetricFamily(f"kvstore_{name}", doc, value=stats[name])
+
+
+class MasterMetrics:
+    def __init__(self, state: MasterState) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(StateCollector(state))
+        self.rpc_seconds = Histogram(
+            "kvstore_rpc_seconds",
+            "Master RPC handling time",
+            ["method"],
+            registry=self.registry,
+            buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0),
+        )

@@ -1,0 +1,221 @@
+"""The master process: msgpack RPC over TCP, /metrics and /health over HTTP, and a background loop
+for heartbeat expiry, abandoned puts and watermark eviction. One asyncio loop owns all state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kvstore import rpc
+from kvstore.errors import InternalError, KVStoreError
+from kvstore.master.config import MasterConfig
+from kvstore.master.handlers import Handlers
+from kvstore.master.metrics import MasterMetrics
+from kvstore.master.state import MasterState
+
+log = logging.getLogger("kvstore.master")
+NOT_SUPPORTED = 9
+
+
+class Master:
+    """An RPC master. `await start()` in a loop, or `Master.start_in_thread()` for an embedded one."""
+
+    def __init__(self, config: MasterConfig | None = None) -> None:
+        self.config = config or MasterConfig.load()
+        self.state = MasterState(self.config)
+        self.handlers = Handlers(self.state)
+        self.metrics = MasterMetrics(self.state)
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.address = ""
+        self.http_address: str | None = None
+
+    async def start(self) -> None:
+        rpc_server = await asyncio.start_server(self._serve_rpc, self.config.host, self.config.port)
+        self._servers.append(rpc_server)
+        self.address = _address(rpc_server)
+        if self.config.http_port is not None:
+            http_server = await asyncio.start_server(
+                self._serve_http, self.config.host, self.config.http_port
+            )
+            self._servers.append(http_server)
+            self.http_address = _address(http_server)
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for server in self._servers:
+            server.close()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        await asyncio.gather(*(s.serve_forever() for s in self._servers))
+
+    # -- RPC -----------------------------------------------------------------------------------------
+    async def _serve_rpc(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    header = await reader.readexactly(rpc.HEADER_SIZE)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                try:
+                    body = await reader.readexactly(rpc.frame_length(header))
+                    msg_id, method, params = rpc.parse_request(rpc.unpack(body))
+                except rpc.FrameError as exc:
+                    writer.write(rpc.pack([0, exc.code, str(exc), None]))
+                    await writer.drain()
+                    return  # the stream cannot be trusted any more
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                writer.write(rpc.pack(self._dispatch(msg_id, method, params)))
+                await writer.drain()
+        finally:
+            writer.close()
+
+    def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any]:
+        handler = self.handlers.methods.get(method)
+        if handler is None:
+            return [msg_id, NOT_SUPPORTED, f"unknown method {method!r}", None]
+        start = time.perf_counter()
+        try:
+            return [msg_id, 0, "", handler(params)]
+        except KVStoreError as exc:
+            return [msg_id, exc.code, str(exc), None]
+        except Exception as exc:  # a bug must cost one request, not the master
+            log.exception("RPC %s failed", method)
+            return [msg_id, InternalError.code, f"internal error: {type(exc).__name__}", None]
+        finally:
+            self.metrics.rpc_seconds.labels(method).observe(time.perf_counter() - start)
+
+    # -- HTTP ----------------------------------------------------------------------------------------
+    async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            parts = request.split(b"\r\n", 1)[0].split()
+            path = parts[1].decode(errors="replace") if len(parts) >= 2 else ""
+            if len(parts) < 2 or parts[0] != b"GET":
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+            elif path == "/metrics":
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+            elif path == "/health":
+                stats = self.state.stats()
+                health = {
+                    "status": "ok",
+                    **{k: stats[k] for k in ("objects", "segments", "clients", "usage")},
+                }
+                status, ctype, body = "200 OK", "application/json", json.dumps(health).encode()
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
+            await writer.drain()
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            asyncio.TimeoutError,
+            ConnectionError,
+        ):
+            pass
+        finally:
+            writer.close()
+
+    # -- time ----------------------------------------------------------------------------------------
+    async def _housekeeping(self) -> None:
+        period = min(0.5, self.config.heartbeat_interval / 2)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.state.expire()
+                self.state.evict_to_watermark()
+            except Exception:
+                log.exception("housekeeping failed")
+
+    # -- embedding -----------------------------------------------------------------------------------
+    @classmethod
+    def start_in_thread(cls, config: MasterConfig | None = None) -> EmbeddedMaster:
+        return EmbeddedMaster(cls(config))
+
+
+class EmbeddedMaster:
+    """A master running on its own event loop in a daemon thread of this process."""
+
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self.loop = new_event_loop()
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(master.start())
+            except BaseException as exc:
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=run, name="kvstore-master", daemon=True)
+        self.thread.start()
+        started.wait()
+        if failure:
+            raise failure[0]
+
+    @property
+    def address(self) -> str:
+        return self.master.address
+
+    def stop(self) -> None:
+        if not self.loop.is_closed() and self.thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.master.stop(), self.loop).result(timeout=10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed, else the default loop."""
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def _address(server: asyncio.base_events.Server) -> str:
+    host, port = server.sockets[0].getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def run_master(config: MasterConfig) -> None:
+    """`kvstore master`: serve until interrupted."""
+    loop = new_event_loop()
+    master = Master(config)
+
+    async def main() -> None:
+        await master.start()
+        print(f"kvstore master listening on {master.address}", flush=True)
+        if master.http_address:
+            print(f"metrics on http://{master.http_address}/metrics", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        loop.run_until_complete(main())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.run_until_complete(master.stop())
+        loop.close()

@@ -1,0 +1,348 @@
+"""The master's metadata: clients, segments, objects, leases, placement and eviction.
+
+Pure bookkeeping, no I/O: the RPC service calls it from one event loop, tests call it directly with a
+fake clock. Data never passes through here; clients move it through the transfer engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvstore.errors import (
+    InvalidArgumentError,
+    NoSpaceError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectExistsError,
+)
+from kvstore.master.config import MasterConfig
+from kvstore.master.eviction import EvictionPolicy, make_policy
+from transfer_engine._core import OffsetAllocator
+
+
+@dataclass
+class Segment:
+    id: int
+    client_id: str
+    engine: str  # transfer engine segment name, "host:port"
+    region_id: int
+    size: int
+    host_id: str
+    allocator: OffsetAllocator
+    objects: set[str] = field(default_factory=set)  # keys with a replica here
+
+
+@dataclass
+class Replica:
+    segment: Segment
+    offset: int
+
+
+@dataclass
+class ObjectMeta:
+    key: str
+    size: int
+    checksum: int
+    replicas: list[Replica]
+    writer: str
+    complete: bool = False
+    pinned: bool = False
+    lease_until: float = 0.0
+    put_deadline: float = 0.0
+    last_access: float = 0.0
+    access_count: int = 0
+
+
+@dataclass
+class Client:
+    id: str
+    host_id: str
+    last_seen: float
+    segments: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Counters:
+    puts: int = 0
+    put_bytes: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    evicted_bytes: int = 0
+    reclaimed_puts: int = 0
+    dropped_clients: int = 0
+
+
+class MasterState:
+    def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.policy: EvictionPolicy = make_policy(config.eviction_policy)
+        self.clients: dict[str, Client] = {}
+        self.segments: dict[int, Segment] = {}
+        self.objects: dict[str, ObjectMeta] = {}
+        self.counters = Counters()
+        self._next_segment = 1
+        self.capacity = 0
+        self.used = 0
+
+    # -- clients and segments -----------------------------------------------------------------------
+    def register_client(self, client_id: str, host_id: str) -> None:
+        client = self.clients.get(client_id)
+        if client is None:
+            self.clients[client_id] = Client(client_id, host_id, self.clock())
+        else:
+            client.last_seen = self.clock()
+
+    def heartbeat(self, client_id: str) -> bool:
+        """False when the client is unknown (dropped): it must register and mount again."""
+        client = self.clients.get(client_id)
+        if client is None:
+            return False
+        client.last_seen = self.clock()
+        return True
+
+    def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
+        client = self._client(client_id)
+        for seg in self.segments.values():
+            if seg.engine == engine and seg.region_id == region_id:
+                raise InvalidArgumentError(f"region {region_id} of {engine} is already mounted")
+        seg = Segment(
+            self._next_segment,
+            client_id,
+            engine,
+            region_id,
+            size,
+            host_id,
+            OffsetAllocator(size, self.config.allocation_alignment),
+        )
+        self._next_segment += 1
+        self.segments[seg.id] = seg
+        client.segments.add(seg.id)
+        self.capacity += size
+        return seg.id
+
+    def unmount_segment(self, client_id: str, segment_id: int) -> None:
+        seg = self.segments.get(segment_id)
+        if seg is None or seg.client_id != client_id:
+            raise NotFoundError(f"client {client_id} has no segment {segment_id}")
+        self._drop_segment(seg)
+
+    def drop_client(self, client_id: str) -> None:
+        client = self.clients.pop(client_id, None)
+        if client is None:
+            return
+        for seg_id in list(client.segments):
+            seg = self.segments.get(seg_id)
+            if seg is not None:
+                self._drop_segment(seg)
+        for meta in [m for m in self.objects.values() if not m.complete and m.writer == client_id]:
+            self._delete(meta)
+
+    def _drop_segment(self, seg: Segment) -> None:
+        """Every replica on the segment disappears; objects left without a replica disappear too."""
+        for key in list(seg.objects):
+            meta = self.objects.get(key)
+            if meta is None:
+                continue
+            meta.replicas = [r for r in meta.replicas if r.segment is not seg]
+            if not meta.replicas:
+                self._delete(meta, free=False)
+        self.used -= seg.allocator.used
+        self.capacity -= seg.size
+        del self.segments[seg.id]
+        client = self.clients.get(seg.client_id)
+        if client:
+            client.segments.discard(seg.id)
+
+    def _client(self, client_id: str) -> Client:
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFoundError(f"unknown client {client_id}; register first")
+        return client
+
+    # -- puts -----------------------------------------------------------------------------------------
+    def put_start(
+        self, client_id: str, key: str, size: int, checksum: int, replicas: int, pin: bool
+    ) -> list[Replica] | None:
+        """Allocates replicas for a new object; None when the same bytes are already stored."""
+        client = self._client(client_id)
+        if not 1 <= replicas <= self.config.max_replicas:
+            raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
+        existing = self.objects.get(key)
+        if existing is not None:
+            if not existing.complete:
+                raise ObjectBusyError(f"a put of {key!r} is in progress")
+            if existing.size == size and existing.checksum == checksum:
+                return None  # same key, same bytes: nothing to write
+            raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
+        placed = self._place(size, replicas, client.host_id)
+        now = self.clock()
+        meta = ObjectMeta(
+            key,
+            size,
+            checksum,
+            placed,
+            client_id,
+            pinned=pin,
+            put_deadline=now + self.config.put_timeout,
+            last_access=now,
+        )
+        self.objects[key] = meta
+        for r in placed:
+            r.segment.objects.add(key)
+        return placed
+
+    def put_end(self, client_id: str, key: str) -> None:
+        meta = self._pending(client_id, key)
+        meta.complete = True
+        self.policy.on_insert(key, meta.size)
+        self.counters.puts += 1
+        self.counters.put_bytes += meta.size
+
+    def put_revoke(self, client_id: str, key: str) -> None:
+        self._delete(self._pending(client_id, key))
+
+    def _pending(self, client_id: str, key: str) -> ObjectMeta:
+        meta = self.objects.get(key)
+        if meta is None or meta.complete or meta.writer != client_id:
+            raise NotFoundError(f"no put of {key!r} in progress by this client")
+        return meta
+
+    def _place(self, size: int, replicas: int, writer_host: str) -> list[Replica]:
+        """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space."""
+        if size <= 0:
+            raise InvalidArgumentError("size must be positive")
+        fitting = [s for s in self.segments.values() if s.size >= size]
+        if len(fitting) < replicas:
+            raise NoSpaceError(
+                f"{replicas} replicas of {size} bytes: only {len(fitting)} segments are large enough"
+            )
+        victims = self.policy.candidates()
+        while True:
+            placed = self._try_place(size, replicas, fitting)
+            if placed is not None:
+                return placed
+            if not self._evict_one(victims):
+                raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
+
+    def _try_place(self, size: int, replicas: int, fitting: list[Segment]) -> list[Replica] | None:
+        order = sorted(fitting, key=lambda s: -s.allocator.largest_free)
+        chosen: list[Segment] = []
+        hosts: set[str] = set()
+        for distinct_host in (True, False):
+            for seg in order:
+                if len(chosen) == replicas:
+                    break
+                if seg in chosen or (distinct_host and seg.host_id in hosts):
+                    continue
+                if seg.allocator.largest_free >= size:
+                    chosen.append(seg)
+                    hosts.add(seg.host_id)
+        if len(chosen) < replicas:
+            return None
+        placed = []
+        for seg in chosen:
+            offset = seg.allocator.allocate(size)
+            assert offset is not None  # largest_free was checked above, single-threaded
+            self.used += seg.allocator.block_size(offset)
+            placed.append(Replica(seg, offset))
+        return placed
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def get_replicas(self, key: str) -> ObjectMeta | None:
+        """The object's replicas for a reader, with a fresh lease; None on a miss."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete:
+            self.counters.misses += 1
+            return None
+        now = self.clock()
+        meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
+        meta.last_access = now
+        meta.access_count += 1
+        self.policy.on_access(key)
+        self.counters.hits += 1
+        return meta
+
+    def exists(self, key: str) -> bool:
+        meta = self.objects.get(key)
+        return meta is not None and meta.complete
+
+    # -- removal and eviction -----------------------------------------------------------------------
+    def remove(self, key: str, force: bool = False) -> None:
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete:
+            raise NotFoundError(f"no object {key!r}")
+        if not force and meta.lease_until > self.clock():
+            raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
+        self._delete(meta)
+
+    def remove_all(self, force: bool = False) -> int:
+        now = self.clock()
+        doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
+        for meta in doomed:
+            self._delete(meta)
+        return len(doomed)
+
+    def _delete(self, meta: ObjectMeta, free: bool = True) -> None:
+        for r in meta.replicas:
+            r.segment.objects.discard(meta.key)
+            if free:
+                self.used -= r.segment.allocator.block_size(r.offset)
+                r.segment.allocator.free(r.offset)
+        meta.replicas = []
+        self.objects.pop(meta.key, None)
+        self.policy.on_remove(meta.key)
+
+    def evictable(self, meta: ObjectMeta, now: float) -> bool:
+        return meta.complete and not meta.pinned and meta.lease_until <= now
+
+    def _evict_one(self, victims: object) -> bool:
+        now = self.clock()
+        for key in victims:  # type: ignore[attr-defined]
+            meta = self.objects.get(key)
+            if meta is not None and self.evictable(meta, now):
+                self.counters.evictions += 1
+                self.counters.evicted_bytes += meta.size
+                self._delete(meta)
+                return True
+        return False
+
+    def usage(self) -> float:
+        return self.used / self.capacity if self.capacity else 0.0
+
+    def evict_to_watermark(self) -> int:
+        """Above the high watermark, evicts down to the low one. Returns the number evicted."""
+        if self.usage() <= self.config.high_watermark:
+            return 0
+        victims = self.policy.candidates()
+        evicted = 0
+        while self.usage() > self.config.low_watermark and self._evict_one(victims):
+            evicted += 1
+        return evicted
+
+    # -- time -------------------------------------------------------------------------------------------
+    def expire(self) -> None:
+        """Drops silent clients and reclaims abandoned puts."""
+        now = self.clock()
+        for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_ttl]:
+            self.counters.dropped_clients += 1
+            self.drop_client(client.id)
+        for meta in [m for m in self.objects.values() if not m.complete and m.put_deadline < now]:
+            self.counters.reclaimed_puts += 1
+            self._delete(meta)
+
+    def stats(self) -> dict[str, float | int]:
+        return {
+            "objects": sum(1 for m in self.objects.values() if m.complete),
+            "pending_puts": sum(1 for m in self.objects.values() if not m.complete),
+            "bytes": sum(m.size for m in self.objects.values() if m.complete),
+            "capacity": self.capacity,
+            "used": self.used,
+            "usage": self.usage(),
+            "segments": len(self.segments),
+            "clients": len(self.clients),
+            **vars(self.counters),
+        }

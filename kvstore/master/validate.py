@@ -1,0 +1,69 @@
+"""Checks on RPC parameters: every field a peer sends is typed and bounded before it is used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvstore.errors import InvalidArgumentError
+
+MAX_KEY_BYTES = 4096
+MAX_BATCH = 1 << 20
+MAX_NAME = 512
+
+
+def field(params: dict[str, Any], name: str) -> Any:
+    if name not in params:
+        raise InvalidArgumentError(f"missing parameter {name!r}")
+    return params[name]
+
+
+def text(params: dict[str, Any], name: str, max_len: int = MAX_NAME) -> str:
+    value = field(params, name)
+    if not isinstance(value, str) or not value or len(value.encode()) > max_len:
+        raise InvalidArgumentError(f"{name!r} must be a non-empty string of at most {max_len} bytes")
+    return value
+
+
+def integer(params: dict[str, Any], name: str, low: int, high: int) -> int:
+    value = field(params, name)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name!r} must be an integer in [{low}, {high}]")
+    return value
+
+
+def flag(params: dict[str, Any], name: str, default: bool = False) -> bool:
+    value = params.get(name, default)
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name!r} must be a boolean")
+    return value
+
+
+def key(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > MAX_KEY_BYTES:
+        raise InvalidArgumentError(f"keys must be non-empty strings of at most {MAX_KEY_BYTES} bytes")
+    return value
+
+
+def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
+    value = field(params, name)
+    if not isinstance(value, list) or len(value) > MAX_BATCH:
+        raise InvalidArgumentError(f"{name!r} must be a list of at most {MAX_BATCH} keys")
+    return [key(k) for k in value]
+
+
+def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """[[key, size, checksum], ...] with 0 < size < 2^63 and a 64-bit checksum."""
+    value = field(params, "items")
+    if not isinstance(value, list) or len(value) > MAX_BATCH:
+        raise InvalidArgumentError(f"'items' must be a list of at most {MAX_BATCH} entries")
+    items = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise InvalidArgumentError("each put item must be [key, size, checksum]")
+        k, size, checksum = item
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < 2**63:
+            raise InvalidArgumentError("size must be a positive integer")
+        if not isinstance(checksum, int) or isinstance(checksum, bool) or not 0 <= checksum < 2**64:
+            raise InvalidArgumentError("checksum must be an unsigned 64-bit integer")
+        items.append((key(k), size, checksum))
+    return items

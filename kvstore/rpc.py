@@ -1,0 +1,64 @@
+"""Master RPC framing: a 4-byte little-endian length, then a msgpack array.
+
+Request:  [msg_id, method, params]            params: a map of argument name -> value
+Response: [msg_id, code, message, result]     code 0 = ok; otherwise a kvstore error code
+
+Both sides reject frames over MAX_FRAME and payloads that are not of this shape.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from kvstore.errors import InvalidArgumentError
+
+MAX_FRAME = 64 << 20
+_LEN = struct.Struct("<I")
+
+
+class FrameError(InvalidArgumentError):
+    """A frame that cannot be decoded; the connection is closed after replying."""
+
+
+def pack(obj: Any) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    if len(body) > MAX_FRAME:
+        raise InvalidArgumentError(f"message of {len(body)} bytes exceeds the {MAX_FRAME} byte frame limit")
+    return _LEN.pack(len(body)) + body
+
+
+def frame_length(header: bytes) -> int:
+    (n,) = _LEN.unpack(header)
+    if n > MAX_FRAME:
+        raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME} byte limit")
+    return n
+
+
+def unpack(body: bytes) -> Any:
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise FrameError(f"undecodable frame: {type(exc).__name__}") from exc
+
+
+def parse_request(obj: Any) -> tuple[int, str, dict[str, Any]]:
+    if not (isinstance(obj, list) and len(obj) == 3):
+        raise FrameError("request must be [msg_id, method, params]")
+    msg_id, method, params = obj
+    if not isinstance(msg_id, int) or isinstance(msg_id, bool) or not 0 <= msg_id < 2**63:
+        raise FrameError("msg_id must be a non-negative integer")
+    if not isinstance(method, str) or not isinstance(params, dict):
+        raise FrameError("method must be a string and params a map")
+    return msg_id, method, params
+
+
+def parse_response(obj: Any) -> tuple[int, int, str, Any]:
+    if not (isinstance(obj, list) and len(obj) == 4 and isinstance(obj[0], int) and isinstance(obj[1], int)):
+        raise FrameError("response must be [msg_id, code, message, result]")
+    return obj[0], obj[1], obj[2] or "", obj[3]
+
+
+HEADER_SIZE = _LEN.size
