@@ -1,8 +1,10 @@
-"""The `kvstore` command. Subcommands: bench (transfer; store and trace come later)."""
+"""The `kvstore` command: master, node, bench (transfer, store; none: a summary of both)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -86,23 +88,124 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
     return bench.main(cfg, args.mode, args.port, args.json)
 
 
+def _add_store_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("store", help="store put/get/exists throughput and latency, cross-process")
+    p.add_argument("--value-size", type=_size, default=512 << 10)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists")
+    p.add_argument("--duration", type=_positive_float, default=5.0, help="seconds per op")
+    p.add_argument("--clients", type=_positive_int, default=1, help="client processes")
+    p.add_argument("--transport", choices=["auto", "tcp"], default="auto")
+    p.add_argument("--master", type=_host_port, help="a running master (default: start a cluster here)")
+    p.add_argument("--segment-size", type=_size, default=2 << 30, help="storage node segment")
+    p.add_argument(
+        "--mode", choices=["orchestrator", "client"], default="orchestrator", help=argparse.SUPPRESS
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per op, one per line")
+
+
+def _run_store_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import store_bench
+
+    cfg = store_bench.StoreBenchConfig(
+        value_size=args.value_size,
+        batch_size=args.batch_size,
+        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+        duration=args.duration,
+        clients=args.clients,
+        transport=args.transport,
+        master=args.master,
+        segment_size=args.segment_size,
+    )
+    if args.mode == "client":
+        if not args.master:
+            raise KVStoreError("client mode needs --master")
+        return store_bench.client_main(cfg, args.master)
+    from kvstore.bench import report
+
+    cfg.validate()
+    results = report.with_progress(lambda advance: store_bench.run(cfg, advance), len(cfg.ops) + 2)
+    if args.json:
+        for r in results:
+            print(json.dumps(dataclasses.asdict(r)))
+    else:
+        report.store_table(results)
+    return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _add_master(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("master", help="run the metadata master")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=50051)
+    p.add_argument("--http-port", type=_port, default=None, help="serve /metrics and /health here")
+    p.add_argument("--eviction-policy", default=None)
+    p.add_argument("--client-ttl", type=_positive_float, default=None)
+    p.add_argument("--lease-ttl", type=_positive_float, default=None)
+    p.add_argument("--high-watermark", type=_positive_float, default=None)
+    p.add_argument("--low-watermark", type=_positive_float, default=None)
+
+
+def _run_master(args: argparse.Namespace) -> int:
+    from kvstore.master import MasterConfig
+    from kvstore.master.server import run_master
+
+    names = ("eviction_policy", "client_ttl", "lease_ttl", "high_watermark", "low_watermark")
+    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    run_master(MasterConfig.load(host=args.host, port=args.port, http_port=args.http_port, **overrides))
+    return 0
+
+
+def _add_node(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("node", help="contribute a memory segment to the pool")
+    p.add_argument("--master", type=_host_port, required=True)
+    p.add_argument("--segment-size", type=_size, default=4 << 30)
+    p.add_argument("--host", default="127.0.0.1", help="address this node's transfer engine listens on")
+    p.add_argument("--protocol", choices=["auto", "tcp", "shm"], default="auto")
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from kvstore.node import run_node
+
+    run_node(args.master, args.segment_size, args.host, args.protocol)
+    return 0
+
+
+def _run_default_bench(args: argparse.Namespace) -> int:
+    """`kvstore bench`: the store and transfer benches on the embedded default, one summary table."""
+    from kvstore.bench import report
+
+    return report.summary(duration=args.duration)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvstore", description="Distributed KV-cache store for LLM inference"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    bench = commands.add_parser("bench", help="benchmarks")
-    benches = bench.add_subparsers(dest="bench", required=True)
+    bench = commands.add_parser("bench", help="benchmarks (no subcommand: store + transfer summary)")
+    bench.add_argument("--duration", type=_positive_float, default=3.0, help="seconds per measurement")
+    benches = bench.add_subparsers(dest="bench")
     _add_transfer_bench(benches)
+    _add_store_bench(benches)
+    _add_master(commands)
+    _add_node(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    runners = {
+        ("bench", "transfer"): _run_transfer_bench,
+        ("bench", "store"): _run_store_bench,
+        ("bench", None): _run_default_bench,
+        ("master", None): _run_master,
+        ("node", None): _run_node,
+    }
+    runner = runners.get((args.command, getattr(args, "bench", None)))
     try:
-        if args.command == "bench" and args.bench == "transfer":
-            return _run_transfer_bench(args)
+        if runner is not None:
+            return runner(args)
     except KVStoreError as exc:
         print(f"kvstore: error: {exc}", file=sys.stderr)
         return 1

@@ -233,7 +233,7 @@ class Store:
         for key, parts in zip(keys, spans, strict=True):
             digest = xxhash.xxh3_64()
             for s in parts:
-                digest.update(memoryview(s.view))
+                digest.update(s.view.data)
             items.append([key, sum(s.length for s in parts), digest.intdigest()])
         started = self.master.call(
             "put_start", client_id=self.client_id, items=items, replicas=replicas, pin=pin
@@ -368,7 +368,7 @@ class Store:
         for s in spans:
             data = s.staged if s.staged is not None else s.view
             n = min(left, s.length)
-            digest.update(memoryview(data[:n]))
+            digest.update(data[:n].data)
             left -= n
         return digest.intdigest() == expected
 

@@ -1,0 +1,88 @@
+"""Progress bars and tables for the benches, and `kvstore bench` (the README's main job)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvstore.bench.store_bench import OpResult, StoreBenchConfig, describe
+from kvstore.bench.store_bench import run as run_store
+from transfer_engine.bench import TransferBenchConfig, run_initiator
+from transfer_engine.units import format_size
+
+T = TypeVar("T")
+
+
+def with_progress(work: Callable[[Callable[[str], None]], T], steps: int, title: str = "store bench") -> T:
+    """Runs work(advance) under a progress bar of `steps` steps (on stderr)."""
+    columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(title, total=steps)
+        progress.advance(task)
+
+        def advance(label: str) -> None:
+            progress.update(task, advance=1, description=f"{title}: {label} done")
+
+        return work(advance)
+
+
+def store_table(results: list[OpResult], console: Console | None = None) -> None:
+    table = Table(title=f"kvstore bench store ({results[0].transport}, {results[0].clients} client(s))")
+    for col in ("op", "value", "batch", "keys/s", "GB/s", "p50 µs", "p99 µs", "errors"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(*describe(r))
+    (console or Console()).print(table)
+
+
+def summary(duration: float = 3.0) -> int:
+    """Store bench (cross-process, embedded cluster) and transfer benches (shm, tcp), one table."""
+    console = Console()
+    rows: list[list[str]] = []
+    store_cfg = StoreBenchConfig(duration=duration, segment_size=1 << 30)
+    store = with_progress(lambda advance: run_store(store_cfg, advance), len(store_cfg.ops) + 2)
+    for r in store:
+        rows.append(
+            [
+                f"store {r.op}",
+                f"{format_size(r.value_size)} x {r.batch_size}"
+                if r.op != "exists"
+                else f"{r.batch_size} keys",
+                f"{r.gbps:.2f}" if r.op != "exists" else "-",
+                f"{r.ops_per_s:,.0f}",
+                f"{r.p50_us:.0f}",
+                f"{r.p99_us:.0f}",
+                "-",
+                "-",
+            ]
+        )
+    for protocol, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
+        cfg = TransferBenchConfig(protocol=protocol, block_size=block, duration=duration)
+        t = run_initiator(cfg)
+        rows.append(
+            [
+                f"transfer {t.protocol} {t.op}",
+                f"{format_size(block)} x {t.batch_size}",
+                f"{t.gbps:.2f}",
+                f"{t.ops_per_s:,.0f}",
+                f"{t.p50_us:.0f}",
+                f"{t.p99_us:.0f}",
+                f"{t.baseline_gbps:.2f}" if t.baseline_gbps else "-",
+                f"{t.ratio:.2f}" if t.ratio else "-",
+            ]
+        )
+    table = Table(title="kvstore bench (this machine, embedded default)")
+    for col in ("bench", "shape", "GB/s", "ops/s", "p50 µs", "p99 µs", "baseline GB/s", "ratio"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        "store: master + 1 storage node process + 1 client process; transfer: 2 processes. "
+        "Baselines: memcpy (shm) / raw TCP stream (tcp) over the same working set."
+    )
+    return 0 if all(r.errors == 0 for r in store) else 1

@@ -1,0 +1,248 @@
+"""`kvstore bench store`: put / get / exists throughput and latency of the store, cross-process.
+
+By default it builds the cluster a deployment has: the master (in this process), one storage node
+process, and the client in a separate process that runs the ops and reports JSON lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from kvstore.client.store import Store
+from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.procs import kvstore_process
+from transfer_engine.units import format_size
+
+OPS = ("put", "get", "exists")
+
+
+@dataclass
+class StoreBenchConfig:
+    value_size: int = 512 << 10
+    batch_size: int = 32
+    ops: tuple[str, ...] = OPS
+    duration: float = 5.0
+    clients: int = 1
+    transport: str = "auto"
+    master: str | None = None
+    segment_size: int = 2 << 30
+    exists_batch: int = 128
+    single_gets: bool = True
+
+    def validate(self) -> None:
+        if not set(self.ops) <= set(OPS) or not self.ops:
+            raise InvalidArgumentError(f"--ops takes a comma list of {', '.join(OPS)}")
+        if self.value_size <= 0 or self.batch_size <= 0 or self.duration <= 0 or self.clients <= 0:
+            raise InvalidArgumentError("value size, batch size, duration and clients must be positive")
+        if self.transport not in ("auto", "tcp"):
+            raise InvalidArgumentError("--transport is auto or tcp")
+        if self.value_size * self.batch_size * 4 > self.segment_size:
+            raise InvalidArgumentError("the segment must hold at least four batches")
+
+
+@dataclass
+class OpResult:
+    op: str
+    value_size: int
+    batch_size: int
+    ops_per_s: float
+    gbps: float
+    p50_us: float
+    p99_us: float
+    errors: int
+    transport: str
+    clients: int = 1
+
+
+def _measure(duration: float, step: Callable[[int], tuple[int, int]]) -> tuple[float, int, int, np.ndarray]:
+    """Runs step(i) -> (items, errors) back to back for `duration`; returns (seconds, items, errors, latencies)."""
+    lat: list[float] = []
+    items = errors = 0
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() - start < duration:
+        t0 = time.perf_counter()
+        n, bad = step(i)
+        lat.append(time.perf_counter() - t0)
+        items += n
+        errors += bad
+        i += 1
+    return time.perf_counter() - start, items, errors, np.array(lat) * 1e6
+
+
+def _result(
+    cfg: StoreBenchConfig,
+    op: str,
+    batch: int,
+    measured: tuple[float, int, int, np.ndarray],
+    bytes_per_item: int,
+) -> OpResult:
+    seconds, items, errors, lat = measured
+    return OpResult(
+        op,
+        cfg.value_size,
+        batch,
+        items / seconds,
+        items * bytes_per_item / seconds / 1e9,
+        float(np.percentile(lat, 50)),
+        float(np.percentile(lat, 99)),
+        errors,
+        cfg.transport,
+    )
+
+
+def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
+    """The client side: runs each op against the cluster and yields its figures."""
+    with Store.connect(master, buffer_size="16MiB", protocol=cfg.transport) as store:
+        n, size = cfg.batch_size, cfg.value_size
+        source = np.random.default_rng(7).integers(0, 256, (n, size), dtype=np.uint8)
+        dest = np.zeros((n, size), dtype=np.uint8)
+        store.register_buffer(source)
+        store.register_buffer(dest)
+        sources, dests = list(source), list(dest)
+        # A resident working set for gets and exists: a quarter of the segment, written once.
+        resident = max(n, min(cfg.segment_size // 4 // size, 4096) // n * n)
+        keys = [f"bench/{store.client_id}/{i}" for i in range(resident)]
+        for start in range(0, resident, n):
+            store.batch_put_from(keys[start : start + n], sources)
+        batches = [keys[s : s + n] for s in range(0, resident, n)]
+        if "put" in cfg.ops:
+
+            def put(i: int) -> tuple[int, int]:
+                batch = [f"bench/{store.client_id}/put/{i}/{j}" for j in range(n)]
+                results = store.batch_put_from(batch, sources)
+                return n, sum(1 for r in results if r != 0)
+
+            yield _result(cfg, "put", n, _measure(cfg.duration, put), size)
+            store.remove_all(force=True)
+            for start in range(0, resident, n):
+                store.batch_put_from(keys[start : start + n], sources)
+        if "get" in cfg.ops:
+
+            def get(i: int) -> tuple[int, int]:
+                results = store.batch_get_into(batches[i % len(batches)], dests)
+                return n, sum(1 for r in results if r != size)
+
+            yield _result(cfg, "get", n, _measure(cfg.duration, get), size)
+            if cfg.single_gets:
+
+                def get_one(i: int) -> tuple[int, int]:
+                    return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
+
+                yield _result(cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size)
+        if "exists" in cfg.ops:
+            m = cfg.exists_batch
+            probe = [keys[j % resident] for j in range(m)]
+
+            def exists(i: int) -> tuple[int, int]:
+                return m, sum(1 for x in store.batch_exists(probe) if not x)
+
+            yield _result(cfg, "exists", m, _measure(cfg.duration, exists), 0)
+
+
+@contextlib.contextmanager
+def embedded_cluster(cfg: StoreBenchConfig) -> Iterator[str]:
+    """Master in this process plus one storage node process; yields the master address."""
+    from kvstore.master import Master
+
+    master = Master.start_in_thread()
+    try:
+        node_args = ["node", "--master", master.address, "--segment-size", str(cfg.segment_size)]
+        with kvstore_process(node_args):
+            yield master.address
+    finally:
+        master.stop()
+
+
+def run(cfg: StoreBenchConfig, progress: Callable[[str], None] | None = None) -> list[OpResult]:
+    """Orchestrates: cluster (unless --master), then `clients` client processes; gathers their results."""
+    cfg.validate()
+    with contextlib.ExitStack() as stack:
+        master = cfg.master or stack.enter_context(embedded_cluster(cfg))
+        args = [
+            "bench",
+            "store",
+            "--mode",
+            "client",
+            "--master",
+            master,
+            "--json",
+            "--value-size",
+            str(cfg.value_size),
+            "--batch-size",
+            str(cfg.batch_size),
+            "--ops",
+            ",".join(cfg.ops),
+            "--duration",
+            str(cfg.duration),
+            "--transport",
+            cfg.transport,
+            "--segment-size",
+            str(cfg.segment_size),
+        ]
+        procs = [stack.enter_context(kvstore_process(args)) for _ in range(cfg.clients)]
+        per_client: list[list[OpResult]] = []
+        for proc, _ in procs:
+            assert proc.stdout is not None
+            results = []
+            for line in proc.stdout:
+                data = json.loads(line)
+                if "done" in data:
+                    break
+                results.append(OpResult(**data))
+                if progress:
+                    progress(data["op"])
+            per_client.append(results)
+    return _combine(per_client)
+
+
+def _combine(per_client: list[list[OpResult]]) -> list[OpResult]:
+    """Several clients: throughput adds up, latency is the worst client's."""
+    if not per_client or not per_client[0]:
+        raise KVStoreError("bench clients reported nothing")
+    combined = []
+    for rows in zip(*per_client, strict=True):
+        first = rows[0]
+        combined.append(
+            OpResult(
+                first.op,
+                first.value_size,
+                first.batch_size,
+                sum(r.ops_per_s for r in rows),
+                sum(r.gbps for r in rows),
+                max(r.p50_us for r in rows),
+                max(r.p99_us for r in rows),
+                sum(r.errors for r in rows),
+                first.transport,
+                len(rows),
+            )
+        )
+    return combined
+
+
+def client_main(cfg: StoreBenchConfig, master: str) -> int:
+    """`--mode client`: READY, then one JSON line per op, then {"done": true}."""
+    print("READY client", flush=True)
+    for result in run_client(cfg, master):
+        print(json.dumps(asdict(result)), flush=True)
+    print(json.dumps({"done": True}), flush=True)
+    return 0
+
+
+def describe(r: OpResult) -> list[str]:
+    return [
+        r.op,
+        format_size(r.value_size) if r.op != "exists" else "-",
+        str(r.batch_size),
+        f"{r.ops_per_s:,.0f}",
+        f"{r.gbps:.2f}" if r.op != "exists" else "-",
+        f"{r.p50_us:.0f}",
+        f"{r.p99_us:.0f}",
+        str(r.errors),
+    ]
