@@ -140,6 +140,7 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=_port, default=None, help="serve /metrics and /health here")
     p.add_argument("--eviction-policy", default=None)
     p.add_argument("--client-ttl", type=_positive_float, default=None)
+    p.add_argument("--heartbeat-interval", type=_positive_float, default=None)
     p.add_argument("--lease-ttl", type=_positive_float, default=None)
     p.add_argument("--high-watermark", type=_positive_float, default=None)
     p.add_argument("--low-watermark", type=_positive_float, default=None)
@@ -149,7 +150,14 @@ def _run_master(args: argparse.Namespace) -> int:
     from kvstore.master import MasterConfig
     from kvstore.master.server import run_master
 
-    names = ("eviction_policy", "client_ttl", "lease_ttl", "high_watermark", "low_watermark")
+    names = (
+        "eviction_policy",
+        "client_ttl",
+        "heartbeat_interval",
+        "lease_ttl",
+        "high_watermark",
+        "low_watermark",
+    )
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     run_master(MasterConfig.load(host=args.host, port=args.port, http_port=args.http_port, **overrides))
     return 0

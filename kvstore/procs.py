@@ -3,6 +3,7 @@ READY line; stopped by closing its stdin (then killed if it lingers)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,10 +38,15 @@ def kvstore_process(
 
 
 def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """Closes stdin (the child's signal to stop), then SIGTERM, then SIGKILL."""
     if proc.stdin and not proc.stdin.closed:
-        proc.stdin.close()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    for escalate in (proc.terminate, proc.kill):
+        try:
+            proc.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            escalate()
+            timeout = 5.0
+    proc.wait()

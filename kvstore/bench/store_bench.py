@@ -61,7 +61,10 @@ class OpResult:
 
 
 def _measure(duration: float, step: Callable[[int], tuple[int, int]]) -> tuple[float, int, int, np.ndarray]:
-    """Runs step(i) -> (items, errors) back to back for `duration`; returns (seconds, items, errors, latencies)."""
+    """Runs step(i) -> (items, errors) back to back for `duration`.
+
+    Returns (seconds, items, errors, latencies in µs).
+    """
     lat: list[float] = []
     items = errors = 0
     start = time.perf_counter()

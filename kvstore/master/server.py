@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -207,10 +209,22 @@ def run_master(config: MasterConfig) -> None:
 
     async def main() -> None:
         await master.start()
+        print(f"READY {master.address} http={master.http_address or '-'}", flush=True)
         print(f"kvstore master listening on {master.address}", flush=True)
         if master.http_address:
             print(f"metrics on http://{master.http_address}/metrics", flush=True)
-        await asyncio.Event().wait()
+        done = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, done.set)
+        if not sys.stdin.isatty():  # started by a parent: its closing our stdin means stop
+
+            def watch_stdin() -> None:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdin.read()
+                loop.call_soon_threadsafe(done.set)
+
+            threading.Thread(target=watch_stdin, daemon=True).start()
+        await done.wait()
 
     try:
         loop.run_until_complete(main())

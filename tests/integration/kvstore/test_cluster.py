@@ -1,0 +1,201 @@
+"""A real cluster: master and storage nodes in their own processes, clients here."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
+from tests.integration.kvstore.conftest import Cluster
+
+rng = np.random.default_rng(11)
+
+
+def value(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_data_verified_across_processes(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        sizes = [1, 100, 4096, 65537, 1 << 20, 3 << 20]
+        for i, n in enumerate(sizes):
+            store.put(f"k{i}", value(n, i), replicas=1 + i % 2)
+        for i, n in enumerate(sizes):
+            assert store.get(f"k{i}") == value(n, i)
+        assert store.get("absent") is None
+        # Zero-copy batch into registered numpy buffers.
+        out = np.zeros((len(sizes), 3 << 20), dtype=np.uint8)
+        store.register_buffer(out)
+        results = store.batch_get_into([f"k{i}" for i in range(len(sizes))] + ["absent"], [*out, out[0]])
+        assert results == [*sizes, MISS]
+        for i, n in enumerate(sizes):
+            assert out[i, :n].tobytes() == value(n, i)
+        # Multi-buffer: one key, several buffers (e.g. K and V).
+        k_part, v_part = np.full(1000, 1, np.uint8), np.full(3000, 2, np.uint8)
+        assert store.batch_put_from_multi_buffers(["kv"], [[k_part, v_part]]) == [0]
+        k_out, v_out = np.zeros(1000, np.uint8), np.zeros(3000, np.uint8)
+        assert store.batch_get_into_multi_buffers(["kv"], [[k_out, v_out]]) == [4000]
+        assert (k_out == 1).all() and (v_out == 2).all()
+        assert store.get("kv") == k_part.tobytes() + v_part.tobytes()
+        # Writing an existing key: same bytes is fine, different bytes is refused.
+        store.put("k0", value(1, 0))
+        with pytest.raises(ObjectExistsError):
+            store.put("k0", b"x")
+        assert store.batch_exists(["k0", "nope", "kv"]) == [True, False, True]
+
+
+def test_killed_node_loses_only_its_keys(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        keys = [f"n{i}" for i in range(40)]
+        assert store.batch_put_from(keys, [value(64 << 10, i) for i in range(40)]) == [0] * 40
+        homes = {
+            k: r[0][0]
+            for k, (_, _, r) in zip(keys, store.master.call("get_replicas", keys=keys), strict=True)
+        }
+        victim_proc, victim = cluster.nodes[0]
+        assert victim in homes.values()
+        victim_proc.send_signal(signal.SIGKILL)
+        victim_proc.wait()
+        out = [np.zeros(64 << 10, np.uint8) for _ in keys]
+        results = store.batch_get_into(keys, out)
+        for i, k in enumerate(keys):
+            if homes[k] == victim:
+                assert results[i] == MISS
+            else:
+                assert results[i] == 64 << 10 and out[i].tobytes() == value(64 << 10, i)
+        # After the TTL the master forgets the dead node's replicas; new puts land on the survivor.
+        deadline = time.monotonic() + 10
+        while store.stats()["master"]["segments"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.stats()["master"]["segments"] == 1
+        assert sum(store.batch_exists(keys)) == sum(1 for k in keys if homes[k] != victim)
+        store.put("after", b"still works")
+        assert store.get("after") == b"still works"
+
+
+def test_full_pool_keeps_accepting_puts_by_evicting(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        chunk = np.zeros(1 << 20, np.uint8)
+        store.register_buffer(chunk)
+        for i in range(4 * 128):  # 4x the pool (2 x 64 MiB)
+            chunk[:8] = np.frombuffer(i.to_bytes(8, "little"), np.uint8)
+            assert store.batch_put_from([f"fill{i}"], [chunk]) == [0], f"put {i} failed"
+        stats = store.stats()["master"]
+        assert stats["evictions"] > 0 and stats["usage"] <= 1.0
+        got = store.get("fill511")
+        assert got is not None and int.from_bytes(got[:8], "little") == 511
+
+
+def test_concurrent_clients(cluster: Cluster) -> None:
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            with Store.connect(cluster.master) as store:
+                for i in range(30):
+                    key = f"w{w}/{i}"
+                    store.put(key, value(10_000 + i, w * 100 + i))
+                    assert store.get(key) == value(10_000 + i, w * 100 + i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+
+
+def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        store.put("victim", value(4096, 1))
+        _, _, replicas = store.master.call("get_replicas", keys=["victim"])[0]
+        engine, region, offset, _ = replicas[0]
+        segment = store.engine.open_segment(engine)
+        garbage = store.engine.allocate(16, export=False)
+        assert garbage.array is not None
+        garbage.array[:] = 0xEE
+        store.engine.write(garbage.addr, segment, region, offset + 100, 16)  # corrupt the replica
+        assert store.get("victim") is None
+        assert store.get_into("victim", bytearray(4096)) == MISS
+        assert store.stats_local.checksum_mismatches == 2
+
+
+def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        store.put("old", value(8192, 1))
+        stale = store.master.call("get_replicas", keys=["old"])  # a reader holds the old location
+        store.remove("old", force=True)
+        store.put("new", value(8192, 2))  # same size: may take the same offset
+        buf = np.zeros(8192, np.uint8)
+        span = store.buffers.span(buf, writable=True)
+        try:
+            assert store._read(["old"], [[span]], stale) == [MISS]
+        finally:
+            store.buffers.release(span)
+        assert store.get("new") == value(8192, 2)
+
+
+def test_remove_waits_for_leases(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        store.put("leased", b"abc")
+        assert store.get("leased") == b"abc"
+        with pytest.raises(ObjectBusyError):
+            store.remove("leased")
+        time.sleep(1.1)  # lease TTL is 1 s in this cluster
+        store.remove("leased")
+        assert not store.exists("leased")
+
+
+def _raw_call(address: str, payload: bytes) -> object:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(payload)
+        header = s.recv(4, socket.MSG_WAITALL)
+        if len(header) < 4:
+            return None
+        body = s.recv(rpc.frame_length(header), socket.MSG_WAITALL)
+        return rpc.unpack(body)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x05\x00\x00\x00hello",  # not msgpack
+        b"\xff\xff\xff\x7f",  # frame over the limit
+        rpc.pack({"not": "a list"}),
+        rpc.pack([1, "exists", {"keys": "notalist"}]),
+        rpc.pack([1, "exists", {"keys": [1, 2, 3]}]),
+        rpc.pack([1, "put_start", {"client_id": "x", "items": [["k", -5, 0]], "replicas": 1}]),
+        rpc.pack([1, "put_start", {"client_id": "x", "items": "junk", "replicas": 1}]),
+        rpc.pack([1, "mount_segment", {"client_id": 7}]),
+        rpc.pack([1, "no_such_method", {}]),
+        rpc.pack([1, "exists", {"keys": ["x" * 5000]}]),
+        rpc.pack([-1, "ping", {}]),
+    ],
+)
+def test_malformed_rpc_gets_an_error_and_master_stays_up(cluster: Cluster, payload: bytes) -> None:
+    reply = _raw_call(cluster.master, payload)
+    assert reply is None or (isinstance(reply, list) and reply[1] != 0)
+    assert _raw_call(cluster.master, rpc.pack([7, "ping", {}])) == [7, 0, "", "pong"]
+
+
+def test_metrics_and_health(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        store.put("m", b"1")
+        store.get("m")
+        store.get("missing")
+    metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+    assert (
+        "kvstore_objects" in metrics and "kvstore_hits_total" in metrics and "kvstore_rpc_seconds" in metrics
+    )
+    health = json.loads(urllib.request.urlopen(f"http://{cluster.http}/health", timeout=5).read())
+    assert health["status"] == "ok" and health["segments"] == 2

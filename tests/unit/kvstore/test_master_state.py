@@ -1,0 +1,196 @@
+"""Master bookkeeping with a fake clock: placement, two-phase puts, leases, eviction, expiry."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstore.errors import (
+    InvalidArgumentError,
+    NoSpaceError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectExistsError,
+)
+from kvstore.master.config import MasterConfig
+from kvstore.master.state import MasterState
+
+MiB = 1 << 20
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) -> MasterState:
+    state = MasterState(MasterConfig.load(**config), clock=clock)
+    for i, (host, size) in enumerate(segments):
+        client = f"c{i}"
+        state.register_client(client, host)
+        state.mount_segment(client, f"127.0.0.1:{7000 + i}", 1, size, host)
+    return state
+
+
+def put(state: MasterState, key: str, size: int = MiB, replicas: int = 1, pin: bool = False) -> list:
+    placed = state.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
+    state.put_end("c0", key)
+    return placed or []
+
+
+def test_two_phase_put_is_invisible_until_end(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)])
+    state.put_start("c0", "k", MiB, 1, 1, False)
+    assert not state.exists("k") and state.get_replicas("k") is None
+    with pytest.raises(ObjectBusyError):
+        state.put_start("c0", "k", MiB, 1, 1, False)
+    state.put_end("c0", "k")
+    assert state.exists("k")
+    with pytest.raises(NotFoundError):
+        state.put_end("c0", "k")
+
+
+def test_revoke_frees_space(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 4 * MiB)])
+    state.put_start("c0", "k", 4 * MiB, 1, 1, False)
+    state.put_revoke("c0", "k")
+    assert state.used == 0 and not state.exists("k")
+    put(state, "k2", 4 * MiB)
+
+
+def test_existing_key_same_bytes_ok_different_bytes_refused(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)])
+    state.put_start("c0", "k", MiB, 42, 1, False)
+    state.put_end("c0", "k")
+    assert state.put_start("c0", "k", MiB, 42, 1, False) is None  # identical value: nothing to write
+    with pytest.raises(ObjectExistsError):
+        state.put_start("c0", "k", MiB, 43, 1, False)
+    with pytest.raises(ObjectExistsError):
+        state.put_start("c0", "k", 2 * MiB, 42, 1, False)
+
+
+def test_replicas_prefer_distinct_hosts(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 64 * MiB), ("h0", 64 * MiB), ("h1", 16 * MiB)])
+    placed = put(state, "k", replicas=2)
+    assert {r.segment.host_id for r in placed} == {"h0", "h1"}
+    placed3 = put(state, "k3", replicas=3)
+    assert len({r.segment.id for r in placed3}) == 3
+    with pytest.raises(NoSpaceError):
+        put(state, "k4", replicas=4)  # only three segments
+
+
+def test_eviction_makes_room_in_lru_order(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 4 * MiB)])
+    for k in "abcd":
+        put(state, k)
+        clock.now += 1
+    clock.now += 10  # leases from any get expire
+    state.get_replicas("a")  # a becomes most recently used
+    clock.now += 10
+    put(state, "e")
+    assert not state.exists("b") and state.exists("a") and state.exists("e")
+    assert state.counters.evictions == 1
+
+
+def test_never_evicts_leased_or_pinned(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 3 * MiB)], lease_ttl=5.0)
+    put(state, "pinned", pin=True)
+    put(state, "leased")
+    put(state, "old")
+    state.get_replicas("leased")  # lease for 5 s
+    put(state, "new")  # evicts "old", the only evictable one
+    assert state.exists("pinned") and state.exists("leased") and not state.exists("old")
+    put(state, "newer")  # evicts "new": still never the pinned or the leased one
+    assert state.exists("pinned") and state.exists("leased") and not state.exists("new")
+
+
+def test_no_space_only_when_nothing_is_evictable(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 2 * MiB)], lease_ttl=5.0)
+    put(state, "pinned", pin=True)
+    put(state, "x")
+    state.get_replicas("x")
+    with pytest.raises(NoSpaceError):
+        put(state, "y")  # x is leased, pinned is pinned
+    clock.now += 6  # lease over
+    put(state, "y")
+    assert not state.exists("x") and state.exists("y")
+
+
+def test_remove_respects_lease_unless_forced(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)], lease_ttl=5.0)
+    put(state, "k")
+    state.get_replicas("k")
+    with pytest.raises(ObjectBusyError):
+        state.remove("k")
+    state.remove("k", force=True)
+    with pytest.raises(NotFoundError):
+        state.remove("k")
+
+
+def test_watermarks(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 10 * MiB)], high_watermark=0.8, low_watermark=0.5)
+    for i in range(8):
+        put(state, f"k{i}")
+    assert state.evict_to_watermark() == 0  # at 0.8, not above
+    put(state, "k8")
+    assert state.evict_to_watermark() == 4  # 0.9 -> 0.5
+    assert state.usage() == pytest.approx(0.5)
+    assert [state.exists(f"k{i}") for i in range(9)] == [False] * 4 + [True] * 5
+
+
+def test_silent_client_is_dropped_with_its_replicas(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_ttl=10.0, heartbeat_interval=1.0)
+    placed = put(state, "both", replicas=2)
+    assert len(placed) == 2
+    only_c1 = state.put_start("c0", "one", MiB, 1, 1, False)
+    assert only_c1 is not None
+    state.put_end("c0", "one")
+    clock.now += 5
+    state.heartbeat("c0")
+    clock.now += 6  # c1 silent for 11 s
+    state.expire()
+    assert "c1" not in state.clients and len(state.segments) == 1
+    meta = state.get_replicas("both")
+    assert meta is not None and len(meta.replicas) == 1
+    assert state.exists("one") == (only_c1[0].segment.client_id == "c0")
+    assert state.heartbeat("c1") is False
+
+
+def test_abandoned_put_is_reclaimed(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 2 * MiB)], put_timeout=30.0)
+    state.put_start("c0", "k", 2 * MiB, 1, 1, False)
+    clock.now += 31
+    state.heartbeat("c0")
+    state.expire()
+    assert state.used == 0 and state.counters.reclaimed_puts == 1
+
+
+def test_bad_arguments(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 2 * MiB)])
+    with pytest.raises(InvalidArgumentError):
+        state.put_start("c0", "k", 0, 1, 1, False)
+    with pytest.raises(InvalidArgumentError):
+        state.put_start("c0", "k", 10, 1, 0, False)
+    with pytest.raises(NoSpaceError):
+        state.put_start("c0", "k", 4 * MiB, 1, 1, False)  # larger than any segment
+    with pytest.raises(NotFoundError):
+        state.put_start("ghost", "k", 10, 1, 1, False)
+    with pytest.raises(InvalidArgumentError):
+        state.mount_segment("c0", "127.0.0.1:7000", 1, MiB, "h0")  # already mounted
+
+
+def test_config_validation() -> None:
+    with pytest.raises(InvalidArgumentError):
+        MasterConfig.load(low_watermark=0.9, high_watermark=0.5)
+    with pytest.raises(InvalidArgumentError):
+        MasterConfig.load(eviction_policy="nope").validate()
+        MasterState(MasterConfig.load(eviction_policy="nope"))
+    with pytest.raises(InvalidArgumentError):
+        MasterConfig.load(unknown=1)
