@@ -101,10 +101,14 @@ class BatchHandle:
     def __len__(self) -> int:
         return int(self._batch.size)
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Waits up to ``timeout`` seconds (None: the batch deadline). True when every request is final."""
+    def wait(self, timeout: float | None = None, *, help: bool = True) -> bool:
+        """Waits up to ``timeout`` seconds (None: the batch deadline). True when every request is final.
+
+        The waiting thread runs queued copies meanwhile; ``help=False`` leaves them to the engine's
+        workers, for a caller that overlaps work of its own (e.g. verifying what already arrived).
+        """
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        return bool(self._engine._core_engine().wait(self._batch, ms))
+        return bool(self._engine._core_engine().wait(self._batch, ms, help))
 
     def done(self) -> bool:
         return bool(self._batch.done())

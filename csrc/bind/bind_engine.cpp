@@ -180,11 +180,12 @@ void bind_engine(py::module_& m) {
            "Submits a batch given as flat arrays; returns a Batch handle at once.")
       .def(
           "wait",
-          [](Engine& e, Batch& b, int64_t timeout_ms) {
+          [](Engine& e, Batch& b, int64_t timeout_ms, bool help) {
             py::gil_scoped_release release;
-            return e.wait(b, timeout_ms);
+            return e.wait(b, timeout_ms, help);
           },
-          py::arg("batch"), py::arg("timeout_ms"), "Waits for a batch; True when every request is final.")
+          py::arg("batch"), py::arg("timeout_ms"), py::arg("help") = true,
+          "Waits for a batch; True when every request is final.")
       .def(
           "transfer",
           [](Engine& e, uint8_t op, uint64_t local, uint32_t segment, uint64_t region, uint64_t offset,

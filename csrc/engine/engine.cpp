@@ -279,8 +279,8 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   return batch;
 }
 
-bool Engine::wait(Batch& batch, int64_t timeout_ms) {
-  while (!batch.done() && pool_->run_one()) {
+bool Engine::wait(Batch& batch, int64_t timeout_ms, bool help) {
+  while (help && !batch.done() && pool_->run_one()) {
   }
   // Replies often land within tens of microseconds, sooner than a sleeping thread wakes: spin briefly.
   const auto spin = std::chrono::microseconds(timeout_ms < 0 ? 40 : std::min<int64_t>(40, timeout_ms * 1000));

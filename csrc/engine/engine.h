@@ -70,8 +70,9 @@ class Engine {
   StatusOr<std::string> segment_transport(uint32_t handle);
 
   std::shared_ptr<Batch> submit(const BatchView& batch, int64_t timeout_ms);
-  // Waits for a batch, running queued copies on this thread meanwhile. Same result as Batch::wait.
-  bool wait(Batch& batch, int64_t timeout_ms);
+  // Waits for a batch, running queued copies on this thread meanwhile (unless help is false, for a
+  // caller with work of its own to overlap). Same result as Batch::wait.
+  bool wait(Batch& batch, int64_t timeout_ms, bool help = true);
 
  private:
   struct Segment;

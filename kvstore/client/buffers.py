@@ -24,7 +24,7 @@ def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
     if isinstance(buffer, np.ndarray):
         if not buffer.flags.c_contiguous:
             raise InvalidArgumentError("buffers must be C-contiguous")
-        view = buffer.reshape(-1).view(np.uint8)
+        view = buffer if buffer.dtype == np.uint8 and buffer.ndim == 1 else buffer.reshape(-1).view(np.uint8)
     else:
         try:
             view = np.frombuffer(buffer, dtype=np.uint8)
@@ -33,6 +33,11 @@ def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
     if writable and not view.flags.writeable:
         raise InvalidArgumentError("the destination buffer is read-only")
     return view
+
+
+def address_of(view: np.ndarray) -> int:
+    """Start address of an array (cheaper than .ctypes.data)."""
+    return int(view.__array_interface__["data"][0])
 
 
 @dataclass
@@ -65,7 +70,7 @@ class BufferManager:
         return region
 
     def unregister(self, buffer: Any) -> None:
-        addr = as_bytes_view(buffer, writable=False).ctypes.data
+        addr = address_of(as_bytes_view(buffer, writable=False))
         with self._lock:
             region = self._regions.pop(addr, None)
             if region is None:
@@ -86,7 +91,7 @@ class BufferManager:
         view = as_bytes_view(buffer, writable)
         if view.nbytes == 0:
             raise InvalidArgumentError("empty buffer")
-        addr = view.ctypes.data
+        addr = address_of(view)
         if self._registered(addr, view.nbytes):
             return Span(addr, view.nbytes, view)
         try:

@@ -441,7 +441,7 @@ class _Requests:
         self.failed.add(owner)
 
     def run(self, engine: TransferEngine) -> set[int]:
-        """Runs the batch; returns the owners with any request not completed."""
+        """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
         if self.owner:
             handle = engine.submit(
                 self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths

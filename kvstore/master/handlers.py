@@ -112,7 +112,8 @@ class Handlers:
         return out
 
     def exists(self, params: dict[str, Any]) -> list[bool]:
-        return [self.state.exists(k) for k in v.keys(params)]
+        objects = self.state.objects
+        return [(m := objects.get(k)) is not None and m.complete for k in v.keys(params)]
 
     def remove(self, params: dict[str, Any]) -> list[Any]:
         force = v.flag(params, "force")

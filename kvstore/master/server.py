@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import selectors
 import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -40,7 +41,8 @@ class Master:
         self.http_address: str | None = None
 
     async def start(self) -> None:
-        rpc_server = await asyncio.start_server(self._serve_rpc, self.config.host, self.config.port)
+        loop = asyncio.get_running_loop()
+        rpc_server = await loop.create_server(lambda: _RpcProtocol(self), self.config.host, self.config.port)
         self._servers.append(rpc_server)
         self.address = _address(rpc_server)
         if self.config.http_port is not None:
@@ -65,27 +67,6 @@ class Master:
         await asyncio.gather(*(s.serve_forever() for s in self._servers))
 
     # -- RPC -----------------------------------------------------------------------------------------
-    async def _serve_rpc(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    header = await reader.readexactly(rpc.HEADER_SIZE)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                try:
-                    body = await reader.readexactly(rpc.frame_length(header))
-                    msg_id, method, params = rpc.parse_request(rpc.unpack(body))
-                except rpc.FrameError as exc:
-                    writer.write(rpc.pack([0, exc.code, str(exc), None]))
-                    await writer.drain()
-                    return  # the stream cannot be trusted any more
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                writer.write(rpc.pack(self._dispatch(msg_id, method, params)))
-                await writer.drain()
-        finally:
-            writer.close()
-
     def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any]:
         handler = self.handlers.methods.get(method)
         if handler is None:
@@ -187,14 +168,59 @@ class EmbeddedMaster:
             self.thread.join(timeout=10)
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed, else the default loop."""
-    try:
-        import uvloop
+class _RpcProtocol(asyncio.Protocol):
+    """One connection: frames are parsed as bytes arrive and answered in order, with no coroutine per
+    message (the state is only touched from this loop, so handlers run inline)."""
 
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
+    def __init__(self, master: Master) -> None:
+        self.master = master
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        replies = []
+        while len(self.buffer) >= rpc.HEADER_SIZE:
+            try:
+                n = rpc.frame_length(bytes(self.buffer[: rpc.HEADER_SIZE]))
+                if len(self.buffer) < rpc.HEADER_SIZE + n:
+                    break
+                body = bytes(self.buffer[rpc.HEADER_SIZE : rpc.HEADER_SIZE + n])
+                del self.buffer[: rpc.HEADER_SIZE + n]
+                msg_id, method, params = rpc.parse_request(rpc.unpack(body))
+            except rpc.FrameError as exc:
+                replies.append(rpc.pack([0, exc.code, str(exc), None]))
+                self.transport.write(b"".join(replies))
+                self.transport.close()  # the stream cannot be trusted any more
+                return
+            replies.append(rpc.pack(self.master._dispatch(msg_id, method, params)))
+        if replies:
+            self.transport.write(b"".join(replies))
+
+
+class _SpinningSelector(selectors.EpollSelector):
+    """Polls without sleeping for a moment before blocking. Clients send the next request soon after
+    a reply; a sleeping process takes ~80 µs to wake on a VM, a polling one answers at once."""
+
+    spin_seconds = 200e-6
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None or timeout > 0:
+            deadline = time.perf_counter() + self.spin_seconds
+            while time.perf_counter() < deadline:
+                ready = super().select(0)
+                if ready:
+                    return ready
+        return super().select(timeout)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """An event loop that polls briefly before sleeping (see _SpinningSelector)."""
+    return asyncio.SelectorEventLoop(_SpinningSelector())
 
 
 def _address(server: asyncio.base_events.Server) -> str:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,7 @@ def test_random_workload_never_overlaps() -> None:
                 live[off] = a.block_size(off)
                 assert a.block_size(off) >= size and off % 64 == 0
     spans = sorted(live.items())
-    for (o1, s1), (o2, _) in zip(spans, spans[1:], strict=False):
+    for (o1, s1), (o2, _) in itertools.pairwise(spans):
         assert o1 + s1 <= o2
     assert a.stats()["used"] == sum(live.values())
 
