@@ -17,6 +17,12 @@ from transfer_engine.units import format_size
 T = TypeVar("T")
 
 
+def wide_console() -> Console:
+    """A console for result tables: the terminal's width, or 120 columns when output is piped."""
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
 def with_progress(work: Callable[[Callable[[str], None]], T], steps: int, title: str = "store bench") -> T:
     """Runs work(advance) under a progress bar of `steps` steps (on stderr)."""
     columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
@@ -36,12 +42,12 @@ def store_table(results: list[OpResult], console: Console | None = None) -> None
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(*describe(r))
-    (console or Console()).print(table)
+    (console or wide_console()).print(table)
 
 
 def summary(duration: float = 3.0) -> int:
     """Store bench (cross-process, embedded cluster) and transfer benches (shm, tcp), one table."""
-    console = Console()
+    console = wide_console()
     rows: list[list[str]] = []
     store_cfg = StoreBenchConfig(duration=duration, segment_size=1 << 30)
     store = with_progress(lambda advance: run_store(store_cfg, advance), len(store_cfg.ops) + 2)

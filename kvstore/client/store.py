@@ -25,6 +25,7 @@ from kvstore.errors import (
     KVStoreError,
     MasterUnavailableError,
     ObjectNotFoundError,
+    TransferConnectionError,
     error_for_code,
 )
 from transfer_engine import Op, RequestState, Segment, TransferEngine
@@ -122,7 +123,8 @@ class Store:
         """A master and a segment in this process: the default for examples and the main command."""
         from kvstore.master import Master, MasterConfig
 
-        master_kwargs = kwargs.pop("master_config", {})
+        # The master shares this process's GIL with the client: polling for requests would slow both.
+        master_kwargs = {"busy_poll_us": 0, **kwargs.pop("master_config", {})}
         embedded = Master.start_in_thread(MasterConfig.load(**master_kwargs))
         try:
             store = cls.connect(embedded.address, segment_size=segment_size, **kwargs)
@@ -195,7 +197,9 @@ class Store:
         pin: bool = False,
     ) -> None:
         """Stores value under key; raises on failure (ObjectExistsError for a different value)."""
-        self._raise(self.batch_put_from([key], [value], replicas=replicas, pin=pin)[0], key)
+        result, message = self._put([key], [[value]], replicas, pin)[0]
+        if result < 0:
+            raise error_for_code(-result, message or f"put of {key!r} failed")
 
     def put_from(self, key: str, buffer: Any, *, replicas: int | None = None, pin: bool = False) -> None:
         self.put(key, buffer, replicas=replicas, pin=pin)
@@ -217,6 +221,11 @@ class Store:
         pin: bool = False,
     ) -> list[int]:
         """Each key's value is the concatenation of its buffers (e.g. one per layer, or K and V)."""
+        return [result for result, _ in self._put(keys, buffer_lists, replicas, pin)]
+
+    def _put(
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], replicas: int | None, pin: bool
+    ) -> list[tuple[int, str]]:
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
         spans = [[self.buffers.span(b, writable=False) for b in parts] for parts in buffer_lists]
@@ -227,8 +236,12 @@ class Store:
                 for s in parts:
                     self.buffers.release(s)
 
-    def _put_many(self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool) -> list[int]:
+    def _put_many(
+        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
+    ) -> list[tuple[int, str]]:
+        """Per key: (0 or a negative code, the reason)."""
         results = [OK] * len(keys)
+        messages = [""] * len(keys)
         items = []
         for key, parts in zip(keys, spans, strict=True):
             digest = xxhash.xxh3_64()
@@ -240,9 +253,9 @@ class Store:
         )
         requests = _Requests()
         writing: list[int] = []
-        for i, (code, _msg, placed) in enumerate(started):
+        for i, (code, message, placed) in enumerate(started):
             if code:
-                results[i] = -code
+                results[i], messages[i] = -code, message
             elif placed is not None:
                 writing.append(i)
                 for engine, region_id, offset in placed:
@@ -261,14 +274,15 @@ class Store:
             self.master.call("put_revoke", client_id=self.client_id, keys=undone)
             for i in writing:
                 if i in failed:
-                    results[i] = -6  # CONNECTION_FAILED: the bytes did not reach every replica
+                    results[i] = -TransferConnectionError.code
+                    messages[i] = "the bytes did not reach every replica"
         if done:
             ended = self.master.call("put_end", client_id=self.client_id, keys=done)
-            for i, (code, _msg, _none) in zip([i for i in writing if i not in failed], ended, strict=True):
+            for i, (code, message, _none) in zip([i for i in writing if i not in failed], ended, strict=True):
                 if code:
-                    results[i] = -code
+                    results[i], messages[i] = -code, message
         self.stats_local.puts += sum(1 for r in results if r == OK)
-        return results
+        return list(zip(results, messages, strict=True))
 
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -406,11 +420,6 @@ class Store:
         master = self.master.call("stats")
         local = {k: v for k, v in vars(self.stats_local).items() if k != "extra"}
         return {"master": master, "client": local}
-
-    @staticmethod
-    def _raise(result: int, key: str) -> None:
-        if result < 0:
-            raise error_for_code(-result, f"put of {key!r} failed")
 
 
 class _Requests:

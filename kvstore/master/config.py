@@ -34,6 +34,9 @@ class MasterConfig:
     max_replicas: int = 8
     allocation_alignment: int = 64
     """Replica offsets are multiples of this."""
+    busy_poll_us: int = 200
+    """Microseconds the event loop polls for the next request before sleeping: a sleeping process takes
+    ~80 µs to wake on a VM. 0 for a master sharing its process (and GIL) with clients."""
 
     def validate(self) -> None:
         if not 0 < self.low_watermark <= self.high_watermark <= 1:

@@ -136,7 +136,7 @@ class EmbeddedMaster:
 
     def __init__(self, master: Master) -> None:
         self.master = master
-        self.loop = new_event_loop()
+        self.loop = new_event_loop(master.config.busy_poll_us)
         started = threading.Event()
         failure: list[BaseException] = []
 
@@ -206,7 +206,9 @@ class _SpinningSelector(selectors.EpollSelector):
     """Polls without sleeping for a moment before blocking. Clients send the next request soon after
     a reply; a sleeping process takes ~80 µs to wake on a VM, a polling one answers at once."""
 
-    spin_seconds = 200e-6
+    def __init__(self, spin_seconds: float) -> None:
+        super().__init__()
+        self.spin_seconds = spin_seconds
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None or timeout > 0:
@@ -218,9 +220,9 @@ class _SpinningSelector(selectors.EpollSelector):
         return super().select(timeout)
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
+def new_event_loop(busy_poll_us: int = 0) -> asyncio.AbstractEventLoop:
     """An event loop that polls briefly before sleeping (see _SpinningSelector)."""
-    return asyncio.SelectorEventLoop(_SpinningSelector())
+    return asyncio.SelectorEventLoop(_SpinningSelector(busy_poll_us * 1e-6))
 
 
 def _address(server: asyncio.base_events.Server) -> str:
@@ -230,7 +232,7 @@ def _address(server: asyncio.base_events.Server) -> str:
 
 def run_master(config: MasterConfig) -> None:
     """`kvstore master`: serve until interrupted."""
-    loop = new_event_loop()
+    loop = new_event_loop(config.busy_poll_us)
     master = Master(config)
 
     async def main() -> None:

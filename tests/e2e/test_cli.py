@@ -159,3 +159,64 @@ def test_unreachable_peer_is_an_error_not_a_traceback() -> None:
 def test_block_larger_than_working_set() -> None:
     result = kvstore("bench", "transfer", "--block-size", "64MiB", "--working-set", "16MiB")
     assert result.returncode == 1 and "working set" in result.stderr
+
+
+STORE_FIELDS = {"op", "value_size", "batch_size", "ops_per_s", "gbps", "p50_us", "p99_us"}
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_bench_store_json(transport: str) -> None:
+    result = kvstore(
+        "bench",
+        "store",
+        "--duration",
+        "0.3",
+        "--value-size",
+        "64KiB",
+        "--batch-size",
+        "8",
+        "--segment-size",
+        "64MiB",
+        "--transport",
+        transport,
+        "--json",
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [r["op"] for r in rows] == ["put", "get", "get_single", "exists"]
+    for r in rows:
+        assert r.keys() >= STORE_FIELDS and r["ops_per_s"] > 0 and r["errors"] == 0
+        assert r["transport"] == transport
+
+
+def test_bench_summary_runs_everything() -> None:
+    result = kvstore("bench", "--duration", "0.3", timeout=300)
+    assert result.returncode == 0, result.stderr
+    for needle in ("store put", "store get", "store exists", "transfer shm", "transfer tcp", "ratio"):
+        assert needle in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "store", "--value-size", "0"],
+        ["bench", "store", "--transport", "rdma"],
+        ["node"],
+        ["node", "--master", "nowhere"],
+        ["master", "--port", "-1"],
+    ],
+)
+def test_store_cli_bad_arguments(args: list[str]) -> None:
+    result = kvstore(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_bench_store_bad_ops_is_an_error() -> None:
+    result = kvstore("bench", "store", "--ops", "put,fly", "--duration", "0.1")
+    assert result.returncode == 1 and "--ops" in result.stderr
+
+
+def test_node_without_master_fails_cleanly() -> None:
+    result = kvstore("node", "--master", "127.0.0.1:1", "--segment-size", "16MiB", timeout=60)
+    assert result.returncode == 1 and "kvstore: error:" in result.stderr and "Traceback" not in result.stderr
