@@ -133,6 +133,29 @@ def _run_store_bench(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
+def _add_allocator_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("allocator", help="offset allocator speed and fragmentation")
+    p.add_argument("--capacity", type=_size, default=4 << 30)
+    p.add_argument("--min-size", type=_size, default=4 << 10)
+    p.add_argument("--max-size", type=_size, default=1 << 20)
+    p.add_argument("--ops", type=_positive_int, default=200_000)
+    p.add_argument("--json", action="store_true")
+
+
+def _run_allocator_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import allocator_bench
+
+    if args.min_size > args.max_size or args.max_size > args.capacity:
+        raise KVStoreError("need min-size <= max-size <= capacity")
+    r = allocator_bench.run(args.capacity, args.min_size, args.max_size, args.ops)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(r)))
+    else:
+        for name, value in dataclasses.asdict(r).items():
+            print(f"{name:30} {value:,.3f}" if isinstance(value, float) else f"{name:30} {value:,}")
+    return 0
+
+
 def _add_master(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("master", help="run the metadata master")
     p.add_argument("--host", default="127.0.0.1")
@@ -195,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     benches = bench.add_subparsers(dest="bench")
     _add_transfer_bench(benches)
     _add_store_bench(benches)
+    _add_allocator_bench(benches)
     _add_master(commands)
     _add_node(commands)
     return parser
@@ -206,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runners = {
         ("bench", "transfer"): _run_transfer_bench,
         ("bench", "store"): _run_store_bench,
+        ("bench", "allocator"): _run_allocator_bench,
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,
         ("node", None): _run_node,

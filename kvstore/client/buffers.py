@@ -8,6 +8,7 @@ one only partly) goes through the staging area with a copy.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,13 @@ from transfer_engine._core import OffsetAllocator
 
 
 def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
-    """A flat uint8 view of a numpy array, bytearray, memoryview or bytes (read-only unless writable)."""
+    """A flat uint8 view of a numpy array, bytearray, memoryview, bytes (read-only unless writable), or of
+    raw memory given as (address, size) — which the caller must have registered and keep valid."""
+    if isinstance(buffer, tuple):
+        if len(buffer) != 2 or not all(isinstance(x, int) and x > 0 for x in buffer):
+            raise InvalidArgumentError("raw memory is given as (address, size) with positive ints")
+        addr, size = buffer
+        return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(addr))
     if isinstance(buffer, np.ndarray):
         if not buffer.flags.c_contiguous:
             raise InvalidArgumentError("buffers must be C-contiguous")
@@ -63,7 +70,11 @@ class BufferManager:
 
     # -- long-lived registrations ---------------------------------------------------------------------
     def register(self, buffer: Any) -> Region:
-        region = self.engine.register(buffer, export=False)
+        if isinstance(buffer, tuple):
+            view = as_bytes_view(buffer, writable=False)
+            region = self.engine.register_ptr(address_of(view), view.nbytes, export=False)
+        else:
+            region = self.engine.register(buffer, export=False)
         with self._lock:
             bisect.insort(self._bases, region.addr)
             self._regions[region.addr] = region
@@ -94,6 +105,10 @@ class BufferManager:
         addr = address_of(view)
         if self._registered(addr, view.nbytes):
             return Span(addr, view.nbytes, view)
+        if isinstance(buffer, tuple):
+            raise InvalidArgumentError(
+                "raw (address, size) memory must be registered with register_buffer first"
+            )
         try:
             region = self.engine.register(view, export=False)
             return Span(addr, view.nbytes, view, temporary=region)

@@ -199,3 +199,19 @@ def test_metrics_and_health(cluster: Cluster) -> None:
     )
     health = json.loads(urllib.request.urlopen(f"http://{cluster.http}/health", timeout=5).read())
     assert health["status"] == "ok" and health["segments"] == 2
+
+
+def test_raw_pointer_buffers(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        memory = np.zeros(1 << 20, np.uint8)
+        raw = (memory.ctypes.data, memory.nbytes)
+        from kvstore import InvalidArgumentError
+
+        with pytest.raises(InvalidArgumentError):
+            store.put_from("raw", raw)  # unregistered raw memory is refused, not guessed at
+        store.register_buffer(raw)
+        memory[:] = 9
+        store.put_from("raw", raw)
+        memory[:] = 0
+        assert store.get_into("raw", raw) == 1 << 20 and (memory == 9).all()
+        store.unregister_buffer(raw)
