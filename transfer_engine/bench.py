@@ -225,7 +225,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
     baseline_gbps, kind = (None, None)
     if cfg.baseline:
         baseline_gbps, kind = measure_baseline(
-            cfg, segment.transport, working_set, engine.config.copy_threads
+            cfg, segment.transport, working_set, engine.config.copy_threads, engine.config.tcp.socket_buffer
         )
     return TransferBenchResult(
         protocol=segment.transport,
@@ -267,11 +267,13 @@ def _progress(cfg: TransferBenchConfig, workers: list[_Worker], console: Console
 
 
 def measure_baseline(
-    cfg: TransferBenchConfig, transport: str, working_set: int, copy_threads: int
+    cfg: TransferBenchConfig, transport: str, working_set: int, copy_threads: int, socket_buffer: int
 ) -> tuple[float, str]:
     seconds = min(cfg.duration, 3.0)
     if transport == "tcp":
-        r = _core.tcp_stream_baseline(cfg.host, cfg.connections, cfg.block_size, working_set, seconds)
+        r = _core.tcp_stream_baseline(
+            cfg.host, cfg.connections, cfg.block_size, working_set, seconds, socket_buffer
+        )
         return float(r["gbps"]), f"raw tcp stream x{cfg.connections} over {format_size(working_set)}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)

@@ -174,6 +174,7 @@ class TransferEngine:
             max_payload=tcp.max_payload,
             io_timeout_ms=int(tcp.io_timeout * 1000),
             connect_timeout_ms=int(tcp.connect_timeout * 1000),
+            tcp_socket_buffer=tcp.socket_buffer,
         )
         self._core.start()
         self._regions: dict[int, Region] = {}

@@ -64,7 +64,7 @@ StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, 
 }
 
 StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size,
-                                         uint64_t working_set, double duration_s) {
+                                         uint64_t working_set, double duration_s, int socket_buffer) {
   const auto conns = static_cast<uint64_t>(connections);
   if (connections < 1 || block_size == 0 || working_set / conns < block_size) {
     return Status(Code::kInvalidArgument, "tcp baseline needs working_set >= connections x block_size > 0");
@@ -81,6 +81,9 @@ StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint
     if (!fd.ok()) return fd.status();
     senders.push_back(fd.value());
     receivers.push_back(accept4(listener.value(), nullptr, nullptr, SOCK_CLOEXEC));
+    // The same socket tuning the engine uses (no send/receive timeouts: this loop never stalls).
+    tune_data_socket(senders.back(), 0, socket_buffer);
+    tune_data_socket(receivers.back(), 0, socket_buffer);
   }
   close(listener.value());
   std::atomic<bool> stop{false};

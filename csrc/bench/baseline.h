@@ -20,6 +20,6 @@ StatusOr<Throughput> memcpy_baseline(uint64_t block_size, uint64_t working_set, 
 // side cycles through working_set bytes (split over the connections), so like the engine under
 // bench it sends from and receives into memory that is not cache-resident.
 StatusOr<Throughput> tcp_stream_baseline(const char* host, int connections, uint64_t block_size,
-                                         uint64_t working_set, double duration_s);
+                                         uint64_t working_set, double duration_s, int socket_buffer);
 
 }  // namespace kvs::bench

@@ -34,16 +34,17 @@ void bind_baseline(py::module_& m) {
   m.def(
       "tcp_stream_baseline",
       [](const std::string& host, int connections, uint64_t block_size, uint64_t working_set,
-         double duration_s) {
+         double duration_s, int socket_buffer) {
         StatusOr<bench::Throughput> r = Status();
         {
           py::gil_scoped_release release;
-          r = bench::tcp_stream_baseline(host.c_str(), connections, block_size, working_set, duration_s);
+          r = bench::tcp_stream_baseline(host.c_str(), connections, block_size, working_set, duration_s,
+                                         socket_buffer);
         }
         return to_dict(value_or_throw(std::move(r)));
       },
       py::arg("host"), py::arg("connections"), py::arg("block_size"), py::arg("working_set"),
-      py::arg("duration_s"),
+      py::arg("duration_s"), py::arg("socket_buffer") = 4 << 20,
       "Raw socket stream over loopback cycling a working set on each side; returns {bytes, seconds, gbps}.");
 }
 

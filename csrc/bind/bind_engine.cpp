@@ -79,7 +79,7 @@ void bind_engine(py::module_& m) {
       .def(py::init([](const std::string& host, uint16_t port, const std::string& protocol, bool enable_shm,
                        int copy_threads, uint64_t copy_slice_size, int tcp_connections,
                        uint64_t tcp_slice_size, uint64_t max_payload, int io_timeout_ms,
-                       int connect_timeout_ms) {
+                       int connect_timeout_ms, int tcp_socket_buffer) {
              EngineConfig c;
              c.host = host;
              c.port = port;
@@ -92,12 +92,13 @@ void bind_engine(py::module_& m) {
              c.tcp.max_payload = max_payload;
              c.tcp.io_timeout_ms = io_timeout_ms;
              c.tcp.connect_timeout_ms = connect_timeout_ms;
+             c.tcp.socket_buffer = tcp_socket_buffer;
              return std::make_unique<Engine>(c);
            }),
            py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"),
            py::arg("copy_threads"), py::arg("copy_slice_size"), py::arg("tcp_connections"),
            py::arg("tcp_slice_size"), py::arg("max_payload"), py::arg("io_timeout_ms"),
-           py::arg("connect_timeout_ms"))
+           py::arg("connect_timeout_ms"), py::arg("tcp_socket_buffer") = 4 << 20)
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", &Engine::name)

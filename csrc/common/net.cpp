@@ -113,9 +113,13 @@ StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms
   return fd;
 }
 
-void tune_data_socket(int fd, int poll_ms) {
+void tune_data_socket(int fd, int poll_ms, int buffer_bytes) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (buffer_bytes > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  }
   timeval tv{};
   tv.tv_sec = poll_ms / 1000;
   tv.tv_usec = (poll_ms % 1000) * 1000;

@@ -24,7 +24,7 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def candidates(self) -> Iterator[str]:
-        """Keys, first to evict first. The caller may remove keys while iterating a fresh iterator."""
+        """Keys, first to evict first. The caller stops iterating before it removes anything."""
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -50,8 +50,7 @@ class LRUPolicy(EvictionPolicy):
         self._order.pop(key, None)
 
     def candidates(self) -> Iterator[str]:
-        # A snapshot: the caller evicts while walking it.
-        return iter(list(self._order))
+        return iter(self._order)
 
     def __len__(self) -> int:
         return len(self._order)

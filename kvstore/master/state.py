@@ -220,12 +220,11 @@ class MasterState:
             raise NoSpaceError(
                 f"{replicas} replicas of {size} bytes: only {len(fitting)} segments are large enough"
             )
-        victims = self.policy.candidates()
         while True:
             placed = self._try_place(size, replicas, fitting)
             if placed is not None:
                 return placed
-            if not self._evict_one(victims):
+            if not self._evict_one():
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
 
     def _try_place(self, size: int, replicas: int, fitting: list[Segment]) -> list[Replica] | None:
@@ -299,16 +298,21 @@ class MasterState:
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
 
-    def _evict_one(self, victims: object) -> bool:
+    def _evict_one(self) -> bool:
+        """Evicts the policy's first evictable object; False when none may go."""
         now = self.clock()
-        for key in victims:  # type: ignore[attr-defined]
+        victim = None
+        for key in self.policy.candidates():
             meta = self.objects.get(key)
             if meta is not None and self.evictable(meta, now):
-                self.counters.evictions += 1
-                self.counters.evicted_bytes += meta.size
-                self._delete(meta)
-                return True
-        return False
+                victim = meta
+                break
+        if victim is None:
+            return False
+        self.counters.evictions += 1
+        self.counters.evicted_bytes += victim.size
+        self._delete(victim)
+        return True
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
@@ -317,9 +321,8 @@ class MasterState:
         """Above the high watermark, evicts down to the low one. Returns the number evicted."""
         if self.usage() <= self.config.high_watermark:
             return 0
-        victims = self.policy.candidates()
         evicted = 0
-        while self.usage() > self.config.low_watermark and self._evict_one(victims):
+        while self.usage() > self.config.low_watermark and self._evict_one():
             evicted += 1
         return evicted
 

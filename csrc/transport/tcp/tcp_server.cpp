@@ -51,7 +51,7 @@ void TcpServer::accept_loop() {
     if (poll(&pfd, 1, config_.poll_ms) <= 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    tune_data_socket(fd, config_.poll_ms);
+    tune_data_socket(fd, config_.poll_ms, config_.socket_buffer);
     std::lock_guard<std::mutex> lock(mu_);
     reap_finished();
     if (stopping_.load()) {

@@ -26,7 +26,7 @@ StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& 
   if (!hp.ok()) return hp.status();
   auto fd = tcp_connect(hp.value().host, hp.value().port, config.connect_timeout_ms);
   if (!fd.ok()) return fd.status();
-  tune_data_socket(fd.value(), config.poll_ms);
+  tune_data_socket(fd.value(), config.poll_ms, config.socket_buffer);
   char raw[kHeaderSize];
   FrameHeader hello;
   hello.opcode = Opcode::kHello;
