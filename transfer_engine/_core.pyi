@@ -57,6 +57,7 @@ class Engine:
         timeout_ms: int,
     ) -> Batch: ...
     def wait(self, batch: Batch, timeout_ms: int, help: bool = True) -> bool: ...
+    def help_once(self) -> bool: ...
     def transfer(
         self,
         op: int,
@@ -83,7 +84,12 @@ def memcpy_baseline(
     block_size: int, working_set: int, duration_s: float, threads: int = 1
 ) -> dict[str, float]: ...
 def tcp_stream_baseline(
-    host: str, connections: int, block_size: int, working_set: int, duration_s: float, socket_buffer: int = ...
+    host: str,
+    connections: int,
+    block_size: int,
+    working_set: int,
+    duration_s: float,
+    socket_buffer: int = ...,
 ) -> dict[str, float]: ...
 
 class OffsetAllocator:

@@ -131,6 +131,11 @@ class BatchHandle:
         """Per-request core error codes; 0 where the request did not fail."""
         return self._batch.errors()
 
+    def help_once(self) -> bool:
+        """Runs one queued copy (of any batch) on this thread; False when none is queued. Lets a caller
+        interleave its own work on arrived data with moving the rest."""
+        return bool(self._engine._core_engine().help_once())
+
     def raise_for_status(self) -> None:
         """Raises TransferFailedError (or TransferTimeoutError) unless every request completed."""
         states = self.states()
@@ -380,6 +385,26 @@ class TransferEngine:
         """Writes local memory into one range of a peer region; raises on failure."""
         self._one(Op.WRITE, local_addr, segment, region_id, offset, length, timeout)
 
+    def transfer_one(
+        self,
+        op: Op | int,
+        local_addr: int,
+        segment: Segment,
+        region_id: int,
+        offset: int,
+        length: int,
+        *,
+        timeout: float | None = None,
+    ) -> tuple[RequestState, int]:
+        """One request, run to the end with the least overhead; returns (state, core error code)."""
+        if min(local_addr, region_id, offset, length) < 0:
+            raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
+        deadline = self.config.transfer_timeout if timeout is None else timeout
+        state, code = self._core_engine().transfer(
+            int(op), local_addr, segment.handle, region_id, offset, length, int(deadline * 1000)
+        )
+        return RequestState(state), code
+
     def _one(
         self,
         op: Op,
@@ -390,11 +415,6 @@ class TransferEngine:
         length: int,
         timeout: float | None,
     ) -> None:
-        if min(addr, region_id, offset, length) < 0:
-            raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
-        deadline = self.config.transfer_timeout if timeout is None else timeout
-        state, code = self._core_engine().transfer(
-            int(op), addr, segment.handle, region_id, offset, length, int(deadline * 1000)
-        )
+        state, code = self.transfer_one(op, addr, segment, region_id, offset, length, timeout=timeout)
         if state != RequestState.COMPLETED:
             raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {segment.name} failed")

@@ -187,6 +187,8 @@ void bind_engine(py::module_& m) {
           },
           py::arg("batch"), py::arg("timeout_ms"), py::arg("help") = true,
           "Waits for a batch; True when every request is final.")
+      .def("help_once", &Engine::help_once, py::call_guard<py::gil_scoped_release>(),
+           "Runs one queued copy on this thread; False if none was queued.")
       .def(
           "transfer",
           [](Engine& e, uint8_t op, uint64_t local, uint32_t segment, uint64_t region, uint64_t offset,

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,14 +359,14 @@ class Store:
                         requests.add(i, Op.READ, s.addr, segment, region_id, offset, n)
                     offset += n
                     left -= n
-            failed = requests.run(self.engine)
             retry = []
-            for i in todo:
-                if i not in failed and self._checksum_ok(spans[i], found[i][0], found[i][1]):
+            # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
+            for i, moved in requests.stream(self.engine):
+                if moved and self._checksum_ok(spans[i], found[i][0], found[i][1]):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
-                if i in failed:
+                if not moved:
                     self.stats_local.replica_failures += 1
                 else:
                     self.stats_local.checksum_mismatches += 1
@@ -422,6 +422,10 @@ class Store:
         return {"master": master, "client": local}
 
 
+_PENDING = int(RequestState.PENDING)
+_COMPLETED = int(RequestState.COMPLETED)
+
+
 class _Requests:
     """Flat arrays for one engine batch, with the key index of every request."""
 
@@ -434,6 +438,7 @@ class _Requests:
         self.offsets: list[int] = []
         self.lengths: list[int] = []
         self.failed: set[int] = set()
+        self.segment_objects: list[Segment] = []
 
     def add(
         self, owner: int, op: Op, local: int, segment: Segment, region: int, offset: int, length: int
@@ -442,6 +447,7 @@ class _Requests:
         self.ops.append(op)
         self.local.append(local)
         self.segments.append(segment.handle)
+        self.segment_objects.append(segment)
         self.regions.append(region)
         self.offsets.append(offset)
         self.lengths.append(length)
@@ -449,9 +455,45 @@ class _Requests:
     def fail(self, owner: int) -> None:
         self.failed.add(owner)
 
+    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, bool]]:
+        """Runs the batch, yielding (owner, all its requests completed) as each owner's requests end."""
+        for owner in self.failed:
+            yield owner, False
+        if len(self.owner) <= 1:
+            yield from ((o, o not in self.run(engine)) for o in set(self.owner) - self.failed)
+            return
+        handle = engine.submit(self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths)
+        # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
+        owner_ids = np.asarray(self.owner)
+        starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
+        owners = owner_ids[starts]
+        open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
+        while open_.any():
+            helped = handle.help_once()
+            states = handle.states()
+            unfinished = np.add.reduceat(states == _PENDING, starts)
+            bad = np.add.reduceat(states != _COMPLETED, starts)
+            finished = np.flatnonzero(open_ & (unfinished == 0))
+            open_[finished] = False
+            for k in finished.tolist():
+                yield int(owners[k]), bool(bad[k] == 0)
+            if finished.size == 0 and not helped:
+                handle.wait(0.0002, help=False)
+
     def run(self, engine: TransferEngine) -> set[int]:
         """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
-        if self.owner:
+        if len(self.owner) == 1:  # one request: the engine's single-call path, no arrays
+            state, _ = engine.transfer_one(
+                self.ops[0],
+                self.local[0],
+                self.segment_objects[0],
+                self.regions[0],
+                self.offsets[0],
+                self.lengths[0],
+            )
+            if state != RequestState.COMPLETED:
+                self.failed.add(self.owner[0])
+        elif self.owner:
             handle = engine.submit(
                 self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths
             )
