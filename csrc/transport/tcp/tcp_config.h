@@ -10,9 +10,9 @@ struct TcpConfig {
   uint64_t max_payload = 64ull << 20;  // largest frame payload accepted from a peer
   int io_timeout_ms = 5000;            // no progress for this long on a busy connection: it is dead
   int connect_timeout_ms = 3000;
-  int poll_ms = 100;      // socket timeout granularity
+  int poll_ms = 100;            // socket timeout granularity
   int socket_buffer = 4 << 20;  // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
-  int busy_poll_us = 50;  // spin this long for a due reply/request before sleeping (0: never)
+  int busy_poll_us = 50;        // spin this long for a due reply/request before sleeping (0: never)
   int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
 };
 

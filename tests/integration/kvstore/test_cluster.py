@@ -215,3 +215,36 @@ def test_raw_pointer_buffers(cluster: Cluster) -> None:
         memory[:] = 0
         assert store.get_into("raw", raw) == 1 << 20 and (memory == 9).all()
         store.unregister_buffer(raw)
+
+
+def test_node_killed_during_reads_never_yields_wrong_bytes(cluster: Cluster) -> None:
+    with Store.connect(cluster.master) as store:
+        keys = [f"live{i}" for i in range(64)]
+        values = [value(32 << 10, 1000 + i) for i in range(64)]
+        assert store.batch_put_from(keys, values) == [0] * 64
+        out = np.zeros((64, 32 << 10), np.uint8)
+        store.register_buffer(out)
+        stop = threading.Event()
+        problems: list[str] = []
+        rounds = [0]
+
+        def reader() -> None:
+            while not stop.is_set():
+                results = store.batch_get_into(keys, list(out))
+                rounds[0] += 1
+                for i, r in enumerate(results):
+                    if r == MISS:
+                        continue
+                    if r != 32 << 10 or out[i].tobytes() != values[i]:
+                        problems.append(f"{keys[i]}: result {r}, bytes differ")
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        while rounds[0] < 3:
+            time.sleep(0.01)
+        cluster.nodes[0][0].send_signal(signal.SIGKILL)
+        cluster.nodes[0][0].wait()
+        time.sleep(0.5)
+        stop.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and not problems and rounds[0] > 3
