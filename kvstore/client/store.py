@@ -53,6 +53,16 @@ class ClientStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class PrefixMatch:
+    matched: int
+    """Leading keys stored."""
+    replicas: list[list[str]]
+    """For each matched key, the segments (transfer engine names) holding a replica."""
+    per_node: dict[str, int]
+    """For each segment, how many leading keys it holds itself."""
+
+
 class Store:
     """Thread-safe client. Create with :meth:`connect` (a running master) or :meth:`embedded`."""
 
@@ -399,6 +409,33 @@ class Store:
         with self._segments_lock:
             self._segments[name] = segment
         return segment
+
+    # -- prefix blocks -------------------------------------------------------------------------------
+    def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
+        """Stores KV blocks (keys from kvstore.blocks.BlockHasher); per key 0 or a negative code."""
+        return self.batch_put_from(keys, buffers, **kwargs)
+
+    def get_blocks(self, keys: Sequence[str], buffers: Sequence[Any]) -> int:
+        """Loads the leading run of stored blocks into buffers; returns how many leading blocks loaded.
+
+        A block is worthless without its prefix, so blocks after the first miss are not fetched.
+        """
+        n = self.match_prefix(keys).matched
+        if n == 0:
+            return 0
+        results = self.batch_get_into(list(keys[:n]), list(buffers[:n]))
+        loaded = 0
+        while loaded < n and results[loaded] >= 0:
+            loaded += 1
+        return loaded
+
+    def match_prefix(self, keys: Sequence[str]) -> PrefixMatch:
+        """The number of leading keys stored (one RPC), where each lives, and per node its leading run:
+        a scheduler routes the request to the node with the longest run."""
+        reply = self.master.call("match_prefix", keys=list(keys))
+        return PrefixMatch(
+            int(reply["matched"]), [list(r) for r in reply["replicas"]], dict(reply["per_node"])
+        )
 
     # -- the rest -------------------------------------------------------------------------------------
     def exists(self, key: str) -> bool:

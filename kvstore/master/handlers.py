@@ -43,6 +43,7 @@ class Handlers:
                 "remove_all",
                 "stats",
                 "ping",
+                "match_prefix",
             )
         }
 
@@ -110,6 +111,18 @@ class Handlers:
             ]
             out.append([meta.size, meta.checksum, replicas])
         return out
+
+    def match_prefix(self, params: dict[str, Any]) -> dict[str, Any]:
+        """How many leading keys are stored, where each lives, and per node its own leading run."""
+        matched = self.state.match_prefix(v.keys(params))
+        where = [sorted({r.segment.engine for r in meta.replicas}) for meta in matched]
+        per_node: dict[str, int] = {}
+        for engine in {e for engines in where for e in engines}:
+            n = 0
+            while n < len(where) and engine in where[n]:
+                n += 1
+            per_node[engine] = n
+        return {"matched": len(matched), "replicas": where, "per_node": per_node}
 
     def exists(self, params: dict[str, Any]) -> list[bool]:
         objects = self.state.objects

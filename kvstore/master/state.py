@@ -265,6 +265,20 @@ class MasterState:
         self.counters.hits += 1
         return meta
 
+    def match_prefix(self, keys: list[str]) -> list[ObjectMeta]:
+        """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
+        matched = []
+        for key in keys:
+            meta = self.objects.get(key)
+            if meta is None or not meta.complete:
+                break
+            matched.append(meta)
+        now = self.clock()
+        for meta in matched:
+            meta.last_access = now
+            self.policy.on_access(meta.key)
+        return matched
+
     def exists(self, key: str) -> bool:
         meta = self.objects.get(key)
         return meta is not None and meta.complete

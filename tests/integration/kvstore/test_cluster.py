@@ -248,3 +248,25 @@ def test_node_killed_during_reads_never_yields_wrong_bytes(cluster: Cluster) -> 
         stop.set()
         thread.join(timeout=30)
         assert not thread.is_alive() and not problems and rounds[0] > 3
+
+
+def test_blocks_and_match_prefix(cluster: Cluster) -> None:
+    from kvstore.blocks import BlockHasher
+
+    hasher = BlockHasher(4, "model-a")
+    tokens = np.arange(4 * 6)
+    keys = hasher.keys(tokens)
+    blocks = [np.full(1000, i, np.uint8) for i in range(6)]
+    with Store.connect(cluster.master) as store:
+        assert store.match_prefix(keys).matched == 0
+        assert store.put_blocks(keys[:4], blocks[:4]) == [0] * 4
+        store.put_blocks(keys[5:], blocks[5:])  # a block whose prefix is missing
+        match = store.match_prefix(keys)
+        assert match.matched == 4 and len(match.replicas) == 4
+        assert max(match.per_node.values()) <= 4 and set(match.per_node) <= {n for _, n in cluster.nodes}
+        assert all(len(r) == 1 for r in match.replicas)
+        out = [np.zeros(1000, np.uint8) for _ in range(6)]
+        assert store.get_blocks(keys, out) == 4
+        assert all((out[i] == i).all() for i in range(4)) and not out[4].any() and not out[5].any()
+        other = BlockHasher(4, "model-a").keys(np.r_[np.arange(8), np.arange(100, 116)])
+        assert store.match_prefix(other).matched == 2  # shared first two blocks

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xxhash
+
+from kvstore.blocks import BlockHasher
+from kvstore.errors import InvalidArgumentError
+
+# Fixed inputs -> fixed keys: these must never change (they name data already stored by users).
+FROZEN_NS = ["eeb7dde3597f35f3f5b50814456f5041", "17275e3856855e2dff59e1e7c123fb08"]
+FROZEN_EMPTY = ["ab1dc4eee11a459d393fdc4c0668cf07"]
+
+
+def test_definition() -> None:
+    tokens = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+    keys = BlockHasher(4, "llama-3-8b/tp0").keys(tokens)
+    assert len(keys) == 2  # the partial trailing block gets no key
+    b0 = np.array([5, 6, 7, 8], "<u4").tobytes()
+    b1 = np.array([9, 10, 11, 12], "<u4").tobytes()
+    h0 = xxhash.xxh3_128(bytes(16) + b0 + b"llama-3-8b/tp0").digest()
+    h1 = xxhash.xxh3_128(h0 + b1 + b"llama-3-8b/tp0").digest()
+    assert keys == [h0.hex(), h1.hex()]
+
+
+def test_fixed_vectors() -> None:
+    h = BlockHasher(2, "ns")
+    assert h.keys([1, 2, 3, 4]) == [
+        xxhash.xxh3_128(bytes(16) + b"\x01\x00\x00\x00\x02\x00\x00\x00ns").hexdigest(),
+        xxhash.xxh3_128(
+            xxhash.xxh3_128(bytes(16) + b"\x01\x00\x00\x00\x02\x00\x00\x00ns").digest()
+            + b"\x03\x00\x00\x00\x04\x00\x00\x00ns"
+        ).hexdigest(),
+    ]
+    # Frozen literal values: a change of encoding would silently orphan every stored block.
+    assert BlockHasher(2, "ns").keys([1, 2, 3, 4]) == FROZEN_NS
+    assert BlockHasher(3).keys([0, 1, 2]) == FROZEN_EMPTY
+
+
+def test_prefix_property() -> None:
+    h = BlockHasher(16, "m")
+    a = h.keys(np.arange(64))
+    b = h.keys(np.r_[np.arange(48), np.arange(100, 116)])
+    assert a[:3] == b[:3] and a[3] != b[3]
+    c = h.keys(np.r_[np.arange(16) + 1, np.arange(16, 64)])  # first block differs: every key differs
+    assert not set(a) & set(c)
+    assert BlockHasher(16, "other").keys(np.arange(64))[0] != a[0]
+
+
+def test_types_and_validation() -> None:
+    h = BlockHasher(2)
+    assert h.keys([]) == [] and h.keys([1]) == []
+    assert h.keys(np.array([1, 2], dtype=np.int64)) == h.keys([1, 2]) == h.keys((1, 2))
+    for bad in ([-1, 2], [2**32, 1], [1.5, 2.0], [[1, 2]]):
+        with pytest.raises(InvalidArgumentError):
+            h.keys(bad)
+    with pytest.raises(InvalidArgumentError):
+        BlockHasher(0)
+
+
+def test_engine_ids() -> None:
+    h = BlockHasher(16, "m")
+    keys = h.keys_from_ids([1, 2**100, -5, b"\x00\x01"])
+    assert len(set(keys)) == 4 and all(len(k) == 32 for k in keys)
+    assert keys == h.keys_from_ids([1, 2**100, -5, b"\x00\x01"])
+    assert BlockHasher(16, "n").keys_from_ids([1]) != keys[:1]
+    with pytest.raises(InvalidArgumentError):
+        h.keys_from_ids([1.0])  # type: ignore[list-item]
