@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from transfer_engine.errors import KVStoreError
@@ -156,6 +157,75 @@ def _run_allocator_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_trace_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trace", help="replay a request trace: block hit rate per policy and mode")
+    p.add_argument("trace", help="FAST'25-format JSONL (hash_ids = prefix-chained blocks)")
+    p.add_argument("--nodes", type=_positive_int, default=1)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--capacity-tokens", type=_positive_int, help="per node")
+    size.add_argument("--capacity-blocks", type=_positive_int, help="per node (default 10000)")
+    p.add_argument("--block-tokens", type=_positive_int, default=512)
+    p.add_argument("--policy", default="adaptive", help="eviction policy, or a comma list (with --plot)")
+    p.add_argument("--mode", choices=["global", "local"], default="global")
+    p.add_argument("--route", choices=["longest", "balanced"], default="longest", help="local mode routing")
+    p.add_argument("--payload-bytes", type=_size, default=1024, help="object size without --simulate")
+    p.add_argument("--simulate", action="store_true", help="run the policy without moving data (fast)")
+    p.add_argument("--plot", metavar="PNG", help="plot hit rate vs capacity for the policies (simulated)")
+    p.add_argument("--limit", type=_positive_int, help="replay only the first N requests")
+    p.add_argument("--json", action="store_true", help="one JSON object per result")
+
+
+def _run_trace_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import trace as tr
+    from kvstore.master.eviction import make_policy
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    for name in policies:
+        make_policy(name)  # unknown names fail here, clearly
+    capacity = args.capacity_blocks or (
+        args.capacity_tokens // args.block_tokens if args.capacity_tokens else 10000
+    )
+    if capacity <= 0:
+        raise KVStoreError("capacity is smaller than one block")
+    requests = tr.load_trace(args.trace, args.limit)
+    name = Path(args.trace).name
+    results: list[tr.TraceResult] = []
+    if args.plot:
+        sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)})
+        results = tr.plot(requests, sweep, policies, args.mode, args.nodes, args.plot, name, args.route)
+    else:
+        for policy in policies:
+            if args.simulate:
+                results.append(
+                    tr.simulate(requests, capacity, policy, args.mode, args.nodes, name, args.route)
+                )
+            else:
+                results.append(
+                    tr.replay_real(
+                        requests,
+                        capacity,
+                        policy,
+                        args.mode,
+                        args.nodes,
+                        args.payload_bytes,
+                        name,
+                        args.route,
+                    )
+                )
+    for r in results:
+        if args.json:
+            print(tr.to_json(r))
+        else:
+            kind = "simulated" if r.simulate else "real store"
+            print(
+                f"{r.trace} {r.mode:6} nodes={r.nodes} capacity={r.capacity_blocks:>7}/node "
+                f"policy={r.policy:9} hit_rate={r.hit_rate:.3f} evictions={r.evictions} ({kind})"
+            )
+    if args.plot and not args.json:
+        print(f"plot written to {args.plot}")
+    return 0
+
+
 def _add_master(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("master", help="run the metadata master")
     p.add_argument("--host", default="127.0.0.1")
@@ -219,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_transfer_bench(benches)
     _add_store_bench(benches)
     _add_allocator_bench(benches)
+    _add_trace_bench(benches)
     _add_master(commands)
     _add_node(commands)
     return parser
@@ -231,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("bench", "transfer"): _run_transfer_bench,
         ("bench", "store"): _run_store_bench,
         ("bench", "allocator"): _run_allocator_bench,
+        ("bench", "trace"): _run_trace_bench,
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,
         ("node", None): _run_node,

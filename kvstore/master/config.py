@@ -29,7 +29,7 @@ class MasterConfig:
     """Usage above which background eviction starts."""
     low_watermark: float = 0.85
     """Usage background eviction brings the pool down to."""
-    eviction_policy: str = "lru"
+    eviction_policy: str = "adaptive"
     """Name of the eviction policy (kvstore.master.eviction.POLICIES)."""
     max_replicas: int = 8
     allocation_alignment: int = 64

@@ -3,6 +3,7 @@ that may not go (leased, pinned, put in progress); a policy only orders keys."""
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -56,7 +57,114 @@ class LRUPolicy(EvictionPolicy):
         return len(self._order)
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {LRUPolicy.name: LRUPolicy}
+class _Shadow:
+    """A key-only LRU cache of a sample of the key space, replaying one insertion rule."""
+
+    def __init__(self, bimodal: bool, epsilon: float) -> None:
+        self.bimodal = bimodal
+        self.epsilon = epsilon
+        self.order: OrderedDict[str, None] = OrderedDict()
+        self.ghost: OrderedDict[str, None] = OrderedDict()
+        self.hits = 0.0
+        self.inserts = 0
+
+    def reference(self, key: str, capacity: int) -> None:
+        if key in self.order:
+            self.hits += 1
+            self.order.move_to_end(key)
+            return
+        _insert(self.order, self.ghost, key, self.bimodal, self.epsilon, self.inserts)
+        self.inserts += 1
+        while len(self.order) > capacity:
+            evicted, _ = self.order.popitem(last=False)
+            _remember(self.ghost, evicted, capacity)
+
+
+def _insert(
+    order: OrderedDict[str, None],
+    ghost: OrderedDict[str, None],
+    key: str,
+    bimodal: bool,
+    epsilon: float,
+    count: int,
+) -> None:
+    """LRU insertion puts a new key at the MRU end. Bimodal insertion puts it at the LRU end (first to
+    go unless used again) except every 1/epsilon-th key and keys evicted recently (in the ghost list):
+    a flood of one-off keys then cannot push out the keys that are being reused."""
+    order[key] = None
+    if not bimodal:
+        return
+    if key in ghost:
+        del ghost[key]
+    elif epsilon <= 0 or count % max(1, round(1 / epsilon)) != 0:
+        order.move_to_end(key, last=False)
+
+
+def _remember(ghost: OrderedDict[str, None], key: str, capacity: int) -> None:
+    ghost[key] = None
+    while len(ghost) > 4 * max(capacity, 1):
+        ghost.popitem(last=False)
+
+
+class AdaptivePolicy(EvictionPolicy):
+    """LRU order with an adaptive insertion rule (set dueling, after Qureshi et al.'s DIP).
+
+    Two shadow caches replay a 1/`sample` sample of the references, one inserting new keys like LRU,
+    one with bimodal insertion plus a ghost list; the real cache inserts the way the shadow with more
+    (decayed) hits does. Small caches facing many one-off keys get scan resistance; large caches, where
+    recency wins, stay LRU. Hits always move a key to the MRU end.
+    """
+
+    name = "adaptive"
+
+    def __init__(
+        self, sample: int = 8, epsilon: float = 1 / 32, decay: float = 0.9999, margin: float = 0.05
+    ) -> None:
+        self._margin = margin
+        self._order: OrderedDict[str, None] = OrderedDict()
+        self._ghost: OrderedDict[str, None] = OrderedDict()
+        self._sample = sample
+        self._epsilon = epsilon
+        self._decay = decay
+        self._shadows = (_Shadow(False, epsilon), _Shadow(True, epsilon))
+        self._inserts = 0
+
+    @property
+    def bimodal(self) -> bool:
+        """True while bimodal insertion is winning."""
+        lru, bip = self._shadows
+        return bip.hits > lru.hits * (1 + self._margin)  # a clear win only: LRU is the safe default
+
+    def _reference(self, key: str) -> None:
+        if zlib.crc32(key.encode()) % self._sample:
+            return
+        capacity = max(1, len(self._order) // self._sample)
+        for shadow in self._shadows:
+            shadow.hits *= self._decay
+            shadow.reference(key, capacity)
+
+    def on_insert(self, key: str, size: int) -> None:
+        self._reference(key)
+        _insert(self._order, self._ghost, key, self.bimodal, self._epsilon, self._inserts)
+        self._inserts += 1
+
+    def on_access(self, key: str) -> None:
+        if key in self._order:
+            self._reference(key)
+            self._order.move_to_end(key)
+
+    def on_remove(self, key: str) -> None:
+        if self._order.pop(key, 0) is None:
+            _remember(self._ghost, key, len(self._order))
+
+    def candidates(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+POLICIES: dict[str, type[EvictionPolicy]] = {LRUPolicy.name: LRUPolicy, AdaptivePolicy.name: AdaptivePolicy}
 
 
 def make_policy(name: str) -> EvictionPolicy:

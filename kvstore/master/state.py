@@ -176,6 +176,7 @@ class MasterState:
             if not existing.complete:
                 raise ObjectBusyError(f"a put of {key!r} is in progress")
             if existing.size == size and existing.checksum == checksum:
+                self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
                 return None  # same key, same bytes: nothing to write
             raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
         placed = self._place(size, replicas, client.host_id)

@@ -87,7 +87,7 @@ def test_replicas_prefer_distinct_hosts(clock: Clock) -> None:
 
 
 def test_eviction_makes_room_in_lru_order(clock: Clock) -> None:
-    state = make_state(clock, [("h0", 4 * MiB)])
+    state = make_state(clock, [("h0", 4 * MiB)], eviction_policy="lru")
     for k in "abcd":
         put(state, k)
         clock.now += 1
@@ -135,7 +135,9 @@ def test_remove_respects_lease_unless_forced(clock: Clock) -> None:
 
 
 def test_watermarks(clock: Clock) -> None:
-    state = make_state(clock, [("h0", 10 * MiB)], high_watermark=0.8, low_watermark=0.5)
+    state = make_state(
+        clock, [("h0", 10 * MiB)], high_watermark=0.8, low_watermark=0.5, eviction_policy="lru"
+    )
     for i in range(8):
         put(state, f"k{i}")
     assert state.evict_to_watermark() == 0  # at 0.8, not above

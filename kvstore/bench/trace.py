@@ -1,0 +1,288 @@
+"""`kvstore bench trace`: replay a FAST'25-format request trace (JSONL, `hash_ids` = prefix-chained
+512-token blocks) through the store's cache policy and report the block hit rate.
+
+A request hits on its leading run of cached blocks (a block is worthless without its prefix); then all of
+its blocks are stored or touched. `global` pools every node's capacity into one cache (Mooncake's design);
+`local` gives each node a private cache and routes each request to the node holding its longest prefix
+(ties: the node that served the fewest blocks), as the paper's baseline.
+
+`--simulate` drives the master's own policy objects (kvstore.master.eviction) without moving data; without
+it every block is a real object of `--payload-bytes` in a real store (master RPC, segments, transfers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kvstore.errors import InvalidArgumentError
+from kvstore.master.eviction import EvictionPolicy, make_policy
+
+Trace = list[list[int]]
+
+
+def load_trace(path: str | Path, limit: int | None = None) -> Trace:
+    """Requests' hash_ids; every line is checked (clear error with the line number, nothing guessed)."""
+    requests: Trace = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read trace {path}: {exc.strerror}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+        ids = record.get("hash_ids") if isinstance(record, dict) else None
+        if not isinstance(ids, list) or not all(type(h) is int and h >= 0 for h in ids):
+            raise InvalidArgumentError(f"{path}:{number}: 'hash_ids' must be a list of non-negative integers")
+        requests.append(ids)
+        if limit is not None and len(requests) >= limit:
+            break
+    if not requests:
+        raise InvalidArgumentError(f"{path}: no requests")
+    return requests
+
+
+class SimulatedCache:
+    """A cache of block ids of fixed capacity, ordered by a master eviction policy."""
+
+    def __init__(self, policy: str, capacity: int) -> None:
+        if capacity <= 0:
+            raise InvalidArgumentError("capacity must be positive")
+        self.policy: EvictionPolicy = make_policy(policy)
+        self.capacity = capacity
+        self.present: set[str] = set()
+        self.evictions = 0
+
+    def prefix(self, keys: Sequence[str]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.present:
+                break
+            n += 1
+        return n
+
+    def admit(self, keys: Sequence[str]) -> None:
+        for k in keys:
+            if k in self.present:
+                self.policy.on_access(k)
+            else:
+                self.present.add(k)
+                self.policy.on_insert(k, 1)
+        while len(self.present) > self.capacity:
+            victim = next(self.policy.candidates())
+            self.present.discard(victim)
+            self.policy.on_remove(victim)
+            self.evictions += 1
+
+
+@dataclass
+class TraceResult:
+    trace: str
+    mode: str
+    nodes: int
+    capacity_blocks: int  # per node
+    policy: str
+    hit_rate: float
+    requests: int
+    blocks: int
+    hits: int
+    evictions: int
+    simulate: bool
+    per_node_hit_rate: list[float] = field(default_factory=list)
+    per_node_blocks: list[int] = field(default_factory=list)
+
+
+class _Node:
+    """One cache: a simulated one, or a real store behind the same three calls."""
+
+    def __init__(self, prefix: Callable[[list[str]], int], admit: Callable[[list[str], int], None]) -> None:
+        self.prefix = prefix
+        self.admit = admit
+        self.hits = 0
+        self.blocks = 0
+
+
+ROUTES = ("longest", "balanced")
+
+
+def _route(matches: list[int], nodes: list[_Node], length: int, route: str) -> int:
+    """longest: the node with the longest prefix, ties to the least loaded (the paper's baseline).
+    balanced: the same when that node holds at least half the prompt, else the least loaded node
+    (cache-aware load balancing, as engine routers do; without it one shared first block sends every
+    request to one node)."""
+    best = max(range(len(nodes)), key=lambda i: (matches[i], -nodes[i].blocks))
+    if route == "balanced" and 2 * matches[best] < length:
+        return min(range(len(nodes)), key=lambda i: nodes[i].blocks)
+    return best
+
+
+def replay(trace: Trace, nodes: list[_Node], mode: str, route: str = "longest") -> tuple[int, int]:
+    total_hits = total_blocks = 0
+    for ids in trace:
+        keys = [str(h) for h in ids]
+        if mode == "global":
+            node = nodes[0]
+            n = node.prefix(keys)
+        else:
+            matches = [nd.prefix(keys) for nd in nodes]
+            chosen = _route(matches, nodes, len(keys), route)
+            node, n = nodes[chosen], matches[chosen]
+        node.admit(keys, n)
+        node.hits += n
+        node.blocks += len(keys)
+        total_hits += n
+        total_blocks += len(keys)
+    return total_hits, total_blocks
+
+
+def _admit_all(cache: SimulatedCache) -> Callable[[list[str], int], None]:
+    def admit(keys: list[str], hits: int) -> None:
+        cache.admit(keys)
+
+    return admit
+
+
+def simulate(
+    trace: Trace,
+    capacity: int,
+    policy: str = "adaptive",
+    mode: str = "global",
+    nodes: int = 1,
+    name: str = "trace",
+    route: str = "longest",
+) -> TraceResult:
+    if mode not in ("global", "local") or route not in ROUTES:
+        raise InvalidArgumentError("mode is global or local; route is longest or balanced")
+    caches = (
+        [SimulatedCache(policy, capacity * nodes)]
+        if mode == "global"
+        else [SimulatedCache(policy, capacity) for _ in range(nodes)]
+    )
+    replay_nodes = [_Node(c.prefix, _admit_all(c)) for c in caches]
+    hits, blocks = replay(trace, replay_nodes, mode, route)
+    return TraceResult(
+        name,
+        mode,
+        nodes,
+        capacity,
+        policy,
+        hits / blocks,
+        len(trace),
+        blocks,
+        hits,
+        sum(c.evictions for c in caches),
+        True,
+        [nd.hits / nd.blocks if nd.blocks else 0.0 for nd in replay_nodes],
+        [nd.blocks for nd in replay_nodes],
+    )
+
+
+def replay_real(
+    trace: Trace,
+    capacity: int,
+    policy: str = "adaptive",
+    mode: str = "global",
+    nodes: int = 1,
+    payload_bytes: int = 1024,
+    name: str = "trace",
+    route: str = "longest",
+) -> TraceResult:
+    """Every block a real object: masters, segments and transfers as deployed, in this process."""
+    from kvstore.client.store import Store
+    from kvstore.master import Master, MasterConfig
+
+    if payload_bytes <= 0 or payload_bytes % 64:
+        raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
+    # Inline eviction only (no background watermarks), so capacity means exactly `capacity` blocks.
+    config = {"eviction_policy": policy, "high_watermark": 1.0, "low_watermark": 1.0, "busy_poll_us": 0}
+    masters = [
+        Master.start_in_thread(MasterConfig.load(**config)) for _ in range(1 if mode == "global" else nodes)
+    ]
+    stores: list[Store] = []
+    try:
+        for i in range(nodes):
+            master = masters[0 if mode == "global" else i]
+            stores.append(
+                Store.connect(master.address, segment_size=capacity * payload_bytes, buffer_size="1MiB")
+            )
+        payload = np.zeros(payload_bytes, np.uint8)
+        for s in stores:
+            s.register_buffer(payload)
+
+        def node_for(store: Store) -> _Node:
+            def admit(keys: list[str], n: int) -> None:
+                # match_prefix already touched the hits; the rest is offered (stored, or touched if present).
+                store.batch_put_from(keys[n:], [payload] * (len(keys) - n))
+
+            return _Node(lambda keys: store.match_prefix(keys).matched, admit)
+
+        replay_nodes = [node_for(stores[0])] if mode == "global" else [node_for(s) for s in stores]
+        hits, blocks = replay(trace, replay_nodes, mode, route)
+        evictions = sum(int(m.master.state.counters.evictions) for m in masters)
+    finally:
+        for s in stores:
+            s.close()
+        for m in masters:
+            m.stop()
+    return TraceResult(
+        name,
+        mode,
+        nodes,
+        capacity,
+        policy,
+        hits / blocks,
+        len(trace),
+        blocks,
+        hits,
+        evictions,
+        False,
+        [nd.hits / nd.blocks if nd.blocks else 0.0 for nd in replay_nodes],
+        [nd.blocks for nd in replay_nodes],
+    )
+
+
+def plot(
+    trace: Trace,
+    capacities: list[int],
+    policies: list[str],
+    mode: str,
+    nodes: int,
+    out: str,
+    name: str,
+    route: str = "longest",
+) -> list[TraceResult]:
+    """Hit rate vs capacity (simulated) for each policy, saved as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise InvalidArgumentError("--plot needs matplotlib: pip install 'kvstore[bench]'") from exc
+    results = [simulate(trace, c, p, mode, nodes, name, route) for p in policies for c in capacities]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for p in policies:
+        rows = [r for r in results if r.policy == p]
+        ax.plot([r.capacity_blocks for r in rows], [r.hit_rate for r in rows], marker="o", label=p)
+    ax.set_xscale("log")
+    ax.set_xlabel("capacity per node (blocks)")
+    ax.set_ylabel("block hit rate")
+    ax.set_title(f"{name}: {mode}, {nodes} node(s)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return results
+
+
+def to_json(result: TraceResult) -> str:
+    return json.dumps(asdict(result))
