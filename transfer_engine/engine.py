@@ -71,6 +71,7 @@ class RemoteRegion:
     length: int
     location: str
     shareable: bool
+    base: int = 0  # the address in the peer; Mooncake-style APIs address remote memory by it
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,8 @@ class TransferEngine:
             transport=info["transport"],
             engine_id=info["engine_id"],
             regions=tuple(
-                RemoteRegion(r["id"], r["length"], r["location"], r["shareable"]) for r in info["regions"]
+                RemoteRegion(r["id"], r["length"], r["location"], r["shareable"], r["base"])
+                for r in info["regions"]
             ),
         )
         self._segments[cache_key] = segment

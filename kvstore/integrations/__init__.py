@@ -1,0 +1,1 @@
+"""Adapters for existing inference-engine integrations (they import kvstore, never the reverse)."""
