@@ -236,6 +236,11 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--heartbeat-interval", type=_positive_float, default=None)
     p.add_argument("--lease-ttl", type=_positive_float, default=None)
     p.add_argument("--high-watermark", type=_positive_float, default=None)
+    p.add_argument(
+        "--hot-access-rate", type=_positive_float, default=None, help="reads/s that make a key hot"
+    )
+    p.add_argument("--cool-access-rate", type=_positive_float, default=None)
+    p.add_argument("--heat-half-life", type=_positive_float, default=None, help="seconds")
     p.add_argument("--low-watermark", type=_positive_float, default=None)
 
 
@@ -250,6 +255,9 @@ def _run_master(args: argparse.Namespace) -> int:
         "lease_ttl",
         "high_watermark",
         "low_watermark",
+        "hot_access_rate",
+        "cool_access_rate",
+        "heat_half_life",
     )
     overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     run_master(MasterConfig.load(host=args.host, port=args.port, http_port=args.http_port, **overrides))

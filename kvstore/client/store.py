@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -181,13 +182,41 @@ class Store:
     def _heartbeat_loop(self, interval: float) -> None:
         while not self._closed.wait(interval):
             try:
-                known = self.master.call("heartbeat", client_id=self.client_id, timeout=interval * 2)["known"]
-                if not known:  # dropped (e.g. the master restarted): join again with an empty segment
+                reply = self.master.call("heartbeat", client_id=self.client_id, timeout=interval * 2)
+                for task in reply.get("tasks", []):
+                    self._copy_replica(task)
+                if not reply[
+                    "known"
+                ]:  # dropped (e.g. the master restarted): join again with an empty segment
                     log.warning("master forgot this client; registering again")
                     self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
                     self._mount()
             except KVStoreError as exc:
                 log.debug("heartbeat failed: %s", exc)
+
+    def _copy_replica(self, task: dict[str, Any]) -> None:
+        """A replica the master placed on our segment: read it from its source, verify, report."""
+        ok = False
+        try:
+            engine_name, region_id, offset = task["source"]
+            size, dest = int(task["size"]), int(task["offset"])
+            segment = self._segment(engine_name)
+            if self.segment is not None and self.segment.array is not None and segment is not None:
+                state, _ = self.engine.transfer_one(
+                    Op.READ, self.segment.addr + dest, segment, region_id, offset, size
+                )
+                view = self.segment.array[dest : dest + size]
+                ok = (
+                    state == RequestState.COMPLETED
+                    and xxhash.xxh3_64_intdigest(view.data) == task["checksum"]
+                )
+        except (KVStoreError, KeyError, TypeError, ValueError) as exc:
+            log.debug("replica copy failed: %s", exc)
+        self.master.call("replica_done", client_id=self.client_id, task=int(task["task"]), ok=ok)
+
+    def change_replica(self, key: str, replicas: int) -> None:
+        """Asks for exactly `replicas` copies of key (0: back to automatic, by how hot it is)."""
+        self.master.call("change_replica", key=key, replicas=replicas)
 
     # -- buffers --------------------------------------------------------------------------------------
     def register_buffer(self, buffer: Any) -> None:
@@ -350,8 +379,9 @@ class Store:
             if sum(s.length for s in spans[i]) < size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
                 continue
-            # Same-host replicas first (shared memory), then the others in the master's order.
-            choices[i] = sorted(replicas, key=lambda r: r[3] != self.host_id)
+            # Same-host replicas first (shared memory), then the others; ties in random order, so
+            # reads of a hot key spread over its replicas.
+            choices[i] = sorted(replicas, key=lambda r: (r[3] != self.host_id, random.random()))
             todo.append(i)
         attempt = 0
         while todo:

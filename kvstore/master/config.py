@@ -34,6 +34,14 @@ class MasterConfig:
     max_replicas: int = 8
     allocation_alignment: int = 64
     """Replica offsets are multiples of this."""
+    hot_access_rate: float = 20.0
+    """Accesses per second above which a key gains replicas on other segments."""
+    cool_access_rate: float = 2.0
+    """Accesses per second below which a key's extra replicas are dropped again."""
+    max_hot_replicas: int = 3
+    """Replicas a hot key grows to (bounded by the number of segments)."""
+    heat_half_life: float = 5.0
+    """Seconds over which a key's access count halves."""
     busy_poll_us: int = 200
     """Microseconds the event loop polls for the next request before sleeping: a sleeping process takes
     ~80 µs to wake on a VM. 0 for a master sharing its process (and GIL) with clients."""
@@ -50,6 +58,10 @@ class MasterConfig:
             raise InvalidArgumentError("ports must be 0..65535")
         if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
             raise InvalidArgumentError("bad max_replicas or allocation_alignment")
+        if not 0 <= self.cool_access_rate <= self.hot_access_rate or self.heat_half_life <= 0:
+            raise InvalidArgumentError("need 0 <= cool_access_rate <= hot_access_rate and heat_half_life > 0")
+        if not 1 <= self.max_hot_replicas <= self.max_replicas:
+            raise InvalidArgumentError("max_hot_replicas must be 1..max_replicas")
 
     @classmethod
     def load(cls, **overrides: Any) -> MasterConfig:

@@ -44,6 +44,8 @@ class Handlers:
                 "stats",
                 "ping",
                 "match_prefix",
+                "replica_done",
+                "change_replica",
             )
         }
 
@@ -59,8 +61,19 @@ class Handlers:
             "lease_ttl": c.lease_ttl,
         }
 
-    def heartbeat(self, params: dict[str, Any]) -> dict[str, bool]:
-        return {"known": self.state.heartbeat(v.text(params, "client_id"))}
+    def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Keeps the client alive; hands it the replica copies its segments should make."""
+        client = v.text(params, "client_id")
+        known = self.state.heartbeat(client)
+        return {"known": known, "tasks": self.state.replicator.tasks_for(client) if known else []}
+
+    def replica_done(self, params: dict[str, Any]) -> None:
+        self.state.replicator.complete(
+            v.text(params, "client_id"), v.integer(params, "task", 1, U64), v.flag(params, "ok")
+        )
+
+    def change_replica(self, params: dict[str, Any]) -> None:
+        self.state.change_replica(v.key(v.field(params, "key")), v.integer(params, "replicas", 0, 64))
 
     def close_client(self, params: dict[str, Any]) -> None:
         self.state.drop_client(v.text(params, "client_id"))

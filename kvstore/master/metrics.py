@@ -19,6 +19,7 @@ _GAUGES = {
     "usage": "used / capacity",
     "segments": "Mounted segments",
     "clients": "Registered clients",
+    "copy_tasks": "Replica copies planned and not yet reported",
 }
 _COUNTERS = {
     "puts": "Objects made visible",
@@ -29,6 +30,9 @@ _COUNTERS = {
     "evicted_bytes": "Bytes evicted",
     "reclaimed_puts": "Abandoned puts reclaimed",
     "dropped_clients": "Clients dropped after their heartbeat TTL",
+    "replica_copies": "Replicas added for hot keys or change_replica",
+    "replica_copy_failures": "Replica copies that failed or expired",
+    "replicas_dropped": "Extra replicas dropped after a key cooled",
 }
 
 

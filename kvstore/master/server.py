@@ -122,6 +122,7 @@ class Master:
             try:
                 self.state.expire()
                 self.state.evict_to_watermark()
+                self.state.replicator.plan()
             except Exception:
                 log.exception("housekeeping failed")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -19,60 +18,9 @@ from kvstore.errors import (
 )
 from kvstore.master.config import MasterConfig
 from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.replication import Replicator
 from transfer_engine._core import OffsetAllocator
-
-
-@dataclass
-class Segment:
-    id: int
-    client_id: str
-    engine: str  # transfer engine segment name, "host:port"
-    region_id: int
-    size: int
-    host_id: str
-    allocator: OffsetAllocator
-    objects: set[str] = field(default_factory=set)  # keys with a replica here
-
-
-@dataclass
-class Replica:
-    segment: Segment
-    offset: int
-
-
-@dataclass
-class ObjectMeta:
-    key: str
-    size: int
-    checksum: int
-    replicas: list[Replica]
-    writer: str
-    complete: bool = False
-    pinned: bool = False
-    lease_until: float = 0.0
-    put_deadline: float = 0.0
-    last_access: float = 0.0
-    access_count: int = 0
-
-
-@dataclass
-class Client:
-    id: str
-    host_id: str
-    last_seen: float
-    segments: set[int] = field(default_factory=set)
-
-
-@dataclass
-class Counters:
-    puts: int = 0
-    put_bytes: int = 0
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    evicted_bytes: int = 0
-    reclaimed_puts: int = 0
-    dropped_clients: int = 0
 
 
 class MasterState:
@@ -80,6 +28,7 @@ class MasterState:
         self.config = config
         self.clock = clock
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
+        self.replicator = Replicator(self)
         self.clients: dict[str, Client] = {}
         self.segments: dict[int, Segment] = {}
         self.objects: dict[str, ObjectMeta] = {}
@@ -143,6 +92,7 @@ class MasterState:
 
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
+        self.replicator.drop_segment(seg)
         for key in list(seg.objects):
             meta = self.objects.get(key)
             if meta is None:
@@ -190,6 +140,7 @@ class MasterState:
             pinned=pin,
             put_deadline=now + self.config.put_timeout,
             last_access=now,
+            base_replicas=replicas,
         )
         self.objects[key] = meta
         for r in placed:
@@ -263,6 +214,7 @@ class MasterState:
         meta.last_access = now
         meta.access_count += 1
         self.policy.on_access(key)
+        self.replicator.note_access(meta)
         self.counters.hits += 1
         return meta
 
@@ -278,7 +230,17 @@ class MasterState:
         for meta in matched:
             meta.last_access = now
             self.policy.on_access(meta.key)
+            self.replicator.note_access(meta)
         return matched
+
+    def change_replica(self, key: str, replicas: int) -> None:
+        """Asks for exactly `replicas` copies of a stored object (0: let its heat decide again)."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete:
+            raise NotFoundError(f"no object {key!r}")
+        if not 0 <= replicas <= self.config.max_replicas:
+            raise InvalidArgumentError(f"replicas must be 0..{self.config.max_replicas}")
+        self.replicator.change_replica(meta, replicas)
 
     def exists(self, key: str) -> bool:
         meta = self.objects.get(key)
@@ -309,6 +271,7 @@ class MasterState:
         meta.replicas = []
         self.objects.pop(meta.key, None)
         self.policy.on_remove(meta.key)
+        self.replicator.forget(meta.key)
 
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
@@ -351,6 +314,7 @@ class MasterState:
         for meta in [m for m in self.objects.values() if not m.complete and m.put_deadline < now]:
             self.counters.reclaimed_puts += 1
             self._delete(meta)
+        self.replicator.expire()
 
     def stats(self) -> dict[str, float | int]:
         return {
@@ -362,5 +326,9 @@ class MasterState:
             "usage": self.usage(),
             "segments": len(self.segments),
             "clients": len(self.clients),
+            "replica_copies": self.replicator.copies_done,
+            "replica_copy_failures": self.replicator.copies_failed,
+            "replicas_dropped": self.replicator.dropped,
+            "copy_tasks": len(self.replicator.tasks),
             **vars(self.counters),
         }

@@ -1,0 +1,64 @@
+"""The master's records: segments, replicas, objects, clients and counters (data only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transfer_engine._core import OffsetAllocator
+
+
+@dataclass
+class Segment:
+    id: int
+    client_id: str
+    engine: str  # transfer engine segment name, "host:port"
+    region_id: int
+    size: int
+    host_id: str
+    allocator: OffsetAllocator
+    objects: set[str] = field(default_factory=set)  # keys with a replica here
+
+
+@dataclass
+class Replica:
+    segment: Segment
+    offset: int
+
+
+@dataclass
+class ObjectMeta:
+    key: str
+    size: int
+    checksum: int
+    replicas: list[Replica]
+    writer: str
+    complete: bool = False
+    pinned: bool = False
+    lease_until: float = 0.0
+    put_deadline: float = 0.0
+    last_access: float = 0.0
+    access_count: int = 0
+    base_replicas: int = 1  # as requested by the put
+    target_replicas: int = 0  # set by change_replica; 0 lets heat decide
+    heat: float = 0.0  # accesses, decayed with the configured half-life
+    heat_time: float = 0.0
+
+
+@dataclass
+class Client:
+    id: str
+    host_id: str
+    last_seen: float
+    segments: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Counters:
+    puts: int = 0
+    put_bytes: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    evicted_bytes: int = 0
+    reclaimed_puts: int = 0
+    dropped_clients: int = 0

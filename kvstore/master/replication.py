@@ -1,0 +1,197 @@
+"""Hot-key replication. Keys read often gain replicas on other segments, copied by the destination
+segment's own client (told through its heartbeat reply) so the master never moves data; keys that cool
+down lose the extra replicas again; `change_replica(key, n)` asks for an exact count.
+
+Heat is an access count decayed with a half-life; hot above `hot_access_rate` accesses/s, cool below
+`cool_access_rate`. Extra replicas only use free space: replication never evicts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvstore.master.model import ObjectMeta, Replica, Segment
+
+if TYPE_CHECKING:
+    from kvstore.master.state import MasterState
+
+
+@dataclass
+class CopyTask:
+    id: int
+    key: str
+    segment: Segment  # destination: its client does the copy
+    offset: int
+    source: Replica
+    deadline: float
+    issued: bool = False
+
+    def describe(self, meta: ObjectMeta) -> dict[str, Any]:
+        src = self.source.segment
+        return {
+            "task": self.id,
+            "key": self.key,
+            "size": meta.size,
+            "checksum": meta.checksum,
+            "source": [src.engine, src.region_id, self.source.offset],
+            "segment": self.segment.id,
+            "offset": self.offset,
+        }
+
+
+class Replicator:
+    def __init__(self, state: MasterState) -> None:
+        self.state = state
+        self.tasks: dict[int, CopyTask] = {}
+        self._next = 1
+        self.touched: set[str] = set()  # accessed since the last plan
+        self.extra: set[str] = set()  # holding more replicas than they asked for
+        self.copies_done = 0
+        self.copies_failed = 0
+        self.dropped = 0
+
+    # -- heat -----------------------------------------------------------------------------------------
+    def note_access(self, meta: ObjectMeta) -> None:
+        now = self.state.clock()
+        meta.heat = self._decayed(meta, now) + 1.0
+        meta.heat_time = now
+        self.touched.add(meta.key)
+
+    def _decayed(self, meta: ObjectMeta, now: float) -> float:
+        half_life = self.state.config.heat_half_life
+        return meta.heat * math.pow(0.5, max(0.0, now - meta.heat_time) / half_life)
+
+    def rate(self, meta: ObjectMeta) -> float:
+        """Accesses per second (the decayed count over its mean life)."""
+        return self._decayed(meta, self.state.clock()) * math.log(2) / self.state.config.heat_half_life
+
+    def change_replica(self, meta: ObjectMeta, replicas: int) -> None:
+        meta.target_replicas = replicas
+        self.touched.add(meta.key)
+        if replicas:
+            self.extra.add(meta.key)
+
+    # -- planning -------------------------------------------------------------------------------------
+    def desired(self, meta: ObjectMeta) -> int:
+        cfg = self.state.config
+        if meta.target_replicas:
+            return meta.target_replicas
+        rate = self.rate(meta)
+        current = len(meta.replicas)
+        if rate >= cfg.hot_access_rate:
+            return max(current, min(cfg.max_hot_replicas, len(self.state.segments)))
+        if rate < cfg.cool_access_rate:
+            return meta.base_replicas
+        return current
+
+    def plan(self) -> None:
+        """Adds copy tasks for keys below their desired count, drops replicas above it."""
+        keys, self.touched = self.touched | self.extra, set()
+        for key in keys:
+            meta = self.state.objects.get(key)
+            if meta is None or not meta.complete:
+                self.extra.discard(key)
+                continue
+            want = self.desired(meta)
+            pending = [t for t in self.tasks.values() if t.key == key]
+            have = len(meta.replicas) + len(pending)
+            if have < want:
+                self._add_copy(meta, pending)
+            elif len(meta.replicas) > want and not pending:
+                self._drop_one(meta)
+            planned = len(meta.replicas) + sum(1 for t in self.tasks.values() if t.key == key)
+            if planned > meta.base_replicas or meta.target_replicas:
+                self.extra.add(key)
+            else:
+                self.extra.discard(key)
+
+    def _add_copy(self, meta: ObjectMeta, pending: list[CopyTask]) -> None:
+        used = {r.segment.id for r in meta.replicas} | {t.segment.id for t in pending}
+        hosts = {r.segment.host_id for r in meta.replicas}
+        candidates = [
+            s
+            for s in self.state.segments.values()
+            if s.id not in used and s.allocator.largest_free >= meta.size
+        ]
+        if not candidates or not meta.replicas:
+            return
+        # Another host first (spreads reads over NICs), then the emptiest segment.
+        dest = min(candidates, key=lambda s: (s.host_id in hosts, -s.allocator.largest_free))
+        offset = dest.allocator.allocate(meta.size)
+        if offset is None:
+            return
+        self.state.used += dest.allocator.block_size(offset)
+        dest.objects.add(meta.key)
+        task = CopyTask(
+            self._next,
+            meta.key,
+            dest,
+            offset,
+            meta.replicas[0],
+            self.state.clock() + self.state.config.put_timeout,
+        )
+        self._next += 1
+        self.tasks[task.id] = task
+
+    def _drop_one(self, meta: ObjectMeta) -> None:
+        if meta.lease_until > self.state.clock() or len(meta.replicas) <= 1:
+            return  # a reader may be using any replica: wait for its lease to end
+        replica = meta.replicas.pop()  # the newest: originals stay
+        self._free(replica.segment, replica.offset, meta.key)
+        self.dropped += 1
+
+    def _free(self, segment: Segment, offset: int, key: str) -> None:
+        self.state.used -= segment.allocator.block_size(offset)
+        segment.allocator.free(offset)
+        segment.objects.discard(key)
+
+    # -- clients --------------------------------------------------------------------------------------
+    def tasks_for(self, client_id: str) -> list[dict[str, Any]]:
+        """Copy tasks for the segments of this client, each handed out once."""
+        out = []
+        for task in self.tasks.values():
+            meta = self.state.objects.get(task.key)
+            if not task.issued and task.segment.client_id == client_id and meta is not None:
+                task.issued = True
+                out.append(task.describe(meta))
+        return out
+
+    def complete(self, client_id: str, task_id: int, ok: bool) -> None:
+        task = self.tasks.get(task_id)
+        if task is None or task.segment.client_id != client_id:
+            return  # expired or cancelled meanwhile; its space is already freed
+        del self.tasks[task_id]
+        meta = self.state.objects.get(task.key)
+        if ok and meta is not None and meta.complete:
+            meta.replicas.append(Replica(task.segment, task.offset))
+            self.copies_done += 1
+        else:
+            self._free(task.segment, task.offset, task.key)
+            self.copies_failed += 1
+
+    # -- cleanup --------------------------------------------------------------------------------------
+    def forget(self, key: str) -> None:
+        """The object is gone: cancel its copies."""
+        for task in [t for t in self.tasks.values() if t.key == key]:
+            del self.tasks[task.id]
+            self._free(task.segment, task.offset, key)
+        self.extra.discard(key)
+        self.touched.discard(key)
+
+    def drop_segment(self, segment: Segment) -> None:
+        """Copies to or from a vanished segment are cancelled (its space goes with it)."""
+        for task in [t for t in self.tasks.values() if segment in (t.segment, t.source.segment)]:
+            del self.tasks[task.id]
+            if task.segment is not segment:
+                self._free(task.segment, task.offset, task.key)
+            else:
+                task.segment.objects.discard(task.key)
+
+    def expire(self) -> None:
+        now = self.state.clock()
+        for task in [t for t in self.tasks.values() if t.deadline < now]:
+            del self.tasks[task.id]
+            self._free(task.segment, task.offset, task.key)
+            self.copies_failed += 1
