@@ -172,6 +172,16 @@ def _add_trace_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate", action="store_true", help="run the policy without moving data (fast)")
     p.add_argument("--plot", metavar="PNG", help="plot hit rate vs capacity for the policies (simulated)")
     p.add_argument("--limit", type=_positive_int, help="replay only the first N requests")
+    p.add_argument(
+        "--replication",
+        action="store_true",
+        help="global + simulated: hot-block replication on trace time (Figure 11 data)",
+    )
+    p.add_argument(
+        "--hot-rate", type=_positive_float, default=0.005, help="reads/s (trace time) that make a block hot"
+    )
+    p.add_argument("--heat-half-life", type=_positive_float, default=600.0, help="seconds of trace time")
+    p.add_argument("--max-replicas", type=_positive_int, default=3)
     p.add_argument("--json", action="store_true", help="one JSON object per result")
 
 
@@ -189,6 +199,8 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
         raise KVStoreError("capacity is smaller than one block")
     requests = tr.load_trace(args.trace, args.limit)
     name = Path(args.trace).name
+    if args.replication:
+        return _run_replication_sim(args, requests, capacity, policies[0], name)
     results: list[tr.TraceResult] = []
     if args.plot:
         sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)})
@@ -223,6 +235,37 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
             )
     if args.plot and not args.json:
         print(f"plot written to {args.plot}")
+    return 0
+
+
+def _run_replication_sim(
+    args: argparse.Namespace, requests: list[list[int]], capacity: int, policy: str, name: str
+) -> int:
+    from kvstore.bench import replication_sim as rs
+
+    result = rs.simulate_replication(
+        requests,
+        rs.load_timestamps(args.trace, args.limit),
+        args.nodes,
+        capacity,
+        policy,
+        args.hot_rate,
+        args.hot_rate / 10,
+        args.heat_half_life,
+        args.max_replicas,
+        name=name,
+    )
+    if args.json:
+        print(rs.to_json(result))
+        return 0
+    print(
+        f"{name} global nodes={result.nodes} capacity={capacity}/node policy={policy} "
+        f"hit_rate={result.hit_rate:.3f} copies={result.copies} dropped={result.dropped}"
+    )
+    print("replicas over time (trace seconds: " + ", ".join(f"#{r} most used" for r in result.ranks) + ")")
+    for row in result.timeline:
+        print(f"  t={row[0]:8.0f}s  " + "  ".join(f"{int(x)}" for x in row[1:]))
+    print(f"reads per node: {result.reads_per_node}  (max/mean {result.read_imbalance:.2f})")
     return 0
 
 

@@ -74,3 +74,17 @@ def test_shipped_trace_lru_figures() -> None:
     lru = [simulate(trace, c, "lru").hit_rate for c in (1000, 10000, 30000)]
     assert all(a >= b - 1e-9 for a, b in zip(adaptive, lru, strict=True))  # never below LRU here
     assert adaptive[0] > 1.5 * lru[0]
+
+
+def test_replication_simulation_spreads_a_hot_block() -> None:
+    from kvstore.bench.replication_sim import simulate_replication
+
+    # Block 1 is in every request; the rest are one-offs. Four nodes, plenty of room.
+    trace = [[1, 1000 + i] for i in range(400)]
+    times = [i * 0.5 for i in range(400)]
+    single = simulate_replication(trace, times, 4, 1000, "lru", hot_rate=0.5, half_life=10, max_replicas=1)
+    spread = simulate_replication(trace, times, 4, 1000, "lru", hot_rate=0.5, half_life=10, max_replicas=3)
+    assert single.copies == 0 and spread.copies >= 2
+    assert spread.read_imbalance < single.read_imbalance
+    assert spread.hit_rate == single.hit_rate
+    assert spread.timeline[-1][0] == times[-1]
