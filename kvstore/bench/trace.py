@@ -167,21 +167,9 @@ def simulate(
         else [SimulatedCache(policy, capacity) for _ in range(nodes)]
     )
     replay_nodes = [_Node(c.prefix, _admit_all(c)) for c in caches]
-    hits, blocks = replay(trace, replay_nodes, mode, route)
-    return TraceResult(
-        name,
-        mode,
-        nodes,
-        capacity,
-        policy,
-        hits / blocks,
-        len(trace),
-        blocks,
-        hits,
-        sum(c.evictions for c in caches),
-        True,
-        [nd.hits / nd.blocks if nd.blocks else 0.0 for nd in replay_nodes],
-        [nd.blocks for nd in replay_nodes],
+    replay(trace, replay_nodes, mode, route)
+    return _result(
+        name, mode, nodes, capacity, policy, len(trace), replay_nodes, sum(c.evictions for c in caches), True
     )
 
 
@@ -225,28 +213,14 @@ def replay_real(
             return _Node(lambda keys: store.match_prefix(keys).matched, admit)
 
         replay_nodes = [node_for(stores[0])] if mode == "global" else [node_for(s) for s in stores]
-        hits, blocks = replay(trace, replay_nodes, mode, route)
+        replay(trace, replay_nodes, mode, route)
         evictions = sum(int(m.master.state.counters.evictions) for m in masters)
     finally:
         for s in stores:
             s.close()
         for m in masters:
             m.stop()
-    return TraceResult(
-        name,
-        mode,
-        nodes,
-        capacity,
-        policy,
-        hits / blocks,
-        len(trace),
-        blocks,
-        hits,
-        evictions,
-        False,
-        [nd.hits / nd.blocks if nd.blocks else 0.0 for nd in replay_nodes],
-        [nd.blocks for nd in replay_nodes],
-    )
+    return _result(name, mode, nodes, capacity, policy, len(trace), replay_nodes, evictions, False)
 
 
 def plot(
@@ -282,6 +256,36 @@ def plot(
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return results
+
+
+def _result(
+    name: str,
+    mode: str,
+    nodes: int,
+    capacity: int,
+    policy: str,
+    requests: int,
+    replay_nodes: list[_Node],
+    evictions: int,
+    simulated: bool,
+) -> TraceResult:
+    hits = sum(nd.hits for nd in replay_nodes)
+    blocks = sum(nd.blocks for nd in replay_nodes)
+    return TraceResult(
+        name,
+        mode,
+        nodes,
+        capacity,
+        policy,
+        hits / blocks if blocks else 0.0,
+        requests,
+        blocks,
+        hits,
+        evictions,
+        simulated,
+        [nd.hits / nd.blocks if nd.blocks else 0.0 for nd in replay_nodes],
+        [nd.blocks for nd in replay_nodes],
+    )
 
 
 def to_json(result: TraceResult) -> str:
