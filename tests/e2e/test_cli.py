@@ -220,3 +220,78 @@ def test_bench_store_bad_ops_is_an_error() -> None:
 def test_node_without_master_fails_cleanly() -> None:
     result = kvstore("node", "--master", "127.0.0.1:1", "--segment-size", "16MiB", timeout=60)
     assert result.returncode == 1 and "kvstore: error:" in result.stderr and "Traceback" not in result.stderr
+
+
+SHIPPED_TRACE = ROOT.parent / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+TRACE_FIELDS = {"trace", "mode", "nodes", "capacity_blocks", "policy", "hit_rate", "requests", "blocks"}
+
+
+@pytest.mark.skipif(not SHIPPED_TRACE.exists(), reason="shipped trace not present")
+@pytest.mark.parametrize("extra", [["--simulate"], ["--simulate", "--mode", "local", "--nodes", "3"], []])
+def test_bench_trace_json(extra: list[str]) -> None:
+    result = kvstore(
+        "bench",
+        "trace",
+        str(SHIPPED_TRACE),
+        "--limit",
+        "300",
+        "--capacity-blocks",
+        "500",
+        "--policy",
+        "lru,adaptive",
+        "--json",
+        *extra,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [r["policy"] for r in rows] == ["lru", "adaptive"]
+    for r in rows:
+        assert TRACE_FIELDS <= r.keys() and 0 < r["hit_rate"] < 1 and r["requests"] == 300
+
+
+@pytest.mark.skipif(not SHIPPED_TRACE.exists(), reason="shipped trace not present")
+def test_bench_trace_plot_and_replication(tmp_path: Path) -> None:
+    png = tmp_path / "hit_rate.png"
+    result = kvstore(
+        "bench",
+        "trace",
+        str(SHIPPED_TRACE),
+        "--limit",
+        "500",
+        "--simulate",
+        "--capacity-blocks",
+        "300",
+        "--policy",
+        "lru,adaptive",
+        "--plot",
+        str(png),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = kvstore(
+        "bench",
+        "trace",
+        str(SHIPPED_TRACE),
+        "--limit",
+        "500",
+        "--simulate",
+        "--nodes",
+        "4",
+        "--replication",
+        "--json",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["reads_per_node"]) == 4 and data["timeline"]
+
+
+def test_bench_trace_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": "x"}\n')
+    result = kvstore("bench", "trace", str(bad), "--simulate")
+    assert result.returncode == 1 and "bad.jsonl:2" in result.stderr
+    assert kvstore("bench", "trace", str(tmp_path / "missing.jsonl")).returncode == 1
+    assert kvstore("bench", "trace", str(bad), "--policy", "nope").returncode == 1
