@@ -139,6 +139,23 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                     return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
 
                 yield _result(cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size)
+
+            # The same reads when every key's location must be asked of the master (no valid lease).
+            def get_cold(i: int) -> tuple[int, int]:
+                store.leases.clear()
+                results = store.batch_get_into(batches[i % len(batches)], dests)
+                return n, sum(1 for r in results if r != size)
+
+            yield _result(cfg, "get_uncached", n, _measure(min(cfg.duration, 3.0), get_cold), size)
+            if cfg.single_gets:
+
+                def get_one_cold(i: int) -> tuple[int, int]:
+                    store.leases.clear()
+                    return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
+
+                yield _result(
+                    cfg, "get_single_uncached", 1, _measure(min(cfg.duration, 3.0), get_one_cold), size
+                )
         if "exists" in cfg.ops:
             m = cfg.exists_batch
             probe = [keys[j % resident] for j in range(m)]

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 import xxhash
 
 from kvstore.client.buffers import BufferManager, Span, as_bytes_view
+from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
 from kvstore.errors import (
     InvalidArgumentError,
@@ -90,6 +92,7 @@ class Store:
         self.buffers = BufferManager(engine, buffer_size)
         self.segment = engine.allocate(segment_size) if segment_size else None
         info = self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
+        self.leases = LeaseCache(float(info["lease_ttl"]))
         self._mount()
         self._heartbeat = threading.Thread(
             target=self._heartbeat_loop,
@@ -182,7 +185,12 @@ class Store:
     def _heartbeat_loop(self, interval: float) -> None:
         while not self._closed.wait(interval):
             try:
-                reply = self.master.call("heartbeat", client_id=self.client_id, timeout=interval * 2)
+                reply = self.master.call(
+                    "heartbeat",
+                    client_id=self.client_id,
+                    touched=self.leases.take_touches(),
+                    timeout=interval * 2,
+                )
                 for task in reply.get("tasks", []):
                     self._copy_replica(task)
                 if not reply[
@@ -326,17 +334,22 @@ class Store:
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
         """The value, or None on a miss."""
-        found = self.master.call("get_replicas", keys=[key])[0]
-        if found is None:
-            self.stats_local.gets += 1
-            return None
-        span = self.buffers.scratch(found[0])
-        try:
-            result = self._read([key], [[span]], [found])[0]
-            data = span.staged if span.staged is not None else span.view
-            return bytes(data[: found[0]]) if result >= 0 else None
-        finally:
-            self.buffers.release(span)
+        for _ in range(2):
+            (found,), (cached,) = self._locate([key])
+            if found is None:
+                self.stats_local.gets += 1
+                return None
+            span = self.buffers.scratch(found[0])
+            try:
+                if self._read([key], [[span]], [found])[0] >= 0:
+                    data = span.staged if span.staged is not None else span.view
+                    return bytes(data[: found[0]])
+            finally:
+                self.buffers.release(span)
+            if not cached:
+                return None
+            self.leases.drop([key])  # the lease was not enough (a forced removal): ask afresh
+        return None
 
     def get_into(self, key: str, buffer: Any) -> int:
         """Bytes read into buffer, or a negative code (MISS when absent)."""
@@ -357,8 +370,15 @@ class Store:
         spans = [[self.buffers.span(b, writable=True) for b in parts] for parts in buffer_lists]
         results: list[int] = []
         try:
-            found = self.master.call("get_replicas", keys=list(keys))
+            found, cached = self._locate(list(keys))
             results = self._read(list(keys), spans, found)
+            stale = [i for i, r in enumerate(results) if r < 0 and cached[i]]
+            if stale:  # read from a lease-cached location and failed: ask the master afresh
+                retry = [keys[i] for i in stale]
+                self.leases.drop(retry)
+                fresh, _ = self._locate(retry)
+                for i, r in zip(stale, self._read(retry, [spans[i] for i in stale], fresh), strict=True):
+                    results[i] = r
             return results
         finally:
             for i, parts in enumerate(spans):
@@ -366,6 +386,20 @@ class Store:
                 for s in parts:
                     self.buffers.release(s, copy_out=left > 0, length=min(left, s.length))
                     left -= min(left, s.length)
+
+    def _locate(self, keys: list[str]) -> tuple[list[Any], list[bool]]:
+        """Replica lists per key (None: absent): from still-valid leases, else one master RPC."""
+        found = self.leases.lookup(keys)
+        cached = [f is not None for f in found]
+        missing = [i for i, hit in enumerate(cached) if not hit]
+        if missing:
+            asked = [keys[i] for i in missing]
+            granted_at = time.monotonic()
+            reply = self.master.call("get_replicas", keys=asked)
+            self.leases.fill(asked, reply, granted_at)
+            for i, entry in zip(missing, reply, strict=True):
+                found[i] = entry
+        return found, cached
 
     def _read(self, keys: list[str], spans: list[list[Span]], found: list[Any]) -> list[int]:
         results = [MISS] * len(keys)
@@ -476,11 +510,13 @@ class Store:
 
     def remove(self, key: str, *, force: bool = False) -> None:
         """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
+        self.leases.drop([key])
         code, message, _ = self.master.call("remove", keys=[key], force=force)[0]
         if code:
             raise error_for_code(code, message)
 
     def remove_all(self, *, force: bool = False) -> int:
+        self.leases.clear()
         return int(self.master.call("remove_all", force=force))
 
     def stats(self) -> dict[str, Any]:

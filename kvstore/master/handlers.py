@@ -65,6 +65,8 @@ class Handlers:
         """Keeps the client alive; hands it the replica copies its segments should make."""
         client = v.text(params, "client_id")
         known = self.state.heartbeat(client)
+        if "touched" in params:  # reads the client served from leased locations
+            self.state.touch(v.keys(params, "touched"))
         return {"known": known, "tasks": self.state.replicator.tasks_for(client) if known else []}
 
     def replica_done(self, params: dict[str, Any]) -> None:

@@ -218,6 +218,18 @@ class MasterState:
         self.counters.hits += 1
         return meta
 
+    def touch(self, keys: list[str]) -> None:
+        """Reads a client served itself (from a leased location): they count as accesses."""
+        now = self.clock()
+        for key in keys:
+            meta = self.objects.get(key)
+            if meta is not None and meta.complete:
+                meta.last_access = now
+                meta.access_count += 1
+                self.policy.on_access(key)
+                self.replicator.note_access(meta)
+                self.counters.hits += 1
+
     def match_prefix(self, keys: list[str]) -> list[ObjectMeta]:
         """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
         matched = []

@@ -184,7 +184,14 @@ def test_bench_store_json(transport: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
-    assert [r["op"] for r in rows] == ["put", "get", "get_single", "exists"]
+    assert [r["op"] for r in rows] == [
+        "put",
+        "get",
+        "get_single",
+        "get_uncached",
+        "get_single_uncached",
+        "exists",
+    ]
     for r in rows:
         assert r.keys() >= STORE_FIELDS and r["ops_per_s"] > 0 and r["errors"] == 0
         assert r["transport"] == transport
