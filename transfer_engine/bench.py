@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,7 +25,8 @@ from rich.table import Table
 
 from transfer_engine import _core
 from transfer_engine.engine import Op, RequestState, Segment, TransferEngine
-from transfer_engine.errors import InvalidArgumentError, TransferConnectionError
+from transfer_engine.errors import InvalidArgumentError
+from transfer_engine.procs import module_process
 from transfer_engine.units import format_size
 
 READY_PREFIX = "READY "
@@ -113,26 +112,10 @@ def in_process_target(host: str, working_set: int) -> Iterator[str]:
 
 @contextlib.contextmanager
 def spawned_target(host: str, working_set: int) -> Iterator[str]:
-    """Starts `kvstore bench transfer --mode target` as a child process; yields its segment name."""
-    cmd = [sys.executable, "-m", "kvstore.cli", "bench", "transfer", "--mode", "target"]
-    cmd += ["--host", host, "--working-set", str(working_set)]
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line.startswith(READY_PREFIX):
-            raise TransferConnectionError(f"bench target did not start (exit {proc.poll()}): {line.strip()}")
-        yield line[len(READY_PREFIX) :].split()[0]
-    finally:
-        if proc.stdin:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its segment name."""
+    args = ["--host", host, "--working-set", str(working_set)]
+    with module_process("transfer_engine.bench", args) as (_, ready):
+        yield ready.split()[0]
 
 
 # -- initiator ------------------------------------------------------------------------------------
@@ -321,3 +304,14 @@ def main(cfg: TransferBenchConfig, mode: str, port: int, as_json: bool) -> int:
 
 def result_dict(result: TransferBenchResult) -> dict[str, Any]:
     return dataclasses.asdict(result)
+
+
+if __name__ == "__main__":  # the target side, as spawned_target starts it
+    import argparse
+
+    parser = argparse.ArgumentParser(description="transfer bench target")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--working-set", type=int, required=True)
+    options = parser.parse_args()
+    run_target(options.host, options.port, options.working_set)

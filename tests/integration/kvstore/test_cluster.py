@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -12,7 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
+from kvstore import MISS, KVStoreError, ObjectBusyError, ObjectExistsError, Store, rpc
 from tests.integration.kvstore.conftest import Cluster
 
 rng = np.random.default_rng(11)
@@ -270,3 +271,29 @@ def test_blocks_and_match_prefix(cluster: Cluster) -> None:
         assert all((out[i] == i).all() for i in range(4)) and not out[4].any() and not out[5].any()
         other = BlockHasher(4, "model-a").keys(np.r_[np.arange(8), np.arange(100, 116)])
         assert store.match_prefix(other).matched == 2  # shared first two blocks
+
+
+def test_clients_rejoin_a_restarted_master() -> None:
+    """The master's metadata is in memory (HA is a later issue): after a restart on the same port the
+    clients register and mount again by themselves; old keys are gone (misses), new puts work."""
+    from kvstore.procs import kvstore_process, stop_process
+
+    options = ["--client-ttl", "2", "--heartbeat-interval", "0.2"]
+    with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "16MiB"]
+        with kvstore_process(node), Store.connect(address, timeout=2.0) as store:
+            store.put("before", b"1")
+            stop_process(master)
+            port = address.rsplit(":", 1)[1]
+            with kvstore_process(["master", "--port", port, *options]):
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(KVStoreError):
+                        if store.stats()["master"]["segments"] == 1:
+                            break
+                    time.sleep(0.1)
+                assert store.stats()["master"]["segments"] == 1  # the node mounted again
+                assert store.get("before") is None
+                store.put("after", b"2")
+                assert store.get("after") == b"2"

@@ -1,0 +1,57 @@
+"""Child processes that benches and tests start: `python -m MODULE ...` in this interpreter, ready when
+it prints a READY line; stopped by closing its stdin (then SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from transfer_engine.errors import KVStoreError
+
+READY_PREFIX = "READY "
+
+
+@contextmanager
+def module_process(module: str, args: Sequence[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Runs `python -m MODULE ARGS`; yields (process, the rest of its READY line)."""
+    cmd = [sys.executable, "-m", module, *args]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith(READY_PREFIX):
+            proc.kill()
+            raise KVStoreError(
+                f"`{module} {' '.join(args)}` did not start (exit {proc.wait()}): {line.strip()}"
+            )
+        yield proc, line[len(READY_PREFIX) :].strip()
+    finally:
+        stop_process(proc)
+
+
+def kvstore_process(
+    args: Sequence[str],
+) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    """Runs `kvstore ARGS` (the CLI) as a child."""
+    return module_process("kvstore.cli", args)
+
+
+def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """Closes stdin (the child's signal to stop), then SIGTERM, then SIGKILL."""
+    if proc.stdin and not proc.stdin.closed:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    for escalate in (proc.terminate, proc.kill):
+        try:
+            proc.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            escalate()
+            timeout = 5.0
+    proc.wait()
