@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -300,10 +299,6 @@ def main(cfg: TransferBenchConfig, mode: str, port: int, as_json: bool) -> int:
     else:
         render(result, Console())
     return 0 if result.failed_requests == 0 else 1
-
-
-def result_dict(result: TransferBenchResult) -> dict[str, Any]:
-    return dataclasses.asdict(result)
 
 
 if __name__ == "__main__":  # the target side, as spawned_target starts it

@@ -184,7 +184,6 @@ class TransferEngine:
         )
         self._core.start()
         self._regions: dict[int, Region] = {}
-        self._segments: dict[tuple[str, str], Segment] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> TransferEngine:
@@ -199,7 +198,6 @@ class TransferEngine:
             self._core.stop()
             self._core = None
             self._regions.clear()
-            self._segments.clear()
 
     def _core_engine(self) -> Any:
         if self._core is None:
@@ -285,15 +283,14 @@ class TransferEngine:
     def open_segment(self, name: str, protocol: str | None = None) -> Segment:
         """Connects to a peer segment ("host:port"), learning its regions in a handshake."""
         proto = protocol or self.config.protocol
-        handle = self._core_engine().open_segment(name, proto)
-        return self._segment(handle, (name, proto))
+        return self._segment(self._core_engine().open_segment(name, proto))
 
     def refresh_segment(self, segment: Segment) -> Segment:
         """Re-reads a peer's regions (after it registered more) and reconnects."""
         self._core_engine().refresh_segment(segment.handle)
-        return self._segment(segment.handle, (segment.name, segment.transport))
+        return self._segment(segment.handle)
 
-    def _segment(self, handle: int, cache_key: tuple[str, str]) -> Segment:
+    def _segment(self, handle: int) -> Segment:
         info = self._core_engine().segment_info(handle)
         segment = Segment(
             name=info["name"],
@@ -305,7 +302,6 @@ class TransferEngine:
                 for r in info["regions"]
             ),
         )
-        self._segments[cache_key] = segment
         return segment
 
     # -- transfers -------------------------------------------------------------------------------

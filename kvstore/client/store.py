@@ -14,24 +14,23 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from kvstore.client.buffers import BufferManager, Span, as_bytes_view
+from kvstore.client.buffers import BufferManager, Span
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
-    MasterUnavailableError,
     ObjectNotFoundError,
     TransferConnectionError,
     error_for_code,
 )
-from transfer_engine import Op, RequestState, Segment, TransferEngine
+from transfer_engine import BatchHandle, Op, RequestState, Segment, TransferEngine
 from transfer_engine.units import parse_size
 
 log = logging.getLogger("kvstore.client")
@@ -53,7 +52,6 @@ class ClientStats:
     gets: int = 0
     hits: int = 0
     puts: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -521,8 +519,7 @@ class Store:
 
     def stats(self) -> dict[str, Any]:
         master = self.master.call("stats")
-        local = {k: v for k, v in vars(self.stats_local).items() if k != "extra"}
-        return {"master": master, "client": local}
+        return {"master": master, "client": dict(vars(self.stats_local))}
 
 
 _PENDING = int(RequestState.PENDING)
@@ -536,12 +533,11 @@ class _Requests:
         self.owner: list[int] = []
         self.ops: list[int] = []
         self.local: list[int] = []
-        self.segments: list[int] = []
         self.regions: list[int] = []
         self.offsets: list[int] = []
         self.lengths: list[int] = []
         self.failed: set[int] = set()
-        self.segment_objects: list[Segment] = []
+        self.segments: list[Segment] = []
 
     def add(
         self, owner: int, op: Op, local: int, segment: Segment, region: int, offset: int, length: int
@@ -549,14 +545,17 @@ class _Requests:
         self.owner.append(owner)
         self.ops.append(op)
         self.local.append(local)
-        self.segments.append(segment.handle)
-        self.segment_objects.append(segment)
+        self.segments.append(segment)
         self.regions.append(region)
         self.offsets.append(offset)
         self.lengths.append(length)
 
     def fail(self, owner: int) -> None:
         self.failed.add(owner)
+
+    def _submit(self, engine: TransferEngine) -> BatchHandle:
+        handles = [s.handle for s in self.segments]
+        return engine.submit(self.ops, self.local, handles, self.regions, self.offsets, self.lengths)
 
     def stream(self, engine: TransferEngine) -> Iterator[tuple[int, bool]]:
         """Runs the batch, yielding (owner, all its requests completed) as each owner's requests end."""
@@ -565,7 +564,7 @@ class _Requests:
         if len(self.owner) <= 1:
             yield from ((o, o not in self.run(engine)) for o in set(self.owner) - self.failed)
             return
-        handle = engine.submit(self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths)
+        handle = self._submit(engine)
         # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
         owner_ids = np.asarray(self.owner)
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
@@ -589,7 +588,7 @@ class _Requests:
             state, _ = engine.transfer_one(
                 self.ops[0],
                 self.local[0],
-                self.segment_objects[0],
+                self.segments[0],
                 self.regions[0],
                 self.offsets[0],
                 self.lengths[0],
@@ -597,13 +596,11 @@ class _Requests:
             if state != RequestState.COMPLETED:
                 self.failed.add(self.owner[0])
         elif self.owner:
-            handle = engine.submit(
-                self.ops, self.local, self.segments, self.regions, self.offsets, self.lengths
-            )
+            handle = self._submit(engine)
             handle.wait()
             bad = np.flatnonzero(handle.states() != RequestState.COMPLETED)
             self.failed.update(self.owner[j] for j in bad)
         return self.failed
 
 
-__all__ = ["MISS", "OK", "MasterUnavailableError", "Store", "as_bytes_view", "result_error"]
+__all__ = ["MISS", "OK", "PrefixMatch", "Store", "result_error"]

@@ -122,7 +122,6 @@ class Replicator:
         offset = dest.allocator.allocate(meta.size)
         if offset is None:
             return
-        self.state.used += dest.allocator.block_size(offset)
         dest.objects.add(meta.key)
         task = CopyTask(
             self._next,
@@ -143,7 +142,6 @@ class Replicator:
         self.dropped += 1
 
     def _free(self, segment: Segment, offset: int, key: str) -> None:
-        self.state.used -= segment.allocator.block_size(offset)
         segment.allocator.free(offset)
         segment.objects.discard(key)
 

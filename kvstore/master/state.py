@@ -34,8 +34,6 @@ class MasterState:
         self.objects: dict[str, ObjectMeta] = {}
         self.counters = Counters()
         self._next_segment = 1
-        self.capacity = 0
-        self.used = 0
 
     # -- clients and segments -----------------------------------------------------------------------
     def register_client(self, client_id: str, host_id: str) -> None:
@@ -70,7 +68,6 @@ class MasterState:
         self._next_segment += 1
         self.segments[seg.id] = seg
         client.segments.add(seg.id)
-        self.capacity += size
         return seg.id
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
@@ -100,8 +97,6 @@ class MasterState:
             meta.replicas = [r for r in meta.replicas if r.segment is not seg]
             if not meta.replicas:
                 self._delete(meta, free=False)
-        self.used -= seg.allocator.used
-        self.capacity -= seg.size
         del self.segments[seg.id]
         client = self.clients.get(seg.client_id)
         if client:
@@ -118,7 +113,7 @@ class MasterState:
         self, client_id: str, key: str, size: int, checksum: int, replicas: int, pin: bool
     ) -> list[Replica] | None:
         """Allocates replicas for a new object; None when the same bytes are already stored."""
-        client = self._client(client_id)
+        self._client(client_id)  # only registered clients may write
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
         existing = self.objects.get(key)
@@ -129,7 +124,7 @@ class MasterState:
                 self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
                 return None  # same key, same bytes: nothing to write
             raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
-        placed = self._place(size, replicas, client.host_id)
+        placed = self._place(size, replicas)
         now = self.clock()
         meta = ObjectMeta(
             key,
@@ -163,7 +158,7 @@ class MasterState:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
         return meta
 
-    def _place(self, size: int, replicas: int, writer_host: str) -> list[Replica]:
+    def _place(self, size: int, replicas: int) -> list[Replica]:
         """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space."""
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
@@ -198,7 +193,6 @@ class MasterState:
         for seg in chosen:
             offset = seg.allocator.allocate(size)
             assert offset is not None  # largest_free was checked above, single-threaded
-            self.used += seg.allocator.block_size(offset)
             placed.append(Replica(seg, offset))
         return placed
 
@@ -278,7 +272,6 @@ class MasterState:
         for r in meta.replicas:
             r.segment.objects.discard(meta.key)
             if free:
-                self.used -= r.segment.allocator.block_size(r.offset)
                 r.segment.allocator.free(r.offset)
         meta.replicas = []
         self.objects.pop(meta.key, None)
@@ -303,6 +296,16 @@ class MasterState:
         self.counters.evicted_bytes += victim.size
         self._delete(victim)
         return True
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of all mounted segments."""
+        return sum(s.size for s in self.segments.values())
+
+    @property
+    def used(self) -> int:
+        """Bytes allocated in all segments (the allocators are the one record of it)."""
+        return sum(s.allocator.used for s in self.segments.values())
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
