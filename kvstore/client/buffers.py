@@ -115,24 +115,32 @@ class BufferManager:
         except InvalidArgumentError:
             return self.stage(view, copy_in=not writable)
 
-    def stage(self, view: np.ndarray, copy_in: bool) -> Span:
+    def _staging_block(self, size: int) -> tuple[int, np.ndarray] | None:
+        """(offset, view) of `size` free bytes of the pre-faulted staging area, or None when full."""
         with self._lock:
-            offset = self._staging_alloc.allocate(view.nbytes)
+            offset = self._staging_alloc.allocate(size)
         if offset is None:
-            raise NoSpaceError(f"staging area cannot hold {view.nbytes} bytes; register the buffer instead")
+            return None
         assert self.staging.array is not None
-        staged = self.staging.array[offset : offset + view.nbytes]
+        return offset, self.staging.array[offset : offset + size]
+
+    def stage(self, view: np.ndarray, copy_in: bool) -> Span:
+        block = self._staging_block(view.nbytes)
+        if block is None:
+            raise NoSpaceError(f"staging area cannot hold {view.nbytes} bytes; register the buffer instead")
+        offset, staged = block
         if copy_in:
             staged[:] = view
         return Span(self.staging.addr + offset, view.nbytes, view, staged=staged, staging_offset=offset)
 
     def scratch(self, size: int) -> Span:
         """Registered memory of `size` bytes to read into: staging, or a fresh buffer when it is full."""
-        try:
-            return self.stage(np.empty(size, dtype=np.uint8), copy_in=False)
-        except NoSpaceError:
-            view = np.empty(size, dtype=np.uint8)
-            return Span(view.ctypes.data, size, view, temporary=self.engine.register(view, export=False))
+        block = self._staging_block(size)
+        if block is not None:  # the staged bytes are the result itself: nothing to copy out
+            offset, staged = block
+            return Span(self.staging.addr + offset, size, staged, staged=staged, staging_offset=offset)
+        view = np.empty(size, dtype=np.uint8)
+        return Span(address_of(view), size, view, temporary=self.engine.register(view, export=False))
 
     def release(self, span: Span, copy_out: bool = False, length: int = 0) -> None:
         """Ends a span; copy_out moves `length` staged bytes into the caller's buffer first."""

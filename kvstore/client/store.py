@@ -332,10 +332,10 @@ class Store:
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
         """The value, or None on a miss."""
+        self.stats_local.gets += 1
         for _ in range(2):
             (found,), (cached,) = self._locate([key])
             if found is None:
-                self.stats_local.gets += 1
                 return None
             span = self.buffers.scratch(found[0])
             try:
@@ -365,6 +365,7 @@ class Store:
         """Each key's value is spread over its buffers in order."""
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
+        self.stats_local.gets += len(keys)
         spans = [[self.buffers.span(b, writable=True) for b in parts] for parts in buffer_lists]
         results: list[int] = []
         try:
@@ -404,7 +405,6 @@ class Store:
         todo: list[int] = []
         choices: dict[int, list[Any]] = {}
         for i, entry in enumerate(found):
-            self.stats_local.gets += 1
             if entry is None:
                 continue
             size, _checksum, replicas = entry
@@ -561,8 +561,11 @@ class _Requests:
         """Runs the batch, yielding (owner, all its requests completed) as each owner's requests end."""
         for owner in self.failed:
             yield owner, False
-        if len(self.owner) <= 1:
-            yield from ((o, o not in self.run(engine)) for o in set(self.owner) - self.failed)
+        if len(self.owner) <= 1:  # nothing to overlap: the single-call path
+            already = set(self.failed)
+            failed = self.run(engine)
+            for owner in set(self.owner) - already:
+                yield owner, owner not in failed
             return
         handle = self._submit(engine)
         # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).

@@ -45,6 +45,7 @@ class Replicator:
     def __init__(self, state: MasterState) -> None:
         self.state = state
         self.tasks: dict[int, CopyTask] = {}
+        self._by_key: dict[str, list[CopyTask]] = {}  # the same tasks, by object key
         self._next = 1
         self.touched: set[str] = set()  # accessed since the last plan
         self.extra: set[str] = set()  # holding more replicas than they asked for
@@ -95,13 +96,13 @@ class Replicator:
                 self.extra.discard(key)
                 continue
             want = self.desired(meta)
-            pending = [t for t in self.tasks.values() if t.key == key]
+            pending = self._by_key.get(key, [])
             have = len(meta.replicas) + len(pending)
             if have < want:
                 self._add_copy(meta, pending)
             elif len(meta.replicas) > want and not pending:
                 self._drop_one(meta)
-            planned = len(meta.replicas) + sum(1 for t in self.tasks.values() if t.key == key)
+            planned = len(meta.replicas) + len(self._by_key.get(key, []))
             if planned > meta.base_replicas or meta.target_replicas:
                 self.extra.add(key)
             else:
@@ -133,6 +134,14 @@ class Replicator:
         )
         self._next += 1
         self.tasks[task.id] = task
+        self._by_key.setdefault(task.key, []).append(task)
+
+    def _unlink(self, task: CopyTask) -> None:
+        del self.tasks[task.id]
+        siblings = self._by_key[task.key]
+        siblings.remove(task)
+        if not siblings:
+            del self._by_key[task.key]
 
     def _drop_one(self, meta: ObjectMeta) -> None:
         if meta.lease_until > self.state.clock() or len(meta.replicas) <= 1:
@@ -160,7 +169,7 @@ class Replicator:
         task = self.tasks.get(task_id)
         if task is None or task.segment.client_id != client_id:
             return  # expired or cancelled meanwhile; its space is already freed
-        del self.tasks[task_id]
+        self._unlink(task)
         meta = self.state.objects.get(task.key)
         if ok and meta is not None and meta.complete:
             meta.replicas.append(Replica(task.segment, task.offset))
@@ -172,8 +181,8 @@ class Replicator:
     # -- cleanup --------------------------------------------------------------------------------------
     def forget(self, key: str) -> None:
         """The object is gone: cancel its copies."""
-        for task in [t for t in self.tasks.values() if t.key == key]:
-            del self.tasks[task.id]
+        for task in list(self._by_key.get(key, [])):
+            self._unlink(task)
             self._free(task.segment, task.offset, key)
         self.extra.discard(key)
         self.touched.discard(key)
@@ -181,7 +190,7 @@ class Replicator:
     def drop_segment(self, segment: Segment) -> None:
         """Copies to or from a vanished segment are cancelled (its space goes with it)."""
         for task in [t for t in self.tasks.values() if segment in (t.segment, t.source.segment)]:
-            del self.tasks[task.id]
+            self._unlink(task)
             if task.segment is not segment:
                 self._free(task.segment, task.offset, task.key)
             else:
@@ -190,6 +199,6 @@ class Replicator:
     def expire(self) -> None:
         now = self.state.clock()
         for task in [t for t in self.tasks.values() if t.deadline < now]:
-            del self.tasks[task.id]
+            self._unlink(task)
             self._free(task.segment, task.offset, task.key)
             self.copies_failed += 1
