@@ -349,6 +349,19 @@ class Store:
             self.leases.drop([key])  # the lease was not enough (a forced removal): ask afresh
         return None
 
+    def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values (None for misses) in one metadata RPC: the sizes come first, then a batch read that
+        finds the locations already leased."""
+        found, _ = self._locate(list(keys))
+        present = [i for i, entry in enumerate(found) if entry is not None]
+        buffers = [np.empty(found[i][0], dtype=np.uint8) for i in present]
+        out: list[bytes | None] = [None] * len(keys)
+        if present:
+            results = self.batch_get_into([keys[i] for i in present], buffers)
+            for i, buf, r in zip(present, buffers, results, strict=True):
+                out[i] = buf.tobytes() if r >= 0 else None
+        return out
+
     def get_into(self, key: str, buffer: Any) -> int:
         """Bytes read into buffer, or a negative code (MISS when absent)."""
         return self.batch_get_into([key], [buffer])[0]
@@ -512,6 +525,11 @@ class Store:
         code, message, _ = self.master.call("remove", keys=[key], force=force)[0]
         if code:
             raise error_for_code(code, message)
+
+    def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
+        """One RPC; per key 0, or a negative code (MISS when absent, busy when leased)."""
+        self.leases.drop(keys)
+        return [-code for code, _message, _ in self.master.call("remove", keys=list(keys), force=force)]
 
     def remove_all(self, *, force: bool = False) -> int:
         self.leases.clear()

@@ -246,7 +246,8 @@ class MooncakeDistributedStore:
         return value if isinstance(value, bytes) else b""
 
     def get_batch(self, keys: list[str]) -> list[bytes]:
-        return [self.get(k) for k in keys]
+        values = self._call(lambda s: s.batch_get(keys))
+        return [v or b"" for v in values] if isinstance(values, list) else [b""] * len(keys)
 
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         return self.batch_get_into([key], [buffer_ptr], [size])[0]
@@ -287,10 +288,12 @@ class MooncakeDistributedStore:
         return int(self._call(run))
 
     def remove(self, key: str, force: bool = False) -> int:
-        return int(self._call(lambda s: (s.remove(key, force=force), OK)[1]))
+        return self.batch_remove([key], force)[0]
 
     def batch_remove(self, keys: list[str], force: bool = False) -> list[int]:
-        return [self.remove(k, force) for k in keys]
+        return self._per_key(
+            lambda s: [mooncake_code(r) for r in s.batch_remove(keys, force=force)], len(keys)
+        )
 
     def remove_all(self) -> int:
         result = self._call(lambda s: s.remove_all(force=True))
