@@ -15,6 +15,7 @@ from kvstore.errors import (
     NotFoundError,
     ObjectBusyError,
     ObjectExistsError,
+    ObjectNotFoundError,
 )
 from kvstore.master.config import MasterConfig
 from kvstore.master.eviction import EvictionPolicy, make_policy
@@ -243,7 +244,7 @@ class MasterState:
         """Asks for exactly `replicas` copies of a stored object (0: let its heat decide again)."""
         meta = self.objects.get(key)
         if meta is None or not meta.complete:
-            raise NotFoundError(f"no object {key!r}")
+            raise ObjectNotFoundError(f"no object {key!r}")
         if not 0 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 0..{self.config.max_replicas}")
         self.replicator.change_replica(meta, replicas)
@@ -256,7 +257,7 @@ class MasterState:
     def remove(self, key: str, force: bool = False) -> None:
         meta = self.objects.get(key)
         if meta is None or not meta.complete:
-            raise NotFoundError(f"no object {key!r}")
+            raise ObjectNotFoundError(f"no object {key!r}")
         if not force and meta.lease_until > self.clock():
             raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
         self._delete(meta)
