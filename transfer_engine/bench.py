@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,10 +23,8 @@ from rich.table import Table
 from transfer_engine import _core
 from transfer_engine.engine import Op, RequestState, Segment, TransferEngine
 from transfer_engine.errors import InvalidArgumentError
-from transfer_engine.procs import module_process
+from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
 from transfer_engine.units import format_size
-
-READY_PREFIX = "READY "
 
 
 @dataclass
@@ -84,21 +80,10 @@ class TransferBenchResult:
 # -- target ---------------------------------------------------------------------------------------
 def run_target(host: str, port: int, working_set: int, protocol: str = "auto") -> None:
     """Serves one allocated region until stdin closes or SIGTERM/SIGINT arrives."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     with TransferEngine(host=host, port=port, protocol=protocol) as engine:
         region = engine.allocate(working_set)  # pre-faulted by the engine
         print(f"{READY_PREFIX}{engine.name} region={region.id}", flush=True)
-
-        def watch_stdin() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stdin.read()
-            stop.set()
-
-        if not sys.stdin.isatty():
-            threading.Thread(target=watch_stdin, daemon=True).start()
-        stop.wait()
+        wait_for_stop_request()
 
 
 @contextlib.contextmanager

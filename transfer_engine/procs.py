@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from transfer_engine.errors import KVStoreError
@@ -55,3 +57,25 @@ def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
             escalate()
             timeout = 5.0
     proc.wait()
+
+
+def on_stop_request(callback: Callable[[], None]) -> None:
+    """Calls `callback` on SIGTERM/SIGINT, or when stdin closes while it is a pipe (a parent's lifeline:
+    module_process stops children that way). Installs signal handlers: call from the main thread."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: callback())
+    if not sys.stdin.isatty():
+
+        def watch_stdin() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdin.read()
+            callback()
+
+        threading.Thread(target=watch_stdin, name="stop-on-stdin-eof", daemon=True).start()
+
+
+def wait_for_stop_request() -> None:
+    """Blocks until on_stop_request fires."""
+    stop = threading.Event()
+    on_stop_request(stop.set)
+    stop.wait()

@@ -16,7 +16,7 @@ import numpy as np
 
 from kvstore.client.store import Store
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.procs import kvstore_process
+from kvstore.procs import READY_PREFIX, kvstore_process
 from transfer_engine.units import format_size
 
 OPS = ("put", "get", "exists")
@@ -248,7 +248,7 @@ def _combine(per_client: list[list[OpResult]]) -> list[OpResult]:
 
 def client_main(cfg: StoreBenchConfig, master: str) -> int:
     """`--mode client`: READY, then one JSON line per op, then {"done": true}."""
-    print("READY client", flush=True)
+    print(f"{READY_PREFIX}client", flush=True)
     for result in run_client(cfg, master):
         print(json.dumps(asdict(result)), flush=True)
     print(json.dumps({"done": True}), flush=True)

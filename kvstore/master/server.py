@@ -8,8 +8,6 @@ import contextlib
 import json
 import logging
 import selectors
-import signal
-import sys
 import threading
 import time
 from typing import Any, cast
@@ -22,6 +20,7 @@ from kvstore.master.config import MasterConfig
 from kvstore.master.handlers import Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
+from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
 NOT_SUPPORTED = 9
@@ -238,21 +237,16 @@ def run_master(config: MasterConfig) -> None:
 
     async def main() -> None:
         await master.start()
-        print(f"READY {master.address} http={master.http_address or '-'}", flush=True)
+        print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
         print(f"kvstore master listening on {master.address}", flush=True)
         if master.http_address:
             print(f"metrics on http://{master.http_address}/metrics", flush=True)
         done = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, done.set)
-        if not sys.stdin.isatty():  # started by a parent: its closing our stdin means stop
 
-            def watch_stdin() -> None:
-                with contextlib.suppress(OSError, ValueError):
-                    sys.stdin.read()
-                loop.call_soon_threadsafe(done.set)
+        def stop() -> None:
+            loop.call_soon_threadsafe(done.set)
 
-            threading.Thread(target=watch_stdin, daemon=True).start()
+        on_stop_request(stop)
         await done.wait()
 
     try:
