@@ -332,34 +332,24 @@ class Store:
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
         """The value, or None on a miss."""
-        self.stats_local.gets += 1
-        for _ in range(2):
-            (found,), (cached,) = self._locate([key])
-            if found is None:
-                return None
-            span = self.buffers.scratch(found[0])
-            try:
-                if self._read([key], [[span]], [found])[0] >= 0:
-                    data = span.staged if span.staged is not None else span.view
-                    return bytes(data[: found[0]])
-            finally:
-                self.buffers.release(span)
-            if not cached:
-                return None
-            self.leases.drop([key])  # the lease was not enough (a forced removal): ask afresh
-        return None
+        return self.batch_get([key])[0]
 
     def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Values (None for misses) in one metadata RPC: the sizes come first, then a batch read that
-        finds the locations already leased."""
-        found, _ = self._locate(list(keys))
+        """Values (None for misses), read through the pre-faulted staging area, one metadata RPC."""
+        self.stats_local.gets += len(keys)
+        found, cached = self._locate(list(keys))
         present = [i for i, entry in enumerate(found) if entry is not None]
-        buffers = [np.empty(found[i][0], dtype=np.uint8) for i in present]
+        spans = [[self.buffers.scratch(found[i][0])] for i in present]
         out: list[bytes | None] = [None] * len(keys)
-        if present:
-            results = self.batch_get_into([keys[i] for i in present], buffers)
-            for i, buf, r in zip(present, buffers, results, strict=True):
-                out[i] = buf.tobytes() if r >= 0 else None
+        try:
+            results = self._read_located(
+                [keys[i] for i in present], spans, [found[i] for i in present], [cached[i] for i in present]
+            )
+            for i, (span,), r in zip(present, spans, results, strict=True):
+                out[i] = bytes(span.view[:r]) if r >= 0 else None
+        finally:
+            for (span,) in spans:
+                self.buffers.release(span)
         return out
 
     def get_into(self, key: str, buffer: Any) -> int:
@@ -383,14 +373,7 @@ class Store:
         results: list[int] = []
         try:
             found, cached = self._locate(list(keys))
-            results = self._read(list(keys), spans, found)
-            stale = [i for i, r in enumerate(results) if r < 0 and cached[i]]
-            if stale:  # read from a lease-cached location and failed: ask the master afresh
-                retry = [keys[i] for i in stale]
-                self.leases.drop(retry)
-                fresh, _ = self._locate(retry)
-                for i, r in zip(stale, self._read(retry, [spans[i] for i in stale], fresh), strict=True):
-                    results[i] = r
+            results = self._read_located(list(keys), spans, found, cached)
             return results
         finally:
             for i, parts in enumerate(spans):
@@ -412,6 +395,20 @@ class Store:
             for i, entry in zip(missing, reply, strict=True):
                 found[i] = entry
         return found, cached
+
+    def _read_located(
+        self, keys: list[str], spans: list[list[Span]], found: list[Any], cached: list[bool]
+    ) -> list[int]:
+        """_read, then once more with fresh locations for keys whose lease-cached location failed."""
+        results = self._read(keys, spans, found)
+        stale = [i for i, r in enumerate(results) if r < 0 and cached[i]]
+        if stale:  # the lease was not enough (a forced removal): ask the master afresh
+            retry = [keys[i] for i in stale]
+            self.leases.drop(retry)
+            fresh, _ = self._locate(retry)
+            for i, r in zip(stale, self._read(retry, [spans[i] for i in stale], fresh), strict=True):
+                results[i] = r
+        return results
 
     def _read(self, keys: list[str], spans: list[list[Span]], found: list[Any]) -> list[int]:
         results = [MISS] * len(keys)
