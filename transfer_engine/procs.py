@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from transfer_engine.errors import KVStoreError
 
@@ -21,8 +22,12 @@ READY_PREFIX = "READY "
 def module_process(module: str, args: Sequence[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """Runs `python -m MODULE ARGS`; yields (process, the rest of its READY line)."""
     cmd = [sys.executable, "-m", module, *args]
+    # `python -m` puts the working directory first on sys.path: started from a source checkout after a
+    # plain `pip install .`, the child would import the checkout (which has no built extension) instead of
+    # what this process imported. Run it where our own packages live, so it imports the same ones.
+    home = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy(), cwd=home
     )
     try:
         assert proc.stdout is not None

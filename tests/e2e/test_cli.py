@@ -302,3 +302,35 @@ def test_bench_trace_bad_input(tmp_path: Path) -> None:
     assert result.returncode == 1 and "bad.jsonl:2" in result.stderr
     assert kvstore("bench", "trace", str(tmp_path / "missing.jsonl")).returncode == 1
     assert kvstore("bench", "trace", str(bad), "--policy", "nope").returncode == 1
+
+
+def test_children_import_what_the_parent_imported(tmp_path: Path) -> None:
+    """Run from a directory holding another `transfer_engine` (as a source checkout after a plain
+    `pip install .` does): the bench's child processes must still import the installed package."""
+    shadow = tmp_path / "transfer_engine"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the shadowing source tree was imported')\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-m",
+            "kvstore.cli",
+            "bench",
+            "transfer",
+            "--protocol",
+            "tcp",
+            "--duration",
+            "0.2",
+            "--working-set",
+            "16MiB",
+            "--no-baseline",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["bytes"] > 0
