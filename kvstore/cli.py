@@ -182,6 +182,11 @@ def _add_trace_bench(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--heat-half-life", type=_positive_float, default=600.0, help="seconds of trace time")
     p.add_argument("--max-replicas", type=_positive_int, default=3)
+    p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="what any online policy could reach at this capacity (offline optimum, oracles, fitted ranking)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per result")
 
 
@@ -201,6 +206,8 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
     name = Path(args.trace).name
     if args.replication:
         return _run_replication_sim(args, requests, capacity, policies[0], name)
+    if args.bounds:
+        return _run_bounds(args, requests, capacity, name)
     results: list[tr.TraceResult] = []
     if args.plot:
         sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)})
@@ -235,6 +242,29 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
             )
     if args.plot and not args.json:
         print(f"plot written to {args.plot}")
+    return 0
+
+
+def _run_bounds(args: argparse.Namespace, requests: list[list[int]], capacity: int, name: str) -> int:
+    from kvstore.bench import policy_bounds
+
+    b = policy_bounds.bounds(requests, capacity)
+    if args.json:
+        print(json.dumps({"trace": name, **dataclasses.asdict(b)}))
+        return 0
+    print(f"{name}: one cache of {capacity} blocks, block hit rate")
+    for label, value in [
+        ("lru", b.lru),
+        ("adaptive (default)", b.adaptive),
+        ("ranking by (turn, last block, age), fitted on the whole trace", b.fitted_ranking),
+        ("lru told which blocks are never used again", b.dead_block_oracle),
+        ("offline optimum (Belady)", b.optimum),
+    ]:
+        print(f"  {value:.3f}  {label}")
+    print(
+        "requests continued later, by turn: "
+        + ", ".join(f"{turn}: {p:.2f} of {n}" for turn, (n, p) in b.continuation_odds.items())
+    )
     return 0
 
 

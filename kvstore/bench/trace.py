@@ -13,9 +13,10 @@ it every block is a real object of `--payload-bytes` in a real store (master RPC
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from kvstore.errors import InvalidArgumentError
 from kvstore.master.eviction import EvictionPolicy, make_policy
 
 Trace = list[list[int]]
+T = TypeVar("T")
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> Trace:
@@ -50,6 +52,17 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     return requests
 
 
+def leading_run(keys: Sequence[T], present: Container[T]) -> int:
+    """How many leading keys are present: the hits of a request (a block is worthless without its
+    prefix)."""
+    n = 0
+    for k in keys:
+        if k not in present:
+            break
+        n += 1
+    return n
+
+
 class SimulatedCache:
     """A cache of block ids of fixed capacity, ordered by a master eviction policy."""
 
@@ -62,12 +75,7 @@ class SimulatedCache:
         self.evictions = 0
 
     def prefix(self, keys: Sequence[str]) -> int:
-        n = 0
-        for k in keys:
-            if k not in self.present:
-                break
-            n += 1
-        return n
+        return leading_run(keys, self.present)
 
     def admit(self, keys: Sequence[str]) -> None:
         for k in keys:

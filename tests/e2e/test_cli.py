@@ -295,6 +295,19 @@ def test_bench_trace_plot_and_replication(tmp_path: Path) -> None:
     assert len(data["reads_per_node"]) == 4 and data["timeline"]
 
 
+@pytest.mark.skipif(not SHIPPED_TRACE.exists(), reason="shipped trace not present")
+def test_bench_trace_bounds() -> None:
+    args = ["bench", "trace", str(SHIPPED_TRACE), "--limit", "1500", "--capacity-blocks", "1000", "--bounds"]
+    result = kvstore(*args, "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    b = json.loads(result.stdout)
+    assert b["trace"] == SHIPPED_TRACE.name and b["capacity_blocks"] == 1000
+    assert b["lru"] <= b["dead_block_oracle"] <= 1 and b["optimum"] >= b["lru"]
+    assert 0 < b["fitted_ranking"] < 1 and b["continuation_odds"]["1"][0] > 0
+    text = kvstore(*args, timeout=300)
+    assert text.returncode == 0 and "offline optimum" in text.stdout
+
+
 def test_bench_trace_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": "x"}\n')
