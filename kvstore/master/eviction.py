@@ -3,6 +3,7 @@ that may not go (leased, pinned, put in progress); a policy only orders keys."""
 
 from __future__ import annotations
 
+import math
 import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -89,8 +90,12 @@ def _insert(
     count: int,
 ) -> None:
     """LRU insertion puts a new key at the MRU end. Bimodal insertion puts it at the LRU end (first to
-    go unless used again) except every 1/epsilon-th key and keys evicted recently (in the ghost list):
-    a flood of one-off keys then cannot push out the keys that are being reused."""
+    go unless used again) except keys evicted recently (in the ghost list) and, if epsilon > 0, every
+    1/epsilon-th key: a flood of one-off keys then cannot push out the keys that are being reused, and
+    a key seen twice within the ghost's reach is admitted. With epsilon 0 the rule is coherent along a
+    prefix chain (a returning conversation's blocks were all evicted together), so sampled shadow hits
+    predict the real cache's prefix hits; scattered 1-in-32 keys counted as shadow hits are useless
+    without their prefix and made the duel favour bimodal where it lost."""
     order[key] = None
     if not bimodal:
         return
@@ -113,14 +118,25 @@ class AdaptivePolicy(EvictionPolicy):
     one with bimodal insertion plus a ghost list; the real cache inserts the way the shadow with more
     (decayed) hits does. Small caches facing many one-off keys get scan resistance; large caches, where
     recency wins, stay LRU. Hits always move a key to the MRU end.
+
+    Switching back and forth costs hits (a short bimodal spell drops fresh chains without keeping
+    others long enough to pay back), so the duel starts only once the cache is full and bimodal must
+    lead by `margin` and by `confidence` standard deviations of the hit counts; `decay` sets the
+    window (~1/(1-decay) sampled references).
     """
 
     name = "adaptive"
 
     def __init__(
-        self, sample: int = 8, epsilon: float = 1 / 32, decay: float = 0.9999, margin: float = 0.05
+        self,
+        sample: int = 8,
+        epsilon: float = 0.0,
+        decay: float = 0.99997,
+        margin: float = 0.0,
+        confidence: float = 3.0,
     ) -> None:
         self._margin = margin
+        self._confidence = confidence
         self._order: OrderedDict[str, None] = OrderedDict()
         self._ghost: OrderedDict[str, None] = OrderedDict()
         self._sample = sample
@@ -128,12 +144,21 @@ class AdaptivePolicy(EvictionPolicy):
         self._decay = decay
         self._shadows = (_Shadow(False, epsilon), _Shadow(True, epsilon))
         self._inserts = 0
+        self._full = False
 
     @property
     def bimodal(self) -> bool:
         """True while bimodal insertion is winning."""
         lru, bip = self._shadows
-        return bip.hits > lru.hits * (1 + self._margin)  # a clear win only: LRU is the safe default
+        # a clear win only: LRU is the safe default. Before the first eviction the shadows model a cache
+        # as small as the one filling up, where bimodal insertion wins for the wrong reason.
+        # The win must also stand out of the counting noise (difference of two Poisson counts).
+        lead = bip.hits - lru.hits
+        return (
+            self._full
+            and lead > lru.hits * self._margin
+            and lead > self._confidence * math.sqrt(bip.hits + lru.hits)
+        )
 
     def _reference(self, key: str) -> None:
         if zlib.crc32(key.encode()) % self._sample:
@@ -158,6 +183,10 @@ class AdaptivePolicy(EvictionPolicy):
             _remember(self._ghost, key, len(self._order))
 
     def candidates(self) -> Iterator[str]:
+        if not self._full:  # asked to evict: the cache is full, the shadows are now its size
+            self._full = True
+            for shadow in self._shadows:
+                shadow.hits = 0.0
         return iter(self._order)
 
     def __len__(self) -> int:

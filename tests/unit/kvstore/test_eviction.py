@@ -57,6 +57,19 @@ def test_adaptive_stays_lru_when_recency_wins() -> None:
     assert _hit_rate("adaptive", 100, stream) == pytest.approx(_hit_rate("lru", 100, stream))
 
 
+def test_adaptive_switches_only_on_a_full_cache_and_a_clear_lead() -> None:
+    p = AdaptivePolicy()
+    lru, bip = p._shadows
+    lru.hits, bip.hits = 1000.0, 1300.0
+    assert not p.bimodal  # still filling: the shadows model a smaller cache than the real one
+    list(p.candidates())  # the first eviction: shadows start counting afresh
+    assert lru.hits == bip.hits == 0.0
+    lru.hits, bip.hits = 100.0, 110.0
+    assert not p.bimodal  # a lead inside the counting noise keeps LRU
+    lru.hits, bip.hits = 1000.0, 1300.0
+    assert p.bimodal
+
+
 def test_adaptive_tracks_membership() -> None:
     p = AdaptivePolicy()
     for k in ("a", "b", "c"):

@@ -70,10 +70,12 @@ def test_real_store_matches_simulation_for_lru() -> None:
 def test_shipped_trace_lru_figures() -> None:
     trace = load_trace(SHIPPED)
     assert simulate(trace, 10000, "lru").hit_rate == pytest.approx(0.211, abs=0.002)
-    adaptive = [simulate(trace, c, "adaptive").hit_rate for c in (1000, 10000, 30000)]
-    lru = [simulate(trace, c, "lru").hit_rate for c in (1000, 10000, 30000)]
-    assert all(a >= b - 1e-9 for a, b in zip(adaptive, lru, strict=True))  # never below LRU here
-    assert adaptive[0] > 1.5 * lru[0]
+    # 10937 and 14422 sit where insertion rules cross over: the duel once lost a little to LRU there
+    capacities = (1000, 3000, 10000, 10937, 14422, 30000)
+    adaptive = [simulate(trace, c, "adaptive").hits for c in capacities]
+    lru = [simulate(trace, c, "lru").hits for c in capacities]
+    assert all(a >= b for a, b in zip(adaptive, lru, strict=True))  # never below LRU
+    assert adaptive[0] > 1.7 * lru[0] and adaptive[1] > 2 * lru[1]
 
 
 def test_replication_simulation_spreads_a_hot_block() -> None:
