@@ -5,8 +5,9 @@ A policy can only rank blocks by what it has seen. This module measures, on one 
 - `dead_block_oracle`: LRU told exactly which blocks will never be used again, the best case of any
   admission or dead-block predictor that keeps LRU order;
 - `fitted_ranking`: a ranking by (block class, idle age) with reuse statistics fitted on the whole trace
-  in advance, the best case of any policy that learns from those features (turn of the conversation,
-  last block of a request, recency), LHD-style;
+  in advance: what a policy learning from those features (turn of the conversation, last block of a
+  request, recency), LHD-style, could reach at best. (Admission rules such as `adaptive`'s second-sight
+  use another signal and beat it at small capacities, not at 10k blocks on the shipped trace.)
 - `continuation_odds`: how often a request is continued by a later one, by turn: the one signal those
   features carry.
 When the fitted ranking lands near LRU while the oracles are far above, the missing hits depend on which
