@@ -31,12 +31,13 @@ class LeaseCache:
         with self._lock:
             for key in keys:
                 entry = self._entries.get(key)
-                if entry is not None and entry[0] > now:
-                    out.append(entry[1])
-                    self._touched[key] += 1
-                else:
-                    out.append(None)
+                out.append(entry[1] if entry is not None and entry[0] > now else None)
         return out
+
+    def served(self, keys: Sequence[str]) -> None:
+        """Keys read from cached locations: reported with the next heartbeat."""
+        with self._lock:
+            self._touched.update(keys)
 
     def fill(self, keys: Sequence[str], found: Sequence[Any], granted_at: float) -> None:
         expiry = granted_at + self.validity

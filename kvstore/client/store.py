@@ -368,12 +368,17 @@ class Store:
         """Each key's value is spread over its buffers in order."""
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
+        found, cached = self._locate(list(keys))
+        return self._get_into(list(keys), buffer_lists, found, cached)
+
+    def _get_into(
+        self, keys: list[str], buffer_lists: Sequence[Sequence[Any]], found: list[Any], cached: list[bool]
+    ) -> list[int]:
         self.stats_local.gets += len(keys)
         spans = [[self.buffers.span(b, writable=True) for b in parts] for parts in buffer_lists]
         results: list[int] = []
         try:
-            found, cached = self._locate(list(keys))
-            results = self._read_located(list(keys), spans, found, cached)
+            results = self._read_located(keys, spans, found, cached)
             return results
         finally:
             for i, parts in enumerate(spans):
@@ -382,15 +387,16 @@ class Store:
                     self.buffers.release(s, copy_out=left > 0, length=min(left, s.length))
                     left -= min(left, s.length)
 
-    def _locate(self, keys: list[str]) -> tuple[list[Any], list[bool]]:
-        """Replica lists per key (None: absent): from still-valid leases, else one master RPC."""
+    def _locate(self, keys: list[str], prefix: bool = False) -> tuple[list[Any], list[bool]]:
+        """Replica lists per key (None: absent): from still-valid leases, else one master RPC.
+        With `prefix`, the master does not look up (nor lease) keys after the first absent one."""
         found = self.leases.lookup(keys)
         cached = [f is not None for f in found]
         missing = [i for i, hit in enumerate(cached) if not hit]
         if missing:
             asked = [keys[i] for i in missing]
             granted_at = time.monotonic()
-            reply = self.master.call("get_replicas", keys=asked)
+            reply = self.master.call("get_replicas", keys=asked, prefix=prefix)
             self.leases.fill(asked, reply, granted_at)
             for i, entry in zip(missing, reply, strict=True):
                 found[i] = entry
@@ -408,6 +414,10 @@ class Store:
             fresh, _ = self._locate(retry)
             for i, r in zip(stale, self._read(retry, [spans[i] for i in stale], fresh), strict=True):
                 results[i] = r
+        stale_set = set(stale)  # those were counted by the master's fresh lookup
+        self.leases.served(
+            [k for i, k in enumerate(keys) if cached[i] and results[i] >= 0 and i not in stale_set]
+        )
         return results
 
     def _read(self, keys: list[str], spans: list[list[Span]], found: list[Any]) -> list[int]:
@@ -492,10 +502,13 @@ class Store:
 
         A block is worthless without its prefix, so blocks after the first miss are not fetched.
         """
-        n = self.match_prefix(keys).matched
+        if len(keys) != len(buffers):
+            raise InvalidArgumentError("keys and buffers differ in length")
+        found, cached = self._locate(list(keys), prefix=True)
+        n = next((i for i, entry in enumerate(found) if entry is None), len(found))
         if n == 0:
             return 0
-        results = self.batch_get_into(list(keys[:n]), list(buffers[:n]))
+        results = self._get_into(list(keys[:n]), [[b] for b in buffers[:n]], found[:n], cached[:n])
         loaded = 0
         while loaded < n and results[loaded] >= 0:
             loaded += 1

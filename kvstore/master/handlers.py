@@ -115,11 +115,18 @@ class Handlers:
         return [_per_item(functools.partial(self.state.put_revoke, client, k)) for k in v.keys(params)]
 
     def get_replicas(self, params: dict[str, Any]) -> list[Any]:
+        """[size, checksum, replicas] per key, None for a miss. With `prefix`, keys after the first miss
+        are not looked up (no lease, no access counted): a block is worthless without its prefix."""
+        keys = v.keys(params)
+        prefix = v.flag(params, "prefix")
         out: list[Any] = []
-        for key in v.keys(params):
+        for key in keys:
             meta = self.state.get_replicas(key)
             if meta is None:
                 out.append(None)
+                if prefix:
+                    out.extend([None] * (len(keys) - len(out)))
+                    break
                 continue
             replicas = [
                 [r.segment.engine, r.segment.region_id, r.offset, r.segment.host_id] for r in meta.replicas

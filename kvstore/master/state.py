@@ -206,11 +206,7 @@ class MasterState:
             return None
         now = self.clock()
         meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
-        meta.last_access = now
-        meta.access_count += 1
-        self.policy.on_access(key)
-        self.replicator.note_access(meta)
-        self.counters.hits += 1
+        self._read(meta, now)
         return meta
 
     def touch(self, keys: list[str]) -> None:
@@ -219,11 +215,18 @@ class MasterState:
         for key in keys:
             meta = self.objects.get(key)
             if meta is not None and meta.complete:
-                meta.last_access = now
-                meta.access_count += 1
-                self.policy.on_access(key)
-                self.replicator.note_access(meta)
-                self.counters.hits += 1
+                self._read(meta, now)
+
+    def _used(self, meta: ObjectMeta, now: float) -> None:
+        """A use of the object: eviction order and replication heat see it."""
+        meta.last_access = now
+        self.policy.on_access(meta.key)
+        self.replicator.note_access(meta)
+
+    def _read(self, meta: ObjectMeta, now: float) -> None:
+        self._used(meta, now)
+        meta.access_count += 1
+        self.counters.hits += 1
 
     def match_prefix(self, keys: list[str]) -> list[ObjectMeta]:
         """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
@@ -235,9 +238,7 @@ class MasterState:
             matched.append(meta)
         now = self.clock()
         for meta in matched:
-            meta.last_access = now
-            self.policy.on_access(meta.key)
-            self.replicator.note_access(meta)
+            self._used(meta, now)
         return matched
 
     def change_replica(self, key: str, replicas: int) -> None:

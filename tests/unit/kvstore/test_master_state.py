@@ -196,3 +196,18 @@ def test_config_validation() -> None:
         MasterState(MasterConfig.load(eviction_policy="nope"))
     with pytest.raises(InvalidArgumentError):
         MasterConfig.load(unknown=1)
+
+
+def test_prefix_lookup_stops_at_the_first_miss(clock: Clock) -> None:
+    from kvstore.master.handlers import Handlers
+
+    state = make_state(clock, [("h0", 8 * MiB)])
+    put(state, "a")
+    put(state, "c")  # stored, but its prefix ("b") is not
+    handlers = Handlers(state)
+    found = handlers.get_replicas({"keys": ["a", "b", "c"], "prefix": True})
+    assert found[0] is not None and found[1:] == [None, None]
+    c = state.objects["c"]
+    assert c.lease_until == 0 and c.access_count == 0  # not looked up: no lease, no read counted
+    assert handlers.get_replicas({"keys": ["a", "b", "c"]})[2] is not None
+    assert state.objects["c"].access_count == 1
