@@ -31,8 +31,9 @@ from kvstore.errors import (
     TransferConnectionError,
     TransferFailedError,
     TransferTimeoutError,
+    error_for_code,
 )
-from transfer_engine import Op, RequestState
+from transfer_engine import Op, RequestState, Segment
 from transfer_engine import TransferEngine as _Engine
 
 log = logging.getLogger("kvstore.mooncake")
@@ -68,8 +69,6 @@ def mooncake_code(error: KVStoreError | int) -> int:
     if isinstance(error, int):
         if error >= 0:
             return error
-        from kvstore.errors import error_for_code
-
         error = error_for_code(-error, "")
     for cls, code in _CODES:
         if isinstance(error, cls):
@@ -398,34 +397,40 @@ class TransferEngine:
             if not len(locals_) == len(remotes) == len(lengths):
                 return INVALID_PARAMS
             segment = engine.open_segment(target)
-            regions, offsets = _locate(segment, remotes, lengths)
-            if regions is None:  # the peer may have registered memory since the handshake
+            where = _translate(segment, remotes, lengths)
+            if where is None:  # the peer may have registered memory since the handshake
                 segment = engine.refresh_segment(segment)
-                regions, offsets = _locate(segment, remotes, lengths)
-            if regions is None:
+                where = _translate(segment, remotes, lengths)
+            if where is None:
                 return INVALID_PARAMS
-            states = engine.transfer_sync(op, locals_, segment, regions, offsets, lengths)
+            states = engine.transfer_sync(op, locals_, segment, where[0], where[1], lengths)
             return OK if bool(np.all(states == RequestState.COMPLETED)) else TRANSFER_FAIL
         except KVStoreError as exc:
             return mooncake_code(exc)
 
 
-def _locate(segment: Any, addresses: list[int], lengths: list[int]) -> tuple[list[int] | None, list[int]]:
-    """Remote (region id, offset) for each remote virtual address, from the peer's exported regions."""
-    info = segment_regions(segment)
-    regions, offsets = [], []
-    for addr, length in zip(addresses, lengths, strict=True):
-        hit = next((r for r in info if r[1] <= addr and addr + length <= r[1] + r[2]), None)
-        if hit is None:
-            return None, []
-        regions.append(hit[0])
-        offsets.append(addr - hit[1])
-    return regions, offsets
-
-
-def segment_regions(segment: Any) -> list[tuple[int, int, int]]:
-    """(region id, base address, length) of a peer's exported regions."""
-    return [(r.id, r.base, r.length) for r in segment.regions]
+def _translate(segment: Segment, addresses: list[int], lengths: list[int]) -> tuple[Any, Any] | None:
+    """Remote (region ids, offsets) for remote virtual addresses, from the peer's exported regions
+    (which never overlap): one sorted search for the whole batch. None when a range is in no region."""
+    regions = sorted(segment.regions, key=lambda r: r.base)
+    if not regions:
+        return None
+    try:
+        addr = np.asarray(addresses, dtype=np.uint64)
+        length = np.asarray(lengths, dtype=np.uint64)
+    except OverflowError:  # negative or above 64 bits
+        return None
+    bases = np.array([r.base for r in regions], dtype=np.uint64)
+    ends = bases + np.array([r.length for r in regions], dtype=np.uint64)
+    which = np.searchsorted(bases, addr, side="right").astype(np.int64) - 1
+    if (which < 0).any():
+        return None
+    end = ends[which]
+    room = np.where(addr < end, end - addr, 0)  # written so that nothing wraps around
+    if (length > room).any():
+        return None
+    ids = np.array([r.id for r in regions], dtype=np.uint64)
+    return ids[which], addr - bases[which]
 
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "TransferEngine"]
