@@ -30,14 +30,14 @@ def pack(obj: Any) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def frame_length(header: bytes) -> int:
+def frame_length(header: bytes | bytearray) -> int:
     (n,) = _LEN.unpack(header)
     if n > MAX_FRAME:
         raise FrameError(f"frame of {n} bytes exceeds the {MAX_FRAME} byte limit")
     return n
 
 
-def unpack(body: bytes) -> Any:
+def unpack(body: bytes | bytearray) -> Any:
     try:
         return msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on bad input

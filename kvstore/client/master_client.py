@@ -106,7 +106,7 @@ def _spin_until_readable(sock: socket.socket) -> None:
             continue
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -115,4 +115,4 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
         if k == 0:
             raise EOFError("master closed the connection")
         got += k
-    return bytes(buf)
+    return buf  # msgpack and struct read a bytearray as it is: no copy

@@ -15,7 +15,7 @@ from typing import Any, cast
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore import rpc
-from kvstore.errors import InternalError, KVStoreError
+from kvstore.errors import InternalError, KVStoreError, NotSupportedError
 from kvstore.master.config import MasterConfig
 from kvstore.master.handlers import Handlers
 from kvstore.master.metrics import MasterMetrics
@@ -23,7 +23,6 @@ from kvstore.master.state import MasterState
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
-NOT_SUPPORTED = 9
 
 
 class Master:
@@ -69,7 +68,7 @@ class Master:
     def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any]:
         handler = self.handlers.methods.get(method)
         if handler is None:
-            return [msg_id, NOT_SUPPORTED, f"unknown method {method!r}", None]
+            return [msg_id, NotSupportedError.code, f"unknown method {method!r}", None]
         start = time.perf_counter()
         try:
             return [msg_id, 0, "", handler(params)]
