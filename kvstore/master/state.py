@@ -33,6 +33,8 @@ class MasterState:
         self.clients: dict[str, Client] = {}
         self.segments: dict[int, Segment] = {}
         self.objects: dict[str, ObjectMeta] = {}
+        # Puts started and not ended: expiry checks these every tick, not every object.
+        self._pending: dict[str, ObjectMeta] = {}
         self.counters = Counters()
         self._next_segment = 1
 
@@ -85,7 +87,7 @@ class MasterState:
             seg = self.segments.get(seg_id)
             if seg is not None:
                 self._drop_segment(seg)
-        for meta in [m for m in self.objects.values() if not m.complete and m.writer == client_id]:
+        for meta in [m for m in self._pending.values() if m.writer == client_id]:
             self._delete(meta)
 
     def _drop_segment(self, seg: Segment) -> None:
@@ -139,23 +141,25 @@ class MasterState:
             base_replicas=replicas,
         )
         self.objects[key] = meta
+        self._pending[key] = meta
         for r in placed:
             r.segment.objects.add(key)
         return placed
 
     def put_end(self, client_id: str, key: str) -> None:
-        meta = self._pending(client_id, key)
+        meta = self._pending_put(client_id, key)
         meta.complete = True
+        del self._pending[key]
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1
         self.counters.put_bytes += meta.size
 
     def put_revoke(self, client_id: str, key: str) -> None:
-        self._delete(self._pending(client_id, key))
+        self._delete(self._pending_put(client_id, key))
 
-    def _pending(self, client_id: str, key: str) -> ObjectMeta:
-        meta = self.objects.get(key)
-        if meta is None or meta.complete or meta.writer != client_id:
+    def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
+        meta = self._pending.get(key)
+        if meta is None or meta.writer != client_id:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
         return meta
 
@@ -277,6 +281,7 @@ class MasterState:
                 r.segment.allocator.free(r.offset)
         meta.replicas = []
         self.objects.pop(meta.key, None)
+        self._pending.pop(meta.key, None)
         self.policy.on_remove(meta.key)
         self.replicator.forget(meta.key)
 
@@ -328,15 +333,15 @@ class MasterState:
         for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_ttl]:
             self.counters.dropped_clients += 1
             self.drop_client(client.id)
-        for meta in [m for m in self.objects.values() if not m.complete and m.put_deadline < now]:
+        for meta in [m for m in self._pending.values() if m.put_deadline < now]:
             self.counters.reclaimed_puts += 1
             self._delete(meta)
         self.replicator.expire()
 
     def stats(self) -> dict[str, float | int]:
         return {
-            "objects": sum(1 for m in self.objects.values() if m.complete),
-            "pending_puts": sum(1 for m in self.objects.values() if not m.complete),
+            "objects": len(self.objects) - len(self._pending),
+            "pending_puts": len(self._pending),
             "bytes": sum(m.size for m in self.objects.values() if m.complete),
             "capacity": self.capacity,
             "used": self.used,
