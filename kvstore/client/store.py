@@ -191,9 +191,8 @@ class Store:
                 )
                 for task in reply.get("tasks", []):
                     self._copy_replica(task)
-                if not reply[
-                    "known"
-                ]:  # dropped (e.g. the master restarted): join again with an empty segment
+                # Dropped (e.g. the master restarted): join again with an empty segment.
+                if not reply["known"]:
                     log.warning("master forgot this client; registering again")
                     self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
                     self._mount()
@@ -313,17 +312,16 @@ class Store:
                         requests.add(i, Op.WRITE, s.addr, segment, region_id, at, s.length)
                         at += s.length
         failed = requests.run(self.engine)
-        done = [keys[i] for i in writing if i not in failed]
-        undone = [keys[i] for i in writing if i in failed]
+        done = [i for i in writing if i not in failed]
+        undone = [i for i in writing if i in failed]
         if undone:
-            self.master.call("put_revoke", client_id=self.client_id, keys=undone)
-            for i in writing:
-                if i in failed:
-                    results[i] = -TransferConnectionError.code
-                    messages[i] = "the bytes did not reach every replica"
+            self.master.call("put_revoke", client_id=self.client_id, keys=[keys[i] for i in undone])
+            for i in undone:
+                results[i] = -TransferConnectionError.code
+                messages[i] = "the bytes did not reach every replica"
         if done:
-            ended = self.master.call("put_end", client_id=self.client_id, keys=done)
-            for i, (code, message, _none) in zip([i for i in writing if i not in failed], ended, strict=True):
+            ended = self.master.call("put_end", client_id=self.client_id, keys=[keys[i] for i in done])
+            for i, (code, message, _none) in zip(done, ended, strict=True):
                 if code:
                     results[i], messages[i] = -code, message
         self.stats_local.puts += sum(1 for r in results if r == OK)
