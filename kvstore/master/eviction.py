@@ -61,21 +61,18 @@ class LRUPolicy(EvictionPolicy):
 class _Shadow:
     """A key-only LRU cache of a sample of the key space, replaying one insertion rule."""
 
-    def __init__(self, bimodal: bool, epsilon: float) -> None:
+    def __init__(self, bimodal: bool) -> None:
         self.bimodal = bimodal
-        self.epsilon = epsilon
         self.order: OrderedDict[str, None] = OrderedDict()
         self.ghost: OrderedDict[str, None] = OrderedDict()
         self.hits = 0.0
-        self.inserts = 0
 
     def reference(self, key: str, capacity: int) -> None:
         if key in self.order:
             self.hits += 1
             self.order.move_to_end(key)
             return
-        _insert(self.order, self.ghost, key, self.bimodal, self.epsilon, self.inserts)
-        self.inserts += 1
+        _insert(self.order, self.ghost, key, self.bimodal)
         while len(self.order) > capacity:
             evicted, _ = self.order.popitem(last=False)
             _remember(self.ghost, evicted, capacity)
@@ -86,22 +83,20 @@ def _insert(
     ghost: OrderedDict[str, None],
     key: str,
     bimodal: bool,
-    epsilon: float,
-    count: int,
 ) -> None:
     """LRU insertion puts a new key at the MRU end. Bimodal insertion puts it at the LRU end (first to
-    go unless used again) except keys evicted recently (in the ghost list) and, if epsilon > 0, every
-    1/epsilon-th key: a flood of one-off keys then cannot push out the keys that are being reused, and
-    a key seen twice within the ghost's reach is admitted. With epsilon 0 the rule is coherent along a
-    prefix chain (a returning conversation's blocks were all evicted together), so sampled shadow hits
-    predict the real cache's prefix hits; scattered 1-in-32 keys counted as shadow hits are useless
-    without their prefix and made the duel favour bimodal where it lost."""
+    go unless used again) except keys evicted recently (in the ghost list): a flood of one-off keys then
+    cannot push out the keys that are being reused, and a key seen twice within the ghost's reach is
+    admitted. The rule is coherent along a prefix chain (a returning conversation's blocks were evicted
+    together), so sampled shadow hits predict the real cache's prefix hits. (DIP's "every 32nd new key
+    at the MRU end" keeps scattered blocks, useless without their prefix: counted as shadow hits they
+    made the duel favour bimodal insertion where it lost.)"""
     order[key] = None
     if not bimodal:
         return
     if key in ghost:
         del ghost[key]
-    elif epsilon <= 0 or count % max(1, round(1 / epsilon)) != 0:
+    else:
         order.move_to_end(key, last=False)
 
 
@@ -121,8 +116,8 @@ class AdaptivePolicy(EvictionPolicy):
 
     Switching back and forth costs hits (a short bimodal spell drops fresh chains without keeping
     others long enough to pay back), so the duel starts only once the cache is full and bimodal must
-    lead by `margin` and by `confidence` standard deviations of the hit counts; `decay` sets the
-    window (~1/(1-decay) sampled references).
+    lead by `confidence` standard deviations of the hit counts; `decay` sets the window
+    (~1/(1-decay) sampled references).
     """
 
     name = "adaptive"
@@ -130,35 +125,26 @@ class AdaptivePolicy(EvictionPolicy):
     def __init__(
         self,
         sample: int = 8,
-        epsilon: float = 0.0,
         decay: float = 0.99997,
-        margin: float = 0.0,
         confidence: float = 3.0,
     ) -> None:
-        self._margin = margin
         self._confidence = confidence
         self._order: OrderedDict[str, None] = OrderedDict()
         self._ghost: OrderedDict[str, None] = OrderedDict()
         self._sample = sample
-        self._epsilon = epsilon
         self._decay = decay
-        self._shadows = (_Shadow(False, epsilon), _Shadow(True, epsilon))
-        self._inserts = 0
+        self._shadows = (_Shadow(False), _Shadow(True))
         self._full = False
 
     @property
     def bimodal(self) -> bool:
-        """True while bimodal insertion is winning."""
+        """True while bimodal insertion is clearly winning; LRU is the safe default. Before the first
+        eviction the shadows model a cache as small as the one filling up, where bimodal insertion wins
+        for the wrong reason; after it, the lead must stand out of the counting noise (the difference
+        of two Poisson counts)."""
         lru, bip = self._shadows
-        # a clear win only: LRU is the safe default. Before the first eviction the shadows model a cache
-        # as small as the one filling up, where bimodal insertion wins for the wrong reason.
-        # The win must also stand out of the counting noise (difference of two Poisson counts).
         lead = bip.hits - lru.hits
-        return (
-            self._full
-            and lead > lru.hits * self._margin
-            and lead > self._confidence * math.sqrt(bip.hits + lru.hits)
-        )
+        return self._full and lead > self._confidence * math.sqrt(bip.hits + lru.hits)
 
     def _reference(self, key: str) -> None:
         if zlib.crc32(key.encode()) % self._sample:
@@ -170,8 +156,7 @@ class AdaptivePolicy(EvictionPolicy):
 
     def on_insert(self, key: str, size: int) -> None:
         self._reference(key)
-        _insert(self._order, self._ghost, key, self.bimodal, self._epsilon, self._inserts)
-        self._inserts += 1
+        _insert(self._order, self._ghost, key, self.bimodal)
 
     def on_access(self, key: str) -> None:
         if key in self._order:
