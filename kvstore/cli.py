@@ -202,10 +202,10 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
     )
     if capacity <= 0:
         raise KVStoreError("capacity is smaller than one block")
-    requests = tr.load_trace(args.trace, args.limit)
+    requests, times = tr.load_timed_trace(args.trace, args.limit)
     name = Path(args.trace).name
     if args.replication:
-        return _run_replication_sim(args, requests, capacity, policies[0], name)
+        return _run_replication_sim(args, requests, times, capacity, policies[0], name)
     if args.bounds:
         return _run_bounds(args, requests, capacity, name)
     results: list[tr.TraceResult] = []
@@ -269,13 +269,18 @@ def _run_bounds(args: argparse.Namespace, requests: list[list[int]], capacity: i
 
 
 def _run_replication_sim(
-    args: argparse.Namespace, requests: list[list[int]], capacity: int, policy: str, name: str
+    args: argparse.Namespace,
+    requests: list[list[int]],
+    times: list[float],
+    capacity: int,
+    policy: str,
+    name: str,
 ) -> int:
     from kvstore.bench import replication_sim as rs
 
     result = rs.simulate_replication(
         requests,
-        rs.load_timestamps(args.trace, args.limit),
+        times,
         args.nodes,
         capacity,
         policy,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from random import Random
 
 from kvstore.master.config import MasterConfig
@@ -115,17 +114,6 @@ def simulate_replication(
         state.replicator.copies_done,
         state.replicator.dropped,
     )
-
-
-def load_timestamps(path: str | Path, limit: int | None) -> list[float]:
-    """Request times in seconds (the trace's `timestamp` is in milliseconds)."""
-    out = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            out.append(float(json.loads(line).get("timestamp", 0)) / 1000.0)
-            if limit is not None and len(out) >= limit:
-                break
-    return out
 
 
 def to_json(result: ReplicationResult) -> str:

@@ -29,7 +29,13 @@ T = TypeVar("T")
 
 def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     """Requests' hash_ids; every line is checked (clear error with the line number, nothing guessed)."""
+    return load_timed_trace(path, limit)[0]
+
+
+def load_timed_trace(path: str | Path, limit: int | None = None) -> tuple[Trace, list[float]]:
+    """Requests' hash_ids and times in seconds (`timestamp` is in milliseconds; absent means 0)."""
     requests: Trace = []
+    times: list[float] = []
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
@@ -44,12 +50,16 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
         ids = record.get("hash_ids") if isinstance(record, dict) else None
         if not isinstance(ids, list) or not all(type(h) is int and h >= 0 for h in ids):
             raise InvalidArgumentError(f"{path}:{number}: 'hash_ids' must be a list of non-negative integers")
+        stamp = record.get("timestamp", 0)
+        if type(stamp) not in (int, float) or not 0 <= stamp < float("inf"):
+            raise InvalidArgumentError(f"{path}:{number}: 'timestamp' must be a non-negative number")
         requests.append(ids)
+        times.append(stamp / 1000.0)
         if limit is not None and len(requests) >= limit:
             break
     if not requests:
         raise InvalidArgumentError(f"{path}: no requests")
-    return requests
+    return requests, times
 
 
 def leading_run(keys: Sequence[T], present: Container[T]) -> int:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kvstore.bench.trace import SimulatedCache, load_trace, replay_real, simulate
+from kvstore.bench.trace import SimulatedCache, load_timed_trace, load_trace, replay_real, simulate
 from kvstore.errors import InvalidArgumentError
 
 SHIPPED = (
@@ -23,6 +23,7 @@ def test_prefix_semantics(tmp_path: Path) -> None:
     reqs = [[1, 2, 3], [1, 2, 4], [9, 2, 3], [1, 2, 3]]
     path = write(tmp_path, [json.dumps({"timestamp": i, "hash_ids": r}) for i, r in enumerate(reqs)])
     r = simulate(load_trace(path), capacity=100, policy="lru")
+    assert load_timed_trace(path)[1] == [0.0, 0.001, 0.002, 0.003]  # milliseconds in the file
     # hits: 0, then [1,2] (2), then 0 (9 is new: 2 and 3 after it do not count), then [1,2,3] (3)
     assert (r.hits, r.blocks, r.requests) == (5, 12, 4)
 
@@ -36,7 +37,16 @@ def test_capacity_and_eviction() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["not json", "[1, 2]", '{"hash_ids": "abc"}', '{"hash_ids": [1, -2]}', '{"hash_ids": [1.5]}', "{}"],
+    [
+        "not json",
+        "[1, 2]",
+        '{"hash_ids": "abc"}',
+        '{"hash_ids": [1, -2]}',
+        '{"hash_ids": [1.5]}',
+        "{}",
+        '{"hash_ids": [1], "timestamp": "soon"}',
+        '{"hash_ids": [1], "timestamp": -5}',
+    ],
 )
 def test_bad_trace_lines_are_clear_errors(tmp_path: Path, line: str) -> None:
     path = write(tmp_path, ['{"hash_ids": [1]}', line])
