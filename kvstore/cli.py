@@ -45,10 +45,12 @@ _port = _number(int, 0, 65535, "a port (0..65535)")
 
 
 def _host_port(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    _port(port)
+    from kvstore.client.master_client import parse_address
+
+    try:
+        parse_address(text)
+    except KVStoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
     return text
 
 

@@ -7,6 +7,7 @@ defaults below. Sizes accept ``"4GiB"``-style strings.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,10 +126,11 @@ def _apply(config: EngineConfig, values: dict[str, Any]) -> None:
         fields = {f.name: f for f in dataclasses.fields(target)}
         if attr not in fields or attr == "tcp":
             raise InvalidArgumentError(f"unknown engine setting {name!r}")
-        setattr(target, attr, _coerce(name, raw, getattr(target, attr)))
+        setattr(target, attr, coerce_setting(name, raw, getattr(target, attr)))
 
 
-def _coerce(name: str, raw: Any, current: Any) -> Any:
+def coerce_setting(name: str, raw: Any, current: Any) -> Any:
+    """`raw` (from code or the environment) as the type of the setting's current value."""
     try:
         if isinstance(current, bool):
             if isinstance(raw, str):
@@ -139,7 +141,10 @@ def _coerce(name: str, raw: Any, current: Any) -> Any:
         if isinstance(current, int):
             return parse_size(raw) if name.endswith(("size", "payload", "buffer")) else int(raw)
         if isinstance(current, float):
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError(raw)
+            return value
         return str(raw)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"bad value for {name}: {raw!r}") from exc

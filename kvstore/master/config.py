@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError
+from transfer_engine.config import coerce_setting
 
 
 @dataclass
@@ -76,19 +77,7 @@ class MasterConfig:
             for name, raw in source.items():
                 if name not in known:
                     raise InvalidArgumentError(f"unknown master setting {name!r}")
-                current = getattr(config, name)
-                value: Any
-                try:
-                    if raw is None:
-                        value = None
-                    elif isinstance(current, float):
-                        value = float(raw)
-                    elif isinstance(current, int) or name == "http_port":
-                        value = int(raw)
-                    else:
-                        value = str(raw)
-                except (TypeError, ValueError) as exc:
-                    raise InvalidArgumentError(f"bad value for {name}: {raw!r}") from exc
-                setattr(config, name, value)
+                current = 0 if name == "http_port" else getattr(config, name)  # an int, or None
+                setattr(config, name, None if raw is None else coerce_setting(name, raw, current))
         config.validate()
         return config

@@ -211,3 +211,10 @@ def test_prefix_lookup_stops_at_the_first_miss(clock: Clock) -> None:
     assert c.lease_until == 0 and c.access_count == 0  # not looked up: no lease, no read counted
     assert handlers.get_replicas({"keys": ["a", "b", "c"]})[2] is not None
     assert state.objects["c"].access_count == 1
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf"])
+def test_master_config_refuses_non_finite_numbers(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVSTORE_MASTER_CLIENT_TTL", raw)  # NaN compares false: it passed every check
+    with pytest.raises(InvalidArgumentError, match="client_ttl"):
+        MasterConfig.load()

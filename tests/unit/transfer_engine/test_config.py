@@ -70,3 +70,9 @@ def test_invalid_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVSTORE_TCP_CONNECTIONS", "many")
     with pytest.raises(InvalidArgumentError, match="tcp_connections"):
         EngineConfig.load()
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_refused(raw: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="transfer_timeout"):
+        EngineConfig.load(transfer_timeout=raw)
