@@ -42,13 +42,6 @@ def module_process(module: str, args: Sequence[str]) -> Iterator[tuple[subproces
         stop_process(proc)
 
 
-def kvstore_process(
-    args: Sequence[str],
-) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], str]]:
-    """Runs `kvstore ARGS` (the CLI) as a child."""
-    return module_process("kvstore.cli", args)
-
-
 def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
     """Closes stdin (the child's signal to stop), then SIGTERM, then SIGKILL."""
     if proc.stdin and not proc.stdin.closed:
