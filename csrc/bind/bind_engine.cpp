@@ -98,7 +98,7 @@ void bind_engine(py::module_& m) {
            py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"),
            py::arg("copy_threads"), py::arg("copy_slice_size"), py::arg("tcp_connections"),
            py::arg("tcp_slice_size"), py::arg("max_payload"), py::arg("io_timeout_ms"),
-           py::arg("connect_timeout_ms"), py::arg("tcp_socket_buffer") = 4 << 20)
+           py::arg("connect_timeout_ms"), py::arg("tcp_socket_buffer"))
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", &Engine::name)
