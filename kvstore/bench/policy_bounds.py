@@ -122,9 +122,8 @@ def _block_classes(trace: Trace) -> list[list[int]]:
     ]
 
 
-def _reuse_scores(trace: Trace, classes: list[list[int]], bucket: int, horizon: int) -> np.ndarray:
-    """scores[class, age] = P(next use within `horizon` age buckets | idle for `age` buckets), fitted
-    on the whole trace."""
+def _reuse_histogram(trace: Trace, classes: list[list[int]], bucket: int) -> np.ndarray:
+    """hist[class, age] = references whose next use came `age` buckets later (last column: never)."""
     hist = np.zeros((_TURN_CLASSES + 1, _AGE_BUCKETS + 1))
     last: dict[int, tuple[int, int]] = {}
     ref = 0
@@ -137,13 +136,16 @@ def _reuse_scores(trace: Trace, classes: list[list[int]], bucket: int, horizon: 
             ref += 1
     for _when, was in last.values():
         hist[was, _AGE_BUCKETS] += 1  # never used again
-    alive = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # references still waiting at each age
-    within = np.zeros((hist.shape[0], _AGE_BUCKETS))
-    for a in range(_AGE_BUCKETS):
-        within[:, a] = hist[:, a : min(a + horizon, _AGE_BUCKETS)].sum(axis=1)
-    return np.divide(
-        within, alive[:, :_AGE_BUCKETS], out=np.zeros_like(within), where=alive[:, :_AGE_BUCKETS] > 0
-    )
+    return hist
+
+
+def _reuse_scores(hist: np.ndarray, horizon: int) -> np.ndarray:
+    """scores[class, age] = P(next use within `horizon` age buckets | idle for `age` buckets)."""
+    alive = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1][:, :_AGE_BUCKETS]  # still waiting at each age
+    used = np.concatenate([np.zeros((hist.shape[0], 1)), np.cumsum(hist[:, :_AGE_BUCKETS], axis=1)], axis=1)
+    ages = np.arange(_AGE_BUCKETS)
+    within = used[:, np.minimum(ages + horizon, _AGE_BUCKETS)] - used[:, ages]
+    return np.divide(within, alive, out=np.zeros_like(within), where=alive > 0)
 
 
 def _ranked_run(
@@ -182,10 +184,8 @@ def fitted_ranking(trace: Trace, capacity: int) -> float:
     """The best, over three horizons, of ranking by fitted (class, age) reuse odds."""
     classes = _block_classes(trace)
     bucket = max(1, capacity // 20)
-    return max(
-        _ranked_run(trace, classes, _reuse_scores(trace, classes, bucket, h), capacity, bucket)
-        for h in (10, 20, 40)
-    )
+    hist = _reuse_histogram(trace, classes, bucket)
+    return max(_ranked_run(trace, classes, _reuse_scores(hist, h), capacity, bucket) for h in (10, 20, 40))
 
 
 @dataclass

@@ -44,7 +44,7 @@ def test_fitted_scores_learn_that_last_blocks_die() -> None:
     # a conversation growing turn by turn: every request's last block is never used again
     trace = [[0, *range(1, n), 1000 + n] for n in range(2, 40)]
     classes = pb._block_classes(trace)
-    scores = pb._reuse_scores(trace, classes, bucket=4, horizon=10)
+    scores = pb._reuse_scores(pb._reuse_histogram(trace, classes, bucket=4), horizon=10)
     assert np.all(scores[0] == 0)  # class 0: last block of a request
     assert scores[1:].max() > 0.5
     assert 0 < pb.fitted_ranking(trace, 20) <= 1
