@@ -1,4 +1,9 @@
-"""Builds the one C++ extension, transfer_engine._core, from csrc/ (metadata lives in pyproject.toml)."""
+"""Builds the C++ extensions from csrc/ (metadata lives in pyproject.toml):
+
+- transfer_engine._core: the data plane (core registry and batches, transports, engine, binding);
+- transfer_engine._tools: machine baselines and wire decoders for benches and tests;
+- kvstore._meta: metadata helpers for the master and clients (the offset allocator), no data plane.
+"""
 
 import os
 from glob import glob
@@ -8,16 +13,41 @@ from setuptools import setup
 
 ParallelCompile("KVSTORE_BUILD_JOBS", default=0).install()
 
-sources = sorted(glob("csrc/**/*.cpp", recursive=True))
 debug = os.environ.get("KVSTORE_DEBUG_BUILD") == "1"
+flags = (["-O0", "-g"] if debug else ["-O2", "-fvisibility=hidden"]) + ["-Wall", "-Wextra"]
 
-core = Pybind11Extension(
+
+def sources(*patterns: str) -> list[str]:
+    return sorted({path for pattern in patterns for path in glob(pattern, recursive=True)})
+
+
+def extension(name: str, files: list[str]) -> Pybind11Extension:
+    return Pybind11Extension(
+        name, files, include_dirs=["csrc"], cxx_std=17, extra_compile_args=flags, libraries=["pthread"]
+    )
+
+
+core = extension(
     "transfer_engine._core",
-    sources,
-    include_dirs=["csrc"],
-    cxx_std=17,
-    extra_compile_args=(["-O0", "-g"] if debug else ["-O2", "-fvisibility=hidden"]) + ["-Wall", "-Wextra"],
-    libraries=["pthread"],
+    sources(
+        "csrc/common/*.cpp",
+        "csrc/core/*.cpp",
+        "csrc/transport/**/*.cpp",
+        "csrc/engine/*.cpp",
+        "csrc/bind/module.cpp",
+        "csrc/bind/bind_*.cpp",
+    ),
 )
+tools = extension(
+    "transfer_engine._tools",
+    sources(
+        "csrc/tools/*.cpp",
+        "csrc/common/*.cpp",
+        "csrc/core/descriptor.cpp",
+        "csrc/core/memory.cpp",
+        "csrc/transport/tcp/wire.cpp",
+    ),
+)
+meta = extension("kvstore._meta", sources("csrc/storage/*.cpp", "csrc/bind/meta_module.cpp"))
 
-setup(ext_modules=[core], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[core, tools, meta], cmdclass={"build_ext": build_ext})

@@ -1,6 +1,6 @@
 """kvstore: a distributed KV-cache store for LLM inference."""
 
-from kvstore.client.store import MISS, OK, Store, result_error
+from kvstore.client.store import MISS, OK, result_error
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -13,6 +13,7 @@ from kvstore.errors import (
     TransferFailedError,
     TransferTimeoutError,
 )
+from kvstore.store import Store
 
 __version__ = "0.1.0"
 __all__ = [

@@ -1,4 +1,8 @@
-"""The `kvstore` command: master, node, bench (transfer, store; none: a summary of both)."""
+"""The `kvstore` command: master, node, config, bench (transfer, store, trace, allocator; none: a summary).
+
+Options left out on the command line come from KVSTORE_* variables, then the defaults (`kvstore config`
+shows the effective settings and where each came from).
+"""
 
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ _port = _number(int, 0, 65535, "a port (0..65535)")
 
 
 def _host_port(text: str) -> str:
-    from kvstore.client.master_client import parse_address
+    from kvstore.rpc import parse_address
 
     try:
         parse_address(text)
@@ -54,19 +58,25 @@ def _host_port(text: str) -> str:
     return text
 
 
+def _transport_choices() -> list[str]:
+    from transfer_engine.config import transport_choices
+
+    return list(transport_choices())
+
+
 def _add_transfer_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transfer", help="transfer engine bandwidth and latency vs the machine baseline")
-    p.add_argument("--protocol", choices=["tcp", "shm", "local", "auto"], default="auto")
+    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
     p.add_argument("--op", choices=["read", "write"], default="read")
     p.add_argument("--block-size", type=_size, default=1 << 20, help="bytes per request (e.g. 1MiB)")
     p.add_argument("--batch-size", type=_positive_int, default=16)
     p.add_argument("--threads", type=_positive_int, default=1)
-    p.add_argument("--connections", type=_positive_int, default=2, help="TCP connections per peer")
+    p.add_argument("--connections", type=_positive_int, help="TCP connections per peer (default 2)")
     p.add_argument("--duration", type=_positive_float, default=5.0, help="seconds measured")
     p.add_argument("--working-set", type=_size, default=512 << 20, help="bytes cycled on each side")
     p.add_argument("--mode", choices=["initiator", "target"], default="initiator")
     p.add_argument("--peer", type=_host_port, help="target segment HOST:PORT (default: start one here)")
-    p.add_argument("--host", default="127.0.0.1", help="address this side listens on")
+    p.add_argument("--host", help="address this side listens on (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=0, help="target mode: port to listen on")
     p.add_argument("--no-baseline", action="store_true", help="skip the baseline measurement")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -76,7 +86,7 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
     from transfer_engine import bench
 
     cfg = bench.TransferBenchConfig(
-        protocol=args.protocol,
+        transport=args.transport,
         op=args.op,
         block_size=args.block_size,
         batch_size=args.batch_size,
@@ -98,7 +108,7 @@ def _add_store_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists")
     p.add_argument("--duration", type=_positive_float, default=5.0, help="seconds per op")
     p.add_argument("--clients", type=_positive_int, default=1, help="client processes")
-    p.add_argument("--transport", choices=["auto", "tcp"], default="auto")
+    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
     p.add_argument("--master", type=_host_port, help="a running master (default: start a cluster here)")
     p.add_argument("--segment-size", type=_size, default=2 << 30, help="storage node segment")
     p.add_argument(
@@ -307,56 +317,82 @@ def _run_replication_sim(
 
 
 def _add_master(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("master", help="run the metadata master")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_port, default=50051)
-    p.add_argument("--http-port", type=_port, default=None, help="serve /metrics and /health here")
-    p.add_argument("--eviction-policy", default=None)
-    p.add_argument("--client-ttl", type=_positive_float, default=None)
-    p.add_argument("--heartbeat-interval", type=_positive_float, default=None)
-    p.add_argument("--lease-ttl", type=_positive_float, default=None)
-    p.add_argument("--high-watermark", type=_positive_float, default=None)
-    p.add_argument(
-        "--hot-access-rate", type=_positive_float, default=None, help="reads/s that make a key hot"
-    )
-    p.add_argument("--cool-access-rate", type=_positive_float, default=None)
-    p.add_argument("--heat-half-life", type=_positive_float, default=None, help="seconds")
-    p.add_argument("--low-watermark", type=_positive_float, default=None)
+    p = commands.add_parser("master", help="run the metadata master (until SIGTERM/SIGINT)")
+    p.add_argument("--host", help="default: KVSTORE_MASTER_HOST, else 127.0.0.1")
+    p.add_argument("--port", type=_port, help="default: KVSTORE_MASTER_PORT, else 50051")
+    p.add_argument("--http-port", type=_port, help="serve /metrics and /health here")
+    p.add_argument("--eviction-policy")
+    p.add_argument("--client-ttl", type=_positive_float)
+    p.add_argument("--heartbeat-interval", type=_positive_float)
+    p.add_argument("--lease-ttl", type=_positive_float)
+    p.add_argument("--high-watermark", type=_positive_float)
+    p.add_argument("--low-watermark", type=_positive_float)
+    p.add_argument("--hot-access-rate", type=_positive_float, help="reads/s that make a key hot")
+    p.add_argument("--cool-access-rate", type=_positive_float)
+    p.add_argument("--heat-half-life", type=_positive_float, help="seconds")
+
+
+_MASTER_FLAGS = (
+    "host",
+    "port",
+    "http_port",
+    "eviction_policy",
+    "client_ttl",
+    "heartbeat_interval",
+    "lease_ttl",
+    "high_watermark",
+    "low_watermark",
+    "hot_access_rate",
+    "cool_access_rate",
+    "heat_half_life",
+)
+
+
+def _given(
+    args: argparse.Namespace, names: Sequence[str], rename: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The options given on the command line (the others fall through to KVSTORE_* and defaults)."""
+    rename = rename or {}
+    return {rename.get(k, k): getattr(args, k) for k in names if getattr(args, k) is not None}
 
 
 def _run_master(args: argparse.Namespace) -> int:
-    from kvstore.master import MasterConfig
+    from kvstore.config import MasterConfig
     from kvstore.master.server import run_master
 
-    names = (
-        "eviction_policy",
-        "client_ttl",
-        "heartbeat_interval",
-        "lease_ttl",
-        "high_watermark",
-        "low_watermark",
-        "hot_access_rate",
-        "cool_access_rate",
-        "heat_half_life",
-    )
-    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    run_master(MasterConfig.load(host=args.host, port=args.port, http_port=args.http_port, **overrides))
+    run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
     return 0
 
 
 def _add_node(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("node", help="contribute a memory segment to the pool")
-    p.add_argument("--master", type=_host_port, required=True)
-    p.add_argument("--segment-size", type=_size, default=4 << 30)
-    p.add_argument("--host", default="127.0.0.1", help="address this node's transfer engine listens on")
-    p.add_argument("--protocol", choices=["auto", "tcp", "shm"], default="auto")
+    p = commands.add_parser("node", help="contribute a memory segment to the pool (until SIGTERM/SIGINT)")
+    p.add_argument("--master", type=_host_port, help="default: KVSTORE_MASTER")
+    p.add_argument("--segment-size", type=_size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB")
+    p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
+    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    from kvstore.node import run_node
+    from kvstore.config import NodeConfig
+    from kvstore.node.process import run_node
 
-    run_node(args.master, args.segment_size, args.host, args.protocol)
+    run_node(
+        NodeConfig.load(**_given(args, ["segment_size"])), **_given(args, ["master", "host", "transport"])
+    )
     return 0
+
+
+def _add_config(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("config", help="print the effective settings and where each came from")
+    p.add_argument("--component", choices=["engine", "client", "node", "master"], help="default: all")
+    p.add_argument("--variables", action="store_true", help="list every KVSTORE_* variable and what it sets")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    from kvstore.config.report import print_config
+
+    return print_config(args.component, args.variables, args.json)
 
 
 def _run_default_bench(args: argparse.Namespace) -> int:
@@ -380,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_bench(benches)
     _add_master(commands)
     _add_node(commands)
+    _add_config(commands)
     return parser
 
 
@@ -394,6 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,
         ("node", None): _run_node,
+        ("config", None): _run_config,
     }
     runner = runners.get((args.command, getattr(args, "bench", None)))
     try:

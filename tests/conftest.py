@@ -18,6 +18,23 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_SCRIPT = ROOT / "tests" / "helpers" / "target_process.py"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under tests/run (KVSTORE_TEST_INSTALLED=1) the suite must test the installed wheel: importing the
+    source checkout by accident would hide packaging defects (a package left out of the wheel)."""
+    if os.environ.get("KVSTORE_TEST_INSTALLED") != "1":
+        return
+    import kvstore
+    import transfer_engine
+
+    source = Path(os.environ.get("KVSTORE_SOURCE_DIR", ROOT)).resolve()
+    for package in (kvstore, transfer_engine):
+        where = Path(package.__file__ or "").resolve()
+        if where.is_relative_to(source):
+            pytest.exit(
+                f"{package.__name__} was imported from the source checkout ({where}), not the wheel", 2
+            )
+
+
 @dataclass
 class TargetProcess:
     proc: subprocess.Popen[str]
@@ -34,21 +51,19 @@ class TargetProcess:
 
 def start_target(
     size: int = 8 << 20,
-    protocol: str = "auto",
+    transport: str = "auto",
     host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
     port: int = 0,
 ) -> TargetProcess:
     """Starts tests/helpers/target_process.py; `prefix` wraps it (e.g. `ip netns exec NS`)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--protocol", protocol, "--host", host]
+    cmd = [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--transport", transport, "--host", host]
     cmd += ["--port", str(port)]
     proc = subprocess.Popen(
         [*prefix, *cmd],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().split()  # readiness probe: the target prints READY once serving

@@ -1,6 +1,6 @@
 """kvstore's transfer engine: registered memory, peer segments, batched READ/WRITE over tcp/shm/local."""
 
-from transfer_engine.config import EngineConfig, TcpConfig
+from transfer_engine.config import EngineConfig, TransportSettings, transport_names
 from transfer_engine.engine import (
     BatchHandle,
     Op,
@@ -42,9 +42,10 @@ __all__ = [
     "RemoteRegion",
     "RequestState",
     "Segment",
-    "TcpConfig",
     "TransferConnectionError",
     "TransferEngine",
     "TransferFailedError",
     "TransferTimeoutError",
+    "TransportSettings",
+    "transport_names",
 ]

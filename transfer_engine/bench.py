@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from transfer_engine import _core
+from transfer_engine import _tools
 from transfer_engine.engine import Op, RequestState, Segment, TransferEngine
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
@@ -29,36 +30,44 @@ from transfer_engine.units import format_size
 
 @dataclass
 class TransferBenchConfig:
-    protocol: str = "auto"
+    transport: str | None = None
+    """None: the engine's setting (KVSTORE_TRANSPORT, else auto)."""
     op: str = "read"
     block_size: int = 1 << 20
     batch_size: int = 16
     threads: int = 1
-    connections: int = 2
+    connections: int | None = None
+    """TCP connections per peer; None: the engine's setting (KVSTORE_TCP_CONNECTIONS, else 2)."""
     duration: float = 5.0
     working_set: int = 512 << 20
     """Bytes cycled through on each side; larger than the CPU cache so nothing is cache-resident."""
     peer: str | None = None
-    host: str = "127.0.0.1"
+    host: str | None = None
+    """Address this side serves on; None: the engine's setting (KVSTORE_HOST, else 127.0.0.1)."""
     baseline: bool = True
     warmup: float = 0.5
 
     def validate(self) -> None:
         if self.op not in ("read", "write"):
             raise InvalidArgumentError("--op must be read or write")
-        if self.block_size <= 0 or self.batch_size <= 0 or self.threads <= 0 or self.connections <= 0:
+        if self.block_size <= 0 or self.batch_size <= 0 or self.threads <= 0 or (self.connections or 1) <= 0:
             raise InvalidArgumentError("block size, batch size, threads and connections must be positive")
         if self.duration <= 0:
             raise InvalidArgumentError("--duration must be positive")
-        if self.threads > 64 or self.connections > 64 or self.batch_size > 65536:
+        if self.threads > 64 or (self.connections or 1) > 64 or self.batch_size > 65536:
             raise InvalidArgumentError("threads/connections up to 64, batch size up to 65536")
         if self.block_size > self.working_set:
             raise InvalidArgumentError("--block-size is larger than the working set")
 
+    def engine_settings(self) -> dict[str, Any]:
+        """What this bench sets on its engine in code (everything else: environment, then defaults)."""
+        given = {"host": self.host, "transport": self.transport, "tcp_connections": self.connections}
+        return {k: v for k, v in given.items() if v is not None}
+
 
 @dataclass
 class TransferBenchResult:
-    protocol: str
+    transport: str
     op: str
     block_size: int
     batch_size: int
@@ -78,9 +87,9 @@ class TransferBenchResult:
 
 
 # -- target ---------------------------------------------------------------------------------------
-def run_target(host: str, port: int, working_set: int, protocol: str = "auto") -> None:
-    """Serves one allocated region until stdin closes or SIGTERM/SIGINT arrives."""
-    with TransferEngine(host=host, port=port, protocol=protocol) as engine:
+def run_target(port: int, working_set: int, **settings: Any) -> None:
+    """Serves one allocated region until SIGTERM/SIGINT (or stdin EOF when its parent asked for that)."""
+    with TransferEngine(port=port, **settings) as engine:
         region = engine.allocate(working_set)  # pre-faulted by the engine
         print(f"{READY_PREFIX}{engine.name} region={region.id}", flush=True)
         wait_for_stop_request()
@@ -88,7 +97,7 @@ def run_target(host: str, port: int, working_set: int, protocol: str = "auto") -
 
 @contextlib.contextmanager
 def in_process_target(host: str, working_set: int) -> Iterator[str]:
-    """A target engine in this process: the only kind `--protocol local` can reach."""
+    """A target engine in this process: the only kind the local transport can reach."""
     with TransferEngine(host=host) as engine:
         engine.allocate(working_set)
         yield engine.name
@@ -159,15 +168,14 @@ class _Worker(threading.Thread):
 def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> TransferBenchResult:
     cfg.validate()
     with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(TransferEngine(**cfg.engine_settings()))
+        host = engine.config.host
         if cfg.peer:
             peer = cfg.peer
-        elif cfg.protocol == "local":
-            peer = stack.enter_context(in_process_target(cfg.host, cfg.working_set))
+        elif engine.config.transport == "local":
+            peer = stack.enter_context(in_process_target(host, cfg.working_set))
         else:
-            peer = stack.enter_context(spawned_target(cfg.host, cfg.working_set))
-        engine = stack.enter_context(
-            TransferEngine(host=cfg.host, protocol=cfg.protocol, tcp_connections=cfg.connections)
-        )
+            peer = stack.enter_context(spawned_target(host, cfg.working_set))
         segment = engine.open_segment(peer)
         remote = max(segment.regions, key=lambda r: r.length)
         working_set = min(cfg.working_set, remote.length)
@@ -189,18 +197,26 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         lat = np.array([x for w in workers for x in w.latencies]) * 1e6
         nbytes = requests * cfg.block_size
         gbps = nbytes / elapsed / 1e9
+    tcp = engine.config.transport_settings("tcp")
+    connections = int(tcp["connections"])
     baseline_gbps, kind = (None, None)
     if cfg.baseline:
         baseline_gbps, kind = measure_baseline(
-            cfg, segment.transport, working_set, engine.config.copy_threads, engine.config.tcp.socket_buffer
+            cfg,
+            segment.transport,
+            working_set,
+            engine.config.copy_threads,
+            connections,
+            host,
+            tcp["socket_buffer"],
         )
     return TransferBenchResult(
-        protocol=segment.transport,
+        transport=segment.transport,
         op=cfg.op,
         block_size=cfg.block_size,
         batch_size=cfg.batch_size,
         threads=cfg.threads,
-        connections=cfg.connections,
+        connections=connections,
         duration_s=elapsed,
         bytes=nbytes,
         gbps=gbps,
@@ -234,17 +250,23 @@ def _progress(cfg: TransferBenchConfig, workers: list[_Worker], console: Console
 
 
 def measure_baseline(
-    cfg: TransferBenchConfig, transport: str, working_set: int, copy_threads: int, socket_buffer: int
+    cfg: TransferBenchConfig,
+    transport: str,
+    working_set: int,
+    copy_threads: int,
+    connections: int,
+    host: str,
+    socket_buffer: int,
 ) -> tuple[float, str]:
+    """The machine's own ceiling for what `transport` does: a raw socket stream for a network transport,
+    memcpy for the memory-to-memory ones."""
     seconds = min(cfg.duration, 3.0)
     if transport == "tcp":
-        r = _core.tcp_stream_baseline(
-            cfg.host, cfg.connections, cfg.block_size, working_set, seconds, socket_buffer
-        )
-        return float(r["gbps"]), f"raw tcp stream x{cfg.connections} over {format_size(working_set)}"
+        r = _tools.tcp_stream_baseline(host, connections, cfg.block_size, working_set, seconds, socket_buffer)
+        return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)
-    r = _core.memcpy_baseline(cfg.block_size, working_set, seconds, threads)
+    r = _tools.memcpy_baseline(cfg.block_size, working_set, seconds, threads)
     return float(r["gbps"]), f"memcpy x{threads} over {format_size(working_set)}"
 
 
@@ -253,7 +275,7 @@ def render(result: TransferBenchResult, console: Console) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
-        ("protocol / op", f"{result.protocol} / {result.op}"),
+        ("transport / op", f"{result.transport} / {result.op}"),
         ("block x batch", f"{format_size(result.block_size)} x {result.batch_size}"),
         ("threads / connections", f"{result.threads} / {result.connections}"),
         ("bandwidth", f"{result.gbps:.2f} GB/s"),
@@ -276,7 +298,7 @@ def to_json(result: TransferBenchResult) -> str:
 
 def main(cfg: TransferBenchConfig, mode: str, port: int, as_json: bool) -> int:
     if mode == "target":
-        run_target(cfg.host, port, cfg.working_set, cfg.protocol)
+        run_target(port, cfg.working_set, **cfg.engine_settings())
         return 0
     result = run_initiator(cfg)
     if as_json:
@@ -294,4 +316,4 @@ if __name__ == "__main__":  # the target side, as spawned_target starts it
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--working-set", type=int, required=True)
     options = parser.parse_args()
-    run_target(options.host, options.port, options.working_set)
+    run_target(options.port, options.working_set, host=options.host)

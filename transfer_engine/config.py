@@ -1,150 +1,212 @@
 """Typed engine configuration.
 
 Precedence, highest first: arguments given in code, then ``KVSTORE_*`` environment variables, then the
-defaults below. Sizes accept ``"4GiB"``-style strings.
+defaults below (see transfer_engine.settings). Sizes accept ``"4GiB"``-style strings, durations are
+seconds.
+
+Each transport owns its block of settings, declared next to its code in C++ (csrc/transport/<name>/)
+and learned here from the registration list: ``tcp_connections=4`` in code or
+``KVSTORE_TCP_CONNECTIONS=4`` in the environment set the tcp transport's ``connections``. Every
+transport has ``enabled`` (``KVSTORE_SHM_ENABLED=0`` turns shared memory off).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
+from transfer_engine import _core
 from transfer_engine.errors import InvalidArgumentError
-from transfer_engine.units import parse_size
+from transfer_engine.settings import CODE, DEFAULT, Origin, SettingInfo, Settings, coerce, setting
 
-PROTOCOLS = ("auto", "local", "shm", "tcp")
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """A registered transport as the C++ registration list describes it."""
+
+    name: str
+    cost: int
+    reach: tuple[str, ...]
+    local_kinds: tuple[str, ...]
+    remote_kinds: tuple[str, ...]
+    options: tuple[dict[str, Any], ...]
+
+
+@cache
+def transport_specs() -> tuple[TransportSpec, ...]:
+    """The registered transports, in registration order (csrc/transport/transports.def)."""
+    return tuple(
+        TransportSpec(
+            t["name"],
+            t["cost"],
+            tuple(t["reach"]),
+            tuple(t["local_kinds"]),
+            tuple(t["remote_kinds"]),
+            tuple(t["options"]),
+        )
+        for t in _core.transports()
+    )
+
+
+def transport_names() -> tuple[str, ...]:
+    return tuple(t.name for t in transport_specs())
+
+
+def transport_choices() -> tuple[str, ...]:
+    """What a `transport` setting may say: auto or a registered transport."""
+    return ("auto", *transport_names())
+
+
+_KIND = {"duration_ms": "seconds", "size": "size", "bool": "bool", "int": "int"}
+
+
+class TransportSettings:
+    """The settings block of one transport: values by name, with where each came from."""
+
+    def __init__(self, spec: TransportSpec) -> None:
+        self.spec = spec
+        self.values: dict[str, Any] = {}
+        self.origins: dict[str, Origin] = {}
+        for o in spec.options:
+            default = o["default"]
+            self.values[o["name"]] = default / 1000 if o["kind"] == "duration_ms" else default
+            if o["kind"] == "bool":
+                self.values[o["name"]] = bool(default)
+            self.origins[o["name"]] = DEFAULT
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def settings(self) -> Iterator[SettingInfo]:
+        for o in self.spec.options:
+            name = f"{self.spec.name}_{o['name']}"
+            yield SettingInfo(name, f"KVSTORE_{name.upper()}", _KIND[o["kind"]], self._default(o), o["doc"])
+
+    @staticmethod
+    def _default(o: dict[str, Any]) -> Any:
+        if o["kind"] == "duration_ms":
+            return o["default"] / 1000
+        return bool(o["default"]) if o["kind"] == "bool" else o["default"]
+
+    def set(self, option: str, raw: Any, label: str, origin: Origin) -> None:
+        o = next(o for o in self.spec.options if o["name"] == option)
+        value = coerce(label, raw, _KIND[o["kind"]])
+        native = self._native(o, value)
+        if not o["min"] <= native <= o["max"]:
+            low, high = self._from_native(o, o["min"]), self._from_native(o, o["max"])
+            raise InvalidArgumentError(f"{label} must be in [{low}, {high}], got {raw!r}")
+        self.values[option] = value
+        self.origins[option] = origin
+
+    @staticmethod
+    def _native(o: dict[str, Any], value: Any) -> int:
+        """The value as the C++ core takes it (durations in ms)."""
+        return round(value * 1000) if o["kind"] == "duration_ms" else int(value)
+
+    @staticmethod
+    def _from_native(o: dict[str, Any], value: int) -> Any:
+        return value / 1000 if o["kind"] == "duration_ms" else value
+
+    def to_core(self) -> dict[str, int]:
+        return {o["name"]: self._native(o, self.values[o["name"]]) for o in self.spec.options}
 
 
 @dataclass
-class TcpConfig:
-    """The TCP transport."""
+class EngineConfig(Settings):
+    """A transfer engine: where its segment serves and how it moves data."""
 
-    connections: int = 2
-    """Data connections per peer; slices are spread over them (2 reaches ~1.5x one on loopback)."""
-    slice_size: int = 1 << 20
-    """Requests are cut into slices of at most this many bytes, each moved as one frame."""
-    max_payload: int = 64 << 20
-    """Largest frame payload accepted from a peer; larger frames close the connection."""
-    io_timeout: float = 5.0
-    """Seconds without progress on a busy connection before it is declared dead."""
-    connect_timeout: float = 3.0
-    """Seconds to wait for a peer to accept a connection."""
-    socket_buffer: int = 4 << 20
-    """SO_SNDBUF/SO_RCVBUF of data connections (capped by net.core.[rw]mem_max); 0 keeps the kernel's
-    autotuning. 4 MiB lifts loopback throughput by ~15-20% over autotuning on the reference machine."""
+    host: str = setting(
+        "127.0.0.1", 'Address to serve on; with the port it names this segment ("host:port").'
+    )
+    port: int = setting(0, "Handshake port peers connect to first; 0 picks a free one.", "port")
+    transport: str = setting(
+        "auto", "Transport for every peer: auto (the cheapest that reaches it) or one registered transport."
+    )
+    copy_threads: int = setting(2, "Worker threads for memory-to-memory copies (local and shm transports).")
+    transfer_timeout: float = setting(
+        30.0, "Default deadline of a batch; then unfinished requests TIME OUT.", "seconds"
+    )
+    handshake_timeout: float = setting(5.0, "How long opening a peer segment may take.", "seconds")
+    peer_pin_timeout: float = setting(
+        5.0, "How long unregistering a region waits for same-host peers' copies to finish.", "seconds"
+    )
+    transports: dict[str, TransportSettings] = field(
+        default_factory=lambda: {spec.name: TransportSettings(spec) for spec in transport_specs()}
+    )
 
-    def validate(self) -> None:
-        if not 1 <= self.connections <= 64:
-            raise InvalidArgumentError(f"tcp.connections must be 1..64, got {self.connections}")
-        if not 4096 <= self.slice_size <= self.max_payload:
-            raise InvalidArgumentError("tcp.slice_size must be between 4KiB and tcp.max_payload")
-        if self.io_timeout <= 0 or self.connect_timeout <= 0:
-            raise InvalidArgumentError("tcp timeouts must be positive")
-        if not 0 <= self.socket_buffer <= 1 << 30:
-            raise InvalidArgumentError("tcp.socket_buffer must be 0..1GiB")
-
-
-@dataclass
-class EngineConfig:
-    """A transfer engine: where its segment listens and how it moves data."""
-
-    host: str = "127.0.0.1"
-    """Address to listen on; with the port it names this engine's segment ("host:port")."""
-    port: int = 0
-    """TCP port; 0 picks a free one."""
-    protocol: str = "auto"
-    """Transport for every peer: auto (local > shm > tcp, first that reaches), local, shm or tcp."""
-    enable_shm: bool = True
-    """Offer shared memory to peers on the same host (and network namespace)."""
-    copy_threads: int = 2
-    """Worker threads for local and shared-memory copies."""
-    copy_slice_size: int = 4 << 20
-    """Slice size for local and shared-memory copies."""
-    transfer_timeout: float = 30.0
-    """Default deadline of a batch, in seconds; unfinished requests then become TIMED_OUT."""
-    tcp: TcpConfig = field(default_factory=TcpConfig)
-
-    def validate(self) -> None:
-        if self.protocol not in PROTOCOLS:
+    def transport_settings(self, name: str) -> TransportSettings:
+        if name not in self.transports:
             raise InvalidArgumentError(
-                f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+                f"unknown transport {name!r} (registered: {', '.join(self.transports)})"
             )
-        if not 0 <= self.port <= 65535:
-            raise InvalidArgumentError(f"port out of range: {self.port}")
-        if not 1 <= self.copy_threads <= 64:
-            raise InvalidArgumentError(f"copy_threads must be 1..64, got {self.copy_threads}")
-        if self.copy_slice_size < 4096:
-            raise InvalidArgumentError("copy_slice_size must be at least 4KiB")
-        if self.transfer_timeout <= 0:
-            raise InvalidArgumentError("transfer_timeout must be positive")
-        self.tcp.validate()
+        return self.transports[name]
 
     @classmethod
-    def load(cls, **overrides: Any) -> EngineConfig:
-        """Defaults, then KVSTORE_* variables, then ``overrides``.
+    def settings(cls) -> Iterator[SettingInfo]:
+        yield from super().settings()
+        for spec in transport_specs():
+            yield from TransportSettings(spec).settings()
 
-        ``tcp_connections=4`` sets ``tcp.connections``; sizes may be strings such as "256KiB".
-        """
-        config = cls()
-        _apply(config, _from_env(os.environ))
-        _apply(config, overrides)
-        config.validate()
-        return config
+    def apply_all(self, env: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
+        own = {k: v for k, v in overrides.items() if self._transport_option(k) is None}
+        super().apply_all(env, own)
+        for spec in transport_specs():
+            block = self.transports[spec.name]
+            for o in spec.options:
+                variable = f"KVSTORE_{spec.name.upper()}_{o['name'].upper()}"
+                if variable in env:
+                    label = f"{variable} ({spec.name}_{o['name']})"
+                    block.set(o["name"], env[variable], label, Origin("environment", variable))
+        for name, value in overrides.items():
+            target = self._transport_option(name)
+            if target is not None:
+                self.transports[target[0]].set(target[1], value, name, CODE)
 
+    def _transport_option(self, name: str) -> tuple[str, str] | None:
+        """("tcp", "connections") for "tcp_connections"; None when `name` is no transport setting."""
+        for spec in transport_specs():
+            prefix = spec.name + "_"
+            if name.startswith(prefix) and any(o["name"] == name[len(prefix) :] for o in spec.options):
+                return spec.name, name[len(prefix) :]
+        return None
 
-# Environment variable -> field path; sizes and numbers are parsed by the field's type.
-ENV_VARS = {
-    "KVSTORE_HOST": "host",
-    "KVSTORE_PORT": "port",
-    "KVSTORE_PROTOCOL": "protocol",
-    "KVSTORE_ENABLE_SHM": "enable_shm",
-    "KVSTORE_COPY_THREADS": "copy_threads",
-    "KVSTORE_COPY_SLICE_SIZE": "copy_slice_size",
-    "KVSTORE_TRANSFER_TIMEOUT": "transfer_timeout",
-    "KVSTORE_TCP_CONNECTIONS": "tcp_connections",
-    "KVSTORE_TCP_SLICE_SIZE": "tcp_slice_size",
-    "KVSTORE_TCP_MAX_PAYLOAD": "tcp_max_payload",
-    "KVSTORE_TCP_IO_TIMEOUT": "tcp_io_timeout",
-    "KVSTORE_TCP_CONNECT_TIMEOUT": "tcp_connect_timeout",
-    "KVSTORE_TCP_SOCKET_BUFFER": "tcp_socket_buffer",
-}
+    def origin(self, name: str) -> Origin:
+        target = self._transport_option(name)
+        if target is not None:
+            return self.transports[target[0]].origins[target[1]]
+        return super().origin(name)
 
+    def describe(self) -> list[tuple[str, Any, Origin, str]]:
+        rows = super().describe()
+        for block in self.transports.values():
+            for info in block.settings():
+                option = info.name[len(block.spec.name) + 1 :]
+                rows.append((info.name, block.values[option], block.origins[option], info.doc))
+        return rows
 
-def _from_env(env: Any) -> dict[str, str]:
-    return {name: env[var] for var, name in ENV_VARS.items() if var in env}
+    def validate(self) -> None:
+        if self.transport not in transport_choices():
+            raise InvalidArgumentError(
+                f"transport must be one of {', '.join(transport_choices())}, got {self.transport!r}"
+            )
+        if self.transport != "auto" and not self.transports[self.transport]["enabled"]:
+            raise InvalidArgumentError(f"transport {self.transport!r} is chosen but disabled")
+        if not 1 <= self.copy_threads <= 64:
+            raise InvalidArgumentError(f"copy_threads must be 1..64, got {self.copy_threads}")
+        for name in ("transfer_timeout", "handshake_timeout", "peer_pin_timeout"):
+            if not 0 < getattr(self, name) <= 86400:
+                raise InvalidArgumentError(f"{name} must be positive (seconds, at most a day)")
 
-
-def _apply(config: EngineConfig, values: dict[str, Any]) -> None:
-    for name, raw in values.items():
-        target: Any = config
-        attr = name
-        if name.startswith("tcp_") and name != "tcp":
-            target, attr = config.tcp, name[4:]
-        fields = {f.name: f for f in dataclasses.fields(target)}
-        if attr not in fields or attr == "tcp":
-            raise InvalidArgumentError(f"unknown engine setting {name!r}")
-        setattr(target, attr, coerce_setting(name, raw, getattr(target, attr)))
-
-
-def coerce_setting(name: str, raw: Any, current: Any) -> Any:
-    """`raw` (from code or the environment) as the type of the setting's current value."""
-    try:
-        if isinstance(current, bool):
-            if isinstance(raw, str):
-                if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                    raise ValueError(raw)
-                return raw.lower() in ("1", "true", "yes")
-            return bool(raw)
-        if isinstance(current, int):
-            return parse_size(raw) if name.endswith(("size", "payload", "buffer")) else int(raw)
-        if isinstance(current, float):
-            value = float(raw)
-            if not math.isfinite(value):
-                raise ValueError(raw)
-            return value
-        return str(raw)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"bad value for {name}: {raw!r}") from exc
+    def to_core(self) -> dict[str, Any]:
+        """Keyword arguments of the C++ engine."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "transport": self.transport,
+            "copy_threads": self.copy_threads,
+            "handshake_timeout_ms": round(self.handshake_timeout * 1000),
+            "peer_pin_timeout_ms": round(self.peer_pin_timeout * 1000),
+            "transport_options": {name: block.to_core() for name, block in self.transports.items()},
+        }

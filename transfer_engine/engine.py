@@ -8,7 +8,6 @@ region. A batch crosses into C++ once, as flat numpy arrays.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +39,6 @@ class RequestState(enum.IntEnum):
     TIMED_OUT = 3
 
 
-_LOCATION_RE = re.compile(r"^(cpu|cuda)(:\d+)?$")
-
-
 @dataclass(frozen=True)
 class Region:
     """A registered local region. ``array`` is a uint8 view of it when Python can see the memory."""
@@ -51,7 +47,7 @@ class Region:
     key: int
     addr: int
     length: int
-    location: str
+    kind: str  # memory kind: host, host-pinned, gpu:N or file
     exported: bool
     shareable: bool
     array: np.ndarray | None = None
@@ -69,7 +65,7 @@ class RemoteRegion:
 
     id: int
     length: int
-    location: str
+    kind: str
     shareable: bool
     base: int = 0  # the address in the peer; Mooncake-style APIs address remote memory by it
 
@@ -167,21 +163,7 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
-        tcp = config.tcp
-        self._core: Any = _core.Engine(
-            host=config.host,
-            port=config.port,
-            protocol=config.protocol,
-            enable_shm=config.enable_shm,
-            copy_threads=config.copy_threads,
-            copy_slice_size=config.copy_slice_size,
-            tcp_connections=tcp.connections,
-            tcp_slice_size=tcp.slice_size,
-            max_payload=tcp.max_payload,
-            io_timeout_ms=int(tcp.io_timeout * 1000),
-            connect_timeout_ms=int(tcp.connect_timeout * 1000),
-            tcp_socket_buffer=tcp.socket_buffer,
-        )
+        self._core: Any = _core.Engine(**config.to_core())
         self._core.start()
         self._regions: dict[int, Region] = {}
 
@@ -219,8 +201,13 @@ class TransferEngine:
         return str(self._core_engine().descriptor()["host_id"])
 
     # -- memory ----------------------------------------------------------------------------------
-    def register(self, buffer: Any, *, location: str = "cpu:0", export: bool = True) -> Region:
-        """Registers a numpy array, bytearray, memoryview or other contiguous buffer."""
+    @property
+    def transports(self) -> list[str]:
+        """The transports this engine runs (enabled ones), cheapest first."""
+        return list(self._core_engine().transports())
+
+    def register(self, buffer: Any, *, kind: str = "host", export: bool = True) -> Region:
+        """Registers a numpy array, bytearray, memoryview or other contiguous host buffer."""
         try:
             array = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
         except (TypeError, ValueError) as exc:
@@ -229,22 +216,24 @@ class TransferEngine:
             raise InvalidArgumentError("buffer must be C-contiguous")
         flat = array.reshape(-1).view(np.uint8)
         return self._add(
-            self._core_engine().register(flat.ctypes.data, flat.nbytes, self._location(location), export),
+            self._core_engine().register(flat.ctypes.data, flat.nbytes, self._host_kind(kind), export),
             array=flat,
             owner=buffer,
         )
 
-    def register_ptr(self, ptr: int, length: int, *, location: str = "cpu:0", export: bool = True) -> Region:
-        """Registers raw memory by address. The caller keeps it valid until :meth:`unregister`."""
+    def register_ptr(self, ptr: int, length: int, *, kind: str = "host", export: bool = True) -> Region:
+        """Registers raw memory by address, of any memory kind (host, host-pinned, gpu:N, file). The
+        caller keeps it valid until :meth:`unregister`. Transports that cannot reach a kind refuse
+        requests on it at submit (NOT_SUPPORTED)."""
         if ptr <= 0 or length <= 0:
             raise InvalidArgumentError("ptr and length must be positive")
-        return self._add(self._core_engine().register(ptr, length, self._location(location), export))
+        return self._add(self._core_engine().register(ptr, length, kind, export))
 
-    def allocate(self, size: int, *, location: str = "cpu:0", export: bool = True) -> Region:
-        """Allocates pre-faulted memfd-backed memory (mappable by same-host peers) and registers it."""
+    def allocate(self, size: int, *, export: bool = True) -> Region:
+        """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it."""
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
-        info, array = self._core_engine().allocate(size, self._location(location), export)
+        info, array = self._core_engine().allocate(size, export)
         return self._add(info, array=array)
 
     def unregister(self, region: Region | int) -> None:
@@ -262,7 +251,7 @@ class TransferEngine:
             key=info["key"],
             addr=info["base"],
             length=info["length"],
-            location=info["location"],
+            kind=info["kind"],
             exported=info["exported"],
             shareable=info["shareable"],
             array=array,
@@ -272,18 +261,19 @@ class TransferEngine:
         return region
 
     @staticmethod
-    def _location(location: str) -> str:
-        if not _LOCATION_RE.match(location):
-            raise InvalidArgumentError(f"bad memory location {location!r} (expected cpu:N or cuda:N)")
-        if location.startswith("cuda"):
-            raise NotSupportedError("GPU memory is not supported by this engine build yet")
-        return location
+    def _host_kind(kind: str) -> str:
+        """Python buffers are host memory; GPU buffers arrive with the GPU memory support."""
+        if kind not in ("host", "host-pinned"):
+            raise NotSupportedError(
+                f"a Python buffer is host memory; register memory of kind {kind!r} with register_ptr"
+            )
+        return kind
 
     # -- peers -----------------------------------------------------------------------------------
-    def open_segment(self, name: str, protocol: str | None = None) -> Segment:
-        """Connects to a peer segment ("host:port"), learning its regions in a handshake."""
-        proto = protocol or self.config.protocol
-        return self._segment(self._core_engine().open_segment(name, proto))
+    def open_segment(self, name: str, transport: str | None = None) -> Segment:
+        """Connects to a peer segment ("host:port"), learning its regions in a handshake. `transport`
+        forces one (default: the engine's setting, usually auto)."""
+        return self._segment(self._core_engine().open_segment(name, transport or self.config.transport))
 
     def refresh_segment(self, segment: Segment) -> Segment:
         """Re-reads a peer's regions (after it registered more) and reconnects."""
@@ -298,7 +288,7 @@ class TransferEngine:
             transport=info["transport"],
             engine_id=info["engine_id"],
             regions=tuple(
-                RemoteRegion(r["id"], r["length"], r["location"], r["shareable"], r["base"])
+                RemoteRegion(r["id"], r["length"], r["kind"], r["shareable"], r["base"])
                 for r in info["regions"]
             ),
         )

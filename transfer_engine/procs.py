@@ -1,5 +1,11 @@
 """Child processes that benches and tests start: `python -m MODULE ...` in this interpreter, ready when
-it prints a READY line; stopped by closing its stdin (then SIGTERM, then SIGKILL)."""
+it prints a READY line; stopped by closing its stdin (then SIGTERM, then SIGKILL).
+
+Servers (`kvstore master`, `kvstore node`, the transfer bench target) run until SIGTERM/SIGINT. Only
+children started here also stop when their stdin closes: that lifeline is asked for explicitly through
+the LIFELINE_ENV variable, never inferred from what stdin happens to be (/dev/null, a closed pipe under
+nohup or systemd, a container without -i would otherwise stop a server at once).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from transfer_engine.errors import KVStoreError
+from transfer_engine.errors import InvalidArgumentError, KVStoreError
 
 READY_PREFIX = "READY "
+LIFELINE_ENV = "KVSTORE_LIFELINE"
+"""Set to "stdin" in a child's environment: stop when stdin reaches EOF (the parent went away)."""
 
 
 @contextmanager
@@ -26,9 +34,8 @@ def module_process(module: str, args: Sequence[str]) -> Iterator[tuple[subproces
     # plain `pip install .`, the child would import the checkout (which has no built extension) instead of
     # what this process imported. Run it where our own packages live, so it imports the same ones.
     home = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy(), cwd=home
-    )
+    env = {**os.environ, LIFELINE_ENV: "stdin"}
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=home)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -57,12 +64,25 @@ def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
     proc.wait()
 
 
-def on_stop_request(callback: Callable[[], None]) -> None:
-    """Calls `callback` on SIGTERM/SIGINT, or when stdin closes while it is a pipe (a parent's lifeline:
-    module_process stops children that way). Installs signal handlers: call from the main thread."""
+def take_lifeline_request() -> bool:
+    """True when this process was asked (LIFELINE_ENV=stdin) to stop at stdin EOF. The variable is removed
+    so that processes this one starts do not inherit the request; anything else in it is an error."""
+    value = os.environ.pop(LIFELINE_ENV, None)
+    if value is None:
+        return False
+    if value != "stdin":
+        raise InvalidArgumentError(f"{LIFELINE_ENV} must be 'stdin' (stop when stdin closes), got {value!r}")
+    return True
+
+
+def on_stop_request(callback: Callable[[], None], lifeline: bool | None = None) -> None:
+    """Calls `callback` on SIGTERM/SIGINT, and at stdin EOF only when the lifeline was asked for (see
+    take_lifeline_request; None asks the environment). Installs signal handlers: call from the main thread."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: callback())
-    if not sys.stdin.isatty():
+    if lifeline is None:
+        lifeline = take_lifeline_request()
+    if lifeline:
 
         def watch_stdin() -> None:
             with contextlib.suppress(OSError, ValueError):

@@ -20,21 +20,23 @@ py::dict region_dict(const RegionInfo& r) {
   d["key"] = r.key;
   d["base"] = r.base;
   d["length"] = r.length;
-  d["location"] = r.location;
+  d["kind"] = location_name(r.location);
   d["exported"] = r.exported;
   d["shareable"] = r.shareable;
   return d;
 }
 
-py::dict descriptor_dict(const SegmentDescriptor& s) {
+py::dict descriptor_dict(const Engine& engine, const SegmentDescriptor& s) {
   py::dict d;
   d["name"] = s.name;
   d["engine_id"] = s.engine_id;
-  d["pid"] = s.pid;
   d["host_id"] = s.host_id;
   py::list regions;
   for (const auto& r : s.regions) regions.append(region_dict(r));
   d["regions"] = regions;
+  py::dict sections;  // what each transport offers, as far as this engine can read it
+  for (const auto& [name, body] : s.sections) sections[py::str(name)] = engine.describe_section(name, body);
+  d["transports"] = sections;
   return d;
 }
 
@@ -76,46 +78,40 @@ void bind_engine(py::module_& m) {
           "Per-request error codes (0 when not failed).");
 
   py::class_<Engine>(m, "Engine", "The transfer engine core.")
-      .def(py::init([](const std::string& host, uint16_t port, const std::string& protocol, bool enable_shm,
-                       int copy_threads, uint64_t copy_slice_size, int tcp_connections,
-                       uint64_t tcp_slice_size, uint64_t max_payload, int io_timeout_ms,
-                       int connect_timeout_ms, int tcp_socket_buffer) {
+      .def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
+                       int handshake_timeout_ms, int peer_pin_timeout_ms,
+                       const std::map<std::string, std::map<std::string, int64_t>>& transport_options) {
              EngineConfig c;
              c.host = host;
              c.port = port;
-             c.protocol = protocol;
-             c.enable_shm = enable_shm;
+             c.transport = transport;
              c.copy_threads = copy_threads;
-             c.copy_slice_size = copy_slice_size;
-             c.tcp.connections = tcp_connections;
-             c.tcp.slice_size = tcp_slice_size;
-             c.tcp.max_payload = max_payload;
-             c.tcp.io_timeout_ms = io_timeout_ms;
-             c.tcp.connect_timeout_ms = connect_timeout_ms;
-             c.tcp.socket_buffer = tcp_socket_buffer;
+             c.handshake_timeout_ms = handshake_timeout_ms;
+             c.peer_pin_timeout_ms = peer_pin_timeout_ms;
+             c.transport_options = transport_options;
              return std::make_unique<Engine>(c);
            }),
-           py::arg("host"), py::arg("port"), py::arg("protocol"), py::arg("enable_shm"),
-           py::arg("copy_threads"), py::arg("copy_slice_size"), py::arg("tcp_connections"),
-           py::arg("tcp_slice_size"), py::arg("max_payload"), py::arg("io_timeout_ms"),
-           py::arg("connect_timeout_ms"), py::arg("tcp_socket_buffer"))
+           py::arg("host"), py::arg("port"), py::arg("transport"), py::arg("copy_threads"),
+           py::arg("handshake_timeout_ms"), py::arg("peer_pin_timeout_ms"), py::arg("transport_options"),
+           "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", &Engine::name)
       .def_property_readonly("id", &Engine::id)
       .def(
           "register",
-          [](Engine& e, uint64_t addr, uint64_t length, const std::string& location, bool exported) {
+          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported) {
+            const MemoryLocation location = value_or_throw(parse_location(kind));
             return region_dict(value_or_throw(e.registry().add(addr, length, location, exported)));
           },
-          py::arg("addr"), py::arg("length"), py::arg("location"), py::arg("exported"))
+          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"))
       .def(
           "allocate",
-          [](Engine& e, uint64_t length, const std::string& location, bool exported) {
+          [](Engine& e, uint64_t length, bool exported) {
             StatusOr<RegionInfo> r = Status();
             {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
-              r = e.registry().allocate(length, location, exported);
+              r = e.registry().allocate(length, exported);
             }
             const RegionInfo info = value_or_throw(std::move(r));
             // The array keeps the mapping alive: a view used after unregister reads stale memory,
@@ -126,8 +122,8 @@ void bind_engine(py::module_& m) {
                                       reinterpret_cast<uint8_t*>(info.base), owner);
             return py::make_tuple(region_dict(info), view);
           },
-          py::arg("length"), py::arg("location"), py::arg("exported"),
-          "Allocates registered memfd memory; returns (region info, uint8 numpy view).")
+          py::arg("length"), py::arg("exported"),
+          "Allocates registered memfd host memory; returns (region info, uint8 numpy view).")
       .def(
           "unregister",
           [](Engine& e, uint64_t id) {
@@ -145,18 +141,19 @@ void bind_engine(py::module_& m) {
              for (const auto& r : e.registry().all()) out.append(region_dict(r));
              return out;
            })
-      .def("descriptor", [](Engine& e) { return descriptor_dict(e.descriptor()); })
+      .def("descriptor", [](Engine& e) { return descriptor_dict(e, e.descriptor()); })
+      .def("transports", &Engine::transports, "The transports this engine runs, cheapest first.")
       .def(
           "open_segment",
-          [](Engine& e, const std::string& name, const std::string& protocol) {
+          [](Engine& e, const std::string& name, const std::string& transport) {
             StatusOr<uint32_t> r = Status();
             {
               py::gil_scoped_release release;
-              r = e.open_segment(name, protocol);
+              r = e.open_segment(name, transport);
             }
             return value_or_throw(std::move(r));
           },
-          py::arg("name"), py::arg("protocol") = "")
+          py::arg("name"), py::arg("transport") = "")
       .def(
           "refresh_segment",
           [](Engine& e, uint32_t handle) {
@@ -171,7 +168,7 @@ void bind_engine(py::module_& m) {
       .def(
           "segment_info",
           [](Engine& e, uint32_t handle) {
-            py::dict d = descriptor_dict(value_or_throw(e.segment_descriptor(handle)));
+            py::dict d = descriptor_dict(e, value_or_throw(e.segment_descriptor(handle)));
             d["transport"] = value_or_throw(e.segment_transport(handle));
             return d;
           },

@@ -2,6 +2,8 @@
 // transfer_engine/errors.py (error_for_code); this header only carries the code across.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +28,19 @@ template <typename T>
 T value_or_throw(StatusOr<T> result) {
   throw_if_error(result.status());
   return std::move(result.value());
+}
+
+// Every extension module installs this once: StatusError becomes the kvstore exception for its code.
+inline void register_status_translator() {
+  pybind11::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      pybind11::object make = pybind11::module_::import("transfer_engine.errors").attr("error_for_code");
+      pybind11::object exc = make(static_cast<int>(e.code()), e.what());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
 }
 
 }  // namespace kvs::bind

@@ -1,28 +1,36 @@
 #include "engine/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <unordered_map>
 
-#include "transport/local/local_transport.h"
-#include "transport/shm/shm_server.h"
-#include "transport/shm/shm_transport.h"
-#include "transport/tcp/tcp_server.h"
-#include "transport/tcp/tcp_transport.h"
+#include "engine/bootstrap.h"
+#include "transport/registration.h"
 
 namespace kvs {
 
+// A request accepted by submit and not yet cut into slices (its local memory is pinned by the batch).
+struct Engine::Waiting {
+  std::shared_ptr<Batch> batch;
+  uint32_t request = 0;
+  TransferOp op = TransferOp::kRead;
+  uint64_t local = 0;
+  MemoryLocation local_location;
+  uint64_t region_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
 struct Engine::Segment {
   std::string name;
-  std::string protocol;
+  std::string transport_name;
   std::mutex mu;  // guards the fields below
-  SegmentDescriptor descriptor;
-  Transport* transport = nullptr;
+  std::shared_ptr<const SegmentDescriptor> descriptor;
+  Running* transport = nullptr;
   std::shared_ptr<Channel> channel;
+  bool connecting = false;        // a reconnection runs on a connector thread
+  std::vector<Waiting> waiting;  // requests it will send (or fail) when done
   // The peer restarted: its region ids now name other memory, so this handle never reconnects.
-  std::atomic<bool> stale{false};
+  bool stale = false;
 };
 
 Engine::Engine(EngineConfig config)
@@ -31,12 +39,26 @@ Engine::Engine(EngineConfig config)
       host_id_(local_host_id()),
       registry_(std::make_shared<MemoryRegistry>()),
       pool_(std::make_unique<CopyPool>(std::max(1, config_.copy_threads))) {
-  registry_->set_peer_pin_timeout_ms(config_.tcp.io_timeout_ms);
-  transports_.push_back(std::make_unique<LocalTransport>(pool_.get(), config_.copy_slice_size));
-  transports_.push_back(std::make_unique<shm::ShmTransport>(pool_.get(), host_id_, config_.copy_slice_size));
-  transports_.push_back(std::make_unique<tcp::TcpTransport>(config_.tcp));
-  std::sort(transports_.begin(), transports_.end(),
-            [](const auto& a, const auto& b) { return a->cost() < b->cost(); });
+  registry_->set_peer_pin_timeout_ms(config_.peer_pin_timeout_ms);
+  for (const auto& [name, values] : config_.transport_options) {
+    if (find_transport(name) == nullptr) config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");
+  }
+  TransportContext context{id_, host_id_, config_.host, registry_, pool_.get()};
+  for (const TransportEntry* entry : registered_transports()) {
+    auto it = config_.transport_options.find(entry->name);
+    auto options = Options::make(entry->name, transport_options(*entry),
+                                 it == config_.transport_options.end() ? std::map<std::string, int64_t>{}
+                                                                       : it->second);
+    if (!options.ok()) {
+      config_error_ = options.status();
+      continue;
+    }
+    if (options.value().get("enabled") == 0) continue;
+    transports_.push_back(Running{entry, entry->make(context, options.value())});
+  }
+  std::stable_sort(transports_.begin(), transports_.end(), [](const Running& a, const Running& b) {
+    return a.entry->capabilities.cost < b.entry->capabilities.cost;
+  });
 }
 
 Engine::~Engine() {
@@ -46,37 +68,45 @@ Engine::~Engine() {
 
 Status Engine::start() {
   if (running_.load()) return Status::OK();
-  if (config_.protocol != "auto") {
+  if (!config_error_.ok()) return config_error_;
+  if (config_.transport != "auto") {
     bool known = false;
-    for (auto& t : transports_) known |= config_.protocol == t->name();
-    if (!known) return Status(Code::kInvalidArgument, "unknown protocol '" + config_.protocol + "'");
-  }
-  tcp_server_ = std::make_unique<tcp::TcpServer>(
-      registry_.get(), [this] { return encode_descriptor(descriptor()); }, config_.tcp);
-  Status st = tcp_server_->start(config_.host, config_.port);
-  if (!st.ok()) return st;
-  const bool v6 = config_.host.find(':') != std::string::npos;
-  name_ = (v6 ? "[" + config_.host + "]" : config_.host) + ":" + std::to_string(tcp_server_->port());
-  if (config_.enable_shm) {
-    char sock[64];
-    std::snprintf(sock, sizeof(sock), "kvstore-%016llx", static_cast<unsigned long long>(id_));
-    shm_server_ = std::make_unique<shm::ShmServer>(registry_.get());
-    st = shm_server_->start(sock);
-    if (!st.ok()) {
-      tcp_server_->stop();
-      return st;
+    for (auto& t : transports_) known |= config_.transport == t.entry->name;
+    if (!known) {
+      return Status(Code::kInvalidArgument, find_transport(config_.transport)
+                                                ? "transport '" + config_.transport + "' is disabled"
+                                                : "unknown transport '" + config_.transport + "'");
     }
   }
-  local_directory_add(id_, registry_);
+  bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
+                                                 config_.handshake_timeout_ms);
+  Status st = bootstrap_->start(config_.host, config_.port);
+  for (size_t i = 0; st.ok() && i < transports_.size(); ++i) {
+    st = transports_[i].transport->start();
+    if (!st.ok()) {
+      for (size_t j = 0; j < i; ++j) transports_[j].transport->stop();
+    }
+  }
+  if (!st.ok()) {
+    bootstrap_->stop();
+    return st;
+  }
+  const bool v6 = config_.host.find(':') != std::string::npos;
+  name_ = (v6 ? "[" + config_.host + "]" : config_.host) + ":" + std::to_string(bootstrap_->port());
   running_.store(true);
   return Status::OK();
 }
 
 void Engine::stop() {
   if (!running_.exchange(false)) return;
-  local_directory_remove(id_);
-  tcp_server_->stop();
-  if (shm_server_) shm_server_->stop();
+  std::vector<Connector> connectors;
+  {
+    std::lock_guard<std::mutex> lock(connectors_mu_);
+    connectors.swap(connectors_);
+  }
+  for (auto& c : connectors) c.thread.join();  // each is bounded by the handshake and connect timeouts
+  bootstrap_->stop();
+  for (auto& t : transports_) t.transport->stop();
   {
     // Dropping the channels fails whatever they still carry.
     std::lock_guard<std::mutex> lock(segments_mu_);
@@ -90,74 +120,84 @@ void Engine::stop() {
 SegmentDescriptor Engine::descriptor() const {
   SegmentDescriptor d;
   d.engine_id = id_;
-  d.pid = static_cast<uint32_t>(getpid());
   d.host_id = host_id_;
   d.name = name_;
-  d.transports = kTransportLocal | kTransportTcp;
-  if (shm_server_) {
-    char sock[64];
-    std::snprintf(sock, sizeof(sock), "kvstore-%016llx", static_cast<unsigned long long>(id_));
-    d.shm_socket = sock;
-    d.transports |= kTransportShm;
+  for (const auto& t : transports_) {
+    auto section = t.transport->descriptor_section();
+    if (!section.empty()) d.sections[t.entry->name] = std::move(section);
   }
   d.regions = registry_->exported();
   return d;
 }
 
-StatusOr<Transport*> Engine::choose_transport(const SegmentDescriptor& peer,
-                                              const std::string& protocol) const {
-  for (const auto& t : transports_) {
-    if (protocol != "auto" && protocol != t->name()) continue;
-    if (t->reachable(peer)) return t.get();
-  }
-  if (protocol == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
-  return Status(Code::kNotSupported, "protocol '" + protocol + "' cannot reach " + peer.name);
+std::vector<std::string> Engine::transports() const {
+  std::vector<std::string> names;
+  for (const auto& t : transports_) names.emplace_back(t.entry->name);
+  return names;
 }
 
-Status Engine::connect_segment(Segment& seg, bool refresh_descriptor) {
-  if (refresh_descriptor || seg.descriptor.engine_id == 0) {
-    if (seg.name == name_) {
-      seg.descriptor = descriptor();
-    } else {
-      auto d = tcp::handshake(seg.name, config_.tcp, nullptr);
-      if (!d.ok()) return d.status();
-      if (seg.descriptor.engine_id != 0 && d.value().engine_id != seg.descriptor.engine_id) {
-        seg.stale.store(true);
-        seg.channel.reset();
-      }
-      if (seg.stale.load()) {
-        return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
-      }
-      seg.descriptor = std::move(d.value());
-    }
+std::map<std::string, std::string> Engine::describe_section(const std::string& transport,
+                                                            const std::vector<char>& section) const {
+  for (const auto& t : transports_) {
+    if (transport == t.entry->name) return t.transport->describe_section(section);
   }
-  auto transport = choose_transport(seg.descriptor, seg.protocol);
+  return {};
+}
+
+StatusOr<Engine::Running*> Engine::choose_transport(const SegmentDescriptor& peer,
+                                                    const std::string& transport) const {
+  for (const auto& t : transports_) {
+    if (transport != "auto" && transport != t.entry->name) continue;
+    if (t.transport->reachable(peer)) return const_cast<Running*>(&t);
+  }
+  if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
+  return Status(Code::kNotSupported, "transport '" + transport + "' cannot reach " + peer.name);
+}
+
+Status Engine::connect_segment(Segment& seg) {
+  SegmentDescriptor fetched;
+  if (seg.name == name_) {
+    fetched = descriptor();
+  } else {
+    auto d = fetch_descriptor(seg.name, config_.handshake_timeout_ms);
+    if (!d.ok()) return d.status();
+    fetched = std::move(d.value());
+  }
+  {
+    std::lock_guard<std::mutex> lock(seg.mu);
+    if (seg.descriptor && fetched.engine_id != seg.descriptor->engine_id) {
+      seg.stale = true;
+      seg.channel.reset();
+    }
+    if (seg.stale) return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
+  }
+  auto transport = choose_transport(fetched, seg.transport_name);
   if (!transport.ok()) return transport.status();
-  auto channel = transport.value()->connect(seg.descriptor);
+  auto channel = transport.value()->transport->connect(fetched);
   if (!channel.ok()) return channel.status();
+  std::lock_guard<std::mutex> lock(seg.mu);
+  seg.descriptor = std::make_shared<const SegmentDescriptor>(std::move(fetched));
   seg.transport = transport.value();
   seg.channel = std::move(channel.value());
   return Status::OK();
 }
 
-StatusOr<uint32_t> Engine::open_segment(const std::string& name, const std::string& protocol) {
+StatusOr<uint32_t> Engine::open_segment(const std::string& name, const std::string& transport) {
   if (!running_.load()) return Status(Code::kClosed, "engine is not running");
-  const std::string proto = protocol.empty() ? config_.protocol : protocol;
+  const std::string chosen = transport.empty() ? config_.transport : transport;
   {
     std::lock_guard<std::mutex> lock(segments_mu_);
     for (size_t i = 0; i < segments_.size(); ++i) {
       const auto& s = segments_[i];
-      if (s->name == name && s->protocol == proto && !s->stale.load()) return static_cast<uint32_t>(i);
+      std::lock_guard<std::mutex> seg_lock(s->mu);
+      if (s->name == name && s->transport_name == chosen && !s->stale) return static_cast<uint32_t>(i);
     }
   }
   auto seg = std::make_shared<Segment>();
   seg->name = name;
-  seg->protocol = proto;
-  {
-    std::lock_guard<std::mutex> lock(seg->mu);
-    Status st = connect_segment(*seg, true);
-    if (!st.ok()) return st;
-  }
+  seg->transport_name = chosen;
+  Status st = connect_segment(*seg);
+  if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(segments_mu_);
   segments_.push_back(seg);
   return static_cast<uint32_t>(segments_.size() - 1);
@@ -172,35 +212,23 @@ StatusOr<std::shared_ptr<Engine::Segment>> Engine::segment(uint32_t handle) {
 Status Engine::refresh_segment(uint32_t handle) {
   auto seg = segment(handle);
   if (!seg.ok()) return seg.status();
-  std::lock_guard<std::mutex> lock(seg.value()->mu);
-  return connect_segment(*seg.value(), true);
+  return connect_segment(*seg.value());
 }
 
 StatusOr<SegmentDescriptor> Engine::segment_descriptor(uint32_t handle) {
   auto seg = segment(handle);
   if (!seg.ok()) return seg.status();
   std::lock_guard<std::mutex> lock(seg.value()->mu);
-  return seg.value()->descriptor;
+  return *seg.value()->descriptor;
 }
 
 StatusOr<std::string> Engine::segment_transport(uint32_t handle) {
   auto seg = segment(handle);
   if (!seg.ok()) return seg.status();
   std::lock_guard<std::mutex> lock(seg.value()->mu);
-  return std::string(seg.value()->transport->name());
+  if (seg.value()->transport == nullptr) return Status(Code::kConnectionFailed, "segment is not connected");
+  return std::string(seg.value()->transport->entry->name);
 }
-
-namespace {
-
-struct Target {
-  std::shared_ptr<Channel> channel;
-  uint64_t slice_size = 0;
-  SegmentDescriptor descriptor;
-  Status error;
-  std::vector<Slice> slices;
-};
-
-}  // namespace
 
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
@@ -209,47 +237,10 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     for (size_t i = 0; i < b.count; ++i) batch->reject(i, Status(Code::kClosed, "engine is not running"));
     return batch;
   }
-  // Resolve each segment once per batch: reconnect broken links, refresh for unknown regions.
-  std::unordered_map<uint32_t, Target> targets;
+  std::unordered_map<uint32_t, std::vector<Waiting>> by_segment;
   for (size_t i = 0; i < b.count; ++i) {
-    auto [it, added] = targets.try_emplace(b.segments[i]);
-    if (!added) continue;
-    Target& t = it->second;
-    auto seg = segment(b.segments[i]);
-    if (!seg.ok()) {
-      t.error = seg.status();
-      continue;
-    }
-    bool unknown_region = false;
-    std::lock_guard<std::mutex> lock(seg.value()->mu);
-    for (size_t j = i; j < b.count && !unknown_region; ++j) {
-      unknown_region =
-          b.segments[j] == b.segments[i] && !seg.value()->descriptor.find_region(b.region_ids[j]);
-    }
-    if (unknown_region || !seg.value()->channel || !seg.value()->channel->healthy()) {
-      t.error = connect_segment(*seg.value(), true);
-    }
-    t.channel = seg.value()->channel;
-    t.slice_size = seg.value()->transport ? seg.value()->transport->slice_size() : 0;
-    t.descriptor = seg.value()->descriptor;
-  }
-  for (size_t i = 0; i < b.count; ++i) {
-    Target& t = targets[b.segments[i]];
-    if (!t.error.ok()) {
-      batch->reject(i, t.error);
-      continue;
-    }
     if (b.ops[i] > static_cast<uint8_t>(TransferOp::kWrite) || b.lengths[i] == 0) {
       batch->reject(i, Status(Code::kInvalidArgument, "bad op or empty length"));
-      continue;
-    }
-    const RegionInfo* region = t.descriptor.find_region(b.region_ids[i]);
-    if (region == nullptr) {
-      batch->reject(i, Status(Code::kNotFound, "peer has no such region"));
-      continue;
-    }
-    if (!in_bounds(b.offsets[i], b.lengths[i], region->length)) {
-      batch->reject(i, Status(Code::kOutOfRange, "request outside the peer region"));
       continue;
     }
     auto pin = registry_->pin_local(b.local_addrs[i], b.lengths[i]);
@@ -257,26 +248,123 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       batch->reject(i, pin.status());
       continue;
     }
+    const MemoryLocation location = pin.value().info().location;
     batch->hold_pin(std::move(pin.value()));
-    const uint64_t step = std::max<uint64_t>(t.slice_size, 4096);
-    batch->set_slices(i, (b.lengths[i] + step - 1) / step);
-    for (uint64_t done = 0; done < b.lengths[i]; done += step) {
-      Slice s;
-      s.batch = batch;
-      s.request = static_cast<uint32_t>(i);
-      s.op = static_cast<TransferOp>(b.ops[i]);
-      s.local = reinterpret_cast<char*>(b.local_addrs[i] + done);
-      s.region_id = region->id;
-      s.key = region->key;
-      s.offset = b.offsets[i] + done;
-      s.length = std::min(step, b.lengths[i] - done);
-      t.slices.push_back(std::move(s));
-    }
+    by_segment[b.segments[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
+                                                b.local_addrs[i], location, b.region_ids[i], b.offsets[i],
+                                                b.lengths[i]});
   }
-  for (auto& [handle, t] : targets) {
-    if (!t.slices.empty()) t.channel->submit(std::move(t.slices));
+  for (auto& [handle, requests] : by_segment) {
+    auto seg = segment(handle);
+    if (!seg.ok()) {
+      for (auto& w : requests) batch->reject(w.request, seg.status());
+      continue;
+    }
+    Segment& s = *seg.value();
+    std::unique_lock<std::mutex> lock(s.mu);
+    if (s.stale) {
+      lock.unlock();
+      Status st(Code::kConnectionFailed, "peer " + s.name + " restarted; open the segment again");
+      for (auto& w : requests) batch->reject(w.request, st);
+      continue;
+    }
+    bool ready = s.channel && s.channel->healthy() && !s.connecting;
+    for (size_t j = 0; ready && j < requests.size(); ++j) ready = s.descriptor->find_region(requests[j].region_id);
+    if (ready) {
+      lock.unlock();
+      slice_and_send(s, requests);
+      continue;
+    }
+    // The link is down or a region is new to us: a connector thread refreshes and reconnects, then sends
+    // these requests (or fails them with its error). Submit itself never waits on the network.
+    for (auto& w : requests) s.waiting.push_back(std::move(w));
+    const bool launch = !s.connecting;
+    s.connecting = true;
+    lock.unlock();
+    if (launch) reconnect_async(seg.value());
   }
   return batch;
+}
+
+void Engine::reconnect_async(std::shared_ptr<Segment> seg) {
+  std::lock_guard<std::mutex> lock(connectors_mu_);
+  for (auto it = connectors_.begin(); it != connectors_.end();) {
+    if (it->finished->load()) {
+      it->thread.join();
+      it = connectors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  auto work = [this, seg, finished] {
+    Status st = running_.load() ? connect_segment(*seg) : Status(Code::kClosed, "engine is not running");
+    std::vector<Waiting> waiting;
+    {
+      std::lock_guard<std::mutex> seg_lock(seg->mu);
+      waiting.swap(seg->waiting);
+      seg->connecting = false;
+    }
+    if (st.ok()) {
+      slice_and_send(*seg, waiting);
+    } else {
+      for (auto& w : waiting) w.batch->reject(w.request, st);
+    }
+    finished->store(true);
+  };
+  if (!running_.load()) {  // stop() has taken (or is about to take) the list: do not add a thread to it
+    work();
+    return;
+  }
+  connectors_.push_back(Connector{std::thread(work), finished});
+}
+
+void Engine::slice_and_send(Segment& seg, std::vector<Waiting>& requests) {
+  std::shared_ptr<const SegmentDescriptor> descriptor;
+  std::shared_ptr<Channel> channel;
+  Running* transport = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(seg.mu);
+    descriptor = seg.descriptor;
+    channel = seg.channel;
+    transport = seg.transport;
+  }
+  const Capabilities& caps = transport->entry->capabilities;
+  const uint64_t step = std::max<uint64_t>(transport->transport->slice_size(), 4096);
+  std::vector<Slice> slices;
+  for (auto& w : requests) {
+    const RegionInfo* region = descriptor->find_region(w.region_id);
+    if (region == nullptr) {
+      w.batch->reject(w.request, Status(Code::kNotFound, "peer has no such region"));
+      continue;
+    }
+    if (!in_bounds(w.offset, w.length, region->length)) {
+      w.batch->reject(w.request, Status(Code::kOutOfRange, "request outside the peer region"));
+      continue;
+    }
+    if (!(caps.local_kinds & kind_bit(w.local_location.kind)) ||
+        !(caps.remote_kinds & kind_bit(region->location.kind))) {
+      w.batch->reject(w.request, Status(Code::kNotSupported, std::string("transport ") + transport->entry->name +
+                                                                 " cannot move " + location_name(w.local_location) +
+                                                                 " <-> " + location_name(region->location) +
+                                                                 " memory"));
+      continue;
+    }
+    w.batch->set_slices(w.request, (w.length + step - 1) / step);
+    for (uint64_t done = 0; done < w.length; done += step) {
+      Slice s;
+      s.batch = w.batch;
+      s.request = w.request;
+      s.op = w.op;
+      s.local = reinterpret_cast<char*>(w.local + done);
+      s.region_id = region->id;
+      s.key = region->key;
+      s.offset = w.offset + done;
+      s.length = std::min(step, w.length - done);
+      slices.push_back(std::move(s));
+    }
+  }
+  if (!slices.empty()) channel->submit(std::move(slices));
 }
 
 bool Engine::wait(Batch& batch, int64_t timeout_ms, bool help) {

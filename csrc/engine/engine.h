@@ -1,39 +1,38 @@
-// The transfer engine: owns the registry, serves its segment (TCP + shm), opens peer segments and
-// turns batches of requests into slices on the transport chosen per peer.
+// The transfer engine: owns the registry and the copy pool, serves its segment through every enabled
+// transport plus the handshake endpoint, opens peer segments and turns batches of requests into slices
+// on the transport chosen per peer. Transports are learned from the registration list; none is named
+// here.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
-#include "engine/batch.h"
-#include "engine/copy_pool.h"
-#include "engine/descriptor.h"
-#include "engine/registry.h"
-#include "transport/tcp/tcp_config.h"
+#include "core/batch.h"
+#include "core/copy_pool.h"
+#include "core/descriptor.h"
+#include "core/registry.h"
 #include "transport/transport.h"
 
 namespace kvs {
 
-namespace tcp {
-class TcpServer;
-}
-namespace shm {
-class ShmServer;
-}
+class BootstrapServer;
 
 struct EngineConfig {
-  std::string host = "127.0.0.1";  // address the segment listens on; it also names the segment
-  uint16_t port = 0;               // 0: any free port
-  std::string protocol = "auto";   // auto | local | shm | tcp: force one transport for every peer
-  bool enable_shm = true;          // offer shared memory to same-host peers
-  int copy_threads = 2;            // workers for local/shm copies
-  uint64_t copy_slice_size = 4ull << 20;
-  tcp::TcpConfig tcp;
+  std::string host = "127.0.0.1";  // address the segment serves on; with the port it names the segment
+  uint16_t port = 0;               // handshake port; 0: any free port
+  std::string transport = "auto";  // auto, or the name of one transport to use for every peer
+  int copy_threads = 2;            // workers for memory-to-memory copies
+  int handshake_timeout_ms = 5000;
+  int peer_pin_timeout_ms = 5000;  // how long unregister waits for same-host peers' copies
+  // Per-transport settings, by transport name then setting name (see transport_options()).
+  std::map<std::string, std::map<std::string, int64_t>> transport_options;
 };
 
 // Flat batch: element i of every array describes request i.
@@ -61,14 +60,22 @@ class Engine {
   uint64_t id() const { return id_; }
   MemoryRegistry& registry() { return *registry_; }
   SegmentDescriptor descriptor() const;
+  // The transports this engine runs, cheapest first.
+  std::vector<std::string> transports() const;
+  // A peer section in readable form, by the transport that owns it.
+  std::map<std::string, std::string> describe_section(const std::string& transport,
+                                                      const std::vector<char>& section) const;
 
-  // Opens (or returns the already open) peer segment; protocol "" uses the engine's setting.
-  StatusOr<uint32_t> open_segment(const std::string& name, const std::string& protocol);
+  // Opens (or returns the already open) peer segment: handshake and connection happen here, so a
+  // failure is reported to the caller. transport "" uses the engine's setting.
+  StatusOr<uint32_t> open_segment(const std::string& name, const std::string& transport);
   // Re-reads the peer's descriptor (new regions) and reconnects.
   Status refresh_segment(uint32_t handle);
   StatusOr<SegmentDescriptor> segment_descriptor(uint32_t handle);
   StatusOr<std::string> segment_transport(uint32_t handle);
 
+  // Returns at once. Requests for a peer whose link is down (or that names a region this engine has
+  // not heard of yet) wait for a reconnection made on another thread; its failure fails them.
   std::shared_ptr<Batch> submit(const BatchView& batch, int64_t timeout_ms);
   // Waits for a batch, running queued copies on this thread meanwhile (unless help is false, for a
   // caller with work of its own to overlap). Same result as Batch::wait.
@@ -78,9 +85,17 @@ class Engine {
 
  private:
   struct Segment;
+  struct Waiting;
+  struct Running {
+    const TransportEntry* entry;
+    std::unique_ptr<Transport> transport;
+  };
   StatusOr<std::shared_ptr<Segment>> segment(uint32_t handle);
-  Status connect_segment(Segment& seg, bool refresh_descriptor);
-  StatusOr<Transport*> choose_transport(const SegmentDescriptor& peer, const std::string& protocol) const;
+  // Handshake (unless it is ourselves) and connect; called without the segment lock held.
+  Status connect_segment(Segment& seg);
+  StatusOr<Running*> choose_transport(const SegmentDescriptor& peer, const std::string& transport) const;
+  void reconnect_async(std::shared_ptr<Segment> seg);
+  void slice_and_send(Segment& seg, std::vector<Waiting>& requests);
 
   EngineConfig config_;
   uint64_t id_;
@@ -88,13 +103,20 @@ class Engine {
   std::string host_id_;
   std::shared_ptr<MemoryRegistry> registry_;
   std::unique_ptr<CopyPool> pool_;
-  std::vector<std::unique_ptr<Transport>> transports_;  // sorted by cost
-  std::unique_ptr<tcp::TcpServer> tcp_server_;
-  std::unique_ptr<shm::ShmServer> shm_server_;
+  std::vector<Running> transports_;  // sorted by cost
+  Status config_error_;
+  std::unique_ptr<BootstrapServer> bootstrap_;
   std::atomic<bool> running_{false};
 
   std::mutex segments_mu_;
   std::vector<std::shared_ptr<Segment>> segments_;
+
+  struct Connector {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  std::mutex connectors_mu_;
+  std::vector<Connector> connectors_;  // reconnections in flight, joined when finished or at stop
 };
 
 }  // namespace kvs

@@ -32,6 +32,24 @@ std::optional<uint64_t> OffsetAllocator::allocate(uint64_t size) {
   return offset;
 }
 
+bool OffsetAllocator::reserve(uint64_t offset, uint64_t size) {
+  if (size == 0 || size > capacity_ || offset % alignment_ != 0) return false;
+  const uint64_t rounded = (size + alignment_ - 1) / alignment_ * alignment_;
+  if (rounded < size || offset > capacity_ - rounded) return false;
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return false;
+  --it;
+  const auto [extent, extent_size] = *it;
+  if (offset + rounded > extent + extent_size) return false;
+  erase_free(extent, extent_size);
+  if (offset > extent) insert_free(extent, offset - extent);
+  const uint64_t tail = extent + extent_size - (offset + rounded);
+  if (tail > 0) insert_free(offset + rounded, tail);
+  allocated_[offset] = rounded;
+  used_ += rounded;
+  return true;
+}
+
 bool OffsetAllocator::free(uint64_t offset) {
   auto found = allocated_.find(offset);
   if (found == allocated_.end()) return false;

@@ -31,6 +31,9 @@ class OffsetAllocator {
 
   // Offset of a block of at least `size` bytes, or nothing when no free extent is large enough.
   std::optional<uint64_t> allocate(uint64_t size);
+  // Takes exactly [offset, offset + size rounded up) if it is free (rebuilding the map of a segment from
+  // a record of its blocks); false, and nothing changes, when any of it is taken or misaligned.
+  bool reserve(uint64_t offset, uint64_t size);
   // Frees a block by its offset; false if no block starts there (nothing changes).
   bool free(uint64_t offset);
   // Size reserved for the block at offset (0 if none).

@@ -1,30 +1,46 @@
-// The interface every transport implements. Transports describe themselves (cost, slice limit,
-// reachability); the engine chooses among them and never special-cases a transport by name.
+// The interface every transport implements, both sides of it: the target side serves peers through
+// the registry's checks, the initiator side opens channels to peers and moves slices. Transports
+// describe themselves (capabilities, settings, a cost); the engine chooses among them and never names
+// one. Transports include only core/ and common/ headers.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-#include "engine/batch.h"
-#include "engine/descriptor.h"
+#include "core/copy_pool.h"
+#include "core/descriptor.h"
+#include "core/memory.h"
+#include "core/options.h"
+#include "core/registry.h"
+#include "core/slice.h"
 
 namespace kvs {
 
-// One contiguous piece of a request, moved by one path.
-struct Slice {
-  std::shared_ptr<Batch> batch;
-  uint32_t request = 0;
-  TransferOp op = TransferOp::kRead;
-  char* local = nullptr;  // inside a region pinned by the batch
-  uint64_t region_id = 0;
-  uint64_t key = 0;
-  uint64_t offset = 0;  // within the remote region
-  uint64_t length = 0;
+// Which peers a transport can reach.
+enum Reach : uint32_t {
+  kReachSameProcess = 1u << 0,
+  kReachSameHost = 1u << 1,
+  kReachRemote = 1u << 2,
+};
 
-  void done(const Status& status) const { batch->slice_done(request, status); }
+struct Capabilities {
+  int cost = 0;              // lower is preferred when several transports reach a peer
+  uint32_t reach = 0;        // Reach mask
+  KindMask local_kinds = 0;  // memory kinds it reads/writes on the initiator's side
+  KindMask remote_kinds = 0;  // memory kinds it serves on the target's side
+};
+
+// What the engine hands each of its transports.
+struct TransportContext {
+  uint64_t engine_id = 0;
+  std::string host_id;
+  std::string listen_host;  // address the engine serves on; transports that listen use it too
+  std::shared_ptr<MemoryRegistry> registry;
+  CopyPool* pool = nullptr;
 };
 
 // A transport's link to one peer segment. Thread-safe.
@@ -40,14 +56,28 @@ class Channel {
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual const char* name() const = 0;
-  virtual uint32_t bit() const = 0;  // TransportBit
-  // Lower is preferred when several transports reach a peer.
-  virtual int cost() const = 0;
-  // Largest slice this transport moves as one unit.
-  virtual uint64_t slice_size() const = 0;
+
+  // Target side: start serving peers; every request is checked against the registry.
+  virtual Status start() { return Status::OK(); }
+  virtual void stop() {}
+  // What a peer needs to reach this transport here, carried opaquely in the segment descriptor
+  // (starts with the transport's own version byte). Empty: not offered to peers.
+  virtual std::vector<char> descriptor_section() const = 0;
+  // A peer's section in readable form (e.g. {"address": "host:port"}), for tools and tests.
+  virtual std::map<std::string, std::string> describe_section(const std::vector<char>& section) const = 0;
+
+  // Initiator side.
+  virtual uint64_t slice_size() const = 0;  // largest slice moved as one unit
   virtual bool reachable(const SegmentDescriptor& peer) const = 0;
   virtual StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) = 0;
+};
+
+// How a transport registers itself (transport/transports.def lists them).
+struct TransportEntry {
+  const char* name;
+  Capabilities capabilities;
+  std::vector<OptionSpec> options;
+  std::unique_ptr<Transport> (*make)(const TransportContext& context, const Options& options);
 };
 
 }  // namespace kvs

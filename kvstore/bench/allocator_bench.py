@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transfer_engine._core import OffsetAllocator
+from kvstore.allocator import OffsetAllocator
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from random import Random
 
-from kvstore.master.config import MasterConfig
+from kvstore.config import MasterConfig
 from kvstore.master.state import MasterState
 
 UNIT = 64  # bytes per simulated block: one allocation unit
@@ -89,7 +89,7 @@ def simulate_replication(
             state.replicator.plan()
             for client in list(state.clients):
                 for task in state.replicator.tasks_for(client):
-                    state.replicator.complete(client, int(task["task"]), True)
+                    state.replicator.complete(client, task.task, True)
             next_plan = t + 0.5
         if index % every == 0 or index == len(requests) - 1:
             row = [t]

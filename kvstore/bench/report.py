@@ -66,12 +66,12 @@ def summary(duration: float = 3.0) -> int:
                 "-",
             ]
         )
-    for protocol, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
-        cfg = TransferBenchConfig(protocol=protocol, block_size=block, duration=duration)
+    for transport, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
+        cfg = TransferBenchConfig(transport=transport, block_size=block, duration=duration)
         t = run_initiator(cfg)
         rows.append(
             [
-                f"transfer {t.protocol} {t.op}",
+                f"transfer {t.transport} {t.op}",
                 f"{format_size(block)} x {t.batch_size}",
                 f"{t.gbps:.2f}",
                 f"{t.ops_per_s:,.0f}",

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from kvstore.client.store import Store
+from kvstore import Store
 from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.procs import READY_PREFIX, kvstore_process
+from transfer_engine.config import transport_choices
 from transfer_engine.units import format_size
 
 OPS = ("put", "get", "exists")
@@ -29,7 +30,8 @@ class StoreBenchConfig:
     ops: tuple[str, ...] = OPS
     duration: float = 5.0
     clients: int = 1
-    transport: str = "auto"
+    transport: str | None = None
+    """None: the clients' engine setting (KVSTORE_TRANSPORT, else auto)."""
     master: str | None = None
     segment_size: int = 2 << 30
     exists_batch: int = 128
@@ -40,8 +42,8 @@ class StoreBenchConfig:
             raise InvalidArgumentError(f"--ops takes a comma list of {', '.join(OPS)}")
         if self.value_size <= 0 or self.batch_size <= 0 or self.duration <= 0 or self.clients <= 0:
             raise InvalidArgumentError("value size, batch size, duration and clients must be positive")
-        if self.transport not in ("auto", "tcp"):
-            raise InvalidArgumentError("--transport is auto or tcp")
+        if self.transport is not None and self.transport not in transport_choices():
+            raise InvalidArgumentError(f"--transport is one of {', '.join(transport_choices())}")
         if self.value_size * self.batch_size * 4 > self.segment_size:
             raise InvalidArgumentError("the segment must hold at least four batches")
 
@@ -85,6 +87,7 @@ def _result(
     batch: int,
     measured: tuple[float, int, int, np.ndarray],
     bytes_per_item: int,
+    transport: str,
 ) -> OpResult:
     seconds, items, errors, lat = measured
     return OpResult(
@@ -96,14 +99,16 @@ def _result(
         float(np.percentile(lat, 50)),
         float(np.percentile(lat, 99)),
         errors,
-        cfg.transport,
+        transport,
     )
 
 
 def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
     """The client side: runs each op against the cluster and yields its figures."""
-    with Store.connect(master, buffer_size="16MiB", protocol=cfg.transport) as store:
+    settings = {"transport": cfg.transport} if cfg.transport else {}
+    with Store.connect(master, buffer_size="16MiB", **settings) as store:
         n, size = cfg.batch_size, cfg.value_size
+        transport = store.engine.config.transport
         source = np.random.default_rng(7).integers(0, 256, (n, size), dtype=np.uint8)
         dest = np.zeros((n, size), dtype=np.uint8)
         store.register_buffer(source)
@@ -122,7 +127,7 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_put_from(batch, sources)
                 return n, sum(1 for r in results if r != 0)
 
-            yield _result(cfg, "put", n, _measure(cfg.duration, put), size)
+            yield _result(cfg, "put", n, _measure(cfg.duration, put), size, transport)
             store.remove_all(force=True)
             for start in range(0, resident, n):
                 store.batch_put_from(keys[start : start + n], sources)
@@ -132,13 +137,15 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_get_into(batches[i % len(batches)], dests)
                 return n, sum(1 for r in results if r != size)
 
-            yield _result(cfg, "get", n, _measure(cfg.duration, get), size)
+            yield _result(cfg, "get", n, _measure(cfg.duration, get), size, transport)
             if cfg.single_gets:
 
                 def get_one(i: int) -> tuple[int, int]:
                     return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
 
-                yield _result(cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size)
+                yield _result(
+                    cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size, transport
+                )
 
             # The same reads when every key's location must be asked of the master (no valid lease).
             def get_cold(i: int) -> tuple[int, int]:
@@ -146,16 +153,15 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_get_into(batches[i % len(batches)], dests)
                 return n, sum(1 for r in results if r != size)
 
-            yield _result(cfg, "get_uncached", n, _measure(min(cfg.duration, 3.0), get_cold), size)
+            yield _result(cfg, "get_uncached", n, _measure(min(cfg.duration, 3.0), get_cold), size, transport)
             if cfg.single_gets:
 
                 def get_one_cold(i: int) -> tuple[int, int]:
                     store.leases.clear()
                     return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
 
-                yield _result(
-                    cfg, "get_single_uncached", 1, _measure(min(cfg.duration, 3.0), get_one_cold), size
-                )
+                cold = _measure(min(cfg.duration, 3.0), get_one_cold)
+                yield _result(cfg, "get_single_uncached", 1, cold, size, transport)
         if "exists" in cfg.ops:
             m = cfg.exists_batch
             probe = [keys[j % resident] for j in range(m)]
@@ -163,7 +169,7 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
             def exists(i: int) -> tuple[int, int]:
                 return m, sum(1 for x in store.batch_exists(probe) if not x)
 
-            yield _result(cfg, "exists", m, _measure(cfg.duration, exists), 0)
+            yield _result(cfg, "exists", m, _measure(cfg.duration, exists), 0, transport)
 
 
 @contextlib.contextmanager
@@ -201,10 +207,9 @@ def run(cfg: StoreBenchConfig, progress: Callable[[str], None] | None = None) ->
             ",".join(cfg.ops),
             "--duration",
             str(cfg.duration),
-            "--transport",
-            cfg.transport,
             "--segment-size",
             str(cfg.segment_size),
+            *(["--transport", cfg.transport] if cfg.transport else []),
         ]
         procs = [stack.enter_context(kvstore_process(args)) for _ in range(cfg.clients)]
         per_client: list[list[OpResult]] = []

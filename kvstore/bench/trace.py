@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -202,13 +202,20 @@ def replay_real(
     route: str = "longest",
 ) -> TraceResult:
     """Every block a real object: masters, segments and transfers as deployed, in this process."""
-    from kvstore.client.store import Store
-    from kvstore.master import Master, MasterConfig
+    from kvstore import Store
+    from kvstore.config import MasterConfig
+    from kvstore.master import Master
 
     if payload_bytes <= 0 or payload_bytes % 64:
         raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
     # Inline eviction only (no background watermarks), so capacity means exactly `capacity` blocks.
-    config = {"eviction_policy": policy, "high_watermark": 1.0, "low_watermark": 1.0, "busy_poll_us": 0}
+    config: dict[str, Any] = {
+        "eviction_policy": policy,
+        "high_watermark": 1.0,
+        "low_watermark": 1.0,
+        "busy_poll_us": 0,
+        "port": 0,
+    }
     masters = [
         Master.start_in_thread(MasterConfig.load(**config)) for _ in range(1 if mode == "global" else nodes)
     ]

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NoSpaceError
 from transfer_engine import Region, TransferEngine
-from transfer_engine._core import OffsetAllocator
 
 
 def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:

@@ -13,33 +13,29 @@ from typing import Any
 
 from kvstore import rpc
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError, error_for_code
+from kvstore.rpc.messages import Hello, Request
 
 # A reply usually comes back within this many seconds; polling for it that long saves a sleep/wake-up.
 SPIN_SECONDS = 100e-6
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidArgumentError(f"master address must be HOST:PORT, got {address!r}")
-    return host.strip("[]"), int(port)
 
 
 class MasterClient:
     def __init__(self, address: str, timeout: float = 10.0) -> None:
         self.address = address
         self.timeout = timeout
-        self._host, self._port = parse_address(address)
+        self._host, self._port = rpc.parse_address(address)
         self._ids = itertools.count(1)
         self._local = threading.local()
         self._all: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def call(self, method: str, timeout: float | None = None, **params: Any) -> Any:
-        """Sends one request and waits for its reply; raises the store error for a non-zero code."""
+    def call(self, request: Request, timeout: float | None = None) -> Any:
+        """Sends one typed request and returns its decoded reply; raises the store error for a non-zero
+        code."""
         msg_id = next(self._ids)
-        frame = rpc.pack([msg_id, method, params])
+        method = request.METHOD
+        frame = rpc.pack([msg_id, method, request.params()])
         sock = self._connection()
         try:
             sock.settimeout(timeout or self.timeout)
@@ -58,7 +54,11 @@ class MasterClient:
             raise MasterUnavailableError(f"master {self.address} answered out of turn")
         if code:
             raise error_for_code(code, message)
-        return result
+        return request.decode_reply(result)
+
+    def hello(self) -> None:
+        """Checks the master answers and speaks this client's protocol version (a clear error if not)."""
+        self.call(Hello())
 
     def close(self) -> None:
         with self._lock:

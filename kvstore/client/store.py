@@ -7,15 +7,12 @@ Every value is checked against its xxh3-64 checksum on read: a mismatch is a mis
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
-import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import xxhash
@@ -23,15 +20,19 @@ import xxhash
 from kvstore.client.buffers import BufferManager, Span
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
+from kvstore.client.session import Session
+from kvstore.config import StoreConfig
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
+    NotFoundError,
     ObjectNotFoundError,
     TransferConnectionError,
     error_for_code,
 )
+from kvstore.rpc import messages as m
+from kvstore.rpc.messages import ObjectLocation, PrefixMatch
 from transfer_engine import BatchHandle, Op, RequestState, Segment, TransferEngine
-from transfer_engine.units import parse_size
 
 log = logging.getLogger("kvstore.client")
 
@@ -54,174 +55,104 @@ class ClientStats:
     puts: int = 0
 
 
-@dataclass
-class PrefixMatch:
-    matched: int
-    """Leading keys stored."""
-    replicas: list[list[str]]
-    """For each matched key, the segments (transfer engine names) holding a replica."""
-    per_node: dict[str, int]
-    """For each segment, how many leading keys it holds itself."""
-
-
 class Store:
-    """Thread-safe client. Create with :meth:`connect` (a running master) or :meth:`embedded`."""
+    """Thread-safe client. Create with :meth:`connect` (a running master); `kvstore.Store.embedded` also
+    starts a master in this process."""
 
-    def __init__(
-        self,
-        master: MasterClient,
-        engine: TransferEngine,
-        *,
-        segment_size: int,
-        buffer_size: int,
-        default_replicas: int,
-        owned_master: Any = None,
-    ) -> None:
-        self.master = master
-        self.engine = engine
-        self.client_id = uuid.uuid4().hex
-        self.host_id = engine.host_id
-        self.default_replicas = default_replicas
+    def __init__(self, session: Session, roles: Sequence[Closable] = ()) -> None:
+        self.session = session
+        self.config = session.config
+        self.default_replicas = session.config.replicas
         self.stats_local = ClientStats()
-        self._owned_master = owned_master
-        self._segments: dict[str, Segment] = {}
-        self._segments_lock = threading.Lock()
-        self._closed = threading.Event()
-        self.buffers = BufferManager(engine, buffer_size)
-        self.segment = engine.allocate(segment_size) if segment_size else None
-        info = self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
-        self.leases = LeaseCache(float(info["lease_ttl"]))
-        self._mount()
-        self._heartbeat = threading.Thread(
-            target=self._heartbeat_loop,
-            args=(float(info["heartbeat_interval"]),),
-            name="kvstore-heartbeat",
-            daemon=True,
-        )
-        self._heartbeat.start()
+        self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
+        self._after: list[Closable] = []
+        self.buffers = BufferManager(session.transfer_engine, session.config.buffer_size)
+        self.leases = LeaseCache(float(session.terms.lease_ttl))
+        session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
-    def connect(
-        cls,
-        master: str,
-        *,
-        segment_size: int | str = 0,
-        buffer_size: int | str = "64MiB",
-        protocol: str = "auto",
-        host: str = "127.0.0.1",
-        replicas: int = 1,
-        timeout: float = 10.0,
-    ) -> Store:
-        """Joins the cluster of the master at HOST:PORT; contributes `segment_size` bytes if > 0."""
-        client = MasterClient(master, timeout=timeout)
-        client.call("ping")
-        engine = TransferEngine(host=host, protocol=protocol)
-        try:
-            return cls(
-                client,
-                engine,
-                segment_size=parse_size(segment_size),
-                buffer_size=parse_size(buffer_size),
-                default_replicas=replicas,
-            )
-        except BaseException:
-            engine.close()
-            client.close()
-            raise
+    def connect(cls: type[S], master: str | None = None, **settings: Any) -> S:
+        """Joins the cluster of the master at HOST:PORT (else KVSTORE_MASTER).
+
+        `settings` are StoreConfig fields (segment_size: bytes this process contributes, buffer_size,
+        replicas, rpc_timeout) or engine settings (host, transport, tcp_connections, ...); what is not
+        given comes from KVSTORE_* variables, then defaults.
+        """
+        if master is not None:
+            settings["master"] = master
+        config = StoreConfig.load(**settings)
+        return cls.from_config(config)
 
     @classmethod
-    def embedded(cls, segment_size: int | str = "1GiB", **kwargs: Any) -> Store:
-        """A master and a segment in this process: the default for examples and the main command."""
-        from kvstore.master import Master, MasterConfig
-
-        # The master shares this process's GIL with the client: polling for requests would slow both.
-        master_kwargs = {"busy_poll_us": 0, **kwargs.pop("master_config", {})}
-        embedded = Master.start_in_thread(MasterConfig.load(**master_kwargs))
+    def from_config(cls: type[S], config: StoreConfig) -> S:
+        session = Session(config)
+        roles: list[Closable] = []
         try:
-            store = cls.connect(embedded.address, segment_size=segment_size, **kwargs)
+            roles = cls.start_roles(session, config)
+            store = cls(session, roles)
         except BaseException:
-            embedded.stop()
+            for role in reversed(roles):
+                role.close()
+            session.close()
             raise
-        store._owned_master = embedded
+        session.start()
         return store
 
-    def close(self) -> None:
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL
-            self.master.call("close_client", client_id=self.client_id, timeout=2.0)
-        self.master.close()
-        self.buffers.close()
-        self.engine.close()
-        if self._owned_master is not None:
-            self._owned_master.stop()
+    @classmethod
+    def start_roles(cls, session: Session, config: StoreConfig) -> list[Closable]:
+        """What else this process does on its session. A bare client does nothing else: contributing
+        memory is the storage node's role (kvstore.Store, or `kvstore node`)."""
+        if config.segment_size:
+            raise InvalidArgumentError(
+                "kvstore.client.Store does not contribute memory; use kvstore.Store (client and storage "
+                "node) or run `kvstore node`"
+            )
+        return []
 
-    def __enter__(self) -> Store:
+    def add_role(self, role: Closable) -> None:
+        """Something else that closes with this store, after its session (e.g. an embedded master)."""
+        self._after.append(role)
+
+    def close(self) -> None:
+        if self.session.closed:
+            return
+        for role in self._roles:
+            role.close()
+        self.session.close()
+        self.buffers.close()
+        for role in self._after:
+            role.close()
+
+    def __enter__(self: S) -> S:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
+    def master(self) -> MasterClient:
+        return self.session.master
+
+    @property
+    def engine(self) -> TransferEngine:
+        return self.session.transfer_engine
+
+    @property
+    def client_id(self) -> str:
+        return self.session.client_id
+
+    @property
+    def host_id(self) -> str:
+        return self.session.host_id
+
+    @property
     def master_address(self) -> str:
         return self.master.address
 
-    # -- membership -----------------------------------------------------------------------------------
-    def _mount(self) -> None:
-        if self.segment is not None:
-            self.master.call(
-                "mount_segment",
-                client_id=self.client_id,
-                engine=self.engine.name,
-                region_id=self.segment.id,
-                size=self.segment.length,
-                host_id=self.host_id,
-            )
-
-    def _heartbeat_loop(self, interval: float) -> None:
-        while not self._closed.wait(interval):
-            try:
-                reply = self.master.call(
-                    "heartbeat",
-                    client_id=self.client_id,
-                    touched=self.leases.take_touches(),
-                    timeout=interval * 2,
-                )
-                for task in reply.get("tasks", []):
-                    self._copy_replica(task)
-                # Dropped (e.g. the master restarted): join again with an empty segment.
-                if not reply["known"]:
-                    log.warning("master forgot this client; registering again")
-                    self.master.call("register_client", client_id=self.client_id, host_id=self.host_id)
-                    self._mount()
-            except KVStoreError as exc:
-                log.debug("heartbeat failed: %s", exc)
-
-    def _copy_replica(self, task: dict[str, Any]) -> None:
-        """A replica the master placed on our segment: read it from its source, verify, report."""
-        ok = False
-        try:
-            engine_name, region_id, offset = task["source"]
-            size, dest = int(task["size"]), int(task["offset"])
-            segment = self._segment(engine_name)
-            if self.segment is not None and self.segment.array is not None and segment is not None:
-                state, _ = self.engine.transfer_one(
-                    Op.READ, self.segment.addr + dest, segment, region_id, offset, size
-                )
-                view = self.segment.array[dest : dest + size]
-                ok = (
-                    state == RequestState.COMPLETED
-                    and xxhash.xxh3_64_intdigest(view.data) == task["checksum"]
-                )
-        except (KVStoreError, KeyError, TypeError, ValueError) as exc:
-            log.debug("replica copy failed: %s", exc)
-        self.master.call("replica_done", client_id=self.client_id, task=int(task["task"]), ok=ok)
-
     def change_replica(self, key: str, replicas: int) -> None:
         """Asks for exactly `replicas` copies of key (0: back to automatic, by how hot it is)."""
-        self.master.call("change_replica", key=key, replicas=replicas)
+        self.master.call(m.ChangeReplica(key=key, replicas=replicas))
 
     # -- buffers --------------------------------------------------------------------------------------
     def register_buffer(self, buffer: Any) -> None:
@@ -291,10 +222,13 @@ class Store:
             digest = xxhash.xxh3_64()
             for s in parts:
                 digest.update(s.view.data)
-            items.append([key, sum(s.length for s in parts), digest.intdigest()])
-        started = self.master.call(
-            "put_start", client_id=self.client_id, items=items, replicas=replicas, pin=pin
-        )
+            items.append(m.PutItem(key, sum(s.length for s in parts), digest.intdigest()))
+        start = m.PutStart(client_id=self.client_id, items=items, replicas=replicas, pin=pin)
+        try:
+            started = self.master.call(start)
+        except NotFoundError:  # the master forgot this client (it restarted): join again, once
+            self.session.rejoin()
+            started = self.master.call(start)
         requests = _Requests()
         writing: list[int] = []
         for i, (code, message, placed) in enumerate(started):
@@ -303,7 +237,7 @@ class Store:
             elif placed is not None:
                 writing.append(i)
                 for engine, region_id, offset in placed:
-                    segment = self._segment(engine)
+                    segment = self.session.segment(engine)
                     if segment is None:
                         requests.fail(i)
                         continue
@@ -315,12 +249,12 @@ class Store:
         done = [i for i in writing if i not in failed]
         undone = [i for i in writing if i in failed]
         if undone:
-            self.master.call("put_revoke", client_id=self.client_id, keys=[keys[i] for i in undone])
+            self.master.call(m.PutRevoke(client_id=self.client_id, keys=[keys[i] for i in undone]))
             for i in undone:
                 results[i] = -TransferConnectionError.code
                 messages[i] = "the bytes did not reach every replica"
         if done:
-            ended = self.master.call("put_end", client_id=self.client_id, keys=[keys[i] for i in done])
+            ended = self.master.call(m.PutEnd(client_id=self.client_id, keys=[keys[i] for i in done]))
             for i, (code, message, _none) in zip(done, ended, strict=True):
                 if code:
                     results[i], messages[i] = -code, message
@@ -394,7 +328,7 @@ class Store:
         if missing:
             asked = [keys[i] for i in missing]
             granted_at = time.monotonic()
-            reply = self.master.call("get_replicas", keys=asked, prefix=prefix)
+            reply = self.master.call(m.GetReplicas(keys=asked, prefix=prefix))
             self.leases.fill(asked, reply, granted_at)
             for i, entry in zip(missing, reply, strict=True):
                 found[i] = entry
@@ -438,7 +372,7 @@ class Store:
             requests = _Requests()
             for i in todo:
                 engine, region_id, offset, _host = choices[i][attempt]
-                segment = self._segment(engine)
+                segment = self.session.segment(engine)
                 if segment is None:
                     requests.fail(i)
                     continue
@@ -476,20 +410,6 @@ class Store:
             left -= n
         return digest.intdigest() == expected
 
-    def _segment(self, name: str) -> Segment | None:
-        with self._segments_lock:
-            segment = self._segments.get(name)
-        if segment is not None:
-            return segment
-        try:
-            segment = self.engine.open_segment(name)
-        except KVStoreError as exc:
-            log.debug("cannot open segment %s: %s", name, exc)
-            return None
-        with self._segments_lock:
-            self._segments[name] = segment
-        return segment
-
     # -- prefix blocks -------------------------------------------------------------------------------
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
         """Stores KV blocks (keys from kvstore.blocks.BlockHasher); per key 0 or a negative code."""
@@ -515,38 +435,49 @@ class Store:
     def match_prefix(self, keys: Sequence[str]) -> PrefixMatch:
         """The number of leading keys stored (one RPC), where each lives, and per node its leading run:
         a scheduler routes the request to the node with the longest run."""
-        reply = self.master.call("match_prefix", keys=list(keys))
-        return PrefixMatch(
-            int(reply["matched"]), [list(r) for r in reply["replicas"]], dict(reply["per_node"])
-        )
+        result: PrefixMatch = self.master.call(m.MatchPrefix(keys=list(keys)))
+        return result
 
     # -- the rest -------------------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
-        return bool(self.master.call("exists", keys=[key])[0])
+        return bool(self.master.call(m.Exists(keys=[key]))[0])
+
+    def get_size(self, key: str) -> int | None:
+        """The value's size in bytes, or None when absent (one metadata RPC; like a get, it grants a
+        lease and counts as a read)."""
+        found: ObjectLocation | None = self.master.call(m.GetReplicas(keys=[key]))[0]
+        return None if found is None else found.size
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
-        return [bool(x) for x in self.master.call("exists", keys=list(keys))]
+        result: list[bool] = self.master.call(m.Exists(keys=list(keys)))
+        return result
 
     def remove(self, key: str, *, force: bool = False) -> None:
         """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
         self.leases.drop([key])
-        code, message, _ = self.master.call("remove", keys=[key], force=force)[0]
+        code, message, _ = self.master.call(m.Remove(keys=[key], force=force))[0]
         if code:
             raise error_for_code(code, message)
 
     def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
         """One RPC; per key 0, or a negative code (MISS when absent, busy when leased)."""
         self.leases.drop(keys)
-        return [-code for code, _message, _ in self.master.call("remove", keys=list(keys), force=force)]
+        return [-r.code for r in self.master.call(m.Remove(keys=list(keys), force=force))]
 
     def remove_all(self, *, force: bool = False) -> int:
         self.leases.clear()
-        return int(self.master.call("remove_all", force=force))
+        return int(self.master.call(m.RemoveAll(force=force)))
 
     def stats(self) -> dict[str, Any]:
-        master = self.master.call("stats")
+        master = self.master.call(m.Stats())
         return {"master": master, "client": dict(vars(self.stats_local))}
 
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Store)
 
 _PENDING = int(RequestState.PENDING)
 _COMPLETED = int(RequestState.COMPLETED)

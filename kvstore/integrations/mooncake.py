@@ -5,20 +5,19 @@ Method names, argument order and integer return codes follow Mooncake's Python A
 (`MooncakeDistributedStore`, `ReplicateConfig`, and the engine's `TransferEngine`). What differs, by
 design: no metadata server is needed (`metadata_server` is accepted and ignored: peers handshake
 directly), and protocol "tcp"/"rdma" both mean "fastest available" (shared memory on one host, TCP
-across hosts) unless KVSTORE_PROTOCOL forces one.
+across hosts) unless KVSTORE_TRANSPORT forces one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kvstore.client.store import Store
+from kvstore import Store
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -85,13 +84,11 @@ class ReplicateConfig:
     prefer_alloc_in_same_node: bool | str = False
 
 
-def _protocol(requested: str) -> str:
-    forced = os.environ.get("KVSTORE_PROTOCOL")
-    if forced:
-        return forced
+def _check_protocol(requested: str) -> None:
+    """Mooncake's protocol names all mean "the fastest transport that reaches the peer": the engine's
+    own setting decides (KVSTORE_TRANSPORT, else auto)."""
     if requested not in ("tcp", "rdma", "auto", ""):
         raise InvalidArgumentError(f"unknown protocol {requested!r}")
-    return "auto"
 
 
 def _listen_host(local_hostname: str) -> str:
@@ -133,11 +130,11 @@ class MooncakeDistributedStore:
         try:
             if not master_server_addr:
                 raise InvalidArgumentError("master_server_addr is required")
+            _check_protocol(protocol)
             self._store = Store.connect(
                 master_server_addr,
                 segment_size=int(global_segment_size),
                 buffer_size=max(int(local_buffer_size), 1 << 20),
-                protocol=_protocol(protocol),
                 host=_listen_host(local_hostname),
             )
             return OK
@@ -281,8 +278,8 @@ class MooncakeDistributedStore:
 
     def get_size(self, key: str) -> int:
         def run(store: Store) -> int:
-            found = store.master.call("get_replicas", keys=[key])[0]
-            return OBJECT_NOT_FOUND if found is None else int(found[0])
+            size = store.get_size(key)
+            return OBJECT_NOT_FOUND if size is None else size
 
         return int(self._call(run))
 
@@ -331,7 +328,8 @@ class TransferEngine:
         device_name: str = "",
     ) -> int:
         try:
-            self._engine = _Engine(host=_listen_host(local_hostname), protocol=_protocol(protocol))
+            _check_protocol(protocol)
+            self._engine = _Engine(host=_listen_host(local_hostname))
             return OK
         except KVStoreError as exc:
             return mooncake_code(exc)

@@ -1,6 +1,6 @@
 """The metadata master: objects, segments, leases, eviction; msgpack RPC and HTTP metrics."""
 
-from kvstore.master.config import MasterConfig
+from kvstore.config.master import MasterConfig
 from kvstore.master.server import EmbeddedMaster, Master
 
 __all__ = ["EmbeddedMaster", "Master", "MasterConfig"]

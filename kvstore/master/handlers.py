@@ -1,161 +1,149 @@
-"""RPC methods of the master: validate parameters, call the state, shape per-item results.
+"""RPC methods of the master: one function per typed request (kvstore.rpc.messages), calling the state
+and shaping typed replies.
 
-Batch methods answer per item ([code, message, payload]) so one bad key never hides the others.
+Batch methods answer per item (ItemResult) so one bad key never hides the others.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.errors import KVStoreError
-from kvstore.master import validate as v
+from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master.state import MasterState
+from kvstore.rpc import messages as m
 
-U64 = 2**64 - 1
 
-
-def _per_item(fn: Callable[[], Any]) -> list[Any]:
+def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
     try:
-        return [0, "", fn()]
+        return m.ItemResult(0, "", fn())
     except KVStoreError as exc:
-        return [exc.code, str(exc), None]
+        return m.ItemResult(exc.code, str(exc), None)
 
 
 class Handlers:
     def __init__(self, state: MasterState) -> None:
         self.state = state
-        self.methods: dict[str, Callable[[dict[str, Any]], Any]] = {
-            name: getattr(self, name)
-            for name in (
-                "register_client",
-                "heartbeat",
-                "close_client",
-                "mount_segment",
-                "unmount_segment",
-                "put_start",
-                "put_end",
-                "put_revoke",
-                "get_replicas",
-                "exists",
-                "remove",
-                "remove_all",
-                "stats",
-                "ping",
-                "match_prefix",
-                "replica_done",
-                "change_replica",
+        self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
+            m.Hello: self.hello,
+            m.RegisterClient: self.register_client,
+            m.Heartbeat: self.heartbeat,
+            m.CloseClient: self.close_client,
+            m.MountSegment: self.mount_segment,
+            m.UnmountSegment: self.unmount_segment,
+            m.PutStart: self.put_start,
+            m.PutEnd: self.put_end,
+            m.PutRevoke: self.put_revoke,
+            m.GetReplicas: self.get_replicas,
+            m.Exists: self.exists,
+            m.MatchPrefix: self.match_prefix,
+            m.Remove: self.remove,
+            m.RemoveAll: self.remove_all,
+            m.Stats: self.stats,
+            m.ReplicaDone: self.replica_done,
+            m.ChangeReplica: self.change_replica,
+        }
+
+    def handle(self, method: str, params: dict[str, Any]) -> Any:
+        """Parses and answers one request; raises the KVStoreError to send back."""
+        try:
+            request = m.parse_request(method, params)
+        except KeyError:
+            if method == "ping":  # what clients before the typed protocol opened with
+                raise InvalidArgumentError(
+                    f"this master speaks RPC protocol {m.PROTOCOL_VERSION}; the client is older: upgrade it"
+                ) from None
+            raise NotSupportedError(f"unknown method {method!r}") from None
+        return self.by_type[type(request)](request)
+
+    def hello(self, r: m.Hello) -> m.HelloReply:
+        if r.version != m.PROTOCOL_VERSION:
+            raise InvalidArgumentError(
+                f"client speaks RPC protocol {r.version}, this master speaks {m.PROTOCOL_VERSION}: "
+                "run the same kvstore release on both"
             )
-        }
+        return m.HelloReply(m.PROTOCOL_VERSION)
 
-    def ping(self, params: dict[str, Any]) -> str:
-        return "pong"
-
-    def register_client(self, params: dict[str, Any]) -> dict[str, float]:
-        self.state.register_client(v.text(params, "client_id"), v.text(params, "host_id"))
+    def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
+        self.state.register_client(r.client_id, r.host_id)
         c = self.state.config
-        return {
-            "heartbeat_interval": c.heartbeat_interval,
-            "client_ttl": c.client_ttl,
-            "lease_ttl": c.lease_ttl,
-        }
+        return m.RegisterReply(c.heartbeat_interval, c.client_ttl, c.lease_ttl)
 
-    def heartbeat(self, params: dict[str, Any]) -> dict[str, Any]:
+    def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:
         """Keeps the client alive; hands it the replica copies its segments should make."""
-        client = v.text(params, "client_id")
-        known = self.state.heartbeat(client)
-        if "touched" in params:  # reads the client served from leased locations
-            self.state.touch(v.keys(params, "touched"))
-        return {"known": known, "tasks": self.state.replicator.tasks_for(client) if known else []}
+        known = self.state.heartbeat(r.client_id)
+        if r.touched:  # reads the client served from leased locations
+            self.state.touch(r.touched)
+        return m.HeartbeatReply(known, self.state.replicator.tasks_for(r.client_id) if known else [])
 
-    def replica_done(self, params: dict[str, Any]) -> None:
-        self.state.replicator.complete(
-            v.text(params, "client_id"), v.integer(params, "task", 1, U64), v.flag(params, "ok")
-        )
+    def replica_done(self, r: m.ReplicaDone) -> None:
+        self.state.replicator.complete(r.client_id, r.task, r.ok)
 
-    def change_replica(self, params: dict[str, Any]) -> None:
-        self.state.change_replica(v.key(v.field(params, "key")), v.integer(params, "replicas", 0, 64))
+    def change_replica(self, r: m.ChangeReplica) -> None:
+        self.state.change_replica(r.key, r.replicas)
 
-    def close_client(self, params: dict[str, Any]) -> None:
-        self.state.drop_client(v.text(params, "client_id"))
+    def close_client(self, r: m.CloseClient) -> None:
+        self.state.drop_client(r.client_id)
 
-    def mount_segment(self, params: dict[str, Any]) -> int:
-        return self.state.mount_segment(
-            v.text(params, "client_id"),
-            v.text(params, "engine"),
-            v.integer(params, "region_id", 1, U64),
-            v.integer(params, "size", 1, 2**62),
-            v.text(params, "host_id"),
-        )
+    def mount_segment(self, r: m.MountSegment) -> int:
+        return self.state.mount_segment(r.client_id, r.engine, r.region_id, r.size, r.host_id)
 
-    def unmount_segment(self, params: dict[str, Any]) -> None:
-        self.state.unmount_segment(v.text(params, "client_id"), v.integer(params, "segment_id", 1, U64))
+    def unmount_segment(self, r: m.UnmountSegment) -> None:
+        self.state.unmount_segment(r.client_id, r.segment_id)
 
-    def put_start(self, params: dict[str, Any]) -> list[Any]:
-        client = v.text(params, "client_id")
-        items = v.put_items(params)
-        replicas = v.integer(params, "replicas", 1, 64)
-        pin = v.flag(params, "pin")
-
-        def start(key: str, size: int, checksum: int) -> Any:
-            placed = self.state.put_start(client, key, size, checksum, replicas, pin)
+    def put_start(self, r: m.PutStart) -> list[m.ItemResult]:
+        def start(item: m.PutItem) -> list[m.Placement] | None:
+            placed = self.state.put_start(r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin)
             if placed is None:
                 return None  # already stored with the same bytes
-            return [[r.segment.engine, r.segment.region_id, r.offset] for r in placed]
+            return [m.Placement(p.segment.engine, p.segment.region_id, p.offset) for p in placed]
 
-        return [_per_item(functools.partial(start, *item)) for item in items]
+        return [_per_item(lambda item=item: start(item)) for item in r.items]  # type: ignore[misc]
 
-    def put_end(self, params: dict[str, Any]) -> list[Any]:
-        client = v.text(params, "client_id")
-        return [_per_item(functools.partial(self.state.put_end, client, k)) for k in v.keys(params)]
+    def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
+        return [_per_item(lambda k=k: self.state.put_end(r.client_id, k)) for k in r.keys]  # type: ignore[misc]
 
-    def put_revoke(self, params: dict[str, Any]) -> list[Any]:
-        client = v.text(params, "client_id")
-        return [_per_item(functools.partial(self.state.put_revoke, client, k)) for k in v.keys(params)]
+    def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
+        return [_per_item(lambda k=k: self.state.put_revoke(r.client_id, k)) for k in r.keys]  # type: ignore[misc]
 
-    def get_replicas(self, params: dict[str, Any]) -> list[Any]:
-        """[size, checksum, replicas] per key, None for a miss. With `prefix`, keys after the first miss
-        are not looked up (no lease, no access counted): a block is worthless without its prefix."""
-        keys = v.keys(params)
-        prefix = v.flag(params, "prefix")
-        out: list[Any] = []
-        for key in keys:
+    def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None]:
+        out: list[m.ObjectLocation | None] = []
+        for key in r.keys:
             meta = self.state.get_replicas(key)
             if meta is None:
                 out.append(None)
-                if prefix:
-                    out.extend([None] * (len(keys) - len(out)))
+                if r.prefix:
+                    out.extend([None] * (len(r.keys) - len(out)))
                     break
                 continue
             replicas = [
-                [r.segment.engine, r.segment.region_id, r.offset, r.segment.host_id] for r in meta.replicas
+                m.ReplicaLocation(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id)
+                for x in meta.replicas
             ]
-            out.append([meta.size, meta.checksum, replicas])
+            out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
         return out
 
-    def match_prefix(self, params: dict[str, Any]) -> dict[str, Any]:
+    def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         """How many leading keys are stored, where each lives, and per node its own leading run."""
-        matched = self.state.match_prefix(v.keys(params))
-        where = [sorted({r.segment.engine for r in meta.replicas}) for meta in matched]
+        matched = self.state.match_prefix(r.keys)
+        where = [sorted({x.segment.engine for x in meta.replicas}) for meta in matched]
         per_node: dict[str, int] = {}
         for engine in {e for engines in where for e in engines}:
             n = 0
             while n < len(where) and engine in where[n]:
                 n += 1
             per_node[engine] = n
-        return {"matched": len(matched), "replicas": where, "per_node": per_node}
+        return m.PrefixMatch(len(matched), where, per_node)
 
-    def exists(self, params: dict[str, Any]) -> list[bool]:
+    def exists(self, r: m.Exists) -> list[bool]:
         objects = self.state.objects
-        return [(m := objects.get(k)) is not None and m.complete for k in v.keys(params)]
+        return [(meta := objects.get(k)) is not None and meta.complete for k in r.keys]
 
-    def remove(self, params: dict[str, Any]) -> list[Any]:
-        force = v.flag(params, "force")
-        return [_per_item(functools.partial(self.state.remove, k, force)) for k in v.keys(params)]
+    def remove(self, r: m.Remove) -> list[m.ItemResult]:
+        return [_per_item(lambda k=k: self.state.remove(k, r.force)) for k in r.keys]  # type: ignore[misc]
 
-    def remove_all(self, params: dict[str, Any]) -> int:
-        return self.state.remove_all(v.flag(params, "force"))
+    def remove_all(self, r: m.RemoveAll) -> int:
+        return self.state.remove_all(r.force)
 
-    def stats(self, params: dict[str, Any]) -> dict[str, Any]:
+    def stats(self, r: m.Stats) -> dict[str, Any]:
         return self.state.stats()

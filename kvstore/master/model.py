@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transfer_engine._core import OffsetAllocator
+from kvstore.allocator import OffsetAllocator
 
 
 @dataclass

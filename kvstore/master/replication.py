@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvstore.master.model import ObjectMeta, Replica, Segment
+from kvstore.rpc import messages
 
 if TYPE_CHECKING:
     from kvstore.master.state import MasterState
@@ -28,17 +29,12 @@ class CopyTask:
     deadline: float
     issued: bool = False
 
-    def describe(self, meta: ObjectMeta) -> dict[str, Any]:
+    def describe(self, meta: ObjectMeta) -> messages.CopyTask:
         src = self.source.segment
-        return {
-            "task": self.id,
-            "key": self.key,
-            "size": meta.size,
-            "checksum": meta.checksum,
-            "source": [src.engine, src.region_id, self.source.offset],
-            "segment": self.segment.id,
-            "offset": self.offset,
-        }
+        source = messages.Placement(src.engine, src.region_id, self.source.offset)
+        return messages.CopyTask(
+            self.id, self.key, meta.size, meta.checksum, source, self.segment.id, self.offset
+        )
 
 
 class Replicator:
@@ -155,7 +151,7 @@ class Replicator:
         segment.objects.discard(key)
 
     # -- clients --------------------------------------------------------------------------------------
-    def tasks_for(self, client_id: str) -> list[dict[str, Any]]:
+    def tasks_for(self, client_id: str) -> list[messages.CopyTask]:
         """Copy tasks for the segments of this client, each handed out once."""
         out = []
         for task in self.tasks.values():

@@ -15,11 +15,12 @@ from typing import Any, cast
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore import rpc
-from kvstore.errors import InternalError, KVStoreError, NotSupportedError
-from kvstore.master.config import MasterConfig
+from kvstore.config.master import MasterConfig
+from kvstore.errors import InternalError, KVStoreError
 from kvstore.master.handlers import Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
+from kvstore.rpc.messages import REQUESTS
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
@@ -66,19 +67,17 @@ class Master:
 
     # -- RPC -----------------------------------------------------------------------------------------
     def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any]:
-        handler = self.handlers.methods.get(method)
-        if handler is None:
-            return [msg_id, NotSupportedError.code, f"unknown method {method!r}", None]
         start = time.perf_counter()
         try:
-            return [msg_id, 0, "", handler(params)]
+            return [msg_id, 0, "", self.handlers.handle(method, params)]
         except KVStoreError as exc:
             return [msg_id, exc.code, str(exc), None]
         except Exception as exc:  # a bug must cost one request, not the master
             log.exception("RPC %s failed", method)
             return [msg_id, InternalError.code, f"internal error: {type(exc).__name__}", None]
         finally:
-            self.metrics.rpc_seconds.labels(method).observe(time.perf_counter() - start)
+            label = method if method in REQUESTS else "unknown"  # peers must not grow the label set
+            self.metrics.rpc_seconds.labels(label).observe(time.perf_counter() - start)
 
     # -- HTTP ----------------------------------------------------------------------------------------
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -127,7 +126,8 @@ class Master:
     # -- embedding -----------------------------------------------------------------------------------
     @classmethod
     def start_in_thread(cls, config: MasterConfig | None = None) -> EmbeddedMaster:
-        return EmbeddedMaster(cls(config))
+        """A master in a thread of this process, on a free port unless `config` names one."""
+        return EmbeddedMaster(cls(config or MasterConfig.load(port=0)))
 
 
 class EmbeddedMaster:
@@ -159,6 +159,9 @@ class EmbeddedMaster:
     @property
     def address(self) -> str:
         return self.master.address
+
+    def close(self) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if not self.loop.is_closed() and self.thread.is_alive():

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from kvstore.allocator import OffsetAllocator
+from kvstore.config.master import MasterConfig
 from kvstore.errors import (
     InvalidArgumentError,
     NoSpaceError,
@@ -17,11 +19,9 @@ from kvstore.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
 )
-from kvstore.master.config import MasterConfig
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.replication import Replicator
-from transfer_engine._core import OffsetAllocator
 
 
 class MasterState:

@@ -1,6 +1,8 @@
 """One suite over every transport: a transport is done when this passes on it.
 
-Both engines live in this process, so `local` is reachable; `shm` and `tcp` are forced by protocol.
+The transports come from the C++ registration list (csrc/transport/transports.def), so a new one is
+tested here on arrival. Both engines live in this process; each transport is forced in turn, and one
+that cannot reach a peer in the same process is skipped with that reason.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from transfer_engine import (
     TransferEngine,
     TransferFailedError,
 )
+from transfer_engine.config import TransportSpec, transport_specs
 from transfer_engine.errors import CODE_NAMES
 
-PROTOCOLS = ["local", "shm", "tcp"]
 SLICE = 64 * 1024  # small slices so multi-slice paths run on small buffers
+
+
+def short_settings(spec: TransportSpec) -> dict[str, object]:
+    """Small slices (multi-slice paths on small buffers) and short I/O timeouts, where a transport has
+    them."""
+    values = {"slice_size": SLICE, "io_timeout": 2.0}
+    return {f"{spec.name}_{o['name']}": values[o["name"]] for o in spec.options if o["name"] in values}
 
 
 def pattern(n: int, seed: int = 0) -> np.ndarray:
@@ -39,17 +48,22 @@ class Pair:
     remote: Region  # memfd-backed, on the target
 
 
-@pytest.fixture(params=PROTOCOLS)
+@pytest.fixture(params=transport_specs(), ids=lambda spec: spec.name)
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
-    protocol = request.param
-    overrides = {"copy_slice_size": SLICE, "tcp_slice_size": SLICE, "tcp_io_timeout": 2.0}
-    with TransferEngine(**overrides) as target, TransferEngine(protocol=protocol, **overrides) as initiator:
+    spec: TransportSpec = request.param
+    if "same-process" not in spec.reach:
+        pytest.skip(f"{spec.name} cannot reach a peer in the same process (reach: {', '.join(spec.reach)})")
+    transport = spec.name
+    overrides: dict[str, object] = {}
+    for other in transport_specs():
+        overrides.update(short_settings(other))
+    with TransferEngine(**overrides) as target, TransferEngine(transport=transport, **overrides) as initiator:
         remote = target.allocate(4 << 20)
         assert remote.array is not None
         remote.array[:] = pattern(remote.length)
         local = initiator.allocate(4 << 20)
         segment = initiator.open_segment(target.name)
-        assert segment.transport == protocol
+        assert segment.transport == transport
         yield Pair(initiator, target, segment, local, remote)
 
 
@@ -194,3 +208,22 @@ def test_concurrent_batches_from_threads(pair: Pair) -> None:
         t.join()
     assert not errors
     assert np.array_equal(pair.local.array, pattern(pair.local.length))
+
+
+KINDS = ["host", "host-pinned", "gpu:0", "file"]
+
+
+def test_memory_kinds_it_cannot_reach_are_refused_at_submit(pair: Pair) -> None:
+    """Memory registered with a kind the transport does not declare fails per request (NOT_SUPPORTED),
+    before any byte moves: GPU and file tiers land as kinds plus transports that declare them."""
+    spec = next(s for s in transport_specs() if s.name == pair.segment.transport)
+    foreign = [k for k in KINDS if k.split(":")[0] not in spec.local_kinds]
+    if not foreign:
+        pytest.skip(f"{spec.name} reaches every memory kind")
+    backing = np.zeros(1 << 16, np.uint8)  # host memory labelled with another kind: never touched
+    region = pair.initiator.register_ptr(backing.ctypes.data, backing.nbytes, kind=foreign[0], export=False)
+    handle = pair.initiator.submit(Op.READ, [region.addr], pair.segment, pair.remote.id, [0], 4096)
+    handle.wait()
+    assert handle.states().tolist() == [RequestState.FAILED]
+    assert codes(handle.errors()) == ["NOT_SUPPORTED"]
+    assert not backing.any()

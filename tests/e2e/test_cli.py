@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_FIELDS = {
-    "protocol",
+    "transport",
     "op",
     "block_size",
     "batch_size",
@@ -29,22 +30,27 @@ JSON_FIELDS = {
 }
 
 
-def kvstore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def kvstore(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Runs the CLI as a user would: a new process, stdin at /dev/null, `env` added to the environment."""
     return subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "kvstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
     )
 
 
 @pytest.mark.parametrize(
-    ("protocol", "op"), [("tcp", "read"), ("shm", "write"), ("local", "read"), ("auto", "read")]
+    ("transport", "op"), [("tcp", "read"), ("shm", "write"), ("local", "read"), ("auto", "read")]
 )
-def test_bench_transfer_json(protocol: str, op: str) -> None:
+def test_bench_transfer_json(transport: str, op: str) -> None:
     result = kvstore(
         "bench",
         "transfer",
-        "--protocol",
-        protocol,
+        "--transport",
+        transport,
         "--op",
         op,
         "--block-size",
@@ -62,7 +68,7 @@ def test_bench_transfer_json(protocol: str, op: str) -> None:
     assert len(lines) == 1
     data = json.loads(lines[0])
     assert data.keys() >= JSON_FIELDS
-    assert data["protocol"] == ("shm" if protocol == "auto" else protocol)
+    assert data["transport"] == ("shm" if transport == "auto" else transport)
     assert data["bytes"] > 0 and data["gbps"] > 0 and data["baseline_gbps"] > 0
     assert data["ratio"] == pytest.approx(data["gbps"] / data["baseline_gbps"])
     assert data["p99_us"] >= data["p50_us"] > 0
@@ -72,7 +78,7 @@ def test_bench_transfer_table() -> None:
     result = kvstore(
         "bench",
         "transfer",
-        "--protocol",
+        "--transport",
         "tcp",
         "--duration",
         "0.3",
@@ -86,7 +92,6 @@ def test_bench_transfer_table() -> None:
 
 
 def test_bench_against_a_running_target() -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     target = subprocess.Popen(
         [
             sys.executable,
@@ -99,10 +104,9 @@ def test_bench_against_a_running_target() -> None:
             "--working-set",
             "16MiB",
         ],
-        stdin=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,  # a server runs until signalled, whatever its stdin
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
     )
     try:
         assert target.stdout is not None
@@ -113,7 +117,7 @@ def test_bench_against_a_running_target() -> None:
             "transfer",
             "--peer",
             ready[1],
-            "--protocol",
+            "--transport",
             "tcp",
             "--duration",
             "0.3",
@@ -125,8 +129,7 @@ def test_bench_against_a_running_target() -> None:
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["peer"] == ready[1]
     finally:
-        assert target.stdin is not None
-        target.stdin.close()
+        target.send_signal(signal.SIGTERM)
         assert target.wait(timeout=10) == 0
 
 
@@ -136,7 +139,7 @@ def test_bench_against_a_running_target() -> None:
         ["bench", "transfer", "--block-size", "lots"],
         ["bench", "transfer", "--block-size", "0"],
         ["bench", "transfer", "--batch-size", "-1"],
-        ["bench", "transfer", "--protocol", "rdma"],
+        ["bench", "transfer", "--transport", "rdma"],
         ["bench", "transfer", "--duration", "nan?"],
         ["bench", "transfer", "--peer", "nohost"],
         ["bench", "transfer", "--peer", "h:99999"],
@@ -209,7 +212,6 @@ def test_bench_summary_runs_everything() -> None:
     [
         ["bench", "store", "--value-size", "0"],
         ["bench", "store", "--transport", "rdma"],
-        ["node"],
         ["node", "--master", "nowhere"],
         ["master", "--port", "-1"],
     ],
@@ -222,6 +224,11 @@ def test_store_cli_bad_arguments(args: list[str]) -> None:
 def test_bench_store_bad_ops_is_an_error() -> None:
     result = kvstore("bench", "store", "--ops", "put,fly", "--duration", "0.1")
     assert result.returncode == 1 and "--ops" in result.stderr
+
+
+def test_node_without_any_master_says_how_to_give_one() -> None:
+    result = kvstore("node", "--segment-size", "16MiB")
+    assert result.returncode == 1 and "KVSTORE_MASTER" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_node_without_master_fails_cleanly() -> None:
@@ -331,7 +338,7 @@ def test_children_import_what_the_parent_imported(tmp_path: Path) -> None:
             "kvstore.cli",
             "bench",
             "transfer",
-            "--protocol",
+            "--transport",
             "tcp",
             "--duration",
             "0.2",

@@ -21,11 +21,13 @@ def pattern(n: int, seed: int = 0) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=8 << 20)
-    parser.add_argument("--protocol", default="auto")
+    parser.add_argument("--transport", default="auto")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    with TransferEngine(host=args.host, port=args.port, protocol=args.protocol, tcp_io_timeout=2.0) as engine:
+    with TransferEngine(
+        host=args.host, port=args.port, transport=args.transport, tcp_io_timeout=2.0
+    ) as engine:
         shared = engine.allocate(args.size)
         shared.array[:] = pattern(args.size)
         plain = np.empty(args.size, dtype=np.uint8)  # not memfd-backed: shm reaches it by CMA

@@ -10,36 +10,36 @@ import pytest
 
 from tests.conftest import TargetProcess, freeze, start_target, stop_target
 from tests.helpers.target_process import pattern
-from transfer_engine import Op, RequestState, TransferEngine, _core
+from transfer_engine import Op, RequestState, TransferEngine, _tools
 from transfer_engine.errors import CODE_NAMES
 
 SIZE = 8 << 20
 
 
-@pytest.mark.parametrize("protocol", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("which", ["shared", "numpy"])
 def test_both_directions_byte_exact(
-    target: TargetProcess, engine: TransferEngine, protocol: str, which: str
+    target: TargetProcess, engine: TransferEngine, transport: str, which: str
 ) -> None:
     region_id = target.shared_region if which == "shared" else target.numpy_region
-    segment = engine.open_segment(target.name, protocol)
-    assert segment.transport == protocol
+    segment = engine.open_segment(target.name, transport)
+    assert segment.transport == transport
     local = engine.allocate(SIZE)
     assert local.array is not None
     engine.read(local.addr, segment, region_id, 0, SIZE)
     assert np.array_equal(local.array, pattern(SIZE))
-    seed = 17 if protocol == "tcp" else 29
+    seed = 17 if transport == "tcp" else 29
     local.array[:] = pattern(SIZE, seed)
     offset, length = 4099, 3 * (1 << 20) + 5
     engine.write(local.addr + offset, segment, region_id, offset, length)
     assert target.check(which, offset, length, seed + 7 * offset)
 
 
-@pytest.mark.parametrize("protocol", ["shm", "tcp"])
-def test_killed_peer_fails_requests_within_timeout(engine: TransferEngine, protocol: str) -> None:
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_killed_peer_fails_requests_within_timeout(engine: TransferEngine, transport: str) -> None:
     target = start_target(size=64 << 20)
     try:
-        segment = engine.open_segment(target.name, protocol)
+        segment = engine.open_segment(target.name, transport)
         local = engine.allocate(64 << 20)
         n, size = 64, 1 << 20
         offsets = np.arange(n, dtype=np.uint64) * size
@@ -101,12 +101,12 @@ class RawPeer:
 
     def recv_header(self) -> dict:
         data = b""
-        while len(data) < _core.FRAME_HEADER_SIZE:
-            chunk = self.sock.recv(_core.FRAME_HEADER_SIZE - len(data))
+        while len(data) < _tools.FRAME_HEADER_SIZE:
+            chunk = self.sock.recv(_tools.FRAME_HEADER_SIZE - len(data))
             if not chunk:
                 raise ConnectionError("closed")
             data += chunk
-        return _core.decode_frame_header(data)
+        return _tools.decode_frame_header(data)
 
     def recv_exact(self, n: int) -> bytes:
         data = b""
@@ -121,27 +121,36 @@ class RawPeer:
         self.sock.close()
 
 
-HELLO, DESCRIPTOR, READ, READ_DATA, WRITE, WRITE_ACK, ERROR = range(1, 8)
+HELLO, HELLO_ACK, READ, READ_DATA, WRITE, WRITE_ACK, ERROR = range(1, 8)
+
+
+def _tcp_address(engine: TransferEngine, name: str) -> str:
+    """Where the peer's tcp transport listens (its section of the segment descriptor)."""
+    segment = engine.open_segment(name, "tcp")
+    return str(engine._core_engine().segment_info(segment.handle)["transports"]["tcp"]["address"])
 
 
 def _region_key(engine: TransferEngine, name: str, region_id: int) -> int:
     # Keys travel in the descriptor; a test peer reads the real one to make a valid request.
-    peer = RawPeer(name)
-    peer.send(_core.encode_frame_header(HELLO))
-    header = peer.recv_header()
-    assert header["opcode"] == DESCRIPTOR
-    body = peer.recv_exact(header["length"])
-    peer.close()
-    del body
     segment = engine.open_segment(name, "tcp")
     assert any(r.id == region_id for r in segment.regions)
     handle = engine._core_engine().segment_info(segment.handle)
     return next(r["key"] for r in handle["regions"] if r["id"] == region_id)
 
 
+def test_tcp_hello_is_answered_with_the_engine_id(target: TargetProcess, engine: TransferEngine) -> None:
+    peer = RawPeer(_tcp_address(engine, target.name))
+    peer.send(_tools.encode_frame_header(HELLO))
+    header = peer.recv_header()
+    assert header["opcode"] == HELLO_ACK and header["length"] == 8
+    engine_id = int.from_bytes(peer.recv_exact(8), "little")
+    peer.close()
+    assert engine_id == engine.open_segment(target.name).engine_id
+
+
 def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: TransferEngine) -> None:
     key = _region_key(engine, target.name, target.shared_region)
-    peer = RawPeer(target.name)
+    peer = RawPeer(_tcp_address(engine, target.name))
     cases = [
         (READ, target.shared_region, key ^ 1, 0, 4096, "PERMISSION_DENIED"),
         (READ, target.shared_region, key, SIZE - 100, 4096, "OUT_OF_RANGE"),
@@ -151,14 +160,14 @@ def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: Transfer
         (WRITE, target.shared_region, key, SIZE - 1, 4096, "OUT_OF_RANGE"),
     ]
     for i, (op, region, k, offset, length, expected) in enumerate(cases):
-        peer.send(_core.encode_frame_header(op, 0, i, region, k, offset, length))
+        peer.send(_tools.encode_frame_header(op, 0, i, region, k, offset, length))
         if op == WRITE:
             peer.send(b"\xff" * length)  # refused payloads are drained, the stream stays usable
         reply = peer.recv_header()
         assert reply["opcode"] == ERROR and reply["request_id"] == i
         assert CODE_NAMES[reply["status"]] == expected
     # A valid request on the same connection still works, and nothing was written by the refusals.
-    peer.send(_core.encode_frame_header(READ, 0, 99, target.shared_region, key, SIZE - 4096, 4096))
+    peer.send(_tools.encode_frame_header(READ, 0, 99, target.shared_region, key, SIZE - 4096, 4096))
     reply = peer.recv_header()
     assert reply["opcode"] == READ_DATA
     assert peer.recv_exact(4096) == pattern(SIZE)[-4096:].tobytes()
@@ -167,8 +176,9 @@ def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: Transfer
 
 
 def test_malformed_frames_close_only_that_connection(target: TargetProcess, engine: TransferEngine) -> None:
-    for junk in [b"\x00" * 56, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, _core.encode_frame_header(READ_DATA)]:
-        peer = RawPeer(target.name)
+    address = _tcp_address(engine, target.name)
+    for junk in [b"\x00" * 56, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, _tools.encode_frame_header(READ_DATA)]:
+        peer = RawPeer(address)
         peer.send(junk)
         reply = peer.recv_header()
         assert reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == "PROTOCOL_ERROR"
@@ -181,8 +191,8 @@ def test_malformed_frames_close_only_that_connection(target: TargetProcess, engi
     assert local.array is not None and np.array_equal(local.array, pattern(4096))
 
 
-@pytest.mark.parametrize("protocol", ["shm", "tcp"])
-def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine, protocol: str) -> None:
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine, transport: str) -> None:
     """Region ids restart with the peer: an old handle must fail, not read the new process's memory."""
     from transfer_engine import TransferConnectionError
 
@@ -190,7 +200,7 @@ def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine
     port = int(first.name.rsplit(":", 1)[1])
     local = engine.allocate(4096)
     try:
-        segment = engine.open_segment(first.name, protocol)
+        segment = engine.open_segment(first.name, transport)
         engine.read(local.addr, segment, first.shared_region, 0, 4096)
     finally:
         stop_target(first)
@@ -199,7 +209,7 @@ def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine
         assert second.name == first.name and second.shared_region == first.shared_region
         with pytest.raises(TransferConnectionError):
             engine.read(local.addr, segment, first.shared_region, 0, 4096)
-        fresh = engine.open_segment(second.name, protocol)
+        fresh = engine.open_segment(second.name, transport)
         assert fresh.handle != segment.handle
         engine.read(local.addr, fresh, second.shared_region, 0, 4096)
         assert local.array is not None and np.array_equal(local.array, pattern(4096))

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transfer_engine import ProtocolError, TransferEngine, _core
+from transfer_engine import ProtocolError, TransferEngine, _tools
 
-HEADER = _core.FRAME_HEADER_SIZE
+HEADER = _tools.FRAME_HEADER_SIZE
 MAGIC = struct.pack("<I", 0x5453564B)
 
 # Headers that pass the magic/version check most of the time, so fuzzing reaches the field checks.
@@ -32,7 +32,7 @@ any_bytes = st.binary(min_size=0, max_size=2 * HEADER)
 
 def _decode_is_clean(data: bytes) -> None:
     try:
-        header = _core.decode_frame_header(data, 1 << 20)
+        header = _tools.decode_frame_header(data, 1 << 20)
     except ProtocolError:
         return
     # Accepted headers are well-formed: a known opcode and a payload within the limit.
@@ -51,7 +51,7 @@ def test_decoder_rejects_cleanly(data: bytes) -> None:
 @given(st.binary(max_size=512))
 def test_descriptor_decoder_rejects_cleanly(data: bytes) -> None:
     with contextlib.suppress(ProtocolError):
-        _core.decode_descriptor(data)
+        _tools.decode_descriptor(data)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def _send_junk(name: str, frames: list[bytes]) -> None:
 
 
 def _still_serves(engine: TransferEngine) -> None:
-    with TransferEngine(protocol="tcp") as client:
+    with TransferEngine(transport="tcp") as client:
         segment = client.open_segment(engine.name)
         local = client.allocate(4096)
         client.read(local.addr, segment, segment.regions[0].id, 0, 4096)

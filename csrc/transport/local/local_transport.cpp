@@ -9,6 +9,9 @@
 namespace kvs {
 namespace {
 
+constexpr uint8_t kSectionVersion = 1;
+
+// Registries of the engines alive in this process, by engine id.
 std::mutex& directory_mu() {
   static std::mutex mu;
   return mu;
@@ -45,28 +48,58 @@ class LocalChannel : public Channel {
   std::weak_ptr<MemoryRegistry> target_;
 };
 
+class LocalTransport : public Transport {
+ public:
+  LocalTransport(const TransportContext& context, const Options& options)
+      : context_(context), slice_size_(static_cast<uint64_t>(options.get("slice_size"))) {}
+  ~LocalTransport() override { stop(); }
+
+  Status start() override {
+    std::lock_guard<std::mutex> lock(directory_mu());
+    directory()[context_.engine_id] = context_.registry;
+    return Status::OK();
+  }
+  void stop() override {
+    std::lock_guard<std::mutex> lock(directory_mu());
+    directory().erase(context_.engine_id);
+  }
+  std::vector<char> descriptor_section() const override { return {static_cast<char>(kSectionVersion)}; }
+  std::map<std::string, std::string> describe_section(const std::vector<char>&) const override { return {}; }
+
+  uint64_t slice_size() const override { return slice_size_; }
+  bool reachable(const SegmentDescriptor& peer) const override {
+    const auto* section = peer.section("local");
+    if (section == nullptr || section->empty() || (*section)[0] != static_cast<char>(kSectionVersion)) {
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(directory_mu());
+    return directory().count(peer.engine_id) != 0;
+  }
+  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+    std::lock_guard<std::mutex> lock(directory_mu());
+    auto it = directory().find(peer.engine_id);
+    if (it == directory().end()) return Status(Code::kNotFound, "engine is not in this process");
+    return std::shared_ptr<Channel>(std::make_shared<LocalChannel>(context_.pool, it->second));
+  }
+
+ private:
+  TransportContext context_;
+  uint64_t slice_size_;
+};
+
 }  // namespace
 
-void local_directory_add(uint64_t engine_id, std::weak_ptr<MemoryRegistry> registry) {
-  std::lock_guard<std::mutex> lock(directory_mu());
-  directory()[engine_id] = std::move(registry);
-}
-
-void local_directory_remove(uint64_t engine_id) {
-  std::lock_guard<std::mutex> lock(directory_mu());
-  directory().erase(engine_id);
-}
-
-bool LocalTransport::reachable(const SegmentDescriptor& peer) const {
-  std::lock_guard<std::mutex> lock(directory_mu());
-  return (peer.transports & kTransportLocal) && directory().count(peer.engine_id) != 0;
-}
-
-StatusOr<std::shared_ptr<Channel>> LocalTransport::connect(const SegmentDescriptor& peer) {
-  std::lock_guard<std::mutex> lock(directory_mu());
-  auto it = directory().find(peer.engine_id);
-  if (it == directory().end()) return Status(Code::kNotFound, "engine is not in this process");
-  return std::shared_ptr<Channel>(std::make_shared<LocalChannel>(pool_, it->second));
+const TransportEntry& local_transport_entry() {
+  static const TransportEntry entry{
+      "local",
+      Capabilities{0, kReachSameProcess, kAllHostKinds, kAllHostKinds},
+      {{"slice_size", OptionKind::kSize, 4 << 20, 4096, int64_t{1} << 30,
+        "Requests are cut into slices of at most this many bytes, copied by the engine's copy threads."}},
+      [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
+        return std::make_unique<LocalTransport>(context, options);
+      },
+  };
+  return entry;
 }
 
 }  // namespace kvs

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/status.h"
-#include "engine/registry.h"
+#include "core/registry.h"
 
 namespace kvs::shm {
 

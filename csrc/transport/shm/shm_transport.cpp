@@ -9,12 +9,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <unordered_map>
 
 #include "common/bytes.h"
-#include "engine/pin_table.h"
+#include "core/pin_table.h"
 #include "transport/copy.h"
 #include "transport/shm/shm_server.h"
 
@@ -62,8 +63,8 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
 
 class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChannel> {
  public:
-  ShmChannel(CopyPool* pool, SegmentDescriptor peer, int pidfd, PeerMemory memory)
-      : pool_(pool), peer_(std::move(peer)), pidfd_(pidfd), memory_(std::move(memory)) {}
+  ShmChannel(CopyPool* pool, SegmentDescriptor peer, pid_t pid, int pidfd, PeerMemory memory)
+      : pool_(pool), peer_(std::move(peer)), pid_(pid), pidfd_(pidfd), memory_(std::move(memory)) {}
   ~ShmChannel() override {
     memory_.unmap();
     close(pidfd_);
@@ -98,13 +99,14 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
     }
     auto it = memory_.regions.find(slice.region_id);
     Status st = it != memory_.regions.end() ? copy_slice(slice, it->second.base + slice.offset)
-                                            : cma_copy(slice, static_cast<pid_t>(peer_.pid), region->base);
+                                            : cma_copy(slice, pid_, region->base);
     PinTable::unpin(memory_.table, region->slot);
     return st;
   }
 
   CopyPool* pool_;
   SegmentDescriptor peer_;
+  pid_t pid_;
   int pidfd_;
   PeerMemory memory_;
 };
@@ -143,7 +145,7 @@ Status map_fd(int fd, uint64_t length, int flags, void** out) {
   return Status::OK();
 }
 
-StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer) {
+StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer, const std::string& socket_name) {
   std::vector<const RegionInfo*> wanted;
   for (const auto& r : peer.regions) {
     if (r.shareable && wanted.size() < kMaxRegionsPerRequest) wanted.push_back(&r);
@@ -156,7 +158,7 @@ StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer) {
   }
   sockaddr_un addr{};
   unsigned len = 0;
-  if (abstract_address(peer.shm_socket, &addr, &len) != 0)
+  if (abstract_address(socket_name, &addr, &len) != 0)
     return Status(Code::kProtocolError, "bad shm socket");
   const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (sock < 0) return errno_status(Code::kIoError, "unix socket");
@@ -202,22 +204,100 @@ StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer) {
   return memory;
 }
 
-}  // namespace
+// Section: u8 version, u32 pid, string socket name.
+constexpr uint8_t kSectionVersion = 1;
 
-bool ShmTransport::reachable(const SegmentDescriptor& peer) const {
-  return (peer.transports & kTransportShm) && !peer.shm_socket.empty() && peer.host_id == host_id_;
+struct PeerSection {
+  pid_t pid = 0;
+  std::string socket;
+};
+
+StatusOr<PeerSection> decode_section(const std::vector<char>* section) {
+  if (section == nullptr) return Status(Code::kNotSupported, "peer does not offer shared memory");
+  ByteReader r(section->data(), section->size());
+  PeerSection out;
+  if (r.get<uint8_t>() != kSectionVersion) {
+    return Status(Code::kProtocolError, "peer speaks another version of the shm transport");
+  }
+  out.pid = static_cast<pid_t>(r.get<uint32_t>());
+  out.socket = r.get_string(256);
+  if (!r.ok() || !r.at_end() || out.socket.empty()) return Status(Code::kProtocolError, "bad shm section");
+  return out;
 }
 
-StatusOr<std::shared_ptr<Channel>> ShmTransport::connect(const SegmentDescriptor& peer) {
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(peer.pid), 0));
-  if (pidfd < 0) return errno_status(Code::kConnectionFailed, "peer process " + std::to_string(peer.pid));
-  auto memory = map_peer(peer);
-  if (!memory.ok()) {
-    close(pidfd);
-    return memory.status();
+class ShmTransport : public Transport {
+ public:
+  ShmTransport(const TransportContext& context, const Options& options)
+      : context_(context), slice_size_(static_cast<uint64_t>(options.get("slice_size"))) {
+    char sock[64];
+    std::snprintf(sock, sizeof(sock), "kvstore-%016llx", static_cast<unsigned long long>(context.engine_id));
+    socket_name_ = sock;
   }
-  return std::shared_ptr<Channel>(
-      std::make_shared<ShmChannel>(pool_, peer, pidfd, std::move(memory.value())));
+  ~ShmTransport() override { stop(); }
+
+  Status start() override {
+    server_ = std::make_unique<ShmServer>(context_.registry.get());
+    return server_->start(socket_name_);
+  }
+  void stop() override {
+    if (server_) server_->stop();
+  }
+  std::vector<char> descriptor_section() const override {
+    ByteWriter w;
+    w.put<uint8_t>(kSectionVersion);
+    w.put<uint32_t>(static_cast<uint32_t>(getpid()));
+    w.put_string(socket_name_);
+    return std::move(w.bytes());
+  }
+  std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override {
+    auto peer = decode_section(&section);
+    if (!peer.ok()) return {{"error", peer.status().message()}};
+    return {{"pid", std::to_string(peer.value().pid)}, {"socket", peer.value().socket}};
+  }
+
+  uint64_t slice_size() const override { return slice_size_; }
+  bool reachable(const SegmentDescriptor& peer) const override {
+    return peer.host_id == context_.host_id && decode_section(peer.section("shm")).ok();
+  }
+  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+    auto section = decode_section(peer.section("shm"));
+    if (!section.ok()) return section.status();
+    const pid_t pid = section.value().pid;
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return errno_status(Code::kConnectionFailed, "peer process " + std::to_string(pid));
+    auto memory = map_peer(peer, section.value().socket);
+    if (!memory.ok()) {
+      close(pidfd);
+      return memory.status();
+    }
+    return std::shared_ptr<Channel>(
+        std::make_shared<ShmChannel>(context_.pool, peer, pid, pidfd, std::move(memory.value())));
+  }
+
+ private:
+  TransportContext context_;
+  uint64_t slice_size_;
+  std::string socket_name_;
+  std::unique_ptr<ShmServer> server_;
+};
+
+}  // namespace
+
+const TransportEntry& shm_transport_entry() {
+  static const TransportEntry entry{
+      "shm",
+      Capabilities{10, kReachSameProcess | kReachSameHost, kAllHostKinds, kAllHostKinds},
+      {{"slice_size", OptionKind::kSize, 4 << 20, 4096, int64_t{1} << 30,
+        "Requests are cut into slices of at most this many bytes, copied by the engine's copy threads."}},
+      [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
+        return std::make_unique<ShmTransport>(context, options);
+      },
+  };
+  return entry;
 }
 
 }  // namespace kvs::shm
+
+namespace kvs {
+const TransportEntry& shm_transport_entry() { return shm::shm_transport_entry(); }
+}  // namespace kvs

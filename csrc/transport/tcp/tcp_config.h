@@ -1,6 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "core/options.h"
 
 namespace kvs::tcp {
 
@@ -14,6 +17,9 @@ struct TcpConfig {
   int socket_buffer = 4 << 20;  // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
   int busy_poll_us = 50;        // spin this long for a due reply/request before sleeping (0: never)
   int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
+
+  static std::vector<OptionSpec> specs();
+  static TcpConfig from(const Options& options);
 };
 
 }  // namespace kvs::tcp

@@ -8,8 +8,8 @@
 
 namespace kvs::tcp {
 
-TcpServer::TcpServer(MemoryRegistry* registry, DescriptorFn descriptor, TcpConfig config)
-    : registry_(registry), descriptor_(std::move(descriptor)), config_(config) {}
+TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig config)
+    : registry_(registry), engine_id_(engine_id), config_(config) {}
 
 Status TcpServer::start(const std::string& host, uint16_t port) {
   auto fd = tcp_listen(host, port, &port_);
@@ -116,11 +116,11 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
   reply.request_id = h.request_id;
   switch (h.opcode) {
     case Opcode::kHello: {
-      const std::vector<char> body = descriptor_();
-      reply.opcode = Opcode::kDescriptor;
-      reply.length = body.size();
+      uint64_t body = engine_id_;
+      reply.opcode = Opcode::kHelloAck;
+      reply.length = sizeof(body);
       encode_header(reply, raw);
-      iovec iov[2] = {{raw, kHeaderSize}, {const_cast<char*>(body.data()), body.size()}};
+      iovec iov[2] = {{raw, kHeaderSize}, {&body, sizeof(body)}};
       return send_iov(fd, iov, 2, config_.max_stalls());
     }
     case Opcode::kRead: {

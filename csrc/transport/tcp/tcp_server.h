@@ -1,9 +1,8 @@
-// Target side of the TCP transport: serves HELLO, READ and WRITE against the registry. Every request
+// Target side of the TCP transport: serves HELLO (answered with the engine id), READ and WRITE against the registry. Every request
 // is checked (region exported, key, bounds) before any byte of memory is touched.
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -11,7 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/registry.h"
+#include "core/registry.h"
 #include "transport/tcp/tcp_config.h"
 #include "transport/tcp/wire.h"
 
@@ -19,8 +18,7 @@ namespace kvs::tcp {
 
 class TcpServer {
  public:
-  using DescriptorFn = std::function<std::vector<char>()>;
-  TcpServer(MemoryRegistry* registry, DescriptorFn descriptor, TcpConfig config);
+  TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig config);
   ~TcpServer() { stop(); }
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
@@ -43,7 +41,7 @@ class TcpServer {
   void reap_finished();
 
   MemoryRegistry* registry_;
-  DescriptorFn descriptor_;
+  uint64_t engine_id_;
   TcpConfig config_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;

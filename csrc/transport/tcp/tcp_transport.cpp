@@ -3,7 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/net.h"
+#include "transport/tcp/tcp_server.h"
 
 namespace kvs::tcp {
 namespace {
@@ -21,10 +23,9 @@ Status recv_payload(int fd, char* dst, uint64_t length, const TcpConfig& config)
 
 }  // namespace
 
-StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& config, int* fd_out) {
-  auto hp = parse_host_port(name);
-  if (!hp.ok()) return hp.status();
-  auto fd = tcp_connect(hp.value().host, hp.value().port, config.connect_timeout_ms);
+StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
+                              const TcpConfig& config) {
+  auto fd = tcp_connect(host, port, config.connect_timeout_ms);
   if (!fd.ok()) return fd.status();
   tune_data_socket(fd.value(), config.poll_ms, config.socket_buffer);
   char raw[kHeaderSize];
@@ -35,25 +36,25 @@ StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& 
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return ++stalled < config.max_stalls(); };
   if (st.ok()) st = recv_exact(fd.value(), raw, kHeaderSize, keep_waiting);
-  StatusOr<SegmentDescriptor> result = st;
   if (st.ok()) {
     auto header = decode_header(raw, kHeaderSize, config.max_payload);
+    uint64_t peer_id = 0;
     if (!header.ok()) {
-      result = header.status();
-    } else if (header.value().opcode != Opcode::kDescriptor) {
-      result = Status(Code::kProtocolError, "peer did not answer HELLO with a descriptor");
+      st = header.status();
+    } else if (header.value().opcode != Opcode::kHelloAck || header.value().length != sizeof(peer_id)) {
+      st = Status(Code::kProtocolError, "peer did not answer HELLO with its engine id");
     } else {
-      std::vector<char> body(header.value().length);
-      st = recv_exact(fd.value(), body.data(), body.size(), keep_waiting);
-      result = st.ok() ? decode_descriptor(body.data(), body.size()) : StatusOr<SegmentDescriptor>(st);
+      st = recv_exact(fd.value(), &peer_id, sizeof(peer_id), keep_waiting);
+      if (st.ok() && peer_id != engine_id) {
+        st = Status(Code::kConnectionFailed, "peer " + host + ":" + std::to_string(port) + " restarted");
+      }
     }
   }
-  if (result.ok() && fd_out != nullptr) {
-    *fd_out = fd.value();
-  } else {
+  if (!st.ok()) {
     close(fd.value());
+    return st;
   }
-  return result;
+  return fd.value();
 }
 
 TcpConnection::TcpConnection(int fd, const TcpConfig& config) : fd_(fd), config_(config) {
@@ -280,23 +281,127 @@ void TcpChannel::submit(std::vector<Slice>&& slices) {
   }
 }
 
-bool TcpTransport::reachable(const SegmentDescriptor& peer) const {
-  return (peer.transports & kTransportTcp) != 0;
+std::vector<OptionSpec> TcpConfig::specs() {
+  const int64_t gib = int64_t{1} << 30;
+  return {
+      {"connections", OptionKind::kInt, 2, 1, 64,
+       "Data connections per peer; slices are spread over them (2 reach ~1.5x one on loopback)."},
+      {"slice_size", OptionKind::kSize, 1 << 20, 4096, gib,
+       "Requests are cut into slices of at most this many bytes, each moved as one frame."},
+      {"max_payload", OptionKind::kSize, 64 << 20, 4096, gib,
+       "Largest frame payload accepted from a peer; larger frames close the connection."},
+      {"io_timeout", OptionKind::kDuration, 5000, 1, 3600000,
+       "Without progress for this long, a busy connection is declared dead."},
+      {"connect_timeout", OptionKind::kDuration, 3000, 1, 600000, "How long to wait for a peer to accept."},
+      {"socket_buffer", OptionKind::kSize, 4 << 20, 0, gib,
+       "SO_SNDBUF/SO_RCVBUF of data connections (capped by net.core.[rw]mem_max); 0 keeps the kernel's "
+       "autotuning. 4 MiB lifts loopback throughput by ~15-20% on the reference machine."},
+      {"busy_poll_us", OptionKind::kInt, 50, 0, 10000,
+       "Microseconds to spin for a due reply or request before sleeping (a sleeping thread takes tens of "
+       "microseconds to wake on a VM)."},
+  };
 }
 
-StatusOr<std::shared_ptr<Channel>> TcpTransport::connect(const SegmentDescriptor& peer) {
-  std::vector<std::unique_ptr<TcpConnection>> conns;
-  for (int i = 0; i < std::max(1, config_.connections); ++i) {
-    int fd = -1;
-    auto d = handshake(peer.name, config_, &fd);
-    if (!d.ok()) return d.status();
-    if (d.value().engine_id != peer.engine_id) {
-      close(fd);
-      return Status(Code::kConnectionFailed, "peer " + peer.name + " restarted during connect");
-    }
-    conns.push_back(std::make_unique<TcpConnection>(fd, config_));
+TcpConfig TcpConfig::from(const Options& options) {
+  TcpConfig c;
+  c.connections = static_cast<int>(options.get("connections"));
+  c.slice_size = static_cast<uint64_t>(options.get("slice_size"));
+  c.max_payload = static_cast<uint64_t>(options.get("max_payload"));
+  c.io_timeout_ms = static_cast<int>(options.get("io_timeout"));
+  c.connect_timeout_ms = static_cast<int>(options.get("connect_timeout"));
+  c.socket_buffer = static_cast<int>(options.get("socket_buffer"));
+  c.busy_poll_us = static_cast<int>(options.get("busy_poll_us"));
+  c.poll_ms = std::max(1, std::min(100, c.io_timeout_ms / 4));
+  return c;
+}
+
+namespace {
+
+// Section: u8 version, u16 port, string host.
+constexpr uint8_t kSectionVersion = 1;
+
+StatusOr<HostPort> decode_section(const std::vector<char>* section) {
+  if (section == nullptr) return Status(Code::kNotSupported, "peer does not offer tcp");
+  ByteReader r(section->data(), section->size());
+  if (r.get<uint8_t>() != kSectionVersion) {
+    return Status(Code::kProtocolError, "peer speaks another version of the tcp transport");
   }
-  return std::shared_ptr<Channel>(std::make_shared<TcpChannel>(std::move(conns)));
+  HostPort hp;
+  hp.port = r.get<uint16_t>();
+  hp.host = r.get_string(256);
+  if (!r.ok() || !r.at_end() || hp.host.empty() || hp.port == 0) {
+    return Status(Code::kProtocolError, "bad tcp section");
+  }
+  return hp;
+}
+
+class TcpTransport : public Transport {
+ public:
+  TcpTransport(const TransportContext& context, const Options& options)
+      : context_(context), config_(TcpConfig::from(options)) {}
+  ~TcpTransport() override { stop(); }
+
+  Status start() override {
+    server_ = std::make_unique<TcpServer>(context_.registry.get(), context_.engine_id, config_);
+    return server_->start(context_.listen_host, 0);
+  }
+  void stop() override {
+    if (server_) server_->stop();
+  }
+  std::vector<char> descriptor_section() const override {
+    if (!server_) return {};
+    ByteWriter w;
+    w.put<uint8_t>(kSectionVersion);
+    w.put<uint16_t>(server_->port());
+    w.put_string(context_.listen_host);
+    return std::move(w.bytes());
+  }
+  std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override {
+    auto hp = decode_section(&section);
+    if (!hp.ok()) return {{"error", hp.status().message()}};
+    const bool v6 = hp.value().host.find(':') != std::string::npos;
+    const std::string host = v6 ? "[" + hp.value().host + "]" : hp.value().host;
+    return {{"address", host + ":" + std::to_string(hp.value().port)}};
+  }
+
+  uint64_t slice_size() const override { return config_.slice_size; }
+  bool reachable(const SegmentDescriptor& peer) const override {
+    return decode_section(peer.section("tcp")).ok();
+  }
+  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+    auto hp = decode_section(peer.section("tcp"));
+    if (!hp.ok()) return hp.status();
+    std::vector<std::unique_ptr<TcpConnection>> conns;
+    for (int i = 0; i < std::max(1, config_.connections); ++i) {
+      auto fd = open_connection(hp.value().host, hp.value().port, peer.engine_id, config_);
+      if (!fd.ok()) return fd.status();
+      conns.push_back(std::make_unique<TcpConnection>(fd.value(), config_));
+    }
+    return std::shared_ptr<Channel>(std::make_shared<TcpChannel>(std::move(conns)));
+  }
+
+ private:
+  TransportContext context_;
+  TcpConfig config_;
+  std::unique_ptr<TcpServer> server_;
+};
+
+}  // namespace
+
+const TransportEntry& tcp_transport_entry() {
+  static const TransportEntry entry{
+      "tcp",
+      Capabilities{100, kReachSameProcess | kReachSameHost | kReachRemote, kAllHostKinds, kAllHostKinds},
+      TcpConfig::specs(),
+      [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
+        return std::make_unique<TcpTransport>(context, options);
+      },
+  };
+  return entry;
 }
 
 }  // namespace kvs::tcp
+
+namespace kvs {
+const TransportEntry& tcp_transport_entry() { return tcp::tcp_transport_entry(); }
+}  // namespace kvs

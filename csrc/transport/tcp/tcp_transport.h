@@ -12,15 +12,17 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/descriptor.h"
 #include "transport/tcp/tcp_config.h"
 #include "transport/tcp/wire.h"
 #include "transport/transport.h"
 
 namespace kvs::tcp {
 
-// Connects, says HELLO and returns the peer's descriptor; the socket stays open in *fd_out if given.
-StatusOr<SegmentDescriptor> handshake(const std::string& name, const TcpConfig& config, int* fd_out);
+const TransportEntry& tcp_transport_entry();
+
+// Connects, says HELLO and checks the peer is still the engine `engine_id`; returns the socket.
+StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
+                              const TcpConfig& config);
 
 class TcpConnection {
  public:
@@ -71,21 +73,6 @@ class TcpChannel : public Channel {
 
  private:
   std::vector<std::unique_ptr<TcpConnection>> conns_;
-};
-
-class TcpTransport : public Transport {
- public:
-  explicit TcpTransport(TcpConfig config) : config_(config) {}
-  const char* name() const override { return "tcp"; }
-  uint32_t bit() const override { return kTransportTcp; }
-  int cost() const override { return 100; }
-  uint64_t slice_size() const override { return config_.slice_size; }
-  bool reachable(const SegmentDescriptor& peer) const override;
-  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override;
-  const TcpConfig& config() const { return config_; }
-
- private:
-  TcpConfig config_;
 };
 
 }  // namespace kvs::tcp

@@ -5,7 +5,7 @@
 namespace kvs::tcp {
 
 bool carries_payload(Opcode opcode) {
-  return opcode == Opcode::kDescriptor || opcode == Opcode::kWrite || opcode == Opcode::kReadData;
+  return opcode == Opcode::kHelloAck || opcode == Opcode::kWrite || opcode == Opcode::kReadData;
 }
 
 void encode_header(const FrameHeader& h, char out[kHeaderSize]) {

@@ -1,5 +1,5 @@
 // The TCP transport's framing. Every frame starts with a fixed 56-byte header; a payload of
-// `length` bytes follows for DESCRIPTOR, WRITE and READ_DATA frames.
+// `length` bytes follows for HELLO_ACK (8 bytes: the engine id), WRITE and READ_DATA frames.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,12 @@
 namespace kvs::tcp {
 
 constexpr uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr size_t kHeaderSize = 56;
 
 enum class Opcode : uint8_t {
-  kHello = 1,       // initiator -> target, no payload
-  kDescriptor = 2,  // target -> initiator, payload = encoded SegmentDescriptor
+  kHello = 1,     // initiator -> target, no payload
+  kHelloAck = 2,  // target -> initiator, payload = u64 engine id (a restarted peer has another)
   kRead = 3,        // initiator -> target: send me [offset, offset+length) of region
   kReadData = 4,    // target -> initiator: payload = the bytes
   kWrite = 5,       // initiator -> target, payload = bytes for [offset, offset+length)

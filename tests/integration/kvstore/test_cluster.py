@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from kvstore import MISS, KVStoreError, ObjectBusyError, ObjectExistsError, Store, rpc
+from kvstore.rpc import messages as m
 from tests.integration.kvstore.conftest import Cluster
 
 rng = np.random.default_rng(11)
@@ -60,8 +61,7 @@ def test_killed_node_loses_only_its_keys(cluster: Cluster) -> None:
         keys = [f"n{i}" for i in range(40)]
         assert store.batch_put_from(keys, [value(64 << 10, i) for i in range(40)]) == [0] * 40
         homes = {
-            k: r[0][0]
-            for k, (_, _, r) in zip(keys, store.master.call("get_replicas", keys=keys), strict=True)
+            k: r[0][0] for k, (_, _, r) in zip(keys, store.master.call(m.GetReplicas(keys=keys)), strict=True)
         }
         victim_proc, victim = cluster.nodes[0]
         assert victim in homes.values()
@@ -121,7 +121,7 @@ def test_concurrent_clients(cluster: Cluster) -> None:
 def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         store.put("victim", value(4096, 1))
-        _, _, replicas = store.master.call("get_replicas", keys=["victim"])[0]
+        _, _, replicas = store.master.call(m.GetReplicas(keys=["victim"]))[0]
         engine, region, offset, _ = replicas[0]
         segment = store.engine.open_segment(engine)
         garbage = store.engine.allocate(16, export=False)
@@ -136,7 +136,7 @@ def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
 def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         store.put("old", value(8192, 1))
-        stale = store.master.call("get_replicas", keys=["old"])  # a reader holds the old location
+        stale = store.master.call(m.GetReplicas(keys=["old"]))  # a reader holds the old location
         store.remove("old", force=True)
         store.put("new", value(8192, 2))  # same size: may take the same offset
         buf = np.zeros(8192, np.uint8)
@@ -183,13 +183,30 @@ def _raw_call(address: str, payload: bytes) -> object:
         rpc.pack([1, "mount_segment", {"client_id": 7}]),
         rpc.pack([1, "no_such_method", {}]),
         rpc.pack([1, "exists", {"keys": ["x" * 5000]}]),
-        rpc.pack([-1, "ping", {}]),
+        rpc.pack([1, "exists", {"keys": ["a"], "surprise": 1}]),
+        rpc.pack([1, "hello", {"version": "2"}]),
+        rpc.pack([-1, "hello", {"version": m.PROTOCOL_VERSION}]),
     ],
 )
 def test_malformed_rpc_gets_an_error_and_master_stays_up(cluster: Cluster, payload: bytes) -> None:
     reply = _raw_call(cluster.master, payload)
     assert reply is None or (isinstance(reply, list) and reply[1] != 0)
-    assert _raw_call(cluster.master, rpc.pack([7, "ping", {}])) == [7, 0, "", "pong"]
+    hello = rpc.pack([7, "hello", {"version": m.PROTOCOL_VERSION}])
+    assert _raw_call(cluster.master, hello) == [7, 0, "", [m.PROTOCOL_VERSION]]
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        (rpc.pack([1, "hello", {"version": 1}]), "client speaks RPC protocol 1"),
+        (rpc.pack([1, "ping", {}]), "the client is older"),  # how clients before the typed protocol opened
+    ],
+)
+def test_a_client_of_another_protocol_version_gets_a_clear_error(
+    cluster: Cluster, payload: bytes, says: str
+) -> None:
+    reply = _raw_call(cluster.master, payload)
+    assert isinstance(reply, list) and reply[1] != 0 and says in reply[2]
 
 
 def test_metrics_and_health(cluster: Cluster) -> None:
@@ -285,7 +302,7 @@ def test_clients_rejoin_a_restarted_master() -> None:
     with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
         address = ready.split()[0]
         node = ["node", "--master", address, "--segment-size", "16MiB"]
-        with kvstore_process(node), Store.connect(address, timeout=2.0) as store:
+        with kvstore_process(node), Store.connect(address, rpc_timeout=2.0) as store:
             store.put("before", b"1")
             stop_process(master)
             port = address.rsplit(":", 1)[1]

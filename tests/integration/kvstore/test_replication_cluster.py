@@ -13,6 +13,7 @@ import pytest
 
 from kvstore import Store
 from kvstore.procs import kvstore_process
+from kvstore.rpc import messages as m
 from tests.integration.kvstore.conftest import Cluster
 
 
@@ -77,7 +78,7 @@ def test_hot_key_replicates_and_survives_node_loss(hot_cluster: Cluster) -> None
         # Reads spread: over many gets both replicas serve.
         served = set()
         for _ in range(40):
-            found = store.master.call("get_replicas", keys=["hot"])[0]
+            found = store.master.call(m.GetReplicas(keys=["hot"]))[0]
             served.add(sorted(found[2], key=lambda r: (r[3] != store.host_id, np.random.random()))[0][0])
         assert len(served) == 2
         # The node with the original dies: the copy still serves the right bytes.

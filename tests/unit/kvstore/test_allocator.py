@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from transfer_engine._core import OffsetAllocator
+from kvstore.allocator import OffsetAllocator
 
 
 def test_best_fit_and_coalescing() -> None:

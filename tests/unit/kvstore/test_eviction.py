@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.config import MasterConfig
 from kvstore.master.eviction import POLICIES, AdaptivePolicy, LRUPolicy, make_policy
 from kvstore.master.state import MasterState
 

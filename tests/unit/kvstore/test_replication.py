@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, NotFoundError
-from kvstore.master.config import MasterConfig
 from kvstore.master.state import MasterState
 
 MiB = 1 << 20
@@ -40,7 +40,7 @@ def run_copies(state: MasterState, ok: bool = True) -> int:
     done = 0
     for client in list(state.clients):
         for task in state.replicator.tasks_for(client):
-            state.replicator.complete(client, task["task"], ok)
+            state.replicator.complete(client, task.task, ok)
             done += 1
     return done
 
@@ -73,11 +73,11 @@ def test_tasks_are_handed_out_once_and_failures_free_space() -> None:
     state.replicator.plan()
     before = state.used
     tasks = [t for c in state.clients for t in state.replicator.tasks_for(c)]
-    assert len(tasks) == 1 and tasks[0]["size"] == MiB and tasks[0]["checksum"] == 7
+    assert len(tasks) == 1 and tasks[0].size == MiB and tasks[0].checksum == 7
     assert [t for c in state.clients for t in state.replicator.tasks_for(c)] == []
-    owner = next(c for c in state.clients if state.segments[tasks[0]["segment"]].client_id == c)
-    state.replicator.complete("someone-else", tasks[0]["task"], True)  # not theirs: ignored
-    state.replicator.complete(owner, tasks[0]["task"], False)
+    owner = next(c for c in state.clients if state.segments[tasks[0].segment].client_id == c)
+    state.replicator.complete("someone-else", tasks[0].task, True)  # not theirs: ignored
+    state.replicator.complete(owner, tasks[0].task, False)
     assert state.used == before - MiB and len(state.objects["hot"].replicas) == 1
 
 

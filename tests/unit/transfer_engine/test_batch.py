@@ -16,7 +16,7 @@ from transfer_engine import (
 
 @pytest.fixture
 def loop() -> TransferEngine:
-    with TransferEngine(protocol="tcp", tcp_slice_size="64KiB", tcp_connections=3) as e:
+    with TransferEngine(transport="tcp", tcp_slice_size="64KiB", tcp_connections=3) as e:
         yield e
 
 
@@ -78,7 +78,7 @@ def test_deadline_marks_timed_out() -> None:
 
     target = start_target()
     try:
-        with TransferEngine(protocol="tcp") as e:
+        with TransferEngine(transport="tcp") as e:
             segment = e.open_segment(target.name)
             local = e.allocate(1 << 20)
             freeze(target.proc.pid)

@@ -36,29 +36,51 @@ def test_format_size() -> None:
 
 
 def test_env_then_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVSTORE_PROTOCOL", "tcp")
+    monkeypatch.setenv("KVSTORE_TRANSPORT", "tcp")
     monkeypatch.setenv("KVSTORE_TCP_SLICE_SIZE", "256KiB")
-    monkeypatch.setenv("KVSTORE_ENABLE_SHM", "false")
+    monkeypatch.setenv("KVSTORE_SHM_ENABLED", "false")
+    monkeypatch.setenv("KVSTORE_TCP_IO_TIMEOUT", "2.5")
     config = EngineConfig.load(tcp_connections=4)
-    assert config.protocol == "tcp"
-    assert config.tcp.slice_size == 256 << 10
-    assert config.enable_shm is False
-    assert config.tcp.connections == 4
-    assert EngineConfig.load(protocol="shm").protocol == "shm"  # code beats environment
+    tcp = config.transport_settings("tcp")
+    assert config.transport == "tcp"
+    assert tcp["slice_size"] == 256 << 10
+    assert config.transport_settings("shm")["enabled"] is False
+    assert tcp["connections"] == 4
+    assert tcp["io_timeout"] == 2.5
+    assert config.origin("transport").variable == "KVSTORE_TRANSPORT"
+    assert config.origin("tcp_connections").source == "code"
+    assert config.origin("copy_threads").source == "default"
+    assert config.to_core()["transport_options"]["tcp"]["io_timeout"] == 2500  # milliseconds in C++
+    assert EngineConfig.load(transport="local").transport == "local"  # code beats environment
+
+
+def test_transports_come_from_the_registration_list() -> None:
+    from transfer_engine import _core
+    from transfer_engine.config import transport_choices
+
+    names = [t["name"] for t in _core.transports()]
+    assert names == ["local", "shm", "tcp"]
+    assert transport_choices() == ("auto", *names)
+    settings = {s.variable for s in EngineConfig.settings()}
+    for t in _core.transports():
+        for option in t["options"]:
+            assert f"KVSTORE_{t['name'].upper()}_{option['name'].upper()}" in settings
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"protocol": "rdma"},
+        {"transport": "rdma"},
         {"port": 70000},
         {"tcp_connections": 0},
         {"tcp_slice_size": "1KiB"},
         {"copy_threads": 0},
         {"transfer_timeout": 0},
         {"no_such_setting": 1},
-        {"enable_shm": "maybe"},
+        {"shm_enabled": "maybe"},
         {"tcp_io_timeout": "soon"},
+        {"transport": "shm", "shm_enabled": False},
+        {"tcp_socket_buffer": 2**64},
     ],
 )
 def test_invalid_config(overrides: dict) -> None:
@@ -68,7 +90,7 @@ def test_invalid_config(overrides: dict) -> None:
 
 def test_invalid_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KVSTORE_TCP_CONNECTIONS", "many")
-    with pytest.raises(InvalidArgumentError, match="tcp_connections"):
+    with pytest.raises(InvalidArgumentError, match="KVSTORE_TCP_CONNECTIONS"):
         EngineConfig.load()
 
 

@@ -10,6 +10,7 @@ from transfer_engine import (
     TransferConnectionError,
     TransferEngine,
     _core,
+    _tools,
 )
 from transfer_engine.errors import CODE_NAMES, InternalError, error_for_code
 
@@ -35,5 +36,5 @@ def test_core_errors_arrive_as_the_hierarchy(engine: TransferEngine) -> None:
     with pytest.raises(NotFoundError):
         engine.unregister(424242)
     with pytest.raises(ProtocolError):
-        _core.decode_frame_header(b"short")
+        _tools.decode_frame_header(b"short")
     assert issubclass(InvalidArgumentError, ValueError)  # stdlib-friendly catching

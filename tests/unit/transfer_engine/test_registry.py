@@ -54,10 +54,18 @@ def test_buffer_kinds(engine: TransferEngine) -> None:
         engine.register_ptr(0, 10)
 
 
-@pytest.mark.parametrize("location", ["gpu", "cpu:x", "", "cuda"])
-def test_location_validation(engine: TransferEngine, location: str) -> None:
-    with pytest.raises((InvalidArgumentError, NotSupportedError)):
-        engine.allocate(4096, location=location)
+@pytest.mark.parametrize("kind", ["gpu", "cpu:x", "", "cuda", "gpu:-1", "gpu:x", "file:0"])
+def test_memory_kind_validation(engine: TransferEngine, kind: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="memory kind"):
+        engine.register_ptr(4096, 4096, kind=kind)
+
+
+def test_python_buffers_are_host_memory(engine: TransferEngine) -> None:
+    with pytest.raises(NotSupportedError):
+        engine.register(np.zeros(4096, np.uint8), kind="gpu:0")
+    region = engine.register(np.zeros(4096, np.uint8), kind="host-pinned")
+    assert region.kind == "host-pinned"
+    assert engine.allocate(4096).kind == "host"
 
 
 def test_local_memory_must_be_registered_and_inside_one_region(engine: TransferEngine) -> None:

@@ -1,11 +1,12 @@
 #include <pybind11/pybind11.h>
 
-#include "bench/baseline.h"
+#include "tools/baseline.h"
 #include "bind/status_error.h"
 
 namespace py = pybind11;
 
-namespace kvs::bind {
+namespace kvs::tools {
+using bind::value_or_throw;
 namespace {
 
 py::dict to_dict(const bench::Throughput& t) {
@@ -48,4 +49,4 @@ void bind_baseline(py::module_& m) {
       "Raw socket stream over loopback cycling a working set on each side; returns {bytes, seconds, gbps}.");
 }
 
-}  // namespace kvs::bind
+}  // namespace kvs::tools

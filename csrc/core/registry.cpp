@@ -1,4 +1,4 @@
-#include "engine/registry.h"
+#include "core/registry.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -76,7 +76,7 @@ StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool own
   return info;
 }
 
-StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, const std::string& location,
+StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryLocation location,
                                          bool exported) {
   if (base == 0 || length == 0) return Status(Code::kInvalidArgument, "null or empty region");
   if (base + length < base) return Status(Code::kInvalidArgument, "region wraps the address space");
@@ -88,7 +88,7 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, const s
   return insert(std::move(info), -1, false);
 }
 
-StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, const std::string& location, bool exported) {
+StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported) {
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
   int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
   if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
@@ -108,7 +108,6 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, const std::string
   RegionInfo info;
   info.base = reinterpret_cast<uint64_t>(addr);
   info.length = length;
-  info.location = location;
   info.exported = exported;
   info.shareable = true;
   auto result = insert(std::move(info), fd, true);

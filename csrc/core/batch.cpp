@@ -1,4 +1,4 @@
-#include "engine/batch.h"
+#include "core/batch.h"
 
 #include <thread>
 

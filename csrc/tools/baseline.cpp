@@ -1,4 +1,4 @@
-#include "bench/baseline.h"
+#include "tools/baseline.h"
 
 #include <sys/mman.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "engine/pin_table.h"
+#include "core/pin_table.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,32 +1,29 @@
-// What a peer learns about a segment in the handshake.
+// What a peer learns about a segment in the handshake: who it is, the regions it exports, and one
+// opaque section per transport it serves (addresses, socket names...), which only that transport
+// parses. The layout is versioned: a peer speaking another version gets a clear error, not a misparse.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-#include "engine/registry.h"
+#include "core/registry.h"
 
 namespace kvs {
 
-// Bit per transport a segment offers; the initiator intersects with what it can reach.
-enum TransportBit : uint32_t {
-  kTransportLocal = 1u << 0,
-  kTransportShm = 1u << 1,
-  kTransportTcp = 1u << 2,
-};
+constexpr uint16_t kDescriptorVersion = 2;
 
 struct SegmentDescriptor {
   uint64_t engine_id = 0;           // random per engine; equal ids mean the same process
-  uint32_t pid = 0;                 // for process_vm_readv/writev on the same host
   std::string host_id;              // boot id + network namespace: equal means shared memory is reachable
-  std::string name;                 // "host:port"
-  std::string shm_socket;           // abstract unix socket handing out memfds; empty when shm is off
-  uint32_t transports = 0;          // TransportBit mask
+  std::string name;                 // "host:port" of the engine's handshake endpoint
   std::vector<RegionInfo> regions;  // exported regions only
+  std::map<std::string, std::vector<char>> sections;  // transport name -> its own encoded data
 
   const RegionInfo* find_region(uint64_t id) const;
+  const std::vector<char>* section(const std::string& transport) const;
 };
 
 std::vector<char> encode_descriptor(const SegmentDescriptor& d);

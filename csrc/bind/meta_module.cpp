@@ -1,14 +1,19 @@
-// Storage-side helpers: the offset allocator the master runs per segment.
+// kvstore._meta: metadata-side C++ (the offset allocator the master runs per segment; later the object
+// table). It links none of the data plane.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include "bind/status_error.h"
 
 #include "storage/offset_allocator.h"
 
 namespace py = pybind11;
 
-namespace kvs::bind {
-
-void bind_storage(py::module_& m) {
+PYBIND11_MODULE(_meta, m) {
+  m.doc() = "kvstore metadata helpers: the segment offset allocator";
+  kvs::bind::register_status_translator();
+  using kvs::AllocatorStats;
+  using kvs::OffsetAllocator;
   py::class_<OffsetAllocator>(m, "OffsetAllocator", "Best-fit allocator of offsets inside a segment.")
       .def(py::init<uint64_t, uint64_t>(), py::arg("capacity"), py::arg("alignment") = 64)
       .def(
@@ -33,6 +38,8 @@ void bind_storage(py::module_& m) {
             return out;
           },
           py::arg("sizes"))
+      .def("reserve", &OffsetAllocator::reserve, py::arg("offset"), py::arg("size"),
+           "Takes exactly [offset, offset+size) if free (rebuilding a segment's map); False otherwise.")
       .def("free", &OffsetAllocator::free, py::arg("offset"), "Frees a block; False if none starts there.")
       .def("block_size", &OffsetAllocator::block_size, py::arg("offset"))
       .def_property_readonly("capacity", &OffsetAllocator::capacity)
@@ -52,5 +59,3 @@ void bind_storage(py::module_& m) {
         return d;
       });
 }
-
-}  // namespace kvs::bind

@@ -62,3 +62,11 @@ def parse_response(obj: Any) -> tuple[int, int, str, Any]:
 
 
 HEADER_SIZE = _LEN.size
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """(host, port) of a master address "HOST:PORT" (IPv6 hosts in brackets)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgumentError(f"master address must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)

@@ -1,4 +1,4 @@
-#include "engine/descriptor.h"
+#include "core/descriptor.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,9 @@ namespace kvs {
 namespace {
 constexpr uint32_t kDescriptorMagic = 0x4b565344;  // "KVSD"
 constexpr uint32_t kMaxRegions = 1u << 16;
+constexpr uint32_t kMaxSections = 64;
 constexpr uint32_t kMaxString = 4096;
+constexpr uint32_t kMaxSection = 1u << 16;
 }  // namespace
 
 const RegionInfo* SegmentDescriptor::find_region(uint64_t id) const {
@@ -20,24 +22,33 @@ const RegionInfo* SegmentDescriptor::find_region(uint64_t id) const {
   return nullptr;
 }
 
+const std::vector<char>* SegmentDescriptor::section(const std::string& transport) const {
+  auto it = sections.find(transport);
+  return it == sections.end() ? nullptr : &it->second;
+}
+
 std::vector<char> encode_descriptor(const SegmentDescriptor& d) {
   ByteWriter w;
   w.put<uint32_t>(kDescriptorMagic);
+  w.put<uint16_t>(kDescriptorVersion);
   w.put<uint64_t>(d.engine_id);
-  w.put<uint32_t>(d.pid);
   w.put_string(d.host_id);
   w.put_string(d.name);
-  w.put_string(d.shm_socket);
-  w.put<uint32_t>(d.transports);
   w.put<uint32_t>(static_cast<uint32_t>(d.regions.size()));
   for (const auto& r : d.regions) {
     w.put<uint64_t>(r.id);
     w.put<uint64_t>(r.key);
     w.put<uint64_t>(r.base);
     w.put<uint64_t>(r.length);
+    w.put<uint8_t>(static_cast<uint8_t>(r.location.kind));
+    w.put<int32_t>(r.location.device);
     w.put<uint8_t>(r.shareable ? 1 : 0);
     w.put<uint32_t>(r.slot);
-    w.put_string(r.location);
+  }
+  w.put<uint32_t>(static_cast<uint32_t>(d.sections.size()));
+  for (const auto& [name, body] : d.sections) {
+    w.put_string(name);
+    w.put_string(std::string(body.begin(), body.end()));
   }
   return std::move(w.bytes());
 }
@@ -46,12 +57,15 @@ StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size) {
   ByteReader r(data, size);
   SegmentDescriptor d;
   if (r.get<uint32_t>() != kDescriptorMagic) return Status(Code::kProtocolError, "bad descriptor magic");
+  const auto version = r.get<uint16_t>();
+  if (r.ok() && version != kDescriptorVersion) {
+    return Status(Code::kProtocolError, "peer segment descriptor version " + std::to_string(version) +
+                                            " is not supported (this engine speaks version " +
+                                            std::to_string(kDescriptorVersion) + "); run one release on both sides");
+  }
   d.engine_id = r.get<uint64_t>();
-  d.pid = r.get<uint32_t>();
   d.host_id = r.get_string(kMaxString);
   d.name = r.get_string(kMaxString);
-  d.shm_socket = r.get_string(kMaxString);
-  d.transports = r.get<uint32_t>();
   const auto count = r.get<uint32_t>();
   if (!r.ok() || count > kMaxRegions) return Status(Code::kProtocolError, "malformed descriptor header");
   d.regions.reserve(count);
@@ -61,11 +75,21 @@ StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size) {
     info.key = r.get<uint64_t>();
     info.base = r.get<uint64_t>();
     info.length = r.get<uint64_t>();
+    const auto kind = r.get<uint8_t>();
+    info.location.device = r.get<int32_t>();
     info.shareable = r.get<uint8_t>() != 0;
     info.slot = r.get<uint32_t>();
-    info.location = r.get_string(kMaxString);
+    if (kind >= kMemoryKinds) return Status(Code::kProtocolError, "unknown memory kind in descriptor");
+    info.location.kind = static_cast<MemoryKind>(kind);
     info.exported = true;
     d.regions.push_back(std::move(info));
+  }
+  const auto sections = r.get<uint32_t>();
+  if (!r.ok() || sections > kMaxSections) return Status(Code::kProtocolError, "malformed descriptor body");
+  for (uint32_t i = 0; i < sections && r.ok(); ++i) {
+    std::string name = r.get_string(kMaxString);
+    std::string body = r.get_string(kMaxSection);
+    d.sections[name] = std::vector<char>(body.begin(), body.end());
   }
   if (!r.ok() || !r.at_end()) return Status(Code::kProtocolError, "malformed descriptor body");
   return d;

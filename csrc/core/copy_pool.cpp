@@ -1,4 +1,4 @@
-#include "engine/copy_pool.h"
+#include "core/copy_pool.h"
 
 namespace kvs {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/registry.h"
+#include "core/registry.h"
 
 namespace kvs {
 

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/pin_table.h"
+#include "core/memory.h"
+#include "core/pin_table.h"
 
 namespace kvs {
 
@@ -21,7 +22,7 @@ struct RegionInfo {
   uint64_t key = 0;  // random; a peer must present it to touch the region
   uint64_t base = 0;
   uint64_t length = 0;
-  std::string location;     // "cpu:0", later "cuda:N"
+  MemoryLocation location;  // host, host-pinned, gpu:N, file
   bool exported = false;    // listed in the segment descriptor, reachable by peers
   bool shareable = false;   // backed by a memfd that same-host peers may map
   uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
@@ -78,9 +79,9 @@ class MemoryRegistry {
   MemoryRegistry& operator=(const MemoryRegistry&) = delete;
 
   // Registers caller-owned memory. Ranges may not overlap an existing region.
-  StatusOr<RegionInfo> add(uint64_t base, uint64_t length, const std::string& location, bool exported);
-  // Allocates pre-faulted memfd-backed memory owned by the registry (shareable with same-host peers).
-  StatusOr<RegionInfo> allocate(uint64_t length, const std::string& location, bool exported);
+  StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported);
+  // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
+  StatusOr<RegionInfo> allocate(uint64_t length, bool exported);
   // Removes a region: new requests fail at once; returns once no transfer touches it any more.
   Status remove(uint64_t id);
   void remove_all();

@@ -2,12 +2,13 @@
 #include <pybind11/pybind11.h>
 
 #include "bind/status_error.h"
-#include "engine/descriptor.h"
+#include "core/descriptor.h"
 #include "transport/tcp/wire.h"
 
 namespace py = pybind11;
 
-namespace kvs::bind {
+namespace kvs::tools {
+using bind::value_or_throw;
 
 void bind_wire(py::module_& m) {
   m.attr("FRAME_HEADER_SIZE") = tcp::kHeaderSize;
@@ -57,4 +58,4 @@ void bind_wire(py::module_& m) {
       "Decodes a segment descriptor; ProtocolError if malformed. Returns (name, id, regions).");
 }
 
-}  // namespace kvs::bind
+}  // namespace kvs::tools

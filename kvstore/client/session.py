@@ -1,0 +1,134 @@
+"""A process's membership in the cluster: a connection to the master, a transfer engine, a client id the
+master knows, and the heartbeat that keeps it known.
+
+The client API (Store) and the storage node role (kvstore.node) both sit on one Session: each adds what
+it reports with a heartbeat and what it does with the reply, so a process that is both still has one
+identity and one heartbeat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kvstore.client.master_client import MasterClient
+from kvstore.config import StoreConfig
+from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.rpc import messages as m
+from transfer_engine import Segment, TransferEngine
+
+log = logging.getLogger("kvstore.client")
+
+
+class Session:
+    def __init__(self, config: StoreConfig) -> None:
+        if not config.master:
+            raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
+        self.config = config
+        self.master = MasterClient(config.master, timeout=config.rpc_timeout)
+        self.engine: TransferEngine | None = None
+        try:
+            self.master.hello()
+            self.engine = TransferEngine(config.engine)
+            self.client_id = uuid.uuid4().hex
+            self.host_id = self.engine.host_id
+            self.terms = self._register()
+        except BaseException:
+            self.close()
+            raise
+        self._reporters: list[Callable[[], dict[str, Any]]] = []
+        self._reply_handlers: list[Callable[[m.HeartbeatReply], None]] = []
+        self._rejoin_handlers: list[Callable[[], None]] = []
+        self._segments: dict[str, Segment] = {}
+        self._segments_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._rejoin_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
+
+    def _register(self) -> m.RegisterReply:
+        return self.master.call(m.RegisterClient(client_id=self.client_id, host_id=self.host_id))
+
+    # -- what rides on the heartbeat ----------------------------------------------------------------
+    def on_heartbeat(self, report: Callable[[], dict[str, Any]]) -> None:
+        """`report()` adds fields to every heartbeat (e.g. reads served from leased locations)."""
+        self._reporters.append(report)
+
+    def on_reply(self, handler: Callable[[m.HeartbeatReply], None]) -> None:
+        """`handler(reply)` sees every heartbeat reply (e.g. copy tasks for this process's segment)."""
+        self._reply_handlers.append(handler)
+
+    def on_rejoin(self, handler: Callable[[], None]) -> None:
+        """`handler()` runs after the master forgot this process and it registered again."""
+        self._rejoin_handlers.append(handler)
+
+    def start(self) -> None:
+        """Starts the heartbeat, once the roles on this session have hooked in."""
+        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="kvstore-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.terms.heartbeat_interval
+        while not self._closed.wait(interval):
+            try:
+                fields: dict[str, Any] = {}
+                for report in self._reporters:
+                    fields.update(report())
+                reply = self.master.call(
+                    m.Heartbeat(client_id=self.client_id, **fields), timeout=interval * 2
+                )
+                for handle in self._reply_handlers:
+                    handle(reply)
+                if not reply.known:  # dropped (e.g. the master restarted): join again
+                    self.rejoin()
+            except KVStoreError as exc:
+                log.debug("heartbeat failed: %s", exc)
+
+    def rejoin(self) -> None:
+        """Registers again after the master forgot this process (it restarted, or judged us dead)."""
+        log.warning("master forgot this client; registering again")
+        with self._rejoin_lock:
+            self._register()
+            for rejoin in self._rejoin_handlers:
+                rejoin()
+
+    # -- peers ----------------------------------------------------------------------------------------
+    def segment(self, name: str) -> Segment | None:
+        """The opened peer segment `name` (opened on first use); None when it cannot be reached."""
+        with self._segments_lock:
+            segment = self._segments.get(name)
+        if segment is not None:
+            return segment
+        try:
+            segment = self.transfer_engine.open_segment(name)
+        except KVStoreError as exc:
+            log.debug("cannot open segment %s: %s", name, exc)
+            return None
+        with self._segments_lock:
+            self._segments[name] = segment
+        return segment
+
+    @property
+    def transfer_engine(self) -> TransferEngine:
+        assert self.engine is not None  # set in __init__, or __init__ raised
+        return self.engine
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set() if hasattr(self, "_closed") else True
+
+    def close(self) -> None:
+        if hasattr(self, "_closed"):
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            if self._heartbeat is not None:
+                self._heartbeat.join(timeout=self.terms.heartbeat_interval * 3)
+            with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL
+                self.master.call(m.CloseClient(client_id=self.client_id), timeout=2.0)
+        self.master.close()
+        if self.engine is not None:
+            self.engine.close()

@@ -1,0 +1,64 @@
+"""The store client's configuration: `KVSTORE_*` variables, its transfer engine's included."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstore.config.component import Component
+from kvstore.errors import InvalidArgumentError
+from kvstore.rpc import parse_address
+from transfer_engine.config import EngineConfig
+from transfer_engine.settings import Origin, SettingInfo, setting
+
+
+@dataclass
+class StoreConfig(Component):
+    """A `Store` client. Engine settings (host, transport, tcp_connections, ...) may be given here too:
+    they go to the client's transfer engine."""
+
+    master: str = setting("", "HOST:PORT of the master (Store.connect's argument wins).")
+    segment_size: int = setting(0, "Bytes of memory this client contributes to the pool (0: none).", "size")
+    buffer_size: int = setting(
+        64 << 20, "Pre-faulted staging area for buffers that are not registered.", "size"
+    )
+    replicas: int = setting(1, "Replicas per put unless a put asks otherwise.")
+    rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    @classmethod
+    def settings(cls) -> Iterator[SettingInfo]:
+        yield from cls.field_settings()
+        yield from EngineConfig.settings()
+
+    def apply_all(self, env: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
+        own = {s.name for s in self.field_settings()}
+        super().apply_all(env, {k: v for k, v in overrides.items() if k in own})
+        rest = {k: v for k, v in overrides.items() if k not in own and k != "engine"}
+        engine_names = {s.name for s in EngineConfig.settings()}
+        for name in rest:
+            if name not in engine_names:
+                raise InvalidArgumentError(
+                    f"unknown setting {name!r} (neither a store client nor an engine setting)"
+                )
+        engine = overrides.get("engine")
+        if isinstance(engine, EngineConfig):
+            self.engine = engine
+        else:
+            self.engine.apply_all(env, rest)
+        self.engine.validate()
+
+    def origin(self, name: str) -> Origin:
+        own = {s.name for s in self.field_settings()}
+        return super().origin(name) if name in own else self.engine.origin(name)
+
+    def validate(self) -> None:
+        if not 1 <= self.replicas <= 64:
+            raise InvalidArgumentError(f"replicas must be 1..64, got {self.replicas}")
+        if self.buffer_size < 4096:
+            raise InvalidArgumentError("buffer_size must be at least 4KiB")
+        if not 0 < self.rpc_timeout <= 3600:
+            raise InvalidArgumentError("rpc_timeout must be positive (seconds)")
+        if self.master:
+            parse_address(self.master)

@@ -1,0 +1,69 @@
+"""Master configuration: `KVSTORE_MASTER_*` variables (code beats environment beats defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kvstore.config.component import Component
+from kvstore.errors import InvalidArgumentError
+from transfer_engine.settings import setting
+
+
+@dataclass
+class MasterConfig(Component):
+    """The metadata master."""
+
+    ENV_PREFIX: ClassVar[str] = "KVSTORE_MASTER_"
+
+    host: str = setting("127.0.0.1", "Address the RPC server listens on.")
+    port: int = setting(50051, "RPC port; 0 picks a free one (embedded masters always do).", "port")
+    http_port: int | None = setting(
+        None,
+        "Port for /metrics and /health; unset disables HTTP, 0 picks a free port.",
+        "port",
+        optional=True,
+    )
+    client_ttl: float = setting(
+        10.0,
+        "Seconds without a heartbeat after which a client's segments and replicas are dropped.",
+        "seconds",
+    )
+    heartbeat_interval: float = setting(1.0, "How often clients are told to heartbeat.", "seconds")
+    lease_ttl: float = setting(
+        5.0, "Seconds a get keeps an object safe from eviction and removal.", "seconds"
+    )
+    put_timeout: float = setting(
+        30.0, "A put started and neither ended nor revoked by then is reclaimed.", "seconds"
+    )
+    high_watermark: float = setting(0.95, "Usage above which background eviction starts.")
+    low_watermark: float = setting(0.85, "Usage background eviction brings the pool down to.")
+    eviction_policy: str = setting("adaptive", "Eviction policy (kvstore.master.eviction.POLICIES).")
+    max_replicas: int = setting(8, "Most replicas one object may have.")
+    allocation_alignment: int = setting(64, "Replica offsets are multiples of this.")
+    hot_access_rate: float = setting(20.0, "Accesses per second above which a key gains replicas.")
+    cool_access_rate: float = setting(2.0, "Accesses per second below which a key's extra replicas go.")
+    max_hot_replicas: int = setting(3, "Replicas a hot key grows to (bounded by the number of segments).")
+    heat_half_life: float = setting(5.0, "Seconds over which a key's access count halves.", "seconds")
+    busy_poll_us: int = setting(
+        200,
+        "Microseconds the event loop polls for the next request before sleeping (a sleeping process takes "
+        "~80 µs to wake on a VM); 0 for a master sharing its process (and GIL) with clients.",
+    )
+
+    def validate(self) -> None:
+        if not 0 < self.low_watermark <= self.high_watermark <= 1:
+            raise InvalidArgumentError("need 0 < low_watermark <= high_watermark <= 1")
+        for name in ("client_ttl", "heartbeat_interval", "lease_ttl", "put_timeout"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgumentError(f"{name} must be positive")
+        if self.heartbeat_interval >= self.client_ttl:
+            raise InvalidArgumentError("heartbeat_interval must be shorter than client_ttl")
+        if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
+            raise InvalidArgumentError("bad max_replicas or allocation_alignment")
+        if not 0 <= self.cool_access_rate <= self.hot_access_rate or self.heat_half_life <= 0:
+            raise InvalidArgumentError("need 0 <= cool_access_rate <= hot_access_rate and heat_half_life > 0")
+        if not 1 <= self.max_hot_replicas <= self.max_replicas:
+            raise InvalidArgumentError("max_hot_replicas must be 1..max_replicas")
+        if not 0 <= self.busy_poll_us <= 100_000:
+            raise InvalidArgumentError("busy_poll_us must be 0..100000")

@@ -1,0 +1,28 @@
+"""`kvstore node`: a storage process that contributes one segment to the pool and serves transfers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvstore.client.session import Session
+from kvstore.config import NodeConfig, StoreConfig
+from kvstore.node.storage import StorageNode
+from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
+
+
+def run_node(node: NodeConfig, **client_settings: Any) -> None:
+    """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline).
+
+    `client_settings` set the node's client side in code (master, host, transport...); the rest comes
+    from KVSTORE_* variables, then defaults.
+    """
+    config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
+    session = Session(config)
+    try:
+        storage = StorageNode(session, node.segment_size, node.copy_workers)
+        session.start()
+        print(f"{READY_PREFIX}{session.transfer_engine.name} client={session.client_id}", flush=True)
+        wait_for_stop_request()
+        storage.close()
+    finally:
+        session.close()

@@ -1,0 +1,422 @@
+"""Every master RPC as a declared record: one request class per method, built (``params``) and parsed
+(``parse``, which validates every field a peer sends) here and nowhere else; replies are named tuples
+(msgpack carries them as arrays) decoded by the request's ``decode_reply``.
+
+A client opens with ``Hello``: a master speaking another PROTOCOL_VERSION refuses it with a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
+
+from kvstore.errors import InvalidArgumentError, ProtocolError
+from kvstore.rpc import validate as v
+
+PROTOCOL_VERSION = 2
+U64 = 2**64 - 1
+
+
+# -- records inside replies -----------------------------------------------------------------------------
+class Placement(NamedTuple):
+    """Where a put writes one replica."""
+
+    engine: str  # transfer engine segment name, "host:port"
+    region_id: int
+    offset: int
+
+
+class ReplicaLocation(NamedTuple):
+    """Where a reader finds one replica."""
+
+    engine: str
+    region_id: int
+    offset: int
+    host_id: str
+
+
+class ObjectLocation(NamedTuple):
+    size: int
+    checksum: int
+    replicas: list[ReplicaLocation]
+
+
+class ItemResult(NamedTuple):
+    """The outcome for one item of a batch: code 0 and a value, or an error code and its message."""
+
+    code: int
+    message: str
+    value: Any
+
+
+class CopyTask(NamedTuple):
+    """A replica the master placed on a node's segment: the node reads it from `source`."""
+
+    task: int
+    key: str
+    size: int
+    checksum: int
+    source: Placement
+    segment: int
+    offset: int
+
+
+class RegisterReply(NamedTuple):
+    heartbeat_interval: float
+    client_ttl: float
+    lease_ttl: float
+
+
+class HeartbeatReply(NamedTuple):
+    known: bool  # False: the master forgot this client, which must register (and mount) again
+    tasks: list[CopyTask]
+
+
+class PrefixMatch(NamedTuple):
+    matched: int
+    """Leading keys stored."""
+    replicas: list[list[str]]
+    """For each matched key, the segments (transfer engine names) holding a replica."""
+    per_node: dict[str, int]
+    """For each segment, how many leading keys it holds itself."""
+
+
+class HelloReply(NamedTuple):
+    version: int
+
+
+def _record(cls: Any, obj: Any) -> Any:
+    if not isinstance(obj, (list, tuple)) or len(obj) != len(cls._fields):
+        raise ProtocolError(f"master sent a malformed {cls.__name__}")
+    return cls._make(obj)
+
+
+def _items(obj: Any, value: Any = None) -> list[ItemResult]:
+    if not isinstance(obj, list):
+        raise ProtocolError("master sent a malformed batch reply")
+    out = []
+    for item in obj:
+        code, message, payload = _record(ItemResult, item)
+        out.append(ItemResult(code, message, value(payload) if value and payload is not None else payload))
+    return out
+
+
+# -- requests ---------------------------------------------------------------------------------------
+class Request:
+    """Base of the request records. ``METHOD`` names it on the wire."""
+
+    METHOD: ClassVar[str]
+
+    def params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Request:
+        raise NotImplementedError
+
+    @staticmethod
+    def decode_reply(obj: Any) -> Any:
+        return obj
+
+
+@dataclass(frozen=True)
+class Hello(Request):
+    METHOD: ClassVar[str] = "hello"
+    version: int = PROTOCOL_VERSION
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Hello:
+        return cls(v.integer(p, "version", 0, 2**31))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> HelloReply:
+        return _record(HelloReply, obj)
+
+
+@dataclass(frozen=True)
+class RegisterClient(Request):
+    METHOD: ClassVar[str] = "register_client"
+    client_id: str
+    host_id: str
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> RegisterClient:
+        return cls(v.text(p, "client_id"), v.text(p, "host_id"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> RegisterReply:
+        return _record(RegisterReply, obj)
+
+
+@dataclass(frozen=True)
+class Heartbeat(Request):
+    METHOD: ClassVar[str] = "heartbeat"
+    client_id: str
+    touched: list[str] | None = None  # keys this client read from leased locations since the last one
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Heartbeat:
+        touched = v.keys(p, "touched") if p.get("touched") is not None else None
+        return cls(v.text(p, "client_id"), touched)
+
+    @staticmethod
+    def decode_reply(obj: Any) -> HeartbeatReply:
+        known, tasks = _record(HeartbeatReply, obj)
+        decoded = []
+        for t in tasks:
+            task = _record(CopyTask, t)
+            decoded.append(task._replace(source=_record(Placement, task.source)))
+        return HeartbeatReply(bool(known), decoded)
+
+
+@dataclass(frozen=True)
+class CloseClient(Request):
+    METHOD: ClassVar[str] = "close_client"
+    client_id: str
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> CloseClient:
+        return cls(v.text(p, "client_id"))
+
+
+@dataclass(frozen=True)
+class MountSegment(Request):
+    METHOD: ClassVar[str] = "mount_segment"
+    client_id: str
+    engine: str
+    region_id: int
+    size: int
+    host_id: str
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> MountSegment:
+        return cls(
+            v.text(p, "client_id"),
+            v.text(p, "engine"),
+            v.integer(p, "region_id", 1, U64),
+            v.integer(p, "size", 1, 2**62),
+            v.text(p, "host_id"),
+        )
+
+
+@dataclass(frozen=True)
+class UnmountSegment(Request):
+    METHOD: ClassVar[str] = "unmount_segment"
+    client_id: str
+    segment_id: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> UnmountSegment:
+        return cls(v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64))
+
+
+class PutItem(NamedTuple):
+    key: str
+    size: int
+    checksum: int  # xxh3-64 of the value
+
+
+@dataclass(frozen=True)
+class PutStart(Request):
+    """Allocates replicas for new objects. Per item: placements to write, or None when the same bytes
+    are already stored."""
+
+    METHOD: ClassVar[str] = "put_start"
+    client_id: str
+    items: list[PutItem]
+    replicas: int
+    pin: bool = False
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> PutStart:
+        items = [PutItem(*item) for item in v.put_items(p)]
+        return cls(v.text(p, "client_id"), items, v.integer(p, "replicas", 1, 64), v.flag(p, "pin"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[ItemResult]:
+        return _items(obj, lambda placed: [_record(Placement, r) for r in placed])
+
+
+@dataclass(frozen=True)
+class PutEnd(Request):
+    METHOD: ClassVar[str] = "put_end"
+    client_id: str
+    keys: list[str]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> PutEnd:
+        return cls(v.text(p, "client_id"), v.keys(p))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[ItemResult]:
+        return _items(obj)
+
+
+@dataclass(frozen=True)
+class PutRevoke(PutEnd):
+    METHOD: ClassVar[str] = "put_revoke"
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> PutRevoke:
+        return cls(v.text(p, "client_id"), v.keys(p))
+
+
+@dataclass(frozen=True)
+class GetReplicas(Request):
+    """Per key: its location with a fresh read lease, or None for a miss. With `prefix`, keys after the
+    first miss are not looked up (no lease, no access counted): a block is worthless without its prefix."""
+
+    METHOD: ClassVar[str] = "get_replicas"
+    keys: list[str]
+    prefix: bool = False
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> GetReplicas:
+        return cls(v.keys(p), v.flag(p, "prefix"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[ObjectLocation | None]:
+        if not isinstance(obj, list):
+            raise ProtocolError("master sent a malformed get_replicas reply")
+        out: list[ObjectLocation | None] = []
+        for entry in obj:
+            if entry is None:
+                out.append(None)
+                continue
+            size, checksum, replicas = _record(ObjectLocation, entry)
+            out.append(ObjectLocation(size, checksum, [ReplicaLocation._make(r) for r in replicas]))
+        return out
+
+
+@dataclass(frozen=True)
+class Exists(Request):
+    METHOD: ClassVar[str] = "exists"
+    keys: list[str]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Exists:
+        return cls(v.keys(p))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[bool]:
+        if not isinstance(obj, list):
+            raise ProtocolError("master sent a malformed exists reply")
+        return [bool(x) for x in obj]
+
+
+@dataclass(frozen=True)
+class MatchPrefix(Request):
+    METHOD: ClassVar[str] = "match_prefix"
+    keys: list[str]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> MatchPrefix:
+        return cls(v.keys(p))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> PrefixMatch:
+        matched, replicas, per_node = _record(PrefixMatch, obj)
+        return PrefixMatch(int(matched), [list(r) for r in replicas], dict(per_node))
+
+
+@dataclass(frozen=True)
+class Remove(Request):
+    METHOD: ClassVar[str] = "remove"
+    keys: list[str]
+    force: bool = False
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Remove:
+        return cls(v.keys(p), v.flag(p, "force"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[ItemResult]:
+        return _items(obj)
+
+
+@dataclass(frozen=True)
+class RemoveAll(Request):
+    METHOD: ClassVar[str] = "remove_all"
+    force: bool = False
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> RemoveAll:
+        return cls(v.flag(p, "force"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> int:
+        return int(obj)
+
+
+@dataclass(frozen=True)
+class Stats(Request):
+    METHOD: ClassVar[str] = "stats"
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> Stats:
+        return cls()
+
+    @staticmethod
+    def decode_reply(obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise ProtocolError("master sent malformed stats")
+        return obj
+
+
+@dataclass(frozen=True)
+class ReplicaDone(Request):
+    METHOD: ClassVar[str] = "replica_done"
+    client_id: str
+    task: int
+    ok: bool
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ReplicaDone:
+        return cls(v.text(p, "client_id"), v.integer(p, "task", 1, U64), v.flag(p, "ok"))
+
+
+@dataclass(frozen=True)
+class ChangeReplica(Request):
+    METHOD: ClassVar[str] = "change_replica"
+    key: str
+    replicas: int
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ChangeReplica:
+        return cls(v.key(v.field(p, "key")), v.integer(p, "replicas", 0, 64))
+
+
+REQUESTS: dict[str, type[Request]] = {
+    cls.METHOD: cls
+    for cls in (
+        Hello,
+        RegisterClient,
+        Heartbeat,
+        CloseClient,
+        MountSegment,
+        UnmountSegment,
+        PutStart,
+        PutEnd,
+        PutRevoke,
+        GetReplicas,
+        Exists,
+        MatchPrefix,
+        Remove,
+        RemoveAll,
+        Stats,
+        ReplicaDone,
+        ChangeReplica,
+    )
+}
+
+
+def parse_request(method: str, params: dict[str, Any]) -> Request:
+    """The typed request for a method name and its wire parameters; InvalidArgumentError when the
+    parameters do not fit, NotSupportedError-worthy names are the caller's to report."""
+    cls = REQUESTS.get(method)
+    if cls is None:
+        raise KeyError(method)
+    unknown = set(params) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    if unknown:
+        raise InvalidArgumentError(f"{method}: unknown parameter(s) {', '.join(sorted(unknown))}")
+    return cls.parse(params)

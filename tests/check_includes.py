@@ -1,0 +1,69 @@
+"""The C++ layers point down only: bind -> engine -> transport -> core -> common (storage and tools
+aside). Transports never include engine or binding headers, nor each other; the engine and the binding
+never include a concrete transport (they learn transports from transport/registration.h).
+
+    python tests/check_includes.py CSRC_DIR      exit 1 and one line per offending #include
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+# Layer -> the top-level folders its files may include.
+ALLOWED = {
+    "common": {"common"},
+    "core": {"common", "core"},
+    "transport": {"common", "core", "transport"},
+    "engine": {"common", "core", "transport", "engine"},
+    "bind": {"common", "core", "transport", "engine", "bind", "storage"},
+    "storage": {"common", "storage"},
+    "tools": {"common", "core", "transport", "bind", "tools"},
+}
+# Headers of transport/ that name no concrete transport: the interface and the registration list.
+TRANSPORT_API = {"transport/transport.h", "transport/registration.h", "transport/copy.h"}
+
+
+def violations(csrc: Path) -> list[str]:
+    found = []
+    for path in sorted(csrc.rglob("*")):
+        if path.suffix not in (".h", ".cpp", ".def"):
+            continue
+        rel = path.relative_to(csrc)
+        layer = rel.parts[0]
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            match = INCLUDE.match(line)
+            if not match:
+                continue
+            target = match.group(1)
+            top = target.split("/")[0]
+            where = f"{rel}:{number}: includes {target}"
+            if layer not in ALLOWED:
+                found.append(f"{where} (unknown layer {layer!r}: add it to tests/check_includes.py)")
+            elif top not in ALLOWED[layer]:
+                found.append(f"{where} ({layer} may include only {', '.join(sorted(ALLOWED[layer]))})")
+            elif layer == "tools":
+                continue  # bench/test support: it may reach a transport's wire codec to fuzz it
+            elif top == "transport" and target not in TRANSPORT_API and target != "transport/transports.def":
+                own = rel.parts[1] if layer == "transport" and len(rel.parts) > 2 else None
+                if target.split("/")[1] != own:
+                    found.append(f"{where} (only a transport's own files and the registration list name it)")
+    return found
+
+
+def main() -> int:
+    csrc = Path(sys.argv[1] if len(sys.argv) > 1 else "csrc")
+    found = violations(csrc)
+    for line in found:
+        print(line)
+    if found:
+        print(f"{len(found)} include(s) against the layer rules (see tests/check_includes.py)")
+        return 1
+    print(f"C++ include directions: ok ({csrc})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The layer rules themselves: the C++ include check finds what it must (and the real tree passes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.check_includes import violations
+
+CSRC = Path(os.environ.get("KVSTORE_SOURCE_DIR", Path(__file__).resolve().parents[2])) / "csrc"
+
+
+def test_the_tree_follows_the_include_rules() -> None:
+    assert violations(CSRC) == []
+
+
+def test_engine_and_binding_name_no_transport() -> None:
+    names = [p.name for p in (CSRC / "transport").iterdir() if p.is_dir()]
+    assert set(names) >= {"tcp", "shm", "local"}
+    for layer in ("engine", "bind"):
+        for path in (CSRC / layer).rglob("*.[ch]*"):
+            text = path.read_text()
+            for name in names:
+                assert f"transport/{name}/" not in text and f"{name}::" not in text, (path, name)
+
+
+def test_violations_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "transport" / "tcp").mkdir(parents=True)
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "core").mkdir()
+    (tmp_path / "transport" / "tcp" / "x.cpp").write_text(
+        '#include "engine/engine.h"\n#include "core/batch.h"\n'
+    )
+    (tmp_path / "transport" / "tcp" / "y.cpp").write_text('#include "transport/shm/shm_transport.h"\n')
+    (tmp_path / "engine" / "e.cpp").write_text('#include "transport/tcp/tcp_transport.h"\n')
+    (tmp_path / "core" / "c.h").write_text('#include "transport/transport.h"\n')
+    found = violations(tmp_path)
+    assert len(found) == 4, found
+    assert any("x.cpp:1" in f for f in found) and not any("x.cpp:2" in f for f in found)
+
+
+# The only modules that load a C++ extension; everything else reaches C++ through them.
+EXTENSION_GATES = {
+    "transfer_engine._core": {"transfer_engine.engine", "transfer_engine.config"},
+    "transfer_engine._tools": {"transfer_engine.bench"},
+    "kvstore._meta": {"kvstore.allocator"},
+}
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_extensions_are_reached_through_named_public_modules() -> None:
+    source = CSRC.parent
+    for package in ("transfer_engine", "kvstore"):
+        for path in (source / package).rglob("*.py"):
+            module = ".".join(path.relative_to(source).with_suffix("").parts).removesuffix(".__init__")
+            for extension, gates in EXTENSION_GATES.items():
+                if extension in _imports(path, module):
+                    assert module in gates, f"{module} imports {extension}; go through {sorted(gates)}"
