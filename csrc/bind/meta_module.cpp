@@ -4,7 +4,6 @@
 #include <pybind11/pybind11.h>
 
 #include "bind/status_error.h"
-
 #include "storage/offset_allocator.h"
 
 namespace py = pybind11;

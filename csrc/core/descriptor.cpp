@@ -61,7 +61,8 @@ StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size) {
   if (r.ok() && version != kDescriptorVersion) {
     return Status(Code::kProtocolError, "peer segment descriptor version " + std::to_string(version) +
                                             " is not supported (this engine speaks version " +
-                                            std::to_string(kDescriptorVersion) + "); run one release on both sides");
+                                            std::to_string(kDescriptorVersion) +
+                                            "); run one release on both sides");
   }
   d.engine_id = r.get<uint64_t>();
   d.host_id = r.get_string(kMaxString);

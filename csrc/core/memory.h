@@ -19,7 +19,9 @@ constexpr int kMemoryKinds = 4;
 
 // Bit per kind, for capability masks.
 using KindMask = uint32_t;
-constexpr KindMask kind_bit(MemoryKind kind) { return 1u << static_cast<uint32_t>(kind); }
+constexpr KindMask kind_bit(MemoryKind kind) {
+  return 1u << static_cast<uint32_t>(kind);
+}
 constexpr KindMask kAllHostKinds = kind_bit(MemoryKind::kHost) | kind_bit(MemoryKind::kHostPinned);
 
 struct MemoryLocation {

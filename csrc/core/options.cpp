@@ -3,7 +3,7 @@
 namespace kvs {
 
 StatusOr<Options> Options::make(const std::string& owner, const std::vector<OptionSpec>& specs,
-                                 const std::map<std::string, int64_t>& given) {
+                                const std::map<std::string, int64_t>& given) {
   Options out;
   for (const auto& spec : specs) out.values_[spec.name] = spec.default_value;
   for (const auto& [name, value] : given) {

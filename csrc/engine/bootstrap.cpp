@@ -20,7 +20,9 @@ constexpr uint32_t kMaxDescriptor = 64u << 20;
 constexpr size_t kMaxConnections = 64;
 constexpr int kPollMs = 100;
 
-bool keep_waiting_until(int* stalled, int timeout_ms) { return ++*stalled * kPollMs < timeout_ms; }
+bool keep_waiting_until(int* stalled, int timeout_ms) {
+  return ++*stalled * kPollMs < timeout_ms;
+}
 
 }  // namespace
 
@@ -88,11 +90,13 @@ void BootstrapServer::accept_loop() {
 void BootstrapServer::serve(int fd) {
   char hello[kHelloSize];
   int stalled = 0;
-  Status st = recv_exact(fd, hello, kHelloSize,
-                         [&](size_t) { return !stopping_.load() && keep_waiting_until(&stalled, timeout_ms_); });
+  Status st = recv_exact(fd, hello, kHelloSize, [&](size_t) {
+    return !stopping_.load() && keep_waiting_until(&stalled, timeout_ms_);
+  });
   if (!st.ok()) return;
   ByteReader r(hello, kHelloSize);
-  if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0) return;
+  if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0)
+    return;
   const std::vector<char> body = descriptor_();
   ByteWriter w;
   w.put<uint32_t>(kHelloMagic);

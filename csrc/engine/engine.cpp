@@ -27,7 +27,7 @@ struct Engine::Segment {
   std::shared_ptr<const SegmentDescriptor> descriptor;
   Running* transport = nullptr;
   std::shared_ptr<Channel> channel;
-  bool connecting = false;        // a reconnection runs on a connector thread
+  bool connecting = false;       // a reconnection runs on a connector thread
   std::vector<Waiting> waiting;  // requests it will send (or fail) when done
   // The peer restarted: its region ids now name other memory, so this handle never reconnects.
   bool stale = false;
@@ -41,14 +41,15 @@ Engine::Engine(EngineConfig config)
       pool_(std::make_unique<CopyPool>(std::max(1, config_.copy_threads))) {
   registry_->set_peer_pin_timeout_ms(config_.peer_pin_timeout_ms);
   for (const auto& [name, values] : config_.transport_options) {
-    if (find_transport(name) == nullptr) config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");
+    if (find_transport(name) == nullptr)
+      config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");
   }
   TransportContext context{id_, host_id_, config_.host, registry_, pool_.get()};
   for (const TransportEntry* entry : registered_transports()) {
     auto it = config_.transport_options.find(entry->name);
-    auto options = Options::make(entry->name, transport_options(*entry),
-                                 it == config_.transport_options.end() ? std::map<std::string, int64_t>{}
-                                                                       : it->second);
+    auto options =
+        Options::make(entry->name, transport_options(*entry),
+                      it == config_.transport_options.end() ? std::map<std::string, int64_t>{} : it->second);
     if (!options.ok()) {
       config_error_ = options.status();
       continue;
@@ -169,7 +170,8 @@ Status Engine::connect_segment(Segment& seg) {
       seg.stale = true;
       seg.channel.reset();
     }
-    if (seg.stale) return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
+    if (seg.stale)
+      return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
   }
   auto transport = choose_transport(fetched, seg.transport_name);
   if (!transport.ok()) return transport.status();
@@ -250,9 +252,9 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     }
     const MemoryLocation location = pin.value().info().location;
     batch->hold_pin(std::move(pin.value()));
-    by_segment[b.segments[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
-                                                b.local_addrs[i], location, b.region_ids[i], b.offsets[i],
-                                                b.lengths[i]});
+    by_segment[b.segments[i]].push_back(Waiting{batch, static_cast<uint32_t>(i),
+                                                static_cast<TransferOp>(b.ops[i]), b.local_addrs[i], location,
+                                                b.region_ids[i], b.offsets[i], b.lengths[i]});
   }
   for (auto& [handle, requests] : by_segment) {
     auto seg = segment(handle);
@@ -269,7 +271,8 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       continue;
     }
     bool ready = s.channel && s.channel->healthy() && !s.connecting;
-    for (size_t j = 0; ready && j < requests.size(); ++j) ready = s.descriptor->find_region(requests[j].region_id);
+    for (size_t j = 0; ready && j < requests.size(); ++j)
+      ready = s.descriptor->find_region(requests[j].region_id);
     if (ready) {
       lock.unlock();
       slice_and_send(s, requests);
@@ -344,10 +347,10 @@ void Engine::slice_and_send(Segment& seg, std::vector<Waiting>& requests) {
     }
     if (!(caps.local_kinds & kind_bit(w.local_location.kind)) ||
         !(caps.remote_kinds & kind_bit(region->location.kind))) {
-      w.batch->reject(w.request, Status(Code::kNotSupported, std::string("transport ") + transport->entry->name +
-                                                                 " cannot move " + location_name(w.local_location) +
-                                                                 " <-> " + location_name(region->location) +
-                                                                 " memory"));
+      w.batch->reject(w.request,
+                      Status(Code::kNotSupported, std::string("transport ") + transport->entry->name +
+                                                      " cannot move " + location_name(w.local_location) +
+                                                      " <-> " + location_name(region->location) + " memory"));
       continue;
     }
     w.batch->set_slices(w.request, (w.length + step - 1) / step);

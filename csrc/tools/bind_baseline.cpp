@@ -1,7 +1,7 @@
 #include <pybind11/pybind11.h>
 
-#include "tools/baseline.h"
 #include "bind/status_error.h"
+#include "tools/baseline.h"
 
 namespace py = pybind11;
 

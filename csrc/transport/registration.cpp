@@ -24,7 +24,8 @@ const TransportEntry* find_transport(const std::string& name) {
 
 std::vector<OptionSpec> transport_options(const TransportEntry& entry) {
   std::vector<OptionSpec> specs = entry.options;
-  specs.push_back({"enabled", OptionKind::kBool, 1, 0, 1, "Serve peers with this transport and use it for them."});
+  specs.push_back(
+      {"enabled", OptionKind::kBool, 1, 0, 1, "Serve peers with this transport and use it for them."});
   return specs;
 }
 

@@ -28,9 +28,9 @@ enum Reach : uint32_t {
 };
 
 struct Capabilities {
-  int cost = 0;              // lower is preferred when several transports reach a peer
-  uint32_t reach = 0;        // Reach mask
-  KindMask local_kinds = 0;  // memory kinds it reads/writes on the initiator's side
+  int cost = 0;               // lower is preferred when several transports reach a peer
+  uint32_t reach = 0;         // Reach mask
+  KindMask local_kinds = 0;   // memory kinds it reads/writes on the initiator's side
   KindMask remote_kinds = 0;  // memory kinds it serves on the target's side
 };
 

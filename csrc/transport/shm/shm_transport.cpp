@@ -158,8 +158,7 @@ StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer, const std::string& 
   }
   sockaddr_un addr{};
   unsigned len = 0;
-  if (abstract_address(socket_name, &addr, &len) != 0)
-    return Status(Code::kProtocolError, "bad shm socket");
+  if (abstract_address(socket_name, &addr, &len) != 0) return Status(Code::kProtocolError, "bad shm socket");
   const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (sock < 0) return errno_status(Code::kIoError, "unix socket");
   timeval tv{2, 0};
@@ -299,5 +298,7 @@ const TransportEntry& shm_transport_entry() {
 }  // namespace kvs::shm
 
 namespace kvs {
-const TransportEntry& shm_transport_entry() { return shm::shm_transport_entry(); }
+const TransportEntry& shm_transport_entry() {
+  return shm::shm_transport_entry();
+}
 }  // namespace kvs

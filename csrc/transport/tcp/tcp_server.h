@@ -1,5 +1,5 @@
-// Target side of the TCP transport: serves HELLO (answered with the engine id), READ and WRITE against the registry. Every request
-// is checked (region exported, key, bounds) before any byte of memory is touched.
+// Target side of the TCP transport: serves HELLO (answered with the engine id), READ and WRITE against the
+// registry. Every request is checked (region exported, key, bounds) before any byte of memory is touched.
 #pragma once
 
 #include <atomic>

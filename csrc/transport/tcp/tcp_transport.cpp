@@ -403,5 +403,7 @@ const TransportEntry& tcp_transport_entry() {
 }  // namespace kvs::tcp
 
 namespace kvs {
-const TransportEntry& tcp_transport_entry() { return tcp::tcp_transport_entry(); }
+const TransportEntry& tcp_transport_entry() {
+  return tcp::tcp_transport_entry();
+}
 }  // namespace kvs

@@ -15,11 +15,11 @@ constexpr size_t kHeaderSize = 56;
 enum class Opcode : uint8_t {
   kHello = 1,     // initiator -> target, no payload
   kHelloAck = 2,  // target -> initiator, payload = u64 engine id (a restarted peer has another)
-  kRead = 3,        // initiator -> target: send me [offset, offset+length) of region
-  kReadData = 4,    // target -> initiator: payload = the bytes
-  kWrite = 5,       // initiator -> target, payload = bytes for [offset, offset+length)
-  kWriteAck = 6,    // target -> initiator
-  kError = 7,       // either way: status carries the Code; no payload
+  kRead = 3,      // initiator -> target: send me [offset, offset+length) of region
+  kReadData = 4,  // target -> initiator: payload = the bytes
+  kWrite = 5,     // initiator -> target, payload = bytes for [offset, offset+length)
+  kWriteAck = 6,  // target -> initiator
+  kError = 7,     // either way: status carries the Code; no payload
 };
 
 struct FrameHeader {
