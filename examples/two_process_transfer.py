@@ -31,7 +31,7 @@ def serve() -> None:
 def fetch(peer: str, protocol: str = "auto") -> None:
     with TransferEngine(protocol=protocol) as engine:
         local = engine.allocate(SIZE)
-        segment = engine.open_segment(peer)  # handshake: learns the peer's regions
+        segment = engine.open_peer(peer)  # handshake: learns the peer's regions
         remote = segment.regions[0]
         start = time.perf_counter()
         engine.read(local.addr, segment, remote.id, 0, SIZE)  # one call, sliced over several paths

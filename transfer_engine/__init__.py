@@ -1,13 +1,13 @@
-"""kvstore's transfer engine: registered memory, peer segments, batched READ/WRITE over tcp/shm/local."""
+"""kvstore's transfer engine: registered memory, peer peers, batched READ/WRITE over tcp/shm/local."""
 
 from transfer_engine.config import EngineConfig, TransportSettings, transport_names
 from transfer_engine.engine import (
     BatchHandle,
     Op,
+    Peer,
     Region,
     RemoteRegion,
     RequestState,
-    Segment,
     TransferEngine,
 )
 from transfer_engine.errors import (
@@ -36,12 +36,12 @@ __all__ = [
     "NotSupportedError",
     "Op",
     "OutOfRangeError",
+    "Peer",
     "PermissionDeniedError",
     "ProtocolError",
     "Region",
     "RemoteRegion",
     "RequestState",
-    "Segment",
     "TransferConnectionError",
     "TransferEngine",
     "TransferFailedError",

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from transfer_engine import _tools
-from transfer_engine.engine import Op, RequestState, Segment, TransferEngine
+from transfer_engine.engine import Op, Peer, RequestState, TransferEngine
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
 from transfer_engine.units import format_size
@@ -105,7 +105,7 @@ def in_process_target(host: str, working_set: int) -> Iterator[str]:
 
 @contextlib.contextmanager
 def spawned_target(host: str, working_set: int) -> Iterator[str]:
-    """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its segment name."""
+    """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its engine name."""
     args = ["--host", host, "--working-set", str(working_set)]
     with module_process("transfer_engine.bench", args) as (_, ready):
         yield ready.split()[0]
@@ -118,7 +118,7 @@ class _Worker(threading.Thread):
     def __init__(
         self,
         engine: TransferEngine,
-        segment: Segment,
+        peer: Peer,
         cfg: TransferBenchConfig,
         index: int,
         local_base: int,
@@ -127,7 +127,7 @@ class _Worker(threading.Thread):
         stop_at: list[float],
     ) -> None:
         super().__init__(daemon=True)
-        self.engine, self.segment, self.cfg = engine, segment, cfg
+        self.engine, self.peer, self.cfg = engine, peer, cfg
         self.stop_at = stop_at
         blocks = max(cfg.batch_size, span // cfg.block_size)
         per = cfg.batch_size
@@ -153,7 +153,7 @@ class _Worker(threading.Thread):
             i += 1
             t0 = time.perf_counter()
             handle = self.engine.submit(
-                self.op, local, self.segment, self.remote_region, remote, self.cfg.block_size
+                self.op, local, self.peer, self.remote_region, remote, self.cfg.block_size
             )
             handle.wait()
             elapsed = time.perf_counter() - t0
@@ -171,13 +171,13 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         engine = stack.enter_context(TransferEngine(**cfg.engine_settings()))
         host = engine.config.host
         if cfg.peer:
-            peer = cfg.peer
+            address = cfg.peer
         elif engine.config.transport == "local":
-            peer = stack.enter_context(in_process_target(host, cfg.working_set))
+            address = stack.enter_context(in_process_target(host, cfg.working_set))
         else:
-            peer = stack.enter_context(spawned_target(host, cfg.working_set))
-        segment = engine.open_segment(peer)
-        remote = max(segment.regions, key=lambda r: r.length)
+            address = stack.enter_context(spawned_target(host, cfg.working_set))
+        peer = engine.open_peer(address)
+        remote = max(peer.regions, key=lambda r: r.length)
         working_set = min(cfg.working_set, remote.length)
         span = working_set // cfg.threads
         if span < cfg.block_size * cfg.batch_size:
@@ -185,7 +185,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         local = engine.allocate(working_set)
         stop_at = [time.perf_counter() + cfg.warmup + cfg.duration]
         workers = [
-            _Worker(engine, segment, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)
+            _Worker(engine, peer, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)
         ]
         for w in workers:
             w.start()
@@ -203,7 +203,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
     if cfg.baseline:
         baseline_gbps, kind = measure_baseline(
             cfg,
-            segment.transport,
+            peer.transport,
             working_set,
             engine.config.copy_threads,
             connections,
@@ -211,7 +211,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             tcp["socket_buffer"],
         )
     return TransferBenchResult(
-        transport=segment.transport,
+        transport=peer.transport,
         op=cfg.op,
         block_size=cfg.block_size,
         batch_size=cfg.batch_size,
@@ -227,7 +227,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         baseline_kind=kind,
         ratio=(gbps / baseline_gbps) if baseline_gbps else None,
         failed_requests=sum(w.failed for w in workers),
-        peer=peer,
+        peer=address,
     )
 
 

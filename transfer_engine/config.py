@@ -115,11 +115,9 @@ class TransportSettings:
 
 @dataclass
 class EngineConfig(Settings):
-    """A transfer engine: where its segment serves and how it moves data."""
+    """A transfer engine: where it serves and how it moves data."""
 
-    host: str = setting(
-        "127.0.0.1", 'Address to serve on; with the port it names this segment ("host:port").'
-    )
+    host: str = setting("127.0.0.1", 'Address to serve on; with the port it names this engine ("host:port").')
     port: int = setting(0, "Handshake port peers connect to first; 0 picks a free one.", "port")
     transport: str = setting(
         "auto", "Transport for every peer: auto (the cheapest that reaches it) or one registered transport."
@@ -128,7 +126,7 @@ class EngineConfig(Settings):
     transfer_timeout: float = setting(
         30.0, "Default deadline of a batch; then unfinished requests TIME OUT.", "seconds"
     )
-    handshake_timeout: float = setting(5.0, "How long opening a peer segment may take.", "seconds")
+    handshake_timeout: float = setting(5.0, "How long opening a peer may take.", "seconds")
     peer_pin_timeout: float = setting(
         5.0, "How long unregistering a region waits for same-host peers' copies to finish.", "seconds"
     )

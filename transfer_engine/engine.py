@@ -1,6 +1,6 @@
 """TransferEngine: the Python face of the C++ engine.
 
-Memory is registered (or allocated) into regions; a peer engine is opened by its segment name
+Memory is registered (or allocated) into regions; a peer engine is opened by its name
 ("host:port"); batches of READ/WRITE requests move bytes between a local address and a remote
 region. A batch crosses into C++ once, as flat numpy arrays.
 """
@@ -71,8 +71,8 @@ class RemoteRegion:
 
 
 @dataclass(frozen=True)
-class Segment:
-    """An opened peer segment."""
+class Peer:
+    """An opened peer: another engine, in this process, on this host or on another one."""
 
     name: str
     handle: int
@@ -85,7 +85,7 @@ class Segment:
         for r in self.regions:
             if region_id is None or r.id == region_id:
                 return r
-        raise InvalidArgumentError(f"segment {self.name} exports no region {region_id}")
+        raise InvalidArgumentError(f"peer {self.name} exports no region {region_id}")
 
 
 class BatchHandle:
@@ -149,7 +149,7 @@ class BatchHandle:
 
 
 class TransferEngine:
-    """Moves bytes between registered memory here and regions of peer segments.
+    """Moves bytes between registered memory here and regions of peers (other engines).
 
     >>> with TransferEngine() as engine:
     ...     buf = engine.allocate(1 << 20)
@@ -175,7 +175,7 @@ class TransferEngine:
         self.close()
 
     def close(self) -> None:
-        """Fails what is in flight, unregisters everything and stops serving the segment."""
+        """Fails what is in flight, unregisters everything and stops serving peers."""
         if self._core is not None:
             self._core.stop()
             self._core = None
@@ -188,7 +188,7 @@ class TransferEngine:
 
     @property
     def name(self) -> str:
-        """This engine's segment name, "host:port", which peers open."""
+        """This engine's name, "host:port" (its handshake endpoint), which peers open."""
         return str(self._core_engine().name)
 
     @property
@@ -270,19 +270,19 @@ class TransferEngine:
         return kind
 
     # -- peers -----------------------------------------------------------------------------------
-    def open_segment(self, name: str, transport: str | None = None) -> Segment:
-        """Connects to a peer segment ("host:port"), learning its regions in a handshake. `transport`
+    def open_peer(self, name: str, transport: str | None = None) -> Peer:
+        """Connects to a peer engine ("host:port"), learning its regions in a handshake. `transport`
         forces one (default: the engine's setting, usually auto)."""
-        return self._segment(self._core_engine().open_segment(name, transport or self.config.transport))
+        return self._peer(self._core_engine().open_peer(name, transport or self.config.transport))
 
-    def refresh_segment(self, segment: Segment) -> Segment:
+    def refresh_peer(self, peer: Peer) -> Peer:
         """Re-reads a peer's regions (after it registered more) and reconnects."""
-        self._core_engine().refresh_segment(segment.handle)
-        return self._segment(segment.handle)
+        self._core_engine().refresh_peer(peer.handle)
+        return self._peer(peer.handle)
 
-    def _segment(self, handle: int) -> Segment:
-        info = self._core_engine().segment_info(handle)
-        segment = Segment(
+    def _peer(self, handle: int) -> Peer:
+        info = self._core_engine().peer_info(handle)
+        peer = Peer(
             name=info["name"],
             handle=handle,
             transport=info["transport"],
@@ -292,21 +292,21 @@ class TransferEngine:
                 for r in info["regions"]
             ),
         )
-        return segment
+        return peer
 
     # -- transfers -------------------------------------------------------------------------------
     def submit(
         self,
         ops: Sequence[int] | np.ndarray | int,
         local_addrs: Sequence[int] | np.ndarray,
-        segments: Segment | Sequence[int] | np.ndarray,
+        peers: Peer | Sequence[int] | np.ndarray,
         region_ids: Sequence[int] | np.ndarray | int,
         offsets: Sequence[int] | np.ndarray,
         lengths: Sequence[int] | np.ndarray | int,
         *,
         timeout: float | None = None,
     ) -> BatchHandle:
-        """Submits a batch and returns at once. Scalars (op, segment, region id, length) broadcast."""
+        """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast."""
         local = np.ascontiguousarray(local_addrs, dtype=np.uint64).reshape(-1)
         n = local.size
 
@@ -318,12 +318,12 @@ class TransferEngine:
                 raise InvalidArgumentError("batch columns differ in length")
             return out
 
-        seg = segments.handle if isinstance(segments, Segment) else segments
+        peer_handles = peers.handle if isinstance(peers, Peer) else peers
         deadline = self.config.transfer_timeout if timeout is None else timeout
         core_batch = self._core_engine().submit(
             column(ops, np.uint8),
             local,
-            column(seg, np.uint32),
+            column(peer_handles, np.uint32),
             column(region_ids, np.uint64),
             column(offsets, np.uint64),
             column(lengths, np.uint64),
@@ -335,7 +335,7 @@ class TransferEngine:
         self,
         op: Op | int,
         local_addrs: Sequence[int] | np.ndarray,
-        segment: Segment,
+        peer: Peer,
         region_ids: Sequence[int] | np.ndarray | int,
         offsets: Sequence[int] | np.ndarray,
         lengths: Sequence[int] | np.ndarray | int,
@@ -343,14 +343,14 @@ class TransferEngine:
         timeout: float | None = None,
     ) -> np.ndarray:
         """Runs a batch to the end; returns the per-request states (nothing raised for failures)."""
-        handle = self.submit(op, local_addrs, segment, region_ids, offsets, lengths, timeout=timeout)
+        handle = self.submit(op, local_addrs, peer, region_ids, offsets, lengths, timeout=timeout)
         handle.wait()
         return handle.states()
 
     def read(
         self,
         local_addr: int,
-        segment: Segment,
+        peer: Peer,
         region_id: int,
         offset: int,
         length: int,
@@ -358,12 +358,12 @@ class TransferEngine:
         timeout: float | None = None,
     ) -> None:
         """Reads one range of a peer region into local memory; raises on failure."""
-        self._one(Op.READ, local_addr, segment, region_id, offset, length, timeout)
+        self._one(Op.READ, local_addr, peer, region_id, offset, length, timeout)
 
     def write(
         self,
         local_addr: int,
-        segment: Segment,
+        peer: Peer,
         region_id: int,
         offset: int,
         length: int,
@@ -371,13 +371,13 @@ class TransferEngine:
         timeout: float | None = None,
     ) -> None:
         """Writes local memory into one range of a peer region; raises on failure."""
-        self._one(Op.WRITE, local_addr, segment, region_id, offset, length, timeout)
+        self._one(Op.WRITE, local_addr, peer, region_id, offset, length, timeout)
 
     def transfer_one(
         self,
         op: Op | int,
         local_addr: int,
-        segment: Segment,
+        peer: Peer,
         region_id: int,
         offset: int,
         length: int,
@@ -389,7 +389,7 @@ class TransferEngine:
             raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
         deadline = self.config.transfer_timeout if timeout is None else timeout
         state, code = self._core_engine().transfer(
-            int(op), local_addr, segment.handle, region_id, offset, length, int(deadline * 1000)
+            int(op), local_addr, peer.handle, region_id, offset, length, int(deadline * 1000)
         )
         return RequestState(state), code
 
@@ -397,12 +397,12 @@ class TransferEngine:
         self,
         op: Op,
         addr: int,
-        segment: Segment,
+        peer: Peer,
         region_id: int,
         offset: int,
         length: int,
         timeout: float | None,
     ) -> None:
-        state, code = self.transfer_one(op, addr, segment, region_id, offset, length, timeout=timeout)
+        state, code = self.transfer_one(op, addr, peer, region_id, offset, length, timeout=timeout)
         if state != RequestState.COMPLETED:
-            raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {segment.name} failed")
+            raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {peer.name} failed")

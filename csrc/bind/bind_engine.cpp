@@ -26,7 +26,7 @@ py::dict region_dict(const RegionInfo& r) {
   return d;
 }
 
-py::dict descriptor_dict(const Engine& engine, const SegmentDescriptor& s) {
+py::dict descriptor_dict(const Engine& engine, const EngineDescriptor& s) {
   py::dict d;
   d["name"] = s.name;
   d["engine_id"] = s.engine_id;
@@ -50,15 +50,15 @@ py::array_t<int32_t> per_request(const Batch& b, Get get) {
 }
 
 std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
-                              const Flat<uint32_t>& segments, const Flat<uint64_t>& regions,
+                              const Flat<uint32_t>& peers, const Flat<uint64_t>& regions,
                               const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
                               int64_t timeout_ms) {
   const auto n = static_cast<size_t>(ops.size());
-  if (local.size() != ops.size() || segments.size() != ops.size() || regions.size() != ops.size() ||
+  if (local.size() != ops.size() || peers.size() != ops.size() || regions.size() != ops.size() ||
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
     throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
   }
-  BatchView view{ops.data(), local.data(), segments.data(), regions.data(), offsets.data(), lengths.data(),
+  BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(),
                  n};
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
@@ -144,36 +144,36 @@ void bind_engine(py::module_& m) {
       .def("descriptor", [](Engine& e) { return descriptor_dict(e, e.descriptor()); })
       .def("transports", &Engine::transports, "The transports this engine runs, cheapest first.")
       .def(
-          "open_segment",
+          "open_peer",
           [](Engine& e, const std::string& name, const std::string& transport) {
             StatusOr<uint32_t> r = Status();
             {
               py::gil_scoped_release release;
-              r = e.open_segment(name, transport);
+              r = e.open_peer(name, transport);
             }
             return value_or_throw(std::move(r));
           },
           py::arg("name"), py::arg("transport") = "")
       .def(
-          "refresh_segment",
+          "refresh_peer",
           [](Engine& e, uint32_t handle) {
             Status st;
             {
               py::gil_scoped_release release;
-              st = e.refresh_segment(handle);
+              st = e.refresh_peer(handle);
             }
             throw_if_error(st);
           },
           py::arg("handle"))
       .def(
-          "segment_info",
+          "peer_info",
           [](Engine& e, uint32_t handle) {
-            py::dict d = descriptor_dict(e, value_or_throw(e.segment_descriptor(handle)));
-            d["transport"] = value_or_throw(e.segment_transport(handle));
+            py::dict d = descriptor_dict(e, value_or_throw(e.peer_descriptor(handle)));
+            d["transport"] = value_or_throw(e.peer_transport(handle));
             return d;
           },
           py::arg("handle"))
-      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("segments"),
+      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"),
            py::arg("region_ids"), py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
            "Submits a batch given as flat arrays; returns a Batch handle at once.")
       .def(
@@ -188,15 +188,15 @@ void bind_engine(py::module_& m) {
            "Runs one queued copy on this thread; False if none was queued.")
       .def(
           "transfer",
-          [](Engine& e, uint8_t op, uint64_t local, uint32_t segment, uint64_t region, uint64_t offset,
+          [](Engine& e, uint8_t op, uint64_t local, uint32_t peer, uint64_t region, uint64_t offset,
              uint64_t length, int64_t timeout_ms) {
             py::gil_scoped_release release;
-            BatchView view{&op, &local, &segment, &region, &offset, &length, 1};
+            BatchView view{&op, &local, &peer, &region, &offset, &length, 1};
             auto batch = e.submit(view, timeout_ms);
             e.wait(*batch, -1);
             return std::make_pair(static_cast<int>(batch->state(0)), static_cast<int>(batch->error(0)));
           },
-          py::arg("op"), py::arg("local_addr"), py::arg("segment"), py::arg("region_id"), py::arg("offset"),
+          py::arg("op"), py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"),
           py::arg("length"), py::arg("timeout_ms"),
           "One request, submitted and waited for in one call; returns (state, error code).");
 }

@@ -11,7 +11,7 @@ namespace kvs {
 enum class Code : int32_t {
   kOk = 0,
   kInvalidArgument = 1,
-  kNotFound = 2,          // unknown region / segment
+  kNotFound = 2,          // unknown region / peer
   kPermissionDenied = 3,  // wrong access key
   kOutOfRange = 4,        // offset/length outside the region
   kProtocolError = 5,     // malformed frame or handshake

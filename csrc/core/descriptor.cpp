@@ -15,19 +15,19 @@ constexpr uint32_t kMaxString = 4096;
 constexpr uint32_t kMaxSection = 1u << 16;
 }  // namespace
 
-const RegionInfo* SegmentDescriptor::find_region(uint64_t id) const {
+const RegionInfo* EngineDescriptor::find_region(uint64_t id) const {
   for (const auto& r : regions) {
     if (r.id == id) return &r;
   }
   return nullptr;
 }
 
-const std::vector<char>* SegmentDescriptor::section(const std::string& transport) const {
+const std::vector<char>* EngineDescriptor::section(const std::string& transport) const {
   auto it = sections.find(transport);
   return it == sections.end() ? nullptr : &it->second;
 }
 
-std::vector<char> encode_descriptor(const SegmentDescriptor& d) {
+std::vector<char> encode_descriptor(const EngineDescriptor& d) {
   ByteWriter w;
   w.put<uint32_t>(kDescriptorMagic);
   w.put<uint16_t>(kDescriptorVersion);
@@ -53,13 +53,13 @@ std::vector<char> encode_descriptor(const SegmentDescriptor& d) {
   return std::move(w.bytes());
 }
 
-StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size) {
+StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size) {
   ByteReader r(data, size);
-  SegmentDescriptor d;
+  EngineDescriptor d;
   if (r.get<uint32_t>() != kDescriptorMagic) return Status(Code::kProtocolError, "bad descriptor magic");
   const auto version = r.get<uint16_t>();
   if (r.ok() && version != kDescriptorVersion) {
-    return Status(Code::kProtocolError, "peer segment descriptor version " + std::to_string(version) +
+    return Status(Code::kProtocolError, "peer engine descriptor version " + std::to_string(version) +
                                             " is not supported (this engine speaks version " +
                                             std::to_string(kDescriptorVersion) +
                                             "); run one release on both sides");

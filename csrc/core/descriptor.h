@@ -1,4 +1,4 @@
-// What a peer learns about a segment in the handshake: who it is, the regions it exports, and one
+// What a peer learns about an engine in the handshake: who it is, the regions it exports, and one
 // opaque section per transport it serves (addresses, socket names...), which only that transport
 // parses. The layout is versioned: a peer speaking another version gets a clear error, not a misparse.
 #pragma once
@@ -15,7 +15,7 @@ namespace kvs {
 
 constexpr uint16_t kDescriptorVersion = 2;
 
-struct SegmentDescriptor {
+struct EngineDescriptor {
   uint64_t engine_id = 0;           // random per engine; equal ids mean the same process
   std::string host_id;              // boot id + network namespace: equal means shared memory is reachable
   std::string name;                 // "host:port" of the engine's handshake endpoint
@@ -26,8 +26,8 @@ struct SegmentDescriptor {
   const std::vector<char>* section(const std::string& transport) const;
 };
 
-std::vector<char> encode_descriptor(const SegmentDescriptor& d);
-StatusOr<SegmentDescriptor> decode_descriptor(const char* data, size_t size);
+std::vector<char> encode_descriptor(const EngineDescriptor& d);
+StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size);
 
 // Identity of this host as seen by shared memory: boot id and network namespace.
 std::string local_host_id();

@@ -1,4 +1,4 @@
-// Memory kinds a region can be registered with. A kind travels in the segment descriptor; transports
+// Memory kinds a region can be registered with. A kind travels in the engine descriptor; transports
 // declare which kinds they can touch on each side, and refuse the rest at submit.
 #pragma once
 

@@ -23,7 +23,7 @@ struct RegionInfo {
   uint64_t base = 0;
   uint64_t length = 0;
   MemoryLocation location;  // host, host-pinned, gpu:N, file
-  bool exported = false;    // listed in the segment descriptor, reachable by peers
+  bool exported = false;    // listed in the engine descriptor, reachable by peers
   bool shareable = false;   // backed by a memfd that same-host peers may map
   uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
 };

@@ -73,7 +73,7 @@ void BootstrapServer::accept_loop() {
     std::lock_guard<std::mutex> lock(mu_);
     reap_finished();
     if (stopping_.load() || conns_.size() >= kMaxConnections) {
-      close(fd);  // a flood of idle handshakes costs the flooder, not the segment
+      close(fd);  // a flood of idle handshakes costs the flooder, not the engine
       continue;
     }
     conns_.emplace_back();
@@ -105,7 +105,7 @@ void BootstrapServer::serve(int fd) {
   (void)send_all(fd, w.bytes().data(), w.bytes().size(), timeout_ms_ / kPollMs + 1);
 }
 
-StatusOr<SegmentDescriptor> fetch_descriptor(const std::string& name, int timeout_ms) {
+StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout_ms) {
   auto hp = parse_host_port(name);
   if (!hp.ok()) return hp.status();
   auto fd = tcp_connect(hp.value().host, hp.value().port, timeout_ms);
@@ -120,17 +120,17 @@ StatusOr<SegmentDescriptor> fetch_descriptor(const std::string& name, int timeou
   Status st = send_all(fd.value(), hello.bytes().data(), hello.bytes().size(), timeout_ms / kPollMs + 1);
   char head[8];
   if (st.ok()) st = recv_exact(fd.value(), head, sizeof(head), keep_waiting);
-  StatusOr<SegmentDescriptor> result = st;
+  StatusOr<EngineDescriptor> result = st;
   if (st.ok()) {
     ByteReader r(head, sizeof(head));
     const auto magic = r.get<uint32_t>();
     const auto length = r.get<uint32_t>();
     if (magic != kHelloMagic || length > kMaxDescriptor) {
-      result = Status(Code::kProtocolError, name + " is not a kvstore segment (bad handshake reply)");
+      result = Status(Code::kProtocolError, name + " is not a kvstore engine (bad handshake reply)");
     } else {
       std::vector<char> body(length);
       st = recv_exact(fd.value(), body.data(), body.size(), keep_waiting);
-      result = st.ok() ? decode_descriptor(body.data(), body.size()) : StatusOr<SegmentDescriptor>(st);
+      result = st.ok() ? decode_descriptor(body.data(), body.size()) : StatusOr<EngineDescriptor>(st);
     }
   }
   close(fd.value());

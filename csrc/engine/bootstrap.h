@@ -1,5 +1,5 @@
-// The handshake endpoint that names a segment ("host:port"): a peer connects, says hello and gets the
-// encoded segment descriptor back. Transports publish how to reach them inside the descriptor, so this
+// The handshake endpoint that names an engine ("host:port"): a peer connects, says hello and gets the
+// encoded engine descriptor back. Transports publish how to reach them inside the descriptor, so this
 // is the only address a peer needs to know.
 #pragma once
 
@@ -48,7 +48,7 @@ class BootstrapServer {
   std::list<Conn> conns_;
 };
 
-// Connects to a segment's handshake endpoint and returns its descriptor.
-StatusOr<SegmentDescriptor> fetch_descriptor(const std::string& name, int timeout_ms);
+// Connects to an engine's handshake endpoint and returns its descriptor.
+StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout_ms);
 
 }  // namespace kvs

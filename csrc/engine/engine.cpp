@@ -20,11 +20,11 @@ struct Engine::Waiting {
   uint64_t length = 0;
 };
 
-struct Engine::Segment {
+struct Engine::Peer {
   std::string name;
   std::string transport_name;
   std::mutex mu;  // guards the fields below
-  std::shared_ptr<const SegmentDescriptor> descriptor;
+  std::shared_ptr<const EngineDescriptor> descriptor;
   Running* transport = nullptr;
   std::shared_ptr<Channel> channel;
   bool connecting = false;       // a reconnection runs on a connector thread
@@ -110,16 +110,16 @@ void Engine::stop() {
   for (auto& t : transports_) t.transport->stop();
   {
     // Dropping the channels fails whatever they still carry.
-    std::lock_guard<std::mutex> lock(segments_mu_);
-    segments_.clear();
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    peers_.clear();
   }
   while (pool_->run_one()) {
   }
   registry_->remove_all();
 }
 
-SegmentDescriptor Engine::descriptor() const {
-  SegmentDescriptor d;
+EngineDescriptor Engine::descriptor() const {
+  EngineDescriptor d;
   d.engine_id = id_;
   d.host_id = host_id_;
   d.name = name_;
@@ -145,7 +145,7 @@ std::map<std::string, std::string> Engine::describe_section(const std::string& t
   return {};
 }
 
-StatusOr<Engine::Running*> Engine::choose_transport(const SegmentDescriptor& peer,
+StatusOr<Engine::Running*> Engine::choose_transport(const EngineDescriptor& peer,
                                                     const std::string& transport) const {
   for (const auto& t : transports_) {
     if (transport != "auto" && transport != t.entry->name) continue;
@@ -155,81 +155,81 @@ StatusOr<Engine::Running*> Engine::choose_transport(const SegmentDescriptor& pee
   return Status(Code::kNotSupported, "transport '" + transport + "' cannot reach " + peer.name);
 }
 
-Status Engine::connect_segment(Segment& seg) {
-  SegmentDescriptor fetched;
-  if (seg.name == name_) {
+Status Engine::connect_peer(Peer& peer) {
+  EngineDescriptor fetched;
+  if (peer.name == name_) {
     fetched = descriptor();
   } else {
-    auto d = fetch_descriptor(seg.name, config_.handshake_timeout_ms);
+    auto d = fetch_descriptor(peer.name, config_.handshake_timeout_ms);
     if (!d.ok()) return d.status();
     fetched = std::move(d.value());
   }
   {
-    std::lock_guard<std::mutex> lock(seg.mu);
-    if (seg.descriptor && fetched.engine_id != seg.descriptor->engine_id) {
-      seg.stale = true;
-      seg.channel.reset();
+    std::lock_guard<std::mutex> lock(peer.mu);
+    if (peer.descriptor && fetched.engine_id != peer.descriptor->engine_id) {
+      peer.stale = true;
+      peer.channel.reset();
     }
-    if (seg.stale)
-      return Status(Code::kConnectionFailed, "peer " + seg.name + " restarted; open the segment again");
+    if (peer.stale)
+      return Status(Code::kConnectionFailed, "peer " + peer.name + " restarted; open the peer again");
   }
-  auto transport = choose_transport(fetched, seg.transport_name);
+  auto transport = choose_transport(fetched, peer.transport_name);
   if (!transport.ok()) return transport.status();
   auto channel = transport.value()->transport->connect(fetched);
   if (!channel.ok()) return channel.status();
-  std::lock_guard<std::mutex> lock(seg.mu);
-  seg.descriptor = std::make_shared<const SegmentDescriptor>(std::move(fetched));
-  seg.transport = transport.value();
-  seg.channel = std::move(channel.value());
+  std::lock_guard<std::mutex> lock(peer.mu);
+  peer.descriptor = std::make_shared<const EngineDescriptor>(std::move(fetched));
+  peer.transport = transport.value();
+  peer.channel = std::move(channel.value());
   return Status::OK();
 }
 
-StatusOr<uint32_t> Engine::open_segment(const std::string& name, const std::string& transport) {
+StatusOr<uint32_t> Engine::open_peer(const std::string& name, const std::string& transport) {
   if (!running_.load()) return Status(Code::kClosed, "engine is not running");
   const std::string chosen = transport.empty() ? config_.transport : transport;
   {
-    std::lock_guard<std::mutex> lock(segments_mu_);
-    for (size_t i = 0; i < segments_.size(); ++i) {
-      const auto& s = segments_[i];
-      std::lock_guard<std::mutex> seg_lock(s->mu);
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      const auto& s = peers_[i];
+      std::lock_guard<std::mutex> peer_lock(s->mu);
       if (s->name == name && s->transport_name == chosen && !s->stale) return static_cast<uint32_t>(i);
     }
   }
-  auto seg = std::make_shared<Segment>();
-  seg->name = name;
-  seg->transport_name = chosen;
-  Status st = connect_segment(*seg);
+  auto peer = std::make_shared<Peer>();
+  peer->name = name;
+  peer->transport_name = chosen;
+  Status st = connect_peer(*peer);
   if (!st.ok()) return st;
-  std::lock_guard<std::mutex> lock(segments_mu_);
-  segments_.push_back(seg);
-  return static_cast<uint32_t>(segments_.size() - 1);
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  peers_.push_back(peer);
+  return static_cast<uint32_t>(peers_.size() - 1);
 }
 
-StatusOr<std::shared_ptr<Engine::Segment>> Engine::segment(uint32_t handle) {
-  std::lock_guard<std::mutex> lock(segments_mu_);
-  if (handle >= segments_.size()) return Status(Code::kInvalidArgument, "unknown segment handle");
-  return segments_[handle];
+StatusOr<std::shared_ptr<Engine::Peer>> Engine::peer_at(uint32_t handle) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  if (handle >= peers_.size()) return Status(Code::kInvalidArgument, "unknown peer handle");
+  return peers_[handle];
 }
 
-Status Engine::refresh_segment(uint32_t handle) {
-  auto seg = segment(handle);
-  if (!seg.ok()) return seg.status();
-  return connect_segment(*seg.value());
+Status Engine::refresh_peer(uint32_t handle) {
+  auto peer = peer_at(handle);
+  if (!peer.ok()) return peer.status();
+  return connect_peer(*peer.value());
 }
 
-StatusOr<SegmentDescriptor> Engine::segment_descriptor(uint32_t handle) {
-  auto seg = segment(handle);
-  if (!seg.ok()) return seg.status();
-  std::lock_guard<std::mutex> lock(seg.value()->mu);
-  return *seg.value()->descriptor;
+StatusOr<EngineDescriptor> Engine::peer_descriptor(uint32_t handle) {
+  auto peer = peer_at(handle);
+  if (!peer.ok()) return peer.status();
+  std::lock_guard<std::mutex> lock(peer.value()->mu);
+  return *peer.value()->descriptor;
 }
 
-StatusOr<std::string> Engine::segment_transport(uint32_t handle) {
-  auto seg = segment(handle);
-  if (!seg.ok()) return seg.status();
-  std::lock_guard<std::mutex> lock(seg.value()->mu);
-  if (seg.value()->transport == nullptr) return Status(Code::kConnectionFailed, "segment is not connected");
-  return std::string(seg.value()->transport->entry->name);
+StatusOr<std::string> Engine::peer_transport(uint32_t handle) {
+  auto peer = peer_at(handle);
+  if (!peer.ok()) return peer.status();
+  std::lock_guard<std::mutex> lock(peer.value()->mu);
+  if (peer.value()->transport == nullptr) return Status(Code::kConnectionFailed, "peer is not connected");
+  return std::string(peer.value()->transport->entry->name);
 }
 
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
@@ -239,7 +239,7 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     for (size_t i = 0; i < b.count; ++i) batch->reject(i, Status(Code::kClosed, "engine is not running"));
     return batch;
   }
-  std::unordered_map<uint32_t, std::vector<Waiting>> by_segment;
+  std::unordered_map<uint32_t, std::vector<Waiting>> by_peer;
   for (size_t i = 0; i < b.count; ++i) {
     if (b.ops[i] > static_cast<uint8_t>(TransferOp::kWrite) || b.lengths[i] == 0) {
       batch->reject(i, Status(Code::kInvalidArgument, "bad op or empty length"));
@@ -252,21 +252,21 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     }
     const MemoryLocation location = pin.value().info().location;
     batch->hold_pin(std::move(pin.value()));
-    by_segment[b.segments[i]].push_back(Waiting{batch, static_cast<uint32_t>(i),
+    by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i),
                                                 static_cast<TransferOp>(b.ops[i]), b.local_addrs[i], location,
                                                 b.region_ids[i], b.offsets[i], b.lengths[i]});
   }
-  for (auto& [handle, requests] : by_segment) {
-    auto seg = segment(handle);
-    if (!seg.ok()) {
-      for (auto& w : requests) batch->reject(w.request, seg.status());
+  for (auto& [handle, requests] : by_peer) {
+    auto peer = peer_at(handle);
+    if (!peer.ok()) {
+      for (auto& w : requests) batch->reject(w.request, peer.status());
       continue;
     }
-    Segment& s = *seg.value();
+    Peer& s = *peer.value();
     std::unique_lock<std::mutex> lock(s.mu);
     if (s.stale) {
       lock.unlock();
-      Status st(Code::kConnectionFailed, "peer " + s.name + " restarted; open the segment again");
+      Status st(Code::kConnectionFailed, "peer " + s.name + " restarted; open the peer again");
       for (auto& w : requests) batch->reject(w.request, st);
       continue;
     }
@@ -284,12 +284,12 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     const bool launch = !s.connecting;
     s.connecting = true;
     lock.unlock();
-    if (launch) reconnect_async(seg.value());
+    if (launch) reconnect_async(peer.value());
   }
   return batch;
 }
 
-void Engine::reconnect_async(std::shared_ptr<Segment> seg) {
+void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
   std::lock_guard<std::mutex> lock(connectors_mu_);
   for (auto it = connectors_.begin(); it != connectors_.end();) {
     if (it->finished->load()) {
@@ -300,16 +300,16 @@ void Engine::reconnect_async(std::shared_ptr<Segment> seg) {
     }
   }
   auto finished = std::make_shared<std::atomic<bool>>(false);
-  auto work = [this, seg, finished] {
-    Status st = running_.load() ? connect_segment(*seg) : Status(Code::kClosed, "engine is not running");
+  auto work = [this, peer, finished] {
+    Status st = running_.load() ? connect_peer(*peer) : Status(Code::kClosed, "engine is not running");
     std::vector<Waiting> waiting;
     {
-      std::lock_guard<std::mutex> seg_lock(seg->mu);
-      waiting.swap(seg->waiting);
-      seg->connecting = false;
+      std::lock_guard<std::mutex> peer_lock(peer->mu);
+      waiting.swap(peer->waiting);
+      peer->connecting = false;
     }
     if (st.ok()) {
-      slice_and_send(*seg, waiting);
+      slice_and_send(*peer, waiting);
     } else {
       for (auto& w : waiting) w.batch->reject(w.request, st);
     }
@@ -322,15 +322,15 @@ void Engine::reconnect_async(std::shared_ptr<Segment> seg) {
   connectors_.push_back(Connector{std::thread(work), finished});
 }
 
-void Engine::slice_and_send(Segment& seg, std::vector<Waiting>& requests) {
-  std::shared_ptr<const SegmentDescriptor> descriptor;
+void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
+  std::shared_ptr<const EngineDescriptor> descriptor;
   std::shared_ptr<Channel> channel;
   Running* transport = nullptr;
   {
-    std::lock_guard<std::mutex> lock(seg.mu);
-    descriptor = seg.descriptor;
-    channel = seg.channel;
-    transport = seg.transport;
+    std::lock_guard<std::mutex> lock(peer.mu);
+    descriptor = peer.descriptor;
+    channel = peer.channel;
+    transport = peer.transport;
   }
   const Capabilities& caps = transport->entry->capabilities;
   const uint64_t step = std::max<uint64_t>(transport->transport->slice_size(), 4096);

@@ -1,5 +1,5 @@
-// The transfer engine: owns the registry and the copy pool, serves its segment through every enabled
-// transport plus the handshake endpoint, opens peer segments and turns batches of requests into slices
+// The transfer engine: owns the registry and the copy pool, serves its regions through every enabled
+// transport plus the handshake endpoint, opens peers (other engines) and turns batches of requests into slices
 // on the transport chosen per peer. Transports are learned from the registration list; none is named
 // here.
 #pragma once
@@ -25,7 +25,7 @@ namespace kvs {
 class BootstrapServer;
 
 struct EngineConfig {
-  std::string host = "127.0.0.1";  // address the segment serves on; with the port it names the segment
+  std::string host = "127.0.0.1";  // address the engine serves on; with the port it names the engine
   uint16_t port = 0;               // handshake port; 0: any free port
   std::string transport = "auto";  // auto, or the name of one transport to use for every peer
   int copy_threads = 2;            // workers for memory-to-memory copies
@@ -39,7 +39,7 @@ struct EngineConfig {
 struct BatchView {
   const uint8_t* ops;
   const uint64_t* local_addrs;
-  const uint32_t* segments;
+  const uint32_t* peers;
   const uint64_t* region_ids;
   const uint64_t* offsets;
   const uint64_t* lengths;
@@ -59,20 +59,20 @@ class Engine {
   const std::string& name() const { return name_; }
   uint64_t id() const { return id_; }
   MemoryRegistry& registry() { return *registry_; }
-  SegmentDescriptor descriptor() const;
+  EngineDescriptor descriptor() const;
   // The transports this engine runs, cheapest first.
   std::vector<std::string> transports() const;
   // A peer section in readable form, by the transport that owns it.
   std::map<std::string, std::string> describe_section(const std::string& transport,
                                                       const std::vector<char>& section) const;
 
-  // Opens (or returns the already open) peer segment: handshake and connection happen here, so a
+  // Opens (or returns the already open) peer engine: handshake and connection happen here, so a
   // failure is reported to the caller. transport "" uses the engine's setting.
-  StatusOr<uint32_t> open_segment(const std::string& name, const std::string& transport);
+  StatusOr<uint32_t> open_peer(const std::string& name, const std::string& transport);
   // Re-reads the peer's descriptor (new regions) and reconnects.
-  Status refresh_segment(uint32_t handle);
-  StatusOr<SegmentDescriptor> segment_descriptor(uint32_t handle);
-  StatusOr<std::string> segment_transport(uint32_t handle);
+  Status refresh_peer(uint32_t handle);
+  StatusOr<EngineDescriptor> peer_descriptor(uint32_t handle);
+  StatusOr<std::string> peer_transport(uint32_t handle);
 
   // Returns at once. Requests for a peer whose link is down (or that names a region this engine has
   // not heard of yet) wait for a reconnection made on another thread; its failure fails them.
@@ -84,18 +84,18 @@ class Engine {
   bool help_once() { return pool_->run_one(); }
 
  private:
-  struct Segment;
+  struct Peer;
   struct Waiting;
   struct Running {
     const TransportEntry* entry;
     std::unique_ptr<Transport> transport;
   };
-  StatusOr<std::shared_ptr<Segment>> segment(uint32_t handle);
-  // Handshake (unless it is ourselves) and connect; called without the segment lock held.
-  Status connect_segment(Segment& seg);
-  StatusOr<Running*> choose_transport(const SegmentDescriptor& peer, const std::string& transport) const;
-  void reconnect_async(std::shared_ptr<Segment> seg);
-  void slice_and_send(Segment& seg, std::vector<Waiting>& requests);
+  StatusOr<std::shared_ptr<Peer>> peer_at(uint32_t handle);
+  // Handshake (unless it is ourselves) and connect; called without the peer lock held.
+  Status connect_peer(Peer& peer);
+  StatusOr<Running*> choose_transport(const EngineDescriptor& peer, const std::string& transport) const;
+  void reconnect_async(std::shared_ptr<Peer> peer);
+  void slice_and_send(Peer& peer, std::vector<Waiting>& requests);
 
   EngineConfig config_;
   uint64_t id_;
@@ -108,8 +108,8 @@ class Engine {
   std::unique_ptr<BootstrapServer> bootstrap_;
   std::atomic<bool> running_{false};
 
-  std::mutex segments_mu_;
-  std::vector<std::shared_ptr<Segment>> segments_;
+  std::mutex peers_mu_;
+  std::vector<std::shared_ptr<Peer>> peers_;
 
   struct Connector {
     std::thread thread;

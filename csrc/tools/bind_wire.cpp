@@ -55,7 +55,7 @@ void bind_wire(py::module_& m) {
         return py::make_tuple(d.name, d.engine_id, d.regions.size());
       },
       py::arg("data"),
-      "Decodes a segment descriptor; ProtocolError if malformed. Returns (name, id, regions).");
+      "Decodes an engine descriptor; ProtocolError if malformed. Returns (name, id, regions).");
 }
 
 }  // namespace kvs::tools

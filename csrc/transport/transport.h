@@ -43,7 +43,7 @@ struct TransportContext {
   CopyPool* pool = nullptr;
 };
 
-// A transport's link to one peer segment. Thread-safe.
+// A transport's link to one peer engine. Thread-safe.
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -60,7 +60,7 @@ class Transport {
   // Target side: start serving peers; every request is checked against the registry.
   virtual Status start() { return Status::OK(); }
   virtual void stop() {}
-  // What a peer needs to reach this transport here, carried opaquely in the segment descriptor
+  // What a peer needs to reach this transport here, carried opaquely in the engine descriptor
   // (starts with the transport's own version byte). Empty: not offered to peers.
   virtual std::vector<char> descriptor_section() const = 0;
   // A peer's section in readable form (e.g. {"address": "host:port"}), for tools and tests.
@@ -68,8 +68,8 @@ class Transport {
 
   // Initiator side.
   virtual uint64_t slice_size() const = 0;  // largest slice moved as one unit
-  virtual bool reachable(const SegmentDescriptor& peer) const = 0;
-  virtual StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) = 0;
+  virtual bool reachable(const EngineDescriptor& peer) const = 0;
+  virtual StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) = 0;
 };
 
 // How a transport registers itself (transport/transports.def lists them).

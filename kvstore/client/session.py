@@ -19,7 +19,7 @@ from kvstore.client.master_client import MasterClient
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.rpc import messages as m
-from transfer_engine import Segment, TransferEngine
+from transfer_engine import Peer, TransferEngine
 
 log = logging.getLogger("kvstore.client")
 
@@ -43,8 +43,8 @@ class Session:
         self._reporters: list[Callable[[], dict[str, Any]]] = []
         self._reply_handlers: list[Callable[[m.HeartbeatReply], None]] = []
         self._rejoin_handlers: list[Callable[[], None]] = []
-        self._segments: dict[str, Segment] = {}
-        self._segments_lock = threading.Lock()
+        self._peers: dict[str, Peer] = {}
+        self._peers_lock = threading.Lock()
         self._closed = threading.Event()
         self._rejoin_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
@@ -58,7 +58,7 @@ class Session:
         self._reporters.append(report)
 
     def on_reply(self, handler: Callable[[m.HeartbeatReply], None]) -> None:
-        """`handler(reply)` sees every heartbeat reply (e.g. copy tasks for this process's segment)."""
+        """`handler(reply)` sees every heartbeat reply (e.g. copy tasks for this process's peer)."""
         self._reply_handlers.append(handler)
 
     def on_rejoin(self, handler: Callable[[], None]) -> None:
@@ -96,20 +96,20 @@ class Session:
                 rejoin()
 
     # -- peers ----------------------------------------------------------------------------------------
-    def segment(self, name: str) -> Segment | None:
-        """The opened peer segment `name` (opened on first use); None when it cannot be reached."""
-        with self._segments_lock:
-            segment = self._segments.get(name)
-        if segment is not None:
-            return segment
+    def peer(self, name: str) -> Peer | None:
+        """The opened peer engine `name` (opened on first use); None when it cannot be reached."""
+        with self._peers_lock:
+            peer = self._peers.get(name)
+        if peer is not None:
+            return peer
         try:
-            segment = self.transfer_engine.open_segment(name)
+            peer = self.transfer_engine.open_peer(name)
         except KVStoreError as exc:
-            log.debug("cannot open segment %s: %s", name, exc)
+            log.debug("cannot open peer %s: %s", name, exc)
             return None
-        with self._segments_lock:
-            self._segments[name] = segment
-        return segment
+        with self._peers_lock:
+            self._peers[name] = peer
+        return peer
 
     @property
     def transfer_engine(self) -> TransferEngine:

@@ -1,7 +1,7 @@
 """`Store`: the client of the KV-cache store.
 
 Metadata goes to the master in one RPC per batch; bytes move directly between this process and the
-segments holding the replicas, through the transfer engine (same host: shared memory; else TCP).
+nodes holding the replicas, through the transfer engine (same host: shared memory; else TCP).
 Every value is checked against its xxh3-64 checksum on read: a mismatch is a miss, never bytes.
 """
 
@@ -32,7 +32,7 @@ from kvstore.errors import (
 )
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import ObjectLocation, PrefixMatch
-from transfer_engine import BatchHandle, Op, RequestState, Segment, TransferEngine
+from transfer_engine import BatchHandle, Op, Peer, RequestState, TransferEngine
 
 log = logging.getLogger("kvstore.client")
 
@@ -237,13 +237,13 @@ class Store:
             elif placed is not None:
                 writing.append(i)
                 for engine, region_id, offset in placed:
-                    segment = self.session.segment(engine)
-                    if segment is None:
+                    peer = self.session.peer(engine)
+                    if peer is None:
                         requests.fail(i)
                         continue
                     at = offset
                     for s in spans[i]:
-                        requests.add(i, Op.WRITE, s.addr, segment, region_id, at, s.length)
+                        requests.add(i, Op.WRITE, s.addr, peer, region_id, at, s.length)
                         at += s.length
         failed = requests.run(self.engine)
         done = [i for i in writing if i not in failed]
@@ -372,15 +372,15 @@ class Store:
             requests = _Requests()
             for i in todo:
                 engine, region_id, offset, _host = choices[i][attempt]
-                segment = self.session.segment(engine)
-                if segment is None:
+                peer = self.session.peer(engine)
+                if peer is None:
                     requests.fail(i)
                     continue
                 left = found[i][0]
                 for s in spans[i]:
                     n = min(left, s.length)
                     if n:
-                        requests.add(i, Op.READ, s.addr, segment, region_id, offset, n)
+                        requests.add(i, Op.READ, s.addr, peer, region_id, offset, n)
                     offset += n
                     left -= n
             retry = []
@@ -494,15 +494,13 @@ class _Requests:
         self.offsets: list[int] = []
         self.lengths: list[int] = []
         self.failed: set[int] = set()
-        self.segments: list[Segment] = []
+        self.peers: list[Peer] = []
 
-    def add(
-        self, owner: int, op: Op, local: int, segment: Segment, region: int, offset: int, length: int
-    ) -> None:
+    def add(self, owner: int, op: Op, local: int, peer: Peer, region: int, offset: int, length: int) -> None:
         self.owner.append(owner)
         self.ops.append(op)
         self.local.append(local)
-        self.segments.append(segment)
+        self.peers.append(peer)
         self.regions.append(region)
         self.offsets.append(offset)
         self.lengths.append(length)
@@ -511,7 +509,7 @@ class _Requests:
         self.failed.add(owner)
 
     def _submit(self, engine: TransferEngine) -> BatchHandle:
-        handles = [s.handle for s in self.segments]
+        handles = [p.handle for p in self.peers]
         return engine.submit(self.ops, self.local, handles, self.regions, self.offsets, self.lengths)
 
     def stream(self, engine: TransferEngine) -> Iterator[tuple[int, bool]]:
@@ -548,7 +546,7 @@ class _Requests:
             state, _ = engine.transfer_one(
                 self.ops[0],
                 self.local[0],
-                self.segments[0],
+                self.peers[0],
                 self.regions[0],
                 self.offsets[0],
                 self.lengths[0],

@@ -32,7 +32,7 @@ from kvstore.errors import (
     TransferTimeoutError,
     error_for_code,
 )
-from transfer_engine import Op, RequestState, Segment
+from transfer_engine import Op, Peer, RequestState
 from transfer_engine import TransferEngine as _Engine
 
 log = logging.getLogger("kvstore.mooncake")
@@ -394,10 +394,10 @@ class TransferEngine:
             engine = self._engine_or_fail()
             if not len(locals_) == len(remotes) == len(lengths):
                 return INVALID_PARAMS
-            segment = engine.open_segment(target)
+            segment = engine.open_peer(target)
             where = _translate(segment, remotes, lengths)
             if where is None:  # the peer may have registered memory since the handshake
-                segment = engine.refresh_segment(segment)
+                segment = engine.refresh_peer(segment)
                 where = _translate(segment, remotes, lengths)
             if where is None:
                 return INVALID_PARAMS
@@ -407,7 +407,7 @@ class TransferEngine:
             return mooncake_code(exc)
 
 
-def _translate(segment: Segment, addresses: list[int], lengths: list[int]) -> tuple[Any, Any] | None:
+def _translate(segment: Peer, addresses: list[int], lengths: list[int]) -> tuple[Any, Any] | None:
     """Remote (region ids, offsets) for remote virtual addresses, from the peer's exported regions
     (which never overlap): one sorted search for the whole batch. None when a range is in no region."""
     regions = sorted(segment.regions, key=lambda r: r.base)

@@ -9,14 +9,13 @@ Heat is an access count decayed with a half-life; hot above `hot_access_rate` ac
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kvstore.config import MasterConfig
 from kvstore.master.model import ObjectMeta, Replica, Segment
+from kvstore.master.placement import SegmentSpace
 from kvstore.rpc import messages
-
-if TYPE_CHECKING:
-    from kvstore.master.state import MasterState
 
 
 @dataclass
@@ -38,8 +37,17 @@ class CopyTask:
 
 
 class Replicator:
-    def __init__(self, state: MasterState) -> None:
-        self.state = state
+    def __init__(
+        self,
+        config: MasterConfig,
+        clock: Callable[[], float],
+        space: SegmentSpace,
+        objects: Mapping[str, ObjectMeta],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.space = space  # copies are placed (and freed) by the same writer as puts
+        self.objects = objects
         self.tasks: dict[int, CopyTask] = {}
         self._by_key: dict[str, list[CopyTask]] = {}  # the same tasks, by object key
         self._next = 1
@@ -51,18 +59,18 @@ class Replicator:
 
     # -- heat -----------------------------------------------------------------------------------------
     def note_access(self, meta: ObjectMeta) -> None:
-        now = self.state.clock()
+        now = self.clock()
         meta.heat = self._decayed(meta, now) + 1.0
         meta.heat_time = now
         self.touched.add(meta.key)
 
     def _decayed(self, meta: ObjectMeta, now: float) -> float:
-        half_life = self.state.config.heat_half_life
+        half_life = self.config.heat_half_life
         return meta.heat * math.pow(0.5, max(0.0, now - meta.heat_time) / half_life)
 
     def rate(self, meta: ObjectMeta) -> float:
         """Accesses per second (the decayed count over its mean life)."""
-        return self._decayed(meta, self.state.clock()) * math.log(2) / self.state.config.heat_half_life
+        return self._decayed(meta, self.clock()) * math.log(2) / self.config.heat_half_life
 
     def change_replica(self, meta: ObjectMeta, replicas: int) -> None:
         meta.target_replicas = replicas
@@ -72,13 +80,13 @@ class Replicator:
 
     # -- planning -------------------------------------------------------------------------------------
     def desired(self, meta: ObjectMeta) -> int:
-        cfg = self.state.config
+        cfg = self.config
         if meta.target_replicas:
             return meta.target_replicas
         rate = self.rate(meta)
         current = len(meta.replicas)
         if rate >= cfg.hot_access_rate:
-            return max(current, min(cfg.max_hot_replicas, len(self.state.segments)))
+            return max(current, min(cfg.max_hot_replicas, len(self.space)))
         if rate < cfg.cool_access_rate:
             return meta.base_replicas
         return current
@@ -87,7 +95,7 @@ class Replicator:
         """Adds copy tasks for keys below their desired count, drops replicas above it."""
         keys, self.touched = self.touched | self.extra, set()
         for key in keys:
-            meta = self.state.objects.get(key)
+            meta = self.objects.get(key)
             if meta is None or not meta.complete:
                 self.extra.discard(key)
                 continue
@@ -105,28 +113,23 @@ class Replicator:
                 self.extra.discard(key)
 
     def _add_copy(self, meta: ObjectMeta, pending: list[CopyTask]) -> None:
+        if not meta.replicas:
+            return
         used = {r.segment.id for r in meta.replicas} | {t.segment.id for t in pending}
-        hosts = {r.segment.host_id for r in meta.replicas}
-        candidates = [
-            s
-            for s in self.state.segments.values()
-            if s.id not in used and s.allocator.largest_free >= meta.size
-        ]
-        if not candidates or not meta.replicas:
+        # Another host first (spreads reads over NICs), then the emptiest segment; copies never evict.
+        placed = self.space.place(
+            meta.key, meta.size, 1, exclude=used, spread_from={r.segment.host_id for r in meta.replicas}
+        )
+        if placed is None:
             return
-        # Another host first (spreads reads over NICs), then the emptiest segment.
-        dest = min(candidates, key=lambda s: (s.host_id in hosts, -s.allocator.largest_free))
-        offset = dest.allocator.allocate(meta.size)
-        if offset is None:
-            return
-        dest.objects.add(meta.key)
+        dest = placed[0]
         task = CopyTask(
             self._next,
             meta.key,
-            dest,
-            offset,
+            dest.segment,
+            dest.offset,
             meta.replicas[0],
-            self.state.clock() + self.state.config.put_timeout,
+            self.clock() + self.config.put_timeout,
         )
         self._next += 1
         self.tasks[task.id] = task
@@ -140,22 +143,21 @@ class Replicator:
             del self._by_key[task.key]
 
     def _drop_one(self, meta: ObjectMeta) -> None:
-        if meta.lease_until > self.state.clock() or len(meta.replicas) <= 1:
+        if meta.lease_until > self.clock() or len(meta.replicas) <= 1:
             return  # a reader may be using any replica: wait for its lease to end
         replica = meta.replicas.pop()  # the newest: originals stay
-        self._free(replica.segment, replica.offset, meta.key)
+        self.space.free(meta.key, replica)
         self.dropped += 1
 
-    def _free(self, segment: Segment, offset: int, key: str) -> None:
-        segment.allocator.free(offset)
-        segment.objects.discard(key)
+    def _free(self, task: CopyTask) -> None:
+        self.space.free(task.key, Replica(task.segment, task.offset))
 
     # -- clients --------------------------------------------------------------------------------------
     def tasks_for(self, client_id: str) -> list[messages.CopyTask]:
         """Copy tasks for the segments of this client, each handed out once."""
         out = []
         for task in self.tasks.values():
-            meta = self.state.objects.get(task.key)
+            meta = self.objects.get(task.key)
             if not task.issued and task.segment.client_id == client_id and meta is not None:
                 task.issued = True
                 out.append(task.describe(meta))
@@ -166,12 +168,12 @@ class Replicator:
         if task is None or task.segment.client_id != client_id:
             return  # expired or cancelled meanwhile; its space is already freed
         self._unlink(task)
-        meta = self.state.objects.get(task.key)
+        meta = self.objects.get(task.key)
         if ok and meta is not None and meta.complete:
             meta.replicas.append(Replica(task.segment, task.offset))
             self.copies_done += 1
         else:
-            self._free(task.segment, task.offset, task.key)
+            self._free(task)
             self.copies_failed += 1
 
     # -- cleanup --------------------------------------------------------------------------------------
@@ -179,7 +181,7 @@ class Replicator:
         """The object is gone: cancel its copies."""
         for task in list(self._by_key.get(key, [])):
             self._unlink(task)
-            self._free(task.segment, task.offset, key)
+            self._free(task)
         self.extra.discard(key)
         self.touched.discard(key)
 
@@ -187,14 +189,11 @@ class Replicator:
         """Copies to or from a vanished segment are cancelled (its space goes with it)."""
         for task in [t for t in self.tasks.values() if segment in (t.segment, t.source.segment)]:
             self._unlink(task)
-            if task.segment is not segment:
-                self._free(task.segment, task.offset, task.key)
-            else:
-                task.segment.objects.discard(task.key)
+            self._free(task)
 
     def expire(self) -> None:
-        now = self.state.clock()
+        now = self.clock()
         for task in [t for t in self.tasks.values() if t.deadline < now]:
             self._unlink(task)
-            self._free(task.segment, task.offset, task.key)
+            self._free(task)
             self.copies_failed += 1

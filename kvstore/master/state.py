@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from kvstore.allocator import OffsetAllocator
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
     InvalidArgumentError,
@@ -21,6 +20,7 @@ from kvstore.errors import (
 )
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
 
 
@@ -29,14 +29,17 @@ class MasterState:
         self.config = config
         self.clock = clock
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
-        self.replicator = Replicator(self)
+        self.space = SegmentSpace(config.allocation_alignment)  # the one writer of segment space
         self.clients: dict[str, Client] = {}
-        self.segments: dict[int, Segment] = {}
         self.objects: dict[str, ObjectMeta] = {}
+        self.replicator = Replicator(config, clock, self.space, self.objects)
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending: dict[str, ObjectMeta] = {}
         self.counters = Counters()
-        self._next_segment = 1
+
+    @property
+    def segments(self) -> dict[int, Segment]:
+        return self.space.segments
 
     # -- clients and segments -----------------------------------------------------------------------
     def register_client(self, client_id: str, host_id: str) -> None:
@@ -56,20 +59,7 @@ class MasterState:
 
     def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
         client = self._client(client_id)
-        for seg in self.segments.values():
-            if seg.engine == engine and seg.region_id == region_id:
-                raise InvalidArgumentError(f"region {region_id} of {engine} is already mounted")
-        seg = Segment(
-            self._next_segment,
-            client_id,
-            engine,
-            region_id,
-            size,
-            host_id,
-            OffsetAllocator(size, self.config.allocation_alignment),
-        )
-        self._next_segment += 1
-        self.segments[seg.id] = seg
+        seg = self.space.mount(client_id, engine, region_id, size, host_id)
         client.segments.add(seg.id)
         return seg.id
 
@@ -93,14 +83,13 @@ class MasterState:
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
         self.replicator.drop_segment(seg)
-        for key in list(seg.objects):
+        for key in self.space.unmount(seg):
             meta = self.objects.get(key)
             if meta is None:
                 continue
             meta.replicas = [r for r in meta.replicas if r.segment is not seg]
             if not meta.replicas:
-                self._delete(meta, free=False)
-        del self.segments[seg.id]
+                self._delete(meta)
         client = self.clients.get(seg.client_id)
         if client:
             client.segments.discard(seg.id)
@@ -127,7 +116,7 @@ class MasterState:
                 self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
                 return None  # same key, same bytes: nothing to write
             raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
-        placed = self._place(size, replicas)
+        placed = self._place(key, size, replicas)
         now = self.clock()
         meta = ObjectMeta(
             key,
@@ -142,8 +131,6 @@ class MasterState:
         )
         self.objects[key] = meta
         self._pending[key] = meta
-        for r in placed:
-            r.segment.objects.add(key)
         return placed
 
     def put_end(self, client_id: str, key: str) -> None:
@@ -163,43 +150,15 @@ class MasterState:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
         return meta
 
-    def _place(self, size: int, replicas: int) -> list[Replica]:
+    def _place(self, key: str, size: int, replicas: int) -> list[Replica]:
         """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space."""
-        if size <= 0:
-            raise InvalidArgumentError("size must be positive")
-        fitting = [s for s in self.segments.values() if s.size >= size]
-        if len(fitting) < replicas:
-            raise NoSpaceError(
-                f"{replicas} replicas of {size} bytes: only {len(fitting)} segments are large enough"
-            )
+        self.space.check_fits(size, replicas)
         while True:
-            placed = self._try_place(size, replicas, fitting)
+            placed = self.space.place(key, size, replicas)
             if placed is not None:
                 return placed
             if not self._evict_one():
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
-
-    def _try_place(self, size: int, replicas: int, fitting: list[Segment]) -> list[Replica] | None:
-        order = sorted(fitting, key=lambda s: -s.allocator.largest_free)
-        chosen: list[Segment] = []
-        hosts: set[str] = set()
-        for distinct_host in (True, False):
-            for seg in order:
-                if len(chosen) == replicas:
-                    break
-                if seg in chosen or (distinct_host and seg.host_id in hosts):
-                    continue
-                if seg.allocator.largest_free >= size:
-                    chosen.append(seg)
-                    hosts.add(seg.host_id)
-        if len(chosen) < replicas:
-            return None
-        placed = []
-        for seg in chosen:
-            offset = seg.allocator.allocate(size)
-            assert offset is not None  # largest_free was checked above, single-threaded
-            placed.append(Replica(seg, offset))
-        return placed
 
     # -- reads ---------------------------------------------------------------------------------------
     def get_replicas(self, key: str) -> ObjectMeta | None:
@@ -274,11 +233,9 @@ class MasterState:
             self._delete(meta)
         return len(doomed)
 
-    def _delete(self, meta: ObjectMeta, free: bool = True) -> None:
+    def _delete(self, meta: ObjectMeta) -> None:
         for r in meta.replicas:
-            r.segment.objects.discard(meta.key)
-            if free:
-                r.segment.allocator.free(r.offset)
+            self.space.free(meta.key, r)
         meta.replicas = []
         self.objects.pop(meta.key, None)
         self._pending.pop(meta.key, None)
@@ -307,12 +264,12 @@ class MasterState:
     @property
     def capacity(self) -> int:
         """Bytes of all mounted segments."""
-        return sum(s.size for s in self.segments.values())
+        return self.space.capacity
 
     @property
     def used(self) -> int:
-        """Bytes allocated in all segments (the allocators are the one record of it)."""
-        return sum(s.allocator.used for s in self.segments.values())
+        """Bytes allocated in all segments."""
+        return self.space.used
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0

@@ -76,7 +76,7 @@ class StorageNode:
         array = self.segment.array
         if array is None or not 0 <= task.offset <= self.segment.length - task.size:
             return False
-        source = self.session.segment(task.source.engine)
+        source = self.session.peer(task.source.engine)
         if source is None:
             return False
         try:

@@ -16,9 +16,9 @@ import pytest
 
 from transfer_engine import (
     Op,
+    Peer,
     Region,
     RequestState,
-    Segment,
     TransferEngine,
     TransferFailedError,
 )
@@ -43,7 +43,7 @@ def pattern(n: int, seed: int = 0) -> np.ndarray:
 class Pair:
     initiator: TransferEngine
     target: TransferEngine
-    segment: Segment
+    segment: Peer
     local: Region
     remote: Region  # memfd-backed, on the target
 
@@ -62,7 +62,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         assert remote.array is not None
         remote.array[:] = pattern(remote.length)
         local = initiator.allocate(4 << 20)
-        segment = initiator.open_segment(target.name)
+        segment = initiator.open_peer(target.name)
         assert segment.transport == transport
         yield Pair(initiator, target, segment, local, remote)
 
@@ -132,7 +132,7 @@ def test_numpy_registered_target_region(pair: Pair) -> None:
     """Memory the target registered from Python (not memfd) is reachable too (shm: by CMA)."""
     plain = pattern(1 << 20, seed=3)
     region = pair.target.register(plain)
-    segment = pair.initiator.refresh_segment(pair.segment)
+    segment = pair.initiator.refresh_peer(pair.segment)
     pair.initiator.read(pair.local.addr, segment, region.id, 0, plain.size)
     assert pair.local.array is not None
     assert np.array_equal(pair.local.array[: plain.size], plain)

@@ -75,7 +75,7 @@ def test_settings_come_from_the_environment_everywhere() -> None:
                     assert store.leases.validity == pytest.approx(1.5)  # the master's lease, halved
                     assert store.stats()["master"]["capacity"] == 24 << 20
                     store.put("k", b"v")
-                    assert store.engine.open_segment(node_name).transport == "tcp"
+                    assert store.engine.open_peer(node_name).transport == "tcp"
                 with Store.connect(transport="shm") as store:  # code beats environment
                     assert store.engine.config.transport == "shm"
             finally:

@@ -64,7 +64,7 @@ def test_other_host_is_reached_over_tcp(netns: Namespace) -> None:
     target = start_target(size=16 << 20, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
         with TransferEngine(host=netns.local_addr, tcp_io_timeout=2.0) as engine:
-            segment = engine.open_segment(target.name)  # auto: another namespace is another host
+            segment = engine.open_peer(target.name)  # auto: another namespace is another host
             assert segment.transport == "tcp"
             local = engine.allocate(16 << 20)
             assert local.array is not None
@@ -96,6 +96,6 @@ def test_shm_is_refused_across_hosts(netns: Namespace) -> None:
             from transfer_engine import NotSupportedError
 
             with pytest.raises(NotSupportedError):
-                engine.open_segment(target.name, "shm")
+                engine.open_peer(target.name, "shm")
     finally:
         stop_target(target)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 
@@ -22,7 +23,7 @@ def test_both_directions_byte_exact(
     target: TargetProcess, engine: TransferEngine, transport: str, which: str
 ) -> None:
     region_id = target.shared_region if which == "shared" else target.numpy_region
-    segment = engine.open_segment(target.name, transport)
+    segment = engine.open_peer(target.name, transport)
     assert segment.transport == transport
     local = engine.allocate(SIZE)
     assert local.array is not None
@@ -39,7 +40,7 @@ def test_both_directions_byte_exact(
 def test_killed_peer_fails_requests_within_timeout(engine: TransferEngine, transport: str) -> None:
     target = start_target(size=64 << 20)
     try:
-        segment = engine.open_segment(target.name, transport)
+        segment = engine.open_peer(target.name, transport)
         local = engine.allocate(64 << 20)
         n, size = 64, 1 << 20
         offsets = np.arange(n, dtype=np.uint64) * size
@@ -73,7 +74,7 @@ def test_hung_peer_times_out(engine: TransferEngine) -> None:
 
     target = start_target()
     try:
-        segment = engine.open_segment(target.name, "tcp")
+        segment = engine.open_peer(target.name, "tcp")
         local = engine.allocate(1 << 20)
         freeze(target.proc.pid)
         start = time.monotonic()
@@ -126,15 +127,15 @@ HELLO, HELLO_ACK, READ, READ_DATA, WRITE, WRITE_ACK, ERROR = range(1, 8)
 
 def _tcp_address(engine: TransferEngine, name: str) -> str:
     """Where the peer's tcp transport listens (its section of the segment descriptor)."""
-    segment = engine.open_segment(name, "tcp")
-    return str(engine._core_engine().segment_info(segment.handle)["transports"]["tcp"]["address"])
+    segment = engine.open_peer(name, "tcp")
+    return str(engine._core_engine().peer_info(segment.handle)["transports"]["tcp"]["address"])
 
 
 def _region_key(engine: TransferEngine, name: str, region_id: int) -> int:
     # Keys travel in the descriptor; a test peer reads the real one to make a valid request.
-    segment = engine.open_segment(name, "tcp")
+    segment = engine.open_peer(name, "tcp")
     assert any(r.id == region_id for r in segment.regions)
-    handle = engine._core_engine().segment_info(segment.handle)
+    handle = engine._core_engine().peer_info(segment.handle)
     return next(r["key"] for r in handle["regions"] if r["id"] == region_id)
 
 
@@ -145,7 +146,7 @@ def test_tcp_hello_is_answered_with_the_engine_id(target: TargetProcess, engine:
     assert header["opcode"] == HELLO_ACK and header["length"] == 8
     engine_id = int.from_bytes(peer.recv_exact(8), "little")
     peer.close()
-    assert engine_id == engine.open_segment(target.name).engine_id
+    assert engine_id == engine.open_peer(target.name).engine_id
 
 
 def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: TransferEngine) -> None:
@@ -185,7 +186,7 @@ def test_malformed_frames_close_only_that_connection(target: TargetProcess, engi
         with pytest.raises(ConnectionError):
             peer.recv_header()
         peer.close()
-    segment = engine.open_segment(target.name, "tcp")
+    segment = engine.open_peer(target.name, "tcp")
     local = engine.allocate(4096)
     engine.read(local.addr, segment, target.shared_region, 0, 4096)
     assert local.array is not None and np.array_equal(local.array, pattern(4096))
@@ -200,7 +201,7 @@ def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine
     port = int(first.name.rsplit(":", 1)[1])
     local = engine.allocate(4096)
     try:
-        segment = engine.open_segment(first.name, transport)
+        segment = engine.open_peer(first.name, transport)
         engine.read(local.addr, segment, first.shared_region, 0, 4096)
     finally:
         stop_target(first)
@@ -209,9 +210,37 @@ def test_restarted_peer_is_never_mistaken_for_the_old_one(engine: TransferEngine
         assert second.name == first.name and second.shared_region == first.shared_region
         with pytest.raises(TransferConnectionError):
             engine.read(local.addr, segment, first.shared_region, 0, 4096)
-        fresh = engine.open_segment(second.name, transport)
+        fresh = engine.open_peer(second.name, transport)
         assert fresh.handle != segment.handle
         engine.read(local.addr, fresh, second.shared_region, 0, 4096)
         assert local.array is not None and np.array_equal(local.array, pattern(4096))
     finally:
         stop_target(second)
+
+
+def test_submit_returns_at_once_while_a_reconnection_waits_on_a_stopped_peer() -> None:
+    """A request naming a region the engine has not heard of needs a fresh handshake; with the peer
+    SIGSTOPped that handshake hangs until its timeout, on a connector thread: submit never waits, and
+    the requests queued meanwhile fail with the handshake's error (nothing is left pending)."""
+    target = start_target()
+    try:
+        with TransferEngine(handshake_timeout=1.0, tcp_io_timeout=2.0) as engine:
+            segment = engine.open_peer(target.name, "tcp")
+            local = engine.allocate(8192)
+            freeze(target.proc.pid)
+            started = time.monotonic()
+            unknown = engine.submit(Op.READ, [local.addr], segment, 10**6, [0], 4096, timeout=10)
+            known = engine.submit(Op.READ, [local.addr + 4096], segment, target.shared_region, [0], 4096)
+            assert time.monotonic() - started < 0.2  # neither call waited for the peer
+            assert not unknown.done() and not known.done()
+            unknown.wait()
+            known.wait()
+            assert time.monotonic() - started < 5
+            assert unknown.states().tolist() == [RequestState.FAILED] == known.states().tolist()
+            assert CODE_NAMES[int(unknown.errors()[0])] == "CONNECTION_FAILED"
+            target.proc.send_signal(signal.SIGCONT)
+            engine.read(local.addr, segment, target.shared_region, 0, 4096)  # the peer is back: reconnects
+            assert local.array is not None and np.array_equal(local.array[:4096], pattern(4096))
+    finally:
+        target.proc.send_signal(signal.SIGCONT)
+        stop_target(target)

@@ -80,7 +80,7 @@ def _send_junk(name: str, frames: list[bytes]) -> None:
 
 def _still_serves(engine: TransferEngine) -> None:
     with TransferEngine(transport="tcp") as client:
-        segment = client.open_segment(engine.name)
+        segment = client.open_peer(engine.name)
         local = client.allocate(4096)
         client.read(local.addr, segment, segment.regions[0].id, 0, 4096)
         assert local.array is not None and np.all(local.array == 7)

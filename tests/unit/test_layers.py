@@ -68,3 +68,15 @@ def test_extensions_are_reached_through_named_public_modules() -> None:
             for extension, gates in EXTENSION_GATES.items():
                 if extension in _imports(path, module):
                     assert module in gates, f"{module} imports {extension}; go through {sorted(gates)}"
+
+
+def test_segment_space_has_one_writer() -> None:
+    """Only kvstore.master.placement allocates, reserves or frees segment space, for puts and replica
+    copies alike."""
+    import re
+
+    writes = re.compile(r"\.allocator\.(allocate|allocate_many|free|reserve)\(")
+    for path in (CSRC.parent / "kvstore").rglob("*.py"):
+        if path.name == "placement.py" or "bench" in path.parts:
+            continue
+        assert not writes.search(path.read_text()), f"{path} writes segment space itself"

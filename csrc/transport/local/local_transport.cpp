@@ -67,7 +67,7 @@ class LocalTransport : public Transport {
   std::map<std::string, std::string> describe_section(const std::vector<char>&) const override { return {}; }
 
   uint64_t slice_size() const override { return slice_size_; }
-  bool reachable(const SegmentDescriptor& peer) const override {
+  bool reachable(const EngineDescriptor& peer) const override {
     const auto* section = peer.section("local");
     if (section == nullptr || section->empty() || (*section)[0] != static_cast<char>(kSectionVersion)) {
       return false;
@@ -75,7 +75,7 @@ class LocalTransport : public Transport {
     std::lock_guard<std::mutex> lock(directory_mu());
     return directory().count(peer.engine_id) != 0;
   }
-  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
     std::lock_guard<std::mutex> lock(directory_mu());
     auto it = directory().find(peer.engine_id);
     if (it == directory().end()) return Status(Code::kNotFound, "engine is not in this process");

@@ -63,7 +63,7 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
 
 class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChannel> {
  public:
-  ShmChannel(CopyPool* pool, SegmentDescriptor peer, pid_t pid, int pidfd, PeerMemory memory)
+  ShmChannel(CopyPool* pool, EngineDescriptor peer, pid_t pid, int pidfd, PeerMemory memory)
       : pool_(pool), peer_(std::move(peer)), pid_(pid), pidfd_(pidfd), memory_(std::move(memory)) {}
   ~ShmChannel() override {
     memory_.unmap();
@@ -105,7 +105,7 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
   }
 
   CopyPool* pool_;
-  SegmentDescriptor peer_;
+  EngineDescriptor peer_;
   pid_t pid_;
   int pidfd_;
   PeerMemory memory_;
@@ -145,7 +145,7 @@ Status map_fd(int fd, uint64_t length, int flags, void** out) {
   return Status::OK();
 }
 
-StatusOr<PeerMemory> map_peer(const SegmentDescriptor& peer, const std::string& socket_name) {
+StatusOr<PeerMemory> map_peer(const EngineDescriptor& peer, const std::string& socket_name) {
   std::vector<const RegionInfo*> wanted;
   for (const auto& r : peer.regions) {
     if (r.shareable && wanted.size() < kMaxRegionsPerRequest) wanted.push_back(&r);
@@ -255,10 +255,10 @@ class ShmTransport : public Transport {
   }
 
   uint64_t slice_size() const override { return slice_size_; }
-  bool reachable(const SegmentDescriptor& peer) const override {
+  bool reachable(const EngineDescriptor& peer) const override {
     return peer.host_id == context_.host_id && decode_section(peer.section("shm")).ok();
   }
-  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
     auto section = decode_section(peer.section("shm"));
     if (!section.ok()) return section.status();
     const pid_t pid = section.value().pid;

@@ -365,10 +365,10 @@ class TcpTransport : public Transport {
   }
 
   uint64_t slice_size() const override { return config_.slice_size; }
-  bool reachable(const SegmentDescriptor& peer) const override {
+  bool reachable(const EngineDescriptor& peer) const override {
     return decode_section(peer.section("tcp")).ok();
   }
-  StatusOr<std::shared_ptr<Channel>> connect(const SegmentDescriptor& peer) override {
+  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
     auto hp = decode_section(peer.section("tcp"));
     if (!hp.ok()) return hp.status();
     std::vector<std::unique_ptr<TcpConnection>> conns;

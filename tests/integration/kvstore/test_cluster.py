@@ -123,7 +123,7 @@ def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
         store.put("victim", value(4096, 1))
         _, _, replicas = store.master.call(m.GetReplicas(keys=["victim"]))[0]
         engine, region, offset, _ = replicas[0]
-        segment = store.engine.open_segment(engine)
+        segment = store.engine.open_peer(engine)
         garbage = store.engine.allocate(16, export=False)
         assert garbage.array is not None
         garbage.array[:] = 0xEE

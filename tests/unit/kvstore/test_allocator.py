@@ -63,3 +63,18 @@ def test_allocate_many(n: int) -> None:
     offsets = a.allocate_many(np.full(n, 4096, dtype=np.uint64))
     assert len(set(offsets.tolist())) == n
     assert (a.allocate_many(np.array([1 << 21], dtype=np.uint64)) == -1).all()
+
+
+def test_reserve_takes_exactly_a_free_range() -> None:
+    a = OffsetAllocator(1 << 20, 64)
+    assert a.reserve(4096, 1000)  # rounded up to 1024
+    assert a.block_size(4096) == 1024 and a.used == 1024
+    assert not a.reserve(4096 + 512, 64)  # inside the reserved block
+    assert not a.reserve(100, 64)  # misaligned
+    assert not a.reserve((1 << 20) - 64, 128)  # past the end
+    assert not a.reserve(0, 0)
+    first = a.allocate(4096)
+    assert first == 0  # the free space before the reservation is still usable
+    assert a.reserve(8192, 4096)
+    assert a.free(4096) and a.reserve(4096, 1024)  # freed space can be reserved again
+    assert a.stats()["allocations"] == 3

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kvstore.integrations.mooncake import _translate
-from transfer_engine import Segment
+from transfer_engine import Peer
 from transfer_engine.engine import RemoteRegion
 
-PEER = Segment(
+PEER = Peer(
     "127.0.0.1:1",
     1,
     "tcp",

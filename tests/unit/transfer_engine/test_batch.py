@@ -25,13 +25,13 @@ def test_large_request_is_sliced_and_reassembled(loop: TransferEngine) -> None:
     assert remote.array is not None
     remote.array[:] = np.random.default_rng(1).integers(0, 256, remote.length, dtype=np.uint8)
     local = loop.allocate(10 << 20)
-    segment = loop.open_segment(loop.name)
+    segment = loop.open_peer(loop.name)
     loop.read(local.addr, segment, remote.id, 0, remote.length)  # 160 slices over 3 connections
     assert local.array is not None and np.array_equal(local.array, remote.array)
 
 
 def test_empty_batch_is_done_at_once(loop: TransferEngine) -> None:
-    segment = loop.open_segment(loop.name)
+    segment = loop.open_peer(loop.name)
     handle = loop.submit(Op.READ, [], segment, 1, [], 1)
     assert handle.wait(0) and len(handle) == 0
 
@@ -39,7 +39,7 @@ def test_empty_batch_is_done_at_once(loop: TransferEngine) -> None:
 def test_zero_length_and_bad_op_fail_per_request(loop: TransferEngine) -> None:
     remote = loop.allocate(1 << 16)
     local = loop.allocate(1 << 16)
-    segment = loop.open_segment(loop.name)
+    segment = loop.open_peer(loop.name)
     handle = loop.submit([Op.READ, 7, Op.READ], [local.addr] * 3, segment, remote.id, [0, 0, 0], [0, 10, 10])
     assert handle.wait()
     assert list(handle.states()) == [RequestState.FAILED, RequestState.FAILED, RequestState.COMPLETED]
@@ -47,7 +47,7 @@ def test_zero_length_and_bad_op_fail_per_request(loop: TransferEngine) -> None:
 
 
 def test_mismatched_columns_raise(loop: TransferEngine) -> None:
-    segment = loop.open_segment(loop.name)
+    segment = loop.open_peer(loop.name)
     with pytest.raises(InvalidArgumentError):
         loop.submit(Op.READ, [1, 2, 3], segment, 1, [0, 0], 10)
 
@@ -62,7 +62,7 @@ def test_unknown_segment_handle_fails_requests(loop: TransferEngine) -> None:
 def test_many_slices_complete(loop: TransferEngine) -> None:
     remote = loop.allocate(64 << 20)
     local = loop.allocate(64 << 20)
-    segment = loop.open_segment(loop.name)
+    segment = loop.open_peer(loop.name)
     offsets = np.arange(64, dtype=np.uint64) * (1 << 20)
     handle = loop.submit(Op.READ, local.addr + offsets, segment, remote.id, offsets, 1 << 20)
     assert handle.wait(30)
@@ -79,7 +79,7 @@ def test_deadline_marks_timed_out() -> None:
     target = start_target()
     try:
         with TransferEngine(transport="tcp") as e:
-            segment = e.open_segment(target.name)
+            segment = e.open_peer(target.name)
             local = e.allocate(1 << 20)
             freeze(target.proc.pid)
             handle = e.submit(Op.READ, [local.addr], segment, target.shared_region, [0], 1 << 20, timeout=0.3)

@@ -30,9 +30,9 @@ def test_unknown_code_is_internal() -> None:
 
 def test_core_errors_arrive_as_the_hierarchy(engine: TransferEngine) -> None:
     with pytest.raises(TransferConnectionError):
-        engine.open_segment("127.0.0.1:1", "tcp")
+        engine.open_peer("127.0.0.1:1", "tcp")
     with pytest.raises(InvalidArgumentError):
-        engine.open_segment("no-port-here")
+        engine.open_peer("no-port-here")
     with pytest.raises(NotFoundError):
         engine.unregister(424242)
     with pytest.raises(ProtocolError):

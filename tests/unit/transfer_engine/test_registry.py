@@ -27,7 +27,7 @@ def test_exported_regions_are_in_the_descriptor(engine: TransferEngine) -> None:
     public = engine.allocate(4096)
     private = engine.allocate(4096, export=False)
     with TransferEngine() as peer:
-        segment = peer.open_segment(engine.name)
+        segment = peer.open_peer(engine.name)
         ids = {r.id for r in segment.regions}
     assert public.id in ids and private.id not in ids
 
@@ -71,7 +71,7 @@ def test_python_buffers_are_host_memory(engine: TransferEngine) -> None:
 def test_local_memory_must_be_registered_and_inside_one_region(engine: TransferEngine) -> None:
     remote = engine.allocate(1 << 16)
     local = engine.allocate(1 << 16, export=False)
-    segment = engine.open_segment(engine.name)
+    segment = engine.open_peer(engine.name)
     handle = engine.submit(Op.READ, [local.addr + (1 << 16) - 100], segment, remote.id, [0], 4096)
     assert handle.wait()
     assert list(handle.states()) == [RequestState.FAILED]

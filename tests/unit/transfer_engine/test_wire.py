@@ -48,3 +48,12 @@ def test_unknown_opcode_and_version() -> None:
     raw[4] = 9
     with pytest.raises(ProtocolError, match="version"):
         _tools.decode_frame_header(bytes(raw))
+
+
+@pytest.mark.parametrize("version", [1, 3, 0xFFFF])
+def test_a_descriptor_of_another_version_is_a_clear_error(version: int) -> None:
+    import struct
+
+    raw = struct.pack("<IH", 0x4B565344, version) + bytes(64)  # "KVSD", then a version we do not speak
+    with pytest.raises(ProtocolError, match=f"version {version} is not supported"):
+        _tools.decode_descriptor(raw)

@@ -1,0 +1,116 @@
+"""Segment space: the one writer of where replicas live. Mounting, placing (puts and replica copies
+alike), reserving a known range (rebuilding from a record) and freeing all happen here; the rest of
+the master asks, and never touches an allocator or a segment's key index itself."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from kvstore.allocator import OffsetAllocator
+from kvstore.errors import InvalidArgumentError, NoSpaceError, NotFoundError
+from kvstore.master.model import Replica, Segment
+
+
+class SegmentSpace:
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.segments: dict[int, Segment] = {}
+        self._next = 1
+
+    # -- segments -------------------------------------------------------------------------------------
+    def mount(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> Segment:
+        for seg in self.segments.values():
+            if seg.engine == engine and seg.region_id == region_id:
+                raise InvalidArgumentError(f"region {region_id} of {engine} is already mounted")
+        seg = Segment(
+            self._next, client_id, engine, region_id, size, host_id, OffsetAllocator(size, self.alignment)
+        )
+        self._next += 1
+        self.segments[seg.id] = seg
+        return seg
+
+    def unmount(self, segment: Segment) -> list[str]:
+        """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
+        del self.segments[segment.id]
+        return list(segment.objects)
+
+    def get(self, segment_id: int) -> Segment:
+        seg = self.segments.get(segment_id)
+        if seg is None:
+            raise NotFoundError(f"no segment {segment_id}")
+        return seg
+
+    def __iter__(self) -> Iterator[Segment]:
+        return iter(self.segments.values())
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    # -- space ----------------------------------------------------------------------------------------
+    def check_fits(self, size: int, count: int) -> None:
+        """Raises NoSpaceError when `count` replicas of `size` bytes can never fit, whatever is evicted."""
+        if size <= 0:
+            raise InvalidArgumentError("size must be positive")
+        fitting = sum(1 for s in self.segments.values() if s.size >= size)
+        if fitting < count:
+            raise NoSpaceError(f"{count} replicas of {size} bytes: only {fitting} segments are large enough")
+
+    def place(
+        self,
+        key: str,
+        size: int,
+        count: int,
+        *,
+        exclude: Collection[int] = (),
+        spread_from: Collection[str] = (),
+    ) -> list[Replica] | None:
+        """Allocates `count` replicas of `key` on distinct segments (none in `exclude`), on hosts other than
+        `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
+        when they do not fit now (the caller may evict and try again)."""
+        order = sorted(
+            (s for s in self.segments.values() if s.id not in exclude and s.allocator.largest_free >= size),
+            key=lambda s: -s.allocator.largest_free,
+        )
+        chosen: list[Segment] = []
+        hosts = set(spread_from)
+        for distinct_host in (True, False):
+            for seg in order:
+                if len(chosen) == count:
+                    break
+                if seg in chosen or (distinct_host and seg.host_id in hosts):
+                    continue
+                chosen.append(seg)
+                hosts.add(seg.host_id)
+        if len(chosen) < count:
+            return None
+        placed = []
+        for seg in chosen:
+            offset = seg.allocator.allocate(size)
+            assert offset is not None  # largest_free was checked above; the master is single-threaded
+            seg.objects.add(key)
+            placed.append(Replica(seg, offset))
+        return placed
+
+    def reserve(self, key: str, segment: Segment, offset: int, size: int) -> Replica:
+        """Takes exactly [offset, offset + size) of `segment` for `key` (rebuilding the map from a record)."""
+        if not segment.allocator.reserve(offset, size):
+            raise InvalidArgumentError(f"[{offset}, +{size}) of segment {segment.id} is not free")
+        segment.objects.add(key)
+        return Replica(segment, offset)
+
+    def free(self, key: str, replica: Replica) -> None:
+        """Gives a replica's space back (nothing to do if its segment is already gone)."""
+        seg = replica.segment
+        seg.objects.discard(key)
+        if self.segments.get(seg.id) is seg:
+            seg.allocator.free(replica.offset)
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of all mounted segments."""
+        return sum(s.size for s in self.segments.values())
+
+    @property
+    def used(self) -> int:
+        """Bytes allocated in all segments (the allocators are the one record of it)."""
+        return sum(s.allocator.used for s in self.segments.values())
