@@ -28,21 +28,21 @@ def serve() -> None:
         sys.stdin.read()  # serve until stdin closes (Ctrl-D in a terminal)
 
 
-def fetch(peer: str, protocol: str = "auto") -> None:
-    with TransferEngine(protocol=protocol) as engine:
+def fetch(address: str, transport: str = "auto") -> None:
+    with TransferEngine(transport=transport) as engine:
         local = engine.allocate(SIZE)
-        segment = engine.open_peer(peer)  # handshake: learns the peer's regions
-        remote = segment.regions[0]
+        peer = engine.open_peer(address)  # handshake: learns the peer's regions and transports
+        remote = peer.regions[0]
         start = time.perf_counter()
-        engine.read(local.addr, segment, remote.id, 0, SIZE)  # one call, sliced over several paths
+        engine.read(local.addr, peer, remote.id, 0, SIZE)  # one call, sliced over several paths
         seconds = time.perf_counter() - start
         assert local.array is not None
         ok = np.array_equal(local.array, np.arange(SIZE, dtype=np.uint64).astype(np.uint8))
-        print(f"read {SIZE >> 20} MiB over {segment.transport} in {seconds * 1e3:.1f} ms, verified={ok}")
+        print(f"read {SIZE >> 20} MiB over {peer.transport} in {seconds * 1e3:.1f} ms, verified={ok}")
 
         # Write back the first MiB, batched: four 256 KiB requests submitted at once.
         offsets = np.arange(4, dtype=np.uint64) * (256 << 10)
-        handle = engine.submit(Op.WRITE, local.addr + offsets, segment, remote.id, offsets, 256 << 10)
+        handle = engine.submit(Op.WRITE, local.addr + offsets, peer, remote.id, offsets, 256 << 10)
         handle.wait()
         handle.raise_for_status()
         print("batch write:", [RequestState(s).name for s in handle.states()])

@@ -58,8 +58,7 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
     throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
   }
-  BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(),
-                 n};
+  BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(), n};
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
 }
@@ -173,8 +172,8 @@ void bind_engine(py::module_& m) {
             return d;
           },
           py::arg("handle"))
-      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"),
-           py::arg("region_ids"), py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
+      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
+           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
            "Submits a batch given as flat arrays; returns a Batch handle at once.")
       .def(
           "wait",

@@ -1,6 +1,5 @@
 #include "engine/bootstrap.h"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,71 +26,16 @@ bool keep_waiting_until(int* stalled, int timeout_ms) {
 }  // namespace
 
 BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms)
-    : descriptor_(std::move(descriptor)), timeout_ms_(timeout_ms) {}
+    : descriptor_(std::move(descriptor)),
+      timeout_ms_(timeout_ms),
+      acceptor_([this](int fd, const std::atomic<bool>& stopping) { serve(fd, stopping); },
+                AcceptorConfig{kPollMs, 0, kMaxConnections}) {}
 
-Status BootstrapServer::start(const std::string& host, uint16_t port) {
-  auto fd = tcp_listen(host, port, &port_);
-  if (!fd.ok()) return fd.status();
-  listen_fd_ = fd.value();
-  acceptor_ = std::thread([this] { accept_loop(); });
-  return Status::OK();
-}
-
-void BootstrapServer::stop() {
-  if (stopping_.exchange(true)) return;
-  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
-  if (acceptor_.joinable()) acceptor_.join();
-  if (listen_fd_ >= 0) close(listen_fd_);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& c : conns_) shutdown(c.fd, SHUT_RDWR);
-  for (auto& c : conns_) {
-    if (c.thread.joinable()) c.thread.join();
-    close(c.fd);
-  }
-  conns_.clear();
-}
-
-void BootstrapServer::reap_finished() {
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    if (it->finished.load()) {
-      it->thread.join();
-      close(it->fd);
-      it = conns_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void BootstrapServer::accept_loop() {
-  while (!stopping_.load()) {
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, kPollMs) <= 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    tune_data_socket(fd, kPollMs, 0);
-    std::lock_guard<std::mutex> lock(mu_);
-    reap_finished();
-    if (stopping_.load() || conns_.size() >= kMaxConnections) {
-      close(fd);  // a flood of idle handshakes costs the flooder, not the engine
-      continue;
-    }
-    conns_.emplace_back();
-    Conn* conn = &conns_.back();
-    conn->fd = fd;
-    conn->thread = std::thread([this, conn] {
-      serve(conn->fd);
-      shutdown(conn->fd, SHUT_RDWR);
-      conn->finished.store(true);
-    });
-  }
-}
-
-void BootstrapServer::serve(int fd) {
+void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping) {
   char hello[kHelloSize];
   int stalled = 0;
   Status st = recv_exact(fd, hello, kHelloSize, [&](size_t) {
-    return !stopping_.load() && keep_waiting_until(&stalled, timeout_ms_);
+    return !stopping.load() && keep_waiting_until(&stalled, timeout_ms_);
   });
   if (!st.ok()) return;
   ByteReader r(hello, kHelloSize);

@@ -5,12 +5,10 @@
 
 #include <atomic>
 #include <functional>
-#include <list>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/acceptor.h"
 #include "common/status.h"
 #include "core/descriptor.h"
 
@@ -20,32 +18,19 @@ class BootstrapServer {
  public:
   using DescriptorFn = std::function<std::vector<char>()>;
   BootstrapServer(DescriptorFn descriptor, int timeout_ms);
-  ~BootstrapServer() { stop(); }
   BootstrapServer(const BootstrapServer&) = delete;
   BootstrapServer& operator=(const BootstrapServer&) = delete;
 
-  Status start(const std::string& host, uint16_t port);
-  void stop();
-  uint16_t port() const { return port_; }
+  Status start(const std::string& host, uint16_t port) { return acceptor_.start(host, port); }
+  void stop() { acceptor_.stop(); }
+  uint16_t port() const { return acceptor_.port(); }
 
  private:
-  struct Conn {
-    int fd;
-    std::thread thread;
-    std::atomic<bool> finished{false};
-  };
-  void accept_loop();
-  void serve(int fd);
-  void reap_finished();
+  void serve(int fd, const std::atomic<bool>& stopping);
 
   DescriptorFn descriptor_;
   int timeout_ms_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::list<Conn> conns_;
+  Acceptor acceptor_;  // last: its threads call serve(), so it stops first
 };
 
 // Connects to an engine's handshake endpoint and returns its descriptor.

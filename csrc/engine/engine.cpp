@@ -252,9 +252,9 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     }
     const MemoryLocation location = pin.value().info().location;
     batch->hold_pin(std::move(pin.value()));
-    by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i),
-                                                static_cast<TransferOp>(b.ops[i]), b.local_addrs[i], location,
-                                                b.region_ids[i], b.offsets[i], b.lengths[i]});
+    by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
+                                          b.local_addrs[i], location, b.region_ids[i], b.offsets[i],
+                                          b.lengths[i]});
   }
   for (auto& [handle, requests] : by_peer) {
     auto peer = peer_at(handle);

@@ -1,6 +1,6 @@
 // The transfer engine: owns the registry and the copy pool, serves its regions through every enabled
-// transport plus the handshake endpoint, opens peers (other engines) and turns batches of requests into slices
-// on the transport chosen per peer. Transports are learned from the registration list; none is named
+// transport plus the handshake endpoint, opens peers (other engines) and turns batches of requests into
+// slices on the transport chosen per peer. Transports are learned from the registration list; none is named
 // here.
 #pragma once
 

@@ -106,9 +106,10 @@ class Request:
     """Base of the request records. ``METHOD`` names it on the wire."""
 
     METHOD: ClassVar[str]
+    FIELDS: ClassVar[frozenset[str]] = frozenset()  # the parameter names, set once per class below
 
     def params(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return dict(vars(self))  # the dataclass fields, without a per-call fields() walk
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> Request:
@@ -410,13 +411,17 @@ REQUESTS: dict[str, type[Request]] = {
 }
 
 
+for _cls in REQUESTS.values():
+    _cls.FIELDS = frozenset(f.name for f in fields(_cls))  # type: ignore[arg-type]
+
+
 def parse_request(method: str, params: dict[str, Any]) -> Request:
     """The typed request for a method name and its wire parameters; InvalidArgumentError when the
-    parameters do not fit, NotSupportedError-worthy names are the caller's to report."""
+    parameters do not fit. An unknown method raises KeyError, for the caller to report."""
     cls = REQUESTS.get(method)
     if cls is None:
         raise KeyError(method)
-    unknown = set(params) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = params.keys() - cls.FIELDS
     if unknown:
         raise InvalidArgumentError(f"{method}: unknown parameter(s) {', '.join(sorted(unknown))}")
     return cls.parse(params)

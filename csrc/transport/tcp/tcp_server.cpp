@@ -9,64 +9,13 @@
 namespace kvs::tcp {
 
 TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig config)
-    : registry_(registry), engine_id_(engine_id), config_(config) {}
+    : registry_(registry),
+      engine_id_(engine_id),
+      config_(config),
+      acceptor_([this](int fd, const std::atomic<bool>& stopping) { serve(fd, stopping); },
+                AcceptorConfig{config.poll_ms, config.socket_buffer, 1024}) {}
 
-Status TcpServer::start(const std::string& host, uint16_t port) {
-  auto fd = tcp_listen(host, port, &port_);
-  if (!fd.ok()) return fd.status();
-  listen_fd_ = fd.value();
-  acceptor_ = std::thread([this] { accept_loop(); });
-  return Status::OK();
-}
-
-void TcpServer::stop() {
-  if (stopping_.exchange(true)) return;
-  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);
-  if (acceptor_.joinable()) acceptor_.join();
-  if (listen_fd_ >= 0) close(listen_fd_);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& c : conns_) shutdown(c.fd, SHUT_RDWR);
-  for (auto& c : conns_) {
-    if (c.thread.joinable()) c.thread.join();
-    close(c.fd);
-  }
-  conns_.clear();
-}
-
-void TcpServer::reap_finished() {
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    if (it->finished.load()) {
-      it->thread.join();
-      close(it->fd);
-      it = conns_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void TcpServer::accept_loop() {
-  while (!stopping_.load()) {
-    pollfd pfd{listen_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, config_.poll_ms) <= 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    tune_data_socket(fd, config_.poll_ms, config_.socket_buffer);
-    std::lock_guard<std::mutex> lock(mu_);
-    reap_finished();
-    if (stopping_.load()) {
-      close(fd);
-      break;
-    }
-    conns_.emplace_back();
-    Conn* conn = &conns_.back();
-    conn->fd = fd;
-    conn->thread = std::thread([this, conn] { serve(conn); });
-  }
-}
-
-void TcpServer::serve(Conn* conn) {
-  const int fd = conn->fd;
+void TcpServer::serve(int fd, const std::atomic<bool>& stopping) {
   char raw[kHeaderSize];
   for (;;) {
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
@@ -74,7 +23,7 @@ void TcpServer::serve(Conn* conn) {
     // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
     int stalled = 0;
     Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {
-      return !stopping_.load() && (got == 0 || ++stalled < config_.max_stalls());
+      return !stopping.load() && (got == 0 || ++stalled < config_.max_stalls());
     });
     if (!st.ok()) break;
     auto header = decode_header(raw, kHeaderSize, config_.max_payload);
@@ -84,8 +33,6 @@ void TcpServer::serve(Conn* conn) {
     }
     if (!handle(fd, header.value()).ok()) break;
   }
-  shutdown(fd, SHUT_RDWR);
-  conn->finished.store(true);
 }
 
 Status TcpServer::reply_error(int fd, const FrameHeader& request, const Status& status) {
