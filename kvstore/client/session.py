@@ -88,9 +88,12 @@ class Session:
                 log.debug("heartbeat failed: %s", exc)
 
     def rejoin(self) -> None:
-        """Registers again after the master forgot this process (it restarted, or judged us dead)."""
-        log.warning("master forgot this client; registering again")
+        """Registers again after the master forgot this process (it restarted, or judged us dead). Safe
+        to call from several threads: whoever comes second finds the master knows us again."""
         with self._rejoin_lock:
+            if self.master.call(m.Heartbeat(client_id=self.client_id)).known:
+                return
+            log.warning("master forgot this client; registering again")
             self._register()
             for rejoin in self._rejoin_handlers:
                 rejoin()

@@ -92,6 +92,8 @@ class Handlers:
         self.state.unmount_segment(r.client_id, r.segment_id)
 
     def put_start(self, r: m.PutStart) -> list[m.ItemResult]:
+        self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
+
         def start(item: m.PutItem) -> list[m.Placement] | None:
             placed = self.state.put_start(r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin)
             if placed is None:

@@ -94,6 +94,10 @@ class MasterState:
         if client:
             client.segments.discard(seg.id)
 
+    def check_client(self, client_id: str) -> None:
+        """NotFoundError unless the client is registered (it must register again after a restart)."""
+        self._client(client_id)
+
     def _client(self, client_id: str) -> Client:
         client = self.clients.get(client_id)
         if client is None:

@@ -317,3 +317,21 @@ def test_clients_rejoin_a_restarted_master() -> None:
                 assert store.get("before") is None
                 store.put("after", b"2")
                 assert store.get("after") == b"2"
+
+
+def test_a_put_right_after_a_master_restart_rejoins_without_waiting_for_a_heartbeat() -> None:
+    """The first put after a restart finds the master does not know the client: it registers (and mounts
+    its own segment) again at once and retries, instead of failing until the next heartbeat."""
+    from kvstore.procs import kvstore_process, stop_process
+
+    options = ["--client-ttl", "60", "--heartbeat-interval", "30"]  # no heartbeat during the test
+    with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
+        address = ready.split()[0]
+        with Store.connect(address, segment_size="8MiB", rpc_timeout=2.0) as store:
+            store.put("before", b"1")
+            stop_process(master)
+            port = address.rsplit(":", 1)[1]
+            with kvstore_process(["master", "--port", port, *options]):
+                store.put("after", b"2")  # rejoins: registers, remounts its segment, retries
+                assert store.get("after") == b"2"
+                assert store.stats()["master"]["segments"] == 1
