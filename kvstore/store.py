@@ -34,7 +34,9 @@ class Store(ClientStore):
         config = MasterConfig.load(**{"port": 0, "busy_poll_us": 0, **(master_config or {})})
         master = Master.start_in_thread(config)
         try:
-            store = cls.connect(master.address, segment_size=segment_size, **settings)
+            store = cls.connect(
+                master.address, segment_size=segment_size, **{"rpc_busy_poll_us": 0, **settings}
+            )
         except BaseException:
             master.stop()
             raise

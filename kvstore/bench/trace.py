@@ -224,7 +224,12 @@ def replay_real(
         for i in range(nodes):
             master = masters[0 if mode == "global" else i]
             stores.append(
-                Store.connect(master.address, segment_size=capacity * payload_bytes, buffer_size="1MiB")
+                Store.connect(
+                    master.address,
+                    segment_size=capacity * payload_bytes,
+                    buffer_size="1MiB",
+                    rpc_busy_poll_us=0,  # the masters run in this process
+                )
             )
         payload = np.zeros(payload_bytes, np.uint8)
         for s in stores:

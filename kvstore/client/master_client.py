@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import select
 import socket
 import threading
 import time
@@ -15,14 +16,14 @@ from kvstore import rpc
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError, error_for_code
 from kvstore.rpc.messages import Hello, Request
 
-# A reply usually comes back within this many seconds; polling for it that long saves a sleep/wake-up.
-SPIN_SECONDS = 100e-6
-
 
 class MasterClient:
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
+    def __init__(self, address: str, timeout: float = 10.0, busy_poll_us: int = 100) -> None:
         self.address = address
         self.timeout = timeout
+        # A reply usually comes back within ~100 µs; polling for it that long saves a sleep and wake-up.
+        # 0 for a master in this process: it needs the GIL the poll loop holds.
+        self.spin_seconds = busy_poll_us * 1e-6
         self._host, self._port = rpc.parse_address(address)
         self._ids = itertools.count(1)
         self._local = threading.local()
@@ -40,7 +41,8 @@ class MasterClient:
         try:
             sock.settimeout(timeout or self.timeout)
             sock.sendall(frame)
-            _spin_until_readable(sock)
+            if self.spin_seconds:
+                _spin_until_readable(sock, self.spin_seconds)
             header = _recv_exact(sock, rpc.HEADER_SIZE)
             reply_id, code, message, result = rpc.parse_response(
                 rpc.unpack(_recv_exact(sock, rpc.frame_length(header)))
@@ -71,7 +73,9 @@ class MasterClient:
     def _connection(self) -> socket.socket:
         sock: socket.socket | None = getattr(self._local, "sock", None)
         if sock is not None:
-            return sock
+            if not _closed_by_peer(sock):
+                return sock
+            self._drop(sock)  # the master went away since the last call (e.g. restarted): reconnect
         with self._lock:
             if self._closed:
                 raise MasterUnavailableError("master client is closed")
@@ -95,15 +99,29 @@ class MasterClient:
             sock.close()
 
 
-def _spin_until_readable(sock: socket.socket) -> None:
-    deadline = time.perf_counter() + SPIN_SECONDS
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True when the peer has closed an idle connection: nothing is owed on it between calls, so a
+    readable socket means EOF (or an error). A zero-timeout poll first: a socket with a timeout would
+    otherwise wait for data in recv, MSG_DONTWAIT or not."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
+            return False
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except OSError:
+        return True
+
+
+def _spin_until_readable(sock: socket.socket, seconds: float) -> None:
+    """Polls (without sleeping) until the reply starts to arrive or `seconds` pass. A zero-timeout
+    poll: a recv on a socket with a timeout would sleep in the kernel instead of spinning."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        try:
-            if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                return
-            return  # b"": closed; the blocking read reports it
-        except BlockingIOError:
-            continue
+        if poller.poll(0):
+            return
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:

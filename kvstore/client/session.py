@@ -29,7 +29,7 @@ class Session:
         if not config.master:
             raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
         self.config = config
-        self.master = MasterClient(config.master, timeout=config.rpc_timeout)
+        self.master = MasterClient(config.master, config.rpc_timeout, config.rpc_busy_poll_us)
         self.engine: TransferEngine | None = None
         try:
             self.master.hello()

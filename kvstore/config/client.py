@@ -25,6 +25,11 @@ class StoreConfig(Component):
     )
     replicas: int = setting(1, "Replicas per put unless a put asks otherwise.")
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
+    rpc_busy_poll_us: int = setting(
+        100,
+        "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM); "
+        "0 when the master runs in this process (it needs the GIL).",
+    )
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @classmethod
@@ -58,6 +63,8 @@ class StoreConfig(Component):
             raise InvalidArgumentError(f"replicas must be 1..64, got {self.replicas}")
         if self.buffer_size < 4096:
             raise InvalidArgumentError("buffer_size must be at least 4KiB")
+        if not 0 <= self.rpc_busy_poll_us <= 100_000:
+            raise InvalidArgumentError("rpc_busy_poll_us must be 0..100000")
         if not 0 < self.rpc_timeout <= 3600:
             raise InvalidArgumentError("rpc_timeout must be positive (seconds)")
         if self.master:
