@@ -30,6 +30,8 @@ _COUNTERS = {
     "evicted_bytes": "Bytes evicted",
     "reclaimed_puts": "Abandoned puts reclaimed",
     "dropped_clients": "Clients dropped after their heartbeat TTL",
+    "stalls": "Times the master found it had not run (paused, or held by one request)",
+    "stalled_seconds": "Seconds the master did not run; they count as nobody's silence",
     "replica_copies": "Replicas added for hot keys or change_replica",
     "replica_copy_failures": "Replica copies that failed or expired",
     "replicas_dropped": "Extra replicas dropped after a key cooled",

@@ -62,3 +62,5 @@ class Counters:
     evicted_bytes: int = 0
     reclaimed_puts: int = 0
     dropped_clients: int = 0
+    stalls: int = 0  # times the master found it had not run for longer than a housekeeping period
+    stalled_seconds: float = 0.0

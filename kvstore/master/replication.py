@@ -191,6 +191,11 @@ class Replicator:
             self._unlink(task)
             self._free(task)
 
+    def credit_stall(self, seconds: float) -> None:
+        """The master did not run for `seconds`: copies in flight get that time back."""
+        for task in self.tasks.values():
+            task.deadline += seconds
+
     def expire(self) -> None:
         now = self.clock()
         for task in [t for t in self.tasks.values() if t.deadline < now]:

@@ -114,9 +114,17 @@ class Master:
     # -- time ----------------------------------------------------------------------------------------
     async def _housekeeping(self) -> None:
         period = min(0.5, self.config.heartbeat_interval / 2)
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
             await asyncio.sleep(period)
+            now = loop.time()
+            stalled = now - last - period
+            last = now
             try:
+                if stalled > period:  # the loop itself did not run: that silence is not the clients'
+                    self.state.credit_stall(stalled)
+                    continue  # read what queued up meanwhile before judging anyone
                 self.state.expire()
                 self.state.evict_to_watermark()
                 self.state.replicator.plan()

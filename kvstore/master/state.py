@@ -288,6 +288,20 @@ class MasterState:
         return evicted
 
     # -- time -------------------------------------------------------------------------------------------
+    def credit_stall(self, seconds: float) -> None:
+        """The master itself did not run for `seconds` (a paused VM, SIGSTOP, swap, one request holding the
+        loop): nobody could reach it, so that time counts neither as a client's silence nor against the
+        deadlines of puts and copies in progress. Silence is judged by what the master could receive."""
+        if seconds <= 0:
+            return
+        self.counters.stalls += 1
+        self.counters.stalled_seconds += seconds
+        for client in self.clients.values():
+            client.last_seen += seconds
+        for meta in self._pending.values():
+            meta.put_deadline += seconds
+        self.replicator.credit_stall(seconds)
+
     def expire(self) -> None:
         """Drops silent clients and reclaims abandoned puts."""
         now = self.clock()

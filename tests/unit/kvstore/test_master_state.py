@@ -218,3 +218,18 @@ def test_master_config_refuses_non_finite_numbers(raw: str, monkeypatch: pytest.
     monkeypatch.setenv("KVSTORE_MASTER_CLIENT_TTL", raw)  # NaN compares false: it passed every check
     with pytest.raises(InvalidArgumentError, match="client_ttl"):
         MasterConfig.load()
+
+
+def test_the_masters_own_stall_is_nobodys_silence(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_ttl=10.0, put_timeout=5.0)
+    put(state, "kept")
+    state.put_start("c1", "in-flight", MiB, 1, 1, False)
+    clock.now += 12.0  # the master was stopped for 12 s: longer than the TTL and the put timeout
+    state.credit_stall(12.0)
+    state.expire()
+    assert set(state.clients) == {"c0", "c1"} and state.exists("kept")
+    state.put_end("c1", "in-flight")  # its writer could not reach the master either: still valid
+    assert state.counters.stalls == 1 and state.counters.stalled_seconds == 12.0
+    clock.now += 11.0  # real silence still counts
+    state.expire()
+    assert not state.clients and not state.exists("kept")
