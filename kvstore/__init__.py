@@ -10,6 +10,7 @@ from kvstore.errors import (
     ObjectBusyError,
     ObjectExistsError,
     ObjectNotFoundError,
+    PermissionDeniedError,
     TransferFailedError,
     TransferTimeoutError,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "ObjectBusyError",
     "ObjectExistsError",
     "ObjectNotFoundError",
+    "PermissionDeniedError",
     "Store",
     "TransferFailedError",
     "TransferTimeoutError",

@@ -50,6 +50,7 @@ class Region:
     kind: str  # memory kind: host, host-pinned, gpu:N or file
     exported: bool
     shareable: bool
+    read_only: bool = False
     array: np.ndarray | None = None
     owner: Any = None  # keeps a registered Python buffer alive while registered
 
@@ -206,33 +207,42 @@ class TransferEngine:
         """The transports this engine runs (enabled ones), cheapest first."""
         return list(self._core_engine().transports())
 
-    def register(self, buffer: Any, *, kind: str = "host", export: bool = True) -> Region:
-        """Registers a numpy array, bytearray, memoryview or other contiguous host buffer."""
+    def register(self, buffer: Any, *, kind: str = "host", export: bool = False) -> Region:
+        """Registers a numpy array, bytearray, memoryview or other contiguous host buffer.
+
+        `export=True` lets peers read and write it (by region id and key); by default only this engine's
+        own transfers use it. A read-only buffer (bytes, a read-only array) is registered read-only:
+        transfers may read it, never write into it, and it cannot be exported.
+        """
         try:
             array = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
         except (TypeError, ValueError) as exc:
             raise InvalidArgumentError(f"cannot register {type(buffer).__name__}: {exc}") from exc
         if not array.flags.c_contiguous:
             raise InvalidArgumentError("buffer must be C-contiguous")
+        read_only = not array.flags.writeable
+        if read_only and export:
+            raise InvalidArgumentError("a read-only buffer cannot be exported: peers could write into it")
         flat = array.reshape(-1).view(np.uint8)
-        return self._add(
-            self._core_engine().register(flat.ctypes.data, flat.nbytes, self._host_kind(kind), export),
-            array=flat,
-            owner=buffer,
+        info = self._core_engine().register(
+            flat.ctypes.data, flat.nbytes, self._host_kind(kind), export, read_only
         )
+        return self._add(info, array=flat, owner=buffer)
 
-    def register_ptr(self, ptr: int, length: int, *, kind: str = "host", export: bool = True) -> Region:
+    def register_ptr(
+        self, ptr: int, length: int, *, kind: str = "host", export: bool = False, read_only: bool = False
+    ) -> Region:
         """Registers raw memory by address, of any memory kind (host, host-pinned, gpu:N, file). The
-        caller keeps it valid until :meth:`unregister`. Transports that cannot reach a kind refuse
-        requests on it at submit (NOT_SUPPORTED)."""
-        if ptr <= 0 or length <= 0:
-            raise InvalidArgumentError("ptr and length must be positive")
-        return self._add(self._core_engine().register(ptr, length, kind, export))
+        caller keeps it valid until :meth:`unregister`; host memory must be mapped. Transports that
+        cannot reach a kind refuse requests on it at submit (NOT_SUPPORTED). Not exported unless asked."""
+        if not 0 < ptr < 2**64 or not 0 < length < 2**63:
+            raise InvalidArgumentError("ptr and length must be positive (and fit in 64 bits)")
+        return self._add(self._core_engine().register(ptr, length, kind, export, read_only))
 
     def allocate(self, size: int, *, export: bool = True) -> Region:
         """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it."""
-        if size <= 0:
-            raise InvalidArgumentError("size must be positive")
+        if not 0 < size < 2**63:
+            raise InvalidArgumentError(f"size must be positive and below 2^63, got {size}")
         info, array = self._core_engine().allocate(size, export)
         return self._add(info, array=array)
 
@@ -254,6 +264,7 @@ class TransferEngine:
             kind=info["kind"],
             exported=info["exported"],
             shareable=info["shareable"],
+            read_only=info["read_only"],
             array=array,
             owner=owner,
         )

@@ -22,6 +22,8 @@ _UNITS = {
     "tb": 1000**4,
     "tib": 1024**4,
 }
+MAX_SIZE = 1 << 62
+"""Largest size anything accepts (sizes cross into C++ as signed 64-bit numbers)."""
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -30,13 +32,15 @@ def parse_size(value: int | str) -> int:
     if isinstance(value, bool):
         raise InvalidArgumentError(f"not a size: {value!r}")
     if isinstance(value, int):
-        if value < 0:
-            raise InvalidArgumentError(f"size must not be negative: {value}")
-        return value
-    match = _SIZE_RE.match(str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise InvalidArgumentError(f"not a size: {value!r} (use e.g. 4096, 512KiB, 4GiB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        size = value
+    else:
+        match = _SIZE_RE.match(str(value))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise InvalidArgumentError(f"not a size: {value!r} (use e.g. 4096, 512KiB, 4GiB)")
+        size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if not 0 <= size <= MAX_SIZE:
+        raise InvalidArgumentError(f"size out of range: {value!r} (0 .. 4 EiB)")
+    return size
 
 
 def format_size(n: int) -> str:

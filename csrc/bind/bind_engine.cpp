@@ -22,6 +22,7 @@ py::dict region_dict(const RegionInfo& r) {
   d["length"] = r.length;
   d["kind"] = location_name(r.location);
   d["exported"] = r.exported;
+  d["read_only"] = r.read_only;
   d["shareable"] = r.shareable;
   return d;
 }
@@ -99,11 +100,13 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("id", &Engine::id)
       .def(
           "register",
-          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported) {
+          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported,
+             bool read_only) {
             const MemoryLocation location = value_or_throw(parse_location(kind));
-            return region_dict(value_or_throw(e.registry().add(addr, length, location, exported)));
+            return region_dict(value_or_throw(e.registry().add(addr, length, location, exported, read_only)));
           },
-          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"))
+          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"),
+          py::arg("read_only") = false)
       .def(
           "allocate",
           [](Engine& e, uint64_t length, bool exported) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <random>
+#include <vector>
 
 namespace kvs {
 
@@ -76,15 +77,36 @@ StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool own
   return info;
 }
 
+namespace {
+
+// True when every page of [base, base + length) is mapped in this process.
+bool mapped(uint64_t base, uint64_t length) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = base / page * page;
+  const uint64_t pages = (base + length - start + page - 1) / page;
+  std::vector<unsigned char> residency(pages);
+  return mincore(reinterpret_cast<void*>(start), pages * page, residency.data()) == 0;
+}
+
+}  // namespace
+
 StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryLocation location,
-                                         bool exported) {
+                                         bool exported, bool read_only) {
   if (base == 0 || length == 0) return Status(Code::kInvalidArgument, "null or empty region");
   if (base + length < base) return Status(Code::kInvalidArgument, "region wraps the address space");
+  if (read_only && exported) {
+    return Status(Code::kInvalidArgument, "a read-only region cannot be exported: peers could write into it");
+  }
+  const bool host = location.kind == MemoryKind::kHost || location.kind == MemoryKind::kHostPinned;
+  if (host && !mapped(base, length)) {
+    return Status(Code::kInvalidArgument, "host memory [base, base+length) is not mapped in this process");
+  }
   RegionInfo info;
   info.base = base;
   info.length = length;
   info.location = location;
   info.exported = exported;
+  info.read_only = read_only;
   return insert(std::move(info), -1, false);
 }
 

@@ -24,6 +24,7 @@ struct RegionInfo {
   uint64_t length = 0;
   MemoryLocation location;  // host, host-pinned, gpu:N, file
   bool exported = false;    // listed in the engine descriptor, reachable by peers
+  bool read_only = false;   // transfers may read it, never write it (never exported)
   bool shareable = false;   // backed by a memfd that same-host peers may map
   uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
 };
@@ -78,8 +79,10 @@ class MemoryRegistry {
   MemoryRegistry(const MemoryRegistry&) = delete;
   MemoryRegistry& operator=(const MemoryRegistry&) = delete;
 
-  // Registers caller-owned memory. Ranges may not overlap an existing region.
-  StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported);
+  // Registers caller-owned memory. Ranges may not overlap an existing region; host memory must be
+  // mapped. A read-only region is never exported and never the destination of a transfer.
+  StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported,
+                           bool read_only = false);
   // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
   StatusOr<RegionInfo> allocate(uint64_t length, bool exported);
   // Removes a region: new requests fail at once; returns once no transfer touches it any more.

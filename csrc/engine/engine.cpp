@@ -250,6 +250,10 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       batch->reject(i, pin.status());
       continue;
     }
+    if (b.ops[i] == static_cast<uint8_t>(TransferOp::kRead) && pin.value().info().read_only) {
+      batch->reject(i, Status(Code::kPermissionDenied, "a read would write into a read-only local region"));
+      continue;
+    }
     const MemoryLocation location = pin.value().info().location;
     batch->hold_pin(std::move(pin.value()));
     by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),

@@ -90,12 +90,13 @@ def _result(
     transport: str,
 ) -> OpResult:
     seconds, items, errors, lat = measured
+    done = items - errors  # only successful, verified items count (a get's bytes passed the checksum)
     return OpResult(
         op,
         cfg.value_size,
         batch,
-        items / seconds,
-        items * bytes_per_item / seconds / 1e9,
+        done / seconds,
+        done * bytes_per_item / seconds / 1e9,
         float(np.percentile(lat, 50)),
         float(np.percentile(lat, 99)),
         errors,
@@ -121,14 +122,20 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
             store.batch_put_from(keys[start : start + n], sources)
         batches = [keys[s : s + n] for s in range(0, resident, n)]
         if "put" in cfg.ops:
+            rounds = [0]
 
             def put(i: int) -> tuple[int, int]:
+                rounds[0] = i + 1
                 batch = [f"bench/{store.client_id}/put/{i}/{j}" for j in range(n)]
                 results = store.batch_put_from(batch, sources)
                 return n, sum(1 for r in results if r != 0)
 
             yield _result(cfg, "put", n, _measure(cfg.duration, put), size, transport)
-            store.remove_all(force=True)
+            # Clean up only what this client wrote (other clients' resident sets stay), then restore
+            # whatever of its resident set the puts evicted.
+            written = [f"bench/{store.client_id}/put/{i}/{j}" for i in range(rounds[0]) for j in range(n)]
+            for start in range(0, len(written), 4096):
+                store.batch_remove(written[start : start + 4096], force=True)
             for start in range(0, resident, n):
                 store.batch_put_from(keys[start : start + n], sources)
         if "get" in cfg.ops:

@@ -31,6 +31,7 @@ from kvstore.errors import (
     error_for_code,
 )
 from kvstore.rpc import messages as m
+from kvstore.rpc import validate as v
 from kvstore.rpc.messages import ObjectLocation, PrefixMatch
 from transfer_engine import BatchHandle, Op, Peer, RequestState, TransferEngine
 
@@ -205,11 +206,19 @@ class Store:
             raise InvalidArgumentError("keys and buffer lists differ in length")
         spans = [[self.buffers.span(b, writable=False) for b in parts] for parts in buffer_lists]
         try:
-            return self._put_many(list(keys), spans, replicas or self.default_replicas, pin)
+            return self._put_many(list(keys), spans, self._replicas(replicas), pin)
         finally:
             for parts in spans:
                 for s in parts:
                     self.buffers.release(s)
+
+    def _replicas(self, replicas: int | None) -> int:
+        """None: the default (StoreConfig.replicas); anything else must be 1..64 (0 is an error)."""
+        if replicas is None:
+            return self.default_replicas
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 64:
+            raise InvalidArgumentError(f"replicas must be 1..64 (or None for the default), got {replicas!r}")
+        return replicas
 
     def _put_many(
         self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
@@ -218,20 +227,27 @@ class Store:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
         items = []
-        for key, parts in zip(keys, spans, strict=True):
+        asked: list[int] = []  # keys the master is asked about; a bad key fails alone, here
+        for i, (key, parts) in enumerate(zip(keys, spans, strict=True)):
+            if not v.key_ok(key):
+                results[i], messages[i] = -InvalidArgumentError.code, v.KEY_RULE
+                continue
             digest = xxhash.xxh3_64()
             for s in parts:
                 digest.update(s.view.data)
             items.append(m.PutItem(key, sum(s.length for s in parts), digest.intdigest()))
-        start = m.PutStart(client_id=self.client_id, items=items, replicas=replicas, pin=pin)
-        try:
-            started = self.master.call(start)
-        except NotFoundError:  # the master forgot this client (it restarted): join again, once
-            self.session.rejoin()
-            started = self.master.call(start)
+            asked.append(i)
+        started: list[m.ItemResult] = []
+        if items:
+            start = m.PutStart(client_id=self.client_id, items=items, replicas=replicas, pin=pin)
+            try:
+                started = self.master.call(start)
+            except NotFoundError:  # the master forgot this client (it restarted): join again, once
+                self.session.rejoin()
+                started = self.master.call(start)
         requests = _Requests()
         writing: list[int] = []
-        for i, (code, message, placed) in enumerate(started):
+        for i, (code, message, placed) in zip(asked, started, strict=True):
             if code:
                 results[i], messages[i] = -code, message
             elif placed is not None:
@@ -311,6 +327,9 @@ class Store:
         results: list[int] = []
         try:
             results = self._read_located(keys, spans, found, cached)
+            for i, key in enumerate(keys):
+                if not v.key_ok(key):  # never asked of the master: a bad key fails alone
+                    results[i] = -InvalidArgumentError.code
             return results
         finally:
             for i, parts in enumerate(spans):
@@ -324,7 +343,7 @@ class Store:
         With `prefix`, the master does not look up (nor lease) keys after the first absent one."""
         found = self.leases.lookup(keys)
         cached = [f is not None for f in found]
-        missing = [i for i, hit in enumerate(cached) if not hit]
+        missing = [i for i, hit in enumerate(cached) if not hit and v.key_ok(keys[i])]
         if missing:
             asked = [keys[i] for i in missing]
             granted_at = time.monotonic()

@@ -347,8 +347,9 @@ class TransferEngine:
 
     def register_memory(self, buffer_addr: int, capacity: int) -> int:
         try:
+            # Mooncake registers memory for its peers to read and write: exported.
             self._regions[int(buffer_addr)] = self._engine_or_fail().register_ptr(
-                int(buffer_addr), int(capacity)
+                int(buffer_addr), int(capacity), export=True
             )
             return OK
         except KVStoreError as exc:

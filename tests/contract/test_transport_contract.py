@@ -131,7 +131,7 @@ def test_bad_requests_fail_alone(pair: Pair) -> None:
 def test_numpy_registered_target_region(pair: Pair) -> None:
     """Memory the target registered from Python (not memfd) is reachable too (shm: by CMA)."""
     plain = pattern(1 << 20, seed=3)
-    region = pair.target.register(plain)
+    region = pair.target.register(plain, export=True)
     segment = pair.initiator.refresh_peer(pair.segment)
     pair.initiator.read(pair.local.addr, segment, region.id, 0, plain.size)
     assert pair.local.array is not None

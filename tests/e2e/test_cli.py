@@ -354,3 +354,28 @@ def test_children_import_what_the_parent_imported(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["bytes"] > 0
+
+
+def test_bench_store_with_two_clients_counts_only_what_succeeded() -> None:
+    """Two clients: each cleans up only its own keys (one client's cleanup used to wipe the other's
+    resident set: thousands of errors counted as bytes moved)."""
+    args = ["bench", "store", "--clients", "2", "--transport", "tcp", "--ops", "put,get", "--duration", "0.5"]
+    result = kvstore(*args, "--value-size", "64KiB", "--batch-size", "8", "--segment-size", "64MiB", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert rows and all(r["errors"] == 0 and r["clients"] == 2 for r in rows)
+
+
+def test_bench_store_errors_are_not_bytes_and_fail_the_run() -> None:
+    """Against a master with no storage node every put fails: nothing counts, and the run says so."""
+    from kvstore.procs import kvstore_process
+
+    with kvstore_process(["master", "--port", "0"]) as (_, ready):
+        address = ready.split()[0]
+        result = kvstore(
+            "bench", "store", "--master", address, "--ops", "put", "--duration", "0.2", "--json",
+            "--value-size", "4KiB", "--batch-size", "4", "--segment-size", "16MiB",
+        )  # fmt: skip
+    assert result.returncode == 1
+    (row,) = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert row["errors"] > 0 and row["gbps"] == 0 and row["ops_per_s"] == 0

@@ -32,7 +32,7 @@ def main() -> None:
         shared.array[:] = pattern(args.size)
         plain = np.empty(args.size, dtype=np.uint8)  # not memfd-backed: shm reaches it by CMA
         plain[:] = pattern(args.size)
-        numpy_region = engine.register(plain)
+        numpy_region = engine.register(plain, export=True)
         print(f"READY {engine.name} {shared.id} {numpy_region.id}", flush=True)
         for line in sys.stdin:
             # "CHECK <region> <offset> <length> <seed>": verify a written range, answer OK/BAD.
