@@ -48,9 +48,23 @@ class ObjectNotFoundError(NotFoundError):
     code = 104
 
 
+class NotEnoughSegmentsError(KVStoreError):
+    """A put asks for more replicas than there are distinct usable segments that can hold the value
+    (the rest are too small, gone, or suspected unreachable). Space may well exist: this is not NoSpace."""
+
+    code = 105
+
+
 _STORE_ERRORS: dict[int, type[KVStoreError]] = {
     cls.code: cls
-    for cls in (NoSpaceError, ObjectExistsError, ObjectBusyError, MasterUnavailableError, ObjectNotFoundError)
+    for cls in (
+        NoSpaceError,
+        ObjectExistsError,
+        ObjectBusyError,
+        MasterUnavailableError,
+        ObjectNotFoundError,
+        NotEnoughSegmentsError,
+    )
 }
 
 
@@ -67,6 +81,7 @@ __all__ = [
     "KVStoreError",
     "MasterUnavailableError",
     "NoSpaceError",
+    "NotEnoughSegmentsError",
     "NotFoundError",
     "NotSupportedError",
     "ObjectBusyError",

@@ -255,13 +255,14 @@ class Store:
                 for engine, region_id, offset in placed:
                     peer = self.session.peer(engine)
                     if peer is None:
-                        requests.fail(i)
+                        requests.fail(i, engine)
                         continue
                     at = offset
                     for s in spans[i]:
                         requests.add(i, Op.WRITE, s.addr, peer, region_id, at, s.length)
                         at += s.length
         failed = requests.run(self.engine)
+        self._report(requests.failed_peers, [])
         done = [i for i in writing if i not in failed]
         undone = [i for i in writing if i in failed]
         if undone:
@@ -386,6 +387,9 @@ class Store:
             # reads of a hot key spread over its replicas.
             choices[i] = sorted(replicas, key=lambda r: (r[3] != self.host_id, random.random()))
             todo.append(i)
+        unreachable: set[str] = set()
+        corrupt: list[m.CorruptReplica] = []
+        attempted: set[int] = set()  # keys a failed transfer or checksum may have left bytes for
         attempt = 0
         while todo:
             requests = _Requests()
@@ -393,7 +397,7 @@ class Store:
                 engine, region_id, offset, _host = choices[i][attempt]
                 peer = self.session.peer(engine)
                 if peer is None:
-                    requests.fail(i)
+                    requests.fail(i, engine)
                     continue
                 left = found[i][0]
                 for s in spans[i]:
@@ -409,15 +413,35 @@ class Store:
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
+                engine, region_id, offset, _host = choices[i][attempt]
+                attempted.add(i)
                 if not moved:
                     self.stats_local.replica_failures += 1
+                    unreachable.add(engine)
                 else:
                     self.stats_local.checksum_mismatches += 1
+                    corrupt.append(m.CorruptReplica(keys[i], engine, region_id, offset, found[i][1]))
                 if attempt + 1 < len(choices[i]):
                     retry.append(i)
             todo = retry
             attempt += 1
+        for i in attempted:  # a miss leaves no bytes of a failed attempt in the caller's buffers
+            if results[i] < 0:
+                for s in spans[i]:
+                    if s.staged is None:
+                        s.view[:] = 0
+        self._report(unreachable, corrupt)
         return results
+
+    def _report(self, unreachable: set[str], corrupt: list[m.CorruptReplica]) -> None:
+        """Tells the master what this read or write found (best effort: the call's results stand)."""
+        if not unreachable and not corrupt:
+            return
+        report = m.ReportReplicas(client_id=self.client_id, unreachable=sorted(unreachable), corrupt=corrupt)
+        try:
+            self.master.call(report)
+        except KVStoreError as exc:
+            log.debug("could not report unreachable/corrupt replicas: %s", exc)
 
     def _checksum_ok(self, spans: list[Span], size: int, expected: int) -> bool:
         digest = xxhash.xxh3_64()
@@ -513,6 +537,7 @@ class _Requests:
         self.offsets: list[int] = []
         self.lengths: list[int] = []
         self.failed: set[int] = set()
+        self.failed_peers: set[str] = set()  # names of peers a request to failed
         self.peers: list[Peer] = []
 
     def add(self, owner: int, op: Op, local: int, peer: Peer, region: int, offset: int, length: int) -> None:
@@ -524,8 +549,10 @@ class _Requests:
         self.offsets.append(offset)
         self.lengths.append(length)
 
-    def fail(self, owner: int) -> None:
+    def fail(self, owner: int, peer: str) -> None:
+        """`owner` fails without a request: its peer `peer` cannot be opened."""
         self.failed.add(owner)
+        self.failed_peers.add(peer)
 
     def _submit(self, engine: TransferEngine) -> BatchHandle:
         handles = [p.handle for p in self.peers]
@@ -572,11 +599,13 @@ class _Requests:
             )
             if state != RequestState.COMPLETED:
                 self.failed.add(self.owner[0])
+                self.failed_peers.add(self.peers[0].name)
         elif self.owner:
             handle = self._submit(engine)
             handle.wait()
             bad = np.flatnonzero(handle.states() != RequestState.COMPLETED)
             self.failed.update(self.owner[j] for j in bad)
+            self.failed_peers.update(self.peers[j].name for j in bad)
         return self.failed
 
 

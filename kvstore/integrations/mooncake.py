@@ -23,6 +23,7 @@ from kvstore.errors import (
     KVStoreError,
     MasterUnavailableError,
     NoSpaceError,
+    NotEnoughSegmentsError,
     NotFoundError,
     ObjectBusyError,
     ObjectExistsError,
@@ -53,6 +54,7 @@ _CODES: list[tuple[type[KVStoreError], int]] = [
     (ObjectNotFoundError, OBJECT_NOT_FOUND),
     (NotFoundError, OBJECT_NOT_FOUND),
     (NoSpaceError, NO_AVAILABLE_HANDLE),
+    (NotEnoughSegmentsError, NO_AVAILABLE_HANDLE),  # Mooncake has no closer code
     (ObjectExistsError, OBJECT_ALREADY_EXISTS),
     (ObjectBusyError, OBJECT_HAS_LEASE),
     (MasterUnavailableError, RPC_FAIL),

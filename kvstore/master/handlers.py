@@ -42,6 +42,7 @@ class Handlers:
             m.Stats: self.stats,
             m.ReplicaDone: self.replica_done,
             m.ChangeReplica: self.change_replica,
+            m.ReportReplicas: self.report_replicas,
         }
 
     def handle(self, method: str, params: dict[str, Any]) -> Any:
@@ -120,7 +121,7 @@ class Handlers:
                 continue
             replicas = [
                 m.ReplicaLocation(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id)
-                for x in meta.replicas
+                for x in self.state.offered(meta)
             ]
             out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
         return out
@@ -128,7 +129,7 @@ class Handlers:
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         """How many leading keys are stored, where each lives, and per node its own leading run."""
         matched = self.state.match_prefix(r.keys)
-        where = [sorted({x.segment.engine for x in meta.replicas}) for meta in matched]
+        where = [sorted({x.segment.engine for x in self.state.offered(meta)}) for meta in matched]
         per_node: dict[str, int] = {}
         for engine in {e for engines in where for e in engines}:
             n = 0
@@ -138,8 +139,13 @@ class Handlers:
         return m.PrefixMatch(len(matched), where, per_node)
 
     def exists(self, r: m.Exists) -> list[bool]:
-        objects = self.state.objects
-        return [(meta := objects.get(k)) is not None and meta.complete for k in r.keys]
+        return [self.state.exists(k) for k in r.keys]
+
+    def report_replicas(self, r: m.ReportReplicas) -> None:
+        for engine in r.unreachable:
+            self.state.report_unreachable(engine)
+        for c in r.corrupt:
+            self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
     def remove(self, r: m.Remove) -> list[m.ItemResult]:
         return [_per_item(lambda k=k: self.state.remove(k, r.force)) for k in r.keys]  # type: ignore[misc]

@@ -30,6 +30,8 @@ _COUNTERS = {
     "evicted_bytes": "Bytes evicted",
     "reclaimed_puts": "Abandoned puts reclaimed",
     "dropped_clients": "Clients dropped after their heartbeat TTL",
+    "suspected_segments": "Segments clients reported unreachable (not offered until their node heartbeats)",
+    "corrupt_replicas": "Replicas dropped after a reader's checksum mismatch",
     "stalls": "Times the master found it had not run (paused, or held by one request)",
     "stalled_seconds": "Seconds the master did not run; they count as nobody's silence",
     "replica_copies": "Replicas added for hot keys or change_replica",

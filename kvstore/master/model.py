@@ -11,12 +11,17 @@ from kvstore.allocator import OffsetAllocator
 class Segment:
     id: int
     client_id: str
-    engine: str  # transfer engine segment name, "host:port"
+    engine: str  # the node's transfer engine, "host:port"
     region_id: int
     size: int
     host_id: str
     allocator: OffsetAllocator
     objects: set[str] = field(default_factory=set)  # keys with a replica here
+    suspect_since: float = 0.0  # a client could not reach it (0: trusted); its node's heartbeat clears it
+
+    @property
+    def usable(self) -> bool:
+        return self.suspect_since == 0.0
 
 
 @dataclass
@@ -62,5 +67,7 @@ class Counters:
     evicted_bytes: int = 0
     reclaimed_puts: int = 0
     dropped_clients: int = 0
+    suspected_segments: int = 0  # segments clients reported unreachable
+    corrupt_replicas: int = 0  # replicas dropped after a reader's checksum mismatch
     stalls: int = 0  # times the master found it had not run for longer than a housekeeping period
     stalled_seconds: float = 0.0

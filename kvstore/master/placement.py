@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 
 from kvstore.allocator import OffsetAllocator
-from kvstore.errors import InvalidArgumentError, NoSpaceError, NotFoundError
+from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError, NotFoundError
 from kvstore.master.model import Replica, Segment
 
 
@@ -48,12 +48,18 @@ class SegmentSpace:
 
     # -- space ----------------------------------------------------------------------------------------
     def check_fits(self, size: int, count: int) -> None:
-        """Raises NoSpaceError when `count` replicas of `size` bytes can never fit, whatever is evicted."""
+        """Raises NotEnoughSegmentsError when `count` replicas of `size` bytes cannot be placed on distinct
+        usable segments, whatever is evicted (the cause is named: too few, too small, suspected)."""
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
-        fitting = sum(1 for s in self.segments.values() if s.size >= size)
-        if fitting < count:
-            raise NoSpaceError(f"{count} replicas of {size} bytes: only {fitting} segments are large enough")
+        large = [s for s in self.segments.values() if s.size >= size]
+        usable = sum(1 for s in large if s.usable)
+        if usable < count:
+            raise NotEnoughSegmentsError(
+                f"{count} replicas of {size} bytes need {count} distinct segments that can hold them; "
+                f"{usable} usable of {len(self.segments)} mounted ({len(self.segments) - len(large)} too "
+                f"small, {len(large) - usable} suspected unreachable by a client)"
+            )
 
     def place(
         self,
@@ -64,11 +70,16 @@ class SegmentSpace:
         exclude: Collection[int] = (),
         spread_from: Collection[str] = (),
     ) -> list[Replica] | None:
-        """Allocates `count` replicas of `key` on distinct segments (none in `exclude`), on hosts other than
+        """Allocates `count` replicas of `key` on distinct usable segments (none in `exclude`, none suspected
+        unreachable), on hosts other than
         `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
         when they do not fit now (the caller may evict and try again)."""
         order = sorted(
-            (s for s in self.segments.values() if s.id not in exclude and s.allocator.largest_free >= size),
+            (
+                s
+                for s in self.segments.values()
+                if s.usable and s.id not in exclude and s.allocator.largest_free >= size
+            ),
             key=lambda s: -s.allocator.largest_free,
         )
         chosen: list[Segment] = []

@@ -50,12 +50,57 @@ class MasterState:
             client.last_seen = self.clock()
 
     def heartbeat(self, client_id: str) -> bool:
-        """False when the client is unknown (dropped): it must register and mount again."""
+        """False when the client is unknown (dropped): it must register and mount again. A heartbeat sent
+        well after a client reported this client's segments unreachable proves them alive again."""
         client = self.clients.get(client_id)
         if client is None:
             return False
-        client.last_seen = self.clock()
+        now = client.last_seen = self.clock()
+        for seg_id in client.segments:
+            seg = self.space.segments.get(seg_id)
+            if (
+                seg is not None
+                and not seg.usable
+                and now - seg.suspect_since >= self.config.heartbeat_interval
+            ):
+                seg.suspect_since = 0.0
         return True
+
+    # -- what readers and writers report ---------------------------------------------------------------
+    def report_unreachable(self, engine: str) -> None:
+        """A client failed to reach this node: its segments are suspect — not placed on, their replicas
+        not offered while another exists — until the node heartbeats again."""
+        now = self.clock()
+        for seg in self.space:
+            if seg.engine == engine and seg.usable:
+                seg.suspect_since = now
+                self.counters.suspected_segments += 1
+
+    def report_corrupt(self, key: str, engine: str, region_id: int, offset: int, checksum: int) -> None:
+        """A reader's checksum failed on this replica: it is dropped (the object goes with its last
+        replica) and the object is planned for re-replication up to the count it was put with. Ignored
+        unless the reader expected this object's checksum (its location may be stale)."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete or meta.checksum != checksum:
+            return
+        for replica in meta.replicas:
+            seg = replica.segment
+            if (seg.engine, seg.region_id, replica.offset) == (engine, region_id, offset):
+                break
+        else:
+            return  # already dropped, or a stale location
+        meta.replicas.remove(replica)
+        self.space.free(key, replica)
+        self.counters.corrupt_replicas += 1
+        if not meta.replicas:
+            self._delete(meta)
+        else:
+            self.replicator.touched.add(key)
+
+    @staticmethod
+    def offered(meta: ObjectMeta) -> list[Replica]:
+        """The replicas a reader is given: those on segments not suspected unreachable."""
+        return [r for r in meta.replicas if r.segment.usable]
 
     def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
         client = self._client(client_id)
@@ -166,9 +211,10 @@ class MasterState:
 
     # -- reads ---------------------------------------------------------------------------------------
     def get_replicas(self, key: str) -> ObjectMeta | None:
-        """The object's replicas for a reader, with a fresh lease; None on a miss."""
+        """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
+        segment suspected unreachable). Readers are given `offered(meta)`."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete:
+        if meta is None or not meta.complete or not any(r.segment.usable for r in meta.replicas):
             self.counters.misses += 1
             return None
         now = self.clock()
@@ -199,10 +245,9 @@ class MasterState:
         """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
         matched = []
         for key in keys:
-            meta = self.objects.get(key)
-            if meta is None or not meta.complete:
+            if not self.exists(key):
                 break
-            matched.append(meta)
+            matched.append(self.objects[key])
         now = self.clock()
         for meta in matched:
             self._used(meta, now)
@@ -218,8 +263,9 @@ class MasterState:
         self.replicator.change_replica(meta, replicas)
 
     def exists(self, key: str) -> bool:
+        """Stored, and readable: at least one replica is not on a segment suspected unreachable."""
         meta = self.objects.get(key)
-        return meta is not None and meta.complete
+        return meta is not None and meta.complete and any(r.segment.usable for r in meta.replicas)
 
     # -- removal and eviction -----------------------------------------------------------------------
     def remove(self, key: str, force: bool = False) -> None:

@@ -387,6 +387,56 @@ class ChangeReplica(Request):
         return cls(v.key(v.field(p, "key")), v.integer(p, "replicas", 0, 64))
 
 
+class CorruptReplica(NamedTuple):
+    """A replica whose bytes failed the reader's checksum. `checksum` is what the reader expected: the
+    master drops the replica only if that is still the object's (a reader with a stale location must not
+    drop a newer object's good replica)."""
+
+    key: str
+    engine: str
+    region_id: int
+    offset: int
+    checksum: int
+
+
+@dataclass(frozen=True)
+class ReportReplicas(Request):
+    """What a client found while moving bytes: nodes it could not reach, replicas that failed their
+    checksum. The master stops offering (and placing on) the first and drops the second."""
+
+    METHOD: ClassVar[str] = "report_replicas"
+    client_id: str
+    unreachable: list[str]
+    corrupt: list[CorruptReplica]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ReportReplicas:
+        unreachable = v.field(p, "unreachable")
+        corrupt = v.field(p, "corrupt")
+        if not isinstance(unreachable, list) or not isinstance(corrupt, list):
+            raise InvalidArgumentError("'unreachable' and 'corrupt' must be lists")
+        if len(unreachable) > v.MAX_REPORT or len(corrupt) > v.MAX_REPORT:
+            raise InvalidArgumentError(f"at most {v.MAX_REPORT} reports per call")
+        engines = [v.text({"engine": e}, "engine") for e in unreachable]
+        bad: list[CorruptReplica] = []
+        for c in corrupt:
+            if not (isinstance(c, list) and len(c) == 5):
+                raise InvalidArgumentError(
+                    "each corrupt replica is [key, engine, region_id, offset, checksum]"
+                )
+            fields_ = {"engine": c[1], "region_id": c[2], "offset": c[3], "checksum": c[4]}
+            bad.append(
+                CorruptReplica(
+                    v.key(c[0]),
+                    v.text(fields_, "engine"),
+                    v.integer(fields_, "region_id", 1, U64),
+                    v.integer(fields_, "offset", 0, U64),
+                    v.integer(fields_, "checksum", 0, U64),
+                )
+            )
+        return cls(v.text(p, "client_id"), engines, bad)
+
+
 REQUESTS: dict[str, type[Request]] = {
     cls.METHOD: cls
     for cls in (
@@ -407,6 +457,7 @@ REQUESTS: dict[str, type[Request]] = {
         Stats,
         ReplicaDone,
         ChangeReplica,
+        ReportReplicas,
     )
 }
 

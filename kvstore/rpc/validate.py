@@ -9,6 +9,7 @@ from kvstore.errors import InvalidArgumentError
 MAX_KEY_BYTES = 4096
 MAX_BATCH = 1 << 20
 MAX_NAME = 512
+MAX_REPORT = 4096
 
 
 def field(params: dict[str, Any], name: str) -> Any:

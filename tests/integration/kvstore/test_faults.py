@@ -8,6 +8,7 @@ import time
 from kvstore import Store
 from kvstore.procs import kvstore_process
 from tests.conftest import freeze
+from tests.integration.kvstore.conftest import Cluster
 
 
 def test_a_master_paused_longer_than_the_client_ttl_keeps_every_client_and_object() -> None:
@@ -65,3 +66,72 @@ def test_bad_input_fails_alone_and_clearly() -> None:
             engine.read(frozen.addr, target, remote.id, 0, 4096)
         engine.write(frozen.addr, target, remote.id, 0, 4096)  # reading from it is fine
         assert remote.array is not None and bytes(remote.array[:15]) == b"immutable bytes"
+
+
+def _corrupt(store: Store, location: object) -> None:
+    """Overwrites 16 bytes of a replica in place (any peer holding the region's key could)."""
+    engine, region, offset, _host = location  # type: ignore[misc]
+    garbage = store.engine.allocate(16, export=False)
+    assert garbage.array is not None
+    garbage.array[:] = 0xEE
+    store.engine.write(garbage.addr, store.engine.open_peer(engine), region, offset + 100, 16)
+
+
+def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluster: Cluster) -> None:
+    import numpy as np
+
+    from kvstore import MISS
+    from kvstore.rpc import messages as m
+
+    payload = bytes(range(256)) * 16
+    with Store.connect(cluster.master) as store:
+        store.put("two", payload, replicas=2)
+        (found,) = store.master.call(m.GetReplicas(keys=["two"]))
+        _corrupt(store, found.replicas[0])
+        for _ in range(100):  # reads pick a replica at random: until one meets the bad one
+            store.leases.clear()
+            assert store.get("two") == payload  # never the corrupt bytes: the other replica answers
+            if store.stats_local.checksum_mismatches:
+                break
+        assert store.stats_local.checksum_mismatches == 1
+        (after,) = store.master.call(m.GetReplicas(keys=["two"]))
+        assert [r[:3] for r in after.replicas] == [found.replicas[1][:3]]  # the bad replica was dropped
+        assert store.stats()["master"]["corrupt_replicas"] == 1
+
+        store.put("one", payload)
+        (single,) = store.master.call(m.GetReplicas(keys=["one"]))
+        _corrupt(store, single.replicas[0])
+        buffer = np.full(len(payload), 7, np.uint8)
+        store.register_buffer(buffer)  # zero-copy: the transfer lands in the caller's memory
+        assert store.get_into("one", buffer) == MISS
+        assert not buffer.any()  # a miss leaves no corrupt bytes behind (documented)
+        assert not store.exists("one")  # its only replica was bad: the object is gone
+
+
+def test_a_dead_node_is_avoided_at_once_not_after_the_client_ttl() -> None:
+    """SIGKILL one of two nodes: its replicas stop being offered and written to after the first client
+    fails to reach it, long before the master's TTL would drop it; a put asking for two replicas names
+    the cause instead of "no space"."""
+    import pytest
+
+    from kvstore import NotEnoughSegmentsError
+
+    with kvstore_process(["master", "--port", "0", "--client-ttl", "60"]) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "16MiB"]
+        with kvstore_process(node) as (first, _), kvstore_process(node), Store.connect(address) as store:
+            keys = [f"k{i}" for i in range(12)]
+            assert store.batch_put_from(keys, [bytes([i]) * 8192 for i in range(12)]) == [0] * 12
+            assert store.put("both", b"b" * 8192, replicas=2) is None
+            first.kill()
+            first.wait()
+            started = time.monotonic()
+            values = store.batch_get(keys)  # the dead node's keys miss once; the client reports it
+            survivors = [k for k, v in zip(keys, values, strict=True) if v is not None]
+            assert 0 < len(survivors) < len(keys)
+            assert store.batch_exists(keys) == [v is not None for v in values]  # no longer offered
+            assert store.get("both") == b"b" * 8192
+            with pytest.raises(NotEnoughSegmentsError, match="1 suspected unreachable"):
+                store.put("two more", b"x", replicas=2)
+            assert store.put("lands on the live node", b"x") is None
+            assert time.monotonic() - started < 10

@@ -8,6 +8,7 @@ from kvstore.config import MasterConfig
 from kvstore.errors import (
     InvalidArgumentError,
     NoSpaceError,
+    NotEnoughSegmentsError,
     NotFoundError,
     ObjectBusyError,
     ObjectExistsError,
@@ -82,8 +83,8 @@ def test_replicas_prefer_distinct_hosts(clock: Clock) -> None:
     assert {r.segment.host_id for r in placed} == {"h0", "h1"}
     placed3 = put(state, "k3", replicas=3)
     assert len({r.segment.id for r in placed3}) == 3
-    with pytest.raises(NoSpaceError):
-        put(state, "k4", replicas=4)  # only three segments
+    with pytest.raises(NotEnoughSegmentsError, match="3 usable of 3 mounted"):
+        put(state, "k4", replicas=4)  # only three segments: named as such, not "no space"
 
 
 def test_eviction_makes_room_in_lru_order(clock: Clock) -> None:
@@ -180,7 +181,7 @@ def test_bad_arguments(clock: Clock) -> None:
         state.put_start("c0", "k", 0, 1, 1, False)
     with pytest.raises(InvalidArgumentError):
         state.put_start("c0", "k", 10, 1, 0, False)
-    with pytest.raises(NoSpaceError):
+    with pytest.raises(NotEnoughSegmentsError):
         state.put_start("c0", "k", 4 * MiB, 1, 1, False)  # larger than any segment
     with pytest.raises(NotFoundError):
         state.put_start("ghost", "k", 10, 1, 1, False)
@@ -233,3 +234,45 @@ def test_the_masters_own_stall_is_nobodys_silence(clock: Clock) -> None:
     clock.now += 11.0  # real silence still counts
     state.expire()
     assert not state.clients and not state.exists("kept")
+
+
+def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], heartbeat_interval=1.0)
+    both = put(state, "both", replicas=2)
+    assert len(both) == 2
+    only1 = state.put_start("c1", "only-on-1", MiB, 1, 1, False)
+    assert only1 is not None
+    state.put_end("c1", "only-on-1")
+    dead = only1[0].segment
+    state.report_unreachable(dead.engine)
+    assert not dead.usable and state.counters.suspected_segments == 1
+    assert state.offered(state.objects["both"]) == [r for r in both if r.segment is not dead]
+    assert state.exists("both") and not state.exists("only-on-1") and state.get_replicas("only-on-1") is None
+    assert [m.key for m in state.match_prefix(["both", "only-on-1"])] == ["both"]
+    with pytest.raises(NotEnoughSegmentsError, match="1 suspected unreachable"):
+        state.put_start("c0", "two", MiB, 1, 2, False)  # not "no space": the cause is named
+    placed = state.put_start("c0", "one", MiB, 1, 1, False)
+    assert placed is not None and placed[0].segment is not dead
+    state.heartbeat(dead.client_id)  # right after the report: may have been in flight, proves nothing
+    assert not dead.usable
+    clock.now += 1.0
+    state.heartbeat(dead.client_id)  # its node is alive after all
+    assert dead.usable and state.exists("only-on-1")
+
+
+def test_a_corrupt_replica_is_dropped_and_replaced(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)])
+    placed = list(put(state, "k", replicas=2))  # a copy: the object's own list changes below
+    meta = state.objects["k"]
+    bad = placed[0]
+    where = (bad.segment.engine, bad.segment.region_id, bad.offset)
+    state.report_corrupt("k", *where, checksum=meta.checksum + 1)  # a stale reader: not this object
+    assert len(meta.replicas) == 2
+    used = state.used
+    state.report_corrupt("k", *where, checksum=meta.checksum)
+    assert meta.replicas == [placed[1]] and state.used == used - MiB and state.counters.corrupt_replicas == 1
+    state.replicator.plan()  # planned back up to the two replicas it was put with
+    assert len(state.replicator.tasks) == 1
+    other = placed[1]
+    state.report_corrupt("k", other.segment.engine, other.segment.region_id, other.offset, meta.checksum)
+    assert not state.exists("k") and "k" not in state.objects  # the last replica took the object with it
