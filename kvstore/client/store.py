@@ -223,7 +223,16 @@ class Store:
     def _put_many(
         self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
     ) -> list[tuple[int, str]]:
-        """Per key: (0 or a negative code, the reason)."""
+        """Per key: (0 or a negative code, the reason), in requests the master bounds (MAX_PUT_ITEMS)."""
+        out: list[tuple[int, str]] = []
+        for start in range(0, len(keys), v.MAX_PUT_ITEMS):
+            end = start + v.MAX_PUT_ITEMS
+            out += self._put_chunk(keys[start:end], spans[start:end], replicas, pin)
+        return out
+
+    def _put_chunk(
+        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
+    ) -> list[tuple[int, str]]:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
         items = []
@@ -345,13 +354,16 @@ class Store:
         found = self.leases.lookup(keys)
         cached = [f is not None for f in found]
         missing = [i for i, hit in enumerate(cached) if not hit and v.key_ok(keys[i])]
-        if missing:
-            asked = [keys[i] for i in missing]
+        for start in range(0, len(missing), v.MAX_KEYS):  # in requests the master bounds
+            chunk = missing[start : start + v.MAX_KEYS]
+            asked = [keys[i] for i in chunk]
             granted_at = time.monotonic()
             reply = self.master.call(m.GetReplicas(keys=asked, prefix=prefix))
             self.leases.fill(asked, reply, granted_at)
-            for i, entry in zip(missing, reply, strict=True):
+            for i, entry in zip(chunk, reply, strict=True):
                 found[i] = entry
+            if prefix and None in reply:
+                break  # the prefix ended in this chunk: nothing after it is worth a lookup
         return found, cached
 
     def _read_located(
@@ -476,10 +488,26 @@ class Store:
         return loaded
 
     def match_prefix(self, keys: Sequence[str]) -> PrefixMatch:
-        """The number of leading keys stored (one RPC), where each lives, and per node its leading run:
+        """The number of leading keys stored (one RPC per 16384 keys), where each lives, and per node its
+        leading run:
         a scheduler routes the request to the node with the longest run."""
-        result: PrefixMatch = self.master.call(m.MatchPrefix(keys=list(keys)))
-        return result
+        keys = list(keys)
+        matched = 0
+        replicas: list[list[str]] = []
+        per_node: dict[str, int] = {}
+        for start in range(0, max(len(keys), 1), v.MAX_KEYS):  # in requests the master bounds
+            chunk = keys[start : start + v.MAX_KEYS]
+            part: PrefixMatch = self.master.call(m.MatchPrefix(keys=chunk))
+            for node, run in part.per_node.items():  # a node's run goes on only if it held every key so far
+                if per_node.get(node, 0) == matched:
+                    per_node[node] = matched + run
+                else:
+                    per_node.setdefault(node, 0)
+            matched += part.matched
+            replicas += part.replicas
+            if part.matched < len(chunk):
+                break
+        return PrefixMatch(matched, replicas, per_node)
 
     # -- the rest -------------------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
@@ -492,8 +520,11 @@ class Store:
         return None if found is None else found.size
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
-        result: list[bool] = self.master.call(m.Exists(keys=list(keys)))
-        return result
+        keys = list(keys)
+        out: list[bool] = []
+        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
+            out += self.master.call(m.Exists(keys=keys[start : start + v.MAX_KEYS]))
+        return out
 
     def remove(self, key: str, *, force: bool = False) -> None:
         """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
@@ -505,7 +536,14 @@ class Store:
     def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
         """One RPC; per key 0, or a negative code (MISS when absent, busy when leased)."""
         self.leases.drop(keys)
-        return [-r.code for r in self.master.call(m.Remove(keys=list(keys), force=force))]
+        keys = list(keys)
+        out: list[int] = []
+        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
+            out += [
+                -r.code
+                for r in self.master.call(m.Remove(keys=keys[start : start + v.MAX_KEYS], force=force))
+            ]
+        return out
 
     def remove_all(self, *, force: bool = False) -> int:
         self.leases.clear()

@@ -35,6 +35,7 @@ class MasterState:
         self.replicator = Replicator(config, clock, self.space, self.objects)
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending: dict[str, ObjectMeta] = {}
+        self.stored_bytes = 0  # of visible objects, kept as they come and go: stats() is O(1)
         self.counters = Counters()
 
     @property
@@ -186,6 +187,7 @@ class MasterState:
         meta = self._pending_put(client_id, key)
         meta.complete = True
         del self._pending[key]
+        self.stored_bytes += meta.size
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1
         self.counters.put_bytes += meta.size
@@ -284,6 +286,8 @@ class MasterState:
         return len(doomed)
 
     def _delete(self, meta: ObjectMeta) -> None:
+        if meta.complete and self.objects.get(meta.key) is meta:
+            self.stored_bytes -= meta.size
         for r in meta.replicas:
             self.space.free(meta.key, r)
         meta.replicas = []
@@ -363,7 +367,7 @@ class MasterState:
         return {
             "objects": len(self.objects) - len(self._pending),
             "pending_puts": len(self._pending),
-            "bytes": sum(m.size for m in self.objects.values() if m.complete),
+            "bytes": self.stored_bytes,
             "capacity": self.capacity,
             "used": self.used,
             "usage": self.usage(),

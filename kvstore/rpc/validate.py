@@ -7,7 +7,12 @@ from typing import Any
 from kvstore.errors import InvalidArgumentError
 
 MAX_KEY_BYTES = 4096
-MAX_BATCH = 1 << 20
+# Per-request bounds keep one legal request from holding the master's loop (every other client waits):
+# ~10 ms of work at most on the reference machine. Clients split larger batches (kvstore.client.store).
+MAX_KEYS = 16384
+"""Keys per lookup, existence check, removal, end or revoke."""
+MAX_PUT_ITEMS = 4096
+"""Items per put_start (each allocates replicas, and may evict)."""
 MAX_NAME = 512
 MAX_REPORT = 4096
 
@@ -57,8 +62,8 @@ def key(value: Any) -> str:
 
 def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
     value = field(params, name)
-    if not isinstance(value, list) or len(value) > MAX_BATCH:
-        raise InvalidArgumentError(f"{name!r} must be a list of at most {MAX_BATCH} keys")
+    if not isinstance(value, list) or len(value) > MAX_KEYS:
+        raise InvalidArgumentError(f"{name!r} must be a list of at most {MAX_KEYS} keys")
     # Fast path for the common case: short non-empty strings (4 bytes per char at most in UTF-8).
     if all(type(k) is str and 0 < len(k) <= MAX_KEY_BYTES // 4 for k in value):
         return value
@@ -68,8 +73,8 @@ def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
 def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
     """[[key, size, checksum], ...] with 0 < size < 2^63 and a 64-bit checksum."""
     value = field(params, "items")
-    if not isinstance(value, list) or len(value) > MAX_BATCH:
-        raise InvalidArgumentError(f"'items' must be a list of at most {MAX_BATCH} entries")
+    if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
+        raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
     items = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3):

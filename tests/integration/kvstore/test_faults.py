@@ -135,3 +135,21 @@ def test_a_dead_node_is_avoided_at_once_not_after_the_client_ttl() -> None:
                 store.put("two more", b"x", replicas=2)
             assert store.put("lands on the live node", b"x") is None
             assert time.monotonic() - started < 10
+
+
+def test_batches_larger_than_one_request_are_split_by_the_client() -> None:
+    import numpy as np
+
+    from kvstore.rpc import validate as v
+
+    n = v.MAX_KEYS + 100
+    with Store.embedded(segment_size="64MiB") as store:
+        keys = [f"many/{i}" for i in range(n)]
+        value = np.zeros(64, np.uint8)
+        store.register_buffer(value)
+        assert store.batch_put_from(keys, [value] * n) == [0] * n  # several put requests
+        assert all(store.batch_exists(keys))
+        match = store.match_prefix(keys)
+        assert match.matched == n and len(match.replicas) == n and set(match.per_node.values()) == {n}
+        assert store.batch_remove(keys) == [0] * n
+        assert store.stats()["master"]["objects"] == 0

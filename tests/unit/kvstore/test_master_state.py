@@ -276,3 +276,23 @@ def test_a_corrupt_replica_is_dropped_and_replaced(clock: Clock) -> None:
     other = placed[1]
     state.report_corrupt("k", other.segment.engine, other.segment.region_id, other.offset, meta.checksum)
     assert not state.exists("k") and "k" not in state.objects  # the last replica took the object with it
+
+
+def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
+    from kvstore.master.handlers import Handlers
+    from kvstore.rpc import validate as v
+
+    state = make_state(clock, [("h0", 64 * MiB)])
+    handlers = Handlers(state)
+    items = [[f"k{i}", 64, 1] for i in range(v.MAX_PUT_ITEMS + 1)]
+    with pytest.raises(InvalidArgumentError, match=f"at most {v.MAX_PUT_ITEMS}"):
+        handlers.handle("put_start", {"client_id": "c0", "items": items, "replicas": 1})
+    with pytest.raises(InvalidArgumentError, match=f"at most {v.MAX_KEYS}"):
+        handlers.handle("exists", {"keys": ["k"] * (v.MAX_KEYS + 1)})
+    put(state, "a", MiB)
+    put(state, "b", 2 * MiB)
+    state.put_start("c0", "pending", MiB, 1, 1, False)
+    assert state.stats()["bytes"] == 3 * MiB  # kept as objects come and go, not summed per scrape
+    state.remove("a")
+    state.put_revoke("c0", "pending")
+    assert state.stats()["bytes"] == 2 * MiB and state.stats()["objects"] == 1
