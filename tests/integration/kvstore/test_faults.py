@@ -153,3 +153,35 @@ def test_batches_larger_than_one_request_are_split_by_the_client() -> None:
         assert match.matched == n and len(match.replicas) == n and set(match.per_node.values()) == {n}
         assert store.batch_remove(keys) == [0] * n
         assert store.stats()["master"]["objects"] == 0
+
+
+def test_a_hung_node_costs_one_timeout_not_one_per_call() -> None:
+    """One of two nodes SIGSTOPped, TCP between client and nodes: the first batch that touches it waits
+    for the I/O timeout, then the client reports it and every later read goes to the other replica
+    (before: every batch waited the full timeout again)."""
+    import numpy as np
+
+    with kvstore_process(["master", "--port", "0", "--client-ttl", "60"]) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "32MiB"]
+        with (
+            kvstore_process(node) as (first, _),
+            kvstore_process(node),
+            Store.connect(address, transport="tcp", tcp_io_timeout=1.0) as store,
+        ):
+            keys = [f"h{i}" for i in range(32)]
+            values = [np.full(16 << 10, i, np.uint8) for i in range(32)]
+            assert store.batch_put_from(keys, values, replicas=2) == [0] * 32
+            freeze(first.pid)
+            try:
+                buffers = [np.zeros(16 << 10, np.uint8) for _ in range(8)]
+                started = time.monotonic()
+                for round_ in range(21):  # the first may wait ~1 s; the 20 after it must not
+                    store.leases.clear()
+                    batch = [keys[(round_ * 8 + j) % 32] for j in range(8)]
+                    assert store.batch_get_into(batch, buffers) == [16 << 10] * 8
+                    for key, buffer in zip(batch, buffers, strict=True):
+                        assert buffer[0] == int(key[1:])
+                assert time.monotonic() - started < 4.0  # was ~21 s: one timeout per batch
+            finally:
+                first.send_signal(signal.SIGCONT)
