@@ -40,6 +40,10 @@ class SegmentSpace:
             raise NotFoundError(f"no segment {segment_id}")
         return seg
 
+    def any_suspect(self) -> bool:
+        """True while some segment is suspected unreachable (O(segments), which are few)."""
+        return any(s.suspect_since != 0.0 for s in self.segments.values())
+
     def __iter__(self) -> Iterator[Segment]:
         return iter(self.segments.values())
 

@@ -101,7 +101,9 @@ class MasterState:
     @staticmethod
     def offered(meta: ObjectMeta) -> list[Replica]:
         """The replicas a reader is given: those on segments not suspected unreachable."""
-        return [r for r in meta.replicas if r.segment.usable]
+        if all(r.segment.suspect_since == 0.0 for r in meta.replicas):
+            return meta.replicas
+        return [r for r in meta.replicas if r.segment.suspect_since == 0.0]
 
     def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
         client = self._client(client_id)
