@@ -16,6 +16,7 @@ class SegmentSpace:
         self.alignment = alignment
         self.segments: dict[int, Segment] = {}
         self._next = 1
+        self._suspects = 0  # segments suspected unreachable
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> Segment:
@@ -31,6 +32,7 @@ class SegmentSpace:
 
     def unmount(self, segment: Segment) -> list[str]:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
+        self.trust(segment)
         del self.segments[segment.id]
         return list(segment.objects)
 
@@ -41,8 +43,22 @@ class SegmentSpace:
         return seg
 
     def any_suspect(self) -> bool:
-        """True while some segment is suspected unreachable (O(segments), which are few)."""
-        return any(s.suspect_since != 0.0 for s in self.segments.values())
+        """True while some segment is suspected unreachable (O(1): the hot paths skip the check)."""
+        return self._suspects > 0
+
+    def suspect(self, segment: Segment, now: float) -> bool:
+        """Marks a segment suspected unreachable; False if it already was."""
+        if not segment.usable:
+            return False
+        segment.suspect_since = now
+        self._suspects += 1
+        return True
+
+    def trust(self, segment: Segment) -> None:
+        """Its node proved alive: the segment is usable again."""
+        if not segment.usable:
+            segment.suspect_since = 0.0
+            self._suspects -= 1
 
     def __iter__(self) -> Iterator[Segment]:
         return iter(self.segments.values())

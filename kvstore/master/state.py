@@ -64,7 +64,7 @@ class MasterState:
                 and not seg.usable
                 and now - seg.suspect_since >= self.config.heartbeat_interval
             ):
-                seg.suspect_since = 0.0
+                self.space.trust(seg)
         return True
 
     # -- what readers and writers report ---------------------------------------------------------------
@@ -72,9 +72,8 @@ class MasterState:
         """A client failed to reach this node: its segments are suspect — not placed on, their replicas
         not offered while another exists — until the node heartbeats again."""
         now = self.clock()
-        for seg in self.space:
-            if seg.engine == engine and seg.usable:
-                seg.suspect_since = now
+        for seg in list(self.space):
+            if seg.engine == engine and self.space.suspect(seg, now):
                 self.counters.suspected_segments += 1
 
     def report_corrupt(self, key: str, engine: str, region_id: int, offset: int, checksum: int) -> None:
@@ -98,12 +97,11 @@ class MasterState:
         else:
             self.replicator.touched.add(key)
 
-    @staticmethod
-    def offered(meta: ObjectMeta) -> list[Replica]:
+    def offered(self, meta: ObjectMeta) -> list[Replica]:
         """The replicas a reader is given: those on segments not suspected unreachable."""
-        if all(r.segment.suspect_since == 0.0 for r in meta.replicas):
+        if not self.space.any_suspect():
             return meta.replicas
-        return [r for r in meta.replicas if r.segment.suspect_since == 0.0]
+        return [r for r in meta.replicas if r.segment.usable]
 
     def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
         client = self._client(client_id)
@@ -218,7 +216,7 @@ class MasterState:
         """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
         segment suspected unreachable). Readers are given `offered(meta)`."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete or not any(r.segment.usable for r in meta.replicas):
+        if meta is None or not meta.complete or not self.offered(meta):
             self.counters.misses += 1
             return None
         now = self.clock()
@@ -269,7 +267,7 @@ class MasterState:
     def exists(self, key: str) -> bool:
         """Stored, and readable: at least one replica is not on a segment suspected unreachable."""
         meta = self.objects.get(key)
-        return meta is not None and meta.complete and any(r.segment.usable for r in meta.replicas)
+        return meta is not None and meta.complete and bool(self.offered(meta))
 
     # -- removal and eviction -----------------------------------------------------------------------
     def remove(self, key: str, force: bool = False) -> None:
