@@ -257,7 +257,11 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     assert not dead.usable
     clock.now += 1.0
     state.heartbeat(dead.client_id)  # its node is alive after all
-    assert dead.usable and state.exists("only-on-1")
+    assert dead.usable and state.exists("only-on-1") and not state.space.any_suspect()
+    state.report_unreachable(dead.engine)
+    assert state.space.any_suspect()
+    state.drop_client(dead.client_id)  # a suspect segment that goes away leaves no suspicion behind
+    assert not state.space.any_suspect() and state.exists("both")
 
 
 def test_a_corrupt_replica_is_dropped_and_replaced(clock: Clock) -> None:
