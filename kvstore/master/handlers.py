@@ -111,6 +111,7 @@ class Handlers:
 
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None]:
         out: list[m.ObjectLocation | None] = []
+        location, offered = m.ReplicaLocation, self.state.offered
         for key in r.keys:
             meta = self.state.get_replicas(key)
             if meta is None:
@@ -120,8 +121,8 @@ class Handlers:
                     break
                 continue
             replicas = [
-                m.ReplicaLocation(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id)
-                for x in self.state.offered(meta)
+                location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id)
+                for x in offered(meta)
             ]
             out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
         return out

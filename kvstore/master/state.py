@@ -216,7 +216,7 @@ class MasterState:
         """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
         segment suspected unreachable). Readers are given `offered(meta)`."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete or not self.offered(meta):
+        if meta is None or not meta.complete or (self.space.any_suspect() and not self.offered(meta)):
             self.counters.misses += 1
             return None
         now = self.clock()
