@@ -348,12 +348,9 @@ _MASTER_FLAGS = (
 )
 
 
-def _given(
-    args: argparse.Namespace, names: Sequence[str], rename: dict[str, str] | None = None
-) -> dict[str, Any]:
+def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
     """The options given on the command line (the others fall through to KVSTORE_* and defaults)."""
-    rename = rename or {}
-    return {rename.get(k, k): getattr(args, k) for k in names if getattr(args, k) is not None}
+    return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
 
 
 def _run_master(args: argparse.Namespace) -> int:

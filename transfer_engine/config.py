@@ -67,28 +67,18 @@ class TransportSettings:
 
     def __init__(self, spec: TransportSpec) -> None:
         self.spec = spec
-        self.values: dict[str, Any] = {}
-        self.origins: dict[str, Origin] = {}
-        for o in spec.options:
-            default = o["default"]
-            self.values[o["name"]] = default / 1000 if o["kind"] == "duration_ms" else default
-            if o["kind"] == "bool":
-                self.values[o["name"]] = bool(default)
-            self.origins[o["name"]] = DEFAULT
+        self.values: dict[str, Any] = {o["name"]: self._from_native(o, o["default"]) for o in spec.options}
+        self.origins: dict[str, Origin] = {o["name"]: DEFAULT for o in spec.options}
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
     def settings(self) -> Iterator[SettingInfo]:
+        """One per option, named "<transport>_<option>" in code and KVSTORE_<TRANSPORT>_<OPTION>."""
         for o in self.spec.options:
             name = f"{self.spec.name}_{o['name']}"
-            yield SettingInfo(name, f"KVSTORE_{name.upper()}", _KIND[o["kind"]], self._default(o), o["doc"])
-
-    @staticmethod
-    def _default(o: dict[str, Any]) -> Any:
-        if o["kind"] == "duration_ms":
-            return o["default"] / 1000
-        return bool(o["default"]) if o["kind"] == "bool" else o["default"]
+            default = self._from_native(o, o["default"])
+            yield SettingInfo(name, f"KVSTORE_{name.upper()}", _KIND[o["kind"]], default, o["doc"])
 
     def set(self, option: str, raw: Any, label: str, origin: Origin) -> None:
         o = next(o for o in self.spec.options if o["name"] == option)
@@ -107,7 +97,10 @@ class TransportSettings:
 
     @staticmethod
     def _from_native(o: dict[str, Any], value: int) -> Any:
-        return value / 1000 if o["kind"] == "duration_ms" else value
+        """A value as the C++ core states it, in Python's terms (seconds, bools)."""
+        if o["kind"] == "duration_ms":
+            return value / 1000
+        return bool(value) if o["kind"] == "bool" else value
 
     def to_core(self) -> dict[str, int]:
         return {o["name"]: self._native(o, self.values[o["name"]]) for o in self.spec.options}
@@ -150,13 +143,11 @@ class EngineConfig(Settings):
     def apply_all(self, env: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
         own = {k: v for k, v in overrides.items() if self._transport_option(k) is None}
         super().apply_all(env, own)
-        for spec in transport_specs():
-            block = self.transports[spec.name]
-            for o in spec.options:
-                variable = f"KVSTORE_{spec.name.upper()}_{o['name'].upper()}"
-                if variable in env:
-                    label = f"{variable} ({spec.name}_{o['name']})"
-                    block.set(o["name"], env[variable], label, Origin("environment", variable))
+        for block in self.transports.values():
+            for o, info in zip(block.spec.options, block.settings(), strict=True):
+                if info.variable in env:
+                    label = f"{info.variable} ({info.name})"
+                    block.set(o["name"], env[info.variable], label, Origin("environment", info.variable))
         for name, value in overrides.items():
             target = self._transport_option(name)
             if target is not None:

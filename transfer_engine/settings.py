@@ -136,11 +136,6 @@ class Settings:
                 )
 
     @classmethod
-    def variables(cls) -> dict[str, str]:
-        """Environment variable -> the setting it sets."""
-        return {s.variable: s.name for s in cls.settings()}
-
-    @classmethod
     def load(cls: type[T], env: Mapping[str, str] | None = None, /, **overrides: Any) -> T:
         """Defaults, then ``<PREFIX>*`` variables of `env` (os.environ if None), then `overrides`."""
         import os

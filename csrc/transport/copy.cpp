@@ -15,4 +15,13 @@ Status copy_slice(const Slice& slice, char* remote) {
   return Status::OK();
 }
 
+OptionSpec copy_slice_size_option() {
+  return {"slice_size",
+          OptionKind::kSize,
+          4 << 20,
+          4096,
+          int64_t{1} << 30,
+          "Requests are cut into slices of at most this many bytes, copied by the engine's copy threads."};
+}
+
 }  // namespace kvs

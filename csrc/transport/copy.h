@@ -9,4 +9,7 @@ namespace kvs {
 // caller reports the slice with the returned status.
 Status copy_slice(const Slice& slice, char* remote);
 
+// The setting both memory-to-memory transports have: how large a slice one copy task moves.
+OptionSpec copy_slice_size_option();
+
 }  // namespace kvs

@@ -37,12 +37,12 @@ class MasterClient:
         msg_id = next(self._ids)
         method = request.METHOD
         frame = rpc.pack([msg_id, method, request.params()])
-        sock = self._connection()
+        sock, poller = self._connection()
         try:
             sock.settimeout(timeout or self.timeout)
             sock.sendall(frame)
             if self.spin_seconds:
-                _spin_until_readable(sock, self.spin_seconds)
+                _spin_until_readable(poller, self.spin_seconds)
             header = _recv_exact(sock, rpc.HEADER_SIZE)
             reply_id, code, message, result = rpc.parse_response(
                 rpc.unpack(_recv_exact(sock, rpc.frame_length(header)))
@@ -70,11 +70,12 @@ class MasterClient:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _connection(self) -> socket.socket:
+    def _connection(self) -> tuple[socket.socket, select.poll]:
+        """This thread's connection and a poller registered on it (made once per connection)."""
         sock: socket.socket | None = getattr(self._local, "sock", None)
         if sock is not None:
-            if not _closed_by_peer(sock):
-                return sock
+            if not _closed_by_peer(sock, self._local.poller):
+                return sock, self._local.poller
             self._drop(sock)  # the master went away since the last call (e.g. restarted): reconnect
         with self._lock:
             if self._closed:
@@ -86,8 +87,10 @@ class MasterClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
             self._all.append(sock)
-        self._local.sock = sock
-        return sock
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        self._local.sock, self._local.poller = sock, poller
+        return sock, poller
 
     def _drop(self, sock: socket.socket) -> None:
         """A connection that failed mid-call is out of step: close it; the next call reconnects."""
@@ -99,13 +102,11 @@ class MasterClient:
             sock.close()
 
 
-def _closed_by_peer(sock: socket.socket) -> bool:
+def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:
     """True when the peer has closed an idle connection: nothing is owed on it between calls, so a
     readable socket means EOF (or an error). A zero-timeout poll first: a socket with a timeout would
     otherwise wait for data in recv, MSG_DONTWAIT or not."""
     try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
         if not poller.poll(0):
             return False
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -113,11 +114,9 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
-def _spin_until_readable(sock: socket.socket, seconds: float) -> None:
+def _spin_until_readable(poller: select.poll, seconds: float) -> None:
     """Polls (without sleeping) until the reply starts to arrive or `seconds` pass. A zero-timeout
     poll: a recv on a socket with a timeout would sleep in the kernel instead of spinning."""
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         if poller.poll(0):

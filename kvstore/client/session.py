@@ -29,17 +29,6 @@ class Session:
         if not config.master:
             raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
         self.config = config
-        self.master = MasterClient(config.master, config.rpc_timeout, config.rpc_busy_poll_us)
-        self.engine: TransferEngine | None = None
-        try:
-            self.master.hello()
-            self.engine = TransferEngine(config.engine)
-            self.client_id = uuid.uuid4().hex
-            self.host_id = self.engine.host_id
-            self.terms = self._register()
-        except BaseException:
-            self.close()
-            raise
         self._reporters: list[Callable[[], dict[str, Any]]] = []
         self._reply_handlers: list[Callable[[m.HeartbeatReply], None]] = []
         self._rejoin_handlers: list[Callable[[], None]] = []
@@ -48,6 +37,20 @@ class Session:
         self._closed = threading.Event()
         self._rejoin_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
+        self.master = MasterClient(config.master, config.rpc_timeout, config.rpc_busy_poll_us)
+        engine = None
+        try:
+            self.master.hello()
+            engine = TransferEngine(config.engine)
+            self.client_id = uuid.uuid4().hex
+            self.host_id = engine.host_id
+            self.engine = engine
+            self.terms = self._register()
+        except BaseException:
+            self.master.close()
+            if engine is not None:
+                engine.close()
+            raise
 
     def _register(self) -> m.RegisterReply:
         return self.master.call(m.RegisterClient(client_id=self.client_id, host_id=self.host_id))
@@ -106,7 +109,7 @@ class Session:
         if peer is not None:
             return peer
         try:
-            peer = self.transfer_engine.open_peer(name)
+            peer = self.engine.open_peer(name)
         except KVStoreError as exc:
             log.debug("cannot open peer %s: %s", name, exc)
             return None
@@ -115,23 +118,16 @@ class Session:
         return peer
 
     @property
-    def transfer_engine(self) -> TransferEngine:
-        assert self.engine is not None  # set in __init__, or __init__ raised
-        return self.engine
-
-    @property
     def closed(self) -> bool:
-        return self._closed.is_set() if hasattr(self, "_closed") else True
+        return self._closed.is_set()
 
     def close(self) -> None:
-        if hasattr(self, "_closed"):
-            if self._closed.is_set():
-                return
-            self._closed.set()
-            if self._heartbeat is not None:
-                self._heartbeat.join(timeout=self.terms.heartbeat_interval * 3)
-            with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL
-                self.master.call(m.CloseClient(client_id=self.client_id), timeout=2.0)
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=self.terms.heartbeat_interval * 3)
+        with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL
+            self.master.call(m.CloseClient(client_id=self.client_id), timeout=2.0)
         self.master.close()
-        if self.engine is not None:
-            self.engine.close()
+        self.engine.close()

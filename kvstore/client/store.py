@@ -63,11 +63,10 @@ class Store:
     def __init__(self, session: Session, roles: Sequence[Closable] = ()) -> None:
         self.session = session
         self.config = session.config
-        self.default_replicas = session.config.replicas
         self.stats_local = ClientStats()
         self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
         self._after: list[Closable] = []
-        self.buffers = BufferManager(session.transfer_engine, session.config.buffer_size)
+        self.buffers = BufferManager(session.engine, session.config.buffer_size)
         self.leases = LeaseCache(float(session.terms.lease_ttl))
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
 
@@ -137,7 +136,7 @@ class Store:
 
     @property
     def engine(self) -> TransferEngine:
-        return self.session.transfer_engine
+        return self.session.engine
 
     @property
     def client_id(self) -> str:
@@ -215,7 +214,7 @@ class Store:
     def _replicas(self, replicas: int | None) -> int:
         """None: the default (StoreConfig.replicas); anything else must be 1..64 (0 is an error)."""
         if replicas is None:
-            return self.default_replicas
+            return self.config.replicas
         if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 64:
             raise InvalidArgumentError(f"replicas must be 1..64 (or None for the default), got {replicas!r}")
         return replicas
@@ -337,8 +336,8 @@ class Store:
         results: list[int] = []
         try:
             results = self._read_located(keys, spans, found, cached)
-            for i, key in enumerate(keys):
-                if not v.key_ok(key):  # never asked of the master: a bad key fails alone
+            for i, result in enumerate(results):
+                if result == MISS and not v.key_ok(keys[i]):  # never asked of the master: fails alone
                     results[i] = -InvalidArgumentError.code
             return results
         finally:

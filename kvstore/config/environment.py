@@ -56,7 +56,7 @@ def _check_names(env: Mapping[str, str]) -> None:
         if not name.startswith("KVSTORE_") or name in known:
             continue
         hint = ""
-        if name in RENAMED and RENAMED[name] != name:
+        if name in RENAMED:
             hint = f"; it is now {RENAMED[name]}"
         else:
             close = difflib.get_close_matches(name, list(known), n=1)

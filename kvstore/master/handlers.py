@@ -6,6 +6,7 @@ Batch methods answer per item (ItemResult) so one bad key never hides the others
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -101,13 +102,13 @@ class Handlers:
                 return None  # already stored with the same bytes
             return [m.Placement(p.segment.engine, p.segment.region_id, p.offset) for p in placed]
 
-        return [_per_item(lambda item=item: start(item)) for item in r.items]  # type: ignore[misc]
+        return [_per_item(functools.partial(start, item)) for item in r.items]
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
-        return [_per_item(lambda k=k: self.state.put_end(r.client_id, k)) for k in r.keys]  # type: ignore[misc]
+        return [_per_item(functools.partial(self.state.put_end, r.client_id, k)) for k in r.keys]
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
-        return [_per_item(lambda k=k: self.state.put_revoke(r.client_id, k)) for k in r.keys]  # type: ignore[misc]
+        return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
 
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None]:
         out: list[m.ObjectLocation | None] = []
@@ -140,10 +141,7 @@ class Handlers:
         return m.PrefixMatch(len(matched), where, per_node)
 
     def exists(self, r: m.Exists) -> list[bool]:
-        if self.state.space.any_suspect():
-            return [self.state.exists(k) for k in r.keys]
-        objects = self.state.objects  # the hot path (a scheduler asks per request): every segment trusted
-        return [(meta := objects.get(k)) is not None and meta.complete for k in r.keys]
+        return self.state.exists_many(r.keys)
 
     def report_replicas(self, r: m.ReportReplicas) -> None:
         for engine in r.unreachable:
@@ -152,7 +150,7 @@ class Handlers:
             self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
     def remove(self, r: m.Remove) -> list[m.ItemResult]:
-        return [_per_item(lambda k=k: self.state.remove(k, r.force)) for k in r.keys]  # type: ignore[misc]
+        return [_per_item(functools.partial(self.state.remove, k, r.force)) for k in r.keys]
 
     def remove_all(self, r: m.RemoveAll) -> int:
         return self.state.remove_all(r.force)

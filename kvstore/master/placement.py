@@ -1,13 +1,14 @@
 """Segment space: the one writer of where replicas live. Mounting, placing (puts and replica copies
-alike), reserving a known range (rebuilding from a record) and freeing all happen here; the rest of
-the master asks, and never touches an allocator or a segment's key index itself."""
+alike) and freeing all happen here (the allocator can also reserve a known range, for rebuilding the
+map from a record when HA lands); the rest of the master asks, and never touches an allocator or a
+segment's key index itself."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 
 from kvstore.allocator import OffsetAllocator
-from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError, NotFoundError
+from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.model import Replica, Segment
 
 
@@ -35,12 +36,6 @@ class SegmentSpace:
         self.trust(segment)
         del self.segments[segment.id]
         return list(segment.objects)
-
-    def get(self, segment_id: int) -> Segment:
-        seg = self.segments.get(segment_id)
-        if seg is None:
-            raise NotFoundError(f"no segment {segment_id}")
-        return seg
 
     def any_suspect(self) -> bool:
         """True while some segment is suspected unreachable (O(1): the hot paths skip the check)."""
@@ -121,13 +116,6 @@ class SegmentSpace:
             seg.objects.add(key)
             placed.append(Replica(seg, offset))
         return placed
-
-    def reserve(self, key: str, segment: Segment, offset: int, size: int) -> Replica:
-        """Takes exactly [offset, offset + size) of `segment` for `key` (rebuilding the map from a record)."""
-        if not segment.allocator.reserve(offset, size):
-            raise InvalidArgumentError(f"[{offset}, +{size}) of segment {segment.id} is not free")
-        segment.objects.add(key)
-        return Replica(segment, offset)
 
     def free(self, key: str, replica: Replica) -> None:
         """Gives a replica's space back (nothing to do if its segment is already gone)."""

@@ -21,7 +21,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     try:
         storage = StorageNode(session, node.segment_size, node.copy_workers)
         session.start()
-        print(f"{READY_PREFIX}{session.transfer_engine.name} client={session.client_id}", flush=True)
+        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}", flush=True)
         wait_for_stop_request()
         storage.close()
     finally:

@@ -25,10 +25,8 @@ log = logging.getLogger("kvstore.node")
 class StorageNode:
     def __init__(self, session: Session, segment_size: int, copy_workers: int = 1) -> None:
         self.session = session
-        engine = session.transfer_engine
+        engine = session.engine
         self.segment = engine.allocate(segment_size)  # pre-faulted, shareable with same-host peers
-        self.copies_done = 0
-        self.copies_failed = 0
         self._tasks: queue.Queue[m.CopyTask | None] = queue.Queue()
         self._workers = [
             threading.Thread(target=self._copy_loop, name=f"kvstore-copy-{i}", daemon=True)
@@ -46,7 +44,7 @@ class StorageNode:
         s.master.call(
             m.MountSegment(
                 client_id=s.client_id,
-                engine=s.transfer_engine.name,
+                engine=s.engine.name,
                 region_id=self.segment.id,
                 size=self.segment.length,
                 host_id=s.host_id,
@@ -59,11 +57,7 @@ class StorageNode:
 
     def _copy_loop(self) -> None:
         while (task := self._tasks.get()) is not None:
-            ok = self._copy(task)
-            if ok:
-                self.copies_done += 1
-            else:
-                self.copies_failed += 1
+            ok = self._copy(task)  # the master counts copies done and failed
             try:
                 self.session.master.call(
                     m.ReplicaDone(client_id=self.session.client_id, task=task.task, ok=ok)
@@ -80,7 +74,7 @@ class StorageNode:
         if source is None:
             return False
         try:
-            state, _ = self.session.transfer_engine.transfer_one(
+            state, _ = self.session.engine.transfer_one(
                 Op.READ,
                 self.segment.addr + task.offset,
                 source,

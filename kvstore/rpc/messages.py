@@ -256,11 +256,9 @@ class PutEnd(Request):
 
 @dataclass
 class PutRevoke(PutEnd):
-    METHOD: ClassVar[str] = "put_revoke"
+    """Frees a put in progress (its bytes did not reach every replica). Same fields as PutEnd."""
 
-    @classmethod
-    def parse(cls, p: dict[str, Any]) -> PutRevoke:
-        return cls(v.text(p, "client_id"), v.keys(p))
+    METHOD: ClassVar[str] = "put_revoke"
 
 
 @dataclass

@@ -93,8 +93,7 @@ const TransportEntry& local_transport_entry() {
   static const TransportEntry entry{
       "local",
       Capabilities{0, kReachSameProcess, kAllHostKinds, kAllHostKinds},
-      {{"slice_size", OptionKind::kSize, 4 << 20, 4096, int64_t{1} << 30,
-        "Requests are cut into slices of at most this many bytes, copied by the engine's copy threads."}},
+      {copy_slice_size_option()},
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
         return std::make_unique<LocalTransport>(context, options);
       },

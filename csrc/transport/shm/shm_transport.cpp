@@ -281,24 +281,20 @@ class ShmTransport : public Transport {
 };
 
 }  // namespace
+}  // namespace kvs::shm
+
+namespace kvs {
 
 const TransportEntry& shm_transport_entry() {
   static const TransportEntry entry{
       "shm",
       Capabilities{10, kReachSameProcess | kReachSameHost, kAllHostKinds, kAllHostKinds},
-      {{"slice_size", OptionKind::kSize, 4 << 20, 4096, int64_t{1} << 30,
-        "Requests are cut into slices of at most this many bytes, copied by the engine's copy threads."}},
+      {copy_slice_size_option()},
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
-        return std::make_unique<ShmTransport>(context, options);
+        return std::make_unique<shm::ShmTransport>(context, options);
       },
   };
   return entry;
 }
 
-}  // namespace kvs::shm
-
-namespace kvs {
-const TransportEntry& shm_transport_entry() {
-  return shm::shm_transport_entry();
-}
 }  // namespace kvs

@@ -387,23 +387,20 @@ class TcpTransport : public Transport {
 };
 
 }  // namespace
+}  // namespace kvs::tcp
+
+namespace kvs {
 
 const TransportEntry& tcp_transport_entry() {
   static const TransportEntry entry{
       "tcp",
       Capabilities{100, kReachSameProcess | kReachSameHost | kReachRemote, kAllHostKinds, kAllHostKinds},
-      TcpConfig::specs(),
+      tcp::TcpConfig::specs(),
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
-        return std::make_unique<TcpTransport>(context, options);
+        return std::make_unique<tcp::TcpTransport>(context, options);
       },
   };
   return entry;
 }
 
-}  // namespace kvs::tcp
-
-namespace kvs {
-const TransportEntry& tcp_transport_entry() {
-  return tcp::tcp_transport_entry();
-}
 }  // namespace kvs

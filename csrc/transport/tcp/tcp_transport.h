@@ -18,8 +18,6 @@
 
 namespace kvs::tcp {
 
-const TransportEntry& tcp_transport_entry();
-
 // Connects, says HELLO and checks the peer is still the engine `engine_id`; returns the socket.
 StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
                               const TcpConfig& config);
@@ -76,3 +74,7 @@ class TcpChannel : public Channel {
 };
 
 }  // namespace kvs::tcp
+
+namespace kvs {
+const TransportEntry& tcp_transport_entry();
+}  // namespace kvs
