@@ -12,6 +12,7 @@ from kvstore.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermissionDeniedError,
+    StaleLocationError,
     TransferFailedError,
     TransferTimeoutError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ObjectNotFoundError",
     "PermissionDeniedError",
     "Store",
+    "StaleLocationError",
     "TransferFailedError",
     "TransferTimeoutError",
     "__version__",

@@ -17,6 +17,7 @@ from transfer_engine.errors import (
     PermissionDeniedError,
     ProtocolError,
     TransferConnectionError,
+    StaleLocationError,
     TransferFailedError,
     TransferTimeoutError,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "PermissionDeniedError",
     "ProtocolError",
     "TransferConnectionError",
+    "StaleLocationError",
     "TransferFailedError",
     "TransferTimeoutError",
     "error_for_code",

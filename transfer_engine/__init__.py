@@ -21,6 +21,7 @@ from transfer_engine.errors import (
     PermissionDeniedError,
     ProtocolError,
     TransferConnectionError,
+    StaleLocationError,
     TransferFailedError,
     TransferTimeoutError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "RequestState",
     "TransferConnectionError",
     "TransferEngine",
+    "StaleLocationError",
     "TransferFailedError",
     "TransferTimeoutError",
     "TransportSettings",

@@ -11,6 +11,8 @@ def encode_frame_header(
     key: int = 0,
     offset: int = 0,
     length: int = 0,
+    fence_slot: int = 0,
+    fence_gen: int = 0,
 ) -> bytes: ...
 def decode_descriptor(data: bytes) -> tuple[str, int, int]: ...
 def memcpy_baseline(

@@ -239,12 +239,32 @@ class TransferEngine:
             raise InvalidArgumentError("ptr and length must be positive (and fit in 64 bits)")
         return self._add(self._core_engine().register(ptr, length, kind, export, read_only))
 
-    def allocate(self, size: int, *, export: bool = True) -> Region:
-        """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it."""
+    def allocate(self, size: int, *, export: bool = True, fence_slots: int = 0) -> Region:
+        """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it.
+
+        With `fence_slots` the region is carved into fenced allocations: every transfer into it must name
+        a live (slot, generation), and :meth:`kill_allocations` fences one off for good (a storage node's
+        segment, whose allocations the master hands out and frees)."""
         if not 0 < size < 2**63:
             raise InvalidArgumentError(f"size must be positive and below 2^63, got {size}")
-        info, array = self._core_engine().allocate(size, export)
+        if not 0 <= fence_slots <= 1 << 26:
+            raise InvalidArgumentError(f"fence_slots must be 0..2^26, got {fence_slots}")
+        info, array = self._core_engine().allocate(size, export, fence_slots)
         return self._add(info, array=array)
+
+    def kill_allocations(
+        self, region: Region | int, slots: Sequence[int], gens: Sequence[int], *, timeout: float = 0.05
+    ) -> bool:
+        """Fences allocations of a fenced region off: no transfer naming them is admitted any more.
+        True once every transfer admitted before has ended (only then may their memory be reused);
+        False when one did not end within `timeout` (a stopped peer): call again later."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        return bool(self._core_engine().kill_allocations(region_id, list(slots), list(gens), int(timeout * 1000)))
+
+    def raise_fence_floor(self, region: Region | int, floor: int, *, timeout: float = 0.05) -> bool:
+        """Fences off every allocation of generation <= floor (see :meth:`kill_allocations`)."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        return bool(self._core_engine().raise_fence_floor(region_id, floor, int(timeout * 1000)))
 
     def unregister(self, region: Region | int) -> None:
         """Removes a region; waits until no transfer touches it, so the memory may be freed after."""
@@ -316,8 +336,11 @@ class TransferEngine:
         lengths: Sequence[int] | np.ndarray | int,
         *,
         timeout: float | None = None,
+        fence_slots: Sequence[int] | np.ndarray | None = None,
+        fence_gens: Sequence[int] | np.ndarray | None = None,
     ) -> BatchHandle:
-        """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast."""
+        """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast.
+        `fence_slots`/`fence_gens` name each request's allocation in a fenced region (both or neither)."""
         local = np.ascontiguousarray(local_addrs, dtype=np.uint64).reshape(-1)
         n = local.size
 
@@ -339,6 +362,8 @@ class TransferEngine:
             column(offsets, np.uint64),
             column(lengths, np.uint64),
             int(deadline * 1000),
+            None if fence_slots is None else column(fence_slots, np.uint32),
+            None if fence_gens is None else column(fence_gens, np.uint64),
         )
         return BatchHandle(self, core_batch)
 
@@ -394,13 +419,15 @@ class TransferEngine:
         length: int,
         *,
         timeout: float | None = None,
+        fence: tuple[int, int] = (0, 0),
     ) -> tuple[RequestState, int]:
-        """One request, run to the end with the least overhead; returns (state, core error code)."""
+        """One request, run to the end with the least overhead; returns (state, core error code).
+        `fence` is (slot, generation) of the allocation it touches in a fenced region."""
         if min(local_addr, region_id, offset, length) < 0:
             raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
         deadline = self.config.transfer_timeout if timeout is None else timeout
         state, code = self._core_engine().transfer(
-            int(op), local_addr, peer.handle, region_id, offset, length, int(deadline * 1000)
+            int(op), local_addr, peer.handle, region_id, offset, length, int(deadline * 1000), *fence
         )
         return RequestState(state), code
 

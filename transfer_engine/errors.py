@@ -62,6 +62,12 @@ class InternalError(KVStoreError):
     code = 12
 
 
+class StaleLocationError(KVStoreError):
+    """The allocation a transfer named was freed (fenced off by its owner): ask for a fresh location."""
+
+    code = 13
+
+
 class TransferFailedError(KVStoreError):
     """Some requests of a synchronous transfer did not complete; ``states``/``errors`` say which."""
 
@@ -86,6 +92,7 @@ _BY_CODE: dict[int, type[KVStoreError]] = {
         StorageIOError,
         EngineClosedError,
         InternalError,
+        StaleLocationError,
     )
 }
 
@@ -103,6 +110,7 @@ CODE_NAMES = {
     10: "IO_ERROR",
     11: "CLOSED",
     12: "INTERNAL",
+    13: "STALE",
 }
 
 

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "bind/status_error.h"
 #include "engine/engine.h"
 
@@ -53,13 +55,22 @@ py::array_t<int32_t> per_request(const Batch& b, Get get) {
 std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
                               const Flat<uint32_t>& peers, const Flat<uint64_t>& regions,
                               const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
-                              int64_t timeout_ms) {
+                              int64_t timeout_ms, const std::optional<Flat<uint32_t>>& fence_slots,
+                              const std::optional<Flat<uint64_t>>& fence_gens) {
   const auto n = static_cast<size_t>(ops.size());
   if (local.size() != ops.size() || peers.size() != ops.size() || regions.size() != ops.size() ||
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
     throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
   }
   BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(), n};
+  if (fence_slots.has_value() != fence_gens.has_value() ||
+      (fence_slots && (fence_slots->size() != ops.size() || fence_gens->size() != ops.size()))) {
+    throw StatusError(Status(Code::kInvalidArgument, "fence arrays must both be given, one entry per request"));
+  }
+  if (fence_slots) {
+    view.fence_slots = fence_slots->data();
+    view.fence_gens = fence_gens->data();
+  }
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
 }
@@ -109,11 +120,11 @@ void bind_engine(py::module_& m) {
           py::arg("read_only") = false)
       .def(
           "allocate",
-          [](Engine& e, uint64_t length, bool exported) {
+          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots) {
             StatusOr<RegionInfo> r = Status();
             {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
-              r = e.registry().allocate(length, exported);
+              r = e.registry().allocate(length, exported, fence_slots);
             }
             const RegionInfo info = value_or_throw(std::move(r));
             // The array keeps the mapping alive: a view used after unregister reads stale memory,
@@ -124,8 +135,34 @@ void bind_engine(py::module_& m) {
                                       reinterpret_cast<uint8_t*>(info.base), owner);
             return py::make_tuple(region_dict(info), view);
           },
-          py::arg("length"), py::arg("exported"),
-          "Allocates registered memfd host memory; returns (region info, uint8 numpy view).")
+          py::arg("length"), py::arg("exported"), py::arg("fence_slots") = 0,
+          "Allocates registered memfd host memory; returns (region info, uint8 numpy view). With "
+          "fence_slots > 0 every transfer into it must name a live (slot, generation) allocation.")
+      .def(
+          "kill_allocations",
+          [](Engine& e, uint64_t region_id, std::vector<uint32_t> slots, std::vector<uint64_t> gens,
+             int timeout_ms) {
+            auto region = e.registry().find(region_id);
+            if (!region || region->fence() == nullptr || slots.size() != gens.size()) {
+              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
+            }
+            py::gil_scoped_release release;
+            return region->fence()->kill(slots, gens, timeout_ms);
+          },
+          py::arg("region_id"), py::arg("slots"), py::arg("gens"), py::arg("timeout_ms"),
+          "Fences allocations off; True once no transfer admitted before can still touch them.")
+      .def(
+          "raise_fence_floor",
+          [](Engine& e, uint64_t region_id, uint64_t floor, int timeout_ms) {
+            auto region = e.registry().find(region_id);
+            if (!region || region->fence() == nullptr) {
+              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id"));
+            }
+            py::gil_scoped_release release;
+            return region->fence()->raise_floor(floor, timeout_ms);
+          },
+          py::arg("region_id"), py::arg("floor"), py::arg("timeout_ms"),
+          "Fences off every allocation of generation <= floor; True once drained.")
       .def(
           "unregister",
           [](Engine& e, uint64_t id) {
@@ -176,7 +213,8 @@ void bind_engine(py::module_& m) {
           },
           py::arg("handle"))
       .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
-           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"),
+           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"), py::arg("fence_slots") = py::none(),
+           py::arg("fence_gens") = py::none(),
            "Submits a batch given as flat arrays; returns a Batch handle at once.")
       .def(
           "wait",
@@ -191,15 +229,15 @@ void bind_engine(py::module_& m) {
       .def(
           "transfer",
           [](Engine& e, uint8_t op, uint64_t local, uint32_t peer, uint64_t region, uint64_t offset,
-             uint64_t length, int64_t timeout_ms) {
+             uint64_t length, int64_t timeout_ms, uint32_t fence_slot, uint64_t fence_gen) {
             py::gil_scoped_release release;
-            BatchView view{&op, &local, &peer, &region, &offset, &length, 1};
+            BatchView view{&op, &local, &peer, &region, &offset, &length, 1, &fence_slot, &fence_gen};
             auto batch = e.submit(view, timeout_ms);
             e.wait(*batch, -1);
             return std::make_pair(static_cast<int>(batch->state(0)), static_cast<int>(batch->error(0)));
           },
           py::arg("op"), py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"),
-          py::arg("length"), py::arg("timeout_ms"),
+          py::arg("length"), py::arg("timeout_ms"), py::arg("fence_slot") = 0, py::arg("fence_gen") = 0,
           "One request, submitted and waited for in one call; returns (state, error code).");
 }
 

@@ -20,6 +20,7 @@ const char* code_name(Code code) {
     case Code::kIoError: return "IO_ERROR";
     case Code::kClosed: return "CLOSED";
     case Code::kInternal: return "INTERNAL";
+    case Code::kStale: return "STALE";
   }
   return "UNKNOWN";
 }

@@ -22,6 +22,7 @@ enum class Code : int32_t {
   kIoError = 10,
   kClosed = 11,  // engine shut down
   kInternal = 12,
+  kStale = 13,  // the allocation a request names was freed (fenced)
 };
 
 const char* code_name(Code code);

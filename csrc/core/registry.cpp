@@ -54,7 +54,8 @@ MemoryRegistry::~MemoryRegistry() {
   remove_all();
 }
 
-StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned) {
+StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned,
+                                            std::shared_ptr<FenceTable> fence) {
   std::lock_guard<std::mutex> lock(mu_);
   // Reject overlap: the region containing an address must be unique.
   auto next = by_base_.lower_bound(info.base);
@@ -72,6 +73,7 @@ StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool own
   info.key = random_u64();
   if (info.exported) info.slot = pin_table_.publish(info.id);
   auto region = std::make_shared<Region>(info, memfd, owned);
+  region->fence_ = std::move(fence);
   by_id_[info.id] = region;
   by_base_[info.base] = region;
   return info;
@@ -110,8 +112,14 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
   return insert(std::move(info), -1, false);
 }
 
-StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported) {
+StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, uint32_t fence_slots) {
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
+  std::shared_ptr<FenceTable> fence;
+  if (fence_slots > 0) {
+    auto table = FenceTable::create(fence_slots);
+    if (!table.ok()) return table.status();
+    fence = std::move(table.value());
+  }
   int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
   if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
   // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later.
@@ -132,7 +140,7 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported) {
   info.length = length;
   info.exported = exported;
   info.shareable = true;
-  auto result = insert(std::move(info), fd, true);
+  auto result = insert(std::move(info), fd, true, std::move(fence));
   if (!result.ok()) {
     munmap(addr, length);
     close(fd);
@@ -231,6 +239,15 @@ int MemoryRegistry::dup_memfd(uint64_t id, uint64_t key) const {
   const Region& region = *it->second;
   if (!region.info().exported || region.info().key != key || region.memfd() < 0) return -1;
   return fcntl(region.memfd(), F_DUPFD_CLOEXEC, 0);
+}
+
+int MemoryRegistry::dup_fence_fd(uint64_t id, uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return -1;
+  const Region& region = *it->second;
+  if (!region.info().exported || region.info().key != key || region.fence() == nullptr) return -1;
+  return fcntl(region.fence()->fd(), F_DUPFD_CLOEXEC, 0);
 }
 
 }  // namespace kvs

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/fence.h"
 #include "core/memory.h"
 #include "core/pin_table.h"
 
@@ -38,6 +39,8 @@ class Region {
 
   const RegionInfo& info() const { return info_; }
   int memfd() const { return memfd_; }
+  // Allocation fences of a storage region carved by the master; null for plain regions.
+  FenceTable* fence() const { return fence_.get(); }
 
  private:
   friend class MemoryRegistry;
@@ -46,7 +49,8 @@ class Region {
   int memfd_;
   bool owned_;  // allocated by the registry: unmapped and closed when the last reference goes
   std::atomic<int64_t> pins_{0};
-  bool removed_ = false;  // guarded by the registry mutex
+  bool removed_ = false;                // guarded by the registry mutex
+  std::shared_ptr<FenceTable> fence_;  // set once, before the region is reachable through a fence
 };
 
 class MemoryRegistry;
@@ -65,6 +69,7 @@ class RegionPin {
   explicit operator bool() const { return region_ != nullptr; }
   const RegionInfo& info() const { return region_->info(); }
   char* at(uint64_t offset) const { return reinterpret_cast<char*>(region_->info().base + offset); }
+  FenceTable* fence() const { return region_->fence(); }
   void release();
 
  private:
@@ -84,7 +89,8 @@ class MemoryRegistry {
   StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported,
                            bool read_only = false);
   // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
-  StatusOr<RegionInfo> allocate(uint64_t length, bool exported);
+  // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h).
+  StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0);
   // Removes a region: new requests fail at once; returns once no transfer touches it any more.
   Status remove(uint64_t id);
   void remove_all();
@@ -101,6 +107,8 @@ class MemoryRegistry {
   std::vector<RegionInfo> all() const;
   // Duplicated memfd of an exported shareable region, for handing to a same-host peer; -1 if refused.
   int dup_memfd(uint64_t id, uint64_t key) const;
+  // Duplicated memfd of its fence table; -1 if refused or the region has none.
+  int dup_fence_fd(uint64_t id, uint64_t key) const;
   // The cross-process pin table same-host peers map; -1 if it could not be created.
   int pin_table_fd() const { return pin_table_.ok() ? pin_table_.fd() : -1; }
   // How long unregister waits for same-host peers to finish copies on a region.
@@ -109,7 +117,7 @@ class MemoryRegistry {
  private:
   friend class RegionPin;
   void unpin(Region* region);
-  StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned);
+  StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned, std::shared_ptr<FenceTable> fence = nullptr);
 
   PinTable pin_table_;
   int peer_pin_timeout_ms_ = 5000;

@@ -17,6 +17,8 @@ struct Slice {
   uint64_t key = 0;
   uint64_t offset = 0;  // within the remote region
   uint64_t length = 0;
+  uint32_t fence_slot = 0;  // the allocation the request names in a fenced region (core/fence.h)
+  uint64_t fence_gen = 0;   // 0: none named
 
   void done(const Status& status) const { batch->slice_done(request, status); }
 };

@@ -18,6 +18,8 @@ struct Engine::Waiting {
   uint64_t region_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint32_t fence_slot = 0;
+  uint64_t fence_gen = 0;
 };
 
 struct Engine::Peer {
@@ -258,7 +260,8 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     batch->hold_pin(std::move(pin.value()));
     by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
                                           b.local_addrs[i], location, b.region_ids[i], b.offsets[i],
-                                          b.lengths[i]});
+                                          b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
+                                          b.fence_gens ? b.fence_gens[i] : 0});
   }
   for (auto& [handle, requests] : by_peer) {
     auto peer = peer_at(handle);
@@ -368,6 +371,8 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       s.key = region->key;
       s.offset = w.offset + done;
       s.length = std::min(step, w.length - done);
+      s.fence_slot = w.fence_slot;
+      s.fence_gen = w.fence_gen;
       slices.push_back(std::move(s));
     }
   }

@@ -44,6 +44,9 @@ struct BatchView {
   const uint64_t* offsets;
   const uint64_t* lengths;
   size_t count;
+  // Optional (null: no request names an allocation): the fenced allocation of each request.
+  const uint32_t* fence_slots = nullptr;
+  const uint64_t* fence_gens = nullptr;
 };
 
 class Engine {

@@ -25,6 +25,8 @@ void bind_wire(py::module_& m) {
         d["key"] = h.key;
         d["offset"] = h.offset;
         d["length"] = h.length;
+        d["fence_slot"] = h.fence_slot;
+        d["fence_gen"] = h.fence_gen;
         return d;
       },
       py::arg("data"), py::arg("max_payload") = 64ull << 20,
@@ -32,7 +34,7 @@ void bind_wire(py::module_& m) {
   m.def(
       "encode_frame_header",
       [](int opcode, int32_t status, uint64_t request_id, uint64_t region_id, uint64_t key, uint64_t offset,
-         uint64_t length) {
+         uint64_t length, uint32_t fence_slot, uint64_t fence_gen) {
         tcp::FrameHeader h;
         h.opcode = static_cast<tcp::Opcode>(opcode);
         h.status = status;
@@ -41,12 +43,15 @@ void bind_wire(py::module_& m) {
         h.key = key;
         h.offset = offset;
         h.length = length;
+        h.fence_slot = fence_slot;
+        h.fence_gen = fence_gen;
         char raw[tcp::kHeaderSize];
         tcp::encode_header(h, raw);
         return py::bytes(raw, tcp::kHeaderSize);
       },
       py::arg("opcode"), py::arg("status") = 0, py::arg("request_id") = 0, py::arg("region_id") = 0,
-      py::arg("key") = 0, py::arg("offset") = 0, py::arg("length") = 0, "Encodes one frame header.");
+      py::arg("key") = 0, py::arg("offset") = 0, py::arg("length") = 0, py::arg("fence_slot") = 0,
+      py::arg("fence_gen") = 0, "Encodes one frame header.");
   m.def(
       "decode_descriptor",
       [](py::bytes data) {

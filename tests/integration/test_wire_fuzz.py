@@ -22,7 +22,7 @@ MAGIC = struct.pack("<I", 0x5453564B)
 
 # Headers that pass the magic/version check most of the time, so fuzzing reaches the field checks.
 plausible_headers = st.builds(
-    lambda opcode, flags, rest: MAGIC + bytes([1, opcode]) + flags + rest,
+    lambda opcode, flags, rest: MAGIC + bytes([3, opcode]) + flags + rest,
     st.integers(0, 255),
     st.sampled_from([b"\x00\x00", b"\x01\x00"]),
     st.binary(min_size=HEADER - 8, max_size=HEADER - 8),

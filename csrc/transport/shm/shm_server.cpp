@@ -74,27 +74,32 @@ void ShmServer::serve(int fd) {
     const uint64_t id = i == 0 ? 0 : r.get<uint64_t>();
     const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
     const int table = registry_->pin_table_fd();
-    const int memfd =
-        i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key);
+    // A region's memfd, then its fence table's when it has one (both in one SCM_RIGHTS message).
+    int fds[2] = {i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key),
+                  -1};
+    if (i > 0 && fds[0] >= 0) fds[1] = registry_->dup_fence_fd(id, key);
+    const size_t nfds = fds[0] < 0 ? 0 : (fds[1] < 0 ? 1 : 2);
     char reply[9];
     std::memcpy(reply, &id, 8);
-    reply[8] = memfd >= 0 ? 1 : 0;
+    reply[8] = nfds > 0 ? 1 : 0;
     iovec iov{reply, sizeof(reply)};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (memfd >= 0) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))];
+    if (nfds > 0) {
       msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
       cmsghdr* cm = CMSG_FIRSTHDR(&msg);
       cm->cmsg_level = SOL_SOCKET;
       cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cm), &memfd, sizeof(int));
+      cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      std::memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     }
     const ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    if (memfd >= 0) close(memfd);
+    for (int f : fds) {
+      if (f >= 0) close(f);
+    }
     if (sent < 0) return;
   }
 }

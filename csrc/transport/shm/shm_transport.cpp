@@ -8,13 +8,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 
 #include "common/bytes.h"
+#include "core/fence.h"
 #include "core/pin_table.h"
 #include "transport/copy.h"
 #include "transport/shm/shm_server.h"
@@ -25,6 +28,7 @@ namespace {
 struct Mapping {
   char* base = nullptr;
   uint64_t length = 0;
+  std::shared_ptr<FenceTable> fence;  // the region's allocation fences, when it has them
 };
 
 // What the peer's shm server handed over: its pin table and its memfd regions, mapped here.
@@ -98,8 +102,16 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
       return Status(Code::kNotFound, "region was unregistered by the peer");
     }
     auto it = memory_.regions.find(slice.region_id);
-    Status st = it != memory_.regions.end() ? copy_slice(slice, it->second.base + slice.offset)
-                                            : cma_copy(slice, pid_, region->base);
+    Status st;
+    {
+      FenceEntry fence(it != memory_.regions.end() ? it->second.fence.get() : nullptr, slice.fence_slot,
+                       slice.fence_gen);
+      st = fence.status();
+      if (st.ok()) {
+        st = it != memory_.regions.end() ? copy_slice(slice, it->second.base + slice.offset)
+                                         : cma_copy(slice, pid_, region->base);
+      }
+    }
     PinTable::unpin(memory_.table, region->slot);
     return st;
   }
@@ -111,11 +123,12 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
   PeerMemory memory_;
 };
 
-// Receives one datagram (u64 id, u8 granted) and the fd attached to it, if any.
-Status receive_grant(int sock, uint64_t* id, int* fd) {
+// Receives one datagram (u64 id, u8 granted) and the fds attached to it: the memory's, then its fence
+// table's (-1 where absent).
+Status receive_grant(int sock, uint64_t* id, int* fd, int* fence_fd) {
   char reply[9];
   iovec iov{reply, sizeof(reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -125,15 +138,20 @@ Status receive_grant(int sock, uint64_t* id, int* fd) {
     return Status(Code::kConnectionFailed, "shm handshake cut short");
   }
   std::memcpy(id, reply, 8);
-  *fd = -1;
+  int fds[2] = {-1, -1};
   cmsghdr* cm = CMSG_FIRSTHDR(&msg);
   if (cm != nullptr && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-    std::memcpy(fd, CMSG_DATA(cm), sizeof(int));
+    const size_t n = std::min<size_t>(2, (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    std::memcpy(fds, CMSG_DATA(cm), n * sizeof(int));
   }
-  if (*fd >= 0 && reply[8] != 1) {
-    close(*fd);
-    *fd = -1;
+  if (reply[8] != 1) {
+    for (int f : fds) {
+      if (f >= 0) close(f);
+    }
+    fds[0] = fds[1] = -1;
   }
+  *fd = fds[0];
+  *fence_fd = fds[1];
   return Status::OK();
 }
 
@@ -173,8 +191,19 @@ StatusOr<PeerMemory> map_peer(const EngineDescriptor& peer, const std::string& s
   for (size_t i = 0; st.ok() && i <= wanted.size(); ++i) {
     uint64_t id = 0;
     int fd = -1;
-    st = receive_grant(sock, &id, &fd);
+    int fence_fd = -1;
+    st = receive_grant(sock, &id, &fd, &fence_fd);
     if (!st.ok()) break;
+    std::shared_ptr<FenceTable> fence;
+    if (fence_fd >= 0) {
+      auto table = FenceTable::map(fence_fd);
+      if (!table.ok()) {
+        if (fd >= 0) close(fd);
+        st = table.status();
+        break;
+      }
+      fence = std::move(table.value());
+    }
     void* base = nullptr;
     if (i == 0) {
       if (id != 0 || fd < 0) {
@@ -193,7 +222,7 @@ StatusOr<PeerMemory> map_peer(const EngineDescriptor& peer, const std::string& s
       continue;
     }
     st = map_fd(fd, region->length, MAP_POPULATE, &base);
-    if (st.ok()) memory.regions[id] = Mapping{static_cast<char*>(base), region->length};
+    if (st.ok()) memory.regions[id] = Mapping{static_cast<char*>(base), region->length, std::move(fence)};
   }
   close(sock);
   if (!st.ok()) {

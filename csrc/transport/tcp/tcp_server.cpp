@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "common/net.h"
 
 namespace kvs::tcp {
@@ -73,6 +75,8 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
     case Opcode::kRead: {
       auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
       if (!pin.ok()) return reply_error(fd, h, pin.status());
+      FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen);
+      if (!fence.status().ok()) return reply_error(fd, h, fence.status());
       reply.opcode = Opcode::kReadData;
       reply.length = h.length;
       encode_header(reply, raw);
@@ -81,14 +85,21 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
     }
     case Opcode::kWrite: {
       auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
-      if (!pin.ok()) {
+      Status refused = pin.ok() ? Status::OK() : pin.status();
+      std::optional<FenceEntry> fence;
+      if (refused.ok()) {
+        fence.emplace(pin.value().fence(), h.fence_slot, h.fence_gen);
+        refused = fence->status();
+      }
+      if (!refused.ok()) {
         Status st = drain(fd, h.length);  // keep the stream in step, then refuse
-        return st.ok() ? reply_error(fd, h, pin.status()) : st;
+        return st.ok() ? reply_error(fd, h, refused) : st;
       }
       int stalled = 0;
       Status st = recv_exact(fd, pin.value().at(h.offset), h.length,
                              [&](size_t) { return ++stalled < config_.max_stalls(); });
       if (!st.ok()) return st;
+      fence.reset();
       pin.value().release();
       reply.opcode = Opcode::kWriteAck;
       reply.length = 0;

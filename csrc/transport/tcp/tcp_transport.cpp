@@ -162,6 +162,8 @@ Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
   h.key = slice.key;
   h.offset = slice.offset;
   h.length = slice.length;
+  h.fence_slot = slice.fence_slot;
+  h.fence_gen = slice.fence_gen;
   char raw[kHeaderSize];
   encode_header(h, raw);
   if (slice.op == TransferOp::kRead) return send_all(fd_, raw, kHeaderSize, config_.max_stalls());

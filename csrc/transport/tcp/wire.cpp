@@ -15,12 +15,13 @@ void encode_header(const FrameHeader& h, char out[kHeaderSize]) {
   w.put<uint8_t>(static_cast<uint8_t>(h.opcode));
   w.put<uint16_t>(0);  // flags, reserved
   w.put<int32_t>(h.status);
-  w.put<uint32_t>(0);  // reserved, keeps the u64 fields aligned
+  w.put<uint32_t>(h.fence_slot);
   w.put<uint64_t>(h.request_id);
   w.put<uint64_t>(h.region_id);
   w.put<uint64_t>(h.key);
   w.put<uint64_t>(h.offset);
   w.put<uint64_t>(h.length);
+  w.put<uint64_t>(h.fence_gen);
   std::memcpy(out, w.bytes().data(), kHeaderSize);
 }
 
@@ -37,12 +38,13 @@ StatusOr<FrameHeader> decode_header(const char* data, size_t size, uint64_t max_
   FrameHeader h;
   h.opcode = static_cast<Opcode>(opcode);
   h.status = r.get<int32_t>();
-  (void)r.get<uint32_t>();
+  h.fence_slot = r.get<uint32_t>();
   h.request_id = r.get<uint64_t>();
   h.region_id = r.get<uint64_t>();
   h.key = r.get<uint64_t>();
   h.offset = r.get<uint64_t>();
   h.length = r.get<uint64_t>();
+  h.fence_gen = r.get<uint64_t>();
   if (!r.ok()) return Status(Code::kProtocolError, "truncated frame header");
   if (h.opcode == Opcode::kRead && (h.length == 0 || h.length > max_payload)) {
     return Status(Code::kProtocolError, "read length out of range");

@@ -1,4 +1,4 @@
-// The TCP transport's framing. Every frame starts with a fixed 56-byte header; a payload of
+// The TCP transport's framing. Every frame starts with a fixed 64-byte header; a payload of
 // `length` bytes follows for HELLO_ACK (8 bytes: the engine id), WRITE and READ_DATA frames.
 #pragma once
 
@@ -9,8 +9,8 @@
 namespace kvs::tcp {
 
 constexpr uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
-constexpr uint8_t kVersion = 2;
-constexpr size_t kHeaderSize = 56;
+constexpr uint8_t kVersion = 3;  // 3: requests name their fenced allocation
+constexpr size_t kHeaderSize = 64;
 
 enum class Opcode : uint8_t {
   kHello = 1,     // initiator -> target, no payload
@@ -30,6 +30,8 @@ struct FrameHeader {
   uint64_t key = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint32_t fence_slot = 0;  // READ / WRITE: the allocation they touch (core/fence.h); gen 0: none
+  uint64_t fence_gen = 0;
 };
 
 void encode_header(const FrameHeader& header, char out[kHeaderSize]);

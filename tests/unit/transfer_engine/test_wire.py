@@ -8,24 +8,18 @@ READ, WRITE, HELLO, ERROR = 3, 5, 1, 7
 
 
 def test_roundtrip() -> None:
-    raw = _tools.encode_frame_header(READ, 0, 9, 2, 0xDEADBEEF, 4096, 1 << 20)
+    raw = _tools.encode_frame_header(READ, 0, 9, 2, 0xDEADBEEF, 4096, 1 << 20, 77, 1 << 62)
     assert len(raw) == _tools.FRAME_HEADER_SIZE
     h = _tools.decode_frame_header(raw)
-    assert (h["opcode"], h["request_id"], h["region_id"], h["key"], h["offset"], h["length"]) == (
-        READ,
-        9,
-        2,
-        0xDEADBEEF,
-        4096,
-        1 << 20,
-    )
+    fields = ("opcode", "request_id", "region_id", "key", "offset", "length", "fence_slot", "fence_gen")
+    assert tuple(h[f] for f in fields) == (READ, 9, 2, 0xDEADBEEF, 4096, 1 << 20, 77, 1 << 62)
 
 
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
         (b"", "short"),
-        (b"x" * 56, "magic"),
+        (b"x" * 64, "magic"),
         (_tools.encode_frame_header(READ, length=0), "read length"),
         (_tools.encode_frame_header(READ, length=1 << 40), "read length"),
         (_tools.encode_frame_header(WRITE, length=0), "empty write"),

@@ -1,0 +1,129 @@
+#include "core/fence.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace kvs {
+namespace {
+
+size_t table_bytes(uint64_t slots) { return sizeof(FenceHeader) + slots * sizeof(uint64_t); }
+
+bool wait_zero(std::atomic<int64_t>& counter, std::chrono::steady_clock::time_point until) {
+  for (int spins = 0; counter.load() != 0; ++spins) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
+constexpr uint32_t kMaxFenceSlots = 1u << 26;
+
+StatusOr<std::shared_ptr<FenceTable>> FenceTable::create(uint32_t slots) {
+  if (slots == 0 || slots > kMaxFenceSlots) return Status(Code::kInvalidArgument, "fence slots must be 1..2^26");
+  const size_t bytes = table_bytes(slots);
+  const int fd = memfd_create("kvstore-fences", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (fd >= 0) close(fd);
+    return errno_status(Code::kNoMemory, "fence table");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return errno_status(Code::kNoMemory, "mapping the fence table");
+  }
+  auto* header = static_cast<FenceHeader*>(p);  // zero-filled: nothing killed, epoch 0, no entrants
+  header->slots = slots;
+  return std::shared_ptr<FenceTable>(new FenceTable(fd, header, bytes));
+}
+
+StatusOr<std::shared_ptr<FenceTable>> FenceTable::map(int fd) {
+  void* head = mmap(nullptr, sizeof(FenceHeader), PROT_READ, MAP_SHARED, fd, 0);
+  if (head == MAP_FAILED) {
+    close(fd);
+    return errno_status(Code::kNoMemory, "mapping a peer's fence table");
+  }
+  const uint64_t slots = static_cast<FenceHeader*>(head)->slots;
+  munmap(head, sizeof(FenceHeader));
+  off_t size = lseek(fd, 0, SEEK_END);
+  if (slots == 0 || slots > kMaxFenceSlots || size < 0 || static_cast<uint64_t>(size) != table_bytes(slots)) {
+    close(fd);
+    return Status(Code::kProtocolError, "peer's fence table has a bad size");
+  }
+  const size_t bytes = table_bytes(slots);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return errno_status(Code::kNoMemory, "mapping a peer's fence table");
+  }
+  return std::shared_ptr<FenceTable>(new FenceTable(fd, static_cast<FenceHeader*>(p), bytes));
+}
+
+FenceTable::~FenceTable() {
+  munmap(header_, bytes_);
+  close(fd_);
+}
+
+bool FenceTable::drain(int timeout_ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const uint64_t e = header_->epoch.load();
+  if (!wait_zero(header_->active[(e + 1) & 1], until)) return false;  // the previous period is not over
+  header_->epoch.store(e + 1);
+  return wait_zero(header_->active[e & 1], until);
+}
+
+bool FenceTable::kill(const std::vector<uint32_t>& slots, const std::vector<uint64_t>& gens, int timeout_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t n = header_->slots;
+  for (size_t i = 0; i < slots.size() && i < gens.size(); ++i) {
+    if (slots[i] >= n) continue;
+    auto& entry = killed()[slots[i]];
+    uint64_t seen = entry.load();
+    while (seen < gens[i] && !entry.compare_exchange_weak(seen, gens[i])) {
+    }
+  }
+  return drain(timeout_ms);
+}
+
+bool FenceTable::raise_floor(uint64_t floor, int timeout_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t seen = header_->floor.load();
+  while (seen < floor && !header_->floor.compare_exchange_weak(seen, floor)) {
+  }
+  return drain(timeout_ms);
+}
+
+int FenceTable::enter(uint32_t slot, uint64_t gen) {
+  if (slot >= header_->slots) return -1;
+  for (;;) {
+    const uint64_t e = header_->epoch.load();
+    const int parity = static_cast<int>(e & 1);
+    header_->active[parity].fetch_add(1);
+    if (header_->epoch.load() != e) {  // a grace period started meanwhile: count in under the new epoch
+      header_->active[parity].fetch_sub(1);
+      continue;
+    }
+    if (gen > header_->floor.load() && killed()[slot].load() < gen) return parity;
+    header_->active[parity].fetch_sub(1);
+    return -1;
+  }
+}
+
+FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(table) {
+  if (table == nullptr) {
+    if (gen != 0) status_ = Status(Code::kNotSupported, "region has no allocation fences");
+    return;
+  }
+  if (gen == 0) {
+    status_ = Status(Code::kPermissionDenied, "region is fenced: a transfer must name its allocation");
+    return;
+  }
+  parity_ = table->enter(slot, gen);
+  if (parity_ < 0) status_ = Status(Code::kStale, "the allocation was freed: the location is stale");
+}
+
+}  // namespace kvs
