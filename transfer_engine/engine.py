@@ -7,8 +7,9 @@ region. A batch crosses into C++ once, as flat numpy arrays.
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from transfer_engine.errors import (
     EngineClosedError,
     InvalidArgumentError,
     NotSupportedError,
+    StaleLocationError,
     TransferFailedError,
     TransferTimeoutError,
     error_for_code,
@@ -260,6 +262,20 @@ class TransferEngine:
         False when one did not end within `timeout` (a stopped peer): call again later."""
         region_id = region.id if isinstance(region, Region) else int(region)
         return bool(self._core_engine().kill_allocations(region_id, list(slots), list(gens), int(timeout * 1000)))
+
+    @contextlib.contextmanager
+    def fenced(self, region: Region | int, slot: int, gen: int) -> Iterator[None]:
+        """Holds a live allocation of this engine's own fenced region while the body touches it (e.g.
+        a copy into it made by this process): a kill waits for the body; StaleLocationError if dead."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        core = self._core_engine()
+        parity = core.fence_enter(region_id, slot, gen)
+        if parity < 0:
+            raise StaleLocationError(f"allocation (slot {slot}, generation {gen}) was fenced off")
+        try:
+            yield
+        finally:
+            core.fence_leave(region_id, parity)
 
     def raise_fence_floor(self, region: Region | int, floor: int, *, timeout: float = 0.05) -> bool:
         """Fences off every allocation of generation <= floor (see :meth:`kill_allocations`)."""

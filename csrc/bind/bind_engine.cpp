@@ -164,6 +164,25 @@ void bind_engine(py::module_& m) {
           py::arg("region_id"), py::arg("floor"), py::arg("timeout_ms"),
           "Fences off every allocation of generation <= floor; True once drained.")
       .def(
+          "fence_enter",
+          [](Engine& e, uint64_t region_id, uint32_t slot, uint64_t gen) {
+            auto region = e.registry().find(region_id);
+            if (!region || region->fence() == nullptr) {
+              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id"));
+            }
+            return region->fence()->enter(slot, gen);
+          },
+          py::arg("region_id"), py::arg("slot"), py::arg("gen"),
+          "Admits this process's own access to a live allocation of its fenced region (as a peer's "
+          "transfer would be): returns the parity for fence_leave, or -1 when the allocation is dead.")
+      .def(
+          "fence_leave",
+          [](Engine& e, uint64_t region_id, int parity) {
+            auto region = e.registry().find(region_id);
+            if (region && region->fence() != nullptr && (parity == 0 || parity == 1)) region->fence()->leave(parity);
+          },
+          py::arg("region_id"), py::arg("parity"))
+      .def(
           "unregister",
           [](Engine& e, uint64_t id) {
             Status st;

@@ -97,7 +97,7 @@ class Session:
             if self.master.call(m.Heartbeat(client_id=self.client_id)).known:
                 return
             log.warning("master forgot this client; registering again")
-            self._register()
+            self.terms = self._register()
             for rejoin in self._rejoin_handlers:
                 rejoin()
 

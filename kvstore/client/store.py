@@ -27,6 +27,7 @@ from kvstore.errors import (
     KVStoreError,
     NotFoundError,
     ObjectNotFoundError,
+    StaleLocationError,
     TransferConnectionError,
     error_for_code,
 )
@@ -38,6 +39,7 @@ from transfer_engine import BatchHandle, Op, Peer, RequestState, TransferEngine
 log = logging.getLogger("kvstore.client")
 
 OK = 0
+STALE = StaleLocationError.code
 MISS = -ObjectNotFoundError.code
 """Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
 
@@ -51,6 +53,7 @@ def result_error(result: int) -> KVStoreError | None:
 class ClientStats:
     checksum_mismatches: int = 0
     replica_failures: int = 0
+    stale_locations: int = 0  # reads a node refused: the object was freed since its location was given
     gets: int = 0
     hits: int = 0
     puts: int = 0
@@ -260,14 +263,14 @@ class Store:
                 results[i], messages[i] = -code, message
             elif placed is not None:
                 writing.append(i)
-                for engine, region_id, offset in placed:
+                for engine, region_id, offset, slot, gen in placed:
                     peer = self.session.peer(engine)
                     if peer is None:
                         requests.fail(i, engine)
                         continue
                     at = offset
                     for s in spans[i]:
-                        requests.add(i, Op.WRITE, s.addr, peer, region_id, at, s.length)
+                        requests.add(i, Op.WRITE, s.addr, peer, region_id, at, s.length, slot, gen)
                         at += s.length
         failed = requests.run(self.engine)
         self._report(requests.failed_peers, [])
@@ -405,7 +408,7 @@ class Store:
         while todo:
             requests = _Requests()
             for i in todo:
-                engine, region_id, offset, _host = choices[i][attempt]
+                engine, region_id, offset, _host, slot, gen = choices[i][attempt]
                 peer = self.session.peer(engine)
                 if peer is None:
                     requests.fail(i, engine)
@@ -414,19 +417,21 @@ class Store:
                 for s in spans[i]:
                     n = min(left, s.length)
                     if n:
-                        requests.add(i, Op.READ, s.addr, peer, region_id, offset, n)
+                        requests.add(i, Op.READ, s.addr, peer, region_id, offset, n, slot, gen)
                     offset += n
                     left -= n
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            for i, moved in requests.stream(self.engine):
-                if moved and self._checksum_ok(spans[i], found[i][0], found[i][1]):
+            for i, code in requests.stream(self.engine):
+                if code == OK and self._checksum_ok(spans[i], found[i][0], found[i][1]):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
-                engine, region_id, offset, _host = choices[i][attempt]
+                engine, region_id, offset, _host, _slot, _gen = choices[i][attempt]
                 attempted.add(i)
-                if not moved:
+                if code == STALE:  # the node fenced that allocation off: the location is out of date
+                    self.stats_local.stale_locations += 1
+                elif code != OK:
                     self.stats_local.replica_failures += 1
                     unreachable.add(engine)
                 else:
@@ -573,11 +578,24 @@ class _Requests:
         self.regions: list[int] = []
         self.offsets: list[int] = []
         self.lengths: list[int] = []
+        self.slots: list[int] = []
+        self.gens: list[int] = []
         self.failed: set[int] = set()
-        self.failed_peers: set[str] = set()  # names of peers a request to failed
+        self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
         self.peers: list[Peer] = []
 
-    def add(self, owner: int, op: Op, local: int, peer: Peer, region: int, offset: int, length: int) -> None:
+    def add(
+        self,
+        owner: int,
+        op: Op,
+        local: int,
+        peer: Peer,
+        region: int,
+        offset: int,
+        length: int,
+        slot: int,
+        gen: int,
+    ) -> None:
         self.owner.append(owner)
         self.ops.append(op)
         self.local.append(local)
@@ -585,6 +603,8 @@ class _Requests:
         self.regions.append(region)
         self.offsets.append(offset)
         self.lengths.append(length)
+        self.slots.append(slot)
+        self.gens.append(gen)
 
     def fail(self, owner: int, peer: str) -> None:
         """`owner` fails without a request: its peer `peer` cannot be opened."""
@@ -593,17 +613,32 @@ class _Requests:
 
     def _submit(self, engine: TransferEngine) -> BatchHandle:
         handles = [p.handle for p in self.peers]
-        return engine.submit(self.ops, self.local, handles, self.regions, self.offsets, self.lengths)
+        return engine.submit(
+            self.ops,
+            self.local,
+            handles,
+            self.regions,
+            self.offsets,
+            self.lengths,
+            fence_slots=self.slots,
+            fence_gens=self.gens,
+        )
 
-    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, bool]]:
-        """Runs the batch, yielding (owner, all its requests completed) as each owner's requests end."""
+    def _failed(self, j: int, code: int) -> None:
+        self.failed.add(self.owner[j])
+        if code != STALE:
+            self.failed_peers.add(self.peers[j].name)
+
+    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, int]]:
+        """Runs the batch, yielding (owner, 0 or the error code of one of its failed requests) as each
+        owner's requests end."""
         for owner in self.failed:
-            yield owner, False
+            yield owner, TransferConnectionError.code
         if len(self.owner) <= 1:  # nothing to overlap: the single-call path
             already = set(self.failed)
-            failed = self.run(engine)
+            codes = self._run(engine)
             for owner in set(self.owner) - already:
-                yield owner, owner not in failed
+                yield owner, codes.get(owner, OK)
             return
         handle = self._submit(engine)
         # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
@@ -618,32 +653,47 @@ class _Requests:
             bad = np.add.reduceat(states != _COMPLETED, starts)
             finished = np.flatnonzero(open_ & (unfinished == 0))
             open_[finished] = False
+            if finished.size and bad[finished].any():
+                errors = handle.errors()
             for k in finished.tolist():
-                yield int(owners[k]), bool(bad[k] == 0)
+                code = OK
+                if bad[k]:
+                    end = starts[k + 1] if k + 1 < starts.size else len(self.owner)
+                    code = int(np.max(errors[starts[k] : end])) or TransferConnectionError.code
+                yield int(owners[k]), code
             if finished.size == 0 and not helped:
                 handle.wait(0.0002, help=False)
 
     def run(self, engine: TransferEngine) -> set[int]:
         """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
+        self._run(engine)
+        return self.failed
+
+    def _run(self, engine: TransferEngine) -> dict[int, int]:
+        """Runs the batch; returns the error code of a failed request per failed owner."""
+        codes: dict[int, int] = {}
         if len(self.owner) == 1:  # one request: the engine's single-call path, no arrays
-            state, _ = engine.transfer_one(
+            state, code = engine.transfer_one(
                 self.ops[0],
                 self.local[0],
                 self.peers[0],
                 self.regions[0],
                 self.offsets[0],
                 self.lengths[0],
+                fence=(self.slots[0], self.gens[0]),
             )
             if state != RequestState.COMPLETED:
-                self.failed.add(self.owner[0])
-                self.failed_peers.add(self.peers[0].name)
+                codes[self.owner[0]] = code or TransferConnectionError.code
+                self._failed(0, code)
         elif self.owner:
             handle = self._submit(engine)
             handle.wait()
             bad = np.flatnonzero(handle.states() != RequestState.COMPLETED)
-            self.failed.update(self.owner[j] for j in bad)
-            self.failed_peers.update(self.peers[j].name for j in bad)
-        return self.failed
+            errors = handle.errors()
+            for j in bad.tolist():
+                codes[self.owner[j]] = int(errors[j]) or TransferConnectionError.code
+                self._failed(j, int(errors[j]))
+        return codes
 
 
 __all__ = ["MISS", "OK", "PrefixMatch", "Store", "result_error"]

@@ -15,6 +15,28 @@ from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
 
 
+class Deferred:
+    """A reply that is not ready yet: the server sends `make_reply()` once `ready()` was called, or once
+    `timeout` seconds have passed. The request's connection waits meanwhile; the master does not."""
+
+    def __init__(self, make_reply: Callable[[], Any], timeout: float) -> None:
+        self.make_reply = make_reply
+        self.timeout = timeout
+        self._on_ready: Callable[[], None] | None = None
+        self._ready = False
+
+    def ready(self) -> None:
+        if not self._ready:
+            self._ready = True
+            if self._on_ready is not None:
+                self._on_ready()
+
+    def on_ready(self, callback: Callable[[], None]) -> None:
+        self._on_ready = callback
+        if self._ready:
+            callback()
+
+
 def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
     try:
         return m.ItemResult(0, "", fn())
@@ -32,6 +54,7 @@ class Handlers:
             m.CloseClient: self.close_client,
             m.MountSegment: self.mount_segment,
             m.UnmountSegment: self.unmount_segment,
+            m.AwaitFences: self.await_fences,
             m.PutStart: self.put_start,
             m.PutEnd: self.put_end,
             m.PutRevoke: self.put_revoke,
@@ -69,7 +92,9 @@ class Handlers:
     def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
         self.state.register_client(r.client_id, r.host_id)
         c = self.state.config
-        return m.RegisterReply(c.heartbeat_interval, c.client_ttl, c.lease_ttl)
+        return m.RegisterReply(
+            c.heartbeat_interval, c.client_ttl, c.lease_ttl, self.state.space.fences.current
+        )
 
     def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:
         """Keeps the client alive; hands it the replica copies its segments should make."""
@@ -88,7 +113,39 @@ class Handlers:
         self.state.drop_client(r.client_id)
 
     def mount_segment(self, r: m.MountSegment) -> int:
-        return self.state.mount_segment(r.client_id, r.engine, r.region_id, r.size, r.host_id)
+        return self.state.mount_segment(r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots)
+
+    def await_fences(self, r: m.AwaitFences) -> list[m.FenceOrder] | Deferred:
+        """Takes the node's acknowledgements; answers with the kills it must apply, at once when there
+        are some, else when some are queued or `wait` has passed."""
+        self.state.check_client(r.client_id)
+        space = self.state.space
+        space.acknowledge(r.client_id, r.acked)
+        orders = self._fence_orders(r.client_id)
+        if orders or r.wait == 0:
+            return orders
+        reply = Deferred(functools.partial(self._fence_orders, r.client_id), r.wait)
+        space.fences.park(r.client_id, reply.ready)
+        return reply
+
+    def _fence_orders(self, client_id: str) -> list[m.FenceOrder]:
+        by_region: dict[int, m.FenceOrder] = {}
+        for k in self.state.space.fences.take(client_id):
+            order = by_region.get(k.segment.region_id)
+            if order is None:
+                order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])
+            order.kills.append(k.id)
+            order.slots.append(k.slot)
+            order.gens.append(k.gen)
+        return list(by_region.values())
+
+    def _once_fenced(self, keys: list[str], reply: Any) -> Any:
+        """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is
+        complete only then: kvstore.master.fences)."""
+        deferred = Deferred(lambda: reply, self.state.config.lease_ttl + 2 * self.state.config.heartbeat_interval)
+        if not self.state.space.fences.when_settled(keys, deferred.ready):
+            return reply
+        return deferred
 
     def unmount_segment(self, r: m.UnmountSegment) -> None:
         self.state.unmount_segment(r.client_id, r.segment_id)
@@ -100,7 +157,7 @@ class Handlers:
             placed = self.state.put_start(r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin)
             if placed is None:
                 return None  # already stored with the same bytes
-            return [m.Placement(p.segment.engine, p.segment.region_id, p.offset) for p in placed]
+            return [m.Placement(p.segment.engine, p.segment.region_id, p.offset, p.slot, p.gen) for p in placed]
 
         return [_per_item(functools.partial(start, item)) for item in r.items]
 
@@ -122,7 +179,7 @@ class Handlers:
                     break
                 continue
             replicas = [
-                location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id)
+                location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id, x.slot, x.gen)
                 for x in offered(meta)
             ]
             out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
@@ -149,11 +206,13 @@ class Handlers:
         for c in r.corrupt:
             self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
-    def remove(self, r: m.Remove) -> list[m.ItemResult]:
-        return [_per_item(functools.partial(self.state.remove, k, r.force)) for k in r.keys]
+    def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
+        results = [_per_item(functools.partial(self.state.remove, k, r.force)) for k in r.keys]
+        return self._once_fenced([k for k, res in zip(r.keys, results, strict=True) if not res.code], results)
 
-    def remove_all(self, r: m.RemoveAll) -> int:
-        return self.state.remove_all(r.force)
+    def remove_all(self, r: m.RemoveAll) -> int | Deferred:
+        removed = self.state.remove_all(r.force)
+        return self._once_fenced(removed, len(removed))
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
         return self.state.stats()

@@ -16,8 +16,23 @@ class Segment:
     size: int
     host_id: str
     allocator: OffsetAllocator
+    fence_slots: int  # entries of the node's fence table: one per live allocation
     objects: set[str] = field(default_factory=set)  # keys with a replica here
     suspect_since: float = 0.0  # a client could not reach it (0: trusted); its node's heartbeat clears it
+    free_slots: list[int] = field(default_factory=list)  # fence slots given back
+    next_slot: int = 0  # slots below it have been handed out at least once
+
+    def take_slot(self) -> int | None:
+        if self.free_slots:
+            return self.free_slots.pop()
+        if self.next_slot < self.fence_slots:
+            self.next_slot += 1
+            return self.next_slot - 1
+        return None
+
+    @property
+    def has_slot(self) -> bool:
+        return bool(self.free_slots) or self.next_slot < self.fence_slots
 
     @property
     def usable(self) -> bool:
@@ -28,6 +43,8 @@ class Segment:
 class Replica:
     segment: Segment
     offset: int
+    slot: int  # in the node's fence table (kvstore.master.fences)
+    gen: int  # the allocation's generation: transfers name (slot, gen); freeing kills it
 
 
 @dataclass

@@ -5,27 +5,45 @@ segment's key index itself."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import time
+from collections.abc import Callable, Collection, Iterator
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
+from kvstore.master.fences import FenceBook
 from kvstore.master.model import Replica, Segment
 
 
 class SegmentSpace:
-    def __init__(self, alignment: int) -> None:
+    def __init__(self, alignment: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.alignment = alignment
+        self.fences = FenceBook(clock)
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable
 
     # -- segments -------------------------------------------------------------------------------------
-    def mount(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> Segment:
+    def mount(
+        self,
+        client_id: str,
+        engine: str,
+        region_id: int,
+        size: int,
+        host_id: str,
+        fence_slots: int = 1 << 20,
+    ) -> Segment:
         for seg in self.segments.values():
             if seg.engine == engine and seg.region_id == region_id:
                 raise InvalidArgumentError(f"region {region_id} of {engine} is already mounted")
         seg = Segment(
-            self._next, client_id, engine, region_id, size, host_id, OffsetAllocator(size, self.alignment)
+            self._next,
+            client_id,
+            engine,
+            region_id,
+            size,
+            host_id,
+            OffsetAllocator(size, self.alignment),
+            fence_slots,
         )
         self._next += 1
         self.segments[seg.id] = seg
@@ -35,6 +53,7 @@ class SegmentSpace:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
         self.trust(segment)
         del self.segments[segment.id]
+        self.fences.drop_segment(segment)
         return list(segment.objects)
 
     def any_suspect(self) -> bool:
@@ -93,7 +112,7 @@ class SegmentSpace:
             (
                 s
                 for s in self.segments.values()
-                if s.usable and s.id not in exclude and s.allocator.largest_free >= size
+                if s.usable and s.id not in exclude and s.allocator.largest_free >= size and s.has_slot
             ),
             key=lambda s: -s.allocator.largest_free,
         )
@@ -112,17 +131,36 @@ class SegmentSpace:
         placed = []
         for seg in chosen:
             offset = seg.allocator.allocate(size)
-            assert offset is not None  # largest_free was checked above; the master is single-threaded
+            slot = seg.take_slot()
+            # largest_free and has_slot were checked above; the master is single-threaded
+            assert offset is not None and slot is not None
             seg.objects.add(key)
-            placed.append(Replica(seg, offset))
+            placed.append(Replica(seg, offset, slot, self.fences.generation()))
         return placed
 
-    def free(self, key: str, replica: Replica) -> None:
-        """Gives a replica's space back (nothing to do if its segment is already gone)."""
+    def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
+        """Gives a replica's allocation back and has its node fence it off. `writing`: a writer may still
+        be moving bytes into it, so its space stays allocated until the node confirms the fence;
+        `read_until`: readers may hold its location until then, so its key is fencing meanwhile
+        (kvstore.master.fences). Nothing to do if its segment is already gone."""
         seg = replica.segment
         seg.objects.discard(key)
-        if self.segments.get(seg.id) is seg:
+        if self.segments.get(seg.id) is not seg:
+            return
+        seg.free_slots.append(replica.slot)  # reusable at once: a newer generation outlives the kill
+        held = replica.offset if writing else None
+        if held is None:
             seg.allocator.free(replica.offset)
+        else:
+            self.fences.held_bytes += seg.allocator.block_size(replica.offset)
+        self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
+
+    def acknowledge(self, client_id: str, kill_ids: list[int]) -> None:
+        """A node applied these kills: space held for late writers goes back to its segment."""
+        for k in self.fences.acknowledge(client_id, kill_ids):
+            if k.held_offset is not None and self.segments.get(k.segment.id) is k.segment:
+                self.fences.held_bytes -= k.segment.allocator.block_size(k.held_offset)
+                k.segment.allocator.free(k.held_offset)
 
     @property
     def capacity(self) -> int:

@@ -22,17 +22,20 @@ from kvstore.rpc import messages
 class CopyTask:
     id: int
     key: str
-    segment: Segment  # destination: its client does the copy
-    offset: int
+    dest: Replica  # its segment's client does the copy
     source: Replica
     deadline: float
     issued: bool = False
 
+    @property
+    def segment(self) -> Segment:
+        return self.dest.segment
+
     def describe(self, meta: ObjectMeta) -> messages.CopyTask:
-        src = self.source.segment
-        source = messages.Placement(src.engine, src.region_id, self.source.offset)
+        src, dst = self.source, self.dest
+        source = messages.Placement(src.segment.engine, src.segment.region_id, src.offset, src.slot, src.gen)
         return messages.CopyTask(
-            self.id, self.key, meta.size, meta.checksum, source, self.segment.id, self.offset
+            self.id, self.key, meta.size, meta.checksum, source, dst.segment.id, dst.offset, dst.slot, dst.gen
         )
 
 
@@ -122,14 +125,8 @@ class Replicator:
         )
         if placed is None:
             return
-        dest = placed[0]
         task = CopyTask(
-            self._next,
-            meta.key,
-            dest.segment,
-            dest.offset,
-            meta.replicas[0],
-            self.clock() + self.config.put_timeout,
+            self._next, meta.key, placed[0], meta.replicas[0], self.clock() + self.config.put_timeout
         )
         self._next += 1
         self.tasks[task.id] = task
@@ -149,8 +146,10 @@ class Replicator:
         self.space.free(meta.key, replica)
         self.dropped += 1
 
-    def _free(self, task: CopyTask) -> None:
-        self.space.free(task.key, Replica(task.segment, task.offset))
+    def _free(self, task: CopyTask, writing: bool = True) -> None:
+        """Frees a copy's destination; unless its copier reported it over, the copier may still be
+        writing there, so the space waits for the node's fence."""
+        self.space.free(task.key, task.dest, writing=writing)
 
     # -- clients --------------------------------------------------------------------------------------
     def tasks_for(self, client_id: str) -> list[messages.CopyTask]:
@@ -170,10 +169,10 @@ class Replicator:
         self._unlink(task)
         meta = self.objects.get(task.key)
         if ok and meta is not None and meta.complete:
-            meta.replicas.append(Replica(task.segment, task.offset))
+            meta.replicas.append(task.dest)
             self.copies_done += 1
         else:
-            self._free(task)
+            self._free(task, writing=False)
             self.copies_failed += 1
 
     # -- cleanup --------------------------------------------------------------------------------------

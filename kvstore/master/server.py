@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InternalError, KVStoreError
-from kvstore.master.handlers import Handlers
+from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
 from kvstore.rpc.messages import REQUESTS
@@ -66,10 +66,13 @@ class Master:
         await asyncio.gather(*(s.serve_forever() for s in self._servers))
 
     # -- RPC -----------------------------------------------------------------------------------------
-    def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any]:
+    def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any] | Deferred:
         start = time.perf_counter()
         try:
-            return [msg_id, 0, "", self.handlers.handle(method, params)]
+            result = self.handlers.handle(method, params)
+            if isinstance(result, Deferred):
+                return result
+            return [msg_id, 0, "", result]
         except KVStoreError as exc:
             return [msg_id, exc.code, str(exc), None]
         except Exception as exc:  # a bug must cost one request, not the master
@@ -207,9 +210,36 @@ class _RpcProtocol(asyncio.Protocol):
                 self.transport.write(b"".join(replies))
                 self.transport.close()  # the stream cannot be trusted any more
                 return
-            replies.append(rpc.pack(self.master._dispatch(msg_id, method, params)))
+            reply = self.master._dispatch(msg_id, method, params)
+            if isinstance(reply, Deferred):
+                self._later(msg_id, reply)
+            else:
+                replies.append(rpc.pack(reply))
         if replies:
             self.transport.write(b"".join(replies))
+
+    def _later(self, msg_id: int, deferred: Deferred) -> None:
+        """Sends a deferred reply when it is ready (on a later loop turn, so one operation's effects are
+        all in it) or when its time is up. Clients wait for each reply, so order is kept."""
+        loop = asyncio.get_running_loop()
+        sent = False
+
+        def send() -> None:
+            nonlocal sent
+            if sent:
+                return
+            sent = True
+            timer.cancel()
+            if self.transport is None or self.transport.is_closing():
+                return
+            try:
+                body = [msg_id, 0, "", deferred.make_reply()]
+            except KVStoreError as exc:
+                body = [msg_id, exc.code, str(exc), None]
+            self.transport.write(rpc.pack(body))
+
+        timer = loop.call_later(deferred.timeout, send)
+        deferred.on_ready(lambda: loop.call_soon(send))
 
 
 class _SpinningSelector(selectors.EpollSelector):

@@ -29,7 +29,7 @@ class MasterState:
         self.config = config
         self.clock = clock
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
-        self.space = SegmentSpace(config.allocation_alignment)  # the one writer of segment space
+        self.space = SegmentSpace(config.allocation_alignment, clock)  # the one writer of segment space
         self.clients: dict[str, Client] = {}
         self.objects: dict[str, ObjectMeta] = {}
         self.replicator = Replicator(config, clock, self.space, self.objects)
@@ -90,7 +90,7 @@ class MasterState:
         else:
             return  # already dropped, or a stale location
         meta.replicas.remove(replica)
-        self.space.free(key, replica)
+        self.space.free(key, replica, read_until=meta.lease_until)
         self.counters.corrupt_replicas += 1
         if not meta.replicas:
             self._delete(meta)
@@ -103,9 +103,17 @@ class MasterState:
             return meta.replicas
         return [r for r in meta.replicas if r.segment.usable]
 
-    def mount_segment(self, client_id: str, engine: str, region_id: int, size: int, host_id: str) -> int:
+    def mount_segment(
+        self,
+        client_id: str,
+        engine: str,
+        region_id: int,
+        size: int,
+        host_id: str,
+        fence_slots: int = 1 << 20,
+    ) -> int:
         client = self._client(client_id)
-        seg = self.space.mount(client_id, engine, region_id, size, host_id)
+        seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots)
         client.segments.add(seg.id)
         return seg.id
 
@@ -159,6 +167,8 @@ class MasterState:
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
         existing = self.objects.get(key)
+        if existing is None and self.space.fences.fencing(key):
+            raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
         if existing is not None:
             if not existing.complete:
                 raise ObjectBusyError(f"a put of {key!r} is in progress")
@@ -286,18 +296,23 @@ class MasterState:
             raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
         self._delete(meta)
 
-    def remove_all(self, force: bool = False) -> int:
+    def remove_all(self, force: bool = False) -> list[str]:
+        """Removes every finished object (leased ones only with `force`); returns their keys."""
         now = self.clock()
         doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
         for meta in doomed:
             self._delete(meta)
-        return len(doomed)
+        return [m.key for m in doomed]
 
     def _delete(self, meta: ObjectMeta) -> None:
         if meta.complete and self.objects.get(meta.key) is meta:
             self.stored_bytes -= meta.size
+        # An unfinished put's writer may still be writing; a finished object's readers may hold its
+        # locations while their lease lasts. Either way the node fences the allocations off first.
+        writing = not meta.complete
+        read_until = meta.lease_until if meta.complete else 0.0
         for r in meta.replicas:
-            self.space.free(meta.key, r)
+            self.space.free(meta.key, r, writing=writing, read_until=read_until)
         meta.replicas = []
         self.objects.pop(meta.key, None)
         self._pending.pop(meta.key, None)
@@ -307,15 +322,22 @@ class MasterState:
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
 
-    def _evict_one(self) -> bool:
-        """Evicts the policy's first evictable object; False when none may go."""
+    def _evict_one(self, leased_too: bool = True) -> bool:
+        """Evicts the policy's first object not under a read lease; failing that (and with `leased_too`),
+        its first leased one, fenced like a forced removal (a reader still on it gets a miss, never other
+        bytes), so readers cannot starve writers. False when nothing may go."""
         now = self.clock()
-        victim = None
+        victim = leased = None
         for key in self.policy.candidates():
             meta = self.objects.get(key)
-            if meta is not None and self.evictable(meta, now):
+            if meta is None or not meta.complete or meta.pinned:
+                continue
+            if meta.lease_until <= now:
                 victim = meta
                 break
+            if leased is None and leased_too:
+                leased = meta
+        victim = victim or leased
         if victim is None:
             return False
         self.counters.evictions += 1
@@ -341,7 +363,7 @@ class MasterState:
         if self.usage() <= self.config.high_watermark:
             return 0
         evicted = 0
-        while self.usage() > self.config.low_watermark and self._evict_one():
+        while self.usage() > self.config.low_watermark and self._evict_one(leased_too=False):
             evicted += 1
         return evicted
 
@@ -370,6 +392,7 @@ class MasterState:
             self.counters.reclaimed_puts += 1
             self._delete(meta)
         self.replicator.expire()
+        self.space.fences.expire()
 
     def stats(self) -> dict[str, float | int]:
         return {
@@ -385,5 +408,6 @@ class MasterState:
             "replica_copy_failures": self.replicator.copies_failed,
             "replicas_dropped": self.replicator.dropped,
             "copy_tasks": len(self.replicator.tasks),
+            **self.space.fences.stats(),
             **vars(self.counters),
         }

@@ -11,22 +11,33 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 
 import xxhash
 
 from kvstore.client.session import Session
-from kvstore.errors import KVStoreError
+from kvstore.errors import KVStoreError, NotFoundError
 from kvstore.rpc import messages as m
 from transfer_engine import Op, RequestState
 
 log = logging.getLogger("kvstore.node")
+
+FENCE_POLL_SECONDS = 2.0  # how long one AwaitFences call waits for kills before asking again
+FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
+
+
+def fence_slots_for(segment_size: int) -> int:
+    """Fence table entries for a segment: one per KiB (0.8% of it), so objects averaging 1 KiB or more
+    fill the segment before its allocations run out of slots."""
+    return max(4096, min(segment_size // 1024, 1 << 26))
 
 
 class StorageNode:
     def __init__(self, session: Session, segment_size: int, copy_workers: int = 1) -> None:
         self.session = session
         engine = session.engine
-        self.segment = engine.allocate(segment_size)  # pre-faulted, shareable with same-host peers
+        # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master.
+        self.segment = engine.allocate(segment_size, fence_slots=fence_slots_for(segment_size))
         self._tasks: queue.Queue[m.CopyTask | None] = queue.Queue()
         self._workers = [
             threading.Thread(target=self._copy_loop, name=f"kvstore-copy-{i}", daemon=True)
@@ -37,10 +48,16 @@ class StorageNode:
         session.on_rejoin(self.mount)
         for w in self._workers:
             w.start()
+        self._fences = threading.Thread(target=self._follow_fences, name="kvstore-fences", daemon=True)
+        self._fences.start()
 
     def mount(self) -> None:
-        """Offers the segment to the master (again, after the master forgot this process)."""
+        """Offers the segment to the master (again, after the master forgot this process). Every
+        allocation handed out before (by this master or an earlier one) is fenced off first, so a late
+        writer or a reader with an old location cannot touch what the master now hands out afresh."""
         s = self.session
+        while not s.engine.raise_fence_floor(self.segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
+            log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
         s.master.call(
             m.MountSegment(
                 client_id=s.client_id,
@@ -48,8 +65,35 @@ class StorageNode:
                 region_id=self.segment.id,
                 size=self.segment.length,
                 host_id=s.host_id,
+                fence_slots=fence_slots_for(self.segment.length),
             )
         )
+
+    def _follow_fences(self) -> None:
+        """Applies the master's kills to the segment and acknowledges them, on a connection of its own
+        (a long poll: the master answers as soon as it frees an allocation here)."""
+        s = self.session
+        acked: list[int] = []
+        while not s.closed:
+            try:
+                request = m.AwaitFences(client_id=s.client_id, acked=acked, wait=FENCE_POLL_SECONDS)
+                orders = s.master.call(request, timeout=FENCE_POLL_SECONDS + s.config.rpc_timeout)
+                acked = []
+                for order in orders:
+                    if order.region_id != self.segment.id or s.engine.kill_allocations(
+                        order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
+                    ):
+                        acked += order.kills
+                    # else a copy admitted before is still running (a stopped peer): the master keeps
+                    # the space and hands the kills out again
+            except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
+                acked = []
+                time.sleep(s.terms.heartbeat_interval)
+            except KVStoreError as exc:
+                if s.closed:
+                    return
+                log.debug("fence poll failed: %s", exc)
+                time.sleep(0.1)
 
     def _take_tasks(self, reply: m.HeartbeatReply) -> None:
         for task in reply.tasks:
@@ -73,15 +117,20 @@ class StorageNode:
         source = self.session.peer(task.source.engine)
         if source is None:
             return False
+        engine = self.session.engine
         try:
-            state, _ = self.session.engine.transfer_one(
-                Op.READ,
-                self.segment.addr + task.offset,
-                source,
-                task.source.region_id,
-                task.source.offset,
-                task.size,
-            )
+            # The destination is ours: hold its allocation, so the master's kill of an expired task
+            # waits for this copy rather than frees space under it.
+            with engine.fenced(self.segment, task.slot, task.gen):
+                state, _ = engine.transfer_one(
+                    Op.READ,
+                    self.segment.addr + task.offset,
+                    source,
+                    task.source.region_id,
+                    task.source.offset,
+                    task.size,
+                    fence=(task.source.slot, task.source.gen),
+                )
         except KVStoreError as exc:
             log.debug("replica copy %d failed: %s", task.task, exc)
             return False

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: allocations carry fence (slot, generation); AwaitFences
 U64 = 2**64 - 1
 
 
@@ -25,6 +25,8 @@ class Placement(NamedTuple):
     engine: str  # transfer engine segment name, "host:port"
     region_id: int
     offset: int
+    slot: int  # the allocation's fence: every transfer names it (kvstore.master.fences)
+    gen: int
 
 
 class ReplicaLocation(NamedTuple):
@@ -34,6 +36,8 @@ class ReplicaLocation(NamedTuple):
     region_id: int
     offset: int
     host_id: str
+    slot: int
+    gen: int
 
 
 class ObjectLocation(NamedTuple):
@@ -60,12 +64,24 @@ class CopyTask(NamedTuple):
     source: Placement
     segment: int
     offset: int
+    slot: int
+    gen: int
 
 
 class RegisterReply(NamedTuple):
     heartbeat_interval: float
     client_ttl: float
     lease_ttl: float
+    generation: int  # every allocation handed out so far has a generation <= this
+
+
+class FenceOrder(NamedTuple):
+    """Allocations of one of the node's regions to fence off, and the ids to acknowledge them by."""
+
+    region_id: int
+    kills: list[int]
+    slots: list[int]
+    gens: list[int]
 
 
 class HeartbeatReply(NamedTuple):
@@ -189,6 +205,7 @@ class MountSegment(Request):
     region_id: int
     size: int
     host_id: str
+    fence_slots: int  # entries of the region's fence table: at most this many live allocations
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountSegment:
@@ -198,7 +215,36 @@ class MountSegment(Request):
             v.integer(p, "region_id", 1, U64),
             v.integer(p, "size", 1, 2**62),
             v.text(p, "host_id"),
+            v.integer(p, "fence_slots", 1, 2**26),
         )
+
+
+@dataclass
+class AwaitFences(Request):
+    """A storage node's long poll: acknowledges the kills it applied, and waits up to `wait` seconds for
+    more (answered at once when some are queued)."""
+
+    METHOD: ClassVar[str] = "await_fences"
+    client_id: str
+    acked: list[int]
+    wait: float
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> AwaitFences:
+        acked = v.field(p, "acked")
+        if not isinstance(acked, list) or len(acked) > v.MAX_KEYS:
+            raise InvalidArgumentError(f"'acked' must be a list of at most {v.MAX_KEYS} kill ids")
+        ids = [v.integer({"id": i}, "id", 1, U64) for i in acked]
+        wait = v.field(p, "wait")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
+            raise InvalidArgumentError("'wait' must be 0..60 seconds")
+        return cls(v.text(p, "client_id"), ids, float(wait))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[FenceOrder]:
+        if not isinstance(obj, list):
+            raise ProtocolError("master sent a malformed await_fences reply")
+        return [_record(FenceOrder, o) for o in obj]
 
 
 @dataclass
@@ -445,6 +491,7 @@ REQUESTS: dict[str, type[Request]] = {
         CloseClient,
         MountSegment,
         UnmountSegment,
+        AwaitFences,
         PutStart,
         PutEnd,
         PutRevoke,

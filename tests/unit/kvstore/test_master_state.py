@@ -40,6 +40,13 @@ def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) 
     return state
 
 
+def fence(state: MasterState, client: str = "c0") -> list[int]:
+    """Plays the node of `client`: takes its kills and acknowledges them; returns their ids."""
+    ids = [k.id for k in state.space.fences.take(client)]
+    state.space.acknowledge(client, ids)
+    return ids
+
+
 def put(state: MasterState, key: str, size: int = MiB, replicas: int = 1, pin: bool = False) -> list:
     placed = state.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
     state.put_end("c0", key)
@@ -58,12 +65,48 @@ def test_two_phase_put_is_invisible_until_end(clock: Clock) -> None:
         state.put_end("c0", "k")
 
 
-def test_revoke_frees_space(clock: Clock) -> None:
+def test_revoke_frees_space_once_the_node_fenced_it(clock: Clock) -> None:
     state = make_state(clock, [("h0", 4 * MiB)])
     state.put_start("c0", "k", 4 * MiB, 1, 1, False)
     state.put_revoke("c0", "k")
-    assert state.used == 0 and not state.exists("k")
+    # The writer may still be writing (its bytes in flight): the space waits for the node's fence.
+    assert state.used == 4 * MiB and not state.exists("k")
+    with pytest.raises(NoSpaceError):
+        put(state, "k2", 4 * MiB)
+    assert len(fence(state)) == 1
+    assert state.used == 0
     put(state, "k2", 4 * MiB)
+
+
+def test_every_allocation_has_a_fresh_generation_and_a_live_slot(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)])
+    a = put(state, "a")
+    b = put(state, "b")
+    assert a[0].gen < b[0].gen and a[0].slot != b[0].slot
+    state.remove("a")
+    (kill,) = state.space.fences.take("c0")
+    assert (kill.slot, kill.gen) == (a[0].slot, a[0].gen)
+    c = put(state, "c")  # the slot is reused at once: the newer generation outlives the kill
+    assert c[0].slot == a[0].slot and c[0].gen > kill.gen
+
+
+def test_a_leased_key_is_fencing_until_the_node_confirms(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)], lease_ttl=5.0)
+    put(state, "k")
+    state.get_replicas("k")  # a reader may now cache this location for half the lease
+    state.remove("k", force=True)
+    assert state.space.fences.fencing("k")
+    with pytest.raises(ObjectBusyError, match="fenced"):
+        state.put_start("c0", "k", MiB, 7, 1, False)
+    fence(state)
+    assert not state.space.fences.fencing("k")
+    put(state, "k")
+    # Unacknowledged, fencing ends with the lease: then no reader uses a cached location any more.
+    state.get_replicas("k")
+    state.remove("k", force=True)
+    clock.now += 5.1
+    state.expire()
+    assert not state.space.fences.fencing("k")
 
 
 def test_existing_key_same_bytes_ok_different_bytes_refused(clock: Clock) -> None:
@@ -115,13 +158,13 @@ def test_never_evicts_leased_or_pinned(clock: Clock) -> None:
 def test_no_space_only_when_nothing_is_evictable(clock: Clock) -> None:
     state = make_state(clock, [("h0", 2 * MiB)], lease_ttl=5.0)
     put(state, "pinned", pin=True)
-    put(state, "x")
-    state.get_replicas("x")
+    state.put_start("c0", "unfinished", MiB, 1, 1, False)
     with pytest.raises(NoSpaceError):
-        put(state, "y")  # x is leased, pinned is pinned
-    clock.now += 6  # lease over
-    put(state, "y")
-    assert not state.exists("x") and state.exists("y")
+        put(state, "y")  # one pinned, one being written: nothing may go
+    state.put_end("c0", "unfinished")
+    state.get_replicas("unfinished")
+    put(state, "y")  # a read lease does not hold a writer off (the reader's copy is fenced)
+    assert not state.exists("unfinished") and state.exists("y")
 
 
 def test_remove_respects_lease_unless_forced(clock: Clock) -> None:
@@ -172,7 +215,10 @@ def test_abandoned_put_is_reclaimed(clock: Clock) -> None:
     clock.now += 31
     state.heartbeat("c0")
     state.expire()
-    assert state.used == 0 and state.counters.reclaimed_puts == 1
+    assert not state.exists("k") and state.counters.reclaimed_puts == 1
+    assert state.used == 2 * MiB  # until the node has fenced the late writer off
+    fence(state)
+    assert state.used == 0
 
 
 def test_bad_arguments(clock: Clock) -> None:

@@ -1,0 +1,167 @@
+"""Fencing freed allocations before anything that depends on them being dead goes ahead.
+
+Every replica allocation carries a slot of its node's fence table and a generation (unique, increasing
+across master restarts: they start at the wall clock in nanoseconds). Freeing one queues a kill for its
+node; the node applies it (transfer_engine kill_allocations: no transfer naming it is admitted again, and
+every transfer admitted before has ended) and acknowledges it on its next AwaitFences call. Until then:
+
+- space a writer may still be writing into (a reclaimed or revoked put, a copy destination) stays
+  allocated, so a late writer can never overwrite another object;
+- a key whose freed replicas readers may still hold in their location caches (a complete object under a
+  read lease) is *fencing*: a put of that key is refused as busy and a removal answers only once the kill
+  is acknowledged, or once the lease has lapsed (then no cached location is used any more).
+
+A cached read is thus either of a live allocation (its bytes are the key's current value: keys are never
+rewritten in place) or refused by the node, never stale bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kvstore.master.model import Segment
+
+
+@dataclass(eq=False)
+class Kill:
+    id: int
+    segment: Segment
+    slot: int
+    gen: int
+    held_offset: int | None  # allocator space kept until the node acknowledges (a writer may be late)
+    key: str | None  # readers may hold this location: the key is fencing until acknowledged or `until`
+    until: float
+
+
+Waiter = Callable[[], None]
+
+
+class FenceBook:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._gen = time.time_ns()  # above every generation a previous master incarnation handed out
+        self._next_kill = 1
+        self._queued: dict[str, list[Kill]] = {}  # by the client whose node applies them, not yet sent
+        self._sent: dict[int, Kill] = {}
+        self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
+        self._key_waiters: list[tuple[set[str], Waiter]] = []
+        self._node_waiters: dict[str, Waiter] = {}  # a node's parked AwaitFences
+        self.held_bytes = 0
+        self.kills_sent = 0
+        self.kills_acked = 0
+
+    def generation(self) -> int:
+        """A new generation (also: every generation handed out so far is below the next one)."""
+        self._gen += 1
+        return self._gen
+
+    @property
+    def current(self) -> int:
+        return self._gen
+
+    # -- freeing --------------------------------------------------------------------------------------
+    def kill(
+        self, segment: Segment, slot: int, gen: int, held_offset: int | None, key: str | None, until: float
+    ) -> None:
+        k = Kill(self._next_kill, segment, slot, gen, held_offset, key, until)
+        self._next_kill += 1
+        self._queued.setdefault(segment.client_id, []).append(k)
+        if key is not None and until > self.clock():
+            self._fencing.setdefault(key, []).append(k)
+        else:
+            k.key = None
+        waiter = self._node_waiters.pop(segment.client_id, None)
+        if waiter is not None:
+            waiter()
+
+    def fencing(self, key: str) -> bool:
+        return key in self._fencing
+
+    # -- the node's side ------------------------------------------------------------------------------
+    def take(self, client_id: str) -> list[Kill]:
+        """Kills for this client's node to apply (each is handed out again until acknowledged)."""
+        resend = [k for k in self._sent.values() if k.segment.client_id == client_id]
+        queued = self._queued.pop(client_id, [])
+        for k in queued:
+            self._sent[k.id] = k
+        self.kills_sent += len(queued)
+        return resend + queued
+
+    def park(self, client_id: str, waiter: Waiter) -> None:
+        """`waiter()` runs when a kill for this client's node is queued (replacing an earlier one)."""
+        self._node_waiters[client_id] = waiter
+
+    def unpark(self, client_id: str) -> None:
+        self._node_waiters.pop(client_id, None)
+
+    def acknowledge(self, client_id: str, ids: Iterable[int]) -> list[Kill]:
+        """The node applied these kills: returns them (the caller frees held space) and lifts fencing."""
+        done = []
+        for i in ids:
+            k = self._sent.get(i)
+            if k is None or k.segment.client_id != client_id:
+                continue
+            del self._sent[i]
+            done.append(k)
+            self._settle(k)
+        self.kills_acked += len(done)
+        return done
+
+    # -- waiting for keys -----------------------------------------------------------------------------
+    def when_settled(self, keys: Iterable[str], waiter: Waiter) -> bool:
+        """False when none of `keys` is fencing; else `waiter()` runs once all have settled."""
+        pending = {k for k in keys if k in self._fencing}
+        if not pending:
+            return False
+        self._key_waiters.append((pending, waiter))
+        return True
+
+    def expire(self) -> None:
+        """Lifts fencing whose read leases have lapsed (a node that never answers cannot hold a key)."""
+        now = self.clock()
+        for kills in list(self._fencing.values()):
+            for k in [k for k in kills if k.until <= now]:
+                self._settle(k)
+
+    def drop_segment(self, segment: Segment) -> None:
+        """The segment is gone: its kills need no node (nothing of it can be read or written again)."""
+        queued = self._queued.get(segment.client_id)
+        if queued:
+            self._queued[segment.client_id] = [k for k in queued if k.segment is not segment]
+        for k in [k for k in self._sent.values() if k.segment is segment]:
+            del self._sent[k.id]
+        for kills in list(self._fencing.values()):
+            for k in [k for k in kills if k.segment is segment]:
+                self._settle(k)
+
+    def _settle(self, k: Kill) -> None:
+        if k.key is None:
+            return
+        kills = self._fencing.get(k.key)
+        if kills is not None and k in kills:
+            kills.remove(k)
+            if not kills:
+                del self._fencing[k.key]
+                self._wake(k.key)
+        k.key = None
+
+    def _wake(self, key: str) -> None:
+        still = []
+        for pending, waiter in self._key_waiters:
+            pending.discard(key)
+            if pending:
+                still.append((pending, waiter))
+            else:
+                waiter()
+        self._key_waiters = still
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "fence_kills_sent": self.kills_sent,
+            "fence_kills_acked": self.kills_acked,
+            "fence_kills_outstanding": len(self._sent) + sum(len(q) for q in self._queued.values()),
+            "fencing_keys": len(self._fencing),
+            "fence_held_bytes": self.held_bytes,
+        }
