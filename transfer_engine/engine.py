@@ -408,9 +408,11 @@ class TransferEngine:
         length: int,
         *,
         timeout: float | None = None,
+        fence: tuple[int, int] = (0, 0),
     ) -> None:
-        """Reads one range of a peer region into local memory; raises on failure."""
-        self._one(Op.READ, local_addr, peer, region_id, offset, length, timeout)
+        """Reads one range of a peer region into local memory; raises on failure. `fence`: the
+        (slot, generation) of the allocation it reads, in a fenced region."""
+        self._one(Op.READ, local_addr, peer, region_id, offset, length, timeout, fence)
 
     def write(
         self,
@@ -421,9 +423,10 @@ class TransferEngine:
         length: int,
         *,
         timeout: float | None = None,
+        fence: tuple[int, int] = (0, 0),
     ) -> None:
-        """Writes local memory into one range of a peer region; raises on failure."""
-        self._one(Op.WRITE, local_addr, peer, region_id, offset, length, timeout)
+        """Writes local memory into one range of a peer region; raises on failure. `fence` as for read."""
+        self._one(Op.WRITE, local_addr, peer, region_id, offset, length, timeout, fence)
 
     def transfer_one(
         self,
@@ -456,7 +459,8 @@ class TransferEngine:
         offset: int,
         length: int,
         timeout: float | None,
+        fence: tuple[int, int],
     ) -> None:
-        state, code = self.transfer_one(op, addr, peer, region_id, offset, length, timeout=timeout)
+        state, code = self.transfer_one(op, addr, peer, region_id, offset, length, timeout=timeout, fence=fence)
         if state != RequestState.COMPLETED:
             raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {peer.name} failed")

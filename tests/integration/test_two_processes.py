@@ -178,7 +178,7 @@ def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: Transfer
 
 def test_malformed_frames_close_only_that_connection(target: TargetProcess, engine: TransferEngine) -> None:
     address = _tcp_address(engine, target.name)
-    for junk in [b"\x00" * 56, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, _tools.encode_frame_header(READ_DATA)]:
+    for junk in [b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 48, _tools.encode_frame_header(READ_DATA)]:
         peer = RawPeer(address)
         peer.send(junk)
         reply = peer.recv_header()

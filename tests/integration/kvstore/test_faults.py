@@ -70,11 +70,12 @@ def test_bad_input_fails_alone_and_clearly() -> None:
 
 def _corrupt(store: Store, location: object) -> None:
     """Overwrites 16 bytes of a replica in place (any peer holding the region's key could)."""
-    engine, region, offset, _host = location  # type: ignore[misc]
+    engine, region, offset, _host, slot, gen = location  # type: ignore[misc]
     garbage = store.engine.allocate(16, export=False)
     assert garbage.array is not None
     garbage.array[:] = 0xEE
-    store.engine.write(garbage.addr, store.engine.open_peer(engine), region, offset + 100, 16)
+    peer = store.engine.open_peer(engine)
+    store.engine.write(garbage.addr, peer, region, offset + 100, 16, fence=(slot, gen))
 
 
 def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluster: Cluster) -> None:
