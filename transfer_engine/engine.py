@@ -269,13 +269,12 @@ class TransferEngine:
         a copy into it made by this process): a kill waits for the body; StaleLocationError if dead."""
         region_id = region.id if isinstance(region, Region) else int(region)
         core = self._core_engine()
-        parity = core.fence_enter(region_id, slot, gen)
-        if parity < 0:
+        if not core.fence_enter(region_id, slot, gen):
             raise StaleLocationError(f"allocation (slot {slot}, generation {gen}) was fenced off")
         try:
             yield
         finally:
-            core.fence_leave(region_id, parity)
+            core.fence_leave(region_id, slot)
 
     def raise_fence_floor(self, region: Region | int, floor: int, *, timeout: float = 0.05) -> bool:
         """Fences off every allocation of generation <= floor (see :meth:`kill_allocations`)."""

@@ -174,14 +174,14 @@ void bind_engine(py::module_& m) {
           },
           py::arg("region_id"), py::arg("slot"), py::arg("gen"),
           "Admits this process's own access to a live allocation of its fenced region (as a peer's "
-          "transfer would be): returns the parity for fence_leave, or -1 when the allocation is dead.")
+          "transfer would be): True when alive; then call fence_leave once done.")
       .def(
           "fence_leave",
-          [](Engine& e, uint64_t region_id, int parity) {
+          [](Engine& e, uint64_t region_id, uint32_t slot) {
             auto region = e.registry().find(region_id);
-            if (region && region->fence() != nullptr && (parity == 0 || parity == 1)) region->fence()->leave(parity);
+            if (region && region->fence() != nullptr && slot < region->fence()->slots()) region->fence()->leave(slot);
           },
-          py::arg("region_id"), py::arg("parity"))
+          py::arg("region_id"), py::arg("slot"))
       .def(
           "unregister",
           [](Engine& e, uint64_t id) {

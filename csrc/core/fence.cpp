@@ -9,7 +9,7 @@
 namespace kvs {
 namespace {
 
-size_t table_bytes(uint64_t slots) { return sizeof(FenceHeader) + slots * sizeof(uint64_t); }
+size_t table_bytes(uint64_t slots) { return sizeof(FenceHeader) + slots * sizeof(FenceSlot); }
 
 bool wait_zero(std::atomic<int64_t>& counter, std::chrono::steady_clock::time_point until) {
   for (int spins = 0; counter.load() != 0; ++spins) {
@@ -68,52 +68,43 @@ FenceTable::~FenceTable() {
   close(fd_);
 }
 
-bool FenceTable::drain(int timeout_ms) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  const uint64_t e = header_->epoch.load();
-  if (!wait_zero(header_->active[(e + 1) & 1], until)) return false;  // the previous period is not over
-  header_->epoch.store(e + 1);
-  return wait_zero(header_->active[e & 1], until);
-}
-
 bool FenceTable::kill(const std::vector<uint32_t>& slots, const std::vector<uint64_t>& gens, int timeout_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
   const uint64_t n = header_->slots;
   for (size_t i = 0; i < slots.size() && i < gens.size(); ++i) {
     if (slots[i] >= n) continue;
-    auto& entry = killed()[slots[i]];
-    uint64_t seen = entry.load();
-    while (seen < gens[i] && !entry.compare_exchange_weak(seen, gens[i])) {
+    auto& killed = entries()[slots[i]].killed;
+    uint64_t seen = killed.load();
+    while (seen < gens[i] && !killed.compare_exchange_weak(seen, gens[i])) {
     }
   }
-  return drain(timeout_ms);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t slot : slots) {
+    if (slot < n && !wait_zero(entries()[slot].active, until)) return false;
+  }
+  return true;
 }
 
 bool FenceTable::raise_floor(uint64_t floor, int timeout_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
   uint64_t seen = header_->floor.load();
   while (seen < floor && !header_->floor.compare_exchange_weak(seen, floor)) {
   }
-  return drain(timeout_ms);
-}
-
-int FenceTable::enter(uint32_t slot, uint64_t gen) {
-  if (slot >= header_->slots) return -1;
-  for (;;) {
-    const uint64_t e = header_->epoch.load();
-    const int parity = static_cast<int>(e & 1);
-    header_->active[parity].fetch_add(1);
-    if (header_->epoch.load() != e) {  // a grace period started meanwhile: count in under the new epoch
-      header_->active[parity].fetch_sub(1);
-      continue;
-    }
-    if (gen > header_->floor.load() && killed()[slot].load() < gen) return parity;
-    header_->active[parity].fetch_sub(1);
-    return -1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint64_t slot = 0; slot < header_->slots; ++slot) {
+    if (!wait_zero(entries()[slot].active, until)) return false;
   }
+  return true;
 }
 
-FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(table) {
+bool FenceTable::enter(uint32_t slot, uint64_t gen) {
+  if (slot >= header_->slots) return false;
+  FenceSlot& e = entries()[slot];
+  e.active.fetch_add(1);
+  if (gen > header_->floor.load() && e.killed.load() < gen) return true;
+  e.active.fetch_sub(1);
+  return false;
+}
+
+FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(table), slot_(slot) {
   if (table == nullptr) {
     if (gen != 0) status_ = Status(Code::kNotSupported, "region has no allocation fences");
     return;
@@ -122,8 +113,8 @@ FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(
     status_ = Status(Code::kPermissionDenied, "region is fenced: a transfer must name its allocation");
     return;
   }
-  parity_ = table->enter(slot, gen);
-  if (parity_ < 0) status_ = Status(Code::kStale, "the allocation was freed: the location is stale");
+  admitted_ = table->enter(slot, gen);
+  if (!admitted_) status_ = Status(Code::kStale, "the allocation was freed: the location is stale");
 }
 
 }  // namespace kvs

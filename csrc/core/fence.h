@@ -5,18 +5,16 @@
 // cannot read a freed object's bytes.
 //
 // The table lives in a memfd that same-host peers map, because their copies bypass the owner:
-//   header: floor (every generation <= floor is dead), epoch, active[2]; then u64 killed[slots].
-//   entrant: e = epoch; active[e&1] += 1; (epoch moved? undo, retry); admitted iff gen > floor and
-//            killed[slot] < gen; copy; active[e&1] -= 1
-//   owner:   wait active[(e+1)&1] == 0 (the last grace period); store the kills; epoch = e+1;
-//            wait active[e&1] == 0.
-// With sequentially consistent atomics every copy either sees the kill or has ended before kill returns.
+//   header: floor (every generation <= floor is dead); then per slot {killed generation, active copies}.
+//   entrant: active += 1; admitted iff gen > floor and killed < gen; copy; active -= 1
+//   owner:   killed = max(killed, gen); wait until active == 0.
+// With sequentially consistent atomics every copy either sees the kill or is counted and waited for. The
+// master reuses a slot only after its kill was confirmed, so the wait is only ever for late copies.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "common/status.h"
@@ -25,12 +23,16 @@ namespace kvs {
 
 struct FenceHeader {
   std::atomic<uint64_t> floor;
-  std::atomic<uint64_t> epoch;
-  std::atomic<int64_t> active[2];
   uint64_t slots;
-  uint64_t reserved[3];
+  uint64_t reserved[6];
 };
 static_assert(sizeof(FenceHeader) == 64, "FenceHeader is shared across processes");
+
+struct FenceSlot {
+  std::atomic<uint64_t> killed;  // every generation <= this is dead in this slot
+  std::atomic<int64_t> active;   // copies admitted and not ended
+};
+static_assert(sizeof(FenceSlot) == 16, "FenceSlot is shared across processes");
 
 class FenceTable {
  public:
@@ -45,27 +47,25 @@ class FenceTable {
   int fd() const { return fd_; }
   uint32_t slots() const { return static_cast<uint32_t>(header_->slots); }
 
-  // Owner side, serialised. Kills every (slot, gen) and waits up to timeout_ms for copies that may
-  // have been admitted before; false when one did not end in time (a stopped peer): the kills stand,
-  // but the memory must not be reused yet (call again later).
+  // Owner side. Kills every (slot, gen) and waits up to timeout_ms for the copies admitted before; false
+  // when one did not end in time (a stopped peer): the kills stand, but the memory must not be reused
+  // yet (call again later).
   bool kill(const std::vector<uint32_t>& slots, const std::vector<uint64_t>& gens, int timeout_ms);
-  // Kills every generation <= floor (a storage node that rejoined: whatever was handed out before is
-  // dead). Same waiting rule as kill.
+  // Kills every generation <= floor (a storage node that (re)joins: whatever was handed out before is
+  // dead). Same waiting rule as kill, over every slot.
   bool raise_floor(uint64_t floor, int timeout_ms);
 
-  // Entrant side. Returns the epoch parity to leave with, or -1 when (slot, gen) is dead or unknown.
-  int enter(uint32_t slot, uint64_t gen);
-  void leave(int parity) { header_->active[parity].fetch_sub(1); }
+  // Entrant side: true when (slot, gen) is alive; the caller then calls leave(slot) after its copy.
+  bool enter(uint32_t slot, uint64_t gen);
+  void leave(uint32_t slot) { entries()[slot].active.fetch_sub(1); }
 
  private:
   FenceTable(int fd, FenceHeader* header, size_t bytes) : fd_(fd), header_(header), bytes_(bytes) {}
-  std::atomic<uint64_t>* killed() { return reinterpret_cast<std::atomic<uint64_t>*>(header_ + 1); }
-  bool drain(int timeout_ms);  // the grace period, with mu_ held
+  FenceSlot* entries() { return reinterpret_cast<FenceSlot*>(header_ + 1); }
 
   int fd_;
   FenceHeader* header_;
   size_t bytes_;
-  std::mutex mu_;
 };
 
 // Admission of one copy: held while the copy runs. A request with generation 0 names no allocation:
@@ -74,7 +74,7 @@ class FenceEntry {
  public:
   FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen);
   ~FenceEntry() {
-    if (parity_ >= 0) table_->leave(parity_);
+    if (admitted_) table_->leave(slot_);
   }
   FenceEntry(const FenceEntry&) = delete;
   FenceEntry& operator=(const FenceEntry&) = delete;
@@ -82,7 +82,8 @@ class FenceEntry {
 
  private:
   FenceTable* table_;
-  int parity_ = -1;
+  uint32_t slot_;
+  bool admitted_ = false;
   Status status_;
 };
 

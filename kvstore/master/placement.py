@@ -147,7 +147,6 @@ class SegmentSpace:
         seg.objects.discard(key)
         if self.segments.get(seg.id) is not seg:
             return
-        seg.free_slots.append(replica.slot)  # reusable at once: a newer generation outlives the kill
         held = replica.offset if writing else None
         if held is None:
             seg.allocator.free(replica.offset)
@@ -156,9 +155,13 @@ class SegmentSpace:
         self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
 
     def acknowledge(self, client_id: str, kill_ids: list[int]) -> None:
-        """A node applied these kills: space held for late writers goes back to its segment."""
+        """A node applied these kills: their slots, and space held for late writers, go back to their
+        segments (a slot is reused only once no late copy can be running in it)."""
         for k in self.fences.acknowledge(client_id, kill_ids):
-            if k.held_offset is not None and self.segments.get(k.segment.id) is k.segment:
+            if self.segments.get(k.segment.id) is not k.segment:
+                continue
+            k.segment.free_slots.append(k.slot)
+            if k.held_offset is not None:
                 self.fences.held_bytes -= k.segment.allocator.block_size(k.held_offset)
                 k.segment.allocator.free(k.held_offset)
 

@@ -27,9 +27,9 @@ FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before i
 
 
 def fence_slots_for(segment_size: int) -> int:
-    """Fence table entries for a segment: one per KiB (0.8% of it), so objects averaging 1 KiB or more
-    fill the segment before its allocations run out of slots."""
-    return max(4096, min(segment_size // 1024, 1 << 26))
+    """Fence table entries (16 bytes each) for a segment: one per 2 KiB (0.8% of it), so objects of
+    2 KiB or more fill the segment before its allocations run out of slots."""
+    return max(4096, min(segment_size // 2048, 1 << 26))
 
 
 class StorageNode:

@@ -1,0 +1,74 @@
+"""Allocation fences: a killed (slot, generation) is refused on every path, and a kill waits for the
+copies admitted before it (kvstore's guarantee against late writers and stale cached locations)."""
+
+from __future__ import annotations
+
+import pytest
+
+from transfer_engine import (
+    InvalidArgumentError,
+    Op,
+    RequestState,
+    StaleLocationError,
+    TransferEngine,
+    _core,
+)
+
+TRANSPORTS = [t["name"] for t in _core.transports()]
+STALE, DENIED, UNSUPPORTED = StaleLocationError.code, 3, 9
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_killed_allocation_is_refused_on_every_transport(transport: str) -> None:
+    with TransferEngine(transport=transport) as a, TransferEngine(transport=transport) as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        plain = b.allocate(1 << 16)
+        buf = a.allocate(1 << 16, export=False)
+        peer = a.open_peer(b.name)
+
+        def write(slot: int, gen: int, region: int = segment.id) -> tuple[RequestState, int]:
+            return a.transfer_one(Op.WRITE, buf.addr, peer, region, 0, 4096, fence=(slot, gen))
+
+        assert write(3, 5) == (RequestState.COMPLETED, 0)
+        assert write(3, 0) == (RequestState.FAILED, DENIED)  # a fenced region needs the allocation named
+        assert write(3, 5, plain.id) == (RequestState.FAILED, UNSUPPORTED)  # and a plain one has none
+        assert b.kill_allocations(segment, [3], [5])
+        assert write(3, 5) == (RequestState.FAILED, STALE)
+        assert write(3, 6) == (RequestState.COMPLETED, 0)  # the slot's next allocation lives
+        assert write(99, 6) == (RequestState.FAILED, STALE)  # no such slot
+        state, code = a.transfer_one(Op.READ, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
+        assert (state, code) == (RequestState.FAILED, STALE)  # reads too
+        assert b.raise_fence_floor(segment, 10)
+        assert write(3, 6) == (RequestState.FAILED, STALE) and write(4, 11) == (RequestState.COMPLETED, 0)
+
+
+def test_a_kill_waits_for_a_copy_admitted_before_it() -> None:
+    with TransferEngine() as engine:
+        segment = engine.allocate(1 << 20, fence_slots=4)
+        with engine.fenced(segment, 1, 7):  # a copy into the allocation is running
+            assert not engine.kill_allocations(segment, [1], [7], timeout=0.05)  # cannot be confirmed
+            with pytest.raises(StaleLocationError):  # but nothing new gets in
+                with engine.fenced(segment, 1, 7):
+                    pass
+        assert engine.kill_allocations(segment, [1], [7], timeout=0.05)  # the copy ended: confirmed
+        with engine.fenced(segment, 2, 7):  # a copy elsewhere does not hold a kill up
+            assert engine.kill_allocations(segment, [0], [3], timeout=0.05)
+            assert not engine.raise_fence_floor(segment, 5, timeout=0.05)  # a floor waits for every slot
+
+
+def test_fence_arguments_are_checked() -> None:
+    with TransferEngine() as engine:
+        plain = engine.allocate(4096)
+        with pytest.raises(InvalidArgumentError):
+            engine.kill_allocations(plain, [0], [1])
+        with pytest.raises(InvalidArgumentError):
+            engine.allocate(4096, fence_slots=1 << 27)
+        buf = engine.allocate(4096, export=False)
+        with pytest.raises(InvalidArgumentError, match="fence"):
+            engine._core_engine().submit(
+                *[__import__("numpy").zeros(1, t) for t in ("u1", "u8", "u4", "u8", "u8", "u8")],
+                1000,
+                __import__("numpy").zeros(1, "u4"),
+                None,
+            )
+        del buf
