@@ -325,6 +325,7 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--client-ttl", type=_positive_float)
     p.add_argument("--heartbeat-interval", type=_positive_float)
     p.add_argument("--lease-ttl", type=_positive_float)
+    p.add_argument("--put-timeout", type=_positive_float, help="seconds before an unfinished put is reclaimed")
     p.add_argument("--high-watermark", type=_positive_float)
     p.add_argument("--low-watermark", type=_positive_float)
     p.add_argument("--hot-access-rate", type=_positive_float, help="reads/s that make a key hot")
@@ -340,6 +341,7 @@ _MASTER_FLAGS = (
     "client_ttl",
     "heartbeat_interval",
     "lease_ttl",
+    "put_timeout",
     "high_watermark",
     "low_watermark",
     "hot_access_rate",
