@@ -301,15 +301,22 @@ class Store:
         present = [i for i, entry in enumerate(found) if entry is not None]
         spans = [[self.buffers.scratch(found[i][0])] for i in present]
         out: list[bytes | None] = [None] * len(keys)
+        regrown: list[int] = []  # a cached size was out of date: the value changed since
         try:
             results = self._read_located(
                 [keys[i] for i in present], spans, [found[i] for i in present], [cached[i] for i in present]
             )
             for i, (span,), r in zip(present, spans, results, strict=True):
                 out[i] = bytes(span.view[:r]) if r >= 0 else None
+                if r == -InvalidArgumentError.code and cached[i]:
+                    regrown.append(i)
         finally:
             for (span,) in spans:
                 self.buffers.release(span)
+        if regrown:
+            self.stats_local.gets -= len(regrown)
+            for i, value in zip(regrown, self.batch_get([keys[i] for i in regrown]), strict=True):
+                out[i] = value
         return out
 
     def get_into(self, key: str, buffer: Any) -> int:
