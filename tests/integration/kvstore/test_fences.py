@@ -122,3 +122,35 @@ def test_readers_leases_do_not_starve_a_writer_at_capacity() -> None:
             assert puts >= 50 and reads[0] >= 50
             assert failed / puts < 0.05, f"{failed} of {puts} puts failed"
             assert wrong[0] == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_cached_location_from_before_a_master_restart_is_refused() -> None:
+    """The master restarts empty; the key is put again with other bytes. A client that cached the old
+    location must not read the old bytes: the node fenced off every older allocation when it rejoined."""
+    port = _free_port()
+    master = _master("--lease-ttl", "30")
+    master[master.index("0", master.index("--port"))] = str(port)
+    address = f"127.0.0.1:{port}"
+    with kvstore_process(master) as (first, _):
+        node = ["node", "--master", address, "--segment-size", "64MiB"]
+        with kvstore_process(node), Store.connect(address) as a:
+            a.put("front", bytes(32 << 20))  # k lands behind it: the new master's first puts go elsewhere
+            a.put("k", b"o" * 65536)
+            assert a.get("k") == b"o" * 65536  # cached for half the 30 s lease
+            first.kill()
+            first.wait()
+            with kvstore_process(master), Store.connect(address) as b:
+                deadline = time.monotonic() + 15
+                while b.stats()["master"]["segments"] == 0:  # the node rejoins the new master
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                b.put("k", b"n" * 131072)
+                assert a.get("k") == b"n" * 131072
