@@ -325,7 +325,9 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--client-ttl", type=_positive_float)
     p.add_argument("--heartbeat-interval", type=_positive_float)
     p.add_argument("--lease-ttl", type=_positive_float)
-    p.add_argument("--put-timeout", type=_positive_float, help="seconds before an unfinished put is reclaimed")
+    p.add_argument(
+        "--put-timeout", type=_positive_float, help="seconds before an unfinished put is reclaimed"
+    )
     p.add_argument("--high-watermark", type=_positive_float)
     p.add_argument("--low-watermark", type=_positive_float)
     p.add_argument("--hot-access-rate", type=_positive_float, help="reads/s that make a key hot")

@@ -261,7 +261,9 @@ class TransferEngine:
         True once every transfer admitted before has ended (only then may their memory be reused);
         False when one did not end within `timeout` (a stopped peer): call again later."""
         region_id = region.id if isinstance(region, Region) else int(region)
-        return bool(self._core_engine().kill_allocations(region_id, list(slots), list(gens), int(timeout * 1000)))
+        return bool(
+            self._core_engine().kill_allocations(region_id, list(slots), list(gens), int(timeout * 1000))
+        )
 
     @contextlib.contextmanager
     def fenced(self, region: Region | int, slot: int, gen: int) -> Iterator[None]:
@@ -460,6 +462,8 @@ class TransferEngine:
         timeout: float | None,
         fence: tuple[int, int],
     ) -> None:
-        state, code = self.transfer_one(op, addr, peer, region_id, offset, length, timeout=timeout, fence=fence)
+        state, code = self.transfer_one(
+            op, addr, peer, region_id, offset, length, timeout=timeout, fence=fence
+        )
         if state != RequestState.COMPLETED:
             raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {peer.name} failed")

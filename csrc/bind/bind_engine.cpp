@@ -65,7 +65,8 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
   BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(), n};
   if (fence_slots.has_value() != fence_gens.has_value() ||
       (fence_slots && (fence_slots->size() != ops.size() || fence_gens->size() != ops.size()))) {
-    throw StatusError(Status(Code::kInvalidArgument, "fence arrays must both be given, one entry per request"));
+    throw StatusError(
+        Status(Code::kInvalidArgument, "fence arrays must both be given, one entry per request"));
   }
   if (fence_slots) {
     view.fence_slots = fence_slots->data();
@@ -144,7 +145,8 @@ void bind_engine(py::module_& m) {
              int timeout_ms) {
             auto region = e.registry().find(region_id);
             if (!region || region->fence() == nullptr || slots.size() != gens.size()) {
-              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
+              throw StatusError(
+                  Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
             }
             py::gil_scoped_release release;
             return region->fence()->kill(slots, gens, timeout_ms);
@@ -179,7 +181,8 @@ void bind_engine(py::module_& m) {
           "fence_leave",
           [](Engine& e, uint64_t region_id, uint32_t slot) {
             auto region = e.registry().find(region_id);
-            if (region && region->fence() != nullptr && slot < region->fence()->slots()) region->fence()->leave(slot);
+            if (region && region->fence() != nullptr && slot < region->fence()->slots())
+              region->fence()->leave(slot);
           },
           py::arg("region_id"), py::arg("slot"))
       .def(

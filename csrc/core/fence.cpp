@@ -9,7 +9,9 @@
 namespace kvs {
 namespace {
 
-size_t table_bytes(uint64_t slots) { return sizeof(FenceHeader) + slots * sizeof(FenceSlot); }
+size_t table_bytes(uint64_t slots) {
+  return sizeof(FenceHeader) + slots * sizeof(FenceSlot);
+}
 
 bool wait_zero(std::atomic<int64_t>& counter, std::chrono::steady_clock::time_point until) {
   for (int spins = 0; counter.load() != 0; ++spins) {
@@ -24,7 +26,8 @@ bool wait_zero(std::atomic<int64_t>& counter, std::chrono::steady_clock::time_po
 constexpr uint32_t kMaxFenceSlots = 1u << 26;
 
 StatusOr<std::shared_ptr<FenceTable>> FenceTable::create(uint32_t slots) {
-  if (slots == 0 || slots > kMaxFenceSlots) return Status(Code::kInvalidArgument, "fence slots must be 1..2^26");
+  if (slots == 0 || slots > kMaxFenceSlots)
+    return Status(Code::kInvalidArgument, "fence slots must be 1..2^26");
   const size_t bytes = table_bytes(slots);
   const int fd = memfd_create("kvstore-fences", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {

@@ -49,7 +49,7 @@ class Region {
   int memfd_;
   bool owned_;  // allocated by the registry: unmapped and closed when the last reference goes
   std::atomic<int64_t> pins_{0};
-  bool removed_ = false;                // guarded by the registry mutex
+  bool removed_ = false;               // guarded by the registry mutex
   std::shared_ptr<FenceTable> fence_;  // set once, before the region is reachable through a fence
 };
 
@@ -117,7 +117,8 @@ class MemoryRegistry {
  private:
   friend class RegionPin;
   void unpin(Region* region);
-  StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned, std::shared_ptr<FenceTable> fence = nullptr);
+  StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned,
+                              std::shared_ptr<FenceTable> fence = nullptr);
 
   PinTable pin_table_;
   int peer_pin_timeout_ms_ = 5000;

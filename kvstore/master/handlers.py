@@ -22,7 +22,7 @@ class Deferred:
     def __init__(self, make_reply: Callable[[], Any], timeout: float) -> None:
         self.make_reply = make_reply
         self.timeout = timeout
-        self._on_ready: Callable[[], None] | None = None
+        self._on_ready: Callable[[], object] | None = None
         self._ready = False
 
     def ready(self) -> None:
@@ -31,7 +31,7 @@ class Deferred:
             if self._on_ready is not None:
                 self._on_ready()
 
-    def on_ready(self, callback: Callable[[], None]) -> None:
+    def on_ready(self, callback: Callable[[], object]) -> None:
         self._on_ready = callback
         if self._ready:
             callback()
@@ -142,7 +142,9 @@ class Handlers:
     def _once_fenced(self, keys: list[str], reply: Any) -> Any:
         """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is
         complete only then: kvstore.master.fences)."""
-        deferred = Deferred(lambda: reply, self.state.config.lease_ttl + 2 * self.state.config.heartbeat_interval)
+        deferred = Deferred(
+            lambda: reply, self.state.config.lease_ttl + 2 * self.state.config.heartbeat_interval
+        )
         if not self.state.space.fences.when_settled(keys, deferred.ready):
             return reply
         return deferred
@@ -157,7 +159,9 @@ class Handlers:
             placed = self.state.put_start(r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin)
             if placed is None:
                 return None  # already stored with the same bytes
-            return [m.Placement(p.segment.engine, p.segment.region_id, p.offset, p.slot, p.gen) for p in placed]
+            return [
+                m.Placement(p.segment.engine, p.segment.region_id, p.offset, p.slot, p.gen) for p in placed
+            ]
 
         return [_per_item(functools.partial(start, item)) for item in r.items]
 

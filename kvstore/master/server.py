@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import selectors
@@ -239,7 +240,7 @@ class _RpcProtocol(asyncio.Protocol):
             self.transport.write(rpc.pack(body))
 
         timer = loop.call_later(deferred.timeout, send)
-        deferred.on_ready(lambda: loop.call_soon(send))
+        deferred.on_ready(functools.partial(loop.call_soon, send))
 
 
 class _SpinningSelector(selectors.EpollSelector):

@@ -75,8 +75,8 @@ void ShmServer::serve(int fd) {
     const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
     const int table = registry_->pin_table_fd();
     // A region's memfd, then its fence table's when it has one (both in one SCM_RIGHTS message).
-    int fds[2] = {i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key),
-                  -1};
+    int fds[2] = {
+        i == 0 ? (table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1) : registry_->dup_memfd(id, key), -1};
     if (i > 0 && fds[0] >= 0) fds[1] = registry_->dup_fence_fd(id, key);
     const size_t nfds = fds[0] < 0 ? 0 : (fds[1] < 0 ? 1 : 2);
     char reply[9];

@@ -9,7 +9,7 @@
 namespace kvs::tcp {
 
 constexpr uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
-constexpr uint8_t kVersion = 3;  // 3: requests name their fenced allocation
+constexpr uint8_t kVersion = 3;          // 3: requests name their fenced allocation
 constexpr size_t kHeaderSize = 64;
 
 enum class Opcode : uint8_t {

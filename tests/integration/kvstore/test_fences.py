@@ -55,7 +55,9 @@ def test_a_late_writer_cannot_destroy_another_object() -> None:
             stale_bytes.array[:] = 0xEE
             for i in range(5):
                 # The late writer got its placement, then stalled (what SIGSTOP or swap does to it).
-                start = m.PutStart(client_id=late.client_id, items=[m.PutItem(f"late/{i}", size, 1)], replicas=1)
+                start = m.PutStart(
+                    client_id=late.client_id, items=[m.PutItem(f"late/{i}", size, 1)], replicas=1
+                )
                 (placed,) = late.master.call(start)
                 engine, region, offset, slot, gen = placed.value[0]
                 victim = np.full(size, i, np.uint8)
