@@ -33,7 +33,21 @@ struct Engine::Peer {
   std::vector<Waiting> waiting;  // requests it will send (or fail) when done
   // The peer restarted: its region ids now name other memory, so this handle never reconnects.
   bool stale = false;
+  // Known bad: the last reconnection failed. Requests fail at once (no caller waits on a dead peer)
+  // while a probe reconnects in the background, at most once per back-off period.
+  int failures = 0;
+  Clock::time_point retry_after{};
+  Status last_error;
 };
+
+namespace {
+
+// Back-off between probes of a peer known bad: 50 ms, doubling up to 2 s.
+Clock::duration backoff(int failures) {
+  return std::chrono::milliseconds(std::min<int64_t>(2000, int64_t{50} << std::min(failures - 1, 6)));
+}
+
+}  // namespace
 
 Engine::Engine(EngineConfig config)
     : config_(std::move(config)),
@@ -183,6 +197,7 @@ Status Engine::connect_peer(Peer& peer) {
   peer.descriptor = std::make_shared<const EngineDescriptor>(std::move(fetched));
   peer.transport = transport.value();
   peer.channel = std::move(channel.value());
+  peer.failures = 0;
   return Status::OK();
 }
 
@@ -285,6 +300,17 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       slice_and_send(s, requests);
       continue;
     }
+    if (s.failures > 0) {
+      // Known bad: fail fast; probe in the background once the back-off has passed.
+      const bool probe = !s.connecting && Clock::now() >= s.retry_after;
+      s.connecting |= probe;
+      Status st(Code::kConnectionFailed, "peer " + s.name + " is unreachable (" + s.last_error.message() +
+                                             "); retrying in the background");
+      lock.unlock();
+      for (auto& w : requests) batch->reject(w.request, st);
+      if (probe) reconnect_async(peer.value());
+      continue;
+    }
     // The link is down or a region is new to us: a connector thread refreshes and reconnects, then sends
     // these requests (or fails them with its error). Submit itself never waits on the network.
     for (auto& w : requests) s.waiting.push_back(std::move(w));
@@ -314,6 +340,13 @@ void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
       std::lock_guard<std::mutex> peer_lock(peer->mu);
       waiting.swap(peer->waiting);
       peer->connecting = false;
+      if (st.ok()) {
+        peer->failures = 0;
+      } else {
+        peer->failures += 1;
+        peer->retry_after = Clock::now() + backoff(peer->failures);
+        peer->last_error = st;
+      }
     }
     if (st.ok()) {
       slice_and_send(*peer, waiting);

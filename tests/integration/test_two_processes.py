@@ -90,6 +90,44 @@ def test_hung_peer_times_out(engine: TransferEngine) -> None:
         stop_target(target)
 
 
+def test_a_known_bad_peer_fails_fast_and_is_probed_in_the_background() -> None:
+    """After a hung peer's first failure, requests to it fail at once (not after another handshake
+    timeout each) while a probe reconnects in the background; once it answers again, they succeed."""
+    target = start_target()
+    engine = TransferEngine(
+        transport="tcp", handshake_timeout=0.5, tcp_io_timeout=0.5, tcp_connect_timeout=0.5
+    )
+    try:
+        segment = engine.open_peer(target.name)
+        local = engine.allocate(1 << 16, export=False)
+
+        def read() -> tuple[RequestState, float]:
+            start = time.monotonic()
+            state, _ = engine.transfer_one(
+                Op.READ, local.addr, segment, target.shared_region, 0, 4096, timeout=3
+            )
+            return state, time.monotonic() - start
+
+        assert read()[0] == RequestState.COMPLETED
+        freeze(target.proc.pid)
+        first, _ = read()  # waits for the stall to be detected
+        assert first != RequestState.COMPLETED
+        deadline = time.monotonic() + 10
+        while read()[1] > 0.05:  # the reconnection that learns the peer is bad
+            assert time.monotonic() < deadline
+        slow = [t for state, t in (read() for _ in range(50)) if state == RequestState.COMPLETED or t > 0.05]
+        assert not slow  # known bad: every request fails at once
+        target.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while read()[0] != RequestState.COMPLETED:  # a background probe finds it back (back-off <= 2 s)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        target.proc.send_signal(signal.SIGCONT)
+        engine.close()
+        stop_target(target)
+
+
 class RawPeer:
     """Speaks the TCP wire protocol by hand, as a hostile or buggy peer would."""
 
