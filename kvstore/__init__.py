@@ -1,6 +1,6 @@
 """kvstore: a distributed KV-cache store for LLM inference."""
 
-from kvstore.client.store import MISS, OK, result_error
+from kvstore.client.store import MISS, OK, PutResult, result_error
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -32,6 +32,7 @@ __all__ = [
     "ObjectExistsError",
     "ObjectNotFoundError",
     "PermissionDeniedError",
+    "PutResult",
     "StaleLocationError",
     "Store",
     "TransferFailedError",

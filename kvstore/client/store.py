@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import xxhash
@@ -49,11 +49,27 @@ def result_error(result: int) -> KVStoreError | None:
     return None if result >= 0 else error_for_code(-result, f"store error {-result}")
 
 
+class PutResult(NamedTuple):
+    """One key's outcome of a put: `code` 0 or a negative error code; `replicas` written by this put (0
+    when the same bytes were already stored, or on failure) of `asked`."""
+
+    code: int
+    replicas: int
+    asked: int
+    message: str
+
+    @property
+    def degraded(self) -> bool:
+        """Stored with fewer replicas than asked (too few distinct usable segments; see min_replicas)."""
+        return self.code == 0 and 0 < self.replicas < self.asked
+
+
 @dataclass
 class ClientStats:
     checksum_mismatches: int = 0
     replica_failures: int = 0
     stale_locations: int = 0  # reads a node refused: the object was freed since its location was given
+    degraded_puts: int = 0  # stored with fewer replicas than asked (min_replicas)
     gets: int = 0
     hits: int = 0
     puts: int = 0
@@ -175,9 +191,9 @@ class Store:
         pin: bool = False,
     ) -> None:
         """Stores value under key; raises on failure (ObjectExistsError for a different value)."""
-        result, message = self._put([key], [[value]], replicas, pin)[0]
-        if result < 0:
-            raise error_for_code(-result, message or f"put of {key!r} failed")
+        result = self._put([key], [[value]], replicas, pin)[0]
+        if result.code < 0:
+            raise error_for_code(-result.code, result.message or f"put of {key!r} failed")
 
     def put_from(self, key: str, buffer: Any, *, replicas: int | None = None, pin: bool = False) -> None:
         self.put(key, buffer, replicas=replicas, pin=pin)
@@ -199,16 +215,39 @@ class Store:
         pin: bool = False,
     ) -> list[int]:
         """Each key's value is the concatenation of its buffers (e.g. one per layer, or K and V)."""
-        return [result for result, _ in self._put(keys, buffer_lists, replicas, pin)]
+        return [r.code for r in self._put(keys, buffer_lists, replicas, pin)]
+
+    def batch_put_detailed(
+        self,
+        keys: Sequence[str],
+        buffer_lists: Sequence[Sequence[Any]],
+        *,
+        replicas: int | None = None,
+        min_replicas: int | None = None,
+        pin: bool = False,
+    ) -> list[PutResult]:
+        """As batch_put_from_multi_buffers, with each key's full outcome: how many replicas were written
+        (a degraded put wrote fewer than asked) and why a key failed. `min_replicas` (default: the
+        StoreConfig's) lets a put store fewer replicas than asked, down to it, when fewer distinct usable
+        segments exist; without it such a put fails with NotEnoughSegmentsError."""
+        return self._put(keys, buffer_lists, replicas, pin, min_replicas)
 
     def _put(
-        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], replicas: int | None, pin: bool
-    ) -> list[tuple[int, str]]:
+        self,
+        keys: Sequence[str],
+        buffer_lists: Sequence[Sequence[Any]],
+        replicas: int | None,
+        pin: bool,
+        min_replicas: int | None = None,
+    ) -> list[PutResult]:
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
+        least = self.config.min_replicas if min_replicas is None else min_replicas
+        if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= 64:
+            raise InvalidArgumentError(f"min_replicas must be 0..64, got {least!r}")
         spans = [[self.buffers.span(b, writable=False) for b in parts] for parts in buffer_lists]
         try:
-            return self._put_many(list(keys), spans, self._replicas(replicas), pin)
+            return self._put_many(list(keys), spans, self._replicas(replicas), pin, least)
         finally:
             for parts in spans:
                 for s in parts:
@@ -223,20 +262,21 @@ class Store:
         return replicas
 
     def _put_many(
-        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
-    ) -> list[tuple[int, str]]:
-        """Per key: (0 or a negative code, the reason), in requests the master bounds (MAX_PUT_ITEMS)."""
-        out: list[tuple[int, str]] = []
+        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool, least: int
+    ) -> list[PutResult]:
+        """Per key its PutResult, in requests the master bounds (MAX_PUT_ITEMS)."""
+        out: list[PutResult] = []
         for start in range(0, len(keys), v.MAX_PUT_ITEMS):
             end = start + v.MAX_PUT_ITEMS
-            out += self._put_chunk(keys[start:end], spans[start:end], replicas, pin)
+            out += self._put_chunk(keys[start:end], spans[start:end], replicas, pin, least)
         return out
 
     def _put_chunk(
-        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool
-    ) -> list[tuple[int, str]]:
+        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool, least: int
+    ) -> list[PutResult]:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
+        written = [0] * len(keys)
         items = []
         asked: list[int] = []  # keys the master is asked about; a bad key fails alone, here
         for i, (key, parts) in enumerate(zip(keys, spans, strict=True)):
@@ -250,7 +290,9 @@ class Store:
             asked.append(i)
         started: list[m.ItemResult] = []
         if items:
-            start = m.PutStart(client_id=self.client_id, items=items, replicas=replicas, pin=pin)
+            start = m.PutStart(
+                client_id=self.client_id, items=items, replicas=replicas, pin=pin, min_replicas=least
+            )
             try:
                 started = self.master.call(start)
             except NotFoundError:  # the master forgot this client (it restarted): join again, once
@@ -263,6 +305,7 @@ class Store:
                 results[i], messages[i] = -code, message
             elif placed is not None:
                 writing.append(i)
+                written[i] = len(placed)
                 for engine, region_id, offset, slot, gen in placed:
                     peer = self.session.peer(engine)
                     if peer is None:
@@ -279,15 +322,23 @@ class Store:
         if undone:
             self.master.call(m.PutRevoke(client_id=self.client_id, keys=[keys[i] for i in undone]))
             for i in undone:
+                written[i] = 0
                 results[i] = -TransferConnectionError.code
                 messages[i] = "the bytes did not reach every replica"
         if done:
             ended = self.master.call(m.PutEnd(client_id=self.client_id, keys=[keys[i] for i in done]))
             for i, (code, message, _none) in zip(done, ended, strict=True):
                 if code:
-                    results[i], messages[i] = -code, message
+                    results[i], messages[i], written[i] = -code, message, 0
+        out = [PutResult(r, n, replicas, msg) for r, n, msg in zip(results, written, messages, strict=True)]
+        degraded = sum(1 for r in out if r.degraded)
+        if degraded:
+            self.stats_local.degraded_puts += degraded
+            log.warning(
+                "%d key(s) stored with fewer than %d replicas (too few usable segments)", degraded, replicas
+            )
         self.stats_local.puts += sum(1 for r in results if r == OK)
-        return list(zip(results, messages, strict=True))
+        return out
 
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -703,4 +754,4 @@ class _Requests:
         return codes
 
 
-__all__ = ["MISS", "OK", "PrefixMatch", "Store", "result_error"]
+__all__ = ["MISS", "OK", "PrefixMatch", "PutResult", "Store", "result_error"]

@@ -24,6 +24,11 @@ class StoreConfig(Component):
         64 << 20, "Pre-faulted staging area for buffers that are not registered.", "size"
     )
     replicas: int = setting(1, "Replicas per put unless a put asks otherwise.")
+    min_replicas: int = setting(
+        0,
+        "Fewest replicas a put accepts when too few distinct usable segments exist for all it asks for "
+        "(it is then stored degraded, and says so per key); 0: all or an error naming the cause.",
+    )
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
     rpc_busy_poll_us: int = setting(
         100,
@@ -61,6 +66,8 @@ class StoreConfig(Component):
     def validate(self) -> None:
         if not 1 <= self.replicas <= 64:
             raise InvalidArgumentError(f"replicas must be 1..64, got {self.replicas}")
+        if not 0 <= self.min_replicas <= 64:
+            raise InvalidArgumentError(f"min_replicas must be 0..64, got {self.min_replicas}")
         if self.buffer_size < 4096:
             raise InvalidArgumentError("buffer_size must be at least 4KiB")
         if not 0 <= self.rpc_busy_poll_us <= 100_000:

@@ -156,7 +156,9 @@ class Handlers:
         self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
 
         def start(item: m.PutItem) -> list[m.Placement] | None:
-            placed = self.state.put_start(r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin)
+            placed = self.state.put_start(
+                r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin, r.min_replicas
+            )
             if placed is None:
                 return None  # already stored with the same bytes
             return [

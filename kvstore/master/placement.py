@@ -81,6 +81,10 @@ class SegmentSpace:
         return len(self.segments)
 
     # -- space ----------------------------------------------------------------------------------------
+    def usable_for(self, size: int) -> int:
+        """How many distinct usable segments could hold `size` bytes (evicting if need be)."""
+        return sum(1 for s in self.segments.values() if s.size >= size and s.usable)
+
     def check_fits(self, size: int, count: int) -> None:
         """Raises NotEnoughSegmentsError when `count` replicas of `size` bytes cannot be placed on distinct
         usable segments, whatever is evicted (the cause is named: too few, too small, suspected)."""

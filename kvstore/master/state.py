@@ -160,9 +160,18 @@ class MasterState:
 
     # -- puts -----------------------------------------------------------------------------------------
     def put_start(
-        self, client_id: str, key: str, size: int, checksum: int, replicas: int, pin: bool
+        self,
+        client_id: str,
+        key: str,
+        size: int,
+        checksum: int,
+        replicas: int,
+        pin: bool,
+        min_replicas: int = 0,
     ) -> list[Replica] | None:
-        """Allocates replicas for a new object; None when the same bytes are already stored."""
+        """Allocates replicas for a new object; None when the same bytes are already stored. With
+        `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
+        usable: the caller sees how many in the placement."""
         self._client(client_id)  # only registered clients may write
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
@@ -176,6 +185,9 @@ class MasterState:
                 self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
                 return None  # same key, same bytes: nothing to write
             raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
+        asked = replicas
+        if 0 < min_replicas < replicas:
+            replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
         placed = self._place(key, size, replicas)
         now = self.clock()
         meta = ObjectMeta(
@@ -187,7 +199,7 @@ class MasterState:
             pinned=pin,
             put_deadline=now + self.config.put_timeout,
             last_access=now,
-            base_replicas=replicas,
+            base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
         self.objects[key] = meta
         self._pending[key] = meta
@@ -197,6 +209,8 @@ class MasterState:
         meta = self._pending_put(client_id, key)
         meta.complete = True
         del self._pending[key]
+        if len(meta.replicas) < meta.base_replicas:
+            self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
         self.stored_bytes += meta.size
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1

@@ -274,11 +274,15 @@ class PutStart(Request):
     items: list[PutItem]
     replicas: int
     pin: bool = False
+    min_replicas: int = 0  # accept down to this many when fewer distinct segments are usable (0: all)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> PutStart:
         items = [PutItem(*item) for item in v.put_items(p)]
-        return cls(v.text(p, "client_id"), items, v.integer(p, "replicas", 1, 64), v.flag(p, "pin"))
+        min_replicas = v.integer(p, "min_replicas", 0, 64) if "min_replicas" in p else 0
+        return cls(
+            v.text(p, "client_id"), items, v.integer(p, "replicas", 1, 64), v.flag(p, "pin"), min_replicas
+        )
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ItemResult]:

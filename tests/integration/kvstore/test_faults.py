@@ -134,6 +134,10 @@ def test_a_dead_node_is_avoided_at_once_not_after_the_client_ttl() -> None:
             assert store.get("both") == b"b" * 8192
             with pytest.raises(NotEnoughSegmentsError, match="1 suspected unreachable"):
                 store.put("two more", b"x", replicas=2)
+            # Or, configured so, stored on the one usable node and said so per key.
+            (result,) = store.batch_put_detailed(["degraded"], [[b"d" * 8192]], replicas=2, min_replicas=1)
+            assert (result.code, result.replicas, result.asked, result.degraded) == (0, 1, 2, True)
+            assert store.get("degraded") == b"d" * 8192 and store.stats_local.degraded_puts == 1
             assert store.put("lands on the live node", b"x") is None
             assert time.monotonic() - started < 10
 
