@@ -204,13 +204,26 @@ Status Engine::connect_peer(Peer& peer) {
 StatusOr<uint32_t> Engine::open_peer(const std::string& name, const std::string& transport) {
   if (!running_.load()) return Status(Code::kClosed, "engine is not running");
   const std::string chosen = transport.empty() ? config_.transport : transport;
+  std::shared_ptr<Peer> known;
+  uint32_t known_handle = 0;
   {
     std::lock_guard<std::mutex> lock(peers_mu_);
-    for (size_t i = 0; i < peers_.size(); ++i) {
+    for (size_t i = 0; i < peers_.size() && !known; ++i) {
       const auto& s = peers_[i];
       std::lock_guard<std::mutex> peer_lock(s->mu);
-      if (s->name == name && s->transport_name == chosen && !s->stale) return static_cast<uint32_t>(i);
+      if (s->name != name || s->transport_name != chosen || s->stale) continue;
+      if (s->failures == 0 && s->channel && s->channel->healthy()) return static_cast<uint32_t>(i);
+      known = s;
+      known_handle = static_cast<uint32_t>(i);
     }
+  }
+  if (known) {
+    // Known bad (or its link died): opening it means trying now, so the caller hears the result; a peer
+    // found restarted gets a new handle below.
+    Status st = connect_peer(*known);
+    if (st.ok()) return known_handle;
+    std::lock_guard<std::mutex> peer_lock(known->mu);
+    if (!known->stale) return st;
   }
   auto peer = std::make_shared<Peer>();
   peer->name = name;
@@ -299,6 +312,13 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       lock.unlock();
       slice_and_send(s, requests);
       continue;
+    }
+    if (s.channel && !s.channel->healthy() && !s.connecting && s.failures == 0) {
+      // The link just died (a reset, or a peer that stopped answering): treat the peer as bad at once,
+      // so callers do not queue behind a reconnection that may take the whole handshake timeout.
+      s.failures = 1;
+      s.retry_after = Clock::now();
+      s.last_error = Status(Code::kConnectionFailed, "connection lost");
     }
     if (s.failures > 0) {
       // Known bad: fail fast; probe in the background once the back-off has passed.

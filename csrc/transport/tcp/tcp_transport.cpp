@@ -207,7 +207,10 @@ void TcpConnection::recv_loop() {
       st = header.ok() ? receive_reply(header.value()) : header.status();
     }
     if (!st.ok()) {
-      if (st.code() == Code::kTimedOut) st = Status(Code::kTimedOut, "peer stopped answering");
+      if (st.code() == Code::kTimedOut) {
+        st = Status(Code::kTimedOut, "peer stopped answering");
+        unresponsive_.store(true);
+      }
       fail(st);
       return;
     }
@@ -256,10 +259,12 @@ TcpChannel::TcpChannel(std::vector<std::unique_ptr<TcpConnection>> connections)
     : conns_(std::move(connections)) {}
 
 bool TcpChannel::healthy() const {
+  bool alive = false;
   for (const auto& c : conns_) {
-    if (!c->dead()) return true;
+    if (c->unresponsive()) return false;  // the other connections reach the same stopped peer
+    alive |= !c->dead();
   }
-  return false;
+  return alive;
 }
 
 void TcpChannel::submit(std::vector<Slice>&& slices) {

@@ -31,6 +31,8 @@ class TcpConnection {
 
   void enqueue(std::vector<Slice>&& slices, uint64_t bytes);
   bool dead() const { return dead_.load(); }
+  // It died because the peer stopped answering (not a reset): the peer as a whole is unresponsive.
+  bool unresponsive() const { return unresponsive_.load(); }
   uint64_t load() const { return load_bytes_.load(); }
 
  private:
@@ -45,6 +47,7 @@ class TcpConnection {
 
   int fd_;
   TcpConfig config_;
+  std::atomic<bool> unresponsive_{false};
   std::atomic<bool> dead_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> load_bytes_{0};  // queued + outstanding, for choosing a connection
