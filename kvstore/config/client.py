@@ -29,6 +29,11 @@ class StoreConfig(Component):
         "Fewest replicas a put accepts when too few distinct usable segments exist for all it asks for "
         "(it is then stored degraded, and says so per key); 0: all or an error naming the cause.",
     )
+    namespace: str = setting(
+        "",
+        "Key namespace of the engine connectors (vLLM, SGLang, LMCache): caches in different namespaces "
+        "never share blocks; empty: derived from the model and its KV layout.",
+    )
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
     rpc_busy_poll_us: int = setting(
         100,

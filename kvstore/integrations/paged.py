@@ -1,0 +1,343 @@
+"""What every engine connector needs, whatever the engine: a store connection that survives a dead master,
+the geometry of an engine's paged KV cache (which bytes are block b of layer l), and block moves that run
+beside the engine's own work.
+
+A block of a request is one object holding that block of every layer (K and V as the engine lays them
+out), so one batch put or get moves a whole prefix; the object's key is the block's prefix-chained hash
+plus the rank that wrote it (kvstore.blocks).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstore.client.store import MISS
+from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.store import Store
+
+log = logging.getLogger("kvstore.integrations")
+
+# Settings every connector takes from its engine's extra config, each falling back to its KVSTORE_*
+# variable (Store.connect reads those): the names are StoreConfig's.
+CONNECTOR_SETTINGS = ("master", "namespace", "replicas", "transport")
+RECONNECT_SECONDS = 5.0  # after a failed connection, how long lookups report misses before trying again
+
+
+def store_settings(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Store.connect keywords from a connector's extra config (unknown keys are an error)."""
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(CONNECTOR_SETTINGS) - {"buffer_size", "rpc_timeout"})
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown kvstore connector setting(s) {unknown}; known: {', '.join(CONNECTOR_SETTINGS)}, "
+            "buffer_size, rpc_timeout"
+        )
+    return {k: v for k, v in extra.items() if v not in (None, "")}
+
+
+class StoreLink:
+    """A Store client made on first use. While the master cannot be reached, `get()` returns None
+    (callers report a miss and skip saves) and retries at most every RECONNECT_SECONDS: an engine keeps
+    serving, it only recomputes."""
+
+    def __init__(self, settings: Mapping[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = dict(settings)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self._retry_at = 0.0
+        self.last_error: str = ""
+
+    def get(self) -> Store | None:
+        with self._lock:
+            if self._store is None and self._clock() >= self._retry_at:
+                try:
+                    self._store = Store.connect(**self.settings)
+                    self.last_error = ""
+                except InvalidArgumentError:
+                    raise  # a configuration mistake: say it at once, do not retry it forever
+                except KVStoreError as exc:
+                    self.last_error = str(exc)
+                    self._retry_at = self._clock() + RECONNECT_SECONDS
+                    log.warning("kvstore unreachable (%s); retrying in %.0f s", exc, RECONNECT_SECONDS)
+            return self._store
+
+    def current(self) -> Store | None:
+        """The client if connected (never connects)."""
+        return self._store
+
+    def namespace(self) -> str:
+        """The configured namespace (extra config, else KVSTORE_NAMESPACE), without connecting."""
+        from kvstore.config import StoreConfig
+
+        return StoreConfig.load(**self.settings).namespace
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+@dataclass(frozen=True)
+class LayerGeometry:
+    """Where a layer's block b lives: base + b * block_stride, block_bytes long."""
+
+    name: str
+    base: int
+    block_stride: int
+    block_bytes: int
+    num_blocks: int
+    storage: tuple[int, int]  # the whole allocation the layer is a view of: (address, bytes)
+
+    def span(self, block: int) -> tuple[int, int]:
+        if not 0 <= block < self.num_blocks:
+            raise InvalidArgumentError(f"block {block} outside layer {self.name} ({self.num_blocks} blocks)")
+        return (self.base + block * self.block_stride, self.block_bytes)
+
+
+def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
+    """Geometry of one layer's paged cache: a torch tensor or a numpy array whose first dimension is the
+    block (vLLM >= 0.32: [blocks, heads, block_tokens, K|V]; SGLang host pools: [pages, ...]). Each block
+    must be contiguous; blocks may be strided (several layers sharing one allocation)."""
+    if hasattr(tensor, "data_ptr"):  # torch
+        device = getattr(getattr(tensor, "device", None), "type", "cpu")
+        if device != "cpu":
+            raise NotSupportedError(
+                f"layer {name} is on {device}: GPU tensors need the GPU memory kind, which this build "
+                "does not have yet; run the engine's CPU backend or use a host-memory offload"
+            )
+        if tensor.dim() < 1 or tensor.shape[0] == 0:
+            raise InvalidArgumentError(f"layer {name} has no blocks")
+        if not tensor[0].is_contiguous():
+            raise NotSupportedError(f"layer {name}: a block is not contiguous (strides {tensor.stride()})")
+        elem = tensor.element_size()
+        storage = tensor.untyped_storage()
+        return LayerGeometry(
+            name,
+            tensor.data_ptr(),
+            tensor.stride(0) * elem,
+            tensor[0].numel() * elem,
+            int(tensor.shape[0]),
+            (storage.data_ptr(), storage.nbytes()),
+        )
+    shape = getattr(tensor, "shape", None)
+    if shape is None or not hasattr(tensor, "__array_interface__"):
+        raise InvalidArgumentError(f"layer {name}: not a tensor or array ({type(tensor).__name__})")
+    if len(shape) < 1 or shape[0] == 0:
+        raise InvalidArgumentError(f"layer {name} has no blocks")
+    if not tensor[0].flags.c_contiguous:
+        raise NotSupportedError(f"layer {name}: a block is not contiguous (strides {tensor.strides})")
+    base = int(tensor.__array_interface__["data"][0])
+    owner = tensor
+    while getattr(owner, "base", None) is not None and hasattr(owner.base, "__array_interface__"):
+        owner = owner.base
+    return LayerGeometry(
+        name,
+        base,
+        int(tensor.strides[0]),
+        int(tensor[0].nbytes),
+        int(shape[0]),
+        (int(owner.__array_interface__["data"][0]), int(owner.nbytes)),
+    )
+
+
+class PagedCache:
+    """An engine's registered KV cache: its layers in a fixed order, registered with the store once per
+    allocation (layers that are views of one tensor share a registration)."""
+
+    def __init__(self, layers: Sequence[LayerGeometry]) -> None:
+        if not layers:
+            raise InvalidArgumentError("no KV cache layers to register")
+        self.layers = list(layers)
+        self.block_bytes = sum(layer.block_bytes for layer in self.layers)
+        self._registered: list[tuple[int, int]] = []
+
+    def storages(self) -> list[tuple[int, int]]:
+        """Distinct allocations, merged where they overlap, so each is registered exactly once."""
+        spans = sorted({layer.storage for layer in self.layers})
+        merged: list[tuple[int, int]] = []
+        for addr, size in spans:
+            if merged and addr < merged[-1][0] + merged[-1][1]:
+                last_addr, last_size = merged[-1]
+                merged[-1] = (last_addr, max(last_addr + last_size, addr + size) - last_addr)
+            else:
+                merged.append((addr, size))
+        return merged
+
+    def register(self, store: Store) -> None:
+        for storage in self.storages():
+            if storage not in self._registered:
+                store.register_buffer(storage)
+                self._registered.append(storage)
+
+    def unregister(self, store: Store) -> None:
+        for storage in self._registered:
+            store.unregister_buffer(storage)
+        self._registered.clear()
+
+    def buffers(self, blocks: Sequence[int]) -> list[tuple[int, int]]:
+        """One object's buffers: the block's bytes in every layer, in layer order. `blocks` gives the
+        block index per layer (engines with several KV groups place one token range in different blocks)."""
+        if len(blocks) != len(self.layers):
+            raise InvalidArgumentError(f"{len(blocks)} block ids for {len(self.layers)} layers")
+        return [layer.span(b) for layer, b in zip(self.layers, blocks, strict=True)]
+
+
+@dataclass
+class MoveStats:
+    """Counters a connector reports to its engine (vLLM's connector stats, SGLang's logs)."""
+
+    loads: int = 0
+    loaded_blocks: int = 0
+    loaded_bytes: int = 0
+    load_seconds: float = 0.0
+    failed_loads: int = 0
+    saves: int = 0
+    saved_blocks: int = 0
+    saved_bytes: int = 0
+    save_seconds: float = 0.0
+    failed_saves: int = 0
+    lookups: int = 0
+    lookup_hits: int = 0  # blocks found by lookups
+
+    def add(self, other: MoveStats) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+    def take(self) -> MoveStats:
+        """These counts, and zero them (one reporting interval)."""
+        out = MoveStats(**vars(self))
+        for name in vars(self):
+            setattr(self, name, type(getattr(self, name))())
+        return out
+
+
+@dataclass
+class Batch:
+    """One batch of block moves: keys and each key's buffers, with what the caller wants back."""
+
+    keys: list[str] = field(default_factory=list)
+    buffers: list[list[tuple[int, int]]] = field(default_factory=list)
+    tags: list[Any] = field(default_factory=list)  # per key, returned with its outcome
+
+    def add(self, key: str, buffers: list[tuple[int, int]], tag: Any = None) -> None:
+        self.keys.append(key)
+        self.buffers.append(buffers)
+        self.tags.append(tag)
+
+
+class BlockMover:
+    """Runs batch puts and gets on background threads so they overlap the engine's compute. Saves run
+    in submission order on one thread; loads on another (a load never waits behind a save)."""
+
+    def __init__(self, link: StoreLink, replicas: int | None = None) -> None:
+        self.link = link
+        self.replicas = replicas
+        self.stats = MoveStats()
+        self._stats_lock = threading.Lock()
+        self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvstore-save")
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvstore-load")
+
+    def load(self, batch: Batch) -> Future[list[bool]]:
+        """Reads each key into its buffers; per key True when every byte arrived and verified."""
+        return self._loader.submit(self._load, batch)
+
+    def save(self, batch: Batch) -> Future[list[bool]]:
+        """Stores each key from its buffers; per key True when stored (or already stored)."""
+        return self._saver.submit(self._save, batch)
+
+    def _load(self, batch: Batch) -> list[bool]:
+        if not batch.keys:
+            return []
+        start = time.perf_counter()
+        store = self.link.get()
+        if store is None:
+            ok = [False] * len(batch.keys)
+        else:
+            try:
+                results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
+            except KVStoreError as exc:
+                log.warning("kvstore load of %d blocks failed: %s", len(batch.keys), exc)
+                results = [MISS] * len(batch.keys)
+            ok = [
+                r >= 0 and r == sum(size for _, size in parts)
+                for r, parts in zip(results, batch.buffers, strict=True)
+            ]
+        with self._stats_lock:
+            self.stats.loads += 1
+            self.stats.loaded_blocks += sum(ok)
+            self.stats.loaded_bytes += sum(
+                sum(s for _, s in parts) for good, parts in zip(ok, batch.buffers, strict=True) if good
+            )
+            self.stats.failed_loads += len(ok) - sum(ok)
+            self.stats.load_seconds += time.perf_counter() - start
+        return ok
+
+    def _save(self, batch: Batch) -> list[bool]:
+        if not batch.keys:
+            return []
+        start = time.perf_counter()
+        store = self.link.get()
+        if store is None:
+            ok = [False] * len(batch.keys)
+        else:
+            try:
+                codes = store.batch_put_from_multi_buffers(batch.keys, batch.buffers, replicas=self.replicas)
+            except KVStoreError as exc:
+                log.warning("kvstore save of %d blocks failed: %s", len(batch.keys), exc)
+                codes = [MISS] * len(batch.keys)
+            ok = [c >= 0 for c in codes]
+        with self._stats_lock:
+            self.stats.saves += 1
+            self.stats.saved_blocks += sum(ok)
+            self.stats.saved_bytes += sum(
+                sum(s for _, s in parts) for good, parts in zip(ok, batch.buffers, strict=True) if good
+            )
+            self.stats.failed_saves += len(ok) - sum(ok)
+            self.stats.save_seconds += time.perf_counter() - start
+        return ok
+
+    def take_stats(self) -> MoveStats:
+        with self._stats_lock:
+            return self.stats.take()
+
+    def count_lookup(self, hits: int) -> None:
+        with self._stats_lock:
+            self.stats.lookups += 1
+            self.stats.lookup_hits += hits
+
+    def drain(self) -> None:
+        """Waits for every move submitted so far."""
+        for pool in (self._saver, self._loader):
+            pool.submit(lambda: None).result()
+
+    def close(self) -> None:
+        self._saver.shutdown(wait=True)
+        self._loader.shutdown(wait=True)
+
+
+def leading_run(present: Sequence[bool], ranks: int) -> int:
+    """Blocks stored for every one of `ranks` writers, from the start: `present` holds, per block, one
+    flag per rank in rank order."""
+    if ranks <= 0 or len(present) % ranks:
+        raise InvalidArgumentError("existence flags do not divide into ranks")
+    for block in range(len(present) // ranks):
+        if not all(present[block * ranks : (block + 1) * ranks]):
+            return block
+    return len(present) // ranks
+
+
+def full_blocks(num_tokens: int, block_size: int) -> int:
+    return max(0, num_tokens) // block_size
+
+
+def ceil_blocks(num_tokens: int, block_size: int) -> int:
+    return math.ceil(max(0, num_tokens) / block_size)
