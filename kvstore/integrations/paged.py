@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstore.client.store import MISS
+from kvstore import MISS
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.store import Store
 
@@ -119,14 +119,13 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
         if not tensor[0].is_contiguous():
             raise NotSupportedError(f"layer {name}: a block is not contiguous (strides {tensor.stride()})")
         elem = tensor.element_size()
-        storage = tensor.untyped_storage()
         return LayerGeometry(
             name,
             tensor.data_ptr(),
             tensor.stride(0) * elem,
             tensor[0].numel() * elem,
             int(tensor.shape[0]),
-            (storage.data_ptr(), storage.nbytes()),
+            allocation(tensor),
         )
     shape = getattr(tensor, "shape", None)
     if shape is None or not hasattr(tensor, "__array_interface__"):
@@ -135,53 +134,68 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
         raise InvalidArgumentError(f"layer {name} has no blocks")
     if not tensor[0].flags.c_contiguous:
         raise NotSupportedError(f"layer {name}: a block is not contiguous (strides {tensor.strides})")
-    base = int(tensor.__array_interface__["data"][0])
-    owner = tensor
-    while getattr(owner, "base", None) is not None and hasattr(owner.base, "__array_interface__"):
-        owner = owner.base
     return LayerGeometry(
         name,
-        base,
+        int(tensor.__array_interface__["data"][0]),
         int(tensor.strides[0]),
         int(tensor[0].nbytes),
         int(shape[0]),
-        (int(owner.__array_interface__["data"][0]), int(owner.nbytes)),
+        allocation(tensor),
     )
 
 
-class PagedCache:
-    """An engine's registered KV cache: its layers in a fixed order, registered with the store once per
+def allocation(tensor: Any) -> tuple[int, int]:
+    """(address, bytes) of the whole allocation a CPU tensor or array is a view of."""
+    if hasattr(tensor, "untyped_storage"):
+        storage = tensor.untyped_storage()
+        return (storage.data_ptr(), storage.nbytes())
+    owner = tensor
+    while getattr(owner, "base", None) is not None and hasattr(owner.base, "__array_interface__"):
+        owner = owner.base
+    return (int(owner.__array_interface__["data"][0]), int(owner.nbytes))
+
+
+def merge_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Memory ranges merged where they overlap (aliasing views), so each is registered exactly once."""
+    merged: list[tuple[int, int]] = []
+    for addr, size in sorted(set(spans)):
+        if merged and addr < merged[-1][0] + merged[-1][1]:
+            last_addr, last_size = merged[-1]
+            merged[-1] = (last_addr, max(last_addr + last_size, addr + size) - last_addr)
+        else:
+            merged.append((addr, size))
+    return merged
+
+
+class Registrations:
+    """Engine memory registered with the store once (allocations, merged where they alias)."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        self.spans = merge_spans(spans)
+        self._done: list[tuple[int, int]] = []
+
+    def register(self, store: Store) -> None:
+        for span in self.spans:
+            if span not in self._done:
+                store.register_buffer(span)
+                self._done.append(span)
+
+    def unregister(self, store: Store) -> None:
+        for span in self._done:
+            store.unregister_buffer(span)
+        self._done.clear()
+
+
+class PagedCache(Registrations):
+    """An engine's paged KV cache: its layers in a fixed order, registered with the store once per
     allocation (layers that are views of one tensor share a registration)."""
 
     def __init__(self, layers: Sequence[LayerGeometry]) -> None:
         if not layers:
             raise InvalidArgumentError("no KV cache layers to register")
+        super().__init__([layer.storage for layer in layers])
         self.layers = list(layers)
         self.block_bytes = sum(layer.block_bytes for layer in self.layers)
-        self._registered: list[tuple[int, int]] = []
-
-    def storages(self) -> list[tuple[int, int]]:
-        """Distinct allocations, merged where they overlap, so each is registered exactly once."""
-        spans = sorted({layer.storage for layer in self.layers})
-        merged: list[tuple[int, int]] = []
-        for addr, size in spans:
-            if merged and addr < merged[-1][0] + merged[-1][1]:
-                last_addr, last_size = merged[-1]
-                merged[-1] = (last_addr, max(last_addr + last_size, addr + size) - last_addr)
-            else:
-                merged.append((addr, size))
-        return merged
-
-    def register(self, store: Store) -> None:
-        for storage in self.storages():
-            if storage not in self._registered:
-                store.register_buffer(storage)
-                self._registered.append(storage)
-
-    def unregister(self, store: Store) -> None:
-        for storage in self._registered:
-            store.unregister_buffer(storage)
-        self._registered.clear()
 
     def buffers(self, blocks: Sequence[int]) -> list[tuple[int, int]]:
         """One object's buffers: the block's bytes in every layer, in layer order. `blocks` gives the

@@ -80,7 +80,7 @@ class KVStoreConnectorStats(KVConnectorStats):
     """kvstore's counters in vLLM's connector stats (summed over workers and steps)."""
 
     def reset(self) -> None:
-        self.data = {}
+        self.data: dict[str, Any] = {}
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
         for name, value in other.data.items():
@@ -203,7 +203,10 @@ class _SchedulerSide:
         if tracked is None or num_external_tokens <= 0:
             return
         first = tracked.local_blocks
-        tracked.load = (first, min(first + ceil_blocks(num_external_tokens, self.c.block_size), tracked.stored))
+        tracked.load = (
+            first,
+            min(first + ceil_blocks(num_external_tokens, self.c.block_size), tracked.stored),
+        )
 
     def build_meta(self, scheduler_output: Any) -> KVStoreConnectorMetadata:
         meta, self.pending = self.pending, KVStoreConnectorMetadata()
@@ -232,7 +235,9 @@ class _SchedulerSide:
             self._plan_save(meta, req_id, tracked, cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
         return meta
 
-    def _plan_save(self, meta: KVStoreConnectorMetadata, req_id: str, tracked: _Tracked, computed: int) -> None:
+    def _plan_save(
+        self, meta: KVStoreConnectorMetadata, req_id: str, tracked: _Tracked, computed: int
+    ) -> None:
         end = min(len(tracked.hashes), full_blocks(computed, self.c.block_size))
         end = min(end, min((len(ids) for ids in tracked.block_ids), default=0))
         if end > tracked.saved:

@@ -2,7 +2,7 @@
 # Builds (once) the virtual environment of the `engines` test tier: the real vLLM (CPU build) and SGLang
 # packages on a CPU torch, without their GPU-only dependencies, plus this checkout's kvstore.
 #
-#   tests/engines/setup_env.sh [VENV]      default: $KVSTORE_ENGINES_VENV or <checkout>/.engines-venv
+#   tests/engines/setup_env.sh [VENV]      default: $ENGINES_VENV or <checkout>/.engines-venv
 #
 # torch is pinned by tests/engines/constraints.txt: without the pin, a dependency that asks for torch
 # (torchvision, say) pulls a CUDA build of several GB. The CPU wheel of that version must be installable
@@ -11,7 +11,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-venv="${1:-${KVSTORE_ENGINES_VENV:-$root/.engines-venv}}"
+venv="${1:-${ENGINES_VENV:-$root/.engines-venv}}"
 python="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 stamp="$venv/.engines-ready"
@@ -34,6 +34,6 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # kvstore itself: the wheel tests/run built when it says so, else this checkout.
-pip install -q --force-reinstall --no-deps "${KVSTORE_WHEEL:-$root}"
-pip install -q "${KVSTORE_WHEEL:-$root}[test]"
+pip install -q --force-reinstall --no-deps "${ENGINES_WHEEL:-$root}"
+pip install -q "${ENGINES_WHEEL:-$root}"
 echo "$venv"

@@ -151,14 +151,17 @@ class Instance:
         self.scheduler.update_from_output(out, result)
         return bool(ids)
 
-    def compute(self, name: str, layer: int, blocks: list[int], tokens: list[int], start: int, end: int) -> None:
+    def compute(
+        self, name: str, layer: int, blocks: list[int], tokens: list[int], start: int, end: int
+    ) -> None:
         for pos in range(start, end):
             value = float(tokens[pos] * 1000 + pos) + layer / 10
             self.caches[name][blocks[pos // BLOCK], :, pos % BLOCK, :] = value
 
     def block_bytes(self, req_id: str, count: int) -> list[bytes]:
         return [
-            b"".join(self.caches[n][b].numpy().tobytes() for n in LAYERS) for b in self.block_ids[req_id][:count]
+            b"".join(self.caches[n][b].numpy().tobytes() for n in LAYERS)
+            for b in self.block_ids[req_id][:count]
         ]
 
 
@@ -188,7 +191,9 @@ def main() -> None:
                 "nan_in_loaded": any(
                     bool(torch.isnan(a.caches[n][blk]).any()) for n in LAYERS for blk in a.block_ids["a"][:3]
                 )
-                or any(bool(torch.isnan(b.caches[n][blk]).any()) for n in LAYERS for blk in b.block_ids["b"][:3]),
+                or any(
+                    bool(torch.isnan(b.caches[n][blk]).any()) for n in LAYERS for blk in b.block_ids["b"][:3]
+                ),
                 "b_unfinished": b.scheduler.get_num_unfinished_requests(),
             }
         )
