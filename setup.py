@@ -10,6 +10,19 @@ from glob import glob
 
 from pybind11.setup_helpers import ParallelCompile, Pybind11Extension, build_ext
 from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class build_py_with_alias(build_py):
+    """Also ships kvstore-mooncake-alias.pth (the opt-in `mooncake.store` alias; see
+    _kvstore_mooncake_alias.py) at the top of site-packages."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(
+            "kvstore-mooncake-alias.pth", os.path.join(self.build_lib, "kvstore-mooncake-alias.pth")
+        )
+
 
 ParallelCompile("KVSTORE_BUILD_JOBS", default=0).install()
 
@@ -50,4 +63,4 @@ tools = extension(
 )
 meta = extension("kvstore._meta", sources("csrc/storage/*.cpp", "csrc/bind/meta_module.cpp"))
 
-setup(ext_modules=[core, tools, meta], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[core, tools, meta], cmdclass={"build_ext": build_ext, "build_py": build_py_with_alias})

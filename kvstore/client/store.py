@@ -581,6 +581,15 @@ class Store:
         found: ObjectLocation | None = self.master.call(m.GetReplicas(keys=[key]))[0]
         return None if found is None else found.size
 
+    def locate(self, keys: Sequence[str]) -> list[ObjectLocation | None]:
+        """Where each key's replicas live (None: absent), from the master. Like a get it grants a read
+        lease and counts as a read; the locations are valid while the objects are not removed."""
+        keys = list(keys)
+        out: list[ObjectLocation | None] = []
+        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
+            out += self.master.call(m.GetReplicas(keys=keys[start : start + v.MAX_KEYS]))
+        return out
+
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
         keys = list(keys)
         out: list[bool] = []

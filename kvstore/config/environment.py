@@ -16,6 +16,8 @@ OTHER_VARIABLES = {
     "KVSTORE_FUZZ_EXAMPLES": "examples per property in the slow fuzz soak (tests)",
     "KVSTORE_TEST_INSTALLED": "1: the tests refuse to run against the source checkout (tests/run sets it)",
     "KVSTORE_SOURCE_DIR": "the checkout the tests were taken from (tests/run sets it)",
+    "KVSTORE_MOONCAKE_ALIAS": "1: `import mooncake.store` / `mooncake.engine` give kvstore's "
+    "Mooncake-compatible layer (an engine's built-in Mooncake integration then runs on kvstore)",
 }
 # Renamed settings: the error says what to use instead.
 RENAMED = {

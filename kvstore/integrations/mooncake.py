@@ -86,6 +86,21 @@ class ReplicateConfig:
     prefer_alloc_in_same_node: bool | str = False
 
 
+@dataclass(frozen=True)
+class ReplicaDescriptor:
+    """One replica of an object (Mooncake's ReplicaDescriptor, memory replicas only)."""
+
+    transport_endpoint: str  # the holding engine's handshake endpoint
+    region_id: int
+    offset: int
+    size: int
+    host_id: str
+    status: str = "COMPLETE"
+
+    def is_memory_replica(self) -> bool:
+        return True
+
+
 def _check_protocol(requested: str) -> None:
     """Mooncake's protocol names all mean "the fastest transport that reaches the peer": the engine's
     own setting decides (KVSTORE_TRANSPORT, else auto)."""
@@ -142,6 +157,20 @@ class MooncakeDistributedStore:
             return OK
         except KVStoreError as exc:
             log.warning("setup failed: %s", exc)
+            return mooncake_code(exc)
+
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
+        """Mooncake's "dummy" client (memory served by a separate real client): here a client that
+        contributes no memory, with a local buffer, joined to the master at server_address."""
+        try:
+            if not server_address:
+                raise InvalidArgumentError("server_address is required")
+            self._store = Store.connect(
+                server_address, segment_size=0, buffer_size=max(int(local_buffer_size), 1 << 20)
+            )
+            return OK
+        except KVStoreError as exc:
+            log.warning("setup_dummy failed: %s", exc)
             return mooncake_code(exc)
 
     def close(self) -> int:
@@ -293,9 +322,26 @@ class MooncakeDistributedStore:
             lambda s: [mooncake_code(r) for r in s.batch_remove(keys, force=force)], len(keys)
         )
 
-    def remove_all(self) -> int:
-        result = self._call(lambda s: s.remove_all(force=True))
-        return int(result) if int(result) >= 0 else -1
+    def remove_all(self, force: bool = False) -> int:
+        """Removes every object (leased ones too with force, as vLLM's connector asks); the number
+        removed, or a negative code."""
+        return int(self._call(lambda s: s.remove_all(force=bool(force))))
+
+    def batch_get_replica_desc(self, keys: list[str]) -> dict[str, list[ReplicaDescriptor]]:
+        """Each present key's replicas (absent keys are left out), as Mooncake's descriptor lists."""
+
+        def run(store: Store) -> dict[str, list[ReplicaDescriptor]]:
+            out: dict[str, list[ReplicaDescriptor]] = {}
+            for key, found in zip(keys, store.locate(keys), strict=True):
+                if found is not None:
+                    out[key] = [
+                        ReplicaDescriptor(r.engine, r.region_id, r.offset, found.size, r.host_id)
+                        for r in found.replicas
+                    ]
+            return out
+
+        result = self._call(run)
+        return result if isinstance(result, dict) else {}
 
 
 def _raw_lists(
@@ -434,4 +480,4 @@ def _translate(segment: Peer, addresses: list[int], lengths: list[int]) -> tuple
     return ids[which], addr - bases[which]
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "TransferEngine"]
+__all__ = ["MooncakeDistributedStore", "ReplicaDescriptor", "ReplicateConfig", "TransferEngine"]

@@ -25,7 +25,11 @@ def engines_python() -> Path:
     """The engines environment's interpreter (built on first use: a few minutes)."""
     venv = Path(os.environ.get("ENGINES_VENV", ROOT / ".engines-venv"))
     run = subprocess.run(
-        ["bash", str(SETUP), str(venv)], capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL
+        ["bash", str(SETUP), str(venv)],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        stdin=subprocess.DEVNULL,
     )
     if run.returncode == NO_TORCH:
         pytest.skip(f"engines tier: {run.stderr.strip().splitlines()[-1]}")

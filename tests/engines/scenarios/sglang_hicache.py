@@ -43,7 +43,11 @@ class MHAPagePool:
 
     def page(self, first_token: int) -> bytes:
         return b"".join(
-            self.kv_buffer[kv, first_token : first_token + PAGE].contiguous().view(torch.uint8).numpy().tobytes()
+            self.kv_buffer[kv, first_token : first_token + PAGE]
+            .contiguous()
+            .view(torch.uint8)
+            .numpy()
+            .tobytes()
             for kv in (0, 1)
         )
 
@@ -70,7 +74,9 @@ class MLAPagePool:
         return ptrs, [LAYERS * item * PAGE * 2 * DIM] * len(ptrs)
 
     def page(self, first_token: int) -> bytes:
-        return self.kv_buffer[first_token : first_token + PAGE].contiguous().view(torch.uint8).numpy().tobytes()
+        return (
+            self.kv_buffer[first_token : first_token + PAGE].contiguous().view(torch.uint8).numpy().tobytes()
+        )
 
 
 def backend(pool: object, *, mla: bool, tp_rank: int = 0, tp_size: int = 1, v1: bool = True) -> object:
