@@ -156,7 +156,7 @@ class KVStoreRemoteConnector(RemoteConnector):
     def remove_sync(self, key: Any) -> bool:
         store = self.link.get()
         try:
-            return store is not None and store.batch_remove([self._key(key)])[0] == 0
+            return store is not None and store.batch_remove([self._key(key)], force=True)[0] == 0
         except KVStoreError:
             return False
 

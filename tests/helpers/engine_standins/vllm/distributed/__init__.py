@@ -1,0 +1,1 @@
+"""Stand-in (tests only): the few names kvstore.integrations imports, signatures as in the real package."""

@@ -1,0 +1,384 @@
+"""The engine connectors (vLLM, SGLang, LMCache) against a real store, with small stand-ins of the
+engines' interfaces (tests/helpers/engine_standins: the names the connectors import, with the real
+signatures). The real engines run the same connectors in the `engines` tier (tests/engines)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvstore import Store
+from kvstore.errors import InvalidArgumentError, NotSupportedError
+
+STANDINS = Path(__file__).resolve().parents[2] / "helpers" / "engine_standins"
+BLOCK = 16
+LAYERS = ["layers.0.attn", "layers.1.attn"]
+
+
+@pytest.fixture(scope="module")
+def engines() -> Iterator[None]:
+    """The stand-in engine packages on sys.path (never shadowing a real install: none is in this env)."""
+    for name in ("vllm", "sglang", "lmcache"):
+        if importlib.util.find_spec(name) is not None and name not in sys.modules:
+            pytest.skip(f"a real {name} is installed here; the engines tier tests it")
+    sys.path.insert(0, str(STANDINS))
+    yield
+    sys.path.remove(str(STANDINS))
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("vllm", "sglang", "lmcache") or name.startswith("kvstore.integrations."):
+            if name != "kvstore.integrations.mooncake":
+                del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def store(engines: None) -> Iterator[Store]:
+    with Store.embedded(segment_size="64MiB") as s:
+        yield s
+
+
+# -- vLLM --------------------------------------------------------------------------------------------
+class FullAttentionSpec:  # the spec class name is what the connector checks
+    block_size = BLOCK
+    num_kv_heads = 2
+    head_size = 8
+    dtype = "float32"
+
+
+class SlidingWindowSpec(FullAttentionSpec):
+    pass
+
+
+def vllm_config(master: str, namespace: str, **extra: Any) -> SimpleNamespace:
+    return SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(
+            kv_connector_extra_config={"master": master, "namespace": namespace, **extra}
+        ),
+        cache_config=SimpleNamespace(block_size=BLOCK),
+        model_config=SimpleNamespace(model="tiny"),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1, rank=0),
+    )
+
+
+def kv_config(spec: type = FullAttentionSpec) -> SimpleNamespace:
+    return SimpleNamespace(kv_cache_groups=[SimpleNamespace(layer_names=LAYERS, kv_cache_spec=spec())])
+
+
+class VllmInstance:
+    """A scheduler-side and a worker-side connector over numpy KV caches in vLLM's CPU layout."""
+
+    def __init__(self, master: str, namespace: str, spec: type = FullAttentionSpec) -> None:
+        from kvstore.integrations.vllm import KVStoreConnector
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        config, kv = vllm_config(master, namespace), kv_config(spec)
+        self.scheduler = KVStoreConnector(config, KVConnectorRole.SCHEDULER, kv)
+        self.worker = KVStoreConnector(config, KVConnectorRole.WORKER, kv)
+        self.caches = {n: np.full((32, 2, BLOCK, 16), np.nan, dtype=np.float32) for n in LAYERS}
+        self.worker.register_kv_caches(self.caches)
+
+    def compute(self, blocks: list[int], tokens: list[int], start: int) -> None:
+        for li, name in enumerate(LAYERS):
+            for pos in range(start, len(tokens)):
+                self.caches[name][blocks[pos // BLOCK], :, pos % BLOCK, :] = tokens[pos] * 100 + pos + li / 10
+
+    def step(self, req_id: str, tokens: list[int], blocks: list[int], computed: int) -> Any:
+        output = SimpleNamespace(
+            scheduled_new_reqs=[
+                SimpleNamespace(
+                    req_id=req_id, prompt_token_ids=tokens, block_ids=(blocks,), num_computed_tokens=computed
+                )
+            ],
+            scheduled_cached_reqs=SimpleNamespace(
+                req_ids=[], resumed_req_ids=set(), new_block_ids=[], num_computed_tokens=[]
+            ),
+            num_scheduled_tokens={req_id: len(tokens) - computed},
+            finished_req_ids=set(),
+        )
+        meta = self.scheduler.build_connector_meta(output)
+        self.worker.bind_connector_metadata(meta)
+        self.worker.start_load_kv(None)
+        for name in LAYERS:
+            self.worker.wait_for_layer_load(name)
+        errors = self.worker.get_block_ids_with_load_errors()
+        self.compute(blocks, tokens, computed)
+        self.worker.wait_for_save()
+        self.worker.clear_connector_metadata()
+        return meta, errors
+
+    def finish(self, req_id: str) -> bool:
+        delay, _ = self.scheduler.request_finished_all_groups(SimpleNamespace(request_id=req_id), ([],))
+        deadline = time.monotonic() + 10
+        while delay and time.monotonic() < deadline:
+            done, _ = self.worker.get_finished({req_id})
+            if done:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def block_bytes(self, blocks: list[int]) -> list[bytes]:
+        return [b"".join(self.caches[n][b].tobytes() for n in LAYERS) for b in blocks]
+
+
+def prompt(n_tokens: int, seed: int) -> list[int]:
+    return [int(x) for x in np.random.default_rng(seed).integers(5, 30000, n_tokens)]
+
+
+def test_vllm_prefix_saved_by_one_instance_is_loaded_by_another(store: Store) -> None:
+    a = VllmInstance(store.master_address, "vllm-share")
+    tokens_a = prompt(4 * BLOCK, 1)
+    req = SimpleNamespace(request_id="a", prompt_token_ids=tokens_a)
+    assert a.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
+    meta, _ = a.step("a", tokens_a, [3, 9, 4, 7], 0)
+    assert [len(m.hashes) for m in meta.saves] == [4] and not meta.loads
+    assert a.finish("a")  # blocks stay pinned until the save is done, then are released
+
+    b = VllmInstance(store.master_address, "vllm-share")
+    tokens_b = tokens_a[: 3 * BLOCK] + prompt(BLOCK + 3, 2)
+    req_b = SimpleNamespace(request_id="b", prompt_token_ids=tokens_b)
+    assert b.scheduler.get_num_new_matched_tokens(req_b, 0) == (3 * BLOCK, False)
+    b.scheduler.update_state_after_alloc(req_b, None, 3 * BLOCK)
+    meta, errors = b.step("b", tokens_b, [0, 1, 2, 5, 6], 3 * BLOCK)
+    assert [len(m.hashes) for m in meta.loads] == [3] and meta.loads[0].block_ids == [[0, 1, 2]]
+    assert [len(m.hashes) for m in meta.saves] == [1]  # only its own 4th block
+    assert not errors
+    assert b.block_bytes([0, 1, 2]) == a.block_bytes([3, 9, 4])
+    stats = b.worker.get_kv_connector_stats()
+    assert stats is not None and stats.data["loaded_blocks"] == 3
+    assert b.finish("b")
+
+
+def test_vllm_a_block_that_fails_to_load_is_reported_not_used(store: Store) -> None:
+    a = VllmInstance(store.master_address, "vllm-fail")
+    tokens = prompt(3 * BLOCK + 1, 3)
+    a.scheduler.get_num_new_matched_tokens(SimpleNamespace(request_id="a", prompt_token_ids=tokens), 0)
+    a.step("a", tokens, [0, 1, 2, 3], 0)
+    assert a.finish("a")
+    b = VllmInstance(store.master_address, "vllm-fail")
+    req = SimpleNamespace(request_id="b", prompt_token_ids=tokens)
+    assert b.scheduler.get_num_new_matched_tokens(req, 0) == (3 * BLOCK, False)
+    b.scheduler.update_state_after_alloc(req, None, 3 * BLOCK)
+    second = b.scheduler.scheduler_side.requests["b"].hashes[1] + b.scheduler.my_suffix
+    store.remove(second, force=True)  # evicted between lookup and load
+    _, errors = b.step("b", tokens, [10, 11, 12, 13], 3 * BLOCK)
+    assert errors == {11}  # vLLM recomputes (or fails) exactly that block, per kv_load_failure_policy
+
+
+def test_vllm_dead_master_means_no_hits_and_dropped_saves(engines: None) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    inst = VllmInstance(dead, "vllm-dead")
+    tokens = prompt(2 * BLOCK + 1, 4)
+    req = SimpleNamespace(request_id="x", prompt_token_ids=tokens)
+    assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
+    inst.step("x", tokens, [0, 1, 2], 0)
+    inst.worker.mover.drain()
+    assert inst.worker.mover.stats.failed_saves == 2
+
+
+def test_vllm_supports_hma_and_stores_nothing_for_non_full_attention(store: Store) -> None:
+    from kvstore.integrations.vllm import KVStoreConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+    assert issubclass(KVStoreConnector, SupportsHMA)
+    inst = VllmInstance(store.master_address, "vllm-hybrid", spec=SlidingWindowSpec)
+    tokens = prompt(3 * BLOCK, 5)
+    assert inst.scheduler.get_num_new_matched_tokens(
+        SimpleNamespace(request_id="h", prompt_token_ids=tokens), 0
+    ) == (0, False)
+
+
+def test_vllm_settings_come_from_kvstore_variables_and_bad_ones_are_refused(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvstore.integrations.vllm import KVStoreConnector
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    monkeypatch.setenv("KVSTORE_MASTER", store.master_address)
+    monkeypatch.setenv("KVSTORE_NAMESPACE", "from-env")
+    config = vllm_config("", "")
+    config.kv_transfer_config.kv_connector_extra_config = {}
+    connector = KVStoreConnector(config, KVConnectorRole.SCHEDULER, kv_config())
+    assert connector.hasher.namespace == "from-env"
+    assert connector.link.get() is not None and connector.link.get().master_address == store.master_address
+    config.kv_transfer_config.kv_connector_extra_config = {"mastr": "x"}
+    with pytest.raises(InvalidArgumentError, match="mastr"):
+        KVStoreConnector(config, KVConnectorRole.SCHEDULER, kv_config())
+
+
+def test_gpu_tensors_are_refused_with_a_clear_error(engines: None) -> None:
+    from kvstore.integrations.paged import layer_geometry
+
+    class CudaTensor:
+        device = SimpleNamespace(type="cuda")
+
+        def data_ptr(self) -> int:
+            return 1 << 40
+
+    with pytest.raises(NotSupportedError, match="GPU"):
+        layer_geometry("layer", CudaTensor())
+
+
+# -- SGLang ------------------------------------------------------------------------------------------
+PAGE, SG_LAYERS, HEADS, DIM, SIZE = 16, 3, 2, 8, 32 * 16
+
+
+class MHAPool:
+    """SGLang's MHA host pool contract, page_first: kv_buffer [2, tokens, layers, heads, dim]."""
+
+    layout, page_size = "page_first", PAGE
+
+    def __init__(self, seed: int) -> None:
+        self.kv_buffer = (
+            np.random.default_rng(seed).standard_normal((2, SIZE, SG_LAYERS, HEADS, DIM)).astype(np.float32)
+        )
+
+    def get_page_buffer_meta(self, indices: np.ndarray) -> tuple[list[int], list[int]]:
+        item, base = 4, self.kv_buffer.ctypes.data
+        v_offset = SG_LAYERS * SIZE * HEADS * DIM * item
+        ptrs: list[int] = []
+        for i in list(indices)[::PAGE]:
+            k = base + int(i) * SG_LAYERS * HEADS * DIM * item
+            ptrs += [k, k + v_offset]
+        return ptrs, [SG_LAYERS * item * PAGE * HEADS * DIM] * len(ptrs)
+
+    def page(self, p: int) -> bytes:
+        return self.kv_buffer[:, p * PAGE : (p + 1) * PAGE].tobytes()
+
+
+class MLAPool(MHAPool):
+    def __init__(self, seed: int) -> None:
+        self.kv_buffer = (
+            np.random.default_rng(seed).standard_normal((SIZE, SG_LAYERS, 1, DIM)).astype(np.float32)
+        )
+
+    def get_page_buffer_meta(self, indices: np.ndarray) -> tuple[list[int], list[int]]:
+        base = self.kv_buffer.ctypes.data
+        ptrs = [base + int(i) * SG_LAYERS * DIM * 4 for i in list(indices)[::PAGE]]
+        return ptrs, [SG_LAYERS * 4 * PAGE * DIM] * len(ptrs)
+
+    def page(self, p: int) -> bytes:
+        return self.kv_buffer[p * PAGE : (p + 1) * PAGE].tobytes()
+
+
+def sglang_backend(master: str, pool: Any, *, mla: bool = False, tp_rank: int = 0) -> Any:
+    from kvstore.integrations.sglang import KVStoreHiCacheStorage
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    config = HiCacheStorageConfig(
+        tp_rank, 2, 0, 1, 0, 1, mla, False, True, "tiny",
+        extra_config={"backend_name": "kvstore", "module_path": "kvstore.integrations.sglang",
+                      "class_name": "KVStoreHiCacheStorage", "interface_v1": 1, "master": master,
+                      "namespace": f"sglang-{'mla' if mla else 'mha'}"},
+    )  # fmt: skip
+    backend = KVStoreHiCacheStorage(config, {})
+    backend.register_mem_pool_host(pool)
+    return backend
+
+
+def test_sglang_mha_pages_per_rank_round_trip_and_skip_stored_pages(store: Store) -> None:
+    keys = [f"{i:064x}" for i in range(1, 5)]
+    indices = np.arange(len(keys) * PAGE)
+    pool_a, pool_b = MHAPool(1), MHAPool(2)
+    a, b = sglang_backend(store.master_address, pool_a), sglang_backend(store.master_address, pool_b)
+    assert b.batch_exists(keys) == 0
+    assert a.batch_set_v1(keys[:2], indices[: 2 * PAGE]) == [True, True]
+    assert b.batch_exists(keys) == 2  # the leading run
+    assert a.batch_set_v1(keys, indices) == [True] * 4 and a.stats["skipped_pages"] == 2
+    assert sglang_backend(store.master_address, MHAPool(3), tp_rank=1).batch_exists(keys) == 0  # per rank
+    assert b.batch_get_v1(keys, indices) == [True] * 4
+    assert all(pool_a.page(p) == pool_b.page(p) for p in range(4))
+    assert b.batch_get_v1([f"{99:064x}"], indices[:PAGE]) == [False]
+
+
+def test_sglang_mla_pages_are_written_once_and_read_by_every_rank(store: Store) -> None:
+    keys = [f"{i:064x}" for i in range(10, 13)]
+    indices = np.arange(len(keys) * PAGE)
+    writer_pool, reader_pool = MLAPool(4), MLAPool(5)
+    writer = sglang_backend(store.master_address, writer_pool, mla=True, tp_rank=0)
+    other = sglang_backend(store.master_address, MLAPool(6), mla=True, tp_rank=1)
+    reader = sglang_backend(store.master_address, reader_pool, mla=True, tp_rank=1)
+    assert (
+        other.batch_set_v1(keys, indices) == [True] * 3 and reader.batch_exists(keys) == 0
+    )  # not the writer
+    assert writer.batch_set_v1(keys, indices) == [True] * 3
+    assert reader.batch_exists(keys) == 3 and reader.batch_get_v1(keys, indices) == [True] * 3
+    assert all(writer_pool.page(p) == reader_pool.page(p) for p in range(3))
+
+
+def test_sglang_plain_interface_moves_flat_pages(store: Store) -> None:
+    b = sglang_backend(store.master_address, MHAPool(7))
+    pages = [np.random.default_rng(i).standard_normal(64).astype(np.float32) for i in range(3)]
+    keys = [f"{i:064x}" for i in range(20, 23)]
+    assert b.batch_set(keys, pages)
+    got = b.batch_get(keys, [np.zeros(64, np.float32) for _ in keys])
+    assert all(g is not None and np.array_equal(g, p) for g, p in zip(got, pages, strict=True))
+    assert b.batch_get([f"{77:064x}"], [np.zeros(64, np.float32)]) == [None] and b.exists(keys[0])
+
+
+# -- LMCache -----------------------------------------------------------------------------------------
+class ChunkKey:
+    def __init__(self, chunk_hash: int) -> None:
+        self.chunk_hash = chunk_hash
+
+    def to_string(self) -> str:
+        return f"tiny@1@0@{self.chunk_hash:x}@float32"
+
+
+class LocalCPU:
+    """LMCache's LocalCPUBackend allocation contract: memory objects with a byte_array."""
+
+    def __init__(self) -> None:
+        self.freed = 0
+
+    def allocate(self, shapes: Any, dtypes: Any, fmt: Any) -> Any:
+        size = sum(int(np.prod(s)) * d.itemsize for s, d in zip(shapes, dtypes, strict=True))
+        obj = SimpleNamespace(byte_array=bytearray(size), valid_bytes=size)
+        obj.ref_count_down = lambda: setattr(self, "freed", self.freed + 1)
+        return obj
+
+
+def lmcache_connector(url: str) -> Any:
+    from kvstore.integrations.lmcache import KVStoreConnectorAdapter
+    from lmcache.v1.storage_backend.connector import ConnectorContext
+
+    metadata = SimpleNamespace(
+        get_shapes=lambda: [(2, 2, 256, 16)],
+        get_dtypes=lambda: [np.dtype(np.float32)],
+        chunk_size=256,
+        model_name="tiny",
+    )
+    config = SimpleNamespace(
+        extra_config={"save_chunk_meta": False, "remote_storage_plugin.kvstore.namespace": "lmc"}
+    )
+    adapter = KVStoreConnectorAdapter()
+    assert adapter.can_parse(url) and adapter.can_parse("plugin://kvstore.primary")
+    loop = asyncio.new_event_loop()
+    context = ConnectorContext(url, loop, LocalCPU(), config, metadata, plugin_name="kvstore")
+    return adapter.create_connector(context)
+
+
+def test_lmcache_adapter_round_trips_chunks(store: Store) -> None:
+    connector = lmcache_connector(f"kvstore://{store.master_address}")
+    loop = connector.loop
+    chunk = SimpleNamespace(byte_array=bytearray(np.arange(2 * 2 * 256 * 16, dtype=np.float32).tobytes()))
+    keys = [ChunkKey(1), ChunkKey(2)]
+    loop.run_until_complete(connector.put(keys[0], chunk))
+    assert connector.batched_contains(keys) == 1 and loop.run_until_complete(connector.exists(keys[0]))
+    got = loop.run_until_complete(connector.get(keys[0]))
+    assert got is not None and bytes(got.byte_array) == bytes(chunk.byte_array)
+    assert loop.run_until_complete(connector.get(keys[1])) is None
+    assert connector.local_cpu_backend.freed == 1  # the miss gave its buffer back
+    assert connector.remove_sync(keys[0]) and not connector.exists_sync(keys[0])
+    loop.run_until_complete(connector.close())
+    loop.close()
