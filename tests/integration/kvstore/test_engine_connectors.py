@@ -35,9 +35,9 @@ def engines() -> Iterator[None]:
     yield
     sys.path.remove(str(STANDINS))
     for name in list(sys.modules):
-        if name.split(".")[0] in ("vllm", "sglang", "lmcache") or name.startswith("kvstore.integrations."):
-            if name != "kvstore.integrations.mooncake":
-                del sys.modules[name]
+        ours = name.startswith("kvstore.integrations.") and name != "kvstore.integrations.mooncake"
+        if ours or name.split(".")[0] in ("vllm", "sglang", "lmcache"):
+            del sys.modules[name]
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,9 @@ class VllmInstance:
     """A scheduler-side and a worker-side connector over numpy KV caches in vLLM's CPU layout."""
 
     def __init__(self, master: str, namespace: str, spec: type = FullAttentionSpec) -> None:
-        from kvstore.integrations.vllm import KVStoreConnector
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        from kvstore.integrations.vllm import KVStoreConnector
 
         config, kv = vllm_config(master, namespace), kv_config(spec)
         self.scheduler = KVStoreConnector(config, KVConnectorRole.SCHEDULER, kv)
@@ -187,8 +188,9 @@ def test_vllm_dead_master_means_no_hits_and_dropped_saves(engines: None) -> None
 
 
 def test_vllm_supports_hma_and_stores_nothing_for_non_full_attention(store: Store) -> None:
-    from kvstore.integrations.vllm import KVStoreConnector
     from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+
+    from kvstore.integrations.vllm import KVStoreConnector
 
     assert issubclass(KVStoreConnector, SupportsHMA)
     inst = VllmInstance(store.master_address, "vllm-hybrid", spec=SlidingWindowSpec)
@@ -201,8 +203,9 @@ def test_vllm_supports_hma_and_stores_nothing_for_non_full_attention(store: Stor
 def test_vllm_settings_come_from_kvstore_variables_and_bad_ones_are_refused(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvstore.integrations.vllm import KVStoreConnector
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    from kvstore.integrations.vllm import KVStoreConnector
 
     monkeypatch.setenv("KVSTORE_MASTER", store.master_address)
     monkeypatch.setenv("KVSTORE_NAMESPACE", "from-env")
@@ -272,8 +275,9 @@ class MLAPool(MHAPool):
 
 
 def sglang_backend(master: str, pool: Any, *, mla: bool = False, tp_rank: int = 0) -> Any:
-    from kvstore.integrations.sglang import KVStoreHiCacheStorage
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    from kvstore.integrations.sglang import KVStoreHiCacheStorage
 
     config = HiCacheStorageConfig(
         tp_rank, 2, 0, 1, 0, 1, mla, False, True, "tiny",
@@ -349,8 +353,9 @@ class LocalCPU:
 
 
 def lmcache_connector(url: str) -> Any:
-    from kvstore.integrations.lmcache import KVStoreConnectorAdapter
     from lmcache.v1.storage_backend.connector import ConnectorContext
+
+    from kvstore.integrations.lmcache import KVStoreConnectorAdapter
 
     metadata = SimpleNamespace(
         get_shapes=lambda: [(2, 2, 256, 16)],

@@ -25,7 +25,7 @@ class SupportsHMA(ABC):
         raise NotImplementedError
 
 
-class KVConnectorBase_V1(ABC):  # noqa: N801
+class KVConnectorBase_V1(ABC):
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any) -> None:
         self._connector_metadata: KVConnectorMetadata | None = None
         self._vllm_config = vllm_config
