@@ -146,6 +146,54 @@ def _run_store_bench(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
+def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
+    from kvstore.bench.connector_bench import MODELS
+
+    p = sub.add_parser("connector", help="engine connector save/load vs the store's own batch put/get")
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--model", choices=sorted(MODELS), default="llama3-8b", help="KV geometry to use")
+    p.add_argument("--blocks", type=_positive_int, default=32, help="blocks (pages) per request")
+    p.add_argument("--requests", type=_positive_int, default=20, help="requests saved and loaded")
+    p.add_argument("--master", type=_host_port, help="a running master (default: start a cluster here)")
+    p.add_argument("--segment-size", type=_size, default=2 << 30, help="storage node segment")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+
+def _run_connector_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import connector_bench, store_bench
+
+    def bench(master: str) -> connector_bench.ConnectorBenchResult:
+        return connector_bench.run(master, args.engine, args.model, args.blocks, args.requests)
+
+    if args.master:
+        r = bench(args.master)
+    else:
+        with store_bench.embedded_cluster(
+            store_bench.StoreBenchConfig(segment_size=args.segment_size)
+        ) as master:
+            r = bench(master)
+    if args.json:
+        print(
+            json.dumps(
+                {**dataclasses.asdict(r), "save_overhead": r.save_overhead, "load_overhead": r.load_overhead}
+            )
+        )
+    else:
+        print(
+            f"{r.engine} connector, {r.model}: {r.blocks} blocks/request of {r.object_bytes / 2**20:.2f} MiB "
+            f"objects, {r.requests} requests\n"
+            f"  save {r.save_gbps:6.2f} GB/s  p50 {r.save_p50_ms:7.2f} ms   "
+            f"store put {r.store_put_gbps:6.2f} GB/s  p50 {r.store_put_p50_ms:7.2f} ms   "
+            f"overhead {r.save_overhead:+.1%}\n"
+            f"  load {r.load_gbps:6.2f} GB/s  p50 {r.load_p50_ms:7.2f} ms   "
+            f"store get {r.store_get_gbps:6.2f} GB/s  p50 {r.store_get_p50_ms:7.2f} ms   "
+            f"overhead {r.load_overhead:+.1%}"
+        )
+        if r.errors:
+            print(f"  ERRORS: {r.errors} objects failed or bytes differed")
+    return 0 if r.errors == 0 else 1
+
+
 def _add_allocator_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("allocator", help="offset allocator speed and fragmentation")
     p.add_argument("--capacity", type=_size, default=4 << 30)
@@ -414,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_transfer_bench(benches)
     _add_store_bench(benches)
     _add_allocator_bench(benches)
+    _add_connector_bench(benches)
     _add_trace_bench(benches)
     _add_master(commands)
     _add_node(commands)
@@ -428,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("bench", "transfer"): _run_transfer_bench,
         ("bench", "store"): _run_store_bench,
         ("bench", "allocator"): _run_allocator_bench,
+        ("bench", "connector"): _run_connector_bench,
         ("bench", "trace"): _run_trace_bench,
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,

@@ -55,6 +55,13 @@ class StoreLink:
         self._retry_at = 0.0
         self.last_error: str = ""
 
+    @classmethod
+    def wrapping(cls, store: Store) -> StoreLink:
+        """A link over a client the caller already made (and closes)."""
+        link = cls({})
+        link._store = store
+        return link
+
     def get(self) -> Store | None:
         with self._lock:
             if self._store is None and self._clock() >= self._retry_at:

@@ -1,0 +1,212 @@
+"""`kvstore bench connector`: what an engine connector adds on top of the store's own batch put/get.
+
+For a named model's KV geometry it saves and loads one request's blocks (a) through the connectors' data
+path, in the engine's own layout (vLLM: one object per block gathering that block from every layer's
+[blocks, heads, block_tokens, K|V] tensor, kvstore.integrations.paged as the vLLM worker runs it; SGLang:
+K and V objects per page from a page_first host pool, with the existence check that skips stored pages),
+and (b) with plain batch put/get of the same bytes from one contiguous buffer per object, in the same run.
+The ratio is the connector's overhead. The engines themselves are not needed (their metadata bookkeeping
+is not on the data path); the `engines` test tier runs the same code under the real vLLM and SGLang.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvstore.integrations.paged import Batch, BlockMover, PagedCache, StoreLink, layer_geometry
+from kvstore.store import Store
+
+# name: (layers, kv heads, head dim, bytes per element, tokens per block)
+MODELS = {
+    "llama3-8b": (32, 8, 128, 2, 16),
+    "llama3-70b": (80, 8, 128, 2, 16),
+    "qwen2.5-7b": (28, 4, 128, 2, 16),
+}
+
+
+@dataclass
+class ConnectorBenchResult:
+    engine: str
+    model: str
+    blocks: int  # per request
+    object_bytes: int
+    requests: int
+    save_gbps: float
+    load_gbps: float
+    store_put_gbps: float
+    store_get_gbps: float
+    save_p50_ms: float
+    load_p50_ms: float
+    store_put_p50_ms: float
+    store_get_p50_ms: float
+    errors: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def save_overhead(self) -> float:
+        return 1 - self.save_gbps / self.store_put_gbps if self.store_put_gbps else 0.0
+
+    @property
+    def load_overhead(self) -> float:
+        return 1 - self.load_gbps / self.store_get_gbps if self.store_get_gbps else 0.0
+
+
+def _timed(rounds: int, run: Callable[[int], int]) -> tuple[list[float], int]:
+    seconds, moved = [], 0
+    for i in range(rounds):
+        start = time.perf_counter()
+        moved += run(i)
+        seconds.append(time.perf_counter() - start)
+    return seconds, moved
+
+
+def _gbps(seconds: list[float], moved: int) -> float:
+    return moved / sum(seconds) / 1e9 if seconds else 0.0
+
+
+def _p50_ms(seconds: list[float]) -> float:
+    return float(np.median(seconds) * 1e3) if seconds else 0.0
+
+
+class _Layout:
+    """The engine's KV memory and the object buffers for block/page b."""
+
+    def __init__(self, engine: str, model: str, blocks: int, seed: int) -> None:
+        layers, heads, dim, elem, tokens = MODELS[model]
+        rng = np.random.default_rng(seed)
+        self.engine = engine
+        if engine == "vllm":  # one tensor per layer: [blocks, heads, block tokens, K|V]
+            self.tensors = [
+                rng.integers(0, 2**16, (blocks, heads, tokens, 2 * dim), dtype=np.uint16)
+                for _ in range(layers)
+            ]
+            self.cache = PagedCache([layer_geometry(f"l{i}", t) for i, t in enumerate(self.tensors)])
+            self.objects_per_block = 1
+        else:  # SGLang page_first host pool: [K|V, tokens, layers, heads, dim]
+            pool = rng.integers(0, 2**16, (2, blocks * tokens, layers, heads, dim), dtype=np.uint16)
+            self.tensors = [pool]
+            self.cache = PagedCache([layer_geometry("k", pool[0].reshape(blocks, -1))])
+            self.kv_offset = pool[1].ctypes.data - pool[0].ctypes.data
+            self.objects_per_block = 2
+        self.object_bytes = layers * heads * tokens * 2 * dim * elem // self.objects_per_block
+
+    def buffers(self, block: int) -> list[list[tuple[int, int]]]:
+        """The buffers of block `block`'s objects."""
+        if self.engine == "vllm":
+            return [self.cache.buffers([block] * len(self.cache.layers))]
+        addr, size = self.cache.layers[0].span(block)
+        return [[(addr, size)], [(addr + self.kv_offset, size)]]
+
+    def equal(self, other: _Layout) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(self.tensors, other.tensors, strict=True))
+
+
+def run(master: str, engine: str, model: str, blocks: int, requests: int) -> ConnectorBenchResult:
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    store = Store.connect(master)
+    mover = BlockMover(StoreLink.wrapping(store))
+    try:
+        source, target = _Layout(engine, model, blocks, 1), _Layout(engine, model, blocks, 2)
+        for layout in (source, target):
+            layout.cache.register(store)
+        per_request = blocks * layout.objects_per_block * layout.object_bytes
+        flat_src = np.random.default_rng(3).integers(0, 256, per_request, dtype=np.uint8)
+        flat_dst = np.empty_like(flat_src)
+        store.register_buffer(flat_src)
+        store.register_buffer(flat_dst)
+        errors = 0
+
+        def keys(tag: str, i: int) -> list[str]:
+            return [
+                f"bench-{tag}-{i}-{uuid.uuid4().hex[:8]}-{j}"
+                for j in range(blocks * source.objects_per_block)
+            ]
+
+        def batch(layout: _Layout, names: list[str]) -> Batch:
+            b = Batch()
+            objects = [obj for block in range(blocks) for obj in layout.buffers(block)]
+            for name, parts in zip(names, objects, strict=True):
+                b.add(name, parts)
+            return b
+
+        saved: list[list[str]] = []
+
+        def save(i: int) -> int:
+            nonlocal errors
+            names = keys("c", i)
+            if engine == "sglang":  # the backend checks existence first and writes only missing pages
+                store.batch_exists(names)
+            ok = mover.save(batch(source, names)).result()
+            errors += len(ok) - sum(ok)
+            saved.append(names)
+            return sum(ok) * source.object_bytes
+
+        def load(i: int) -> int:
+            nonlocal errors
+            ok = mover.load(batch(target, saved[i])).result()
+            errors += len(ok) - sum(ok)
+            return sum(ok) * source.object_bytes
+
+        plain: list[list[str]] = []
+        views_src = np.split(flat_src, blocks * source.objects_per_block)
+        views_dst = np.split(flat_dst, blocks * source.objects_per_block)
+
+        def put(i: int) -> int:
+            nonlocal errors
+            names = keys("s", i)
+            codes = store.batch_put_from(names, views_src)
+            errors += sum(1 for c in codes if c < 0)
+            plain.append(names)
+            return sum(1 for c in codes if c >= 0) * source.object_bytes
+
+        def get(i: int) -> int:
+            nonlocal errors
+            got = store.batch_get_into(plain[i], views_dst)
+            errors += sum(1 for g in got if g != source.object_bytes)
+            return sum(1 for g in got if g == source.object_bytes) * source.object_bytes
+
+        # Alternate the two paths request by request (drift and noise hit both alike); round 0 warms up
+        # connections and memory and is not counted.
+        timings: dict[str, tuple[list[float], int]] = {}
+        for phase in ((save, put), (load, get)):
+            for i in range(requests + 1):
+                for fn in phase:
+                    start = time.perf_counter()
+                    moved = fn(i)
+                    seconds = [time.perf_counter() - start]
+                    if i:
+                        total = timings.get(fn.__name__, ([], 0))
+                        timings[fn.__name__] = (total[0] + seconds, total[1] + moved)
+        save_s, save_b = timings["save"]
+        put_s, put_b = timings["put"]
+        load_s, load_b = timings["load"]
+        get_s, get_b = timings["get"]
+        if not target.equal(source) or not np.array_equal(flat_src, flat_dst):
+            errors += 1
+        for names in saved + plain:
+            store.batch_remove(names, force=True)
+        return ConnectorBenchResult(
+            engine,
+            model,
+            blocks,
+            source.object_bytes,
+            requests,
+            _gbps(save_s, save_b),
+            _gbps(load_s, load_b),
+            _gbps(put_s, put_b),
+            _gbps(get_s, get_b),
+            _p50_ms(save_s),
+            _p50_ms(load_s),
+            _p50_ms(put_s),
+            _p50_ms(get_s),
+            errors,
+        )
+    finally:
+        mover.close()
+        store.close()
