@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,15 +53,6 @@ class ConnectorBenchResult:
     @property
     def load_overhead(self) -> float:
         return 1 - self.load_gbps / self.store_get_gbps if self.store_get_gbps else 0.0
-
-
-def _timed(rounds: int, run: Callable[[int], int]) -> tuple[list[float], int]:
-    seconds, moved = [], 0
-    for i in range(rounds):
-        start = time.perf_counter()
-        moved += run(i)
-        seconds.append(time.perf_counter() - start)
-    return seconds, moved
 
 
 def _gbps(seconds: list[float], moved: int) -> float:

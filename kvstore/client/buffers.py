@@ -65,19 +65,23 @@ class BufferManager:
         self._lock = threading.Lock()
         self._bases: list[int] = []
         self._regions: dict[int, Region] = {}
+        self._raw_views: dict[int, np.ndarray] = {}  # raw (address, size) registrations: one view each
         self.staging = engine.allocate(staging_size, export=False)
         self._staging_alloc = OffsetAllocator(staging_size, 64)
 
     # -- long-lived registrations ---------------------------------------------------------------------
     def register(self, buffer: Any) -> Region:
+        raw = None
         if isinstance(buffer, tuple):
-            view = as_bytes_view(buffer, writable=False)
-            region = self.engine.register_ptr(address_of(view), view.nbytes, export=False)
+            raw = as_bytes_view(buffer, writable=False)
+            region = self.engine.register_ptr(address_of(raw), raw.nbytes, export=False)
         else:
             region = self.engine.register(buffer, export=False)
         with self._lock:
             bisect.insort(self._bases, region.addr)
             self._regions[region.addr] = region
+            if raw is not None:
+                self._raw_views[region.addr] = raw
         return region
 
     def unregister(self, buffer: Any) -> None:
@@ -87,6 +91,7 @@ class BufferManager:
             if region is None:
                 raise InvalidArgumentError("buffer is not registered")
             self._bases.remove(addr)
+            self._raw_views.pop(addr, None)
         self.engine.unregister(region)
 
     def _registered(self, addr: int, length: int) -> bool:
@@ -97,8 +102,25 @@ class BufferManager:
             region = self._regions[self._bases[i]]
             return addr + length <= region.addr + region.length
 
+    def _raw_span(self, addr: int, size: int) -> Span | None:
+        """Raw memory inside a raw registration: a slice of that registration's one view (building a
+        ctypes view per piece costs microseconds, and engines pass thousands of pieces per batch)."""
+        with self._lock:
+            i = bisect.bisect_right(self._bases, addr) - 1
+            if i < 0:
+                return None
+            base = self._bases[i]
+            whole = self._raw_views.get(base)
+        if whole is None or addr + size > base + whole.nbytes:
+            return None
+        return Span(addr, size, whole[addr - base : addr - base + size])
+
     # -- per call ---------------------------------------------------------------------------------------
     def span(self, buffer: Any, writable: bool) -> Span:
+        if isinstance(buffer, tuple) and len(buffer) == 2 and all(type(x) is int and x > 0 for x in buffer):
+            fast = self._raw_span(*buffer)
+            if fast is not None:
+                return fast
         view = as_bytes_view(buffer, writable)
         if view.nbytes == 0:
             raise InvalidArgumentError("empty buffer")

@@ -63,7 +63,7 @@ class KVStoreRemoteConnector(RemoteConnector):
         self.link = StoreLink(_settings(context))
         model = getattr(metadata, "model_name", None) or "model"
         self.prefix = (self.link.namespace() or f"lmcache:{model}") + "/"
-        self._header = np.zeros(max(int(self.remote_metadata_bytes), 1), dtype=np.uint8)
+        self._header_bytes = max(int(self.remote_metadata_bytes), 1)
 
     def _key(self, key: Any) -> str:
         return self.prefix + key.to_string()
@@ -105,11 +105,13 @@ class KVStoreRemoteConnector(RemoteConnector):
         if memory_obj is None:
             return None
         data = np.frombuffer(memory_obj.byte_array, dtype=np.uint8)
-        buffers = [self._header, data] if self.save_chunk_meta else [data]
+        # Gets run concurrently on the loop's executor: each reads its own header.
+        header_buf = np.empty(self._header_bytes, dtype=np.uint8)
+        buffers = [header_buf, data] if self.save_chunk_meta else [data]
         try:
             got = store.batch_get_into_multi_buffers([self._key(key)], [buffers])[0]
-            header = len(self._header) if self.save_chunk_meta else 0
-            if got < header + 1 or (self.save_chunk_meta and not self._header_ok(got - header)):
+            header = len(header_buf) if self.save_chunk_meta else 0
+            if got < header + 1 or (self.save_chunk_meta and not self._header_ok(header_buf, got - header)):
                 memory_obj.ref_count_down()
                 return None
             return self.reshape_partial_chunk(memory_obj, got - header)
@@ -118,11 +120,11 @@ class KVStoreRemoteConnector(RemoteConnector):
             memory_obj.ref_count_down()
             return None
 
-    def _header_ok(self, length: int) -> bool:
+    def _header_ok(self, header: np.ndarray, length: int) -> bool:
         from lmcache.v1.protocol import RemoteMetadata
 
         try:
-            meta = RemoteMetadata.deserialize(self._header.tobytes())
+            meta = RemoteMetadata.deserialize(header.tobytes())
         except Exception:  # a header we cannot parse is never trusted
             return False
         return bool(meta.length == length and meta.fmt == self.meta_fmt)

@@ -18,7 +18,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstore import MISS
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.store import Store
 
@@ -229,10 +228,6 @@ class MoveStats:
     lookups: int = 0
     lookup_hits: int = 0  # blocks found by lookups
 
-    def add(self, other: MoveStats) -> None:
-        for name, value in vars(other).items():
-            setattr(self, name, getattr(self, name) + value)
-
     def take(self) -> MoveStats:
         """These counts, and zero them (one reporting interval)."""
         out = MoveStats(**vars(self))
@@ -276,54 +271,40 @@ class BlockMover:
         return self._saver.submit(self._save, batch)
 
     def _load(self, batch: Batch) -> list[bool]:
-        if not batch.keys:
-            return []
-        start = time.perf_counter()
-        store = self.link.get()
-        if store is None:
-            ok = [False] * len(batch.keys)
-        else:
-            try:
-                results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
-            except KVStoreError as exc:
-                log.warning("kvstore load of %d blocks failed: %s", len(batch.keys), exc)
-                results = [MISS] * len(batch.keys)
-            ok = [
-                r >= 0 and r == sum(size for _, size in parts)
-                for r, parts in zip(results, batch.buffers, strict=True)
-            ]
-        with self._stats_lock:
-            self.stats.loads += 1
-            self.stats.loaded_blocks += sum(ok)
-            self.stats.loaded_bytes += sum(
-                sum(s for _, s in parts) for good, parts in zip(ok, batch.buffers, strict=True) if good
-            )
-            self.stats.failed_loads += len(ok) - sum(ok)
-            self.stats.load_seconds += time.perf_counter() - start
-        return ok
+        def get(store: Store) -> list[bool]:
+            results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
+            return [r >= 0 and r == size for r, size in zip(results, _sizes(batch), strict=True)]
+
+        return self._move("load", batch, get)
 
     def _save(self, batch: Batch) -> list[bool]:
+        def put(store: Store) -> list[bool]:
+            codes = store.batch_put_from_multi_buffers(batch.keys, batch.buffers, replicas=self.replicas)
+            return [c >= 0 for c in codes]
+
+        return self._move("save", batch, put)
+
+    def _move(self, kind: str, batch: Batch, move: Callable[[Store], list[bool]]) -> list[bool]:
+        """Runs one batch move and counts it; any failure is a per-key False, never an exception."""
         if not batch.keys:
             return []
         start = time.perf_counter()
         store = self.link.get()
-        if store is None:
-            ok = [False] * len(batch.keys)
-        else:
+        ok = [False] * len(batch.keys)
+        if store is not None:
             try:
-                codes = store.batch_put_from_multi_buffers(batch.keys, batch.buffers, replicas=self.replicas)
+                ok = move(store)
             except KVStoreError as exc:
-                log.warning("kvstore save of %d blocks failed: %s", len(batch.keys), exc)
-                codes = [MISS] * len(batch.keys)
-            ok = [c >= 0 for c in codes]
+                log.warning("kvstore %s of %d blocks failed: %s", kind, len(batch.keys), exc)
+        moved = sum(size for good, size in zip(ok, _sizes(batch), strict=True) if good)
+        past = "loaded" if kind == "load" else "saved"
         with self._stats_lock:
-            self.stats.saves += 1
-            self.stats.saved_blocks += sum(ok)
-            self.stats.saved_bytes += sum(
-                sum(s for _, s in parts) for good, parts in zip(ok, batch.buffers, strict=True) if good
-            )
-            self.stats.failed_saves += len(ok) - sum(ok)
-            self.stats.save_seconds += time.perf_counter() - start
+            stats = self.stats
+            setattr(stats, f"{kind}s", getattr(stats, f"{kind}s") + 1)
+            setattr(stats, f"{past}_blocks", getattr(stats, f"{past}_blocks") + sum(ok))
+            setattr(stats, f"{past}_bytes", getattr(stats, f"{past}_bytes") + moved)
+            setattr(stats, f"failed_{kind}s", getattr(stats, f"failed_{kind}s") + len(ok) - sum(ok))
+            setattr(stats, f"{kind}_seconds", getattr(stats, f"{kind}_seconds") + time.perf_counter() - start)
         return ok
 
     def take_stats(self) -> MoveStats:
@@ -343,6 +324,10 @@ class BlockMover:
     def close(self) -> None:
         self._saver.shutdown(wait=True)
         self._loader.shutdown(wait=True)
+
+
+def _sizes(batch: Batch) -> list[int]:
+    return [sum(size for _, size in parts) for parts in batch.buffers]
 
 
 def leading_run(present: Sequence[bool], ranks: int) -> int:

@@ -116,9 +116,8 @@ class KVStoreHiCacheStorage(HiCacheStorage):
         # MHA: a page's buffers alternate K, V (one pair per layer in layer-first layouts).
         out = []
         for page in range(len(keys)):
-            chunk = list(
-                zip(ptrs[page * 2 * per : (page + 1) * 2 * per], sizes[page * 2 * per :], strict=False)
-            )
+            window = slice(page * 2 * per, (page + 1) * 2 * per)
+            chunk = list(zip(ptrs[window], sizes[window], strict=True))
             out.append([(int(p), int(s)) for p, s in chunk[0::2]])
             out.append([(int(p), int(s)) for p, s in chunk[1::2]])
         return out
