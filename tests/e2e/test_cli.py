@@ -381,3 +381,19 @@ def test_bench_store_errors_are_not_bytes_and_fail_the_run() -> None:
     assert result.returncode == 1
     (row,) = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert row["errors"] > 0 and row["gbps"] == 0 and row["ops_per_s"] == 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_bench_connector_json(engine: str) -> None:
+    """The connector bench moves verified bytes through both paths and reports the overhead."""
+    r = kvstore(
+        "bench", "connector", "--engine", engine, "--blocks", "4", "--requests", "2",
+        "--segment-size", "256MiB", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["errors"] == 0 and out["requests"] == 2 and out["blocks"] == 4
+    assert out["object_bytes"] == (2 << 20 if engine == "vllm" else 1 << 20)  # llama3-8b geometry
+    for figure in ("save_gbps", "load_gbps", "store_put_gbps", "store_get_gbps"):
+        assert out[figure] > 0
+    assert "save_overhead" in out and "load_overhead" in out
