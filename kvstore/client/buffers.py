@@ -10,8 +10,9 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def address_of(view: np.ndarray) -> int:
     return int(view.__array_interface__["data"][0])
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """Registered memory standing for one caller buffer during a call."""
 
@@ -59,6 +60,99 @@ class Span:
     temporary: Region | None = None
 
 
+class Digest(Protocol):
+    def update(self, data: Any, /) -> None: ...
+
+
+@dataclass(slots=True)
+class SpanList:
+    """One value's buffers as Spans (any buffer kind: registered, registered for the call, or staged)."""
+
+    spans: list[Span]
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = sum(s.length for s in self.spans)
+
+    def pieces(self, limit: int) -> tuple[list[int], list[int]]:
+        """(addresses, lengths) of registered memory holding the value's first `limit` bytes."""
+        return _first_bytes([s.addr for s in self.spans], [s.length for s in self.spans], limit)
+
+    def update(self, digest: Digest, limit: int) -> None:
+        """Feeds the first `limit` bytes, as they are in registered memory, to `digest`."""
+        for s in self.spans:
+            n = min(limit, s.length)
+            if n <= 0:
+                break
+            data = s.staged if s.staged is not None else s.view
+            digest.update(data if n == s.length else data[:n])
+            limit -= n
+
+    def clear(self) -> None:
+        """Zeroes what a failed read may have written into the caller's memory (staging is scratch)."""
+        for s in self.spans:
+            if s.staged is None:
+                s.view[:] = 0
+
+    def release(self, manager: BufferManager, filled: int = 0) -> None:
+        """Ends the call: the first `filled` staged bytes go to the caller's buffers first."""
+        for s in self.spans:
+            if s.staged is not None or s.temporary is not None:
+                manager.release(s, copy_out=filled > 0, length=min(filled, s.length))
+            filled -= min(filled, s.length)
+
+
+@dataclass(slots=True)
+class RawPieces:
+    """One value's buffers when every one is raw (address, size) memory inside raw registrations, as an
+    engine's paged KV cache passes them: plain lists and no object per piece (thousands per batch)."""
+
+    addrs: list[int]
+    lengths: list[int]
+    wholes: list[memoryview]  # per piece: the view of the registration holding it
+    starts: list[int]  # per piece: its offset in that view
+    size: int
+
+    def pieces(self, limit: int) -> tuple[list[int], list[int]]:
+        return _first_bytes(self.addrs, self.lengths, limit)
+
+    def update(self, digest: Digest, limit: int) -> None:
+        if limit >= self.size:
+            for whole, start, n in zip(self.wholes, self.starts, self.lengths, strict=True):
+                digest.update(whole[start : start + n])
+            return
+        for whole, start, n in zip(self.wholes, self.starts, self.lengths, strict=True):
+            n = min(limit, n)
+            if n <= 0:
+                break
+            digest.update(whole[start : start + n])
+            limit -= n
+
+    def clear(self) -> None:
+        for addr, n in zip(self.addrs, self.lengths, strict=True):
+            ctypes.memset(addr, 0, n)
+
+    def release(self, manager: BufferManager, filled: int = 0) -> None:
+        """Nothing to give back: the memory is the caller's, registered for good."""
+
+
+def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list[int], list[int]]:
+    """The pieces (addresses, lengths) that hold the first `limit` bytes of addrs/lengths."""
+    if limit >= sum(lengths):
+        return addrs, lengths
+    kept: list[int] = []
+    for n in lengths:
+        n = min(limit, n)
+        if n <= 0:
+            break
+        kept.append(n)
+        limit -= n
+    return addrs[: len(kept)], kept
+
+
+ValueBuffers = SpanList | RawPieces
+
+
 class BufferManager:
     def __init__(self, engine: TransferEngine, staging_size: int) -> None:
         self.engine = engine
@@ -66,6 +160,7 @@ class BufferManager:
         self._bases: list[int] = []
         self._regions: dict[int, Region] = {}
         self._raw_views: dict[int, np.ndarray] = {}  # raw (address, size) registrations: one view each
+        self._raw_cache: tuple[np.ndarray, np.ndarray, list[memoryview]] | None = None
         self.staging = engine.allocate(staging_size, export=False)
         self._staging_alloc = OffsetAllocator(staging_size, 64)
 
@@ -82,6 +177,7 @@ class BufferManager:
             self._regions[region.addr] = region
             if raw is not None:
                 self._raw_views[region.addr] = raw
+                self._raw_cache = None
         return region
 
     def unregister(self, buffer: Any) -> None:
@@ -91,7 +187,8 @@ class BufferManager:
             if region is None:
                 raise InvalidArgumentError("buffer is not registered")
             self._bases.remove(addr)
-            self._raw_views.pop(addr, None)
+            if self._raw_views.pop(addr, None) is not None:
+                self._raw_cache = None
         self.engine.unregister(region)
 
     def _registered(self, addr: int, length: int) -> bool:
@@ -115,7 +212,74 @@ class BufferManager:
             return None
         return Span(addr, size, whole[addr - base : addr - base + size])
 
+    def _raw_table(self) -> tuple[np.ndarray, np.ndarray, list[memoryview]]:
+        """(starts, ends, views) of the raw registrations, sorted, for resolving many pieces at once."""
+        with self._lock:
+            if self._raw_cache is None:
+                bases = sorted(self._raw_views)
+                self._raw_cache = (
+                    np.array(bases, dtype=np.int64),
+                    np.array([b + self._raw_views[b].nbytes for b in bases], dtype=np.int64),
+                    [self._raw_views[b].data for b in bases],
+                )
+            return self._raw_cache
+
+    def _raw_values(self, buffer_lists: Sequence[Sequence[Any]]) -> list[ValueBuffers] | None:
+        """RawPieces per value when every buffer of every value is raw memory inside a raw registration
+        (resolved for the whole batch in a few array operations), else None."""
+        counts = [len(parts) for parts in buffer_lists]
+        flat = [part for parts in buffer_lists for part in parts]
+        # Type checks as C-level loops (map/set): a Python loop per piece costs more than the rest.
+        if not flat or 0 in counts or set(map(type, flat)) != {tuple} or set(map(len, flat)) != {2}:
+            return None
+        addrs, lengths = (list(column) for column in zip(*flat, strict=True))
+        if set(map(type, addrs)) != {int} or set(map(type, lengths)) != {int}:
+            return None
+        starts, ends, views = self._raw_table()
+        try:
+            a = np.array(addrs, dtype=np.int64)
+            n = np.array(lengths, dtype=np.int64)
+        except OverflowError:
+            return None
+        at = np.searchsorted(starts, a, side="right") - 1
+        if starts.size == 0 or (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
+            return None
+        offsets = (a - starts[at]).tolist()
+        wholes = [views[k] for k in at.tolist()]
+        out: list[ValueBuffers] = []
+        begin = 0
+        for count in counts:
+            end = begin + count
+            piece_lengths = lengths[begin:end]
+            out.append(
+                RawPieces(
+                    addrs[begin:end], piece_lengths, wholes[begin:end], offsets[begin:end], sum(piece_lengths)
+                )
+            )
+            begin = end
+        return out
+
     # -- per call ---------------------------------------------------------------------------------------
+    def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
+        """Each value's buffers as registered memory for one call; release() each when it ends."""
+        raw = self._raw_values(buffer_lists)
+        if raw is not None:
+            return raw
+        out: list[ValueBuffers] = []
+        try:
+            for parts in buffer_lists:
+                spans: list[Span] = []
+                try:
+                    for b in parts:
+                        spans.append(self.span(b, writable))
+                finally:
+                    out.append(SpanList(spans))
+        except BaseException:
+            for value in out:
+                value.release(self)
+            raise
+        return out
+
     def span(self, buffer: Any, writable: bool) -> Span:
         if isinstance(buffer, tuple) and len(buffer) == 2 and all(type(x) is int and x > 0 for x in buffer):
             fast = self._raw_span(*buffer)
@@ -166,6 +330,8 @@ class BufferManager:
 
     def release(self, span: Span, copy_out: bool = False, length: int = 0) -> None:
         """Ends a span; copy_out moves `length` staged bytes into the caller's buffer first."""
+        if span.staged is None and span.temporary is None:
+            return
         if span.staged is not None and span.staging_offset is not None:
             if copy_out:
                 span.view[:length] = span.staged[:length]

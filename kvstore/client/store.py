@@ -7,6 +7,7 @@ Every value is checked against its xxh3-64 checksum on read: a mismatch is a mis
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -17,7 +18,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 import xxhash
 
-from kvstore.client.buffers import BufferManager, Span
+from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
 from kvstore.client.session import Session
@@ -245,13 +246,12 @@ class Store:
         least = self.config.min_replicas if min_replicas is None else min_replicas
         if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= 64:
             raise InvalidArgumentError(f"min_replicas must be 0..64, got {least!r}")
-        spans = [[self.buffers.span(b, writable=False) for b in parts] for parts in buffer_lists]
+        values = self.buffers.values(buffer_lists, writable=False)
         try:
-            return self._put_many(list(keys), spans, self._replicas(replicas), pin, least)
+            return self._put_many(list(keys), values, self._replicas(replicas), pin, least)
         finally:
-            for parts in spans:
-                for s in parts:
-                    self.buffers.release(s)
+            for value in values:
+                value.release(self.buffers)
 
     def _replicas(self, replicas: int | None) -> int:
         """None: the default (StoreConfig.replicas); anything else must be 1..64 (0 is an error)."""
@@ -262,31 +262,30 @@ class Store:
         return replicas
 
     def _put_many(
-        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool, least: int
+        self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
     ) -> list[PutResult]:
         """Per key its PutResult, in requests the master bounds (MAX_PUT_ITEMS)."""
         out: list[PutResult] = []
         for start in range(0, len(keys), v.MAX_PUT_ITEMS):
             end = start + v.MAX_PUT_ITEMS
-            out += self._put_chunk(keys[start:end], spans[start:end], replicas, pin, least)
+            out += self._put_chunk(keys[start:end], values[start:end], replicas, pin, least)
         return out
 
     def _put_chunk(
-        self, keys: list[str], spans: list[list[Span]], replicas: int, pin: bool, least: int
+        self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
     ) -> list[PutResult]:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
         written = [0] * len(keys)
         items = []
         asked: list[int] = []  # keys the master is asked about; a bad key fails alone, here
-        for i, (key, parts) in enumerate(zip(keys, spans, strict=True)):
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
             if not v.key_ok(key):
                 results[i], messages[i] = -InvalidArgumentError.code, v.KEY_RULE
                 continue
             digest = xxhash.xxh3_64()
-            for s in parts:
-                digest.update(s.view.data)
-            items.append(m.PutItem(key, sum(s.length for s in parts), digest.intdigest()))
+            value.update(digest, value.size)
+            items.append(m.PutItem(key, value.size, digest.intdigest()))
             asked.append(i)
         started: list[m.ItemResult] = []
         if items:
@@ -311,10 +310,8 @@ class Store:
                     if peer is None:
                         requests.fail(i, engine)
                         continue
-                    at = offset
-                    for s in spans[i]:
-                        requests.add(i, Op.WRITE, s.addr, peer, region_id, at, s.length, slot, gen)
-                        at += s.length
+                    addrs, lengths = values[i].pieces(values[i].size)
+                    requests.add_pieces(i, Op.WRITE, addrs, lengths, peer, region_id, offset, slot, gen)
         failed = requests.run(self.engine)
         self._report(requests.failed_peers, [])
         done = [i for i in writing if i not in failed]
@@ -350,20 +347,21 @@ class Store:
         self.stats_local.gets += len(keys)
         found, cached = self._locate(list(keys))
         present = [i for i, entry in enumerate(found) if entry is not None]
-        spans = [[self.buffers.scratch(found[i][0])] for i in present]
+        spans: list[ValueBuffers] = [SpanList([self.buffers.scratch(found[i][0])]) for i in present]
         out: list[bytes | None] = [None] * len(keys)
         regrown: list[int] = []  # a cached size was out of date: the value changed since
         try:
             results = self._read_located(
                 [keys[i] for i in present], spans, [found[i] for i in present], [cached[i] for i in present]
             )
-            for i, (span,), r in zip(present, spans, results, strict=True):
-                out[i] = bytes(span.view[:r]) if r >= 0 else None
+            for i, scratch, r in zip(present, spans, results, strict=True):
+                assert isinstance(scratch, SpanList)
+                out[i] = bytes(scratch.spans[0].view[:r]) if r >= 0 else None
                 if r == -InvalidArgumentError.code and cached[i]:
                     regrown.append(i)
         finally:
-            for (span,) in spans:
-                self.buffers.release(span)
+            for scratch in spans:
+                scratch.release(self.buffers)
         if regrown:
             self.stats_local.gets -= len(regrown)
             for i, value in zip(regrown, self.batch_get([keys[i] for i in regrown]), strict=True):
@@ -393,20 +391,17 @@ class Store:
         self, keys: list[str], buffer_lists: Sequence[Sequence[Any]], found: list[Any], cached: list[bool]
     ) -> list[int]:
         self.stats_local.gets += len(keys)
-        spans = [[self.buffers.span(b, writable=True) for b in parts] for parts in buffer_lists]
+        values = self.buffers.values(buffer_lists, writable=True)
         results: list[int] = []
         try:
-            results = self._read_located(keys, spans, found, cached)
+            results = self._read_located(keys, values, found, cached)
             for i, result in enumerate(results):
                 if result == MISS and not v.key_ok(keys[i]):  # never asked of the master: fails alone
                     results[i] = -InvalidArgumentError.code
             return results
         finally:
-            for i, parts in enumerate(spans):
-                left = results[i] if i < len(results) and results[i] > 0 else 0
-                for s in parts:
-                    self.buffers.release(s, copy_out=left > 0, length=min(left, s.length))
-                    left -= min(left, s.length)
+            for i, value in enumerate(values):
+                value.release(self.buffers, results[i] if i < len(results) and results[i] > 0 else 0)
 
     def _locate(self, keys: list[str], prefix: bool = False) -> tuple[list[Any], list[bool]]:
         """Replica lists per key (None: absent): from still-valid leases, else one master RPC.
@@ -427,16 +422,16 @@ class Store:
         return found, cached
 
     def _read_located(
-        self, keys: list[str], spans: list[list[Span]], found: list[Any], cached: list[bool]
+        self, keys: list[str], values: list[ValueBuffers], found: list[Any], cached: list[bool]
     ) -> list[int]:
         """_read, then once more with fresh locations for keys whose lease-cached location failed."""
-        results = self._read(keys, spans, found)
+        results = self._read(keys, values, found)
         stale = [i for i, r in enumerate(results) if r < 0 and cached[i]]
         if stale:  # the lease was not enough (a forced removal): ask the master afresh
             retry = [keys[i] for i in stale]
             self.leases.drop(retry)
             fresh, _ = self._locate(retry)
-            for i, r in zip(stale, self._read(retry, [spans[i] for i in stale], fresh), strict=True):
+            for i, r in zip(stale, self._read(retry, [values[i] for i in stale], fresh), strict=True):
                 results[i] = r
         stale_set = set(stale)  # those were counted by the master's fresh lookup
         self.leases.served(
@@ -444,7 +439,7 @@ class Store:
         )
         return results
 
-    def _read(self, keys: list[str], spans: list[list[Span]], found: list[Any]) -> list[int]:
+    def _read(self, keys: list[str], values: list[ValueBuffers], found: list[Any]) -> list[int]:
         results = [MISS] * len(keys)
         todo: list[int] = []
         choices: dict[int, list[Any]] = {}
@@ -452,7 +447,7 @@ class Store:
             if entry is None:
                 continue
             size, _checksum, replicas = entry
-            if sum(s.length for s in spans[i]) < size:
+            if values[i].size < size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
                 continue
             # Same-host replicas first (shared memory), then the others; ties in random order, so
@@ -471,17 +466,12 @@ class Store:
                 if peer is None:
                     requests.fail(i, engine)
                     continue
-                left = found[i][0]
-                for s in spans[i]:
-                    n = min(left, s.length)
-                    if n:
-                        requests.add(i, Op.READ, s.addr, peer, region_id, offset, n, slot, gen)
-                    offset += n
-                    left -= n
+                addrs, lengths = values[i].pieces(found[i][0])
+                requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
             for i, code in requests.stream(self.engine):
-                if code == OK and self._checksum_ok(spans[i], found[i][0], found[i][1]):
+                if code == OK and self._checksum_ok(values[i], found[i][0], found[i][1]):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
@@ -501,9 +491,7 @@ class Store:
             attempt += 1
         for i in attempted:  # a miss leaves no bytes of a failed attempt in the caller's buffers
             if results[i] < 0:
-                for s in spans[i]:
-                    if s.staged is None:
-                        s.view[:] = 0
+                values[i].clear()
         self._report(unreachable, corrupt)
         return results
 
@@ -517,14 +505,9 @@ class Store:
         except KVStoreError as exc:
             log.debug("could not report unreachable/corrupt replicas: %s", exc)
 
-    def _checksum_ok(self, spans: list[Span], size: int, expected: int) -> bool:
+    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int) -> bool:
         digest = xxhash.xxh3_64()
-        left = size
-        for s in spans:
-            data = s.staged if s.staged is not None else s.view
-            n = min(left, s.length)
-            digest.update(data[:n].data)
-            left -= n
+        value.update(digest, size)
         return digest.intdigest() == expected
 
     # -- prefix blocks -------------------------------------------------------------------------------
@@ -632,6 +615,7 @@ class Closable(Protocol):
 S = TypeVar("S", bound=Store)
 
 _PENDING = int(RequestState.PENDING)
+_HELP_BETWEEN_LOOKS = 100e-6  # seconds
 _COMPLETED = int(RequestState.COMPLETED)
 
 
@@ -672,6 +656,32 @@ class _Requests:
         self.lengths.append(length)
         self.slots.append(slot)
         self.gens.append(gen)
+
+    def add_pieces(
+        self,
+        owner: int,
+        op: Op,
+        addrs: list[int],
+        lengths: list[int],
+        peer: Peer,
+        region: int,
+        offset: int,
+        slot: int,
+        gen: int,
+    ) -> None:
+        """One request per local piece, for consecutive bytes of the remote allocation from `offset` on."""
+        n = len(lengths)
+        if n == 0:
+            return
+        self.owner += [owner] * n
+        self.ops += [op] * n
+        self.local += addrs
+        self.peers += [peer] * n
+        self.regions += [region] * n
+        self.offsets += itertools.accumulate(lengths[:-1], initial=offset)
+        self.lengths += lengths
+        self.slots += [slot] * n
+        self.gens += [gen] * n
 
     def fail(self, owner: int, peer: str) -> None:
         """`owner` fails without a request: its peer `peer` cannot be opened."""
@@ -714,7 +724,14 @@ class _Requests:
         owners = owner_ids[starts]
         open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
         while open_.any():
-            helped = handle.help_once()
+            # Help move bytes for a while between looks at the states: with many small requests a look
+            # costs more than one copy, and a helper that mostly looks leaves the copying to the pool.
+            helped = False
+            until = time.perf_counter() + _HELP_BETWEEN_LOOKS
+            while handle.help_once():
+                helped = True
+                if time.perf_counter() >= until:
+                    break
             states = handle.states()
             unfinished = np.add.reduceat(states == _PENDING, starts)
             bad = np.add.reduceat(states != _COMPLETED, starts)

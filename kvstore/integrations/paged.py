@@ -18,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.store import Store
 
@@ -202,6 +204,10 @@ class PagedCache(Registrations):
         super().__init__([layer.storage for layer in layers])
         self.layers = list(layers)
         self.block_bytes = sum(layer.block_bytes for layer in self.layers)
+        self._bases = np.array([layer.base for layer in self.layers], dtype=np.int64)
+        self._strides = np.array([layer.block_stride for layer in self.layers], dtype=np.int64)
+        self._num_blocks = np.array([layer.num_blocks for layer in self.layers], dtype=np.int64)
+        self._sizes = [layer.block_bytes for layer in self.layers]
 
     def buffers(self, blocks: Sequence[int]) -> list[tuple[int, int]]:
         """One object's buffers: the block's bytes in every layer, in layer order. `blocks` gives the
@@ -209,6 +215,26 @@ class PagedCache(Registrations):
         if len(blocks) != len(self.layers):
             raise InvalidArgumentError(f"{len(blocks)} block ids for {len(self.layers)} layers")
         return [layer.span(b) for layer, b in zip(self.layers, blocks, strict=True)]
+
+    def many_buffers(self, rows: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]]:
+        """buffers() of many objects, computed as arrays (a batch has thousands of pieces): `rows` holds,
+        per object, its block index per layer."""
+        if len(rows) == 0:
+            return []
+        blocks = np.asarray(rows, dtype=np.int64)
+        if blocks.ndim != 2 or blocks.shape[1] != len(self.layers):
+            raise InvalidArgumentError(
+                f"block ids must be given per object and per layer ({len(self.layers)})"
+            )
+        outside = (blocks < 0) | (blocks >= self._num_blocks)
+        if outside.any():
+            row, layer = (int(x[0]) for x in np.nonzero(outside))
+            raise InvalidArgumentError(
+                f"block {int(blocks[row, layer])} outside layer {self.layers[layer].name} "
+                f"({self.layers[layer].num_blocks} blocks)"
+            )
+        addrs = (self._bases + blocks * self._strides).tolist()
+        return [list(zip(row, self._sizes, strict=True)) for row in addrs]
 
 
 @dataclass

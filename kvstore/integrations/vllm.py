@@ -285,11 +285,14 @@ class _WorkerSide:
         if store is not None:
             self.cache.register(store)  # no-op once done; after a late connection it registers now
         batch = Batch()
+        rows = []
         for move in moves:
             for i, block_hash in enumerate(move.hashes):
                 per_group = [ids[i] for ids in move.block_ids]
-                blocks = [per_group[g] for g in self.layer_groups]
-                batch.add(block_hash + self.c.my_suffix, self.cache.buffers(blocks), (move.req_id, per_group))
+                rows.append([per_group[g] for g in self.layer_groups])
+                batch.keys.append(block_hash + self.c.my_suffix)
+                batch.tags.append((move.req_id, per_group))
+        batch.buffers = self.cache.many_buffers(rows)
         return batch
 
     def start_load(self, meta: KVStoreConnectorMetadata) -> None:

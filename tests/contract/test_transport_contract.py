@@ -86,7 +86,7 @@ def test_write_then_target_sees_bytes(pair: Pair) -> None:
     assert pair.remote.array[301_000] == pattern(301_001)[301_000]
 
 
-@pytest.mark.parametrize("length", [1, 4095, 4097, SLICE - 1, SLICE + 1, 3 * SLICE + 17])
+@pytest.mark.parametrize("length", [1, 2047, 2048, 2081, 4095, 4097, SLICE - 1, SLICE + 1, 3 * SLICE + 17])
 def test_odd_sizes_and_offsets(pair: Pair, length: int) -> None:
     assert pair.local.array is not None
     pair.local.array[:] = 0

@@ -143,11 +143,11 @@ def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) 
         store.remove("old", force=True)
         store.put("new", value(8192, 2))  # same size: may take the same offset
         buf = np.zeros(8192, np.uint8)
-        span = store.buffers.span(buf, writable=True)
+        (target,) = store.buffers.values([[buf]], writable=True)
         try:
-            assert store._read(["old"], [[span]], stale) == [MISS]
+            assert store._read(["old"], [target], stale) == [MISS]
         finally:
-            store.buffers.release(span)
+            target.release(store.buffers)
         assert store.get("new") == value(8192, 2)
 
 
@@ -239,6 +239,59 @@ def test_raw_pointer_buffers(cluster: Cluster) -> None:
         memory[:] = 0
         assert store.get_into("raw", raw) == 1 << 20 and (memory == 9).all()
         store.unregister_buffer(raw)
+
+
+def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
+    """Values spread over raw (address, size) pieces of several raw registrations (an engine's layers),
+    with odd sizes, short values, and pieces the batch path does not take."""
+    from kvstore import InvalidArgumentError
+
+    rng = np.random.default_rng(5)
+    a, b = (rng.integers(0, 256, 1 << 20, dtype=np.uint8) for _ in range(2))
+    out_a, out_b = np.zeros(1 << 20, np.uint8), np.zeros(1 << 20, np.uint8)
+    registered_numpy = np.zeros(1 << 16, np.uint8)  # registered as an array, not as raw memory
+
+    def at(array: np.ndarray, offset: int, size: int) -> tuple[int, int]:
+        return (array.ctypes.data + offset, size)
+
+    sizes = [4097, 65536, 3, 2048, 100_000]
+    with Store.connect(cluster.master) as store:
+        for array in (a, b, out_a, out_b):
+            store.register_buffer((array.ctypes.data, array.nbytes))
+        store.register_buffer(registered_numpy)
+        sources = [
+            [at(a if j % 2 else b, 7 + 200_000 * j, n) for j, n in enumerate(sizes[: i + 1])]
+            for i in range(5)
+        ]
+        targets = [
+            [at(out_a if j % 2 else out_b, 11 + 200_000 * j, n) for j, n in enumerate(sizes[: i + 1])]
+            for i in range(5)
+        ]
+        keys = [f"pieces/{i}" for i in range(5)]
+        assert store.batch_put_from_multi_buffers(keys, sources) == [0] * 5
+        expected = [
+            b"".join(bytes((a if j % 2 else b)[7 + 200_000 * j :][:n]) for j, n in enumerate(sizes[: i + 1]))
+            for i in range(5)
+        ]
+        assert store.batch_get(keys) == expected
+        assert store.batch_get_into_multi_buffers(keys, targets) == [len(e) for e in expected]
+        for j, n in enumerate(sizes):
+            src, dst = (a, out_a) if j % 2 else (b, out_b)
+            assert np.array_equal(dst[11 + 200_000 * j :][:n], src[7 + 200_000 * j :][:n])
+        # A value shorter than its buffers fills the first pieces only.
+        out_a[:] = 0
+        short = [at(out_a, 0, 4096), at(out_a, 10_000, 4096), at(out_a, 20_000, 4096)]
+        too_small = -InvalidArgumentError.code
+        assert store.batch_get_into_multi_buffers(["pieces/1"], [short]) == [too_small]
+        assert store.batch_get_into_multi_buffers(["pieces/0"], [short]) == [4097]
+        assert bytes(out_a[:4096]) + bytes(out_a[10_000:10_001]) == expected[0]
+        assert not out_a[10_001 : 10_000 + 4096].any() and not out_a[20_000:24_096].any()
+        # Raw pieces inside an array registration take the general path; pieces outside any fail.
+        inside = [at(registered_numpy, 0, 2048), at(out_b, 0, 2049)]
+        assert store.batch_put_from_multi_buffers(["mixed"], [inside]) == [0]
+        outside = [at(out_b, (1 << 20) - 100, 200)]  # runs past the registration's end
+        with pytest.raises(InvalidArgumentError):
+            store.batch_put_from_multi_buffers(["outside"], [outside])
 
 
 def test_node_killed_during_reads_never_yields_wrong_bytes(cluster: Cluster) -> None:

@@ -232,6 +232,31 @@ def test_gpu_tensors_are_refused_with_a_clear_error(engines: None) -> None:
         layer_geometry("layer", CudaTensor())
 
 
+def test_paged_cache_addresses_blocks_by_stride_and_refuses_blocks_outside() -> None:
+    import numpy as np
+
+    from kvstore.integrations.paged import PagedCache, layer_geometry
+
+    shared = np.zeros((6, 2, 32), np.uint8)  # two layers interleaved in one allocation: stride 64
+    alone = np.zeros((4, 16), np.uint16)
+    cache = PagedCache(
+        [layer_geometry("a", shared[:, 0]), layer_geometry("b", shared[:, 1]), layer_geometry("c", alone)]
+    )
+    base, other = shared.ctypes.data, alone.ctypes.data
+    assert cache.many_buffers([[0, 0, 0], [5, 2, 3]]) == [
+        [(base, 32), (base + 32, 32), (other, 32)],
+        [(base + 5 * 64, 32), (base + 2 * 64 + 32, 32), (other + 3 * 32, 32)],
+    ]
+    assert cache.many_buffers([[5, 2, 3]]) == [cache.buffers([5, 2, 3])]
+    assert len(cache.spans) == 2  # the interleaved layers register their allocation once
+    with pytest.raises(InvalidArgumentError, match="block 4 outside layer c"):
+        cache.many_buffers([[0, 0, 0], [1, 1, 4]])
+    with pytest.raises(InvalidArgumentError, match="block -1 outside layer a"):
+        cache.many_buffers([[-1, 0, 0]])
+    with pytest.raises(InvalidArgumentError, match="per layer"):
+        cache.many_buffers([[0, 0]])
+
+
 # -- SGLang ------------------------------------------------------------------------------------------
 PAGE, SG_LAYERS, HEADS, DIM, SIZE = 16, 3, 2, 8, 32 * 16
 

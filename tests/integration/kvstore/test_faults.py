@@ -190,3 +190,25 @@ def test_a_hung_node_costs_one_timeout_not_one_per_call() -> None:
                 assert time.monotonic() - started < 4.0  # was ~21 s: one timeout per batch
             finally:
                 first.send_signal(signal.SIGCONT)
+
+
+def test_a_corrupt_read_into_raw_pieces_leaves_no_bytes_behind(cluster: Cluster) -> None:
+    """The engines' path (many raw pieces in raw registrations) clears a failed read as well."""
+    import numpy as np
+
+    from kvstore import MISS
+    from kvstore.rpc import messages as m
+
+    payload = np.arange(3 * 8192, dtype=np.uint32).view(np.uint8)[: 3 * 8192]
+    layers = [np.full(1 << 16, 7, np.uint8) for _ in range(3)]
+    with Store.connect(cluster.master) as store:
+        for layer in layers:
+            store.register_buffer((layer.ctypes.data, layer.nbytes))
+        pieces = [(layer.ctypes.data + 4096, 8192) for layer in layers]
+        store.put("pieces", payload)
+        (found,) = store.master.call(m.GetReplicas(keys=["pieces"]))
+        _corrupt(store, found.replicas[0])
+        assert store.batch_get_into_multi_buffers(["pieces"], [pieces]) == [MISS]
+        for layer in layers:
+            assert not layer[4096 : 4096 + 8192].any()  # cleared, every piece
+            assert (layer[:4096] == 7).all() and (layer[4096 + 8192 :] == 7).all()  # nothing else
