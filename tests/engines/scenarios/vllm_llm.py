@@ -1,0 +1,110 @@
+"""End to end: `vllm.LLM` on CPU with a small randomly initialised model (built from a local config, dummy
+weights, fixed seed, no download), as one instance. Run three times by the engines tier, each a fresh
+process (a fresh "instance"), against one kvstore (KVSTORE_MASTER):
+
+    vllm_llm.py baseline   no connector: the reference tokens and time to first token
+    vllm_llm.py first      with the connector: a prompt whose blocks it saves
+    vllm_llm.py second     with the connector: a prompt sharing most blocks with `first`'s
+
+Prints one JSON object: generated tokens, prompt tokens served from cache (num_cached_tokens: this
+instance's own prefix cache is empty, so they came through the connector), time to first token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+BLOCK = 32  # vLLM's CPU attention wants multiples of 32
+SHARED_BLOCKS = 31
+VOCAB = 512
+
+
+def model_dir() -> str:
+    """A Llama-shaped model big enough that prefill costs something on two cores (~50M parameters)."""
+    # One path for every instance: the connector's default namespace is the model's name (plus a digest
+    # of the KV layout), as two instances serving the same model would have it.
+    path = os.path.abspath("e2e-llama")
+    os.makedirs(path, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 4,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def prompts() -> dict[str, list[int]]:
+    shared = [(i * 7 + 3) % (VOCAB - 10) + 5 for i in range(SHARED_BLOCKS * BLOCK)]
+    first = shared + [(i * 13 + 1) % (VOCAB - 10) + 5 for i in range(BLOCK)]
+    second = shared + [(i * 11 + 2) % (VOCAB - 10) + 5 for i in range(2 * BLOCK)]
+    return {"baseline": second, "first": first, "second": second}
+
+
+def main() -> None:
+    role = sys.argv[1]
+    from vllm import LLM, SamplingParams
+
+    options: dict = {}
+    if role != "baseline":
+        options["kv_transfer_config"] = {
+            "kv_connector": "KVStoreConnector",
+            "kv_connector_module_path": "kvstore.integrations.vllm",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {},  # the master from KVSTORE_MASTER, as an operator would
+        }
+    llm = LLM(
+        model=model_dir(),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="float32",
+        seed=0,
+        enforce_eager=True,
+        max_model_len=2048,
+        block_size=BLOCK,
+        max_num_seqs=1,
+        kv_cache_memory_bytes=256 << 20,
+        disable_log_stats=False,
+        **options,
+    )
+    params = SamplingParams(max_tokens=8, temperature=0, detokenize=False)
+    # Warm-up on tokens no other prompt has (first-call kernel set-up would otherwise land in the TTFT).
+    llm.generate([{"prompt_token_ids": [VOCAB - 3] * (2 * BLOCK)}], params, use_tqdm=False)
+    prompt = prompts()[role]
+    start = time.perf_counter()
+    (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    metrics = out.metrics
+    ttft = getattr(metrics, "first_token_latency", 0.0) if metrics is not None else 0.0
+    print(
+        json.dumps(
+            {
+                "role": role,
+                "prompt_tokens": len(prompt),
+                "tokens": list(out.outputs[0].token_ids),
+                "num_cached_tokens": out.num_cached_tokens or 0,
+                "ttft_s": ttft,
+                "generate_s": wall,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":  # vLLM starts its engine processes with spawn
+    main()
