@@ -36,7 +36,7 @@ def sources(*patterns: str) -> list[str]:
 
 def extension(name: str, files: list[str]) -> Pybind11Extension:
     return Pybind11Extension(
-        name, files, include_dirs=["csrc"], cxx_std=17, extra_compile_args=flags, libraries=["pthread"]
+        name, files, include_dirs=["csrc"], cxx_std=17, extra_compile_args=flags, libraries=["pthread", "dl"]
     )
 
 

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
-import xxhash
 
-from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers
+from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
 from kvstore.client.session import Session
@@ -277,16 +276,14 @@ class Store:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
         written = [0] * len(keys)
-        items = []
         asked: list[int] = []  # keys the master is asked about; a bad key fails alone, here
-        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+        for i, key in enumerate(keys):
             if not v.key_ok(key):
                 results[i], messages[i] = -InvalidArgumentError.code, v.KEY_RULE
                 continue
-            digest = xxhash.xxh3_64()
-            value.update(digest, value.size)
-            items.append(m.PutItem(key, value.size, digest.intdigest()))
             asked.append(i)
+        digests = checksums([values[i] for i in asked], [values[i].size for i in asked])
+        items = [m.PutItem(keys[i], values[i].size, d) for i, d in zip(asked, digests, strict=True)]
         started: list[m.ItemResult] = []
         if items:
             start = m.PutStart(
@@ -506,9 +503,7 @@ class Store:
             log.debug("could not report unreachable/corrupt replicas: %s", exc)
 
     def _checksum_ok(self, value: ValueBuffers, size: int, expected: int) -> bool:
-        digest = xxhash.xxh3_64()
-        value.update(digest, size)
-        return digest.intdigest() == expected
+        return checksums([value], [size])[0] == expected
 
     # -- prefix blocks -------------------------------------------------------------------------------
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:

@@ -294,6 +294,30 @@ def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
             store.batch_put_from_multi_buffers(["outside"], [outside])
 
 
+def test_python_and_cpp_checksums_agree(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values written with one hashing path read back verified with the other (a mismatch is a miss)."""
+    from kvstore.client import buffers
+
+    values = [
+        np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8) for i, n in enumerate([2, 240, 70_000])
+    ]
+    with Store.connect(cluster.master) as store:
+        for writer_in_python in (False, True):
+            keys = [f"agree/{writer_in_python}/{i}" for i in range(3)]
+            with monkeypatch.context() as patch:
+                patch.setattr(buffers.checksum, "available", lambda w=writer_in_python: not w)
+                assert (
+                    store.batch_put_from_multi_buffers(
+                        keys, [[v[: len(v) // 2], v[len(v) // 2 :]] for v in values]
+                    )
+                    == [0] * 3
+                )
+            with monkeypatch.context() as patch:
+                patch.setattr(buffers.checksum, "available", lambda w=writer_in_python: w)
+                assert store.batch_get(keys) == [v.tobytes() for v in values]
+        assert store.stats_local.checksum_mismatches == 0
+
+
 def test_node_killed_during_reads_never_yields_wrong_bytes(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         keys = [f"live{i}" for i in range(64)]

@@ -1,0 +1,90 @@
+#include "common/xxh3.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace kvs::xxh3 {
+namespace {
+
+// The xxhash library's public streaming API (xxhash.h); the state is opaque to us.
+struct State;
+using CreateState = State* (*)();
+using FreeState = int (*)(State*);
+using Reset = int (*)(State*);
+using Update = int (*)(State*, const void*, size_t);
+using Digest = uint64_t (*)(const State*);
+using OneShot = uint64_t (*)(const void*, size_t);
+
+struct Api {
+  CreateState create = nullptr;
+  FreeState free = nullptr;
+  Reset reset = nullptr;
+  Update update = nullptr;
+  Digest digest = nullptr;
+  OneShot one_shot = nullptr;
+};
+
+Api api;
+std::atomic<bool> ready{false};
+std::mutex load_mu;
+
+template <typename F>
+bool find(void* handle, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(handle, name));
+  return out != nullptr;
+}
+
+// One state per thread, reused: the streaming state is a few hundred bytes with an aligned buffer.
+class ThreadState {
+ public:
+  ~ThreadState() {
+    if (state_ != nullptr) api.free(state_);
+  }
+  State* get() {
+    if (state_ == nullptr) state_ = api.create();
+    return state_;
+  }
+
+ private:
+  State* state_ = nullptr;
+};
+
+}  // namespace
+
+Status load(const std::string& library) {
+  std::lock_guard<std::mutex> lock(load_mu);
+  if (ready.load()) return Status::OK();
+  // The Python extension is already loaded: this finds it (RTLD_NOLOAD would refuse a fresh load).
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    return Status(Code::kNotFound, std::string("cannot open ") + library + ": " + (why ? why : "?"));
+  }
+  Api found;
+  if (!find(handle, "XXH3_createState", found.create) || !find(handle, "XXH3_freeState", found.free) ||
+      !find(handle, "XXH3_64bits_reset", found.reset) || !find(handle, "XXH3_64bits_update", found.update) ||
+      !find(handle, "XXH3_64bits_digest", found.digest) || !find(handle, "XXH3_64bits", found.one_shot)) {
+    dlclose(handle);
+    return Status(Code::kNotSupported, library + " does not export the XXH3 streaming API");
+  }
+  api = found;  // the handle stays open for the life of the process
+  ready.store(true);
+  return Status::OK();
+}
+
+bool loaded() {
+  return ready.load();
+}
+
+uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n) {
+  if (n == 1) return api.one_shot(reinterpret_cast<const void*>(addrs[0]), lengths[0]);
+  thread_local ThreadState state;
+  State* s = state.get();
+  api.reset(s);
+  for (size_t i = 0; i < n; ++i) api.update(s, reinterpret_cast<const void*>(addrs[i]), lengths[i]);
+  return api.digest(s);
+}
+
+}  // namespace kvs::xxh3

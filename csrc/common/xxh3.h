@@ -1,0 +1,22 @@
+// XXH3-64, the store's object checksum, over pieces of memory in one call that needs no interpreter
+// lock. The hash functions are the ones the xxhash Python package (a kvstore dependency) exports from its
+// extension module, looked up at run time: nothing is needed to build, and the digests are the very ones
+// Python's xxhash.xxh3_64 gives. Until load() succeeds, callers hash in Python.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace kvs::xxh3 {
+
+// Loads the functions from `library` (a shared object exporting the XXH3 streaming API). Idempotent.
+Status load(const std::string& library);
+bool loaded();
+
+// Digest of the concatenation of n pieces. Requires loaded().
+uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n);
+
+}  // namespace kvs::xxh3

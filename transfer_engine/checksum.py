@@ -1,0 +1,55 @@
+"""XXH3-64 over pieces of local memory, the store's object checksum, hashed in C++ without the GIL.
+
+The C++ side calls the hash functions the xxhash package's own extension exports (no build dependency,
+the same digests as xxhash.xxh3_64). Where that extension does not export them, `available()` is False
+and callers hash in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import xxhash
+
+from transfer_engine import _core
+
+log = logging.getLogger(__name__)
+
+
+def _load() -> bool:
+    try:
+        from xxhash import _xxhash  # type: ignore[attr-defined]
+
+        _core.xxh3_load(_xxhash.__file__)
+    except Exception as exc:  # any failure leaves Python hashing in place
+        log.debug("XXH3 not loaded for C++ hashing (%s): checksums are computed in Python", exc)
+        return False
+    # The digests must be Python's, byte for byte: check across XXH3's size classes before use.
+    probe = np.frombuffer(np.random.default_rng(0).bytes(5000), dtype=np.uint8)
+    for sizes in ([0], [16], [128], [240], [241], [5000], [7, 993], [1, 1, 1, 4991]):
+        starts = np.r_[0, np.cumsum(sizes)[:-1]]
+        got = xxh3_pieces((probe.ctypes.data + starts).tolist(), sizes, [len(sizes)])[0]
+        if got != xxhash.xxh3_64_intdigest(probe[: sum(sizes)].tobytes()):
+            log.warning("C++ XXH3 disagrees with xxhash.xxh3_64: checksums are computed in Python")
+            return False
+    return True
+
+
+def xxh3_pieces(addrs: list[int], lengths: list[int], counts: list[int]) -> list[int]:
+    """Per value, XXH3-64 of its pieces in order: value v is the next counts[v] (addr, length) pieces.
+    The memory must be mapped for the duration of the call (the caller's registered buffers)."""
+    digests = _core.xxh3_pieces(
+        np.asarray(addrs, dtype=np.uint64),
+        np.asarray(lengths, dtype=np.uint64),
+        np.asarray(counts, np.uint64),
+    )
+    return [int(d) for d in digests.tolist()]
+
+
+_AVAILABLE = _load()
+
+
+def available() -> bool:
+    """True when xxh3_pieces can be used (else hash in Python)."""
+    return _AVAILABLE
