@@ -45,6 +45,7 @@ def _number(kind: type, low: float, high: float, what: str) -> Callable[[str], A
 
 _positive_int = _number(int, 1, 2**31, "a positive integer")
 _positive_float = _number(float, 1e-9, 1e9, "a positive number")
+_non_negative_float = _number(float, 0.0, 1e12, "a number >= 0")
 _port = _number(int, 0, 65535, "a port (0..65535)")
 
 
@@ -243,6 +244,17 @@ def _add_trace_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heat-half-life", type=_positive_float, default=600.0, help="seconds of trace time")
     p.add_argument("--max-replicas", type=_positive_int, default=3)
     p.add_argument(
+        "--disk-capacity-blocks",
+        type=_positive_int,
+        help="per node: a disk tier under the memory one (--capacity-*); hits split into memory and disk",
+    )
+    p.add_argument(
+        "--promote-window",
+        type=_non_negative_float,
+        default=600.0,
+        help="with a disk tier: a disk block read twice within this many trace seconds moves to memory",
+    )
+    p.add_argument(
         "--bounds",
         action="store_true",
         help="what any online policy could reach at this capacity (offline optimum, oracles, fitted ranking)",
@@ -269,7 +281,28 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
     if args.bounds:
         return _run_bounds(args, requests, capacity, name)
     results: list[tr.TraceResult] = []
-    if args.plot:
+    if args.disk_capacity_blocks:
+        if not args.simulate or args.plot:
+            raise KVStoreError(
+                "--disk-capacity-blocks runs with --simulate (no --plot) for now: the store's disk tier "
+                "is not built yet, so a real replay cannot have one"
+            )
+        for policy in policies:
+            results.append(
+                tr.simulate_tiered(
+                    requests,
+                    capacity,
+                    args.disk_capacity_blocks,
+                    policy,
+                    args.mode,
+                    args.nodes,
+                    name,
+                    args.route,
+                    times,
+                    args.promote_window,
+                )
+            )
+    elif args.plot:
         sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)})
         results = tr.plot(requests, sweep, policies, args.mode, args.nodes, args.plot, name, args.route)
     else:
@@ -300,6 +333,12 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
                 f"{r.trace} {r.mode:6} nodes={r.nodes} capacity={r.capacity_blocks:>7}/node "
                 f"policy={r.policy:9} hit_rate={r.hit_rate:.3f} evictions={r.evictions} ({kind})"
             )
+            if r.disk_capacity_blocks:
+                print(
+                    f"  with disk={r.disk_capacity_blocks}/node: memory hits {r.memory_hits / r.blocks:.3f}, "
+                    f"disk hits {r.disk_hits / r.blocks:.3f} of blocks; demotions {r.demotions}, "
+                    f"promotions {r.promotions}"
+                )
     if args.plot and not args.json:
         print(f"plot written to {args.plot}")
     return 0

@@ -116,12 +116,20 @@ class TraceResult:
     simulate: bool
     per_node_hit_rate: list[float] = field(default_factory=list)
     per_node_blocks: list[int] = field(default_factory=list)
+    # With a disk tier (capacity_blocks is then the memory tier's): where the hits came from.
+    disk_capacity_blocks: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    demotions: int = 0
+    promotions: int = 0
 
 
 class _Node:
     """One cache: a simulated one, or a real store behind the same three calls."""
 
-    def __init__(self, prefix: Callable[[list[str]], int], admit: Callable[[list[str], int], None]) -> None:
+    def __init__(
+        self, prefix: Callable[[list[str]], int], admit: Callable[[list[str], int, float], None]
+    ) -> None:
         self.prefix = prefix
         self.admit = admit
         self.hits = 0
@@ -142,9 +150,16 @@ def _route(matches: list[int], nodes: list[_Node], length: int, route: str) -> i
     return best
 
 
-def replay(trace: Trace, nodes: list[_Node], mode: str, route: str = "longest") -> tuple[int, int]:
+def replay(
+    trace: Trace,
+    nodes: list[_Node],
+    mode: str,
+    route: str = "longest",
+    times: Sequence[float] | None = None,
+) -> tuple[int, int]:
+    """Replays the trace (request i at times[i], trace seconds, where given); returns (hits, blocks)."""
     total_hits = total_blocks = 0
-    for ids in trace:
+    for i, ids in enumerate(trace):
         keys = [str(h) for h in ids]
         if mode == "global":
             node = nodes[0]
@@ -153,7 +168,7 @@ def replay(trace: Trace, nodes: list[_Node], mode: str, route: str = "longest") 
             matches = [nd.prefix(keys) for nd in nodes]
             chosen = _route(matches, nodes, len(keys), route)
             node, n = nodes[chosen], matches[chosen]
-        node.admit(keys, n)
+        node.admit(keys, n, times[i] if times is not None else float(i))
         node.hits += n
         node.blocks += len(keys)
         total_hits += n
@@ -161,8 +176,8 @@ def replay(trace: Trace, nodes: list[_Node], mode: str, route: str = "longest") 
     return total_hits, total_blocks
 
 
-def _admit_all(cache: SimulatedCache) -> Callable[[list[str], int], None]:
-    def admit(keys: list[str], hits: int) -> None:
+def _admit_all(cache: SimulatedCache) -> Callable[[list[str], int, float], None]:
+    def admit(keys: list[str], hits: int, now: float) -> None:
         cache.admit(keys)
 
     return admit
@@ -189,6 +204,43 @@ def simulate(
     return _result(
         name, mode, nodes, capacity, policy, len(trace), replay_nodes, sum(c.evictions for c in caches), True
     )
+
+
+def simulate_tiered(
+    trace: Trace,
+    capacity: int,
+    disk_capacity: int,
+    policy: str = "adaptive",
+    mode: str = "global",
+    nodes: int = 1,
+    name: str = "trace",
+    route: str = "longest",
+    times: Sequence[float] | None = None,
+    promote_window: float = 600.0,
+) -> TraceResult:
+    """simulate() with a disk tier of `disk_capacity` blocks per node under each node's `capacity` blocks
+    of memory (kvstore.bench.tiered_cache); promotion windows are in trace seconds (request index where
+    the trace has no timestamps)."""
+    from kvstore.bench.tiered_cache import TieredCache
+
+    if mode not in ("global", "local") or route not in ROUTES:
+        raise InvalidArgumentError("mode is global or local; route is longest or balanced")
+    count = 1 if mode == "global" else nodes
+    scale = nodes if mode == "global" else 1
+    caches = [
+        TieredCache(policy, capacity * scale, disk_capacity * scale, promote_window) for _ in range(count)
+    ]
+    replay_nodes = [_Node(c.prefix, c.admit) for c in caches]
+    replay(trace, replay_nodes, mode, route, times)
+    result = _result(
+        name, mode, nodes, capacity, policy, len(trace), replay_nodes, sum(c.evictions for c in caches), True
+    )
+    result.disk_capacity_blocks = disk_capacity
+    result.memory_hits = sum(c.memory_hits for c in caches)
+    result.disk_hits = sum(c.disk_hits for c in caches)
+    result.demotions = sum(c.demotions for c in caches)
+    result.promotions = sum(c.promotions for c in caches)
+    return result
 
 
 def replay_real(
@@ -236,7 +288,7 @@ def replay_real(
             s.register_buffer(payload)
 
         def node_for(store: Store) -> _Node:
-            def admit(keys: list[str], n: int) -> None:
+            def admit(keys: list[str], n: int, now: float) -> None:
                 # match_prefix already touched the hits; the rest is offered (stored, or touched if present).
                 store.batch_put_from(keys[n:], [payload] * (len(keys) - n))
 

@@ -315,6 +315,34 @@ def test_bench_trace_bounds() -> None:
     assert text.returncode == 0 and "offline optimum" in text.stdout
 
 
+def test_bench_trace_with_a_disk_tier(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    requests = [[1, 2, 3], [4, 5, 6], [1, 2, 3], [1, 2, 7]]
+    trace.write_text(
+        "".join(json.dumps({"timestamp": i * 1000, "hash_ids": r}) + "\n" for i, r in enumerate(requests))
+    )
+    args = [
+        "bench",
+        "trace",
+        str(trace),
+        "--capacity-blocks",
+        "2",
+        "--disk-capacity-blocks",
+        "10",
+        "--policy",
+        "lru",
+    ]
+    result = kvstore(*args, "--simulate", "--json")
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    assert r["disk_capacity_blocks"] == 10 and r["hits"] == 3 + 2  # everything fits memory + disk
+    assert r["memory_hits"] + r["disk_hits"] == r["hits"] and r["disk_hits"] > 0 and r["demotions"] > 0
+    text = kvstore(*args, "--simulate")
+    assert text.returncode == 0 and "disk hits" in text.stdout
+    refused = kvstore(*args)  # a real replay has no disk tier yet: said, not ignored
+    assert refused.returncode == 1 and "--simulate" in refused.stderr
+
+
 def test_bench_trace_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": "x"}\n')
