@@ -10,6 +10,7 @@ namespace kvs::bind {
 void bind_engine(py::module_& m);
 void bind_transports(py::module_& m);
 void bind_checksum(py::module_& m);
+void bind_disk(py::module_& m);
 }  // namespace kvs::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -21,4 +22,5 @@ PYBIND11_MODULE(_core, m) {
   kvs::bind::bind_engine(m);
   kvs::bind::bind_transports(m);
   kvs::bind::bind_checksum(m);
+  kvs::bind::bind_disk(m);
 }
