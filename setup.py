@@ -45,6 +45,7 @@ core = extension(
     sources(
         "csrc/common/*.cpp",
         "csrc/core/*.cpp",
+        "csrc/cuda/*.cpp",
         "csrc/transport/**/*.cpp",
         "csrc/engine/*.cpp",
         "csrc/bind/module.cpp",

@@ -456,6 +456,12 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("node", help="contribute a memory segment to the pool (until SIGTERM/SIGINT)")
     p.add_argument("--master", type=_host_port, help="default: KVSTORE_MASTER")
     p.add_argument("--segment-size", type=_size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB")
+    p.add_argument(
+        "--pinned",
+        action="store_const",
+        const=True,
+        help="page-lock the segment (CUDA host registration, else mlock); default: KVSTORE_NODE_PINNED",
+    )
     p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
     p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
 
@@ -465,7 +471,8 @@ def _run_node(args: argparse.Namespace) -> int:
     from kvstore.node.process import run_node
 
     run_node(
-        NodeConfig.load(**_given(args, ["segment_size"])), **_given(args, ["master", "host", "transport"])
+        NodeConfig.load(**_given(args, ["segment_size", "pinned"])),
+        **_given(args, ["master", "host", "transport"]),
     )
     return 0
 

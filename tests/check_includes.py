@@ -1,4 +1,4 @@
-"""The C++ layers point down only: bind -> engine -> transport -> core -> common (storage and tools
+"""The C++ layers point down only: bind -> engine -> transport -> core -> cuda -> common (storage and tools
 aside). Transports never include engine or binding headers, nor each other; the engine and the binding
 never include a concrete transport (they learn transports from transport/registration.h).
 
@@ -15,10 +15,14 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # Layer -> the top-level folders its files may include.
 ALLOWED = {
     "common": {"common"},
-    "core": {"common", "core"},
-    "transport": {"common", "core", "transport"},
-    "engine": {"common", "core", "transport", "engine"},
-    "bind": {"common", "core", "transport", "engine", "bind", "storage"},
+    "cuda": {
+        "common",
+        "cuda",
+    },  # the run-time-loaded CUDA driver: below core, which pins and (later) moves GPU memory
+    "core": {"common", "cuda", "core"},
+    "transport": {"common", "cuda", "core", "transport"},
+    "engine": {"common", "cuda", "core", "transport", "engine"},
+    "bind": {"common", "cuda", "core", "transport", "engine", "bind", "storage"},
     "storage": {"common", "storage"},
     "tools": {"common", "core", "transport", "bind", "tools"},
 }

@@ -55,6 +55,7 @@ class Region:
     read_only: bool = False
     array: np.ndarray | None = None
     owner: Any = None  # keeps a registered Python buffer alive while registered
+    pinned_by: str = "none"  # allocated pinned: how it was page-locked ("cuda" or "mlock")
 
     def address(self, offset: int = 0) -> int:
         if not 0 <= offset <= self.length:
@@ -241,17 +242,21 @@ class TransferEngine:
             raise InvalidArgumentError("ptr and length must be positive (and fit in 64 bits)")
         return self._add(self._core_engine().register(ptr, length, kind, export, read_only))
 
-    def allocate(self, size: int, *, export: bool = True, fence_slots: int = 0) -> Region:
+    def allocate(
+        self, size: int, *, export: bool = True, fence_slots: int = 0, pinned: bool = False
+    ) -> Region:
         """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it.
 
         With `fence_slots` the region is carved into fenced allocations: every transfer into it must name
         a live (slot, generation), and :meth:`kill_allocations` fences one off for good (a storage node's
-        segment, whose allocations the master hands out and frees)."""
+        segment, whose allocations the master hands out and frees). `pinned` page-locks it (kind
+        host-pinned): registered with the CUDA driver where one is present, else mlock; `pinned_by` says
+        which. NoMemoryError, naming RLIMIT_MEMLOCK, when the memory cannot be locked."""
         if not 0 < size < 2**63:
             raise InvalidArgumentError(f"size must be positive and below 2^63, got {size}")
         if not 0 <= fence_slots <= 1 << 26:
             raise InvalidArgumentError(f"fence_slots must be 0..2^26, got {fence_slots}")
-        info, array = self._core_engine().allocate(size, export, fence_slots)
+        info, array = self._core_engine().allocate(size, export, fence_slots, pinned)
         return self._add(info, array=array)
 
     def kill_allocations(
@@ -304,6 +309,7 @@ class TransferEngine:
             read_only=info["read_only"],
             array=array,
             owner=owner,
+            pinned_by=info.get("pinned_by", "none"),
         )
         self._regions[region.id] = region
         return region

@@ -121,11 +121,11 @@ void bind_engine(py::module_& m) {
           py::arg("read_only") = false)
       .def(
           "allocate",
-          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots) {
+          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned) {
             StatusOr<RegionInfo> r = Status();
             {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
-              r = e.registry().allocate(length, exported, fence_slots);
+              r = e.registry().allocate(length, exported, fence_slots, pinned);
             }
             const RegionInfo info = value_or_throw(std::move(r));
             // The array keeps the mapping alive: a view used after unregister reads stale memory,
@@ -134,9 +134,11 @@ void bind_engine(py::module_& m) {
             py::capsule owner(holder, [](void* p) { delete static_cast<std::shared_ptr<Region>*>(p); });
             py::array_t<uint8_t> view(static_cast<py::ssize_t>(info.length),
                                       reinterpret_cast<uint8_t*>(info.base), owner);
-            return py::make_tuple(region_dict(info), view);
+            py::dict d = region_dict(info);
+            d["pinned_by"] = pin_method_name((*holder)->pin_method());
+            return py::make_tuple(d, view);
           },
-          py::arg("length"), py::arg("exported"), py::arg("fence_slots") = 0,
+          py::arg("length"), py::arg("exported"), py::arg("fence_slots") = 0, py::arg("pinned") = false,
           "Allocates registered memfd host memory; returns (region info, uint8 numpy view). With "
           "fence_slots > 0 every transfer into it must name a live (slot, generation) allocation.")
       .def(

@@ -11,6 +11,7 @@ void bind_engine(py::module_& m);
 void bind_transports(py::module_& m);
 void bind_checksum(py::module_& m);
 void bind_disk(py::module_& m);
+void bind_cuda(py::module_& m);
 }  // namespace kvs::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
   kvs::bind::bind_transports(m);
   kvs::bind::bind_checksum(m);
   kvs::bind::bind_disk(m);
+  kvs::bind::bind_cuda(m);
 }

@@ -20,6 +20,7 @@ uint64_t random_u64() {
 
 Region::~Region() {
   if (owned_) {
+    unpin_host_memory(reinterpret_cast<void*>(info_.base), info_.length, pin_method_);
     munmap(reinterpret_cast<void*>(info_.base), info_.length);
   }
   if (memfd_ >= 0) close(memfd_);
@@ -55,7 +56,7 @@ MemoryRegistry::~MemoryRegistry() {
 }
 
 StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned,
-                                            std::shared_ptr<FenceTable> fence) {
+                                            std::shared_ptr<FenceTable> fence, PinMethod pin_method) {
   std::lock_guard<std::mutex> lock(mu_);
   // Reject overlap: the region containing an address must be unique.
   auto next = by_base_.lower_bound(info.base);
@@ -74,6 +75,7 @@ StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool own
   if (info.exported) info.slot = pin_table_.publish(info.id);
   auto region = std::make_shared<Region>(info, memfd, owned);
   region->fence_ = std::move(fence);
+  region->pin_method_ = pin_method;
   by_id_[info.id] = region;
   by_base_[info.base] = region;
   return info;
@@ -112,7 +114,8 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
   return insert(std::move(info), -1, false);
 }
 
-StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, uint32_t fence_slots) {
+StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, uint32_t fence_slots,
+                                              bool pinned) {
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
   std::shared_ptr<FenceTable> fence;
   if (fence_slots > 0) {
@@ -135,13 +138,25 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, ui
     close(fd);
     return st;
   }
+  PinMethod pin_method = PinMethod::kNone;
+  if (pinned) {
+    auto how = pin_host_memory(addr, length);
+    if (!how.ok()) {
+      munmap(addr, length);
+      close(fd);
+      return how.status();
+    }
+    pin_method = how.value();
+  }
   RegionInfo info;
   info.base = reinterpret_cast<uint64_t>(addr);
   info.length = length;
+  info.location.kind = pinned ? MemoryKind::kHostPinned : MemoryKind::kHost;
   info.exported = exported;
   info.shareable = true;
-  auto result = insert(std::move(info), fd, true, std::move(fence));
+  auto result = insert(std::move(info), fd, true, std::move(fence), pin_method);
   if (!result.ok()) {
+    unpin_host_memory(addr, length, pin_method);
     munmap(addr, length);
     close(fd);
   }

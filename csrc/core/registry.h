@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "core/fence.h"
+#include "core/host_pinning.h"
 #include "core/memory.h"
 #include "core/pin_table.h"
 
@@ -41,6 +42,8 @@ class Region {
   int memfd() const { return memfd_; }
   // Allocation fences of a storage region carved by the master; null for plain regions.
   FenceTable* fence() const { return fence_.get(); }
+  // How an allocated pinned region was page-locked (kNone for every other region).
+  PinMethod pin_method() const { return pin_method_; }
 
  private:
   friend class MemoryRegistry;
@@ -51,6 +54,7 @@ class Region {
   std::atomic<int64_t> pins_{0};
   bool removed_ = false;               // guarded by the registry mutex
   std::shared_ptr<FenceTable> fence_;  // set once, before the region is reachable through a fence
+  PinMethod pin_method_ = PinMethod::kNone;
 };
 
 class MemoryRegistry;
@@ -89,8 +93,10 @@ class MemoryRegistry {
   StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported,
                            bool read_only = false);
   // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
-  // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h).
-  StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0);
+  // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h). `pinned`
+  // page-locks it (kind host-pinned; see core/host_pinning.h) or fails saying why.
+  StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0,
+                                bool pinned = false);
   // Removes a region: new requests fail at once; returns once no transfer touches it any more.
   Status remove(uint64_t id);
   void remove_all();
@@ -118,7 +124,8 @@ class MemoryRegistry {
   friend class RegionPin;
   void unpin(Region* region);
   StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned,
-                              std::shared_ptr<FenceTable> fence = nullptr);
+                              std::shared_ptr<FenceTable> fence = nullptr,
+                              PinMethod pin_method = PinMethod::kNone);
 
   PinTable pin_table_;
   int peer_pin_timeout_ms_ = 5000;

@@ -13,7 +13,7 @@ from transfer_engine.settings import setting
 
 @dataclass
 class NodeConfig(Component):
-    """A storage node: the memory it contributes (later also disk and pinned tiers)."""
+    """A storage node: the memory it contributes (later also a disk tier)."""
 
     ENV_PREFIX: ClassVar[str] = "KVSTORE_NODE_"
 
@@ -22,6 +22,11 @@ class NodeConfig(Component):
         4 << 20, "Staging area of the node's own client (it moves little itself).", "size"
     )
     copy_workers: int = setting(1, "Threads executing the replica copies the master assigns to this node.")
+    pinned: bool = setting(
+        False,
+        "Page-lock the segment (kind host-pinned, DMA-able): registered with the CUDA driver where one is "
+        "present, else mlock (needs RLIMIT_MEMLOCK >= the segment size, or CAP_IPC_LOCK).",
+    )
 
     def validate(self) -> None:
         if self.segment_size <= 0:

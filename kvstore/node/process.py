@@ -19,9 +19,10 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     session = Session(config)
     try:
-        storage = StorageNode(session, node.segment_size, node.copy_workers)
+        storage = StorageNode(session, node.segment_size, node.copy_workers, node.pinned)
         session.start()
-        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}", flush=True)
+        pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
+        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}{pinned}", flush=True)
         wait_for_stop_request()
         storage.close()
     finally:

@@ -33,11 +33,16 @@ def fence_slots_for(segment_size: int) -> int:
 
 
 class StorageNode:
-    def __init__(self, session: Session, segment_size: int, copy_workers: int = 1) -> None:
+    def __init__(
+        self, session: Session, segment_size: int, copy_workers: int = 1, pinned: bool = False
+    ) -> None:
         self.session = session
         engine = session.engine
-        # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master.
-        self.segment = engine.allocate(segment_size, fence_slots=fence_slots_for(segment_size))
+        # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master;
+        # page-locked when pinned (the engine says how: CUDA host registration or mlock).
+        self.segment = engine.allocate(segment_size, fence_slots=fence_slots_for(segment_size), pinned=pinned)
+        if pinned:
+            log.info("segment of %d bytes pinned by %s", segment_size, self.segment.pinned_by)
         self._tasks: queue.Queue[m.CopyTask | None] = queue.Queue()
         self._workers = [
             threading.Thread(target=self._copy_loop, name=f"kvstore-copy-{i}", daemon=True)

@@ -59,6 +59,26 @@ def test_master_and_node_run_with_stdin_at_dev_null_until_signalled(sig: signal.
         _stays_up_then_stops_on(master, sig)
 
 
+def test_a_node_with_a_pinned_segment_serves_gets() -> None:
+    """`kvstore node --pinned` (and KVSTORE_NODE_PINNED=1) page-locks its segment and says how."""
+    with server("master", "--port", "0") as (_, ready):
+        address = ready.split()[0]
+        with (
+            server("node", "--master", address, "--segment-size", "16MiB", "--pinned") as (_, flag),
+            server("node", "--master", address, "--segment-size", "16MiB", KVSTORE_NODE_PINNED="1") as (
+                _,
+                env,
+            ),
+        ):
+            for line in (flag, env):
+                assert line.split()[-1] in ("pinned=mlock", "pinned=cuda")
+            with Store.connect(address) as store:
+                assert store.stats()["master"]["capacity"] == 32 << 20
+                keys = [f"pinned/{i}" for i in range(8)]
+                store.batch_put_from(keys, [bytes([i]) * 65536 for i in range(8)], replicas=2)
+                assert store.batch_get(keys) == [bytes([i]) * 65536 for i in range(8)]
+
+
 def test_settings_come_from_the_environment_everywhere() -> None:
     """KVSTORE_* reach the master, the node, Store.connect and the benches; code still wins."""
     with server("master", KVSTORE_MASTER_PORT="0", KVSTORE_MASTER_LEASE_TTL="3") as (_, ready):

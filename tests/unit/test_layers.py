@@ -46,6 +46,7 @@ EXTENSION_GATES = {
         "transfer_engine.config",
         "transfer_engine.checksum",
         "transfer_engine.disk",
+        "transfer_engine.cuda",
     },
     "transfer_engine._tools": {"transfer_engine.bench"},
     "kvstore._meta": {"kvstore.allocator"},
