@@ -462,6 +462,9 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
         const=True,
         help="page-lock the segment (CUDA host registration, else mlock); default: KVSTORE_NODE_PINNED",
     )
+    p.add_argument("--disk", help="file or block device of a disk tier under the memory (KVSTORE_NODE_DISK)")
+    p.add_argument("--disk-size", type=_size, help="bytes of the disk tier (KVSTORE_NODE_DISK_SIZE)")
+    p.add_argument("--disk-backend", choices=["auto", "io_uring", "threads"], help="disk I/O (default auto)")
     p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
     p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
 
@@ -471,7 +474,7 @@ def _run_node(args: argparse.Namespace) -> int:
     from kvstore.node.process import run_node
 
     run_node(
-        NodeConfig.load(**_given(args, ["segment_size", "pinned"])),
+        NodeConfig.load(**_given(args, ["segment_size", "pinned", "disk", "disk_size", "disk_backend"])),
         **_given(args, ["master", "host", "transport"]),
     )
     return 0

@@ -39,6 +39,16 @@ class MasterConfig(Component):
     high_watermark: float = setting(0.95, "Usage above which background eviction starts.")
     low_watermark: float = setting(0.85, "Usage background eviction brings the pool down to.")
     eviction_policy: str = setting("adaptive", "Eviction policy (kvstore.master.eviction.POLICIES).")
+    demote_watermark: float = setting(
+        0.7, "Memory usage above which the objects eviction would take next are copied to a disk tier."
+    )
+    disk_tasks: int = setting(64, "Demotions in flight at most (disk work the master hands to nodes).")
+    disk_task_timeout: float = setting(
+        30.0, "Seconds a node has for one disk order before the master gives up on it.", "seconds"
+    )
+    disk_read_wait: float = setting(
+        2.0, "Seconds a read of an object only on disk waits for its load; then it is a miss.", "seconds"
+    )
     max_replicas: int = setting(8, "Most replicas one object may have.")
     allocation_alignment: int = setting(64, "Replica offsets are multiples of this.")
     hot_access_rate: float = setting(20.0, "Accesses per second above which a key gains replicas.")
@@ -54,6 +64,12 @@ class MasterConfig(Component):
     def validate(self) -> None:
         if not 0 < self.low_watermark <= self.high_watermark <= 1:
             raise InvalidArgumentError("need 0 < low_watermark <= high_watermark <= 1")
+        if not 0 < self.demote_watermark <= 1:
+            raise InvalidArgumentError("demote_watermark must be in (0, 1]")
+        if not 1 <= self.disk_tasks <= 4096 or not self.disk_task_timeout > 0 or not self.disk_read_wait > 0:
+            raise InvalidArgumentError(
+                "disk_tasks must be 1..4096; disk_task_timeout, disk_read_wait positive"
+            )
         for name in ("client_ttl", "heartbeat_interval", "lease_ttl", "put_timeout"):
             if getattr(self, name) <= 0:
                 raise InvalidArgumentError(f"{name} must be positive")

@@ -13,7 +13,7 @@ from transfer_engine.settings import setting
 
 @dataclass
 class NodeConfig(Component):
-    """A storage node: the memory it contributes (later also a disk tier)."""
+    """A storage node: the memory it contributes, and optionally a disk tier under it."""
 
     ENV_PREFIX: ClassVar[str] = "KVSTORE_NODE_"
 
@@ -28,6 +28,15 @@ class NodeConfig(Component):
         "present, else mlock (needs RLIMIT_MEMLOCK >= the segment size, or CAP_IPC_LOCK).",
     )
 
+    disk: str = setting(
+        "", "Path of the disk tier's file (created and preallocated) or block device; empty: none."
+    )
+    disk_size: int = setting(
+        0, "Bytes of the disk tier (a multiple of 4KiB; 0 on a device: all of it).", "size"
+    )
+    disk_backend: str = setting("auto", "Disk I/O: auto (io_uring, else threads), io_uring or threads.")
+    disk_staging: int = setting(64 << 20, "Aligned memory the disk tier moves records through.", "size")
+
     def validate(self) -> None:
         if self.segment_size <= 0:
             raise InvalidArgumentError("a node's segment_size must be positive")
@@ -35,3 +44,9 @@ class NodeConfig(Component):
             raise InvalidArgumentError("buffer_size must be at least 4KiB")
         if not 1 <= self.copy_workers <= 64:
             raise InvalidArgumentError("copy_workers must be 1..64")
+        if self.disk_backend not in ("auto", "io_uring", "threads"):
+            raise InvalidArgumentError("disk_backend must be auto, io_uring or threads")
+        if self.disk and (self.disk_size < 0 or self.disk_size % 4096):
+            raise InvalidArgumentError("disk_size must be a multiple of 4KiB")
+        if self.disk_staging < 1 << 20:
+            raise InvalidArgumentError("disk_staging must be at least 1MiB")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.master.model import ObjectMeta
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
 
@@ -55,6 +56,8 @@ class Handlers:
             m.MountSegment: self.mount_segment,
             m.UnmountSegment: self.unmount_segment,
             m.AwaitFences: self.await_fences,
+            m.MountDisk: self.mount_disk,
+            m.AwaitDiskWork: self.await_disk_work,
             m.PutStart: self.put_start,
             m.PutEnd: self.put_end,
             m.PutRevoke: self.put_revoke,
@@ -173,23 +176,62 @@ class Handlers:
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
 
-    def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None]:
-        out: list[m.ObjectLocation | None] = []
-        location, offered = m.ReplicaLocation, self.state.offered
+    def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Deferred:
+        """Per key its location with a lease. Objects only on a disk tier are loaded into memory first:
+        the reply waits for those loads (a load that fails or takes too long is a miss)."""
+        metas: list[ObjectMeta | None] = []
+        loading: list[ObjectMeta] = []
         for key in r.keys:
             meta = self.state.get_replicas(key)
+            metas.append(meta)
             if meta is None:
-                out.append(None)
                 if r.prefix:
-                    out.extend([None] * (len(r.keys) - len(out)))
+                    metas.extend([None] * (len(r.keys) - len(metas)))
                     break
-                continue
+            elif not self.state.offered(meta):
+                loading.append(meta)
+        if not loading:
+            return self._locations(metas)
+        pending = len(loading)
+        reply = Deferred(lambda: self._locations(metas), self.state.config.disk_read_wait)
+
+        def one_done() -> None:
+            nonlocal pending
+            pending -= 1
+            if pending == 0:
+                reply.ready()
+
+        for meta in loading:
+            if not self.state.disk.load(meta, one_done):
+                one_done()  # no memory for it now: a miss
+        return reply
+
+    def _locations(self, metas: list[ObjectMeta | None]) -> list[m.ObjectLocation | None]:
+        location, offered = m.ReplicaLocation, self.state.offered
+        out: list[m.ObjectLocation | None] = []
+        for meta in metas:
             replicas = [
                 location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id, x.slot, x.gen)
-                for x in offered(meta)
+                for x in (offered(meta) if meta is not None else ())
             ]
-            out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
+            out.append(m.ObjectLocation(meta.size, meta.checksum, replicas) if replicas and meta else None)
         return out
+
+    def mount_disk(self, r: m.MountDisk) -> int:
+        self.state.check_client(r.client_id)
+        return self.state.disk.mount(r.client_id, r.size, r.host_id).id
+
+    def await_disk_work(self, r: m.AwaitDiskWork) -> list[m.DiskOrder] | Deferred:
+        """Takes the node's finished disk orders; answers with new ones, at once when there are some."""
+        self.state.check_client(r.client_id)
+        self.state.disk.complete(r.client_id, r.done)
+        self.state.plan_demotions()
+        orders = self.state.disk.take(r.client_id)
+        if orders or r.wait == 0:
+            return orders
+        reply = Deferred(lambda: self.state.disk.take(r.client_id), r.wait)
+        self.state.disk.park(r.client_id, reply.ready)
+        return reply
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         """How many leading keys are stored, where each lives, and per node its own leading run."""

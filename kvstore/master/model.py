@@ -48,6 +48,24 @@ class Replica:
 
 
 @dataclass
+class DiskSegment:
+    """A node's disk file, as the master carves it (only that node reads and writes it)."""
+
+    id: int
+    client_id: str
+    host_id: str
+    size: int
+    allocator: OffsetAllocator
+    objects: set[str] = field(default_factory=set)  # keys with a record here
+
+
+@dataclass
+class DiskReplica:
+    segment: DiskSegment
+    offset: int  # of the record: a header page, then the object's bytes
+
+
+@dataclass
 class ObjectMeta:
     key: str
     size: int
@@ -64,6 +82,7 @@ class ObjectMeta:
     target_replicas: int = 0  # set by change_replica; 0 lets heat decide
     heat: float = 0.0  # accesses, decayed with the configured half-life
     heat_time: float = 0.0
+    disk: DiskReplica | None = None  # its record on a node's disk tier, if it has one
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Counters:
     misses: int = 0
     evictions: int = 0
     evicted_bytes: int = 0
+    evictions_to_disk: int = 0  # evictions that dropped only memory replicas: the object stayed on disk
     reclaimed_puts: int = 0
     dropped_clients: int = 0
     suspected_segments: int = 0  # segments clients reported unreachable

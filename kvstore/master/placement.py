@@ -11,7 +11,9 @@ from collections.abc import Callable, Collection, Iterator
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.fences import FenceBook
-from kvstore.master.model import Replica, Segment
+from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+
+DISK_PAGE = 4096  # disk records start and end on it (direct I/O)
 
 
 class SegmentSpace:
@@ -177,4 +179,47 @@ class SegmentSpace:
     @property
     def used(self) -> int:
         """Bytes allocated in all segments (the allocators are the one record of it)."""
+        return sum(s.allocator.used for s in self.segments.values())
+
+
+class DiskSpace:
+    """Disk segments' space: the one writer of it, as SegmentSpace is of memory (records are 4 KiB
+    aligned for direct I/O; only a segment's own node reads and writes it, so no fences)."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, DiskSegment] = {}
+        self._next = 1
+
+    def mount(self, client_id: str, host_id: str, size: int) -> DiskSegment:
+        if any(s.client_id == client_id for s in self.segments.values()):
+            raise InvalidArgumentError(f"client {client_id} already mounted a disk")
+        seg = DiskSegment(self._next, client_id, host_id, size, OffsetAllocator(size, DISK_PAGE))
+        self._next += 1
+        self.segments[seg.id] = seg
+        return seg
+
+    def unmount(self, segment: DiskSegment) -> None:
+        self.segments.pop(segment.id, None)
+
+    def mounted(self, segment: DiskSegment) -> bool:
+        return self.segments.get(segment.id) is segment
+
+    def allocate(self, segment: DiskSegment, key: str, nbytes: int) -> DiskReplica | None:
+        offset = segment.allocator.allocate(nbytes)
+        if offset is None:
+            return None
+        segment.objects.add(key)
+        return DiskReplica(segment, offset)
+
+    def free(self, key: str, record: DiskReplica) -> None:
+        record.segment.objects.discard(key)
+        if self.mounted(record.segment):
+            record.segment.allocator.free(record.offset)
+
+    @property
+    def capacity(self) -> int:
+        return sum(s.size for s in self.segments.values())
+
+    @property
+    def used(self) -> int:
         return sum(s.allocator.used for s in self.segments.values())

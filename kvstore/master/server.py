@@ -130,6 +130,7 @@ class Master:
                     self.state.credit_stall(stalled)
                     continue  # read what queued up meanwhile before judging anyone
                 self.state.expire()
+                self.state.plan_demotions()
                 self.state.evict_to_watermark()
                 self.state.replicator.plan()
             except Exception:

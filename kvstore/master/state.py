@@ -6,6 +6,8 @@ fake clock. Data never passes through here; clients move it through the transfer
 
 from __future__ import annotations
 
+import functools
+import itertools
 import time
 from collections.abc import Callable
 
@@ -18,6 +20,7 @@ from kvstore.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
 )
+from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace
@@ -33,6 +36,9 @@ class MasterState:
         self.clients: dict[str, Client] = {}
         self.objects: dict[str, ObjectMeta] = {}
         self.replicator = Replicator(config, clock, self.space, self.objects)
+        self.disk = DiskTier(config, clock, self.space, self.objects, self.policy)
+        self.disk.on_lost = self._delete
+        self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending: dict[str, ObjectMeta] = {}
         self.stored_bytes = 0  # of visible objects, kept as they come and go: stats() is O(1)
@@ -133,6 +139,7 @@ class MasterState:
                 self._drop_segment(seg)
         for meta in [m for m in self._pending.values() if m.writer == client_id]:
             self._delete(meta)
+        self.disk.drop_client(client_id)
 
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
@@ -142,8 +149,10 @@ class MasterState:
             if meta is None:
                 continue
             meta.replicas = [r for r in meta.replicas if r.segment is not seg]
-            if not meta.replicas:
+            if not meta.replicas and meta.disk is None:
                 self._delete(meta)
+            elif not meta.replicas:
+                self.policy.on_remove(key)  # on disk only now
         client = self.clients.get(seg.client_id)
         if client:
             client.segments.discard(seg.id)
@@ -215,6 +224,8 @@ class MasterState:
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1
         self.counters.put_bytes += meta.size
+        if self.disk.segments:  # puts push the coldest objects toward eviction: give them disk records
+            self.plan_demotions()
 
     def put_revoke(self, client_id: str, key: str) -> None:
         self._delete(self._pending_put(client_id, key))
@@ -240,7 +251,7 @@ class MasterState:
         """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
         segment suspected unreachable). Readers are given `offered(meta)`."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete or (self.space.any_suspect() and not self.offered(meta)):
+        if meta is None or not meta.complete or (self.space.any_suspect() and not self.exists(key)):
             self.counters.misses += 1
             return None
         now = self.clock()
@@ -291,7 +302,7 @@ class MasterState:
     def exists(self, key: str) -> bool:
         """Stored, and readable: at least one replica is not on a segment suspected unreachable."""
         meta = self.objects.get(key)
-        return meta is not None and meta.complete and bool(self.offered(meta))
+        return meta is not None and meta.complete and (bool(self.offered(meta)) or meta.disk is not None)
 
     def exists_many(self, keys: list[str]) -> list[bool]:
         """exists() per key; one dictionary lookup each while no segment is suspect (a scheduler asks
@@ -332,17 +343,36 @@ class MasterState:
         self._pending.pop(meta.key, None)
         self.policy.on_remove(meta.key)
         self.replicator.forget(meta.key)
+        self.disk.forget(meta.key)
+        self.disk.drop_record(meta)
 
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
 
-    def _evict_one(self, leased_too: bool = True) -> bool:
+    def _evict_one(self, leased_too: bool = True, disk_backed_only: bool = False) -> bool:
         """Evicts the policy's first object not under a read lease; failing that (and with `leased_too`),
         its first leased one, fenced like a forced removal (a reader still on it gets a miss, never other
-        bytes), so readers cannot starve writers. False when nothing may go."""
+        bytes), so readers cannot starve writers. With a disk tier, objects with a disk record go first
+        (only their memory replicas are dropped); `disk_backed_only` evicts nothing else (room for a load
+        is never made by losing an object). False when nothing may go."""
         now = self.clock()
         victim = leased = None
-        for key in self.policy.candidates():
+        if self.disk.segments:  # the coldest objects with a disk record go first: evicting them loses nothing
+            scan = 16 * self.config.disk_tasks if disk_backed_only else 4 * self.config.disk_tasks
+            for key in itertools.islice(self.policy.candidates(), scan):
+                meta = self.objects.get(key)
+                if meta is None or meta.disk is None or not meta.complete or meta.pinned:
+                    continue
+                if meta.lease_until <= now:
+                    victim = meta
+                    break
+                if leased is None and leased_too:
+                    leased = meta  # a reader holding it gets STALE, asks again, and finds it on disk
+            victim = victim or leased
+            leased = None
+        if victim is None and disk_backed_only:
+            return False
+        for key in self.policy.candidates() if victim is None else ():
             meta = self.objects.get(key)
             if meta is None or not meta.complete or meta.pinned:
                 continue
@@ -356,7 +386,17 @@ class MasterState:
             return False
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
-        self._delete(victim)
+        if victim.disk is None:
+            self._delete(victim)
+            return True
+        # It has a disk record: only its memory replicas go (fenced like a removal's); it stays readable.
+        self.counters.evictions_to_disk += 1
+        self.disk.forget(victim.key)  # a load or demotion of it in flight is moot now
+        self.replicator.forget(victim.key)
+        for r in victim.replicas:
+            self.space.free(victim.key, r, read_until=victim.lease_until)
+        victim.replicas = []
+        self.policy.on_remove(victim.key)
         return True
 
     @property
@@ -371,6 +411,10 @@ class MasterState:
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
+
+    def plan_demotions(self) -> None:
+        """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""
+        self.disk.plan(self.usage(), self.capacity, self.policy.candidates)
 
     def evict_to_watermark(self) -> int:
         """Above the high watermark, evicts down to the low one. Returns the number evicted."""
@@ -395,6 +439,7 @@ class MasterState:
         for meta in self._pending.values():
             meta.put_deadline += seconds
         self.replicator.credit_stall(seconds)
+        self.disk.credit_stall(seconds)
 
     def expire(self) -> None:
         """Drops silent clients and reclaims abandoned puts."""
@@ -406,6 +451,7 @@ class MasterState:
             self.counters.reclaimed_puts += 1
             self._delete(meta)
         self.replicator.expire()
+        self.disk.expire()
         self.space.fences.expire()
 
     def stats(self) -> dict[str, float | int]:
@@ -423,5 +469,6 @@ class MasterState:
             "replicas_dropped": self.replicator.dropped,
             "copy_tasks": len(self.replicator.tasks),
             **self.space.fences.stats(),
+            **self.disk.stats(),
             **vars(self.counters),
         }

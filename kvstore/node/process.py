@@ -19,10 +19,11 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     session = Session(config)
     try:
-        storage = StorageNode(session, node.segment_size, node.copy_workers, node.pinned)
+        storage = StorageNode(session, node.segment_size, node.copy_workers, node.pinned, node)
         session.start()
         pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
-        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}{pinned}", flush=True)
+        disk = f" disk={storage.disk.file.backend}" if storage.disk is not None else ""
+        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}{pinned}{disk}", flush=True)
         wait_for_stop_request()
         storage.close()
     finally:

@@ -16,7 +16,9 @@ import time
 import xxhash
 
 from kvstore.client.session import Session
+from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.node.disk import DiskWorker
 from kvstore.rpc import messages as m
 from transfer_engine import Op, RequestState
 
@@ -34,7 +36,12 @@ def fence_slots_for(segment_size: int) -> int:
 
 class StorageNode:
     def __init__(
-        self, session: Session, segment_size: int, copy_workers: int = 1, pinned: bool = False
+        self,
+        session: Session,
+        segment_size: int,
+        copy_workers: int = 1,
+        pinned: bool = False,
+        disk: NodeConfig | None = None,
     ) -> None:
         self.session = session
         engine = session.engine
@@ -55,6 +62,11 @@ class StorageNode:
             w.start()
         self._fences = threading.Thread(target=self._follow_fences, name="kvstore-fences", daemon=True)
         self._fences.start()
+        self.disk: DiskWorker | None = None
+        if disk is not None and disk.disk:
+            self.disk = DiskWorker(
+                session, self.segment, disk.disk, disk.disk_size, disk.disk_backend, disk.disk_staging
+            )
 
     def mount(self) -> None:
         """Offers the segment to the master (again, after the master forgot this process). Every
@@ -143,7 +155,9 @@ class StorageNode:
         return state == RequestState.COMPLETED and xxhash.xxh3_64_intdigest(view.data) == task.checksum
 
     def close(self) -> None:
-        """Stops the copy workers (a copy in flight finishes first)."""
+        """Stops the copy workers and the disk worker (work in flight finishes first)."""
+        if self.disk is not None:
+            self.disk.close()
         for _ in self._workers:
             self._tasks.put(None)
         for w in self._workers:

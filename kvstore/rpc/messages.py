@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
 
-PROTOCOL_VERSION = 3  # 3: allocations carry fence (slot, generation); AwaitFences
+PROTOCOL_VERSION = 4  # 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier
 U64 = 2**64 - 1
 
 
@@ -44,6 +44,26 @@ class ObjectLocation(NamedTuple):
     size: int
     checksum: int
     replicas: list[ReplicaLocation]
+
+
+class DiskOrder(NamedTuple):
+    """Disk work for a node. kind "demote": read the object from `memory` (any node's replica) and write
+    its record at `disk_offset`. kind "load": read the record at `disk_offset` and copy the object into
+    `memory`, an allocation of this node's own segment. Either way the bytes are verified (key, size,
+    checksum) before the node reports success."""
+
+    order: int
+    kind: str  # "demote" | "load"
+    key: str
+    size: int
+    checksum: int
+    disk_offset: int  # the record's place in the node's disk file (a header page, then the bytes)
+    memory: Placement
+
+
+class DiskResult(NamedTuple):
+    order: int
+    ok: bool
 
 
 class ItemResult(NamedTuple):
@@ -245,6 +265,56 @@ class AwaitFences(Request):
         if not isinstance(obj, list):
             raise ProtocolError("master sent a malformed await_fences reply")
         return [_record(FenceOrder, o) for o in obj]
+
+
+@dataclass
+class MountDisk(Request):
+    """A node offers a disk tier of `size` bytes (its file, which only it reads and writes)."""
+
+    METHOD: ClassVar[str] = "mount_disk"
+    client_id: str
+    size: int
+    host_id: str
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> MountDisk:
+        return cls(v.text(p, "client_id"), v.integer(p, "size", 4096, 2**62), v.text(p, "host_id"))
+
+
+@dataclass
+class AwaitDiskWork(Request):
+    """A node's disk worker: reports the orders it finished and waits up to `wait` seconds for more
+    (answered at once when some are queued)."""
+
+    METHOD: ClassVar[str] = "await_disk_work"
+    client_id: str
+    done: list[DiskResult]
+    wait: float
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> AwaitDiskWork:
+        done = v.field(p, "done")
+        if not isinstance(done, list) or len(done) > v.MAX_KEYS:
+            raise InvalidArgumentError(f"'done' must be a list of at most {v.MAX_KEYS} results")
+        results = []
+        for d in done:
+            if not isinstance(d, (list, tuple)) or len(d) != 2 or not isinstance(d[1], bool):
+                raise InvalidArgumentError("each result is [order id, ok]")
+            results.append(DiskResult(v.integer({"order": d[0]}, "order", 1, U64), d[1]))
+        wait = v.field(p, "wait")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
+            raise InvalidArgumentError("'wait' must be 0..60 seconds")
+        return cls(v.text(p, "client_id"), results, float(wait))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[DiskOrder]:
+        if not isinstance(obj, list):
+            raise ProtocolError("master sent a malformed await_disk_work reply")
+        orders = []
+        for o in obj:
+            order = _record(DiskOrder, o)
+            orders.append(order._replace(memory=_record(Placement, order.memory)))
+        return orders
 
 
 @dataclass
@@ -496,6 +566,8 @@ REQUESTS: dict[str, type[Request]] = {
         MountSegment,
         UnmountSegment,
         AwaitFences,
+        MountDisk,
+        AwaitDiskWork,
         PutStart,
         PutEnd,
         PutRevoke,

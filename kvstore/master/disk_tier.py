@@ -1,0 +1,272 @@
+"""The disk tier's bookkeeping: nodes' disk files, where each object's disk record lives, and the disk
+work nodes do for the master (the master never moves data).
+
+- **Demotion** copies cold objects to disk ahead of need: while memory is above `demote_watermark`, the
+  objects memory eviction would take next get a disk record, written by the disk's node. Eviction then
+  drops only their memory replicas: the object stays readable from disk. A put never waits for this.
+- **Loads** bring a disk-only object back into memory for a reader: the disk's node reads its record and
+  copies it into an allocation of its own memory segment, which becomes a normal replica (so a read
+  promotes; memory eviction takes it again when cold, at no cost: the disk record stays).
+- Every record is verified when read back (key, size, checksum): a torn, stale or corrupt record is a
+  failed load and a miss, never bytes.
+
+Disk space is carved by the same offset allocator as memory (4 KiB aligned for direct I/O) and evicted
+by the same pluggable policies when a demotion needs room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from kvstore.config.master import MasterConfig
+from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
+from kvstore.master.placement import DISK_PAGE, DiskSpace, SegmentSpace
+from kvstore.rpc import messages as m
+
+HEADER = DISK_PAGE  # each record opens with one header page (key, size, checksum), then the bytes
+
+
+def record_bytes(size: int) -> int:
+    return HEADER + -(-size // DISK_PAGE) * DISK_PAGE
+
+
+@dataclass
+class DiskTask:
+    id: int
+    kind: str  # "demote" | "load"
+    key: str
+    disk: DiskReplica
+    memory: Replica  # demote: the replica read from; load: the allocation written to
+    deadline: float
+    issued: bool = False
+    waiters: list[Callable[[], object]] = field(default_factory=list)  # loads: readers waiting on it
+
+    def order(self, meta: ObjectMeta) -> m.DiskOrder:
+        r = self.memory
+        memory = m.Placement(r.segment.engine, r.segment.region_id, r.offset, r.slot, r.gen)
+        return m.DiskOrder(self.id, self.kind, self.key, meta.size, meta.checksum, self.disk.offset, memory)
+
+
+class DiskTier:
+    def __init__(
+        self,
+        config: MasterConfig,
+        clock: Callable[[], float],
+        space: SegmentSpace,
+        objects: Mapping[str, ObjectMeta],
+        memory_policy: EvictionPolicy,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.space = space
+        self.objects = objects
+        self.memory_policy = memory_policy
+        self.policy: EvictionPolicy = make_policy(config.eviction_policy)  # disk records, same kind
+        self.disk_space = DiskSpace()
+        self.segments = self.disk_space.segments  # read-only here: DiskSpace writes it
+        self.tasks: dict[int, DiskTask] = {}
+        self._by_key: dict[str, DiskTask] = {}  # at most one task per object
+        self._parked: dict[str, Callable[[], object]] = {}  # nodes waiting in AwaitDiskWork
+        self._next_task = 1
+        self.on_lost: Callable[[ObjectMeta], None] = lambda meta: None  # an object lost its last copy
+        self.make_room: Callable[[], bool] = lambda: False  # evicts one memory victim (loads need room)
+        self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
+
+    # -- segments -------------------------------------------------------------------------------------
+    def mount(self, client_id: str, size: int, host_id: str) -> DiskSegment:
+        return self.disk_space.mount(client_id, host_id, size)
+
+    def drop_client(self, client_id: str) -> None:
+        """The node is gone: its disk records with it (objects left with no copy are lost)."""
+        for seg in [s for s in self.segments.values() if s.client_id == client_id]:
+            self.disk_space.unmount(seg)
+            for task in [t for t in self.tasks.values() if t.disk.segment is seg]:
+                self._finish(task, ok=False)
+            for key in list(seg.objects):
+                meta = self.objects.get(key)
+                if meta is not None and meta.disk is not None and meta.disk.segment is seg:
+                    meta.disk = None
+                    self.policy.on_remove(key)
+                    if not meta.replicas:
+                        self.on_lost(meta)
+        self._parked.pop(client_id, None)
+
+    # -- demotion -------------------------------------------------------------------------------------
+    def plan(self, usage: float, capacity: int, candidates: Callable[[], Iterator[str]]) -> None:
+        """Above the demote watermark, gives disk records to the next objects memory eviction would take
+        (as many bytes as the watermark leaves free), so evicting them loses nothing."""
+        if not self.segments or usage <= self.config.demote_watermark:
+            return
+        budget = capacity * (1 - self.config.demote_watermark)
+        in_flight = sum(1 for t in self.tasks.values() if t.kind == "demote")
+        woken: set[str] = set()
+        for key in candidates():
+            if budget <= 0 or in_flight >= self.config.disk_tasks:
+                break
+            meta = self.objects.get(key)
+            if meta is None or not meta.complete or not meta.replicas:
+                continue
+            budget -= meta.size
+            if meta.disk is not None or meta.pinned or key in self._by_key:
+                continue
+            disk = self._place(key, meta.size, exclude=())
+            if disk is None:
+                break  # no disk can take it, even by evicting: try again later
+            self._add(DiskTask(self._next_task, "demote", key, disk, meta.replicas[0], self._deadline()))
+            in_flight += 1
+            woken.add(disk.segment.client_id)
+        for client_id in woken:
+            self._wake(client_id)
+
+    def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
+        need = record_bytes(size)
+        order = sorted(
+            (s for s in self.segments.values() if s.id not in exclude and s.size >= need),
+            key=lambda s: -s.allocator.largest_free,
+        )
+        for seg in order:
+            while (record := self.disk_space.allocate(seg, key, need)) is None:
+                if not self._evict_from(seg):
+                    break
+            if record is not None:
+                return record
+        return None
+
+    def _evict_from(self, seg: DiskSegment) -> bool:
+        """Drops the disk policy's first record on `seg` no task is using; False when none may go."""
+        for key in self.policy.candidates():
+            meta = self.objects.get(key)
+            if meta is None or meta.disk is None or meta.disk.segment is not seg or key in self._by_key:
+                continue
+            self.disk_evictions += 1
+            self.drop_record(meta)
+            if not meta.replicas:
+                self.on_lost(meta)
+            return True
+        return False
+
+    def drop_record(self, meta: ObjectMeta) -> None:
+        """Frees the object's disk record (a load reading it meanwhile fails its check: never bytes)."""
+        disk = meta.disk
+        if disk is None:
+            return
+        meta.disk = None
+        self.policy.on_remove(meta.key)
+        self.disk_space.free(meta.key, disk)
+
+    # -- loads ----------------------------------------------------------------------------------------
+    def load(self, meta: ObjectMeta, on_done: Callable[[], object]) -> bool:
+        """Has the disk's node copy a disk-only object into its memory; `on_done` runs when that ended
+        either way. False (nothing started) when there is no memory for it there now."""
+        task = self._by_key.get(meta.key)
+        if task is not None and task.kind == "load":
+            task.waiters.append(on_done)
+            return True
+        disk = meta.disk
+        if disk is None or task is not None:
+            return False  # a demotion of a disk-only object cannot be running: nothing to wait for
+        others = [s.id for s in self.space if s.client_id != disk.segment.client_id]
+        mine = [s for s in self.space if s.client_id == disk.segment.client_id and s.size >= meta.size]
+        if not mine:
+            return False
+        for _ in range(64):  # bounded: each round evicts one memory victim
+            placed = self.space.place(meta.key, meta.size, 1, exclude=others)
+            if placed is not None or not self.make_room():
+                break
+        if placed is None:
+            return False
+        task = DiskTask(
+            self._next_task, "load", meta.key, disk, placed[0], self._deadline(), waiters=[on_done]
+        )
+        self._add(task)
+        self._wake(disk.segment.client_id)
+        return True
+
+    # -- nodes ----------------------------------------------------------------------------------------
+    def take(self, client_id: str) -> list[m.DiskOrder]:
+        """The orders for this node's disk not handed out yet."""
+        out = []
+        for task in self.tasks.values():
+            meta = self.objects.get(task.key)
+            if not task.issued and task.disk.segment.client_id == client_id and meta is not None:
+                task.issued = True
+                out.append(task.order(meta))
+        return out
+
+    def park(self, client_id: str, wake: Callable[[], object]) -> None:
+        self._parked[client_id] = wake
+
+    def _wake(self, client_id: str) -> None:
+        wake = self._parked.pop(client_id, None)
+        if wake is not None:
+            wake()
+
+    def complete(self, client_id: str, results: list[m.DiskResult]) -> None:
+        for order, ok in results:
+            task = self.tasks.get(order)
+            if task is not None and task.disk.segment.client_id == client_id:
+                self._finish(task, ok)
+
+    def _finish(self, task: DiskTask, ok: bool) -> None:
+        del self.tasks[task.id]
+        del self._by_key[task.key]
+        meta = self.objects.get(task.key)
+        alive = meta is not None and meta.complete and self.disk_space.mounted(task.disk.segment)
+        if task.kind == "demote":
+            if ok and alive and meta is not None and meta.disk is None:
+                meta.disk = task.disk
+                self.policy.on_insert(task.key, meta.size)
+                self.demotions += 1
+            else:
+                self.demote_failures += 1
+                self.disk_space.free(task.key, task.disk)
+        else:
+            if ok and alive and meta is not None and meta.disk is task.disk:
+                meta.replicas.append(task.memory)
+                self.memory_policy.on_insert(task.key, meta.size)
+                self.loads += 1
+            else:
+                self.load_failures += 1
+                # The node reported (or the task timed out): it may still be copying, so the space waits
+                # for its fence either way.
+                self.space.free(task.key, task.memory, writing=True)
+            for waiter in task.waiters:
+                waiter()
+
+    def forget(self, key: str) -> None:
+        """The object is gone: its task, if any, ends as failed (space freed once safe)."""
+        task = self._by_key.get(key)
+        if task is not None:
+            self._finish(task, ok=False)
+
+    def expire(self) -> None:
+        now = self.clock()
+        for task in [t for t in self.tasks.values() if t.deadline < now]:
+            self._finish(task, ok=False)
+
+    def credit_stall(self, seconds: float) -> None:
+        for task in self.tasks.values():
+            task.deadline += seconds
+
+    def _deadline(self) -> float:
+        return self.clock() + self.config.disk_task_timeout
+
+    def _add(self, task: DiskTask) -> None:
+        self._next_task += 1
+        self.tasks[task.id] = task
+        self._by_key[task.key] = task
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "disk_capacity": self.disk_space.capacity,
+            "disk_used": self.disk_space.used,
+            "disk_objects": sum(len(s.objects) for s in self.segments.values()),
+            "disk_tasks": len(self.tasks),
+            "demotions": self.demotions,
+            "demote_failures": self.demote_failures,
+            "loads": self.loads,
+            "load_failures": self.load_failures,
+            "disk_evictions": self.disk_evictions,
+        }

@@ -1,0 +1,222 @@
+"""A storage node's disk tier: one preallocated file opened for direct I/O, and the worker that carries
+out the master's disk orders (kvstore.master.disk_tier) on it.
+
+Each object on disk is a record: one header page (magic, size, checksum, key, the header's own hash),
+then the object's bytes, padded to the page. Records are checked in full when read back: a torn, stale
+or corrupt record fails the load (the reader gets a miss), never bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+
+import numpy as np
+import xxhash
+
+from kvstore.client.session import Session
+from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.rpc import messages as m
+from transfer_engine import Op, Region, RequestState
+from transfer_engine.disk import DiskFile
+
+log = logging.getLogger("kvstore.node.disk")
+
+PAGE = 4096
+MAGIC = b"KVSDISK1"
+_FIXED = struct.Struct("<8sQQI")  # magic, size, checksum, key length; then the key; the hash is last
+MAX_KEY_BYTES = PAGE - _FIXED.size - 8
+POLL_SECONDS = 2.0
+
+
+def record_bytes(size: int) -> int:
+    return PAGE + -(-size // PAGE) * PAGE
+
+
+def write_header(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
+    """Fills one header page; False when the key does not fit in it."""
+    raw = key.encode()
+    if len(raw) > MAX_KEY_BYTES:
+        return False
+    page[:] = 0
+    head = _FIXED.pack(MAGIC, size, checksum, len(raw)) + raw
+    page[: len(head)] = np.frombuffer(head, np.uint8)
+    page[PAGE - 8 :] = np.frombuffer(
+        struct.pack("<Q", xxhash.xxh3_64_intdigest(page[: PAGE - 8].data)), np.uint8
+    )
+    return True
+
+
+def header_matches(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
+    """The header is intact and names exactly this object."""
+    (stored,) = struct.unpack("<Q", page[PAGE - 8 :].tobytes())
+    if stored != xxhash.xxh3_64_intdigest(page[: PAGE - 8].data):
+        return False
+    magic, got_size, got_checksum, key_len = _FIXED.unpack(page[: _FIXED.size].tobytes())
+    raw = page[_FIXED.size : _FIXED.size + key_len].tobytes() if key_len <= MAX_KEY_BYTES else b""
+    return magic == MAGIC and got_size == size and got_checksum == checksum and raw == key.encode()
+
+
+class DiskWorker:
+    """Mounts the disk with the master and runs its orders: demote (copy a memory replica into a
+    record) and load (copy a record into an allocation of this node's segment)."""
+
+    def __init__(
+        self, session: Session, segment: Region, path: str, size: int, backend: str, staging: int
+    ) -> None:
+        self.session = session
+        self.segment = segment
+        self.file = DiskFile(path, size, backend=backend, depth=32)
+        self.staging = session.engine.allocate(staging, export=False)  # page-aligned, registered
+        log.info("disk tier %s: %d bytes, I/O by %s", path, self.file.size, self.file.backend)
+        self._closed = False
+        self.mount()
+        session.on_rejoin(self.mount)
+        self._thread = threading.Thread(target=self._loop, name="kvstore-disk", daemon=True)
+        self._thread.start()
+
+    def mount(self) -> None:
+        s = self.session
+        s.master.call(m.MountDisk(client_id=s.client_id, size=self.file.size, host_id=s.host_id))
+
+    def _loop(self) -> None:
+        s = self.session
+        done: list[m.DiskResult] = []
+        while not s.closed and not self._closed:
+            try:
+                request = m.AwaitDiskWork(client_id=s.client_id, done=done, wait=POLL_SECONDS)
+                orders = s.master.call(request, timeout=POLL_SECONDS + s.config.rpc_timeout)
+                done = self.run(orders)
+            except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
+                done = []
+                time.sleep(s.terms.heartbeat_interval)
+            except KVStoreError as exc:
+                if s.closed or self._closed:
+                    return
+                log.debug("disk poll failed: %s", exc)
+                time.sleep(0.1)
+
+    # -- orders ---------------------------------------------------------------------------------------
+    def run(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
+        """Runs orders in batches that fit the staging area; one result per order."""
+        results: list[m.DiskResult] = []
+        batch: list[m.DiskOrder] = []
+        used = 0
+        for order in orders:
+            need = record_bytes(order.size)
+            if need > self.staging.length or order.disk_offset + need > self.file.size:
+                results.append(m.DiskResult(order.order, False))
+                continue
+            if used + need > self.staging.length:
+                results += self._run_batch(batch)
+                batch, used = [], 0
+            batch.append(order)
+            used += need
+        return results + self._run_batch(batch)
+
+    def _run_batch(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
+        if not orders:
+            return []
+        at = [0]
+        for order in orders[:-1]:
+            at.append(at[-1] + record_bytes(order.size))
+        demotes = [i for i, o in enumerate(orders) if o.kind == "demote"]
+        loads = [i for i, o in enumerate(orders) if o.kind == "load"]
+        ok = [False] * len(orders)
+        try:
+            for indices, run in ((demotes, self._demote), (loads, self._load)):
+                done = run([orders[i] for i in indices], [at[i] for i in indices])
+                for i, good in zip(indices, done, strict=True):
+                    ok[i] = good
+        except KVStoreError as exc:  # the disk or the engine failed as a whole: these orders fail
+            log.warning("disk orders failed: %s", exc)
+        return [m.DiskResult(o.order, good) for o, good in zip(orders, ok, strict=True)]
+
+    def _view(self, at: int, nbytes: int) -> np.ndarray:
+        assert self.staging.array is not None
+        return self.staging.array[at : at + nbytes]
+
+    def _demote(self, orders: list[m.DiskOrder], at: list[int]) -> list[bool]:
+        """Reads each object from its memory replica, checks it, and writes its record."""
+        if not orders:
+            return []
+        engine = self.session.engine
+        ok = [False] * len(orders)
+        reads = []
+        for i, order in enumerate(orders):
+            peer = self.session.peer(order.memory.engine)
+            if peer is not None and write_header(
+                self._view(at[i], PAGE), order.key, order.size, order.checksum
+            ):
+                reads.append(i)
+        if not reads:
+            return ok
+        handle = engine.submit(
+            Op.READ,
+            [self.staging.addr + at[i] + PAGE for i in reads],
+            [self.session.peer(orders[i].memory.engine).handle for i in reads],  # type: ignore[union-attr]
+            [orders[i].memory.region_id for i in reads],
+            [orders[i].memory.offset for i in reads],
+            [orders[i].size for i in reads],
+            fence_slots=[orders[i].memory.slot for i in reads],
+            fence_gens=[orders[i].memory.gen for i in reads],
+        )
+        handle.wait()
+        states = handle.states()
+        writes = []
+        for j, i in enumerate(reads):
+            order = orders[i]
+            data = self._view(at[i] + PAGE, order.size)
+            if states[j] == RequestState.COMPLETED and xxhash.xxh3_64_intdigest(data.data) == order.checksum:
+                tail = record_bytes(order.size) - PAGE - order.size
+                self._view(at[i] + PAGE + order.size, tail)[:] = 0
+                writes.append(i)
+        if writes:
+            codes = self.file.run(
+                [True] * len(writes),
+                [self.staging.addr + at[i] for i in writes],
+                [orders[i].disk_offset for i in writes],
+                [record_bytes(orders[i].size) for i in writes],
+            )
+            for i, code in zip(writes, codes.tolist(), strict=True):
+                ok[i] = code == 0
+        return ok
+
+    def _load(self, orders: list[m.DiskOrder], at: list[int]) -> list[bool]:
+        """Reads each record, checks it in full, and copies the object into this node's allocation."""
+        if not orders:
+            return []
+        codes = self.file.run(
+            [False] * len(orders),
+            [self.staging.addr + a for a in at],
+            [o.disk_offset for o in orders],
+            [record_bytes(o.size) for o in orders],
+        ).tolist()
+        ok = [False] * len(orders)
+        segment = self.segment.array
+        assert segment is not None
+        for i, order in enumerate(orders):
+            placed = order.memory
+            mine = placed.engine == self.session.engine.name and placed.region_id == self.segment.id
+            if codes[i] != 0 or not mine or placed.offset + order.size > self.segment.length:
+                continue
+            data = self._view(at[i] + PAGE, order.size)
+            header = self._view(at[i], PAGE)
+            if not header_matches(header, order.key, order.size, order.checksum):
+                continue
+            if xxhash.xxh3_64_intdigest(data.data) != order.checksum:
+                continue
+            try:
+                with self.session.engine.fenced(self.segment, placed.slot, placed.gen):
+                    segment[placed.offset : placed.offset + order.size] = data
+            except KVStoreError:  # the master gave the allocation up meanwhile
+                continue
+            ok[i] = True
+        return ok
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(timeout=POLL_SECONDS + 5)
+        self.file.close()
