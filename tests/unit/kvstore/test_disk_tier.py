@@ -1,0 +1,92 @@
+"""The master's disk-tier bookkeeping with a fake clock: demotion planning, eviction to disk, loads,
+disk eviction, task expiry, and a node that goes away."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstore.master.disk_tier import record_bytes
+from kvstore.master.state import MasterState
+from kvstore.rpc import messages as m
+from tests.unit.kvstore.test_master_state import Clock, MiB, make_state, put
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def with_disk(clock: Clock, memory: int = 8 * MiB, disk: int = 32 * MiB, **config: object) -> MasterState:
+    state = make_state(clock, [("h0", memory)], lease_ttl=1.0, **config)
+    state.disk.mount("c0", disk, "h0")
+    return state
+
+
+def run_orders(state: MasterState, ok: bool = True) -> list[m.DiskOrder]:
+    """Plays the disk node: takes its orders and reports them done."""
+    orders = state.disk.take("c0")
+    state.disk.complete("c0", [m.DiskResult(o.order, ok) for o in orders])
+    return orders
+
+
+def test_above_the_watermark_the_coldest_objects_are_demoted(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(4):
+        put(state, f"k{i}")
+    assert state.disk.take("c0") == []  # 50%: not above the watermark
+    put(state, "k4")
+    orders = run_orders(state)
+    assert [o.kind for o in orders] == ["demote"] * len(orders) and orders[0].key == "k0"
+    assert all(o.disk_offset % 4096 == 0 for o in orders)
+    assert state.objects["k0"].disk is not None and state.disk.demotions == len(orders)
+    assert state.stats()["disk_used"] == len(orders) * record_bytes(MiB)
+
+
+def test_eviction_keeps_demoted_objects_on_disk_and_a_read_loads_them(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(6):
+        put(state, f"k{i}")
+        run_orders(state)
+    for i in range(6, 12):  # memory holds 8: these evict the coldest, which have disk records
+        put(state, f"k{i}")
+        run_orders(state)
+    assert state.counters.evictions_to_disk == state.counters.evictions > 0
+    cold = state.objects["k0"]
+    assert cold.replicas == [] and cold.disk is not None and state.exists("k0")
+    assert state.get_replicas("k0") is cold  # a hit; the reader's reply waits for the load
+    done: list[bool] = []
+    assert state.disk.load(cold, lambda: done.append(True))
+    (order,) = [o for o in state.disk.take("c0") if o.kind == "load"]
+    assert order.memory.engine == "127.0.0.1:7000" and order.disk_offset == cold.disk.offset
+    state.disk.complete("c0", [m.DiskResult(order.order, True)])
+    assert done == [True] and len(cold.replicas) == 1 and state.disk.loads == 1
+
+
+def test_a_failed_or_late_load_frees_its_memory_and_is_a_miss(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(12):
+        put(state, f"k{i}")
+        run_orders(state)
+    cold = state.objects["k0"]
+    used = state.used
+    waited: list[int] = []
+    assert state.disk.load(cold, lambda: waited.append(1))
+    assert state.disk.load(cold, lambda: waited.append(2))  # a second reader joins the same load
+    run_orders(state, ok=False)
+    assert waited == [1, 2] and cold.replicas == [] and state.disk.load_failures == 1
+    assert state.disk.load(cold, lambda: None)
+    clock.now += state.config.disk_task_timeout + 1
+    state.expire()
+    assert state.disk.load_failures == 2 and cold.replicas == [] and state.used <= used + MiB
+
+
+def test_a_full_disk_evicts_by_its_policy_and_a_lost_node_takes_its_records(clock: Clock) -> None:
+    state = with_disk(clock, memory=8 * MiB, disk=4 * record_bytes(MiB), demote_watermark=0.25)
+    for i in range(16):
+        put(state, f"k{i}")
+        run_orders(state)
+    assert state.disk.disk_evictions > 0
+    assert sum(1 for meta in state.objects.values() if meta.disk is not None) <= 4
+    on_disk_only = [k for k, meta in state.objects.items() if not meta.replicas]
+    state.drop_client("c0")  # the node (memory and disk) is gone
+    assert not any(state.exists(k) for k in on_disk_only) and state.objects == {}
