@@ -73,6 +73,7 @@ class DiskTier:
         self.on_lost: Callable[[ObjectMeta], None] = lambda meta: None  # an object lost its last copy
         self.make_room: Callable[[], bool] = lambda: False  # evicts one memory victim (loads need room)
         self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
+        self.restored = 0  # records restarted nodes offered back
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(self, client_id: str, size: int, host_id: str) -> DiskSegment:
@@ -269,4 +270,5 @@ class DiskTier:
             "loads": self.loads,
             "load_failures": self.load_failures,
             "disk_evictions": self.disk_evictions,
+            "disk_restored": self.restored,
         }

@@ -57,6 +57,7 @@ class Handlers:
             m.UnmountSegment: self.unmount_segment,
             m.AwaitFences: self.await_fences,
             m.MountDisk: self.mount_disk,
+            m.RestoreDisk: self.restore_disk,
             m.AwaitDiskWork: self.await_disk_work,
             m.PutStart: self.put_start,
             m.PutEnd: self.put_end,
@@ -220,6 +221,9 @@ class Handlers:
     def mount_disk(self, r: m.MountDisk) -> int:
         self.state.check_client(r.client_id)
         return self.state.disk.mount(r.client_id, r.size, r.host_id).id
+
+    def restore_disk(self, r: m.RestoreDisk) -> int:
+        return self.state.restore_disk(r.client_id, r.records)
 
     def await_disk_work(self, r: m.AwaitDiskWork) -> list[m.DiskOrder] | Deferred:
         """Takes the node's finished disk orders; answers with new ones, at once when there are some."""

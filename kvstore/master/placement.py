@@ -211,6 +211,14 @@ class DiskSpace:
         segment.objects.add(key)
         return DiskReplica(segment, offset)
 
+    def reserve(self, segment: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
+        """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if
+        that space is not free."""
+        if offset % DISK_PAGE or not segment.allocator.reserve(offset, nbytes):
+            return None
+        segment.objects.add(key)
+        return DiskReplica(segment, offset)
+
     def free(self, key: str, record: DiskReplica) -> None:
         record.segment.objects.discard(key)
         if self.mounted(record.segment):

@@ -20,7 +20,7 @@ from kvstore.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
 )
-from kvstore.master.disk_tier import DiskTier
+from kvstore.master.disk_tier import DiskTier, record_bytes
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace
@@ -411,6 +411,30 @@ class MasterState:
 
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
+
+    def restore_disk(self, client_id: str, records: list[tuple[int, str, int, int]]) -> int:
+        """Takes back records a restarted node's disk still holds (verified by the node): each becomes a
+        disk-only object unless the key is already known. Returns how many were taken."""
+        self._client(client_id)
+        seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
+        if seg is None:
+            raise NotFoundError(f"client {client_id} has no disk mounted")
+        now = self.clock()
+        taken = 0
+        for offset, key, size, checksum in records:
+            if key in self.objects:
+                continue
+            record = self.disk.disk_space.reserve(seg, key, offset, record_bytes(size))
+            if record is None:
+                continue
+            meta = ObjectMeta(key, size, checksum, [], client_id, complete=True, last_access=now)
+            meta.disk = record
+            self.objects[key] = meta
+            self.stored_bytes += size
+            self.disk.policy.on_insert(key, size)
+            taken += 1
+        self.disk.restored += taken
+        return taken
 
     def plan_demotions(self) -> None:
         """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""

@@ -18,6 +18,7 @@ import xxhash
 
 from kvstore.client.session import Session
 from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
 from transfer_engine import Op, Region, RequestState
 from transfer_engine.disk import DiskFile
@@ -70,16 +71,74 @@ class DiskWorker:
         self.segment = segment
         self.file = DiskFile(path, size, backend=backend, depth=32)
         self.staging = session.engine.allocate(staging, export=False)  # page-aligned, registered
-        log.info("disk tier %s: %d bytes, I/O by %s", path, self.file.size, self.file.backend)
+        self.index = DiskIndex(path + ".index")
+        self._io = threading.Lock()  # the staging area: orders, and a re-mount's check of the records
         self._closed = False
+        self.restored = 0  # records offered back at the last mount, and how many the checks dropped
+        self.dropped = 0
         self.mount()
+        log.info(
+            "disk tier %s: %d bytes, I/O by %s; %d records restored, %d dropped",
+            path,
+            self.file.size,
+            self.file.backend,
+            self.restored,
+            self.dropped,
+        )
         session.on_rejoin(self.mount)
         self._thread = threading.Thread(target=self._loop, name="kvstore-disk", daemon=True)
         self._thread.start()
 
     def mount(self) -> None:
+        """Mounts the disk and offers back the records it holds intact (after a restart of this node or
+        of the master); the index is rewritten with just those."""
         s = self.session
         s.master.call(m.MountDisk(client_id=s.client_id, size=self.file.size, host_id=s.host_id))
+        with self._io:
+            intact = self._intact(self.index.read())
+            self.index.rewrite(intact)
+        self.restored = 0
+        for start in range(0, len(intact), 4096):
+            chunk = [(e.offset, e.key, e.size, e.checksum) for e in intact[start : start + 4096]]
+            self.restored += s.master.call(m.RestoreDisk(client_id=s.client_id, records=chunk))
+
+    def _intact(self, entries: list[IndexEntry]) -> list[IndexEntry]:
+        """The entries whose records read back whole: header naming them, bytes matching the checksum."""
+        intact: list[IndexEntry] = []
+        for batch in self._fitting(entries):
+            at = [0]
+            for e in batch[:-1]:
+                at.append(at[-1] + record_bytes(e.size))
+            codes = self.file.run(
+                [False] * len(batch),
+                [self.staging.addr + a for a in at],
+                [e.offset for e in batch],
+                [record_bytes(e.size) for e in batch],
+            ).tolist()
+            for e, a, code in zip(batch, at, codes, strict=True):
+                if (
+                    code == 0
+                    and header_matches(self._view(a, PAGE), e.key, e.size, e.checksum)
+                    and xxhash.xxh3_64_intdigest(self._view(a + PAGE, e.size).data) == e.checksum
+                ):
+                    intact.append(e)
+        self.dropped = len(entries) - len(intact)
+        return intact
+
+    def _fitting(self, entries: list[IndexEntry]) -> list[list[IndexEntry]]:
+        """Entries that fit the file, in batches whose records fit the staging area together."""
+        batches: list[list[IndexEntry]] = [[]]
+        used = 0
+        for e in entries:
+            need = record_bytes(e.size)
+            if e.offset + need > self.file.size or need > self.staging.length:
+                continue
+            if used + need > self.staging.length:
+                batches.append([])
+                used = 0
+            batches[-1].append(e)
+            used += need
+        return [b for b in batches if b]
 
     def _loop(self) -> None:
         s = self.session
@@ -101,6 +160,10 @@ class DiskWorker:
     # -- orders ---------------------------------------------------------------------------------------
     def run(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
         """Runs orders in batches that fit the staging area; one result per order."""
+        with self._io:
+            return self._run(orders)
+
+    def _run(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
         results: list[m.DiskResult] = []
         batch: list[m.DiskOrder] = []
         used = 0
@@ -182,6 +245,14 @@ class DiskWorker:
             )
             for i, code in zip(writes, codes.tolist(), strict=True):
                 ok[i] = code == 0
+            # Named in the index only once written in full: a kill loses at most the records in flight.
+            self.index.append(
+                [
+                    IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
+                    for i in writes
+                    if ok[i]
+                ]
+            )
         return ok
 
     def _load(self, orders: list[m.DiskOrder], at: list[int]) -> list[bool]:

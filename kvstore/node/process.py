@@ -22,7 +22,8 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         storage = StorageNode(session, node.segment_size, node.copy_workers, node.pinned, node)
         session.start()
         pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
-        disk = f" disk={storage.disk.file.backend}" if storage.disk is not None else ""
+        d = storage.disk
+        disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
         print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}{pinned}{disk}", flush=True)
         wait_for_stop_request()
         storage.close()

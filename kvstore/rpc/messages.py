@@ -282,6 +282,37 @@ class MountDisk(Request):
 
 
 @dataclass
+class RestoreDisk(Request):
+    """A restarted node offers the records its disk still holds intact (checked by the node): each
+    [offset, key, size, checksum]. Keys the master already knows are left alone. Replies how many were
+    taken back."""
+
+    METHOD: ClassVar[str] = "restore_disk"
+    client_id: str
+    records: list[tuple[int, str, int, int]]
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> RestoreDisk:
+        raw = v.field(p, "records")
+        if not isinstance(raw, list) or len(raw) > v.MAX_KEYS:
+            raise InvalidArgumentError(f"'records' must be a list of at most {v.MAX_KEYS}")
+        records = []
+        for r in raw:
+            if not isinstance(r, (list, tuple)) or len(r) != 4:
+                raise InvalidArgumentError("each record is [offset, key, size, checksum]")
+            f = {"offset": r[0], "size": r[2], "checksum": r[3]}
+            records.append(
+                (
+                    v.integer(f, "offset", 0, 2**62),
+                    v.key(r[1]),
+                    v.integer(f, "size", 1, 2**62),
+                    v.integer(f, "checksum", 0, U64),
+                )
+            )
+        return cls(v.text(p, "client_id"), records)
+
+
+@dataclass
 class AwaitDiskWork(Request):
     """A node's disk worker: reports the orders it finished and waits up to `wait` seconds for more
     (answered at once when some are queued)."""
@@ -567,6 +598,7 @@ REQUESTS: dict[str, type[Request]] = {
         UnmountSegment,
         AwaitFences,
         MountDisk,
+        RestoreDisk,
         AwaitDiskWork,
         PutStart,
         PutEnd,

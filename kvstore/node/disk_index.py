@@ -1,0 +1,87 @@
+"""The disk tier's index: an append-only file beside the disk file naming every record written (offset,
+key, size, checksum), so a restarted node can offer its records again.
+
+An entry is appended only after its record was written in full, so a node killed mid-demotion loses at
+most the records being written. Entries are never trusted: at start every one is checked against its
+record (header and bytes), and only intact, current ones are kept (the index is then rewritten with just
+those). A torn last entry (a kill mid-append) is where reading stops.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+import xxhash
+
+_ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; entry hash
+
+
+class IndexEntry(NamedTuple):
+    offset: int
+    key: str
+    size: int
+    checksum: int
+
+
+def encode(entry: IndexEntry) -> bytes:
+    raw = entry.key.encode()
+    body = _ENTRY.pack(entry.offset, entry.size, entry.checksum, len(raw)) + raw
+    return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+
+
+def decode_all(data: bytes) -> list[IndexEntry]:
+    """Entries in order, up to the first torn or damaged one."""
+    out = []
+    at = 0
+    while at + _ENTRY.size + 8 <= len(data):
+        offset, size, checksum, key_len = _ENTRY.unpack_from(data, at)
+        end = at + _ENTRY.size + key_len
+        if key_len > 4096 or end + 8 > len(data):
+            break
+        (digest,) = struct.unpack_from("<Q", data, end)
+        if digest != xxhash.xxh3_64_intdigest(data[at:end]):
+            break
+        try:
+            key = data[at + _ENTRY.size : end].decode()
+        except UnicodeDecodeError:
+            break
+        out.append(IndexEntry(offset, key, size, checksum))
+        at = end + 8
+    return out
+
+
+class DiskIndex:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> list[IndexEntry]:
+        """The latest entry per record offset (a later record at an offset replaced the earlier one)."""
+        try:
+            with open(self.path, "rb") as f:
+                entries = decode_all(f.read())
+        except FileNotFoundError:
+            return []
+        latest: dict[int, IndexEntry] = {}
+        for entry in entries:
+            latest[entry.offset] = entry
+        return list(latest.values())
+
+    def rewrite(self, entries: list[IndexEntry]) -> None:
+        """Replaces the index with `entries`, atomically (a kill leaves the old or the new one)."""
+        temp = self.path + ".new"
+        with open(temp, "wb") as f:
+            f.write(b"".join(encode(e) for e in entries))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, self.path)
+
+    def append(self, entries: list[IndexEntry]) -> None:
+        if not entries:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"".join(encode(e) for e in entries))
+        finally:
+            os.close(fd)
