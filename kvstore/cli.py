@@ -195,6 +195,41 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
     return 0 if r.errors == 0 else 1
 
 
+def _add_tier_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tier", help="a memory tier's put/get beside the same device's own baseline")
+    p.add_argument("--tier", choices=["disk"], default="disk", help="disk (pinned and gpu: not yet)")
+    p.add_argument("--dir", default=".", help="where the disk file goes (its file system is measured)")
+    p.add_argument("--value-size", type=_size, default=1 << 20)
+    p.add_argument("--batch-size", type=_positive_int, default=32)
+    p.add_argument("--total", type=_size, default=512 << 20, help="bytes put (several times --memory)")
+    p.add_argument("--memory", type=_size, default=128 << 20, help="the node's memory segment")
+    p.add_argument("--disk-backend", choices=["auto", "io_uring", "threads"], default="auto")
+    p.add_argument("--json", action="store_true")
+
+
+def _run_tier_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import tier_bench
+
+    cfg = tier_bench.TierBenchConfig(
+        args.dir, args.value_size, args.batch_size, args.total, args.memory, args.disk_backend
+    )
+    r = tier_bench.run(cfg)
+    if args.json:
+        print(json.dumps({**dataclasses.asdict(r), "demote_ratio": r.demote_ratio, "get_ratio": r.get_ratio}))
+    else:
+        print(
+            f"disk tier ({r.backend}), {r.value_size / 2**20:.2f} MiB values, batches of {r.batch_size}, "
+            f"{r.objects} objects read from disk\n"
+            f"  put (demotion) {r.demote_gbps:6.2f} GB/s   O_DIRECT write {r.baseline_write_gbps:6.2f} GB/s"
+            f"   ratio {r.demote_ratio:.2f}\n"
+            f"  get            {r.get_gbps:6.2f} GB/s   O_DIRECT read  {r.baseline_read_gbps:6.2f} GB/s"
+            f"   ratio {r.get_ratio:.2f}   batch p50 {r.get_p50_ms:.1f} ms  p99 {r.get_p99_ms:.1f} ms"
+        )
+        if r.misses:
+            print(f"  MISSES: {r.misses} objects not read back")
+    return 0 if r.misses == 0 else 1
+
+
 def _add_allocator_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("allocator", help="offset allocator speed and fragmentation")
     p.add_argument("--capacity", type=_size, default=4 << 30)
@@ -512,6 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_bench(benches)
     _add_allocator_bench(benches)
     _add_connector_bench(benches)
+    _add_tier_bench(benches)
     _add_trace_bench(benches)
     _add_master(commands)
     _add_node(commands)
@@ -527,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("bench", "store"): _run_store_bench,
         ("bench", "allocator"): _run_allocator_bench,
         ("bench", "connector"): _run_connector_bench,
+        ("bench", "tier"): _run_tier_bench,
         ("bench", "trace"): _run_trace_bench,
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,

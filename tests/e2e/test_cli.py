@@ -343,6 +343,21 @@ def test_bench_trace_with_a_disk_tier(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "--simulate" in refused.stderr
 
 
+def test_bench_tier_disk(tmp_path: Path) -> None:
+    """Puts overflow a small memory segment onto the disk tier; every object read back from disk, beside
+    the file system's own O_DIRECT figures. Leaves no files behind."""
+    args = ["bench", "tier", "--dir", str(tmp_path), "--value-size", "256KiB", "--batch-size", "8"]
+    result = kvstore(*args, "--total", "64MiB", "--memory", "16MiB", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    assert r["tier"] == "disk" and r["backend"] in ("io_uring", "threads") and r["misses"] == 0
+    assert r["objects"] >= 128 and r["get_gbps"] > 0 and r["demote_gbps"] > 0
+    assert r["baseline_read_gbps"] > 0 and r["get_ratio"] > 0 and r["demote_ratio"] > 0
+    assert list(tmp_path.iterdir()) == []
+    bad = kvstore("bench", "tier", "--dir", str(tmp_path), "--value-size", "1000")
+    assert bad.returncode == 1 and "multiple of 4KiB" in bad.stderr
+
+
 def test_bench_trace_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": "x"}\n')
