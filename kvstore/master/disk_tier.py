@@ -94,11 +94,17 @@ class DiskTier:
                         self.on_lost(meta)
         self._parked.pop(client_id, None)
 
+    def mark_broken(self, client_id: str, reason: str) -> None:
+        """The node's disk failed: nothing more is demoted to it (its records stay readable if they are)."""
+        for seg in self.segments.values():
+            if seg.client_id == client_id and not seg.broken:
+                seg.broken = reason or "broken"
+
     # -- demotion -------------------------------------------------------------------------------------
     def plan(self, usage: float, capacity: int, candidates: Callable[[], Iterator[str]]) -> None:
         """Above the demote watermark, gives disk records to the next objects memory eviction would take
         (as many bytes as the watermark leaves free), so evicting them loses nothing."""
-        if not self.segments or usage <= self.config.demote_watermark:
+        if not any(not s.broken for s in self.segments.values()) or usage <= self.config.demote_watermark:
             return
         budget = capacity * (1 - self.config.demote_watermark)
         in_flight = sum(1 for t in self.tasks.values() if t.kind == "demote")
@@ -124,7 +130,7 @@ class DiskTier:
     def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
         need = record_bytes(size)
         order = sorted(
-            (s for s in self.segments.values() if s.id not in exclude and s.size >= need),
+            (s for s in self.segments.values() if s.id not in exclude and s.size >= need and not s.broken),
             key=lambda s: -s.allocator.largest_free,
         )
         for seg in order:
@@ -271,4 +277,5 @@ class DiskTier:
             "load_failures": self.load_failures,
             "disk_evictions": self.disk_evictions,
             "disk_restored": self.restored,
+            "disks_broken": sum(1 for s in self.segments.values() if s.broken),
         }

@@ -57,6 +57,7 @@ class DiskSegment:
     size: int
     allocator: OffsetAllocator
     objects: set[str] = field(default_factory=set)  # keys with a record here
+    broken: str = ""  # why its node stopped trusting it (nothing more is placed on it); "" while fine
 
 
 @dataclass

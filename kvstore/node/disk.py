@@ -22,6 +22,7 @@ from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
 from transfer_engine import Op, Region, RequestState
 from transfer_engine.disk import DiskFile
+from transfer_engine.errors import CODE_NAMES
 
 log = logging.getLogger("kvstore.node.disk")
 
@@ -74,6 +75,7 @@ class DiskWorker:
         self.index = DiskIndex(path + ".index")
         self._io = threading.Lock()  # the staging area: orders, and a re-mount's check of the records
         self._closed = False
+        self.broken = ""  # set once writes failed: the master was told, and places nothing more here
         self.restored = 0  # records offered back at the last mount, and how many the checks dropped
         self.dropped = 0
         self.mount()
@@ -245,6 +247,9 @@ class DiskWorker:
             )
             for i, code in zip(writes, codes.tolist(), strict=True):
                 ok[i] = code == 0
+            failed = [c for c in codes.tolist() if c]
+            if failed:
+                self._broken(f"{len(failed)} record write(s) failed ({CODE_NAMES.get(failed[0], failed[0])})")
             # Named in the index only once written in full: a kill loses at most the records in flight.
             self.index.append(
                 [
@@ -286,6 +291,18 @@ class DiskWorker:
                 continue
             ok[i] = True
         return ok
+
+    def _broken(self, reason: str) -> None:
+        """Tells the master (once) that this disk fails writes: it stops demoting here. Reads of records
+        already written go on (each is checked)."""
+        if self.broken:
+            return
+        self.broken = reason
+        log.error("disk tier %s: %s; no more demotions to it", self.file.path, reason)
+        try:
+            self.session.master.call(m.DiskBroken(client_id=self.session.client_id, reason=reason))
+        except KVStoreError as exc:
+            log.warning("could not report the broken disk: %s", exc)
 
     def close(self) -> None:
         self._closed = True

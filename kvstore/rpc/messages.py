@@ -313,6 +313,19 @@ class RestoreDisk(Request):
 
 
 @dataclass
+class DiskBroken(Request):
+    """A node's disk failed (I/O errors, read-only, gone): the master places nothing more on it."""
+
+    METHOD: ClassVar[str] = "disk_broken"
+    client_id: str
+    reason: str
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> DiskBroken:
+        return cls(v.text(p, "client_id"), v.text(p, "reason", 1024))
+
+
+@dataclass
 class AwaitDiskWork(Request):
     """A node's disk worker: reports the orders it finished and waits up to `wait` seconds for more
     (answered at once when some are queued)."""
@@ -599,6 +612,7 @@ REQUESTS: dict[str, type[Request]] = {
         AwaitFences,
         MountDisk,
         RestoreDisk,
+        DiskBroken,
         AwaitDiskWork,
         PutStart,
         PutEnd,
