@@ -46,6 +46,12 @@ class MasterConfig(Component):
     disk_task_timeout: float = setting(
         30.0, "Seconds a node has for one disk order before the master gives up on it.", "seconds"
     )
+    promote_window: float = setting(
+        60.0,
+        "An object loaded from disk stays in memory (promoted) when read again within this many seconds; "
+        "after a single read its memory copy is the first to go.",
+        "seconds",
+    )
     disk_read_wait: float = setting(
         2.0, "Seconds a read of an object only on disk waits for its load; then it is a miss.", "seconds"
     )
@@ -66,6 +72,8 @@ class MasterConfig(Component):
             raise InvalidArgumentError("need 0 < low_watermark <= high_watermark <= 1")
         if not 0 < self.demote_watermark <= 1:
             raise InvalidArgumentError("demote_watermark must be in (0, 1]")
+        if not self.promote_window >= 0:
+            raise InvalidArgumentError("promote_window must not be negative")
         if not 1 <= self.disk_tasks <= 4096 or not self.disk_task_timeout > 0 or not self.disk_read_wait > 0:
             raise InvalidArgumentError(
                 "disk_tasks must be 1..4096; disk_task_timeout, disk_read_wait positive"

@@ -5,8 +5,10 @@ work nodes do for the master (the master never moves data).
   objects memory eviction would take next get a disk record, written by the disk's node. Eviction then
   drops only their memory replicas: the object stays readable from disk. A put never waits for this.
 - **Loads** bring a disk-only object back into memory for a reader: the disk's node reads its record and
-  copies it into an allocation of its own memory segment, which becomes a normal replica (so a read
-  promotes; memory eviction takes it again when cold, at no cost: the disk record stays).
+  copies it into an allocation of its own memory segment. After one read that memory copy is transient
+  (the first thing eviction takes); read again within `promote_window` seconds, the object is promoted:
+  its memory copy joins the eviction policy like any other (evicting it later costs nothing either way:
+  the disk record stays).
 - Every record is verified when read back (key, size, checksum): a torn, stale or corrupt record is a
   failed load and a miss, never bytes.
 
@@ -16,6 +18,7 @@ by the same pluggable policies when a demotion needs room.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -74,6 +77,9 @@ class DiskTier:
         self.make_room: Callable[[], bool] = lambda: False  # evicts one memory victim (loads need room)
         self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
         self.restored = 0  # records restarted nodes offered back
+        self.promotions = 0
+        # Objects whose memory copy came from one disk read (key -> load time), oldest first: evicted first.
+        self.transient: OrderedDict[str, float] = OrderedDict()
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(self, client_id: str, size: int, host_id: str) -> DiskSegment:
@@ -232,8 +238,12 @@ class DiskTier:
         else:
             if ok and alive and meta is not None and meta.disk is task.disk:
                 meta.replicas.append(task.memory)
-                self.memory_policy.on_insert(task.key, meta.size)
                 self.loads += 1
+                last = self.transient.pop(task.key, None)
+                if last is not None and self.clock() - last <= self.config.promote_window:
+                    self.promote(meta)
+                else:
+                    self.transient[task.key] = self.clock()
             else:
                 self.load_failures += 1
                 # The node reported (or the task timed out): it may still be copying, so the space waits
@@ -242,8 +252,20 @@ class DiskTier:
             for waiter in task.waiters:
                 waiter()
 
+    def read(self, meta: ObjectMeta) -> None:
+        """A read of an object in memory: a transient copy read again within the window is promoted."""
+        loaded = self.transient.get(meta.key)
+        if loaded is not None and self.clock() - loaded <= self.config.promote_window:
+            del self.transient[meta.key]
+            self.promote(meta)
+
+    def promote(self, meta: ObjectMeta) -> None:
+        self.memory_policy.on_insert(meta.key, meta.size)
+        self.promotions += 1
+
     def forget(self, key: str) -> None:
-        """The object is gone: its task, if any, ends as failed (space freed once safe)."""
+        """The object is gone (or left memory): its task, if any, ends as failed (space freed once safe)."""
+        self.transient.pop(key, None)
         task = self._by_key.get(key)
         if task is not None:
             self._finish(task, ok=False)
@@ -277,5 +299,6 @@ class DiskTier:
             "load_failures": self.load_failures,
             "disk_evictions": self.disk_evictions,
             "disk_restored": self.restored,
+            "promotions": self.promotions,
             "disks_broken": sum(1 for s in self.segments.values() if s.broken),
         }

@@ -274,6 +274,8 @@ class MasterState:
         self.replicator.note_access(meta)
 
     def _read(self, meta: ObjectMeta, now: float) -> None:
+        if self.disk.transient and meta.replicas:
+            self.disk.read(meta)  # a second read of a copy loaded from disk promotes it
         self._used(meta, now)
         meta.access_count += 1
         self.counters.hits += 1
@@ -357,7 +359,18 @@ class MasterState:
         is never made by losing an object). False when nothing may go."""
         now = self.clock()
         victim = leased = None
-        if self.disk.segments:  # the coldest objects with a disk record go first: evicting them loses nothing
+        # Copies loaded for one read go first (they are on disk too): the oldest, unleased before leased.
+        for key in self.disk.transient:
+            meta = self.objects.get(key)
+            if meta is None or not meta.replicas or meta.disk is None:
+                continue
+            if meta.lease_until <= now:
+                victim = meta
+                break
+            if leased is None and leased_too:
+                leased = meta
+        # Then the coldest objects with a disk record: evicting them loses nothing.
+        if self.disk.segments and victim is None:
             scan = 16 * self.config.disk_tasks if disk_backed_only else 4 * self.config.disk_tasks
             for key in itertools.islice(self.policy.candidates(), scan):
                 meta = self.objects.get(key)

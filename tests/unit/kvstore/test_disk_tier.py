@@ -90,3 +90,24 @@ def test_a_full_disk_evicts_by_its_policy_and_a_lost_node_takes_its_records(cloc
     on_disk_only = [k for k, meta in state.objects.items() if not meta.replicas]
     state.drop_client("c0")  # the node (memory and disk) is gone
     assert not any(state.exists(k) for k in on_disk_only) and state.objects == {}
+
+
+def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promotes(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5, promote_window=10.0)
+    for i in range(12):
+        put(state, f"k{i}")
+        run_orders(state)
+    cold = state.objects["k0"]
+    assert cold.replicas == []
+    assert state.disk.load(cold, lambda: None)
+    run_orders(state)
+    assert "k0" in state.disk.transient and state.disk.promotions == 0  # one read: first to go
+    clock.now += 2  # its reader's lease is over
+    assert state._evict_one()  # the transient copy goes before any colder object in the policy
+    assert cold.replicas == [] and cold.disk is not None and "k0" not in state.disk.transient
+    assert state.disk.load(cold, lambda: None)
+    run_orders(state)
+    clock.now += 5
+    state.get_replicas("k0")  # read again within the window: promoted
+    assert state.disk.promotions == 1 and "k0" not in state.disk.transient
+    assert "k0" in set(state.policy.candidates())
