@@ -190,3 +190,21 @@ def test_a_failing_disk_stops_demotions_and_the_node_keeps_serving_memory(tmp_pa
             for i in range(0, len(readable), 8):  # whatever is still stored reads back exactly, or misses
                 for key, got in zip(readable[i : i + 8], store.batch_get(readable[i : i + 8]), strict=True):
                     assert got is None or got == data[keys.index(key)].tobytes()
+
+
+def test_a_remote_reader_reads_through_the_disk_nodes_memory(disk_cluster: DiskCluster) -> None:
+    """A client that reaches the node only over TCP (as from another host) reads disk-only objects: the
+    node loads them into its memory and the client reads them over the network, verified."""
+    data = values(96)
+    keys = [f"remote/{i}" for i in range(len(data))]
+    state = disk_cluster.master.master.state
+    with Store.connect(disk_cluster.master.address, rpc_busy_poll_us=0) as writer:
+        put_paced(writer, keys, data)
+    on_disk_only = [k for k in keys if state.objects[k].disk is not None and not state.objects[k].replicas]
+    assert len(on_disk_only) >= 32
+    with Store.connect(disk_cluster.master.address, rpc_busy_poll_us=0, transport="tcp") as reader:
+        node = disk_cluster.ready.split()[0]
+        assert reader.engine.open_peer(node).transport == "tcp"
+        for i in range(0, 32, 8):
+            batch = on_disk_only[i : i + 8]
+            assert reader.batch_get(batch) == [data[keys.index(k)].tobytes() for k in batch]
