@@ -197,7 +197,7 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
 
 def _add_tier_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tier", help="a memory tier's put/get beside the same device's own baseline")
-    p.add_argument("--tier", choices=["disk"], default="disk", help="disk (pinned and gpu: not yet)")
+    p.add_argument("--tier", choices=["disk", "pinned"], default="disk", help="disk or pinned (gpu: not yet)")
     p.add_argument("--dir", default=".", help="where the disk file goes (its file system is measured)")
     p.add_argument("--value-size", type=_size, default=1 << 20)
     p.add_argument("--batch-size", type=_positive_int, default=32)
@@ -213,16 +213,17 @@ def _run_tier_bench(args: argparse.Namespace) -> int:
     cfg = tier_bench.TierBenchConfig(
         args.dir, args.value_size, args.batch_size, args.total, args.memory, args.disk_backend
     )
-    r = tier_bench.run(cfg)
+    r = tier_bench.run_pinned(cfg) if args.tier == "pinned" else tier_bench.run(cfg)
     if args.json:
         print(json.dumps({**dataclasses.asdict(r), "demote_ratio": r.demote_ratio, "get_ratio": r.get_ratio}))
     else:
+        put, base = ("put (demotion)", "O_DIRECT") if r.tier == "disk" else ("put", "memcpy")
         print(
-            f"disk tier ({r.backend}), {r.value_size / 2**20:.2f} MiB values, batches of {r.batch_size}, "
-            f"{r.objects} objects read from disk\n"
-            f"  put (demotion) {r.demote_gbps:6.2f} GB/s   O_DIRECT write {r.baseline_write_gbps:6.2f} GB/s"
+            f"{r.tier} tier ({r.backend}), {r.value_size / 2**20:.2f} MiB values, batches of {r.batch_size}, "
+            f"{r.objects} objects read\n"
+            f"  {put:14} {r.demote_gbps:6.2f} GB/s   {base} write {r.baseline_write_gbps:6.2f} GB/s"
             f"   ratio {r.demote_ratio:.2f}\n"
-            f"  get            {r.get_gbps:6.2f} GB/s   O_DIRECT read  {r.baseline_read_gbps:6.2f} GB/s"
+            f"  {'get':14} {r.get_gbps:6.2f} GB/s   {base} read  {r.baseline_read_gbps:6.2f} GB/s"
             f"   ratio {r.get_ratio:.2f}   batch p50 {r.get_p50_ms:.1f} ms  p99 {r.get_p99_ms:.1f} ms"
         )
         if r.misses:

@@ -270,6 +270,11 @@ def measure_baseline(
     return float(r["gbps"]), f"memcpy x{threads} over {format_size(working_set)}"
 
 
+def memcpy_gbps(block_size: int, working_set: int, seconds: float, threads: int = 1) -> float:
+    """This machine's memcpy bandwidth for `block_size` copies cycling over `working_set` bytes."""
+    return float(_tools.memcpy_baseline(block_size, working_set, seconds, threads)["gbps"])
+
+
 def render(result: TransferBenchResult, console: Console) -> None:
     table = Table(title=f"kvstore bench transfer (peer {result.peer})", show_header=False)
     table.add_column("metric")

@@ -1,4 +1,10 @@
-"""`kvstore bench tier --tier disk`: the disk tier under a store, beside the file system's own direct I/O.
+"""`kvstore bench tier --tier disk|pinned`: a tier under a store, beside the machine's own baseline.
+
+--tier pinned: a node with a page-locked segment (`--pinned`); batch put and get of `--batch-size` values
+beside memcpy of the same block size over the same working set (the transfer is a memcpy between the
+client's and the node's memory, shared or over the engine).
+
+--tier disk:
 
 A master in this process and one node process with a small memory segment over a disk file (in `--dir`,
 default the working directory). Puts of `--total` bytes overflow memory, so the master demotes them; the
@@ -81,6 +87,65 @@ def baseline(cfg: TierBenchConfig, path: Path) -> tuple[float, float, str]:
                     raise NotSupportedError(f"direct I/O on {path} failed")
             out.append(size / (time.perf_counter() - start) / 1e9)
         return out[0], out[1], f.backend
+
+
+def run_pinned(cfg: TierBenchConfig) -> TierBenchResult:
+    """Batch put and get through a node whose segment is pinned, beside memcpy of the same shape."""
+    from kvstore import Store
+    from kvstore.config import MasterConfig
+    from kvstore.master import Master
+    from kvstore.procs import kvstore_process
+    from transfer_engine.bench import memcpy_gbps
+
+    cfg.validate()
+    master = Master.start_in_thread(MasterConfig.load(port=0, busy_poll_us=0))
+    try:
+        node = ["node", "--master", master.address, "--segment-size", str(cfg.memory), "--pinned"]
+        with kvstore_process(node) as (_, ready), Store.connect(master.address, rpc_busy_poll_us=0) as store:
+            pinned_by = ready.split()[-1].removeprefix("pinned=")
+            count = cfg.memory // 2 // cfg.value_size
+            values = np.random.default_rng(0).integers(
+                0, 256, (cfg.batch_size, cfg.value_size), dtype=np.uint8
+            )
+            back = np.empty_like(values)
+            store.register_buffer(values)
+            store.register_buffer(back)
+            put_s: list[float] = []
+            get_s: list[float] = []
+            misses = round_ = 0
+            while sum(get_s) < 2.0 and round_ < 1000:  # about two seconds of gets
+                keys = [f"pinned/{round_}/{i}" for i in range(count)]
+                for i in range(0, count, cfg.batch_size):
+                    batch = keys[i : i + cfg.batch_size]
+                    t0 = time.perf_counter()
+                    codes = store.batch_put_from(batch, list(values[: len(batch)]))
+                    put_s.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    got = store.batch_get_into(batch, list(back[: len(batch)]))
+                    get_s.append(time.perf_counter() - t0)
+                    misses += sum(1 for c in codes if c) + sum(1 for g in got if g != cfg.value_size)
+                store.batch_remove(keys, force=True)
+                round_ += 1
+            if not np.array_equal(back, values):
+                misses += 1
+            per_batch = cfg.batch_size * cfg.value_size
+            baseline = memcpy_gbps(cfg.value_size, cfg.memory // 2, 1.0)
+            return TierBenchResult(
+                "pinned",
+                pinned_by,
+                cfg.value_size,
+                cfg.batch_size,
+                len(get_s) * cfg.batch_size,
+                per_batch * len(put_s) / sum(put_s) / 1e9,
+                per_batch * len(get_s) / sum(get_s) / 1e9,
+                float(np.percentile(get_s, 50) * 1e3),
+                float(np.percentile(get_s, 99) * 1e3),
+                baseline,
+                baseline,
+                misses,
+            )
+    finally:
+        master.stop()
 
 
 def run(cfg: TierBenchConfig) -> TierBenchResult:

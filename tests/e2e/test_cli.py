@@ -354,6 +354,11 @@ def test_bench_tier_disk(tmp_path: Path) -> None:
     assert r["objects"] >= 128 and r["get_gbps"] > 0 and r["demote_gbps"] > 0
     assert r["baseline_read_gbps"] > 0 and r["get_ratio"] > 0 and r["demote_ratio"] > 0
     assert list(tmp_path.iterdir()) == []
+    pinned = kvstore("bench", "tier", "--tier", "pinned", "--memory", "64MiB", "--batch-size", "8", "--json")
+    assert pinned.returncode == 0, pinned.stderr
+    p = json.loads(pinned.stdout)
+    assert p["tier"] == "pinned" and p["backend"] in ("mlock", "cuda") and p["misses"] == 0
+    assert p["get_gbps"] > 0 and p["baseline_read_gbps"] > 0
     bad = kvstore("bench", "tier", "--dir", str(tmp_path), "--value-size", "1000")
     assert bad.returncode == 1 and "multiple of 4KiB" in bad.stderr
 
