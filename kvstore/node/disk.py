@@ -8,6 +8,7 @@ or corrupt record fails the load (the reader gets a miss), never bytes.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import struct
 import threading
@@ -20,7 +21,7 @@ from kvstore.client.session import Session
 from kvstore.errors import KVStoreError, NotFoundError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
-from transfer_engine import Op, Region, RequestState
+from transfer_engine import Op, Region, RequestState, checksum
 from transfer_engine.disk import DiskFile
 from transfer_engine.errors import CODE_NAMES
 
@@ -31,6 +32,16 @@ MAGIC = b"KVSDISK1"
 _FIXED = struct.Struct("<8sQQI")  # magic, size, checksum, key length; then the key; the hash is last
 MAX_KEY_BYTES = PAGE - _FIXED.size - 8
 POLL_SECONDS = 2.0
+
+
+def digests(addrs: list[int], sizes: list[int]) -> list[int]:
+    """XXH3 of each (address, size) of the staging area, in C++ without the GIL where available."""
+    if checksum.available():
+        return checksum.xxh3_pieces(addrs, sizes, [1] * len(addrs))
+    return [
+        xxhash.xxh3_64_intdigest((ctypes.c_char * n).from_address(a))
+        for a, n in zip(addrs, sizes, strict=True)
+    ]
 
 
 def record_bytes(size: int) -> int:
@@ -117,11 +128,12 @@ class DiskWorker:
                 [e.offset for e in batch],
                 [record_bytes(e.size) for e in batch],
             ).tolist()
-            for e, a, code in zip(batch, at, codes, strict=True):
+            sums = digests([self.staging.addr + a + PAGE for a in at], [e.size for e in batch])
+            for e, a, code, digest in zip(batch, at, codes, sums, strict=True):
                 if (
                     code == 0
                     and header_matches(self._view(a, PAGE), e.key, e.size, e.checksum)
-                    and xxhash.xxh3_64_intdigest(self._view(a + PAGE, e.size).data) == e.checksum
+                    and digest == e.checksum
                 ):
                     intact.append(e)
         self.dropped = len(entries) - len(intact)
@@ -230,11 +242,11 @@ class DiskWorker:
         )
         handle.wait()
         states = handle.states()
+        sums = digests([self.staging.addr + at[i] + PAGE for i in reads], [orders[i].size for i in reads])
         writes = []
         for j, i in enumerate(reads):
             order = orders[i]
-            data = self._view(at[i] + PAGE, order.size)
-            if states[j] == RequestState.COMPLETED and xxhash.xxh3_64_intdigest(data.data) == order.checksum:
+            if states[j] == RequestState.COMPLETED and sums[j] == order.checksum:
                 tail = record_bytes(order.size) - PAGE - order.size
                 self._view(at[i] + PAGE + order.size, tail)[:] = 0
                 writes.append(i)
@@ -273,6 +285,7 @@ class DiskWorker:
         ok = [False] * len(orders)
         segment = self.segment.array
         assert segment is not None
+        sums = digests([self.staging.addr + a + PAGE for a in at], [o.size for o in orders])
         for i, order in enumerate(orders):
             placed = order.memory
             mine = placed.engine == self.session.engine.name and placed.region_id == self.segment.id
@@ -282,7 +295,7 @@ class DiskWorker:
             header = self._view(at[i], PAGE)
             if not header_matches(header, order.key, order.size, order.checksum):
                 continue
-            if xxhash.xxh3_64_intdigest(data.data) != order.checksum:
+            if sums[i] != order.checksum:
                 continue
             try:
                 with self.session.engine.fenced(self.segment, placed.slot, placed.gen):
