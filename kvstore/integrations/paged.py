@@ -254,6 +254,21 @@ class MoveStats:
     lookups: int = 0
     lookup_hits: int = 0  # blocks found by lookups
 
+    def count(self, kind: str, good: int, failed: int, moved: int, seconds: float) -> None:
+        """One batch move of `kind` ("load" or "save")."""
+        if kind == "load":
+            self.loads += 1
+            self.loaded_blocks += good
+            self.loaded_bytes += moved
+            self.failed_loads += failed
+            self.load_seconds += seconds
+        else:
+            self.saves += 1
+            self.saved_blocks += good
+            self.saved_bytes += moved
+            self.failed_saves += failed
+            self.save_seconds += seconds
+
     def take(self) -> MoveStats:
         """These counts, and zero them (one reporting interval)."""
         out = MoveStats(**vars(self))
@@ -323,14 +338,8 @@ class BlockMover:
             except KVStoreError as exc:
                 log.warning("kvstore %s of %d blocks failed: %s", kind, len(batch.keys), exc)
         moved = sum(size for good, size in zip(ok, _sizes(batch), strict=True) if good)
-        past = "loaded" if kind == "load" else "saved"
         with self._stats_lock:
-            stats = self.stats
-            setattr(stats, f"{kind}s", getattr(stats, f"{kind}s") + 1)
-            setattr(stats, f"{past}_blocks", getattr(stats, f"{past}_blocks") + sum(ok))
-            setattr(stats, f"{past}_bytes", getattr(stats, f"{past}_bytes") + moved)
-            setattr(stats, f"failed_{kind}s", getattr(stats, f"failed_{kind}s") + len(ok) - sum(ok))
-            setattr(stats, f"{kind}_seconds", getattr(stats, f"{kind}_seconds") + time.perf_counter() - start)
+            self.stats.count(kind, sum(ok), len(ok) - sum(ok), moved, time.perf_counter() - start)
         return ok
 
     def take_stats(self) -> MoveStats:
