@@ -173,7 +173,11 @@ class _SchedulerSide:
         tokens = list(getattr(request, "prompt_token_ids", None) or [])
         if not c.active or not tokens:
             return 0, False
-        hashes = c.hasher.keys(tokens)
+        known = self.requests.get(request.request_id)  # asked again while it waits: same prompt, same keys
+        if known is not None and len(known.hashes) == full_blocks(len(tokens), c.block_size):
+            hashes = known.hashes
+        else:
+            hashes = c.hasher.keys(tokens)
         usable = full_blocks(len(tokens) - 1, c.block_size)  # vLLM computes at least one token
         stored = self._stored_run(hashes[:usable])
         tracked = _Tracked(hashes, stored, local_blocks=full_blocks(num_computed_tokens, c.block_size))
