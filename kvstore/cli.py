@@ -318,12 +318,26 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
         return _run_bounds(args, requests, capacity, name)
     results: list[tr.TraceResult] = []
     if args.disk_capacity_blocks:
-        if not args.simulate or args.plot:
+        if args.plot or (not args.simulate and args.mode != "global"):
             raise KVStoreError(
-                "--disk-capacity-blocks runs with --simulate (no --plot) for now: the store's disk tier "
-                "is not built yet, so a real replay cannot have one"
+                "--disk-capacity-blocks: no --plot; a real replay (no --simulate) is global only"
             )
         for policy in policies:
+            if not args.simulate:
+                from kvstore.bench.tiered_replay import replay_real_tiered
+
+                results.append(
+                    replay_real_tiered(
+                        requests,
+                        capacity,
+                        args.disk_capacity_blocks,
+                        policy,
+                        args.payload_bytes,
+                        name,
+                        times,
+                    )
+                )
+                continue
             results.append(
                 tr.simulate_tiered(
                     requests,

@@ -239,11 +239,13 @@ class DiskTier:
             if ok and alive and meta is not None and meta.disk is task.disk:
                 meta.replicas.append(task.memory)
                 self.loads += 1
-                last = self.transient.pop(task.key, None)
-                if last is not None and self.clock() - last <= self.config.promote_window:
-                    self.promote(meta)
+                now = self.clock()
+                self.transient.pop(task.key, None)
+                if meta.loaded_at and now - meta.loaded_at <= self.config.promote_window:
+                    self.promote(meta)  # read from disk twice within the window
                 else:
-                    self.transient[task.key] = self.clock()
+                    self.transient[task.key] = now
+                meta.loaded_at = now
             else:
                 self.load_failures += 1
                 # The node reported (or the task timed out): it may still be copying, so the space waits

@@ -84,6 +84,7 @@ class ObjectMeta:
     heat: float = 0.0  # accesses, decayed with the configured half-life
     heat_time: float = 0.0
     disk: DiskReplica | None = None  # its record on a node's disk tier, if it has one
+    loaded_at: float = 0.0  # when it was last loaded from disk for a reader (0: never)
 
 
 @dataclass
