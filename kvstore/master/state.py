@@ -268,14 +268,15 @@ class MasterState:
                 self._read(meta, now)
 
     def _used(self, meta: ObjectMeta, now: float) -> None:
-        """A use of the object: eviction order and replication heat see it."""
+        """A use of the object: eviction order and replication heat see it (and a second use of a copy
+        loaded from disk promotes it)."""
+        if self.disk.transient and meta.replicas:
+            self.disk.read(meta)
         meta.last_access = now
         self.policy.on_access(meta.key)
         self.replicator.note_access(meta)
 
     def _read(self, meta: ObjectMeta, now: float) -> None:
-        if self.disk.transient and meta.replicas:
-            self.disk.read(meta)  # a second read of a copy loaded from disk promotes it
         self._used(meta, now)
         meta.access_count += 1
         self.counters.hits += 1
@@ -371,7 +372,9 @@ class MasterState:
                 leased = meta
         # Then the coldest objects with a disk record: evicting them loses nothing.
         if self.disk.segments and victim is None:
-            scan = 16 * self.config.disk_tasks if disk_backed_only else 4 * self.config.disk_tasks
+            # A victim a little less cold than the coldest is fine when it saves an object; further up the
+            # order it would cost memory hits (the hot set has disk records too, demoted long ago).
+            scan = 1024 if disk_backed_only else 64
             for key in itertools.islice(self.policy.candidates(), scan):
                 meta = self.objects.get(key)
                 if meta is None or meta.disk is None or not meta.complete or meta.pinned:
