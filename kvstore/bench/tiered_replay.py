@@ -30,7 +30,9 @@ def replay_real_tiered(
     directory: str | None = None,
 ) -> TraceResult:
     """The master's promote window is wall-clock time here (its default), not trace time: the replay runs
-    far faster than the trace's hour."""
+    far faster than the trace's hour. Objects are at least 2 KiB: a node has one allocation (fence) slot
+    per 2 KiB of segment, so smaller ones would fill its slots before its bytes and memory would hold
+    fewer blocks than `capacity`."""
     from kvstore import Store
     from kvstore.client.session import Session
     from kvstore.config import MasterConfig, NodeConfig, StoreConfig
@@ -40,6 +42,7 @@ def replay_real_tiered(
 
     if payload_bytes <= 0 or payload_bytes % 64:
         raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
+    payload_bytes = max(payload_bytes, 2048)
     config: dict[str, Any] = {
         "eviction_policy": policy,
         "high_watermark": 1.0,
