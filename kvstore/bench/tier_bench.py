@@ -16,11 +16,9 @@ writes and reads of the same value size at the same depth (kvstore's own DiskFil
 
 from __future__ import annotations
 
-import contextlib
 import mmap
-import os
+import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,11 +153,10 @@ def run(cfg: TierBenchConfig) -> TierBenchResult:
     from kvstore.procs import kvstore_process
 
     cfg.validate()
-    directory = Path(cfg.directory)
-    disk = directory / f"kvstore-tier-bench-{uuid.uuid4().hex[:8]}"
-    probe = disk.with_suffix(".baseline")
-    try:
-        write_gbps, read_gbps, backend = baseline(cfg, probe)
+    # Everything the bench writes lives in one temporary directory there, removed as a whole at the end.
+    with tempfile.TemporaryDirectory(dir=cfg.directory, prefix="kvstore-tier-bench-") as where:
+        disk = Path(where) / "tier"
+        write_gbps, read_gbps, backend = baseline(cfg, Path(where) / "baseline")
         config = MasterConfig.load(port=0, busy_poll_us=0, demote_watermark=0.5, heartbeat_interval=0.3)
         master = Master.start_in_thread(config)
         node = [
@@ -171,10 +168,6 @@ def run(cfg: TierBenchConfig) -> TierBenchResult:
                 return _measure(cfg, store, master.master.state, backend, write_gbps, read_gbps)
         finally:
             master.stop()
-    finally:
-        for path in (disk, probe, Path(str(disk) + ".index")):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
 
 
 def _measure(
