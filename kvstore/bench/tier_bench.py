@@ -155,7 +155,7 @@ def run(cfg: TierBenchConfig) -> TierBenchResult:
     cfg.validate()
     # Everything the bench writes lives in one temporary directory there, removed as a whole at the end.
     with tempfile.TemporaryDirectory(dir=cfg.directory, prefix="kvstore-tier-bench-") as where:
-        disk = Path(where) / "tier"
+        disk = Path(where).resolve() / "tier"  # absolute: the node process runs in another directory
         write_gbps, read_gbps, backend = baseline(cfg, Path(where) / "baseline")
         config = MasterConfig.load(port=0, busy_poll_us=0, demote_watermark=0.5, heartbeat_interval=0.3)
         master = Master.start_in_thread(config)
