@@ -2,11 +2,12 @@
 
 The C++ side calls the hash functions the xxhash package's own extension exports (no build dependency,
 the same digests as xxhash.xxh3_64). Where that extension does not export them, `available()` is False
-and callers hash in Python.
+and xxh3_pieces hashes the same pieces in Python (slower, same digests).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import numpy as np
@@ -29,7 +30,9 @@ def _load() -> bool:
     probe = np.frombuffer(np.random.default_rng(0).bytes(5000), dtype=np.uint8)
     for sizes in ([0], [16], [128], [240], [241], [5000], [7, 993], [1, 1, 1, 4991]):
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
-        got = xxh3_pieces((probe.ctypes.data + starts).tolist(), sizes, [len(sizes)])[0]
+        addrs = (probe.ctypes.data + starts).astype(np.uint64)
+        lengths = np.asarray(sizes, np.uint64)
+        got = int(_core.xxh3_pieces(addrs, lengths, np.asarray([len(sizes)], np.uint64))[0])
         if got != xxhash.xxh3_64_intdigest(probe[: sum(sizes)].tobytes()):
             log.warning("C++ XXH3 disagrees with xxhash.xxh3_64: checksums are computed in Python")
             return False
@@ -39,6 +42,8 @@ def _load() -> bool:
 def xxh3_pieces(addrs: list[int], lengths: list[int], counts: list[int]) -> list[int]:
     """Per value, XXH3-64 of its pieces in order: value v is the next counts[v] (addr, length) pieces.
     The memory must be mapped for the duration of the call (the caller's registered buffers)."""
+    if not available():
+        return _python_pieces(addrs, lengths, counts)
     digests = _core.xxh3_pieces(
         np.asarray(addrs, dtype=np.uint64),
         np.asarray(lengths, dtype=np.uint64),
@@ -47,9 +52,26 @@ def xxh3_pieces(addrs: list[int], lengths: list[int], counts: list[int]) -> list
     return [int(d) for d in digests.tolist()]
 
 
-_AVAILABLE = _load()
+def xxh3_each(addrs: list[int], lengths: list[int]) -> list[int]:
+    """XXH3-64 of each (addr, length) on its own."""
+    return xxh3_pieces(addrs, lengths, [1] * len(addrs))
+
+
+def _python_pieces(addrs: list[int], lengths: list[int], counts: list[int]) -> list[int]:
+    out = []
+    at = 0
+    for count in counts:
+        digest = xxhash.xxh3_64()
+        for a, n in zip(addrs[at : at + count], lengths[at : at + count], strict=True):
+            digest.update((ctypes.c_char * n).from_address(a))
+        out.append(digest.intdigest())
+        at += count
+    return out
 
 
 def available() -> bool:
-    """True when xxh3_pieces can be used (else hash in Python)."""
+    """True when the pieces are hashed in C++ (else in Python)."""
     return _AVAILABLE
+
+
+_AVAILABLE = _load()

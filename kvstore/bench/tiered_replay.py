@@ -37,8 +37,8 @@ def replay_real_tiered(
     from kvstore.client.session import Session
     from kvstore.config import MasterConfig, NodeConfig, StoreConfig
     from kvstore.master import Master
-    from kvstore.master.disk_tier import record_bytes
     from kvstore.node import StorageNode
+    from kvstore.rpc.messages import record_bytes
 
     if payload_bytes <= 0 or payload_bytes % 64:
         raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")

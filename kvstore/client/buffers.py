@@ -12,10 +12,9 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import xxhash
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NoSpaceError
@@ -61,10 +60,6 @@ class Span:
     temporary: Region | None = None
 
 
-class Digest(Protocol):
-    def update(self, data: Any, /) -> None: ...
-
-
 @dataclass(slots=True)
 class SpanList:
     """One value's buffers as Spans (any buffer kind: registered, registered for the call, or staged)."""
@@ -78,16 +73,6 @@ class SpanList:
     def pieces(self, limit: int) -> tuple[list[int], list[int]]:
         """(addresses, lengths) of registered memory holding the value's first `limit` bytes."""
         return _first_bytes([s.addr for s in self.spans], [s.length for s in self.spans], limit)
-
-    def update(self, digest: Digest, limit: int) -> None:
-        """Feeds the first `limit` bytes, as they are in registered memory, to `digest`."""
-        for s in self.spans:
-            n = min(limit, s.length)
-            if n <= 0:
-                break
-            data = s.staged if s.staged is not None else s.view
-            digest.update(data if n == s.length else data[:n])
-            limit -= n
 
     def clear(self) -> None:
         """Zeroes what a failed read may have written into the caller's memory (staging is scratch)."""
@@ -110,24 +95,10 @@ class RawPieces:
 
     addrs: list[int]
     lengths: list[int]
-    wholes: list[memoryview]  # per piece: the view of the registration holding it
-    starts: list[int]  # per piece: its offset in that view
     size: int
 
     def pieces(self, limit: int) -> tuple[list[int], list[int]]:
         return _first_bytes(self.addrs, self.lengths, limit)
-
-    def update(self, digest: Digest, limit: int) -> None:
-        if limit >= self.size:
-            for whole, start, n in zip(self.wholes, self.starts, self.lengths, strict=True):
-                digest.update(whole[start : start + n])
-            return
-        for whole, start, n in zip(self.wholes, self.starts, self.lengths, strict=True):
-            n = min(limit, n)
-            if n <= 0:
-                break
-            digest.update(whole[start : start + n])
-            limit -= n
 
     def clear(self) -> None:
         for addr, n in zip(self.addrs, self.lengths, strict=True):
@@ -155,24 +126,16 @@ ValueBuffers = SpanList | RawPieces
 
 
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
-    """XXH3-64 of each value's first sizes[i] bytes as they are in registered memory: in C++ in one call
-    without the GIL where the xxhash package exports its functions, else piece by piece in Python."""
-    if checksum.available():
-        addrs: list[int] = []
-        lengths: list[int] = []
-        counts: list[int] = []
-        for value, size in zip(values, sizes, strict=True):
-            a, n = value.pieces(size)
-            addrs += a
-            lengths += n
-            counts.append(len(n))
-        return checksum.xxh3_pieces(addrs, lengths, counts)
-    out = []
+    """XXH3-64 of each value's first sizes[i] bytes as they are in registered memory, in one call."""
+    addrs: list[int] = []
+    lengths: list[int] = []
+    counts: list[int] = []
     for value, size in zip(values, sizes, strict=True):
-        digest = xxhash.xxh3_64()
-        value.update(digest, size)
-        out.append(digest.intdigest())
-    return out
+        a, n = value.pieces(size)
+        addrs += a
+        lengths += n
+        counts.append(len(n))
+    return checksum.xxh3_pieces(addrs, lengths, counts)
 
 
 class BufferManager:
@@ -182,7 +145,7 @@ class BufferManager:
         self._bases: list[int] = []
         self._regions: dict[int, Region] = {}
         self._raw_views: dict[int, np.ndarray] = {}  # raw (address, size) registrations: one view each
-        self._raw_cache: tuple[np.ndarray, np.ndarray, list[memoryview]] | None = None
+        self._raw_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.staging = engine.allocate(staging_size, export=False)
         self._staging_alloc = OffsetAllocator(staging_size, 64)
 
@@ -234,15 +197,14 @@ class BufferManager:
             return None
         return Span(addr, size, whole[addr - base : addr - base + size])
 
-    def _raw_table(self) -> tuple[np.ndarray, np.ndarray, list[memoryview]]:
-        """(starts, ends, views) of the raw registrations, sorted, for resolving many pieces at once."""
+    def _raw_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the raw registrations, sorted, for resolving many pieces at once."""
         with self._lock:
             if self._raw_cache is None:
                 bases = sorted(self._raw_views)
                 self._raw_cache = (
                     np.array(bases, dtype=np.int64),
                     np.array([b + self._raw_views[b].nbytes for b in bases], dtype=np.int64),
-                    [self._raw_views[b].data for b in bases],
                 )
             return self._raw_cache
 
@@ -257,7 +219,7 @@ class BufferManager:
         addrs, lengths = (list(column) for column in zip(*flat, strict=True))
         if set(map(type, addrs)) != {int} or set(map(type, lengths)) != {int}:
             return None
-        starts, ends, views = self._raw_table()
+        starts, ends = self._raw_table()
         try:
             a = np.array(addrs, dtype=np.int64)
             n = np.array(lengths, dtype=np.int64)
@@ -266,18 +228,12 @@ class BufferManager:
         at = np.searchsorted(starts, a, side="right") - 1
         if starts.size == 0 or (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
             return None
-        offsets = (a - starts[at]).tolist()
-        wholes = [views[k] for k in at.tolist()]
         out: list[ValueBuffers] = []
         begin = 0
         for count in counts:
             end = begin + count
             piece_lengths = lengths[begin:end]
-            out.append(
-                RawPieces(
-                    addrs[begin:end], piece_lengths, wholes[begin:end], offsets[begin:end], sum(piece_lengths)
-                )
-            )
+            out.append(RawPieces(addrs[begin:end], piece_lengths, sum(piece_lengths)))
             begin = end
         return out
 

@@ -630,28 +630,6 @@ class _Requests:
         self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
         self.peers: list[Peer] = []
 
-    def add(
-        self,
-        owner: int,
-        op: Op,
-        local: int,
-        peer: Peer,
-        region: int,
-        offset: int,
-        length: int,
-        slot: int,
-        gen: int,
-    ) -> None:
-        self.owner.append(owner)
-        self.ops.append(op)
-        self.local.append(local)
-        self.peers.append(peer)
-        self.regions.append(region)
-        self.offsets.append(offset)
-        self.lengths.append(length)
-        self.slots.append(slot)
-        self.gens.append(gen)
-
     def add_pieces(
         self,
         owner: int,

@@ -25,14 +25,9 @@ from dataclasses import dataclass, field
 from kvstore.config.master import MasterConfig
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
-from kvstore.master.placement import DISK_PAGE, DiskSpace, SegmentSpace
+from kvstore.master.placement import DiskSpace, SegmentSpace, placement_of
 from kvstore.rpc import messages as m
-
-HEADER = DISK_PAGE  # each record opens with one header page (key, size, checksum), then the bytes
-
-
-def record_bytes(size: int) -> int:
-    return HEADER + -(-size // DISK_PAGE) * DISK_PAGE
+from kvstore.rpc.messages import record_bytes
 
 
 @dataclass
@@ -47,8 +42,7 @@ class DiskTask:
     waiters: list[Callable[[], object]] = field(default_factory=list)  # loads: readers waiting on it
 
     def order(self, meta: ObjectMeta) -> m.DiskOrder:
-        r = self.memory
-        memory = m.Placement(r.segment.engine, r.segment.region_id, r.offset, r.slot, r.gen)
+        memory = placement_of(self.memory)
         return m.DiskOrder(self.id, self.kind, self.key, meta.size, meta.checksum, self.disk.offset, memory)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master.model import ObjectMeta
+from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
 
@@ -166,9 +167,7 @@ class Handlers:
             )
             if placed is None:
                 return None  # already stored with the same bytes
-            return [
-                m.Placement(p.segment.engine, p.segment.region_id, p.offset, p.slot, p.gen) for p in placed
-            ]
+            return [placement_of(p) for p in placed]
 
         return [_per_item(functools.partial(start, item)) for item in r.items]
 

@@ -12,8 +12,14 @@ from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.fences import FenceBook
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.rpc import messages as m
+from kvstore.rpc.messages import DISK_PAGE
 
-DISK_PAGE = 4096  # disk records start and end on it (direct I/O)
+
+def placement_of(replica: Replica) -> m.Placement:
+    """Where a replica lives, as the wire names it for whoever reads or writes it."""
+    seg = replica.segment
+    return m.Placement(seg.engine, seg.region_id, replica.offset, replica.slot, replica.gen)
 
 
 class SegmentSpace:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvstore.config import MasterConfig
 from kvstore.master.model import ObjectMeta, Replica, Segment
-from kvstore.master.placement import SegmentSpace
+from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages
 
 
@@ -33,7 +33,7 @@ class CopyTask:
 
     def describe(self, meta: ObjectMeta) -> messages.CopyTask:
         src, dst = self.source, self.dest
-        source = messages.Placement(src.segment.engine, src.segment.region_id, src.offset, src.slot, src.gen)
+        source = placement_of(src)
         return messages.CopyTask(
             self.id, self.key, meta.size, meta.checksum, source, dst.segment.id, dst.offset, dst.slot, dst.gen
         )

@@ -20,11 +20,12 @@ from kvstore.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
 )
-from kvstore.master.disk_tier import DiskTier, record_bytes
+from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
+from kvstore.rpc.messages import record_bytes
 
 
 class MasterState:

@@ -8,7 +8,6 @@ or corrupt record fails the load (the reader gets a miss), never bytes.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import struct
 import threading
@@ -21,31 +20,18 @@ from kvstore.client.session import Session
 from kvstore.errors import KVStoreError, NotFoundError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import DISK_PAGE, record_bytes
 from transfer_engine import Op, Region, RequestState, checksum
 from transfer_engine.disk import DiskFile
 from transfer_engine.errors import CODE_NAMES
 
 log = logging.getLogger("kvstore.node.disk")
 
-PAGE = 4096
+PAGE = DISK_PAGE
 MAGIC = b"KVSDISK1"
 _FIXED = struct.Struct("<8sQQI")  # magic, size, checksum, key length; then the key; the hash is last
 MAX_KEY_BYTES = PAGE - _FIXED.size - 8
 POLL_SECONDS = 2.0
-
-
-def digests(addrs: list[int], sizes: list[int]) -> list[int]:
-    """XXH3 of each (address, size) of the staging area, in C++ without the GIL where available."""
-    if checksum.available():
-        return checksum.xxh3_pieces(addrs, sizes, [1] * len(addrs))
-    return [
-        xxhash.xxh3_64_intdigest((ctypes.c_char * n).from_address(a))
-        for a, n in zip(addrs, sizes, strict=True)
-    ]
-
-
-def record_bytes(size: int) -> int:
-    return PAGE + -(-size // PAGE) * PAGE
 
 
 def write_header(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
@@ -118,18 +104,18 @@ class DiskWorker:
     def _intact(self, entries: list[IndexEntry]) -> list[IndexEntry]:
         """The entries whose records read back whole: header naming them, bytes matching the checksum."""
         intact: list[IndexEntry] = []
-        for batch in self._fitting(entries):
-            at = [0]
-            for e in batch[:-1]:
-                at.append(at[-1] + record_bytes(e.size))
+        batches, _outside = self._pack([(e.offset, e.size) for e in entries])
+        for batch in batches:
+            chosen = [entries[i] for i, _ in batch]
+            at = [a for _, a in batch]
             codes = self.file.run(
-                [False] * len(batch),
+                [False] * len(chosen),
                 [self.staging.addr + a for a in at],
-                [e.offset for e in batch],
-                [record_bytes(e.size) for e in batch],
+                [e.offset for e in chosen],
+                [record_bytes(e.size) for e in chosen],
             ).tolist()
-            sums = digests([self.staging.addr + a + PAGE for a in at], [e.size for e in batch])
-            for e, a, code, digest in zip(batch, at, codes, sums, strict=True):
+            sums = checksum.xxh3_each([self.staging.addr + a + PAGE for a in at], [e.size for e in chosen])
+            for e, a, code, digest in zip(chosen, at, codes, sums, strict=True):
                 if (
                     code == 0
                     and header_matches(self._view(a, PAGE), e.key, e.size, e.checksum)
@@ -139,20 +125,24 @@ class DiskWorker:
         self.dropped = len(entries) - len(intact)
         return intact
 
-    def _fitting(self, entries: list[IndexEntry]) -> list[list[IndexEntry]]:
-        """Entries that fit the file, in batches whose records fit the staging area together."""
-        batches: list[list[IndexEntry]] = [[]]
+    def _pack(self, records: list[tuple[int, int]]) -> tuple[list[list[tuple[int, int]]], list[int]]:
+        """Records given as (disk offset, object size), packed into batches that fit the staging area
+        together: per batch (index, staging offset) pairs; and the indices that fit neither the file nor
+        the staging area."""
+        batches: list[list[tuple[int, int]]] = [[]]
+        outside: list[int] = []
         used = 0
-        for e in entries:
-            need = record_bytes(e.size)
-            if e.offset + need > self.file.size or need > self.staging.length:
+        for i, (offset, size) in enumerate(records):
+            need = record_bytes(size)
+            if offset + need > self.file.size or need > self.staging.length:
+                outside.append(i)
                 continue
             if used + need > self.staging.length:
                 batches.append([])
                 used = 0
-            batches[-1].append(e)
+            batches[-1].append((i, used))
             used += need
-        return [b for b in batches if b]
+        return [b for b in batches if b], outside
 
     def _loop(self) -> None:
         s = self.session
@@ -178,37 +168,17 @@ class DiskWorker:
             return self._run(orders)
 
     def _run(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
-        results: list[m.DiskResult] = []
-        batch: list[m.DiskOrder] = []
-        used = 0
-        for order in orders:
-            need = record_bytes(order.size)
-            if need > self.staging.length or order.disk_offset + need > self.file.size:
-                results.append(m.DiskResult(order.order, False))
-                continue
-            if used + need > self.staging.length:
-                results += self._run_batch(batch)
-                batch, used = [], 0
-            batch.append(order)
-            used += need
-        return results + self._run_batch(batch)
-
-    def _run_batch(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
-        if not orders:
-            return []
-        at = [0]
-        for order in orders[:-1]:
-            at.append(at[-1] + record_bytes(order.size))
-        demotes = [i for i, o in enumerate(orders) if o.kind == "demote"]
-        loads = [i for i, o in enumerate(orders) if o.kind == "load"]
         ok = [False] * len(orders)
-        try:
-            for indices, run in ((demotes, self._demote), (loads, self._load)):
-                done = run([orders[i] for i in indices], [at[i] for i in indices])
-                for i, good in zip(indices, done, strict=True):
-                    ok[i] = good
-        except KVStoreError as exc:  # the disk or the engine failed as a whole: these orders fail
-            log.warning("disk orders failed: %s", exc)
+        batches, _outside = self._pack([(o.disk_offset, o.size) for o in orders])  # the outside ones fail
+        for batch in batches:
+            try:
+                for kind, run in (("demote", self._demote), ("load", self._load)):
+                    mine = [(i, a) for i, a in batch if orders[i].kind == kind]
+                    done = run([orders[i] for i, _ in mine], [a for _, a in mine])
+                    for (i, _), good in zip(mine, done, strict=True):
+                        ok[i] = good
+            except KVStoreError as exc:  # the disk or the engine failed as a whole: these orders fail
+                log.warning("disk orders failed: %s", exc)
         return [m.DiskResult(o.order, good) for o, good in zip(orders, ok, strict=True)]
 
     def _view(self, at: int, nbytes: int) -> np.ndarray:
@@ -221,19 +191,20 @@ class DiskWorker:
             return []
         engine = self.session.engine
         ok = [False] * len(orders)
-        reads = []
+        reads, peers = [], []
         for i, order in enumerate(orders):
             peer = self.session.peer(order.memory.engine)
             if peer is not None and write_header(
                 self._view(at[i], PAGE), order.key, order.size, order.checksum
             ):
                 reads.append(i)
+                peers.append(peer.handle)
         if not reads:
             return ok
         handle = engine.submit(
             Op.READ,
             [self.staging.addr + at[i] + PAGE for i in reads],
-            [self.session.peer(orders[i].memory.engine).handle for i in reads],  # type: ignore[union-attr]
+            peers,
             [orders[i].memory.region_id for i in reads],
             [orders[i].memory.offset for i in reads],
             [orders[i].size for i in reads],
@@ -242,7 +213,9 @@ class DiskWorker:
         )
         handle.wait()
         states = handle.states()
-        sums = digests([self.staging.addr + at[i] + PAGE for i in reads], [orders[i].size for i in reads])
+        sums = checksum.xxh3_each(
+            [self.staging.addr + at[i] + PAGE for i in reads], [orders[i].size for i in reads]
+        )
         writes = []
         for j, i in enumerate(reads):
             order = orders[i]
@@ -285,7 +258,7 @@ class DiskWorker:
         ok = [False] * len(orders)
         segment = self.segment.array
         assert segment is not None
-        sums = digests([self.staging.addr + a + PAGE for a in at], [o.size for o in orders])
+        sums = checksum.xxh3_each([self.staging.addr + a + PAGE for a in at], [o.size for o in orders])
         for i, order in enumerate(orders):
             placed = order.memory
             mine = placed.engine == self.session.engine.name and placed.region_id == self.segment.id

@@ -46,6 +46,15 @@ class ObjectLocation(NamedTuple):
     replicas: list[ReplicaLocation]
 
 
+DISK_PAGE = 4096  # direct-I/O unit: disk records start and end on it
+
+
+def record_bytes(size: int) -> int:
+    """Disk space of one object's record: one header page (the node's), then the bytes, page-padded.
+    Master (which places records) and node (which writes them) agree on it here."""
+    return DISK_PAGE + -(-size // DISK_PAGE) * DISK_PAGE
+
+
 class DiskOrder(NamedTuple):
     """Disk work for a node. kind "demote": read the object from `memory` (any node's replica) and write
     its record at `disk_offset`. kind "load": read the record at `disk_offset` and copy the object into
