@@ -11,12 +11,10 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from kvstore.bench.trace import Trace, TraceResult, _Node, _result, replay
-from kvstore.errors import InvalidArgumentError
+from kvstore.bench.trace import Trace, TraceResult, _Node, _result, replay, replay_master_config
 
 
 def replay_real_tiered(
@@ -40,18 +38,10 @@ def replay_real_tiered(
     from kvstore.node import StorageNode
     from kvstore.rpc.messages import record_bytes
 
-    if payload_bytes <= 0 or payload_bytes % 64:
-        raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
+    config = replay_master_config(policy, payload_bytes)
     payload_bytes = max(payload_bytes, 2048)
-    config: dict[str, Any] = {
-        "eviction_policy": policy,
-        "high_watermark": 1.0,
-        "low_watermark": 1.0,
-        "busy_poll_us": 0,
-        "port": 0,
-        "disk_tasks": 4096,
-        "demote_watermark": 0.3,  # requests arrive back to back: keep most of memory backed by disk
-    }
+    config["disk_tasks"] = 4096
+    config["demote_watermark"] = 0.3  # requests arrive back to back: keep most of memory backed by disk
     master = Master.start_in_thread(MasterConfig.load(**config))
     with tempfile.TemporaryDirectory(dir=directory, prefix="kvstore-trace-disk-") as where:
         session = Session(StoreConfig.load(master=master.address, buffer_size="1MiB", rpc_busy_poll_us=0))

@@ -243,6 +243,20 @@ def simulate_tiered(
     return result
 
 
+def replay_master_config(policy: str, payload_bytes: int) -> dict[str, Any]:
+    """MasterConfig fields of a real replay (after checking the object size): inline eviction only (no
+    background watermarks), so capacity means exactly `capacity` blocks."""
+    if payload_bytes <= 0 or payload_bytes % 64:
+        raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
+    return {
+        "eviction_policy": policy,
+        "high_watermark": 1.0,
+        "low_watermark": 1.0,
+        "busy_poll_us": 0,
+        "port": 0,
+    }
+
+
 def replay_real(
     trace: Trace,
     capacity: int,
@@ -258,16 +272,7 @@ def replay_real(
     from kvstore.config import MasterConfig
     from kvstore.master import Master
 
-    if payload_bytes <= 0 or payload_bytes % 64:
-        raise InvalidArgumentError("--payload-bytes must be a positive multiple of 64 (the allocation unit)")
-    # Inline eviction only (no background watermarks), so capacity means exactly `capacity` blocks.
-    config: dict[str, Any] = {
-        "eviction_policy": policy,
-        "high_watermark": 1.0,
-        "low_watermark": 1.0,
-        "busy_poll_us": 0,
-        "port": 0,
-    }
+    config = replay_master_config(policy, payload_bytes)
     masters = [
         Master.start_in_thread(MasterConfig.load(**config)) for _ in range(1 if mode == "global" else nodes)
     ]
