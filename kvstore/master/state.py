@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
@@ -26,6 +26,15 @@ from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
 from kvstore.rpc.messages import record_bytes
+
+
+def _evictable_at_all(meta: ObjectMeta) -> bool:
+    return meta.complete and not meta.pinned
+
+
+def _on_disk(meta: ObjectMeta) -> bool:
+    """Evictable, with a memory copy to drop and a disk record that keeps the object."""
+    return meta.complete and not meta.pinned and meta.disk is not None and bool(meta.replicas)
 
 
 class MasterState:
@@ -361,44 +370,24 @@ class MasterState:
         is never made by losing an object). False when nothing may go."""
         now = self.clock()
         victim = leased = None
-        # Copies loaded for one read go first (they are on disk too): the oldest, unleased before leased.
-        for key in self.disk.transient:
-            meta = self.objects.get(key)
-            if meta is None or not meta.replicas or meta.disk is None:
-                continue
-            if meta.lease_until <= now:
-                victim = meta
-                break
-            if leased is None and leased_too:
-                leased = meta
-        # Then the coldest objects with a disk record: evicting them loses nothing.
-        if self.disk.segments and victim is None:
-            # A victim a little less cold than the coldest is fine when it saves an object; further up the
-            # order it would cost memory hits (the hot set has disk records too, demoted long ago).
+        if self.disk.segments:
+            # Objects with a disk record first (evicting them loses nothing): copies loaded for one read,
+            # oldest first; then the coldest few of the policy's order (a victim a little less cold than
+            # the coldest is fine when it saves an object; further up the order it would cost memory
+            # hits, as the hot set has disk records too, demoted long ago).
             scan = 1024 if disk_backed_only else 64
-            for key in itertools.islice(self.policy.candidates(), scan):
-                meta = self.objects.get(key)
-                if meta is None or meta.disk is None or not meta.complete or meta.pinned:
-                    continue
-                if meta.lease_until <= now:
-                    victim = meta
+            for keys in (self.disk.transient, itertools.islice(self.policy.candidates(), scan)):
+                victim, held = self._pick(keys, now, _on_disk)
+                leased = leased or held
+                if victim is not None:
                     break
-                if leased is None and leased_too:
-                    leased = meta  # a reader holding it gets STALE, asks again, and finds it on disk
-            victim = victim or leased
-            leased = None
+            if victim is None and leased_too:
+                victim = leased  # a reader holding it gets STALE, asks again, and finds it on disk
         if victim is None and disk_backed_only:
             return False
-        for key in self.policy.candidates() if victim is None else ():
-            meta = self.objects.get(key)
-            if meta is None or not meta.complete or meta.pinned:
-                continue
-            if meta.lease_until <= now:
-                victim = meta
-                break
-            if leased is None and leased_too:
-                leased = meta
-        victim = victim or leased
+        if victim is None:
+            victim, leased = self._pick(self.policy.candidates(), now, _evictable_at_all)
+            victim = victim or (leased if leased_too else None)
         if victim is None:
             return False
         self.counters.evictions += 1
@@ -415,6 +404,21 @@ class MasterState:
         victim.replicas = []
         self.policy.on_remove(victim.key)
         return True
+
+    def _pick(
+        self, keys: Iterable[str], now: float, accept: Callable[[ObjectMeta], bool]
+    ) -> tuple[ObjectMeta | None, ObjectMeta | None]:
+        """The first of `keys` that `accept` takes and no reader holds; and the first taken one a reader
+        holds (a fallback: evicting it is fenced like a forced removal)."""
+        leased = None
+        for key in keys:
+            meta = self.objects.get(key)
+            if meta is None or not accept(meta):
+                continue
+            if meta.lease_until <= now:
+                return meta, leased
+            leased = leased or meta
+        return None, leased
 
     @property
     def capacity(self) -> int:
