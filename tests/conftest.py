@@ -35,6 +35,21 @@ def pytest_configure(config: pytest.Config) -> None:
             )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run only where a CUDA driver and a GPU are usable; elsewhere they skip saying why."""
+    from transfer_engine import cuda
+    from transfer_engine.errors import NotSupportedError
+
+    try:
+        cuda.require()
+        return
+    except NotSupportedError as exc:
+        skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {exc}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @dataclass
 class TargetProcess:
     proc: subprocess.Popen[str]

@@ -1,5 +1,9 @@
-// What the run-time-loaded CUDA driver can do here (nothing CUDA is linked).
+// What the run-time-loaded CUDA driver can do here (nothing CUDA is linked): one crossing per batch of
+// copies, made without the interpreter lock.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <vector>
 
 #include "bind/status_error.h"
 #include "cuda/driver.h"
@@ -8,11 +12,67 @@ namespace py = pybind11;
 
 namespace kvs::bind {
 
+using U64Array = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+
 void bind_cuda(py::module_& m) {
   m.def(
       "cuda_require", [] { throw_if_error(cuda::available()); },
       "Raises NotSupportedError saying why unless a CUDA driver and a GPU are usable here.");
   m.def("cuda_device_count", &cuda::device_count);
+  m.def(
+      "cuda_device_range",
+      [](uint64_t ptr) {
+        auto range = cuda::device_range(ptr);
+        throw_if_error(range.status());
+        return py::make_tuple(range.value().base, range.value().length, range.value().device);
+      },
+      py::arg("ptr"), "(base, length, device) of the device allocation holding ptr.");
+  m.def(
+      "cuda_alloc",
+      [](int device, uint64_t length) {
+        auto ptr = cuda::device_alloc(device, length);
+        throw_if_error(ptr.status());
+        return ptr.value();
+      },
+      py::arg("device"), py::arg("length"));
+  m.def(
+      "cuda_free", [](int device, uint64_t ptr) { throw_if_error(cuda::device_free(device, ptr)); },
+      py::arg("device"), py::arg("ptr"));
+  m.def(
+      "cuda_synchronize",
+      [](int device, uint64_t stream) {
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = cuda::synchronize(device, stream);
+        }
+        throw_if_error(st);
+      },
+      py::arg("device"), py::arg("stream"));
+  m.def(
+      "cuda_copy",
+      [](int device, bool to_device, const U64Array& device_ptrs, const U64Array& host_ptrs,
+         const U64Array& lengths) {
+        if (device_ptrs.ndim() != 1 || host_ptrs.ndim() != 1 || lengths.ndim() != 1 ||
+            device_ptrs.size() != host_ptrs.size() || device_ptrs.size() != lengths.size()) {
+          throw_if_error(Status(Code::kInvalidArgument, "copy columns must be flat and of one length"));
+        }
+        std::vector<cuda::DeviceCopy> copies(static_cast<size_t>(lengths.size()));
+        for (size_t i = 0; i < copies.size(); ++i) {
+          copies[i] = {device_ptrs.data()[i], host_ptrs.data()[i], lengths.data()[i]};
+        }
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = cuda::copy(device, to_device ? cuda::Direction::kToDevice : cuda::Direction::kToHost,
+                          copies.data(), copies.size());
+        }
+        throw_if_error(st);
+      },
+      py::arg("device"), py::arg("to_device"), py::arg("device_ptrs"), py::arg("host_ptrs"),
+      py::arg("lengths"),
+      "Copies each (device, host, length) triple in one direction, all queued on one stream of the GPU, "
+      "then waits once. The caller vouches for every range (transfer_engine.cuda checks them).");
 }
 
 }  // namespace kvs::bind

@@ -2,30 +2,12 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
+#include "cuda/driver_table.h"
 
 namespace kvs::cuda {
 namespace {
 
-// Driver API types and constants (cuda.h): plain ints and opaque handles.
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
 constexpr unsigned kHostRegisterPortable = 0x01;
-
-struct Driver {
-  CUresult (*init)(unsigned) = nullptr;
-  CUresult (*device_get_count)(int*) = nullptr;
-  CUresult (*device_get)(CUdevice*, int) = nullptr;
-  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;
-  CUresult (*ctx_set_current)(CUcontext) = nullptr;
-  CUresult (*mem_host_register)(void*, size_t, unsigned) = nullptr;
-  CUresult (*mem_host_unregister)(void*) = nullptr;
-  CUresult (*get_error_string)(CUresult, const char**) = nullptr;
-  int devices = 0;
-  CUcontext context = nullptr;  // device 0's primary context
-  Status status = Status(Code::kNotSupported, "CUDA driver not loaded");
-};
 
 template <typename F>
 bool find(void* handle, const char* name, F& out) {
@@ -33,57 +15,97 @@ bool find(void* handle, const char* name, F& out) {
   return out != nullptr;
 }
 
-Status failed(const Driver& d, CUresult r, const std::string& what) {
-  const char* text = nullptr;
-  if (d.get_error_string == nullptr || d.get_error_string(r, &text) != 0 || text == nullptr)
-    text = "unknown error";
-  return Status(Code::kNotSupported, what + ": CUDA error " + std::to_string(r) + " (" + text + ")");
+bool resolve(void* handle, DriverTable& d) {
+  return find(handle, "cuInit", d.init) && find(handle, "cuDeviceGetCount", d.device_get_count) &&
+         find(handle, "cuDeviceGet", d.device_get) &&
+         find(handle, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain) &&
+         find(handle, "cuCtxSetCurrent", d.ctx_set_current) &&
+         find(handle, "cuMemHostRegister_v2", d.mem_host_register) &&
+         find(handle, "cuMemHostUnregister", d.mem_host_unregister) &&
+         find(handle, "cuGetErrorString", d.get_error_string) &&
+         find(handle, "cuPointerGetAttribute", d.pointer_get_attribute) &&
+         find(handle, "cuMemAlloc_v2", d.mem_alloc) && find(handle, "cuMemFree_v2", d.mem_free) &&
+         find(handle, "cuStreamCreate", d.stream_create) &&
+         find(handle, "cuStreamSynchronize", d.stream_synchronize) &&
+         find(handle, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
+         find(handle, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async);
 }
 
-Driver load() {
-  Driver d;
+DriverTable load() {
+  DriverTable d;
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     d.status = Status(Code::kNotSupported, "no CUDA driver on this machine (libcuda.so.1 not found)");
     return d;
   }
-  if (!find(handle, "cuInit", d.init) || !find(handle, "cuDeviceGetCount", d.device_get_count) ||
-      !find(handle, "cuDeviceGet", d.device_get) ||
-      !find(handle, "cuDevicePrimaryCtxRetain", d.primary_ctx_retain) ||
-      !find(handle, "cuCtxSetCurrent", d.ctx_set_current) ||
-      !find(handle, "cuMemHostRegister_v2", d.mem_host_register) ||
-      !find(handle, "cuMemHostUnregister", d.mem_host_unregister) ||
-      !find(handle, "cuGetErrorString", d.get_error_string)) {
+  if (!resolve(handle, d)) {
     d.status = Status(Code::kNotSupported, "libcuda.so.1 lacks the driver API kvstore uses (too old?)");
     return d;
   }
+  d.status = Status::OK();  // failed() below may use get_error_string
   if (CUresult r = d.init(0); r != 0) {
-    d.status = failed(d, r, "cuInit");
+    d.status = Status(Code::kNotSupported, "cuInit failed: CUDA error " + std::to_string(r));
     return d;
   }
   if (CUresult r = d.device_get_count(&d.devices); r != 0 || d.devices == 0) {
-    d.status = r != 0 ? failed(d, r, "cuDeviceGetCount") : Status(Code::kNotSupported, "no GPU visible");
+    d.status = Status(Code::kNotSupported, r != 0 ? "cuDeviceGetCount failed: CUDA error " + std::to_string(r)
+                                                  : std::string("no GPU visible"));
     return d;
   }
-  CUdevice device = 0;
-  if (CUresult r = d.device_get(&device, 0); r != 0) {
-    d.status = failed(d, r, "cuDeviceGet");
-    return d;
-  }
-  if (CUresult r = d.primary_ctx_retain(&d.context, device); r != 0) {
-    d.status = failed(d, r, "cuDevicePrimaryCtxRetain");
-    return d;
-  }
-  d.status = Status::OK();
   return d;
 }
 
-const Driver& driver() {
-  static const Driver d = load();  // thread-safe, once
-  return d;
+// Primary contexts, retained on first use of each device.
+struct Contexts {
+  std::mutex mu;
+  std::vector<CUcontext> by_device;
+};
+
+Contexts& contexts() {
+  static Contexts c;
+  return c;
 }
 
 }  // namespace
+
+const DriverTable& driver() {
+  static const DriverTable d = load();  // thread-safe, once
+  return d;
+}
+
+Status failed(CUresult result, const std::string& what) {
+  const char* text = nullptr;
+  const DriverTable& d = driver();
+  if (d.get_error_string == nullptr || d.get_error_string(result, &text) != 0 || text == nullptr) {
+    text = "unknown error";
+  }
+  return Status(Code::kIoError, what + ": CUDA error " + std::to_string(result) + " (" + text + ")");
+}
+
+Status use_device(int device) {
+  const DriverTable& d = driver();
+  if (!d.status.ok()) return d.status;
+  if (device < 0 || device >= d.devices) {
+    return Status(Code::kInvalidArgument,
+                  "no GPU " + std::to_string(device) + " (" + std::to_string(d.devices) + " visible)");
+  }
+  CUcontext context = nullptr;
+  {
+    Contexts& c = contexts();
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.by_device.resize(static_cast<size_t>(d.devices), nullptr);
+    if (c.by_device[device] == nullptr) {
+      CUdevice handle = 0;
+      if (CUresult r = d.device_get(&handle, device); r != 0) return failed(r, "cuDeviceGet");
+      if (CUresult r = d.primary_ctx_retain(&c.by_device[device], handle); r != 0) {
+        return failed(r, "cuDevicePrimaryCtxRetain");
+      }
+    }
+    context = c.by_device[device];
+  }
+  if (CUresult r = d.ctx_set_current(context); r != 0) return failed(r, "cuCtxSetCurrent");
+  return Status::OK();
+}
 
 Status available() {
   return driver().status;
@@ -94,20 +116,16 @@ int device_count() {
 }
 
 Status host_register(void* addr, size_t length) {
-  const Driver& d = driver();
-  if (!d.status.ok()) return d.status;
-  if (CUresult r = d.ctx_set_current(d.context); r != 0) return failed(d, r, "cuCtxSetCurrent");
-  if (CUresult r = d.mem_host_register(addr, length, kHostRegisterPortable); r != 0) {
-    return failed(d, r, "cuMemHostRegister");
+  if (Status st = use_device(0); !st.ok()) return st;
+  if (CUresult r = driver().mem_host_register(addr, length, kHostRegisterPortable); r != 0) {
+    return failed(r, "cuMemHostRegister");
   }
   return Status::OK();
 }
 
 Status host_unregister(void* addr) {
-  const Driver& d = driver();
-  if (!d.status.ok()) return d.status;
-  if (CUresult r = d.ctx_set_current(d.context); r != 0) return failed(d, r, "cuCtxSetCurrent");
-  if (CUresult r = d.mem_host_unregister(addr); r != 0) return failed(d, r, "cuMemHostUnregister");
+  if (Status st = use_device(0); !st.ok()) return st;
+  if (CUresult r = driver().mem_host_unregister(addr); r != 0) return failed(r, "cuMemHostUnregister");
   return Status::OK();
 }
 

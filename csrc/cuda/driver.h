@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
@@ -17,5 +18,33 @@ int device_count();
 // device 0 made current on this thread first.
 Status host_register(void* addr, size_t length);
 Status host_unregister(void* addr);
+
+// The device allocation holding `ptr`: its base, length and GPU. Fails (InvalidArgument) for memory that is
+// not device memory of this process, so a bad pointer is refused before any copy touches it.
+struct DeviceRange {
+  uint64_t base = 0;
+  uint64_t length = 0;
+  int device = -1;
+};
+StatusOr<DeviceRange> device_range(uint64_t ptr);
+
+// Device memory for benches and tests (cuMemAlloc on `device`).
+StatusOr<uint64_t> device_alloc(int device, uint64_t length);
+Status device_free(int device, uint64_t ptr);
+
+// Copies between device memory of GPU `device` and host memory: all of them queued on one of the device's
+// streams (async; page-locked host memory makes them DMA), then one wait. The caller has checked every
+// range; host memory need not be pinned (the driver stages pageable memory itself, slower).
+enum class Direction { kToDevice, kToHost };
+struct DeviceCopy {
+  uint64_t device_ptr = 0;
+  uint64_t host_ptr = 0;
+  uint64_t length = 0;
+};
+Status copy(int device, Direction direction, const DeviceCopy* copies, size_t count);
+
+// Waits for a stream another library handed over with its memory (the CUDA array interface's "stream":
+// 1 and 2 are the legacy and per-thread default streams), so its pending writes land before a copy.
+Status synchronize(int device, uint64_t stream);
 
 }  // namespace kvs::cuda

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from kvstore.allocator import OffsetAllocator
+from kvstore.client.gpu_buffers import GpuMemory, GpuStaged
 from kvstore.errors import InvalidArgumentError, NoSpaceError
-from transfer_engine import Region, TransferEngine, checksum
+from transfer_engine import Region, TransferEngine, checksum, cuda
 
 
 def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
@@ -122,7 +123,7 @@ def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list
     return addrs[: len(kept)], kept
 
 
-ValueBuffers = SpanList | RawPieces
+ValueBuffers = SpanList | RawPieces | GpuStaged
 
 
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
@@ -148,9 +149,12 @@ class BufferManager:
         self._raw_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.staging = engine.allocate(staging_size, export=False)
         self._staging_alloc = OffsetAllocator(staging_size, 64)
+        self.gpu = GpuMemory(engine, staging_size)
 
     # -- long-lived registrations ---------------------------------------------------------------------
     def register(self, buffer: Any) -> Region:
+        if GpuMemory.is_gpu(buffer):
+            return self.gpu.register(buffer)
         raw = None
         if isinstance(buffer, tuple):
             raw = as_bytes_view(buffer, writable=False)
@@ -166,6 +170,8 @@ class BufferManager:
         return region
 
     def unregister(self, buffer: Any) -> None:
+        if self.gpu.unregister(buffer):
+            return
         addr = address_of(as_bytes_view(buffer, writable=False))
         with self._lock:
             region = self._regions.pop(addr, None)
@@ -209,8 +215,8 @@ class BufferManager:
             return self._raw_cache
 
     def _raw_values(self, buffer_lists: Sequence[Sequence[Any]]) -> list[ValueBuffers] | None:
-        """RawPieces per value when every buffer of every value is raw memory inside a raw registration
-        (resolved for the whole batch in a few array operations), else None."""
+        """RawPieces (host) or GpuStaged (GPU) per value when every buffer of every value is raw memory
+        inside a raw registration (resolved for the whole batch in a few array operations), else None."""
         counts = [len(parts) for parts in buffer_lists]
         flat = [part for parts in buffer_lists for part in parts]
         # Type checks as C-level loops (map/set): a Python loop per piece costs more than the rest.
@@ -219,6 +225,10 @@ class BufferManager:
         addrs, lengths = (list(column) for column in zip(*flat, strict=True))
         if set(map(type, addrs)) != {int} or set(map(type, lengths)) != {int}:
             return None
+        if self.gpu.registered():
+            gpu = self.gpu.raw_values(addrs, lengths, counts)
+            if gpu is not None:
+                return list(gpu)
         starts, ends = self._raw_table()
         try:
             a = np.array(addrs, dtype=np.int64)
@@ -239,13 +249,47 @@ class BufferManager:
 
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
-        """Each value's buffers as registered memory for one call; release() each when it ends."""
-        raw = self._raw_values(buffer_lists)
-        if raw is not None:
-            return raw
+        """Each value's buffers as registered memory for one call; release() each when it ends. For a
+        put (not writable) GPU values are copied into their host blocks here; a get's are delivered by
+        deliver() once read and verified."""
+        out = self._raw_values(buffer_lists)
+        if out is None:
+            out = self._values(buffer_lists, writable)
+        gpu = [value for value in out if isinstance(value, GpuStaged)]
+        if gpu:
+            try:
+                self.gpu.stage(gpu)
+                if not writable:
+                    self.gpu.download(gpu)
+            except BaseException:
+                for value in out:
+                    value.release(self)
+                raise
+        return out
+
+    def deliver(self, values: Sequence[ValueBuffers], filled: Sequence[int]) -> None:
+        """Ends a get: values read into host blocks for GPU buffers (filled[i] bytes) go to the GPU."""
+        gpu = [(v, n) for v, n in zip(values, filled, strict=True) if isinstance(v, GpuStaged) and n > 0]
+        if gpu:
+            self.gpu.upload([v for v, _ in gpu], [n for _, n in gpu])
+
+    def _is_gpu(self, part: Any) -> bool:
+        if isinstance(part, tuple):
+            return (
+                self.gpu.registered()
+                and len(part) == 2
+                and all(type(x) is int for x in part)
+                and self.gpu.raw_values([part[0]], [part[1]], [1]) is not None
+            )
+        return cuda.is_gpu_buffer(part)
+
+    def _values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
         out: list[ValueBuffers] = []
         try:
             for parts in buffer_lists:
+                if any(self._is_gpu(part) for part in parts):
+                    out.append(self.gpu.value(parts, writable))
+                    continue
                 spans: list[Span] = []
                 try:
                     for b in parts:
@@ -319,5 +363,6 @@ class BufferManager:
             self.engine.unregister(span.temporary)
 
     def close(self) -> None:
+        self.gpu.close()
         self._regions.clear()
         self._bases.clear()

@@ -395,6 +395,7 @@ class Store:
             for i, result in enumerate(results):
                 if result == MISS and not v.key_ok(keys[i]):  # never asked of the master: fails alone
                     results[i] = -InvalidArgumentError.code
+            self.buffers.deliver(values, [max(r, 0) for r in results])
             return results
         finally:
             for i, value in enumerate(values):

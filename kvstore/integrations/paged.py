@@ -22,6 +22,7 @@ import numpy as np
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.store import Store
+from transfer_engine import cuda
 
 log = logging.getLogger("kvstore.integrations")
 
@@ -117,11 +118,13 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
     must be contiguous; blocks may be strided (several layers sharing one allocation)."""
     if hasattr(tensor, "data_ptr"):  # torch
         device = getattr(getattr(tensor, "device", None), "type", "cpu")
-        if device != "cpu":
-            raise NotSupportedError(
-                f"layer {name} is on {device}: GPU tensors need the GPU memory kind, which this build "
-                "does not have yet; run the engine's CPU backend or use a host-memory offload"
-            )
+        if device == "cuda":
+            try:
+                cuda.require()
+            except NotSupportedError as exc:
+                raise NotSupportedError(f"layer {name} is on the GPU, but {exc}") from exc
+        elif device != "cpu":
+            raise NotSupportedError(f"layer {name} is on {device}: kvstore moves CPU and CUDA tensors only")
         if tensor.dim() < 1 or tensor.shape[0] == 0:
             raise InvalidArgumentError(f"layer {name} has no blocks")
         if not tensor[0].is_contiguous():
@@ -153,7 +156,7 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
 
 
 def allocation(tensor: Any) -> tuple[int, int]:
-    """(address, bytes) of the whole allocation a CPU tensor or array is a view of."""
+    """(address, bytes) of the whole allocation a CPU or CUDA tensor or array is a view of."""
     if hasattr(tensor, "untyped_storage"):
         storage = tensor.untyped_storage()
         return (storage.data_ptr(), storage.nbytes())

@@ -20,8 +20,9 @@ get_block_ids_with_load_errors, and vLLM recomputes it or fails the request as k
 With the master down, lookups find nothing and saves are dropped: vLLM computes as if the store were empty.
 
 Limits: KV cache groups other than full attention (sliding window, Mamba) are not stored: a hybrid model
-runs (the connector supports HMA) but gets no external hits. CUDA tensors are refused with a clear error
-until the GPU memory kind lands; vLLM's CPU backend is the tested path.
+runs (the connector supports HMA) but gets no external hits. CUDA KV caches move through page-locked
+host staging (kvstore.client.gpu_buffers: verified there before any byte reaches the GPU); vLLM's CPU
+backend is the path CI runs, the CUDA one runs in the `gpu` tests on a GPU machine.
 """
 
 from __future__ import annotations
