@@ -33,7 +33,9 @@ def test_pieces_stay_inside_their_buffer() -> None:
 
 def test_what_counts_as_a_gpu_buffer() -> None:
     class ArrayInterface:  # the protocol itself: any object exposing it is device memory
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (1 << 40, False), "version": 3}
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            return {"shape": (4,), "typestr": "<f4", "data": (1 << 40, False), "version": 3}
 
     assert cuda.is_gpu_buffer(cuda.GpuBuffer(1 << 40, 16, 0))
     assert cuda.is_gpu_buffer(ArrayInterface())
@@ -75,7 +77,7 @@ def test_every_gpu_call_fails_clearly_without_a_gpu() -> None:
         lambda: cuda.DeviceMemory(4096),
     ]
     for call in calls:
-        with pytest.raises(NotSupportedError, match="libcuda|CUDA|GPU"):
+        with pytest.raises(NotSupportedError, match=r"libcuda|CUDA|GPU"):
             call()
 
 
@@ -103,7 +105,7 @@ def test_batched_copies_round_trip_through_pinned_and_pageable_memory() -> None:
         pinned = engine.allocate(1 << 22, export=False, pinned=True)
         assert pinned.pinned_by == "cuda" and pinned.array is not None
         sizes = [4096, 65536, 1 << 20, (1 << 22) - (1 << 20) - 65536 - 4096]
-        offsets = np.cumsum([0] + sizes[:-1]).tolist()
+        offsets = np.cumsum([0, *sizes[:-1]]).tolist()
         cuda.copy_to_device(
             0, [memory.ptr + o for o in offsets], [source.ctypes.data + o for o in offsets], sizes
         )
