@@ -197,7 +197,7 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
 
 def _add_tier_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tier", help="a memory tier's put/get beside the same device's own baseline")
-    p.add_argument("--tier", choices=["disk", "pinned"], default="disk", help="disk or pinned (gpu: not yet)")
+    p.add_argument("--tier", choices=["disk", "pinned", "gpu"], default="disk", help="disk, pinned or gpu")
     p.add_argument("--dir", default=".", help="where the disk file goes (its file system is measured)")
     p.add_argument("--value-size", type=_size, default=1 << 20)
     p.add_argument("--batch-size", type=_positive_int, default=32)
@@ -213,11 +213,13 @@ def _run_tier_bench(args: argparse.Namespace) -> int:
     cfg = tier_bench.TierBenchConfig(
         args.dir, args.value_size, args.batch_size, args.total, args.memory, args.disk_backend
     )
-    r = tier_bench.run_pinned(cfg) if args.tier == "pinned" else tier_bench.run(cfg)
+    r = {"pinned": tier_bench.run_pinned, "gpu": tier_bench.run_gpu, "disk": tier_bench.run}[args.tier](cfg)
     if args.json:
         print(json.dumps({**dataclasses.asdict(r), "demote_ratio": r.demote_ratio, "get_ratio": r.get_ratio}))
     else:
-        put, base = ("put (demotion)", "O_DIRECT") if r.tier == "disk" else ("put", "memcpy")
+        put, base = {"disk": ("put (demotion)", "O_DIRECT"), "gpu": ("put", "cuMemcpy")}.get(
+            r.tier, ("put", "memcpy")
+        )
         print(
             f"{r.tier} tier ({r.backend}), {r.value_size / 2**20:.2f} MiB values, batches of {r.batch_size}, "
             f"{r.objects} objects read\n"

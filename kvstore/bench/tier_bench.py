@@ -1,8 +1,12 @@
-"""`kvstore bench tier --tier disk|pinned`: a tier under a store, beside the machine's own baseline.
+"""`kvstore bench tier --tier disk|pinned|gpu`: a tier under a store, beside the machine's own baseline.
 
 --tier pinned: a node with a page-locked segment (`--pinned`); batch put and get of `--batch-size` values
 beside memcpy of the same block size over the same working set (the transfer is a memcpy between the
 client's and the node's memory, shared or over the engine).
+
+--tier gpu: the same node, with the client's values in GPU memory (put from it, get into it; they move
+through the client's page-locked staging, checksummed there). Baseline: batched device->host (write) and
+host->device (read) copies of the same shape between device memory and pinned host memory.
 
 --tier disk:
 
@@ -19,13 +23,19 @@ from __future__ import annotations
 import mmap
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvstore.errors import InvalidArgumentError, NotSupportedError
 from transfer_engine.disk import DiskFile
+
+if TYPE_CHECKING:
+    from kvstore import Store
 
 
 @dataclass
@@ -89,61 +99,142 @@ def baseline(cfg: TierBenchConfig, path: Path) -> tuple[float, float, str]:
 
 def run_pinned(cfg: TierBenchConfig) -> TierBenchResult:
     """Batch put and get through a node whose segment is pinned, beside memcpy of the same shape."""
+    from transfer_engine.bench import memcpy_gbps
+
+    cfg.validate()
+    values = np.random.default_rng(0).integers(0, 256, (cfg.batch_size, cfg.value_size), dtype=np.uint8)
+    back = np.empty_like(values)
+
+    def check() -> bool:
+        return bool(np.array_equal(back, values))
+
+    with _pinned_node(cfg) as (store, pinned_by):
+        store.register_buffer(values)
+        store.register_buffer(back)
+        put_s, get_s, misses = _put_get_rounds(cfg, store, list(values), list(back), check)
+    copy = memcpy_gbps(cfg.value_size, cfg.memory // 2, 1.0)
+    return _result("pinned", pinned_by, cfg, put_s, get_s, misses, copy, copy)
+
+
+def run_gpu(cfg: TierBenchConfig) -> TierBenchResult:
+    """Batch put from and get into GPU memory through a node with a pinned segment, beside plain batched
+    device<->pinned-host copies (cuMemcpyAsync on one stream, one wait) of the same shape."""
+    from transfer_engine import cuda
+
+    cfg.validate()
+    cuda.require()
+    per_batch = cfg.batch_size * cfg.value_size
+    values = np.random.default_rng(0).integers(0, 256, per_batch, dtype=np.uint8)
+    with cuda.DeviceMemory(per_batch) as src, cuda.DeviceMemory(per_batch) as dst:
+        cuda.copy_to_device(0, [src.ptr], [values.ctypes.data], [per_batch])
+        sources = [src.buffer.piece(i * cfg.value_size, cfg.value_size) for i in range(cfg.batch_size)]
+        targets = [dst.buffer.piece(i * cfg.value_size, cfg.value_size) for i in range(cfg.batch_size)]
+
+        def check() -> bool:
+            back = np.empty(per_batch, np.uint8)
+            cuda.copy_to_host(0, [dst.ptr], [back.ctypes.data], [per_batch])
+            return bool(np.array_equal(back, values))
+
+        with _pinned_node(cfg) as (store, pinned_by):
+            store.register_buffer(src.buffer)
+            store.register_buffer(dst.buffer)
+            put_s, get_s, misses = _put_get_rounds(cfg, store, sources, targets, check)
+        to_host, to_device = _cuda_copy_baseline(cfg, src)
+    return _result(
+        "gpu", f"staged via {pinned_by}-pinned host", cfg, put_s, get_s, misses, to_host, to_device
+    )
+
+
+def _cuda_copy_baseline(cfg: TierBenchConfig, memory: object) -> tuple[float, float]:
+    """GB/s of batched device->host and host->device copies between `memory` and pinned host memory."""
+    from transfer_engine import TransferEngine, cuda
+
+    assert isinstance(memory, cuda.DeviceMemory)
+    n, size = cfg.batch_size, cfg.value_size
+    with TransferEngine() as engine:
+        host = engine.allocate(n * size, export=False, pinned=True)
+        device_ptrs = [memory.ptr + i * size for i in range(n)]
+        host_ptrs = [host.addr + i * size for i in range(n)]
+        out = []
+        for copy in (cuda.copy_to_host, cuda.copy_to_device):
+            copy(0, device_ptrs, host_ptrs, [size] * n)  # warm up
+            rounds, start = 0, time.perf_counter()
+            while time.perf_counter() - start < 1.0:
+                copy(0, device_ptrs, host_ptrs, [size] * n)
+                rounds += 1
+            out.append(rounds * n * size / (time.perf_counter() - start) / 1e9)
+        return out[0], out[1]
+
+
+@contextmanager
+def _pinned_node(cfg: TierBenchConfig) -> Iterator[tuple[Store, str]]:
+    """A master in this process, one node process with a pinned segment, and a client: (store, how the
+    node pinned its segment)."""
     from kvstore import Store
     from kvstore.config import MasterConfig
     from kvstore.master import Master
     from kvstore.procs import kvstore_process
-    from transfer_engine.bench import memcpy_gbps
 
-    cfg.validate()
     master = Master.start_in_thread(MasterConfig.load(port=0, busy_poll_us=0))
     try:
         node = ["node", "--master", master.address, "--segment-size", str(cfg.memory), "--pinned"]
         with kvstore_process(node) as (_, ready), Store.connect(master.address, rpc_busy_poll_us=0) as store:
-            pinned_by = ready.split()[-1].removeprefix("pinned=")
-            count = cfg.memory // 2 // cfg.value_size
-            values = np.random.default_rng(0).integers(
-                0, 256, (cfg.batch_size, cfg.value_size), dtype=np.uint8
-            )
-            back = np.empty_like(values)
-            store.register_buffer(values)
-            store.register_buffer(back)
-            put_s: list[float] = []
-            get_s: list[float] = []
-            misses = round_ = 0
-            while sum(get_s) < 2.0 and round_ < 1000:  # about two seconds of gets
-                keys = [f"pinned/{round_}/{i}" for i in range(count)]
-                for i in range(0, count, cfg.batch_size):
-                    batch = keys[i : i + cfg.batch_size]
-                    t0 = time.perf_counter()
-                    codes = store.batch_put_from(batch, list(values[: len(batch)]))
-                    put_s.append(time.perf_counter() - t0)
-                    t0 = time.perf_counter()
-                    got = store.batch_get_into(batch, list(back[: len(batch)]))
-                    get_s.append(time.perf_counter() - t0)
-                    misses += sum(1 for c in codes if c) + sum(1 for g in got if g != cfg.value_size)
-                store.batch_remove(keys, force=True)
-                round_ += 1
-            if not np.array_equal(back, values):
-                misses += 1
-            per_batch = cfg.batch_size * cfg.value_size
-            baseline = memcpy_gbps(cfg.value_size, cfg.memory // 2, 1.0)
-            return TierBenchResult(
-                "pinned",
-                pinned_by,
-                cfg.value_size,
-                cfg.batch_size,
-                len(get_s) * cfg.batch_size,
-                per_batch * len(put_s) / sum(put_s) / 1e9,
-                per_batch * len(get_s) / sum(get_s) / 1e9,
-                float(np.percentile(get_s, 50) * 1e3),
-                float(np.percentile(get_s, 99) * 1e3),
-                baseline,
-                baseline,
-                misses,
-            )
+            yield store, ready.split()[-1].removeprefix("pinned=")
     finally:
         master.stop()
+
+
+def _put_get_rounds(
+    cfg: TierBenchConfig, store: Store, sources: list[Any], targets: list[Any], check: Callable[[], bool]
+) -> tuple[list[float], list[float], int]:
+    """About two seconds of gets: rounds that put half the node's memory in batches (each batch from
+    `sources`), read each batch back into `targets`, then remove the round's keys. Per-batch put and get
+    seconds, and misses (a failed put or get, or wrong bytes at the end, counts)."""
+    count = cfg.memory // 2 // cfg.value_size
+    put_s: list[float] = []
+    get_s: list[float] = []
+    misses = round_ = 0
+    while sum(get_s) < 2.0 and round_ < 1000:
+        keys = [f"tier/{round_}/{i}" for i in range(count)]
+        for i in range(0, count, cfg.batch_size):
+            batch = keys[i : i + cfg.batch_size]
+            t0 = time.perf_counter()
+            codes = store.batch_put_from(batch, sources[: len(batch)])
+            put_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            got = store.batch_get_into(batch, targets[: len(batch)])
+            get_s.append(time.perf_counter() - t0)
+            misses += sum(1 for c in codes if c) + sum(1 for g in got if g != cfg.value_size)
+        store.batch_remove(keys, force=True)
+        round_ += 1
+    return put_s, get_s, misses + (0 if check() else 1)
+
+
+def _result(
+    tier: str,
+    backend: str,
+    cfg: TierBenchConfig,
+    put_s: list[float],
+    get_s: list[float],
+    misses: int,
+    baseline_write: float,
+    baseline_read: float,
+) -> TierBenchResult:
+    per_batch = cfg.batch_size * cfg.value_size
+    return TierBenchResult(
+        tier,
+        backend,
+        cfg.value_size,
+        cfg.batch_size,
+        len(get_s) * cfg.batch_size,
+        per_batch * len(put_s) / sum(put_s) / 1e9,
+        per_batch * len(get_s) / sum(get_s) / 1e9,
+        float(np.percentile(get_s, 50) * 1e3),
+        float(np.percentile(get_s, 99) * 1e3),
+        baseline_write,
+        baseline_read,
+        misses,
+    )
 
 
 def run(cfg: TierBenchConfig) -> TierBenchResult:

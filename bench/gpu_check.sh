@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with one CUDA GPU and no network (about 3-5 minutes, well under 8):
+# builds and installs this checkout into a fresh environment that sees the machine's own packages
+# (numpy, pytest, torch, cupy), then, from outside the checkout against the installed package,
+#   1. the gpu-marked tests and the pinned-memory tests (CUDA host registration there),
+#   2. `kvstore bench tier --tier gpu` (1 MiB and 128 KiB values) and `--tier pinned` for reference,
+# printing every figure. Exit status: non-zero when a test or a bench failed.
+#
+#   bench/gpu_check.sh [PYTHON]      (default python3; the device tool: bash bench/gpu_check.sh)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+python="${1:-python3}"
+work="$(mktemp -d -t kvstore-gpu.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+status=0
+step() { echo; echo "== $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+"$python" --version
+
+step "build and install (offline: the build needs setuptools and pybind11 already present)"
+"$python" -m venv --system-site-packages "$work/venv" || exit 1
+py="$work/venv/bin/python"
+"$py" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$work/dist" "$root" || exit 1
+"$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore-*.whl || exit 1
+"$py" -c "from transfer_engine import cuda; cuda.require(); print('CUDA driver loaded,', cuda.device_count(), 'GPU(s)')" ||
+  exit 1
+
+step "tests: gpu-marked, pinned memory"
+ln -s "$root/tests" "$work/tests"
+cd "$work" || exit 1
+export KVSTORE_TEST_INSTALLED=1 KVSTORE_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1
+timeout 300 "$py" -m pytest -c "$root/pyproject.toml" --rootdir "$work" -p no:cacheprovider -q \
+  -m "gpu or not gpu" tests/unit/transfer_engine/test_cuda.py tests/unit/transfer_engine/test_pinned.py \
+  tests/integration/kvstore/test_gpu_store.py || status=1
+timeout 120 "$py" -m pytest -c "$root/pyproject.toml" --rootdir "$work" -p no:cacheprovider -q -m gpu tests ||
+  status=1
+
+kvstore="$work/venv/bin/kvstore"
+for args in "--tier gpu" "--tier gpu --value-size 128KiB --batch-size 128" "--tier pinned"; do
+  step "kvstore bench tier $args"
+  # shellcheck disable=SC2086  # the arguments are split on purpose
+  timeout 120 "$kvstore" bench tier $args || status=1
+done
+exit "$status"
