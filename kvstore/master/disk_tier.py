@@ -3,7 +3,8 @@ work nodes do for the master (the master never moves data).
 
 - **Demotion** copies cold objects to disk ahead of need: while memory is above `demote_watermark`, the
   objects memory eviction would take next get a disk record, written by the disk's node. Eviction then
-  drops only their memory replicas: the object stays readable from disk. A put never waits for this.
+  drops only their memory replicas: the object stays readable from disk. A put waits for this only when
+  the object it would evict is still being demoted (at most `demote_wait`; then that object is dropped).
 - **Loads** bring a disk-only object back into memory for a reader: the disk's node reads its record and
   copies it into an allocation of its own memory segment. After one read that memory copy is transient
   (the first thing eviction takes); read again within `promote_window` seconds, the object is promoted:
@@ -39,7 +40,7 @@ class DiskTask:
     memory: Replica  # demote: the replica read from; load: the allocation written to
     deadline: float
     issued: bool = False
-    waiters: list[Callable[[], object]] = field(default_factory=list)  # loads: readers waiting on it
+    waiters: list[Callable[[], object]] = field(default_factory=list)  # readers / puts waiting on it
 
     def order(self, meta: ObjectMeta) -> m.DiskOrder:
         memory = placement_of(self.memory)
@@ -245,8 +246,16 @@ class DiskTier:
                 # The node reported (or the task timed out): it may still be copying, so the space waits
                 # for its fence either way.
                 self.space.free(task.key, task.memory, writing=True)
-            for waiter in task.waiters:
-                waiter()
+        for waiter in task.waiters:
+            waiter()
+
+    def demoting(self, key: str) -> bool:
+        task = self._by_key.get(key)
+        return task is not None and task.kind == "demote"
+
+    def when_demoted(self, key: str, callback: Callable[[], object]) -> None:
+        """Runs `callback` once the object's demotion in flight ends, either way."""
+        self._by_key[key].waiters.append(callback)
 
     def read(self, meta: ObjectMeta) -> None:
         """A read of an object in memory: a transient copy read again within the window is promoted."""

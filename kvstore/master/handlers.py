@@ -13,13 +13,14 @@ from typing import Any
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master.model import ObjectMeta
 from kvstore.master.placement import placement_of
-from kvstore.master.state import MasterState
+from kvstore.master.state import DemotionPending, MasterState
 from kvstore.rpc import messages as m
 
 
 class Deferred:
     """A reply that is not ready yet: the server sends `make_reply()` once `ready()` was called, or once
-    `timeout` seconds have passed. The request's connection waits meanwhile; the master does not."""
+    `timeout` seconds have passed (a reply that is itself a Deferred is waited for in turn). The request's
+    connection waits meanwhile; the master does not."""
 
     def __init__(self, make_reply: Callable[[], Any], timeout: float) -> None:
         self.make_reply = make_reply
@@ -158,18 +159,36 @@ class Handlers:
     def unmount_segment(self, r: m.UnmountSegment) -> None:
         self.state.unmount_segment(r.client_id, r.segment_id)
 
-    def put_start(self, r: m.PutStart) -> list[m.ItemResult]:
+    def put_start(self, r: m.PutStart) -> list[m.ItemResult] | Deferred:
+        """Places each item. When making room would drop an object still being demoted, the reply waits
+        for that demotion (for all such waits together at most demote_wait), then goes on."""
         self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
+        return self._start_items(r, [], self.state.clock() + self.state.config.demote_wait)
+
+    def _start_items(
+        self, r: m.PutStart, results: list[m.ItemResult], deadline: float
+    ) -> list[m.ItemResult] | Deferred:
+        """Places r's items from len(results) on, appending each one's result; a Deferred continuing
+        from the item that waits for a demotion (until `deadline`; after it, nothing waits)."""
+        wait = self.state.clock() < deadline
 
         def start(item: m.PutItem) -> list[m.Placement] | None:
             placed = self.state.put_start(
-                r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin, r.min_replicas
+                r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin, r.min_replicas, wait
             )
             if placed is None:
                 return None  # already stored with the same bytes
             return [placement_of(p) for p in placed]
 
-        return [_per_item(functools.partial(start, item)) for item in r.items]
+        try:
+            for item in r.items[len(results) :]:
+                results.append(_per_item(functools.partial(start, item)))
+        except DemotionPending as pending:
+            left = max(0.0, deadline - self.state.clock())
+            reply = Deferred(lambda: self._start_items(r, results, deadline), left)
+            self.state.disk.when_demoted(pending.key, reply.ready)
+            return reply
+        return results
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_end, r.client_id, k)) for k in r.keys]

@@ -235,7 +235,11 @@ class _RpcProtocol(asyncio.Protocol):
             if self.transport is None or self.transport.is_closing():
                 return
             try:
-                body = [msg_id, 0, "", deferred.make_reply()]
+                reply = deferred.make_reply()
+                if isinstance(reply, Deferred):  # it waits for something else now
+                    self._later(msg_id, reply)
+                    return
+                body = [msg_id, 0, "", reply]
             except KVStoreError as exc:
                 body = [msg_id, exc.code, str(exc), None]
             self.transport.write(rpc.pack(body))

@@ -37,6 +37,15 @@ def _on_disk(meta: ObjectMeta) -> bool:
     return meta.complete and not meta.pinned and meta.disk is not None and bool(meta.replicas)
 
 
+class DemotionPending(Exception):
+    """The object eviction would drop next (it has no disk record) is being demoted: a put may wait for
+    that instead of losing it (handlers defer the reply; kvstore.master.disk_tier)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 class MasterState:
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
@@ -187,10 +196,12 @@ class MasterState:
         replicas: int,
         pin: bool,
         min_replicas: int = 0,
+        wait_for_demotion: bool = False,
     ) -> list[Replica] | None:
         """Allocates replicas for a new object; None when the same bytes are already stored. With
         `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
-        usable: the caller sees how many in the placement."""
+        usable: the caller sees how many in the placement. With `wait_for_demotion`, raises
+        DemotionPending (nothing placed) rather than evict an object whose demotion is in flight."""
         self._client(client_id)  # only registered clients may write
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
@@ -207,7 +218,7 @@ class MasterState:
         asked = replicas
         if 0 < min_replicas < replicas:
             replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
-        placed = self._place(key, size, replicas)
+        placed = self._place(key, size, replicas, wait_for_demotion)
         now = self.clock()
         meta = ObjectMeta(
             key,
@@ -246,14 +257,14 @@ class MasterState:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
         return meta
 
-    def _place(self, key: str, size: int, replicas: int) -> list[Replica]:
+    def _place(self, key: str, size: int, replicas: int, wait_for_demotion: bool = False) -> list[Replica]:
         """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space."""
         self.space.check_fits(size, replicas)
         while True:
             placed = self.space.place(key, size, replicas)
             if placed is not None:
                 return placed
-            if not self._evict_one():
+            if not self._evict_one(wait_for_demotion=wait_for_demotion):
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
 
     # -- reads ---------------------------------------------------------------------------------------
@@ -284,6 +295,8 @@ class MasterState:
             self.disk.read(meta)
         meta.last_access = now
         self.policy.on_access(meta.key)
+        if meta.disk is not None:  # the disk tier's order is by use too, not by when the record was written
+            self.disk.policy.on_access(meta.key)
         self.replicator.note_access(meta)
 
     def _read(self, meta: ObjectMeta, now: float) -> None:
@@ -362,12 +375,15 @@ class MasterState:
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
 
-    def _evict_one(self, leased_too: bool = True, disk_backed_only: bool = False) -> bool:
+    def _evict_one(
+        self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_demotion: bool = False
+    ) -> bool:
         """Evicts the policy's first object not under a read lease; failing that (and with `leased_too`),
         its first leased one, fenced like a forced removal (a reader still on it gets a miss, never other
         bytes), so readers cannot starve writers. With a disk tier, objects with a disk record go first
         (only their memory replicas are dropped); `disk_backed_only` evicts nothing else (room for a load
-        is never made by losing an object). False when nothing may go."""
+        is never made by losing an object). With `wait_for_demotion`, raises DemotionPending instead of
+        dropping an object whose demotion is in flight. False when nothing may go."""
         now = self.clock()
         victim = leased = None
         if self.disk.segments:
@@ -390,6 +406,8 @@ class MasterState:
             victim = victim or (leased if leased_too else None)
         if victim is None:
             return False
+        if wait_for_demotion and victim.disk is None and self.disk.demoting(victim.key):
+            raise DemotionPending(victim.key)
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
@@ -462,12 +480,18 @@ class MasterState:
         self.disk.plan(self.usage(), self.capacity, self.policy.candidates)
 
     def evict_to_watermark(self) -> int:
-        """Above the high watermark, evicts down to the low one. Returns the number evicted."""
+        """Above the high watermark, evicts down to the low one (stopping at an object still being
+        demoted: the next tick goes on, once it has its disk record). Returns the number evicted."""
         if self.usage() <= self.config.high_watermark:
             return 0
         evicted = 0
-        while self.usage() > self.config.low_watermark and self._evict_one(leased_too=False):
-            evicted += 1
+        try:
+            while self.usage() > self.config.low_watermark and self._evict_one(
+                leased_too=False, wait_for_demotion=True
+            ):
+                evicted += 1
+        except DemotionPending:
+            pass
         return evicted
 
     # -- time -------------------------------------------------------------------------------------------

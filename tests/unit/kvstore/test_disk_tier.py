@@ -111,3 +111,49 @@ def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promot
     state.get_replicas("k0")  # read again within the window: promoted
     assert state.disk.promotions == 1 and "k0" not in state.disk.transient
     assert "k0" in set(state.policy.candidates())
+
+
+def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock) -> None:
+    """Memory full of objects still being demoted: the put's reply waits for a demotion to end (then the
+    victim leaves memory but stays on disk), instead of dropping an object a moment before it is safe."""
+    from kvstore.master.handlers import Deferred, Handlers
+
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(8):  # memory full; demotions ordered, none done
+        put(state, f"k{i}")
+    assert state.disk.demoting("k0") and state.objects["k0"].disk is None
+    handlers = Handlers(state)
+    request = m.PutStart("c0", [m.PutItem("new", MiB, 1), m.PutItem("newer", MiB, 2)], 1, False, 0)
+    reply = handlers.put_start(request)
+    assert isinstance(reply, Deferred) and reply.timeout == state.config.demote_wait
+    ready: list[bool] = []
+    reply.on_ready(lambda: ready.append(True))
+    run_orders(state)  # the node finishes its demotions
+    assert ready == [True]
+    results = reply.make_reply()
+    assert [code for code, _msg, _placed in results] == [0, 0]
+    assert state.counters.evictions_to_disk == state.counters.evictions == 2
+    assert state.exists("k0") and state.objects["k0"].disk is not None  # on disk, not lost
+
+
+def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Clock) -> None:
+    from kvstore.master.handlers import Deferred, Handlers
+
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(8):
+        put(state, f"k{i}")
+    reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
+    assert isinstance(reply, Deferred)
+    clock.now += state.config.demote_wait  # the server asks for the reply when its wait is up
+    (result,) = reply.make_reply()
+    assert result.code == 0 and not state.exists("k0") and state.counters.evictions == 1
+
+
+def test_background_eviction_stops_at_an_object_still_being_demoted(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5, high_watermark=0.9, low_watermark=0.5)
+    for i in range(8):  # memory full, demotions ordered, none done
+        put(state, f"k{i}")
+    assert state.evict_to_watermark() == 0 and all(state.exists(f"k{i}") for i in range(8))
+    run_orders(state)
+    assert state.evict_to_watermark() > 0 and state.counters.evictions_to_disk == state.counters.evictions
+    assert all(state.exists(f"k{i}") for i in range(8))  # none lost: evicted to disk
