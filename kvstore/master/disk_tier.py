@@ -6,10 +6,11 @@ work nodes do for the master (the master never moves data).
   drops only their memory replicas: the object stays readable from disk. A put waits for this only when
   the object it would evict is still being demoted (at most `demote_wait`; then that object is dropped).
 - **Loads** bring a disk-only object back into memory for a reader: the disk's node reads its record and
-  copies it into an allocation of its own memory segment. After one read that memory copy is transient
-  (the first thing eviction takes); read again within `promote_window` seconds, the object is promoted:
-  its memory copy joins the eviction policy like any other (evicting it later costs nothing either way:
-  the disk record stays).
+  copies it into an allocation of its own memory segment (when memory holds only objects without disk
+  records, a load waits for a demotion in flight to end, at most `disk_read_wait`). After one read that
+  memory copy is transient (the first thing eviction takes); read again within `promote_window` seconds,
+  the object is promoted: its memory copy joins the eviction policy like any other (evicting it later
+  costs nothing either way: the disk record stays).
 - Every record is verified when read back (key, size, checksum): a torn, stale or corrupt record is a
   failed load and a miss, never bytes.
 
@@ -73,6 +74,8 @@ class DiskTier:
         self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
         self.restored = 0  # records restarted nodes offered back
         self.promotions = 0
+        # Loads that found no room while demotions were in flight: (key, on_done, give up at).
+        self._want_room: list[tuple[str, Callable[[], object], float]] = []
         # Objects whose memory copy came from one disk read (key -> load time), oldest first: evicted first.
         self.transient: OrderedDict[str, float] = OrderedDict()
 
@@ -184,7 +187,11 @@ class DiskTier:
             if placed is not None or not self.make_room():
                 break
         if placed is None:
-            return False
+            if not self._demoting_from(disk.segment.client_id):
+                return False
+            # Room comes once a demotion ends (its object may then leave memory): try again then.
+            self._want_room.append((meta.key, on_done, self.clock() + self.config.disk_read_wait))
+            return True
         task = DiskTask(
             self._next_task, "load", meta.key, disk, placed[0], self._deadline(), waiters=[on_done]
         )
@@ -216,6 +223,22 @@ class DiskTier:
             task = self.tasks.get(order)
             if task is not None and task.disk.segment.client_id == client_id:
                 self._finish(task, ok)
+        self._retry_loads()
+
+    def _demoting_from(self, client_id: str) -> bool:
+        """A demotion of an object in this node's memory is in flight."""
+        return any(
+            t.kind == "demote" and t.memory.segment.client_id == client_id for t in self.tasks.values()
+        )
+
+    def _retry_loads(self) -> None:
+        """Loads waiting for room try again (demotions ended); those past their wait are misses."""
+        waiting, self._want_room = self._want_room, []
+        now = self.clock()
+        for key, on_done, give_up in waiting:
+            meta = self.objects.get(key)
+            if give_up < now or meta is None or not self.load(meta, on_done):
+                on_done()
 
     def _finish(self, task: DiskTask, ok: bool) -> None:
         del self.tasks[task.id]
@@ -279,6 +302,8 @@ class DiskTier:
         now = self.clock()
         for task in [t for t in self.tasks.values() if t.deadline < now]:
             self._finish(task, ok=False)
+        if self._want_room:
+            self._retry_loads()
 
     def credit_stall(self, seconds: float) -> None:
         for task in self.tasks.values():

@@ -157,3 +157,33 @@ def test_background_eviction_stops_at_an_object_still_being_demoted(clock: Clock
     run_orders(state)
     assert state.evict_to_watermark() > 0 and state.counters.evictions_to_disk == state.counters.evictions
     assert all(state.exists(f"k{i}") for i in range(8))  # none lost: evicted to disk
+
+
+def test_a_load_without_room_waits_for_a_demotion_instead_of_missing(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(12):  # k0..k3 end up on disk only
+        put(state, f"k{i}")
+        run_orders(state)
+    for i in range(12, 16):  # memory refilled with objects whose demotions are ordered, none done
+        put(state, f"k{i}")
+    in_memory = [k for k, meta in state.objects.items() if meta.replicas]
+    for key in in_memory:  # no disk-backed object left in memory: none can make room for a load
+        meta = state.objects[key]
+        if meta.disk is not None:
+            state.disk.drop_record(meta)
+    cold = state.objects["k0"]
+    assert cold.replicas == [] and cold.disk is not None
+    done: list[bool] = []
+    assert state.disk.load(cold, lambda: done.append(True))  # accepted: it waits for room
+    assert done == [] and not [t for t in state.disk.tasks.values() if t.kind == "load"]
+    run_orders(state)  # demotions end: the load finds room (evicting a now disk-backed object)
+    (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
+    state.disk.complete("c0", [m.DiskResult(load.order, True)])
+    assert done == [True] and len(cold.replicas) == 1
+
+    late = state.objects["k1"]
+    for key in [k for k, meta in state.objects.items() if meta.replicas]:
+        if state.objects[key].disk is not None:
+            state.disk.drop_record(state.objects[key])
+    missed: list[bool] = []
+    assert not state.disk.load(late, lambda: missed.append(True))  # no demotion in flight: a miss now
