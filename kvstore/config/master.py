@@ -55,9 +55,10 @@ class MasterConfig(Component):
     disk_read_wait: float = setting(
         2.0, "Seconds a read of an object only on disk waits for its load; then it is a miss.", "seconds"
     )
-    demote_wait: float = setting(
+    put_room_wait: float = setting(
         1.0,
-        "Seconds a put waits when the object eviction would drop is still being demoted; then it is dropped.",
+        "Seconds a put may wait, in all, for room on its way (an object being demoted to disk, freed "
+        "allocations being fenced by their node) before it evicts anyway.",
         "seconds",
     )
     max_replicas: int = setting(8, "Most replicas one object may have.")
@@ -79,10 +80,10 @@ class MasterConfig(Component):
             raise InvalidArgumentError("demote_watermark must be in (0, 1]")
         if not self.promote_window >= 0:
             raise InvalidArgumentError("promote_window must not be negative")
-        waits = (self.disk_task_timeout, self.disk_read_wait, self.demote_wait)
+        waits = (self.disk_task_timeout, self.disk_read_wait, self.put_room_wait)
         if not 1 <= self.disk_tasks <= 4096 or not all(w > 0 for w in waits):
             raise InvalidArgumentError(
-                "disk_tasks must be 1..4096; disk_task_timeout, disk_read_wait, demote_wait positive"
+                "disk_tasks must be 1..4096; disk_task_timeout, disk_read_wait, put_room_wait positive"
             )
         for name in ("client_ttl", "heartbeat_interval", "lease_ttl", "put_timeout"):
             if getattr(self, name) <= 0:

@@ -79,6 +79,12 @@ class FenceBook:
     def fencing(self, key: str) -> bool:
         return key in self._fencing
 
+    def outstanding(self, client_id: str) -> bool:
+        """Kills for this client's node not acknowledged yet."""
+        return bool(self._queued.get(client_id)) or any(
+            k.segment.client_id == client_id for k in self._sent.values()
+        )
+
     # -- the node's side ------------------------------------------------------------------------------
     def take(self, client_id: str) -> list[Kill]:
         """Kills for this client's node to apply (each is handed out again until acknowledged)."""

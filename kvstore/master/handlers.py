@@ -13,7 +13,7 @@ from typing import Any
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master.model import ObjectMeta
 from kvstore.master.placement import placement_of
-from kvstore.master.state import DemotionPending, MasterState
+from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
 
 
@@ -160,16 +160,16 @@ class Handlers:
         self.state.unmount_segment(r.client_id, r.segment_id)
 
     def put_start(self, r: m.PutStart) -> list[m.ItemResult] | Deferred:
-        """Places each item. When making room would drop an object still being demoted, the reply waits
-        for that demotion (for all such waits together at most demote_wait), then goes on."""
+        """Places each item. When room is on its way (an object being demoted, slots being fenced), the
+        reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
-        return self._start_items(r, [], self.state.clock() + self.state.config.demote_wait)
+        return self._start_items(r, [], self.state.clock() + self.state.config.put_room_wait)
 
     def _start_items(
         self, r: m.PutStart, results: list[m.ItemResult], deadline: float
     ) -> list[m.ItemResult] | Deferred:
         """Places r's items from len(results) on, appending each one's result; a Deferred continuing
-        from the item that waits for a demotion (until `deadline`; after it, nothing waits)."""
+        from the item that waits for room (until `deadline`; after it, nothing waits)."""
         wait = self.state.clock() < deadline
 
         def start(item: m.PutItem) -> list[m.Placement] | None:
@@ -183,10 +183,10 @@ class Handlers:
         try:
             for item in r.items[len(results) :]:
                 results.append(_per_item(functools.partial(start, item)))
-        except DemotionPending as pending:
+        except RoomComing as coming:
             left = max(0.0, deadline - self.state.clock())
             reply = Deferred(lambda: self._start_items(r, results, deadline), left)
-            self.state.disk.when_demoted(pending.key, reply.ready)
+            coming.when_ready(reply.ready)
             return reply
         return results
 

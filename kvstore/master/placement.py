@@ -29,6 +29,7 @@ class SegmentSpace:
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable
+        self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(
@@ -176,6 +177,26 @@ class SegmentSpace:
             if k.held_offset is not None:
                 self.fences.held_bytes -= k.segment.allocator.block_size(k.held_offset)
                 k.segment.allocator.free(k.held_offset)
+        if kill_ids:
+            for waiter in self._slot_waiters.pop(client_id, []):
+                waiter()
+
+    def awaiting_slots(self, size: int) -> list[str]:
+        """Nodes with a usable segment that has room for `size` bytes but no free allocation slot, while
+        fences of freed allocations are in flight there (their slots return on acknowledgement)."""
+        return [
+            s.client_id
+            for s in self.segments.values()
+            if s.usable
+            and not s.has_slot
+            and s.allocator.largest_free >= size
+            and self.fences.outstanding(s.client_id)
+        ]
+
+    def when_slots_return(self, client_ids: Collection[str], waiter: Callable[[], object]) -> None:
+        """Runs `waiter` once one of these nodes acknowledges fences (slots come back)."""
+        for client_id in client_ids:
+            self._slot_waiters.setdefault(client_id, []).append(waiter)
 
     @property
     def capacity(self) -> int:

@@ -37,13 +37,14 @@ def _on_disk(meta: ObjectMeta) -> bool:
     return meta.complete and not meta.pinned and meta.disk is not None and bool(meta.replicas)
 
 
-class DemotionPending(Exception):
-    """The object eviction would drop next (it has no disk record) is being demoted: a put may wait for
-    that instead of losing it (handlers defer the reply; kvstore.master.disk_tier)."""
+class RoomComing(Exception):
+    """Room for a put is on its way, so evicting now would lose an object for nothing: the object
+    eviction would drop next is being demoted, or freed allocations wait for their node's fence (their
+    slots return on its acknowledgement). Handlers defer the reply; `when_ready(callback)` runs it then."""
 
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    def __init__(self, why: str, when_ready: Callable[[Callable[[], object]], None]) -> None:
+        super().__init__(why)
+        self.when_ready = when_ready
 
 
 class MasterState:
@@ -196,12 +197,12 @@ class MasterState:
         replicas: int,
         pin: bool,
         min_replicas: int = 0,
-        wait_for_demotion: bool = False,
+        wait_for_room: bool = False,
     ) -> list[Replica] | None:
         """Allocates replicas for a new object; None when the same bytes are already stored. With
         `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
-        usable: the caller sees how many in the placement. With `wait_for_demotion`, raises
-        DemotionPending (nothing placed) rather than evict an object whose demotion is in flight."""
+        usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
+        (nothing placed) rather than evict for room that is on its way."""
         self._client(client_id)  # only registered clients may write
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
@@ -218,7 +219,7 @@ class MasterState:
         asked = replicas
         if 0 < min_replicas < replicas:
             replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
-        placed = self._place(key, size, replicas, wait_for_demotion)
+        placed = self._place(key, size, replicas, wait_for_room)
         now = self.clock()
         meta = ObjectMeta(
             key,
@@ -257,14 +258,21 @@ class MasterState:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
         return meta
 
-    def _place(self, key: str, size: int, replicas: int, wait_for_demotion: bool = False) -> list[Replica]:
-        """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space."""
+    def _place(self, key: str, size: int, replicas: int, wait_for_room: bool = False) -> list[Replica]:
+        """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space.
+        A segment with free bytes but no free allocation slot gets slots back when its node acknowledges
+        the fences of freed allocations: evicting more would not help sooner, so (with `wait_for_room`)
+        the put waits for that instead."""
         self.space.check_fits(size, replicas)
         while True:
             placed = self.space.place(key, size, replicas)
             if placed is not None:
                 return placed
-            if not self._evict_one(wait_for_demotion=wait_for_demotion):
+            if wait_for_room:
+                nodes = self.space.awaiting_slots(size)
+                if nodes:
+                    raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
+            if not self._evict_one(wait_for_room=wait_for_room):
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
 
     # -- reads ---------------------------------------------------------------------------------------
@@ -376,14 +384,14 @@ class MasterState:
         return meta.complete and not meta.pinned and meta.lease_until <= now
 
     def _evict_one(
-        self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_demotion: bool = False
+        self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_room: bool = False
     ) -> bool:
         """Evicts the policy's first object not under a read lease; failing that (and with `leased_too`),
         its first leased one, fenced like a forced removal (a reader still on it gets a miss, never other
         bytes), so readers cannot starve writers. With a disk tier, objects with a disk record go first
         (only their memory replicas are dropped); `disk_backed_only` evicts nothing else (room for a load
-        is never made by losing an object). With `wait_for_demotion`, raises DemotionPending instead of
-        dropping an object whose demotion is in flight. False when nothing may go."""
+        is never made by losing an object). With `wait_for_room`, raises RoomComing instead of dropping
+        an object whose demotion is in flight. False when nothing may go."""
         now = self.clock()
         victim = leased = None
         if self.disk.segments:
@@ -406,8 +414,8 @@ class MasterState:
             victim = victim or (leased if leased_too else None)
         if victim is None:
             return False
-        if wait_for_demotion and victim.disk is None and self.disk.demoting(victim.key):
-            raise DemotionPending(victim.key)
+        if wait_for_room and victim.disk is None and self.disk.demoting(victim.key):
+            raise RoomComing("demotion", functools.partial(self.disk.when_demoted, victim.key))
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
@@ -487,10 +495,10 @@ class MasterState:
         evicted = 0
         try:
             while self.usage() > self.config.low_watermark and self._evict_one(
-                leased_too=False, wait_for_demotion=True
+                leased_too=False, wait_for_room=True
             ):
                 evicted += 1
-        except DemotionPending:
+        except RoomComing:
             pass
         return evicted
 

@@ -125,7 +125,7 @@ def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock)
     handlers = Handlers(state)
     request = m.PutStart("c0", [m.PutItem("new", MiB, 1), m.PutItem("newer", MiB, 2)], 1, False, 0)
     reply = handlers.put_start(request)
-    assert isinstance(reply, Deferred) and reply.timeout == state.config.demote_wait
+    assert isinstance(reply, Deferred) and reply.timeout == state.config.put_room_wait
     ready: list[bool] = []
     reply.on_ready(lambda: ready.append(True))
     run_orders(state)  # the node finishes its demotions
@@ -144,7 +144,7 @@ def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Cloc
         put(state, f"k{i}")
     reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
     assert isinstance(reply, Deferred)
-    clock.now += state.config.demote_wait  # the server asks for the reply when its wait is up
+    clock.now += state.config.put_room_wait  # the server asks for the reply when its wait is up
     (result,) = reply.make_reply()
     assert result.code == 0 and not state.exists("k0") and state.counters.evictions == 1
 

@@ -348,3 +348,26 @@ def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
     state.remove("a")
     state.put_revoke("c0", "pending")
     assert state.stats()["bytes"] == 2 * MiB and state.stats()["objects"] == 1
+
+
+def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_more(clock: Clock) -> None:
+    """Slots of freed allocations return when the node acknowledges their fences: evicting more would not
+    bring one sooner (it would only lose objects), so the put's reply waits for the acknowledgement."""
+    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.rpc import messages as m
+
+    state = MasterState(MasterConfig.load(), clock=clock)
+    state.register_client("c0", "h0")
+    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4)  # 4 slots for 8 MiB
+    for i in range(4):
+        put(state, f"k{i}")
+    reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
+    assert isinstance(reply, Deferred)
+    assert state.counters.evictions == 1  # one victim; its slot is on its way back
+    ready: list[bool] = []
+    reply.on_ready(lambda: ready.append(True))
+    fence(state)  # the node acknowledges the kill: the slot returns
+    assert ready == [True]
+    (result,) = reply.make_reply()
+    assert result.code == 0 and state.counters.evictions == 1
+    assert [state.exists(f"k{i}") for i in range(4)] == [False, True, True, True]
