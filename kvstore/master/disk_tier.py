@@ -74,6 +74,9 @@ class DiskTier:
         self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
         self.restored = 0  # records restarted nodes offered back
         self.promotions = 0
+        # Demotions ended here before their node reported them (cancelled, timed out), by order id: the
+        # node may still write the record, so its disk space is reused only once the node reports.
+        self._unreported: dict[int, DiskTask] = {}
         # Loads that found no room while demotions were in flight: (key, on_done, give up at).
         self._want_room: list[tuple[str, Callable[[], object], float]] = []
         # Objects whose memory copy came from one disk read (key -> load time), oldest first: evicted first.
@@ -89,6 +92,8 @@ class DiskTier:
             self.disk_space.unmount(seg)
             for task in [t for t in self.tasks.values() if t.disk.segment is seg]:
                 self._finish(task, ok=False)
+            for order in [o for o, t in self._unreported.items() if t.disk.segment is seg]:
+                del self._unreported[order]  # the space went with the disk
             for key in list(seg.objects):
                 meta = self.objects.get(key)
                 if meta is not None and meta.disk is not None and meta.disk.segment is seg:
@@ -220,9 +225,14 @@ class DiskTier:
 
     def complete(self, client_id: str, results: list[m.DiskResult]) -> None:
         for order, ok in results:
+            late = self._unreported.get(order)
+            if late is not None and late.disk.segment.client_id == client_id:
+                del self._unreported[order]  # the node is done with it: its record's space can be reused
+                self.disk_space.release(late.disk)
+                continue
             task = self.tasks.get(order)
             if task is not None and task.disk.segment.client_id == client_id:
-                self._finish(task, ok)
+                self._finish(task, ok, reported=True)
         self._retry_loads()
 
     def _demoting_from(self, client_id: str) -> bool:
@@ -240,7 +250,8 @@ class DiskTier:
             if give_up < now or meta is None or not self.load(meta, on_done):
                 on_done()
 
-    def _finish(self, task: DiskTask, ok: bool) -> None:
+    def _finish(self, task: DiskTask, ok: bool, reported: bool = False) -> None:
+        """Ends a task: `reported` when its node said how it went (else the master gave up on it)."""
         del self.tasks[task.id]
         del self._by_key[task.key]
         meta = self.objects.get(task.key)
@@ -252,7 +263,10 @@ class DiskTier:
                 self.demotions += 1
             else:
                 self.demote_failures += 1
-                self.disk_space.free(task.key, task.disk)
+                late = task.issued and not reported  # the node may still write the record
+                self.disk_space.free(task.key, task.disk, hold=late)
+                if late:
+                    self._unreported[task.id] = task
         else:
             if ok and alive and meta is not None and meta.disk is task.disk:
                 meta.replicas.append(task.memory)

@@ -246,8 +246,14 @@ class DiskSpace:
         segment.objects.add(key)
         return DiskReplica(segment, offset)
 
-    def free(self, key: str, record: DiskReplica) -> None:
+    def free(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
+        """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
+        land there: release() it once that cannot happen)."""
         record.segment.objects.discard(key)
+        if not hold:
+            self.release(record)
+
+    def release(self, record: DiskReplica) -> None:
         if self.mounted(record.segment):
             record.segment.allocator.free(record.offset)
 

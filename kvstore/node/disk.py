@@ -63,12 +63,20 @@ class DiskWorker:
     record) and load (copy a record into an allocation of this node's segment)."""
 
     def __init__(
-        self, session: Session, segment: Region, path: str, size: int, backend: str, staging: int
+        self,
+        session: Session,
+        segment: Region,
+        path: str,
+        size: int,
+        backend: str,
+        staging: int,
+        pinned: bool = False,
     ) -> None:
         self.session = session
         self.segment = segment
         self.file = DiskFile(path, size, backend=backend, depth=32)
-        self.staging = session.engine.allocate(staging, export=False)  # page-aligned, registered
+        # Page-aligned and registered; page-locked too on a pinned node (the pinned pool stages disk I/O).
+        self.staging = session.engine.allocate(staging, export=False, pinned=pinned)
         self.index = DiskIndex(path + ".index")
         self._io = threading.Lock()  # the staging area: orders, and a re-mount's check of the records
         self._closed = False

@@ -4,7 +4,9 @@ key, size, checksum), so a restarted node can offer its records again.
 An entry is appended only after its record was written in full, so a node killed mid-demotion loses at
 most the records being written. Entries are never trusted: at start every one is checked against its
 record (header and bytes), and only intact, current ones are kept (the index is then rewritten with just
-those). A torn last entry (a kill mid-append) is where reading stops.
+those). A torn last entry (a kill mid-append) is where reading stops. While the node runs, the index is
+rewritten with the latest entry per record offset once it holds more than twice as many entries plus
+COMPACT_SLACK, so it stays proportional to the disk, not to the demotions ever made.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import NamedTuple
 import xxhash
 
 _ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; entry hash
+COMPACT_SLACK = 4096  # entries an index may carry beyond twice its live ones before it is rewritten
 
 
 class IndexEntry(NamedTuple):
@@ -55,6 +58,8 @@ def decode_all(data: bytes) -> list[IndexEntry]:
 class DiskIndex:
     def __init__(self, path: str) -> None:
         self.path = path
+        self._latest: dict[int, IndexEntry] = {}  # per record offset, as the file says
+        self._in_file = 0  # entries in the file
 
     def read(self) -> list[IndexEntry]:
         """The latest entry per record offset (a later record at an offset replaced the earlier one)."""
@@ -62,11 +67,12 @@ class DiskIndex:
             with open(self.path, "rb") as f:
                 entries = decode_all(f.read())
         except FileNotFoundError:
-            return []
-        latest: dict[int, IndexEntry] = {}
+            entries = []
+        self._latest = {}
         for entry in entries:
-            latest[entry.offset] = entry
-        return list(latest.values())
+            self._latest[entry.offset] = entry
+        self._in_file = len(entries)
+        return list(self._latest.values())
 
     def rewrite(self, entries: list[IndexEntry]) -> None:
         """Replaces the index with `entries`, atomically (a kill leaves the old or the new one)."""
@@ -76,6 +82,8 @@ class DiskIndex:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, self.path)
+        self._latest = {e.offset: e for e in entries}
+        self._in_file = len(entries)
 
     def append(self, entries: list[IndexEntry]) -> None:
         if not entries:
@@ -85,3 +93,12 @@ class DiskIndex:
             os.write(fd, b"".join(encode(e) for e in entries))
         finally:
             os.close(fd)
+        self._in_file += len(entries)
+        for entry in entries:
+            self._latest[entry.offset] = entry
+        if self._in_file > 2 * len(self._latest) + COMPACT_SLACK:
+            self.rewrite(list(self._latest.values()))
+
+    @property
+    def entries_in_file(self) -> int:
+        return self._in_file

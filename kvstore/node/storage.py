@@ -65,7 +65,13 @@ class StorageNode:
         self.disk: DiskWorker | None = None
         if disk is not None and disk.disk:
             self.disk = DiskWorker(
-                session, self.segment, disk.disk, disk.disk_size, disk.disk_backend, disk.disk_staging
+                session,
+                self.segment,
+                disk.disk,
+                disk.disk_size,
+                disk.disk_backend,
+                disk.disk_staging,
+                pinned=pinned,
             )
 
     def mount(self) -> None:

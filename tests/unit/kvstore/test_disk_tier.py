@@ -187,3 +187,21 @@ def test_a_load_without_room_waits_for_a_demotion_instead_of_missing(clock: Cloc
             state.disk.drop_record(state.objects[key])
     missed: list[bool] = []
     assert not state.disk.load(late, lambda: missed.append(True))  # no demotion in flight: a miss now
+
+
+def test_a_cancelled_demotion_keeps_its_disk_space_until_its_node_reports(clock: Clock) -> None:
+    """The node may still be writing a demotion the master gave up on: that record's space is not given
+    to another record before the node says it is done with it."""
+    state = with_disk(clock, demote_watermark=0.5, disk=4 * MiB)
+    for i in range(5):
+        put(state, f"k{i}")
+    orders = state.disk.take("c0")
+    assert orders
+    used = state.disk.disk_space.used
+    for task in state.disk.tasks.values():
+        task.deadline = clock.now  # past due (the client itself stays alive)
+    clock.now += 0.1
+    state.expire()  # the master gives up on them: failed, but the node may still write
+    assert state.disk.demote_failures == len(orders) and state.disk.disk_space.used == used
+    state.disk.complete("c0", [m.DiskResult(o.order, True) for o in orders])  # late reports
+    assert state.disk.disk_space.used == 0 and all(state.objects[f"k{i}"].disk is None for i in range(5))
