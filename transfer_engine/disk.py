@@ -19,10 +19,17 @@ BACKENDS = ("auto", "io_uring", "threads")
 
 
 class DiskFile:
-    """One file (created and preallocated to `size` if needed) or block device, for direct I/O."""
+    """One file (created and preallocated to `size` if needed) or block device, for direct I/O.
+    `read_only`: an existing file or device as it is (size 0: all of it), for reads only."""
 
-    def __init__(self, path: str, size: int | str, *, backend: str = "auto", depth: int = 32) -> None:
-        self._file = _core.DiskFile(str(path), parse_size(size), backend, depth)
+    def __init__(
+        self, path: str, size: int | str, *, backend: str = "auto", depth: int = 32, read_only: bool = False
+    ) -> None:
+        self._file = _core.DiskFile(str(path), parse_size(size), backend, depth, read_only)
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self._file.read_only)
 
     @property
     def path(self) -> str:

@@ -42,7 +42,7 @@ py::array_t<int32_t> run(Disk& d, const Flat<uint8_t>& ops, const Flat<uint64_t>
   for (py::ssize_t i = 0; i < n; ++i) {
     char* buffer = reinterpret_cast<char*>(addrs.data()[i]);
     Status st = ops.data()[i] > 1 ? Status(Code::kInvalidArgument, "op is 0 (read) or 1 (write)")
-                                  : f.check(offsets.data()[i], lengths.data()[i], buffer);
+                                  : f.check(offsets.data()[i], lengths.data()[i], buffer, ops.data()[i] == 1);
     codes[i] = static_cast<int32_t>(st.code());
     if (!st.ok()) continue;
     batch.push_back(IoRequest{ops.data()[i] == 1, f.fd(), offsets.data()[i], buffer, lengths.data()[i]});
@@ -62,7 +62,7 @@ void run_one(Disk& d, bool write, uint64_t addr, uint64_t offset, uint64_t lengt
   const std::shared_ptr<DiskFile> file = d.open_file();
   const std::shared_ptr<IoQueue> queue = d.queue;
   char* buffer = reinterpret_cast<char*>(addr);
-  throw_if_error(file->check(offset, length, buffer));
+  throw_if_error(file->check(offset, length, buffer, write));
   std::vector<Status> results;
   {
     py::gil_scoped_release release;
@@ -75,19 +75,22 @@ void run_one(Disk& d, bool write, uint64_t addr, uint64_t offset, uint64_t lengt
 
 void bind_disk(py::module_& m) {
   py::class_<Disk>(m, "DiskFile", "A file or block device for direct I/O, with its I/O queue.")
-      .def(py::init([](const std::string& path, uint64_t size, const std::string& backend, unsigned depth) {
+      .def(py::init([](const std::string& path, uint64_t size, const std::string& backend, unsigned depth,
+                       bool read_only) {
              auto queue = make_io_queue(backend, depth);
              throw_if_error(queue.status());
-             auto file = DiskFile::open(path, size);
+             auto file = DiskFile::open(path, size, read_only);
              throw_if_error(file.status());
              return Disk{std::move(file.value()), std::move(queue.value())};
            }),
-           py::arg("path"), py::arg("size"), py::arg("backend") = "auto", py::arg("depth") = 32)
+           py::arg("path"), py::arg("size"), py::arg("backend") = "auto", py::arg("depth") = 32,
+           py::arg("read_only") = false)
       .def_property_readonly("path", [](Disk& d) { return d.open_file()->path(); })
       .def_property_readonly("size", [](Disk& d) { return d.open_file()->size(); })
       .def_property_readonly("alignment", [](Disk& d) { return d.open_file()->alignment(); })
       .def_property_readonly("block_device", [](Disk& d) { return d.open_file()->block_device(); })
       .def_property_readonly("backend", [](Disk& d) { return std::string(d.queue->name()); })
+      .def_property_readonly("read_only", [](Disk& d) { return d.open_file()->read_only(); })
       .def("run", &run, py::arg("ops"), py::arg("addrs"), py::arg("offsets"), py::arg("lengths"))
       .def("run_one", &run_one, py::arg("write"), py::arg("addr"), py::arg("offset"), py::arg("length"))
       .def("close", [](Disk& d) { d.file.reset(); });

@@ -15,11 +15,13 @@ DiskFile::~DiskFile() {
   if (fd_ >= 0) close(fd_);
 }
 
-StatusOr<std::unique_ptr<DiskFile>> DiskFile::open(const std::string& path, uint64_t size) {
+StatusOr<std::unique_ptr<DiskFile>> DiskFile::open(const std::string& path, uint64_t size, bool read_only) {
   if (path.empty()) return Status(Code::kInvalidArgument, "no disk path given");
   std::unique_ptr<DiskFile> f(new DiskFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+  f->read_only_ = read_only;
+  const int flags = read_only ? O_RDONLY : O_RDWR | O_CREAT;
+  f->fd_ = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0600);
   if (f->fd_ < 0 && errno == EINVAL) {
     return Status(Code::kNotSupported,
                   "the file system of " + path + " does not support direct I/O (O_DIRECT)");
@@ -46,6 +48,15 @@ StatusOr<std::unique_ptr<DiskFile>> DiskFile::open(const std::string& path, uint
   }
   if (!S_ISREG(st.st_mode))
     return Status(Code::kInvalidArgument, path + " is neither a file nor a block device");
+  if (read_only) {
+    const uint64_t whole = static_cast<uint64_t>(st.st_size) / f->alignment_ * f->alignment_;
+    if (size > whole) {
+      return Status(Code::kInvalidArgument,
+                    path + " holds " + std::to_string(whole) + " bytes, less than asked");
+    }
+    f->size_ = size == 0 ? whole : size;
+    return f;
+  }
   if (size == 0 || size % f->alignment_ != 0) {
     return Status(Code::kInvalidArgument, "the disk size must be a positive multiple of 4096 bytes");
   }
@@ -65,7 +76,8 @@ StatusOr<std::unique_ptr<DiskFile>> DiskFile::open(const std::string& path, uint
 
 namespace kvs {
 
-Status DiskFile::check(uint64_t offset, uint64_t length, const char* buffer) const {
+Status DiskFile::check(uint64_t offset, uint64_t length, const char* buffer, bool write) const {
+  if (write && read_only_) return Status(Code::kPermissionDenied, path_ + " was opened read-only");
   if (length == 0 || offset > size_ || length > size_ - offset) {
     return Status(Code::kOutOfRange, "request outside the disk file (" + std::to_string(size_) + " bytes)");
   }

@@ -116,3 +116,27 @@ def test_a_disk_too_small_for_the_tier_is_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(StorageIOError, match="No space left"):
             DiskFile(str(small / "tier"), "4MiB")
         assert not (small / "tier").exists() or (small / "tier").stat().st_size < 4 << 20
+
+
+def test_a_read_only_open_reads_the_file_as_it_is_and_never_writes(tmp_path: Path) -> None:
+    from transfer_engine.errors import PermissionDeniedError
+
+    path = tmp_path / "tier"
+    data = aligned(4 * PAGE, seed=9)
+    with DiskFile(str(path), "1MiB") as writer:
+        writer.write(data.ctypes.data, 8 * PAGE, 4 * PAGE)
+    with DiskFile(str(path), 0, read_only=True) as reader:
+        assert reader.read_only and reader.size == 1 << 20
+        back = aligned(4 * PAGE)
+        reader.read(back.ctypes.data, 8 * PAGE, 4 * PAGE)
+        assert np.array_equal(back, data)
+        with pytest.raises(PermissionDeniedError, match="read-only"):
+            reader.write(back.ctypes.data, 0, PAGE)
+        codes = reader.run([True, False], [back.ctypes.data] * 2, [0, 0], [PAGE, PAGE])
+        assert names(codes) == ["PERMISSION_DENIED", "OK"]
+    assert path.stat().st_size == 1 << 20  # nothing grown or created
+    with pytest.raises(InvalidArgumentError, match="less than asked"):
+        DiskFile(str(path), "2MiB", read_only=True)
+    with pytest.raises(StorageIOError):
+        DiskFile(str(tmp_path / "absent"), 0, read_only=True)
+    assert not (tmp_path / "absent").exists()
