@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums
+from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.master_client import MasterClient
 from kvstore.client.session import Session
@@ -73,6 +74,8 @@ class ClientStats:
     gets: int = 0
     hits: int = 0
     puts: int = 0
+    disk_reads: int = 0  # hits read straight from a disk tier's file on this host
+    disk_read_failures: int = 0  # such reads that failed or did not verify (then the node loaded them)
 
 
 class Store:
@@ -86,6 +89,7 @@ class Store:
         self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
         self._after: list[Closable] = []
         self.buffers = BufferManager(session.engine, session.config.buffer_size)
+        self.disk_reads = DiskReader()
         self.leases = LeaseCache(float(session.terms.lease_ttl))
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
 
@@ -140,6 +144,7 @@ class Store:
             role.close()
         self.session.close()
         self.buffers.close()
+        self.disk_reads.close()
         for role in self._after:
             role.close()
 
@@ -401,9 +406,13 @@ class Store:
             for i, value in enumerate(values):
                 value.release(self.buffers, results[i] if i < len(results) and results[i] > 0 else 0)
 
-    def _locate(self, keys: list[str], prefix: bool = False) -> tuple[list[Any], list[bool]]:
+    def _locate(
+        self, keys: list[str], prefix: bool = False, direct: bool = True
+    ) -> tuple[list[Any], list[bool]]:
         """Replica lists per key (None: absent): from still-valid leases, else one master RPC.
-        With `prefix`, the master does not look up (nor lease) keys after the first absent one."""
+        With `prefix`, the master does not look up (nor lease) keys after the first absent one. With
+        `direct`, disk-only objects on this host's disk tiers come back as disk locations to read here."""
+        host_id = self.host_id if direct and self.config.disk_direct_reads else ""
         found = self.leases.lookup(keys)
         cached = [f is not None for f in found]
         missing = [i for i, hit in enumerate(cached) if not hit and v.key_ok(keys[i])]
@@ -411,7 +420,7 @@ class Store:
             chunk = missing[start : start + v.MAX_KEYS]
             asked = [keys[i] for i in chunk]
             granted_at = time.monotonic()
-            reply = self.master.call(m.GetReplicas(keys=asked, prefix=prefix))
+            reply = self.master.call(m.GetReplicas(keys=asked, prefix=prefix, host_id=host_id))
             self.leases.fill(asked, reply, granted_at)
             for i, entry in zip(chunk, reply, strict=True):
                 found[i] = entry
@@ -422,31 +431,49 @@ class Store:
     def _read_located(
         self, keys: list[str], values: list[ValueBuffers], found: list[Any], cached: list[bool]
     ) -> list[int]:
-        """_read, then once more with fresh locations for keys whose lease-cached location failed."""
-        results = self._read(keys, values, found)
-        stale = [i for i, r in enumerate(results) if r < 0 and cached[i]]
-        if stale:  # the lease was not enough (a forced removal): ask the master afresh
-            retry = [keys[i] for i in stale]
+        """_read, then once more with fresh locations for keys whose lease-cached location failed, and
+        for keys whose direct disk read failed (through the disk's node this time)."""
+        disk_failed: list[int] = []
+        results = self._read(keys, values, found, disk_failed)
+        stale = [i for i, r in enumerate(results) if r < 0 and cached[i] and i not in disk_failed]
+        # stale: the lease was not enough (a forced removal): ask the master afresh
+        for again, direct in ((stale, True), (disk_failed, False)):
+            if not again:
+                continue
+            retry = [keys[i] for i in again]
             self.leases.drop(retry)
-            fresh, _ = self._locate(retry)
-            for i, r in zip(stale, self._read(retry, [values[i] for i in stale], fresh), strict=True):
+            fresh, _ = self._locate(retry, direct=direct)
+            for i, r in zip(again, self._read(retry, [values[i] for i in again], fresh), strict=True):
                 results[i] = r
-        stale_set = set(stale)  # those were counted by the master's fresh lookup
+        stale_set = set(stale) | set(disk_failed)  # those were counted by the master's fresh lookup
         self.leases.served(
             [k for i, k in enumerate(keys) if cached[i] and results[i] >= 0 and i not in stale_set]
         )
         return results
 
-    def _read(self, keys: list[str], values: list[ValueBuffers], found: list[Any]) -> list[int]:
+    def _read(
+        self,
+        keys: list[str],
+        values: list[ValueBuffers],
+        found: list[Any],
+        disk_failed: list[int] | None = None,
+    ) -> list[int]:
+        """Reads each located key into its buffers, verified; `disk_failed` collects the keys whose read
+        from a disk file on this host failed (the caller has their nodes load them instead)."""
         results = [MISS] * len(keys)
         todo: list[int] = []
+        on_disk: list[int] = []
         choices: dict[int, list[Any]] = {}
         for i, entry in enumerate(found):
             if entry is None:
                 continue
-            size, _checksum, replicas = entry
+            size, _checksum, replicas, disk = entry
             if values[i].size < size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
+                continue
+            if not replicas:
+                if disk is not None:
+                    on_disk.append(i)
                 continue
             # Same-host replicas first (shared memory), then the others; ties in random order, so
             # reads of a hot key spread over its replicas.
@@ -455,6 +482,15 @@ class Store:
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []
         attempted: set[int] = set()  # keys a failed transfer or checksum may have left bytes for
+        if on_disk:
+            for i in self._read_disk(values, found, on_disk):
+                results[i] = MISS
+                attempted.add(i)
+                if disk_failed is not None:
+                    disk_failed.append(i)
+            for i in on_disk:
+                if i not in attempted:
+                    results[i] = found[i][0]
         attempt = 0
         while todo:
             requests = _Requests()
@@ -492,6 +528,23 @@ class Store:
                 values[i].clear()
         self._report(unreachable, corrupt)
         return results
+
+    def _read_disk(self, values: list[ValueBuffers], found: list[Any], on_disk: list[int]) -> list[int]:
+        """Reads disk-only objects from their disk files on this host; returns the keys that failed
+        (unreadable, or bytes that do not verify: a record freed or reused since it was located)."""
+        items = []
+        for i in on_disk:
+            addrs, lengths = values[i].pieces(found[i][0])
+            items.append((addrs, lengths, found[i][0], found[i][3]))
+        failed = []
+        for i, ok in zip(on_disk, self.disk_reads.read(items), strict=True):
+            if ok and self._checksum_ok(values[i], found[i][0], found[i][1]):
+                self.stats_local.disk_reads += 1
+                self.stats_local.hits += 1
+            else:
+                self.stats_local.disk_read_failures += 1
+                failed.append(i)
+        return failed
 
     def _report(self, unreachable: set[str], corrupt: list[m.CorruptReplica]) -> None:
         """Tells the master what this read or write found (best effort: the call's results stand)."""

@@ -34,6 +34,11 @@ class StoreConfig(Component):
         "Key namespace of the engine connectors (vLLM, SGLang, LMCache): caches in different namespaces "
         "never share blocks; empty: derived from the model and its KV layout.",
     )
+    disk_direct_reads: bool = setting(
+        True,
+        "Read objects that are only on a disk tier of this host straight from its file (else the disk's "
+        "node loads them into its memory first).",
+    )
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
     rpc_busy_poll_us: int = setting(
         100,

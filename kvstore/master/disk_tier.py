@@ -74,6 +74,7 @@ class DiskTier:
         self.demotions = self.demote_failures = self.loads = self.load_failures = self.disk_evictions = 0
         self.restored = 0  # records restarted nodes offered back
         self.promotions = 0
+        self.direct_reads = 0  # disk-only objects read from the file by a reader on the disk's host
         # Demotions ended here before their node reported them (cancelled, timed out), by order id: the
         # node may still write the record, so its disk space is reused only once the node reports.
         self._unreported: dict[int, DiskTask] = {}
@@ -83,8 +84,8 @@ class DiskTier:
         self.transient: OrderedDict[str, float] = OrderedDict()
 
     # -- segments -------------------------------------------------------------------------------------
-    def mount(self, client_id: str, size: int, host_id: str) -> DiskSegment:
-        return self.disk_space.mount(client_id, host_id, size)
+    def mount(self, client_id: str, size: int, host_id: str, path: str = "") -> DiskSegment:
+        return self.disk_space.mount(client_id, host_id, size, path)
 
     def drop_client(self, client_id: str) -> None:
         """The node is gone: its disk records with it (objects left with no copy are lost)."""
@@ -171,6 +172,31 @@ class DiskTier:
         meta.disk = None
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def read_directly(self, meta: ObjectMeta, host_id: str) -> bool:
+        """Whether a reader on `host_id` reads this disk-only object from the disk file itself (no load):
+        yes when the disk is on its host, unless this read promotes the object (a second read within
+        promote_window loads it into memory) or a load of it is under way (the reader joins it)."""
+        disk = meta.disk
+        if disk is None or not host_id or disk.segment.host_id != host_id or not disk.segment.path:
+            return False
+        now = self.clock()
+        if meta.key in self._by_key or (
+            meta.loaded_at and now - meta.loaded_at <= self.config.promote_window
+        ):
+            return False
+        meta.loaded_at = now  # a read from disk: the next one within the window promotes
+        self.direct_reads += 1
+        return True
+
+    def reread(self, meta: ObjectMeta) -> None:
+        """A read of a disk-only object (a lookup, or a read a client served from its lease): the second
+        within promote_window has its node load it into memory, where it is promoted."""
+        if meta.replicas or meta.disk is None or meta.key in self._by_key or not meta.loaded_at:
+            return
+        if self.clock() - meta.loaded_at <= self.config.promote_window:
+            self.load(meta, lambda: None)
 
     # -- loads ----------------------------------------------------------------------------------------
     def load(self, meta: ObjectMeta, on_done: Callable[[], object]) -> bool:
@@ -344,5 +370,6 @@ class DiskTier:
             "disk_evictions": self.disk_evictions,
             "disk_restored": self.restored,
             "promotions": self.promotions,
+            "disk_direct_reads": self.direct_reads,
             "disks_broken": sum(1 for s in self.segments.values() if s.broken),
         }

@@ -197,10 +197,12 @@ class Handlers:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
 
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Deferred:
-        """Per key its location with a lease. Objects only on a disk tier are loaded into memory first:
-        the reply waits for those loads (a load that fails or takes too long is a miss)."""
+        """Per key its location with a lease. Objects only on a disk tier are read from the disk file by
+        a reader on the disk's host (their location names the file); for other readers they are loaded
+        into memory first: the reply waits for those loads (a load that fails or takes too long is a miss)."""
         metas: list[ObjectMeta | None] = []
         loading: list[ObjectMeta] = []
+        direct: set[str] = set()
         for key in r.keys:
             meta = self.state.get_replicas(key)
             metas.append(meta)
@@ -209,11 +211,14 @@ class Handlers:
                     metas.extend([None] * (len(r.keys) - len(metas)))
                     break
             elif not self.state.offered(meta):
-                loading.append(meta)
+                if self.state.disk.read_directly(meta, r.host_id):
+                    direct.add(key)
+                else:
+                    loading.append(meta)
         if not loading:
-            return self._locations(metas)
+            return self._locations(metas, direct)
         pending = len(loading)
-        reply = Deferred(lambda: self._locations(metas), self.state.config.disk_read_wait)
+        reply = Deferred(lambda: self._locations(metas, direct), self.state.config.disk_read_wait)
 
         def one_done() -> None:
             nonlocal pending
@@ -226,20 +231,31 @@ class Handlers:
                 one_done()  # no memory for it now: a miss
         return reply
 
-    def _locations(self, metas: list[ObjectMeta | None]) -> list[m.ObjectLocation | None]:
+    def _locations(self, metas: list[ObjectMeta | None], direct: set[str]) -> list[m.ObjectLocation | None]:
         location, offered = m.ReplicaLocation, self.state.offered
         out: list[m.ObjectLocation | None] = []
         for meta in metas:
+            if meta is None:
+                out.append(None)
+                continue
             replicas = [
                 location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id, x.slot, x.gen)
-                for x in (offered(meta) if meta is not None else ())
+                for x in offered(meta)
             ]
-            out.append(m.ObjectLocation(meta.size, meta.checksum, replicas) if replicas and meta else None)
+            disk = meta.disk
+            if replicas:
+                out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
+            elif meta.key in direct and disk is not None:  # still on disk when the reply is made
+                seg = disk.segment
+                where = m.DiskLocation(seg.host_id, seg.path, disk.offset)
+                out.append(m.ObjectLocation(meta.size, meta.checksum, [], where))
+            else:
+                out.append(None)
         return out
 
     def mount_disk(self, r: m.MountDisk) -> int:
         self.state.check_client(r.client_id)
-        return self.state.disk.mount(r.client_id, r.size, r.host_id).id
+        return self.state.disk.mount(r.client_id, r.size, r.host_id, r.path).id
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
         return self.state.restore_disk(r.client_id, r.records)

@@ -58,6 +58,7 @@ class DiskSegment:
     allocator: OffsetAllocator
     objects: set[str] = field(default_factory=set)  # keys with a record here
     broken: str = ""  # why its node stopped trusting it (nothing more is placed on it); "" while fine
+    path: str = ""  # the file on its node's host (readers there read records directly); "" unknown
 
 
 @dataclass

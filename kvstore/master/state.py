@@ -301,6 +301,8 @@ class MasterState:
         loaded from disk promotes it)."""
         if self.disk.transient and meta.replicas:
             self.disk.read(meta)
+        elif not meta.replicas and meta.disk is not None:
+            self.disk.reread(meta)
         meta.last_access = now
         self.policy.on_access(meta.key)
         if meta.disk is not None:  # the disk tier's order is by use too, not by when the record was written

@@ -9,6 +9,7 @@ or corrupt record fails the load (the reader gets a miss), never bytes.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 import time
@@ -100,7 +101,14 @@ class DiskWorker:
         """Mounts the disk and offers back the records it holds intact (after a restart of this node or
         of the master); the index is rewritten with just those."""
         s = self.session
-        s.master.call(m.MountDisk(client_id=s.client_id, size=self.file.size, host_id=s.host_id))
+        s.master.call(
+            m.MountDisk(
+                client_id=s.client_id,
+                size=self.file.size,
+                host_id=s.host_id,
+                path=os.path.abspath(self.file.path),
+            )
+        )
         with self._io:
             intact = self._intact(self.index.read())
             self.index.rewrite(intact)

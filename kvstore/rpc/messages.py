@@ -14,7 +14,8 @@ from typing import Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
 
-PROTOCOL_VERSION = 4  # 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier
+# 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads
+PROTOCOL_VERSION = 5
 U64 = 2**64 - 1
 
 
@@ -40,10 +41,20 @@ class ReplicaLocation(NamedTuple):
     gen: int
 
 
+class DiskLocation(NamedTuple):
+    """Where a reader on the disk's host reads a disk-only object itself: the node's disk file and the
+    record's offset in it (the object's bytes start one DISK_PAGE further)."""
+
+    host_id: str
+    path: str
+    offset: int
+
+
 class ObjectLocation(NamedTuple):
     size: int
     checksum: int
     replicas: list[ReplicaLocation]
+    disk: DiskLocation | None = None  # set only for a disk-only object its reader may read directly
 
 
 DISK_PAGE = 4096  # direct-I/O unit: disk records start and end on it
@@ -135,6 +146,15 @@ def _record(cls: Any, obj: Any) -> Any:
     if not isinstance(obj, (list, tuple)) or len(obj) != len(cls._fields):
         raise ProtocolError(f"master sent a malformed {cls.__name__}")
     return cls._make(obj)
+
+
+def _disk_location(obj: Any) -> DiskLocation:
+    host_id, path, offset = _record(DiskLocation, obj)
+    if not isinstance(host_id, str) or not isinstance(path, str) or not path.startswith("/"):
+        raise ProtocolError("master sent a malformed DiskLocation")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or offset % DISK_PAGE:
+        raise ProtocolError("master sent a malformed DiskLocation")
+    return DiskLocation(host_id, path, offset)
 
 
 def _items(obj: Any, value: Any = None) -> list[ItemResult]:
@@ -278,16 +298,21 @@ class AwaitFences(Request):
 
 @dataclass
 class MountDisk(Request):
-    """A node offers a disk tier of `size` bytes (its file, which only it reads and writes)."""
+    """A node offers a disk tier of `size` bytes: its file (absolute path), which only it writes; readers
+    on its host may read records from it directly."""
 
     METHOD: ClassVar[str] = "mount_disk"
     client_id: str
     size: int
     host_id: str
+    path: str
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountDisk:
-        return cls(v.text(p, "client_id"), v.integer(p, "size", 4096, 2**62), v.text(p, "host_id"))
+        path = v.text(p, "path", 4096)
+        if not path.startswith("/") or "\0" in path:
+            raise InvalidArgumentError("'path' must be an absolute path")
+        return cls(v.text(p, "client_id"), v.integer(p, "size", 4096, 2**62), v.text(p, "host_id"), path)
 
 
 @dataclass
@@ -442,10 +467,12 @@ class GetReplicas(Request):
     METHOD: ClassVar[str] = "get_replicas"
     keys: list[str]
     prefix: bool = False
+    host_id: str = ""  # the reader's host: a disk-only object on a disk there may be read directly
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> GetReplicas:
-        return cls(v.keys(p), v.flag(p, "prefix"))
+        host_id = v.text(p, "host_id") if p.get("host_id", "") != "" else ""
+        return cls(v.keys(p), v.flag(p, "prefix"), host_id)
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ObjectLocation | None]:
@@ -456,8 +483,15 @@ class GetReplicas(Request):
             if entry is None:
                 out.append(None)
                 continue
-            size, checksum, replicas = _record(ObjectLocation, entry)
-            out.append(ObjectLocation(size, checksum, [ReplicaLocation._make(r) for r in replicas]))
+            size, checksum, replicas, disk = _record(ObjectLocation, entry)
+            out.append(
+                ObjectLocation(
+                    size,
+                    checksum,
+                    [_record(ReplicaLocation, r) for r in replicas],
+                    None if disk is None else _disk_location(disk),
+                )
+            )
         return out
 
 

@@ -72,12 +72,25 @@ def test_cold_objects_move_to_disk_and_read_back_exactly(disk_cluster: DiskClust
         stats = store.stats()["master"]
         assert stats["evictions"] > 60 and stats["evictions_to_disk"] == stats["evictions"]  # none lost
         assert stats["objects"] == len(keys) and stats["disk_objects"] >= stats["evictions"]
-        for i in range(0, len(keys), 16):  # the oldest first: they are on disk only
+        on_disk = [k for k in keys if k in disk_only(disk_cluster)]
+        assert len(on_disk) >= 60
+        for i in range(0, len(keys), 16):  # on this host: disk-only ones are read from the file here
             got = store.batch_get(keys[i : i + 16])
             assert got == [v.tobytes() for v in data[i : i + 16]], f"batch at {i}"
         stats = store.stats()["master"]
-        assert stats["loads"] >= 60 and stats["load_failures"] == 0
+        assert stats["disk_direct_reads"] == store.stats_local.disk_reads >= len(on_disk)
+        assert stats["loads"] == 0 and store.stats_local.disk_read_failures == 0
+        again = on_disk[:16]  # read again within the promote window: loaded into memory, promoted
+        store.leases.clear()  # (a read served from the lease cache counts too, at the next heartbeat)
+        assert store.batch_get(again) == [data[keys.index(k)].tobytes() for k in again]
+        stats = store.stats()["master"]
+        assert stats["loads"] == stats["promotions"] == 16 and stats["load_failures"] == 0
         assert store.stats_local.checksum_mismatches == 0
+
+
+def disk_only(cluster: DiskCluster) -> set[str]:
+    state = cluster.master.master.state
+    return {k for k, meta in state.objects.items() if meta.disk is not None and not meta.replicas}
 
 
 def test_a_corrupt_record_is_a_miss_never_bytes(disk_cluster: DiskCluster) -> None:
@@ -99,8 +112,16 @@ def test_a_corrupt_record_is_a_miss_never_bytes(disk_cluster: DiskCluster) -> No
             f.seek(state.objects[flipped].disk.offset + 20)  # its header
             f.write(b"\x01")
         before = state.disk.load_failures
-        assert store.batch_get([torn, flipped]) == [None, None]
-        assert state.disk.load_failures == before + 2
+        # Read from the file here: the torn value fails its checksum, so its node is asked to load it,
+        # whose record check fails too: a miss. The flipped header does not touch the value's bytes,
+        # which verify: the right bytes (a reader checks the value, its node checks the whole record).
+        assert store.batch_get([torn, flipped]) == [None, data[keys.index(flipped)].tobytes()]
+        assert state.disk.load_failures == before + 1 and store.stats_local.disk_read_failures == 1
+        with Store.connect(
+            disk_cluster.master.address, rpc_busy_poll_us=0, disk_direct_reads=False
+        ) as through_node:
+            assert through_node.get(flipped) is None  # its node's load checks the header: a miss
+            assert state.disk.load_failures == before + 2
         good = on_disk_only[2]
         assert store.get(good) == data[keys.index(good)].tobytes()  # its neighbours are fine
 
@@ -193,8 +214,9 @@ def test_a_failing_disk_stops_demotions_and_the_node_keeps_serving_memory(tmp_pa
 
 
 def test_a_remote_reader_reads_through_the_disk_nodes_memory(disk_cluster: DiskCluster) -> None:
-    """A client that reaches the node only over TCP (as from another host) reads disk-only objects: the
-    node loads them into its memory and the client reads them over the network, verified."""
+    """A client that reaches the node only over TCP and does not read the disk file itself (as from
+    another host) reads disk-only objects: the node loads them into its memory and the client reads
+    them over the network, verified."""
     data = values(96)
     keys = [f"remote/{i}" for i in range(len(data))]
     state = disk_cluster.master.master.state
@@ -202,9 +224,12 @@ def test_a_remote_reader_reads_through_the_disk_nodes_memory(disk_cluster: DiskC
         put_paced(writer, keys, data)
     on_disk_only = [k for k in keys if state.objects[k].disk is not None and not state.objects[k].replicas]
     assert len(on_disk_only) >= 32
-    with Store.connect(disk_cluster.master.address, rpc_busy_poll_us=0, transport="tcp") as reader:
+    with Store.connect(
+        disk_cluster.master.address, rpc_busy_poll_us=0, transport="tcp", disk_direct_reads=False
+    ) as reader:
         node = disk_cluster.ready.split()[0]
         assert reader.engine.open_peer(node).transport == "tcp"
         for i in range(0, 32, 8):
             batch = on_disk_only[i : i + 8]
             assert reader.batch_get(batch) == [data[keys.index(k)].tobytes() for k in batch]
+        assert reader.stats_local.disk_reads == 0 and state.disk.loads >= 32

@@ -18,7 +18,7 @@ def clock() -> Clock:
 
 def with_disk(clock: Clock, memory: int = 8 * MiB, disk: int = 32 * MiB, **config: object) -> MasterState:
     state = make_state(clock, [("h0", memory)], lease_ttl=1.0, **config)
-    state.disk.mount("c0", disk, "h0")
+    state.disk.mount("c0", disk, "h0", "/nvme/tier")
     return state
 
 
@@ -205,3 +205,71 @@ def test_a_cancelled_demotion_keeps_its_disk_space_until_its_node_reports(clock:
     assert state.disk.demote_failures == len(orders) and state.disk.disk_space.used == used
     state.disk.complete("c0", [m.DiskResult(o.order, True) for o in orders])  # late reports
     assert state.disk.disk_space.used == 0 and all(state.objects[f"k{i}"].disk is None for i in range(5))
+
+
+def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock: Clock) -> None:
+    """Same host: the location names the file and record (no load); the next read within the promote
+    window loads and promotes it. Another host, or no host given: its node loads it for the reader."""
+    from kvstore.master.handlers import Deferred, Handlers
+
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(12):
+        put(state, f"k{i}")
+        run_orders(state)
+    cold = state.objects["k0"]
+    assert cold.replicas == [] and cold.disk is not None
+    handlers = Handlers(state)
+    (found,) = handlers.get_replicas(m.GetReplicas(["k0"], host_id="h0"))
+    assert found.replicas == [] and found.disk == m.DiskLocation("h0", "/nvme/tier", cold.disk.offset)
+    assert state.disk.direct_reads == 1 and not state.disk.tasks
+    reply = handlers.get_replicas(m.GetReplicas(["k0"], host_id="h0"))  # again, within the window
+    assert isinstance(reply, Deferred)
+    (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
+    state.disk.complete("c0", [m.DiskResult(load.order, True)])
+    (found,) = reply.make_reply()
+    assert len(found.replicas) == 1 and found.disk is None and state.disk.promotions == 1
+
+    for host in ("h1", ""):
+        other = state.objects["k1"]
+        assert other.replicas == [] and other.disk is not None
+        reply = handlers.get_replicas(m.GetReplicas(["k1"], host_id=host))
+        assert isinstance(reply, Deferred)  # its node loads it
+        run_orders(state)
+        (found,) = reply.make_reply()
+        assert len(found.replicas) == 1 and found.disk is None
+        state._evict_one()  # back to disk only for the next reader
+        while state.objects["k1"].replicas:
+            state._evict_one()
+        clock.now += state.config.promote_window + 1  # not a promotion
+
+
+def test_reads_served_from_a_lease_count_toward_promotion(clock: Clock) -> None:
+    state = with_disk(clock, demote_watermark=0.5)
+    for i in range(12):
+        put(state, f"k{i}")
+        run_orders(state)
+    cold = state.objects["k0"]
+    assert state.disk.read_directly(cold, "h0")
+    state.touch(["k0"])  # a client read it again from its leased disk location
+    (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
+    state.disk.complete("c0", [m.DiskResult(load.order, True)])
+    assert len(cold.replicas) == 1 and state.disk.promotions == 1
+
+
+def test_disk_locations_and_paths_are_validated_on_the_wire() -> None:
+    from kvstore.errors import InvalidArgumentError, ProtocolError
+
+    good = [[4096, 7, [], ["h0", "/nvme/tier", 8192]]]
+    (found,) = m.GetReplicas.decode_reply(good)
+    assert found.disk == m.DiskLocation("h0", "/nvme/tier", 8192)
+    for bad in (["h0", "relative", 8192], ["h0", "/nvme/tier", 100], ["h0", "/nvme/tier", -4096], [1, 2]):
+        with pytest.raises(ProtocolError):
+            m.GetReplicas.decode_reply([[4096, 7, [], bad]])
+    with pytest.raises(ProtocolError):
+        m.GetReplicas.decode_reply([[4096, 7, []]])  # an older master's three fields
+    assert m.GetReplicas.parse({"keys": ["a"]}).host_id == ""
+    with pytest.raises(InvalidArgumentError):
+        m.GetReplicas.parse({"keys": ["a"], "host_id": 5})
+    for path in ("tier", "", "/a\0b", 7):
+        with pytest.raises(InvalidArgumentError):
+            m.MountDisk.parse({"client_id": "c", "size": 1 << 20, "host_id": "h", "path": path})

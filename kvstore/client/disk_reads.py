@@ -1,0 +1,103 @@
+"""Reading disk-only objects straight from a node's disk file on this host.
+
+The master names the file and the record (kvstore.rpc.messages.DiskLocation) when the reader is on the
+disk's host. The file is opened read-only with O_DIRECT (nothing of it is ever written from here); a
+batch's records are read at queue depth, straight into the caller's memory when the value is whole pages
+in one page-aligned piece, else through an aligned scratch area and one copy (a record's padding never
+reaches the caller's memory). The caller verifies
+each value's checksum: a record freed or reused meanwhile is a mismatch, never bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvstore.errors import KVStoreError
+from kvstore.rpc.messages import DISK_PAGE, DiskLocation
+from transfer_engine.disk import DiskFile
+
+log = logging.getLogger("kvstore.client")
+
+
+def _pages(size: int) -> int:
+    return -(-size // DISK_PAGE) * DISK_PAGE
+
+
+class DiskReader:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the files and the scratch area
+        self._files: dict[str, DiskFile | None] = {}  # None: could not be opened here
+        self._scratch: np.ndarray | None = None
+
+    def read(self, items: Sequence[tuple[Sequence[int], Sequence[int], int, DiskLocation]]) -> list[bool]:
+        """Per item (addrs, lengths of the value's pieces holding its first `size` bytes, size, where):
+        True when the record's bytes were read into the pieces (not yet verified)."""
+        ok = [False] * len(items)
+        with self._lock:
+            scratch_bytes = 0
+            plan = []  # (item, file, address or None: into scratch at scratch_at)
+            for i, (addrs, _lengths, size, where) in enumerate(items):
+                f = self._file(where.path)
+                if f is None:
+                    continue
+                direct = len(addrs) == 1 and addrs[0] % DISK_PAGE == 0 and size % DISK_PAGE == 0
+                plan.append((i, f, addrs[0] if direct else None, scratch_bytes))
+                if not direct:
+                    scratch_bytes += _pages(size)
+            scratch = self._scratch_of(scratch_bytes)
+            by_file: dict[int, list[tuple[int, int]]] = {}  # id(file) -> (plan index, target address)
+            for j, (_i, f, target, at) in enumerate(plan):
+                by_file.setdefault(id(f), []).append((j, target if target is not None else scratch + at))
+            for requests in by_file.values():
+                f = plan[requests[0][0]][1]
+                offsets = [items[plan[j][0]][3].offset + DISK_PAGE for j, _ in requests]
+                sizes = [_pages(items[plan[j][0]][2]) for j, _ in requests]
+                codes = f.run([False] * len(requests), [a for _, a in requests], offsets, sizes)
+                for (j, _), code in zip(requests, codes.tolist(), strict=True):
+                    i, _f, target, at = plan[j]
+                    if code != 0:
+                        continue
+                    if target is None:  # scatter from scratch into the value's pieces
+                        addrs, lengths = items[i][0], items[i][1]
+                        for addr, n in zip(addrs, lengths, strict=True):
+                            ctypes.memmove(addr, scratch + at, n)
+                            at += n
+                    ok[i] = True
+        return ok
+
+    def _file(self, path: str) -> DiskFile | None:
+        if path not in self._files:
+            try:
+                self._files[path] = DiskFile(path, 0, read_only=True, depth=32)
+            except KVStoreError as exc:  # not readable from this process: the node loads instead
+                log.info("disk tier file %s is not readable here (%s); reads go through its node", path, exc)
+                self._files[path] = None
+        return self._files[path]
+
+    def _scratch_of(self, nbytes: int) -> int:
+        """Address of page-aligned scratch memory of at least `nbytes` (kept, grown as needed)."""
+        if nbytes == 0:
+            return 0
+        if self._scratch is None or self._scratch.nbytes < nbytes:
+            self._scratch = np.frombuffer(mmap.mmap(-1, _pages(nbytes)), np.uint8)
+        return int(self._scratch.ctypes.data)
+
+    def forget(self, path: str) -> None:
+        """Drops a file that failed (deleted, replaced): the next read opens it afresh."""
+        with self._lock:
+            f = self._files.pop(path, None)
+            if f is not None:
+                f.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files.values():
+                if f is not None:
+                    f.close()
+            self._files.clear()
