@@ -68,6 +68,7 @@ class DiskTier:
         self.tasks: dict[int, DiskTask] = {}
         self._by_key: dict[str, DiskTask] = {}  # at most one task per object
         self._parked: dict[str, Callable[[], object]] = {}  # nodes waiting in AwaitDiskWork
+        self._drops: dict[str, list[m.DiskDrop]] = {}  # freed records each node is to forget
         self._next_task = 1
         self.on_lost: Callable[[ObjectMeta], None] = lambda meta: None  # an object lost its last copy
         self.make_room: Callable[[], bool] = lambda: False  # evicts one memory victim (loads need room)
@@ -103,6 +104,7 @@ class DiskTier:
                     if not meta.replicas:
                         self.on_lost(meta)
         self._parked.pop(client_id, None)
+        self._drops.pop(client_id, None)
 
     def mark_broken(self, client_id: str, reason: str) -> None:
         """The node's disk failed: nothing more is demoted to it (its records stay readable if they are)."""
@@ -165,13 +167,18 @@ class DiskTier:
         return False
 
     def drop_record(self, meta: ObjectMeta) -> None:
-        """Frees the object's disk record (a load reading it meanwhile fails its check: never bytes)."""
+        """Frees the object's disk record (a load reading it meanwhile fails its check: never bytes) and
+        has its node mark it dead in its index."""
         disk = meta.disk
         if disk is None:
             return
         meta.disk = None
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)
+        if self.disk_space.mounted(disk.segment):
+            client_id = disk.segment.client_id
+            self._drops.setdefault(client_id, []).append(m.DiskDrop(disk.offset, meta.key))
+            self._wake(client_id)
 
     # -- reads --------------------------------------------------------------------------------------
     def read_directly(self, meta: ObjectMeta, host_id: str) -> bool:
@@ -240,6 +247,10 @@ class DiskTier:
                 task.issued = True
                 out.append(task.order(meta))
         return out
+
+    def take_drops(self, client_id: str) -> list[m.DiskDrop]:
+        """Records of this node freed since it last asked (it applies them before new orders)."""
+        return self._drops.pop(client_id, [])
 
     def park(self, client_id: str, wake: Callable[[], object]) -> None:
         self._parked[client_id] = wake

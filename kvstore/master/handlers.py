@@ -264,17 +264,22 @@ class Handlers:
         self.state.check_client(r.client_id)
         self.state.disk.mark_broken(r.client_id, r.reason)
 
-    def await_disk_work(self, r: m.AwaitDiskWork) -> list[m.DiskOrder] | Deferred:
-        """Takes the node's finished disk orders; answers with new ones, at once when there are some."""
+    def await_disk_work(self, r: m.AwaitDiskWork) -> m.DiskWork | Deferred:
+        """Takes the node's finished disk orders; answers with new ones (and records to forget), at once
+        when there are some."""
         self.state.check_client(r.client_id)
         self.state.disk.complete(r.client_id, r.done)
         self.state.plan_demotions()
-        orders = self.state.disk.take(r.client_id)
-        if orders or r.wait == 0:
-            return orders
-        reply = Deferred(lambda: self.state.disk.take(r.client_id), r.wait)
+        work = self._disk_work(r.client_id)
+        if work.orders or work.drops or r.wait == 0:
+            return work
+        reply = Deferred(functools.partial(self._disk_work, r.client_id), r.wait)
         self.state.disk.park(r.client_id, reply.ready)
         return reply
+
+    def _disk_work(self, client_id: str) -> m.DiskWork:
+        disk = self.state.disk
+        return m.DiskWork(disk.take(client_id), disk.take_drops(client_id))
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         """How many leading keys are stored, where each lives, and per node its own leading run."""

@@ -166,8 +166,11 @@ class DiskWorker:
         while not s.closed and not self._closed:
             try:
                 request = m.AwaitDiskWork(client_id=s.client_id, done=done, wait=POLL_SECONDS)
-                orders = s.master.call(request, timeout=POLL_SECONDS + s.config.rpc_timeout)
-                done = self.run(orders)
+                work = s.master.call(request, timeout=POLL_SECONDS + s.config.rpc_timeout)
+                if work.drops:  # before the orders: one may write a new record where a dropped one was
+                    with self._io:
+                        self.index.forget([(d.offset, d.key) for d in work.drops])
+                done = self.run(work.orders)
             except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
                 done = []
                 time.sleep(s.terms.heartbeat_interval)

@@ -19,6 +19,7 @@ import xxhash
 
 _ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; entry hash
 COMPACT_SLACK = 4096  # entries an index may carry beyond twice its live ones before it is rewritten
+TOMBSTONE = 0  # an entry of size 0: the record of that key at that offset is dead (objects are not empty)
 
 
 class IndexEntry(NamedTuple):
@@ -70,9 +71,15 @@ class DiskIndex:
             entries = []
         self._latest = {}
         for entry in entries:
-            self._latest[entry.offset] = entry
+            self._note(entry)
         self._in_file = len(entries)
         return list(self._latest.values())
+
+    def _note(self, entry: IndexEntry) -> None:
+        if entry.size != TOMBSTONE:
+            self._latest[entry.offset] = entry
+        elif (live := self._latest.get(entry.offset)) is not None and live.key == entry.key:
+            del self._latest[entry.offset]  # a tombstone ends only the record it names
 
     def rewrite(self, entries: list[IndexEntry]) -> None:
         """Replaces the index with `entries`, atomically (a kill leaves the old or the new one)."""
@@ -95,9 +102,13 @@ class DiskIndex:
             os.close(fd)
         self._in_file += len(entries)
         for entry in entries:
-            self._latest[entry.offset] = entry
+            self._note(entry)
         if self._in_file > 2 * len(self._latest) + COMPACT_SLACK:
             self.rewrite(list(self._latest.values()))
+
+    def forget(self, records: list[tuple[int, str]]) -> None:
+        """Marks these (offset, key) records dead: a restart does not offer them again."""
+        self.append([IndexEntry(offset, key, TOMBSTONE, 0) for offset, key in records])
 
     @property
     def entries_in_file(self) -> int:

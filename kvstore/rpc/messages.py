@@ -81,6 +81,19 @@ class DiskOrder(NamedTuple):
     memory: Placement
 
 
+class DiskDrop(NamedTuple):
+    """A record the master freed (its object removed, or evicted from disk): the node marks it dead in
+    its index, so a restart does not offer it back."""
+
+    offset: int
+    key: str
+
+
+class DiskWork(NamedTuple):
+    orders: list[DiskOrder]
+    drops: list[DiskDrop]  # applied before the orders (an order may reuse a dropped record's space)
+
+
 class DiskResult(NamedTuple):
     order: int
     ok: bool
@@ -385,14 +398,18 @@ class AwaitDiskWork(Request):
         return cls(v.text(p, "client_id"), results, float(wait))
 
     @staticmethod
-    def decode_reply(obj: Any) -> list[DiskOrder]:
-        if not isinstance(obj, list):
+    def decode_reply(obj: Any) -> DiskWork:
+        orders_in, drops_in = _record(DiskWork, obj)
+        if not isinstance(orders_in, list) or not isinstance(drops_in, list):
             raise ProtocolError("master sent a malformed await_disk_work reply")
         orders = []
-        for o in obj:
+        for o in orders_in:
             order = _record(DiskOrder, o)
             orders.append(order._replace(memory=_record(Placement, order.memory)))
-        return orders
+        drops = [_record(DiskDrop, d) for d in drops_in]
+        if any(not isinstance(d.offset, int) or not isinstance(d.key, str) for d in drops):
+            raise ProtocolError("master sent a malformed DiskDrop")
+        return DiskWork(orders, drops)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from kvstore import Store
 from kvstore.config import MasterConfig
 from kvstore.master import Master
 from kvstore.master.server import EmbeddedMaster
+from kvstore.node.disk_index import DiskIndex
 from kvstore.procs import kvstore_process
 
 VALUE = 256 << 10
@@ -135,14 +136,23 @@ def put_paced(store: Store, keys: list[str], data: list[np.ndarray]) -> None:
 def test_a_restarted_node_offers_its_intact_records_back(tmp_path: Path) -> None:
     """Node killed with SIGKILL (mid-demotion, likely) and master gone: a new master and the node
     restarted on the same disk serve every intact record, byte for byte; a record corrupted meanwhile
-    is dropped (a miss), never served."""
+    is dropped (a miss), never served; a removed object's record is not offered back."""
     data = values(96)
     keys = [f"keep/{i}" for i in range(len(data))]
     with start(tmp_path / "tier") as first:
         state = first.master.master.state
         with Store.connect(first.master.address, rpc_busy_poll_us=0) as store:
             put_paced(store, keys, data)
-        on_disk = {k: state.objects[k].disk.offset for k in keys if state.objects[k].disk is not None}
+            removed = next(k for k in keys if state.objects[k].disk is not None)
+            store.remove(removed, force=True)
+        index = DiskIndex(str(tmp_path / "tier") + ".index")
+        deadline = time.monotonic() + 5
+        while any(e.key == removed for e in index.read()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the node marks the record dead in its index on its next disk poll
+        assert not any(e.key == removed for e in index.read())
+        on_disk = {
+            k: state.objects[k].disk.offset for k in keys if k in state.objects and state.objects[k].disk
+        }
         first.node.send_signal(signal.SIGKILL)
         first.node.wait()
     assert len(on_disk) >= 40
@@ -156,7 +166,7 @@ def test_a_restarted_node_offers_its_intact_records_back(tmp_path: Path) -> None
         assert restored >= len(on_disk) - 1 and dropped >= 1
         with Store.connect(second.master.address, rpc_busy_poll_us=0) as store:
             assert store.stats()["master"]["disk_restored"] == restored
-            assert store.get(spoiled) is None
+            assert store.get(spoiled) is None and not store.exists(removed)
             kept = sorted(set(on_disk) - {spoiled})
             for i in range(0, len(kept), 16):
                 got = store.batch_get(kept[i : i + 16])

@@ -34,3 +34,13 @@ def test_the_index_is_compacted_while_running(tmp_path: Path) -> None:
     assert sorted(e.offset for e in entries) == [i * 8192 for i in range(live)]
     assert {e.checksum for e in entries} == {3 * COMPACT_SLACK // live - 1}  # the latest round's
     assert Path(index.path).stat().st_size < (2 * live + COMPACT_SLACK + live) * 64
+
+
+def test_a_tombstone_ends_only_the_record_it_names(tmp_path: Path) -> None:
+    index = DiskIndex(str(tmp_path / "tier.index"))
+    index.read()
+    index.append([IndexEntry(0, "a", 10, 1), IndexEntry(8192, "b", 20, 2)])
+    index.forget([(0, "a"), (8192, "not-b")])  # the second names another key: b's record stays
+    assert DiskIndex(index.path).read() == [IndexEntry(8192, "b", 20, 2)]
+    index.append([IndexEntry(0, "c", 30, 3)])  # a new record where a's was
+    assert sorted(DiskIndex(index.path).read()) == [IndexEntry(0, "c", 30, 3), IndexEntry(8192, "b", 20, 2)]
