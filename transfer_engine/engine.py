@@ -242,6 +242,13 @@ class TransferEngine:
             raise InvalidArgumentError("ptr and length must be positive (and fit in 64 bits)")
         return self._add(self._core_engine().register(ptr, length, kind, export, read_only))
 
+    def register_file(self, path: str, *, export: bool = True) -> Region:
+        """Registers a file or block device (opened read-only with O_DIRECT) as a region of kind file:
+        offsets are the file's. Peers read it through transports that serve kind file (TCP), never
+        write it; it has no address here, so it is never the local side of a transfer. Exported unless
+        asked not to be."""
+        return self._add(self._core_engine().register_file(str(path), export))
+
     def allocate(
         self, size: int, *, export: bool = True, fence_slots: int = 0, pinned: bool = False
     ) -> Region:

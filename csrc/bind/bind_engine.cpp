@@ -120,6 +120,12 @@ void bind_engine(py::module_& m) {
           py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"),
           py::arg("read_only") = false)
       .def(
+          "register_file",
+          [](Engine& e, const std::string& path, bool exported) {
+            return region_dict(value_or_throw(e.registry().add_file(path, exported)));
+          },
+          py::arg("path"), py::arg("exported"))
+      .def(
           "allocate",
           [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned) {
             StatusOr<RegionInfo> r = Status();

@@ -31,6 +31,9 @@ class DiskFile {
   bool block_device() const { return block_device_; }
   const std::string& path() const { return path_; }
   bool read_only() const { return read_only_; }
+  // Reads [offset, offset + length) into `buffer` (checked as by check()), short reads continued: one
+  // blocking request, for a server thread that answers a peer's read of a file region.
+  Status read_exact(char* buffer, uint64_t offset, uint64_t length) const;
   // OK when a request for [offset, offset + length) with `buffer` keeps to the file and its alignment
   // (and is a read, on a file opened read-only).
   Status check(uint64_t offset, uint64_t length, const char* buffer, bool write) const;

@@ -55,6 +55,23 @@ MemoryRegistry::~MemoryRegistry() {
   remove_all();
 }
 
+StatusOr<RegionInfo> MemoryRegistry::add_file(const std::string& path, bool exported) {
+  auto file = DiskFile::open(path, 0, /*read_only=*/true);
+  if (!file.ok()) return file.status();
+  RegionInfo info;
+  info.length = file.value()->size();
+  info.location.kind = MemoryKind::kFile;
+  info.exported = exported;
+  info.read_only = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  info.id = next_id_++;
+  info.key = random_u64();
+  auto region = std::make_shared<Region>(info, -1, false);
+  region->file_ = std::move(file.value());
+  by_id_[info.id] = region;  // no address: never in by_base_ (no local transfer can name it)
+  return info;
+}
+
 StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned,
                                             std::shared_ptr<FenceTable> fence, PinMethod pin_method) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -170,7 +187,7 @@ Status MemoryRegistry::remove(uint64_t id) {
   if (it == by_id_.end()) return Status(Code::kNotFound, "no region with id " + std::to_string(id));
   region = it->second;
   by_id_.erase(it);
-  by_base_.erase(region->info().base);
+  if (region->file() == nullptr) by_base_.erase(region->info().base);
   region->removed_ = true;
   // Same-host peers copy without asking: revoke their access and wait for their copies first.
   lock.unlock();
@@ -237,6 +254,9 @@ std::vector<RegionInfo> MemoryRegistry::exported() const {
   for (auto& [base, region] : by_base_) {
     if (region->info().exported) out.push_back(region->info());
   }
+  for (auto& [id, region] : by_id_) {  // file regions have no address, so are not in by_base_
+    if (region->file() != nullptr && region->info().exported) out.push_back(region->info());
+  }
   return out;
 }
 
@@ -244,6 +264,9 @@ std::vector<RegionInfo> MemoryRegistry::all() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RegionInfo> out;
   for (auto& [base, region] : by_base_) out.push_back(region->info());
+  for (auto& [id, region] : by_id_) {
+    if (region->file() != nullptr) out.push_back(region->info());
+  }
   return out;
 }
 

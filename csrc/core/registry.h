@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/disk_file.h"
 #include "core/fence.h"
 #include "core/host_pinning.h"
 #include "core/memory.h"
@@ -44,6 +45,8 @@ class Region {
   FenceTable* fence() const { return fence_.get(); }
   // How an allocated pinned region was page-locked (kNone for every other region).
   PinMethod pin_method() const { return pin_method_; }
+  // The file a region of kind file stands for (its offsets are the file's); null for memory.
+  DiskFile* file() const { return file_.get(); }
 
  private:
   friend class MemoryRegistry;
@@ -55,6 +58,7 @@ class Region {
   bool removed_ = false;               // guarded by the registry mutex
   std::shared_ptr<FenceTable> fence_;  // set once, before the region is reachable through a fence
   PinMethod pin_method_ = PinMethod::kNone;
+  std::shared_ptr<DiskFile> file_;  // kind file only
 };
 
 class MemoryRegistry;
@@ -74,6 +78,7 @@ class RegionPin {
   const RegionInfo& info() const { return region_->info(); }
   char* at(uint64_t offset) const { return reinterpret_cast<char*>(region_->info().base + offset); }
   FenceTable* fence() const { return region_->fence(); }
+  DiskFile* file() const { return region_->file(); }
   void release();
 
  private:
@@ -97,6 +102,9 @@ class MemoryRegistry {
   // page-locks it (kind host-pinned; see core/host_pinning.h) or fails saying why.
   StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0,
                                 bool pinned = false);
+  // Registers a file (opened read-only, O_DIRECT) as a region of kind file: its offsets are the file's,
+  // it has no address, and transports that serve kind file read it for peers (never write it).
+  StatusOr<RegionInfo> add_file(const std::string& path, bool exported);
   // Removes a region: new requests fail at once; returns once no transfer touches it any more.
   Status remove(uint64_t id);
   void remove_all();

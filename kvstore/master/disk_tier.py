@@ -76,6 +76,7 @@ class DiskTier:
         self.restored = 0  # records restarted nodes offered back
         self.promotions = 0
         self.direct_reads = 0  # disk-only objects read from the file by a reader on the disk's host
+        self.served_reads = 0  # ... and by readers elsewhere, the disk's node serving its file
         # Demotions ended here before their node reported them (cancelled, timed out), by order id: the
         # node may still write the record, so its disk space is reused only once the node reports.
         self._unreported: dict[int, DiskTask] = {}
@@ -85,8 +86,10 @@ class DiskTier:
         self.transient: OrderedDict[str, float] = OrderedDict()
 
     # -- segments -------------------------------------------------------------------------------------
-    def mount(self, client_id: str, size: int, host_id: str, path: str = "") -> DiskSegment:
-        return self.disk_space.mount(client_id, host_id, size, path)
+    def mount(
+        self, client_id: str, size: int, host_id: str, path: str = "", engine: str = "", file_region: int = 0
+    ) -> DiskSegment:
+        return self.disk_space.mount(client_id, host_id, size, path, engine, file_region)
 
     def drop_client(self, client_id: str) -> None:
         """The node is gone: its disk records with it (objects left with no copy are lost)."""
@@ -181,21 +184,28 @@ class DiskTier:
             self._wake(client_id)
 
     # -- reads --------------------------------------------------------------------------------------
-    def read_directly(self, meta: ObjectMeta, host_id: str) -> bool:
-        """Whether a reader on `host_id` reads this disk-only object from the disk file itself (no load):
-        yes when the disk is on its host, unless this read promotes the object (a second read within
-        promote_window loads it into memory) or a load of it is under way (the reader joins it)."""
+    def read_from_file(self, meta: ObjectMeta, host_id: str) -> str:
+        """How a reader on `host_id` reads this disk-only object without a load: "here" (the disk is on
+        its host: it reads the file itself), "served" (the disk's node serves the record from its file
+        over the network), or "" (its node loads it into memory first: this read promotes the object,
+        being a second one within promote_window; or a load of it is under way, which the reader joins;
+        or the reader did not say where it is)."""
         disk = meta.disk
-        if disk is None or not host_id or disk.segment.host_id != host_id or not disk.segment.path:
-            return False
+        if disk is None or not host_id:
+            return ""
+        seg = disk.segment
+        how = "here" if seg.host_id == host_id and seg.path else "served" if seg.file_region else ""
         now = self.clock()
-        if meta.key in self._by_key or (
-            meta.loaded_at and now - meta.loaded_at <= self.config.promote_window
-        ):
-            return False
+        if not how or meta.key in self._by_key:
+            return ""
+        if meta.loaded_at and now - meta.loaded_at <= self.config.promote_window:
+            return ""
         meta.loaded_at = now  # a read from disk: the next one within the window promotes
-        self.direct_reads += 1
-        return True
+        if how == "here":
+            self.direct_reads += 1
+        else:
+            self.served_reads += 1
+        return how
 
     def reread(self, meta: ObjectMeta) -> None:
         """A read of a disk-only object (a lookup, or a read a client served from its lease): the second
@@ -382,5 +392,6 @@ class DiskTier:
             "disk_restored": self.restored,
             "promotions": self.promotions,
             "disk_direct_reads": self.direct_reads,
+            "disk_served_reads": self.served_reads,
             "disks_broken": sum(1 for s in self.segments.values() if s.broken),
         }

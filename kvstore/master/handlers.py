@@ -15,6 +15,7 @@ from kvstore.master.model import ObjectMeta
 from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import DISK_PAGE
 
 
 class Deferred:
@@ -191,7 +192,10 @@ class Handlers:
         return results
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
-        return [_per_item(functools.partial(self.state.put_end, r.client_id, k)) for k in r.keys]
+        results = [_per_item(functools.partial(self.state.put_end, r.client_id, k, False)) for k in r.keys]
+        if self.state.disk.segments:  # once per batch
+            self.state.plan_demotions()
+        return results
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
@@ -202,7 +206,7 @@ class Handlers:
         into memory first: the reply waits for those loads (a load that fails or takes too long is a miss)."""
         metas: list[ObjectMeta | None] = []
         loading: list[ObjectMeta] = []
-        direct: set[str] = set()
+        from_file: dict[str, str] = {}  # key -> "here" | "served"
         for key in r.keys:
             meta = self.state.get_replicas(key)
             metas.append(meta)
@@ -211,14 +215,15 @@ class Handlers:
                     metas.extend([None] * (len(r.keys) - len(metas)))
                     break
             elif not self.state.offered(meta):
-                if self.state.disk.read_directly(meta, r.host_id):
-                    direct.add(key)
+                how = self.state.disk.read_from_file(meta, r.host_id)
+                if how:
+                    from_file[key] = how
                 else:
                     loading.append(meta)
         if not loading:
-            return self._locations(metas, direct)
+            return self._locations(metas, from_file)
         pending = len(loading)
-        reply = Deferred(lambda: self._locations(metas, direct), self.state.config.disk_read_wait)
+        reply = Deferred(lambda: self._locations(metas, from_file), self.state.config.disk_read_wait)
 
         def one_done() -> None:
             nonlocal pending
@@ -231,7 +236,9 @@ class Handlers:
                 one_done()  # no memory for it now: a miss
         return reply
 
-    def _locations(self, metas: list[ObjectMeta | None], direct: set[str]) -> list[m.ObjectLocation | None]:
+    def _locations(
+        self, metas: list[ObjectMeta | None], from_file: dict[str, str]
+    ) -> list[m.ObjectLocation | None]:
         location, offered = m.ReplicaLocation, self.state.offered
         out: list[m.ObjectLocation | None] = []
         for meta in metas:
@@ -243,19 +250,24 @@ class Handlers:
                 for x in offered(meta)
             ]
             disk = meta.disk
+            how = from_file.get(meta.key)
             if replicas:
                 out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
-            elif meta.key in direct and disk is not None:  # still on disk when the reply is made
+            elif disk is None or not how:  # not loaded in time, or no longer on disk: a miss
+                out.append(None)
+            elif how == "here":
                 seg = disk.segment
                 where = m.DiskLocation(seg.host_id, seg.path, disk.offset)
                 out.append(m.ObjectLocation(meta.size, meta.checksum, [], where))
-            else:
-                out.append(None)
+            else:  # the record's bytes in the node's file region (unfenced: the checksum guards them)
+                seg = disk.segment
+                served = location(seg.engine, seg.file_region, disk.offset + DISK_PAGE, seg.host_id, 0, 0)
+                out.append(m.ObjectLocation(meta.size, meta.checksum, [served]))
         return out
 
     def mount_disk(self, r: m.MountDisk) -> int:
         self.state.check_client(r.client_id)
-        return self.state.disk.mount(r.client_id, r.size, r.host_id, r.path).id
+        return self.state.disk.mount(r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region).id
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
         return self.state.restore_disk(r.client_id, r.records)

@@ -217,10 +217,21 @@ class DiskSpace:
         self.segments: dict[int, DiskSegment] = {}
         self._next = 1
 
-    def mount(self, client_id: str, host_id: str, size: int, path: str = "") -> DiskSegment:
+    def mount(
+        self, client_id: str, host_id: str, size: int, path: str = "", engine: str = "", file_region: int = 0
+    ) -> DiskSegment:
         if any(s.client_id == client_id for s in self.segments.values()):
             raise InvalidArgumentError(f"client {client_id} already mounted a disk")
-        seg = DiskSegment(self._next, client_id, host_id, size, OffsetAllocator(size, DISK_PAGE), path=path)
+        seg = DiskSegment(
+            self._next,
+            client_id,
+            host_id,
+            size,
+            OffsetAllocator(size, DISK_PAGE),
+            path=path,
+            engine=engine,
+            file_region=file_region,
+        )
         self._next += 1
         self.segments[seg.id] = seg
         return seg

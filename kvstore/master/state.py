@@ -236,7 +236,9 @@ class MasterState:
         self._pending[key] = meta
         return placed
 
-    def put_end(self, client_id: str, key: str) -> None:
+    def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
+        """Makes the put visible. `plan`: plan demotions now (a batch plans once, after its last key:
+        planning walks the coldest part of memory)."""
         meta = self._pending_put(client_id, key)
         meta.complete = True
         del self._pending[key]
@@ -246,7 +248,7 @@ class MasterState:
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1
         self.counters.put_bytes += meta.size
-        if self.disk.segments:  # puts push the coldest objects toward eviction: give them disk records
+        if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
             self.plan_demotions()
 
     def put_revoke(self, client_id: str, key: str) -> None:

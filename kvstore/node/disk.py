@@ -79,6 +79,8 @@ class DiskWorker:
         # Page-aligned and registered; page-locked too on a pinned node (the pinned pool stages disk I/O).
         self.staging = session.engine.allocate(staging, export=False, pinned=pinned)
         self.index = DiskIndex(path + ".index")
+        # The file as a region of kind file: readers on other hosts read records from it over TCP.
+        self.served = session.engine.register_file(path, export=True)
         self._io = threading.Lock()  # the staging area: orders, and a re-mount's check of the records
         self._closed = False
         self.broken = ""  # set once writes failed: the master was told, and places nothing more here
@@ -107,6 +109,8 @@ class DiskWorker:
                 size=self.file.size,
                 host_id=s.host_id,
                 path=os.path.abspath(self.file.path),
+                engine=s.engine.name,
+                file_region=self.served.id,
             )
         )
         with self._io:

@@ -311,21 +311,33 @@ class AwaitFences(Request):
 
 @dataclass
 class MountDisk(Request):
-    """A node offers a disk tier of `size` bytes: its file (absolute path), which only it writes; readers
-    on its host may read records from it directly."""
+    """A node offers a disk tier of `size` bytes: its file (absolute path), which only it writes. Readers
+    on its host may read records from the file directly; others read them from `file_region`, the file
+    registered with the node's engine `engine` as a region of kind file (0: none)."""
 
     METHOD: ClassVar[str] = "mount_disk"
     client_id: str
     size: int
     host_id: str
     path: str
+    engine: str = ""
+    file_region: int = 0
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountDisk:
         path = v.text(p, "path", 4096)
         if not path.startswith("/") or "\0" in path:
             raise InvalidArgumentError("'path' must be an absolute path")
-        return cls(v.text(p, "client_id"), v.integer(p, "size", 4096, 2**62), v.text(p, "host_id"), path)
+        file_region = v.integer(p, "file_region", 0, U64) if "file_region" in p else 0
+        engine = v.text(p, "engine") if file_region else ""
+        return cls(
+            v.text(p, "client_id"),
+            v.integer(p, "size", 4096, 2**62),
+            v.text(p, "host_id"),
+            path,
+            engine,
+            file_region,
+        )
 
 
 @dataclass

@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "common/net.h"
@@ -59,6 +61,37 @@ Status TcpServer::drain(int fd, uint64_t length) {
   return Status::OK();
 }
 
+Status TcpServer::send_from_file(int fd, const FrameHeader& h, const DiskFile& file) {
+  // Direct I/O reads whole aligned blocks: read the aligned span around the request, send its part.
+  constexpr uint64_t kMaxFileRead = 64 << 20;
+  const uint64_t a = file.alignment();
+  const uint64_t start = h.offset / a * a;
+  const uint64_t end = (h.offset + h.length + a - 1) / a * a;
+  if (end - start > kMaxFileRead) {
+    return reply_error(fd, h, Status(Code::kInvalidArgument, "a read of a file region is at most 64 MiB"));
+  }
+  thread_local std::unique_ptr<char, decltype(&std::free)> buffer(nullptr, &std::free);
+  thread_local uint64_t capacity = 0;
+  if (capacity < end - start) {
+    void* p = nullptr;
+    if (posix_memalign(&p, a, end - start) != 0) {
+      return reply_error(fd, h, Status(Code::kNoMemory, "no memory to read a file region"));
+    }
+    buffer.reset(static_cast<char*>(p));
+    capacity = end - start;
+  }
+  Status st = file.read_exact(buffer.get(), start, end - start);
+  if (!st.ok()) return reply_error(fd, h, st);
+  FrameHeader reply;
+  reply.request_id = h.request_id;
+  reply.opcode = Opcode::kReadData;
+  reply.length = h.length;
+  char raw[kHeaderSize];
+  encode_header(reply, raw);
+  iovec iov[2] = {{raw, kHeaderSize}, {buffer.get() + (h.offset - start), h.length}};
+  return send_iov(fd, iov, 2, config_.max_stalls());
+}
+
 Status TcpServer::handle(int fd, const FrameHeader& h) {
   char raw[kHeaderSize];
   FrameHeader reply;
@@ -77,6 +110,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       if (!pin.ok()) return reply_error(fd, h, pin.status());
       FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen);
       if (!fence.status().ok()) return reply_error(fd, h, fence.status());
+      if (DiskFile* file = pin.value().file()) return send_from_file(fd, h, *file);
       reply.opcode = Opcode::kReadData;
       reply.length = h.length;
       encode_header(reply, raw);
@@ -86,6 +120,9 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
     case Opcode::kWrite: {
       auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
       Status refused = pin.ok() ? Status::OK() : pin.status();
+      if (refused.ok() && pin.value().info().read_only) {
+        refused = Status(Code::kPermissionDenied, "region is read-only");
+      }
       std::optional<FenceEntry> fence;
       if (refused.ok()) {
         fence.emplace(pin.value().fence(), h.fence_slot, h.fence_gen);

@@ -1,5 +1,6 @@
 // Target side of the TCP transport: serves HELLO (answered with the engine id), READ and WRITE against the
 // registry. Every request is checked (region exported, key, bounds) before any byte of memory is touched.
+// Regions of kind file are read from their file (direct I/O) and never written.
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,7 @@ class TcpServer {
   void serve(int fd, const std::atomic<bool>& stopping);
   Status handle(int fd, const FrameHeader& header);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
+  Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(int fd, uint64_t length);
 
   MemoryRegistry* registry_;

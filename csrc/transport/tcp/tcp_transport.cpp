@@ -401,7 +401,8 @@ namespace kvs {
 const TransportEntry& tcp_transport_entry() {
   static const TransportEntry entry{
       "tcp",
-      Capabilities{100, kReachSameProcess | kReachSameHost | kReachRemote, kAllHostKinds, kAllHostKinds},
+      Capabilities{100, kReachSameProcess | kReachSameHost | kReachRemote, kAllHostKinds,
+                   kAllHostKinds | kind_bit(MemoryKind::kFile)},
       tcp::TcpConfig::specs(),
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
         return std::make_unique<tcp::TcpTransport>(context, options);

@@ -21,6 +21,7 @@ from kvstore.master import Master
 from kvstore.master.server import EmbeddedMaster
 from kvstore.node.disk_index import DiskIndex
 from kvstore.procs import kvstore_process
+from tests.integration.conftest import Namespace
 
 VALUE = 256 << 10
 
@@ -243,3 +244,64 @@ def test_a_remote_reader_reads_through_the_disk_nodes_memory(disk_cluster: DiskC
             batch = on_disk_only[i : i + 8]
             assert reader.batch_get(batch) == [data[keys.index(k)].tobytes() for k in batch]
         assert reader.stats_local.disk_reads == 0 and state.disk.loads >= 32
+
+
+READER_IN_NAMESPACE = """
+import json, sys, xxhash
+from kvstore import Store
+master, host, keys = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with Store.connect(master, host=host, rpc_busy_poll_us=0) as store:
+    got = []
+    for i in range(0, len(keys), 8):
+        got += store.batch_get(keys[i : i + 8])
+    print(json.dumps({"digests": [None if g is None else xxhash.xxh64_intdigest(g) for g in got],
+                      "disk_reads": store.stats_local.disk_reads}))
+"""
+
+
+@pytest.mark.root
+def test_a_reader_on_another_host_reads_records_the_node_serves_from_its_file(
+    tmp_path: Path, netns: Namespace
+) -> None:
+    """The reader in its own network namespace (another host): disk-only objects come from the node's
+    file region over TCP across the veth pair, verified, with no load into the node's memory."""
+    import json
+    import sys
+
+    import xxhash
+
+    data = values(96)
+    keys = [f"served/{i}" for i in range(len(data))]
+    config = MasterConfig.load(
+        host=netns.local_addr, port=0, heartbeat_interval=0.3, busy_poll_us=0, demote_watermark=0.5
+    )
+    master = Master.start_in_thread(config)
+    disk = (tmp_path / "tier").resolve()
+    node = ["node", "--master", master.address, "--segment-size", "16MiB", "--host", netns.local_addr]
+    node += ["--disk", str(disk), "--disk-size", "128MiB"]
+    try:
+        with kvstore_process(node):
+            with Store.connect(master.address, host=netns.local_addr, rpc_busy_poll_us=0) as writer:
+                put_paced(writer, keys, data)
+            state = master.master.state
+            on_disk = [k for k in keys if state.objects[k].disk is not None and not state.objects[k].replicas]
+            assert len(on_disk) >= 32
+            loads = state.disk.loads
+            run = subprocess.run(
+                [
+                    *("ip", "netns", "exec", netns.name, sys.executable, "-c", READER_IN_NAMESPACE),
+                    *(master.address, netns.peer_addr, json.dumps(on_disk[:32])),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+                cwd=tmp_path,
+            )
+            assert run.returncode == 0, run.stderr
+            result = json.loads(run.stdout)
+            expected = [xxhash.xxh64_intdigest(data[keys.index(k)].tobytes()) for k in on_disk[:32]]
+            assert result["digests"] == expected and result["disk_reads"] == 0
+            assert state.disk.served_reads >= 32 and state.disk.loads == loads  # no load into memory
+    finally:
+        master.stop()

@@ -249,7 +249,7 @@ def test_reads_served_from_a_lease_count_toward_promotion(clock: Clock) -> None:
         put(state, f"k{i}")
         run_orders(state)
     cold = state.objects["k0"]
-    assert state.disk.read_directly(cold, "h0")
+    assert state.disk.read_from_file(cold, "h0") == "here"
     state.touch(["k0"])  # a client read it again from its leased disk location
     (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
     state.disk.complete("c0", [m.DiskResult(load.order, True)])

@@ -140,3 +140,39 @@ def test_a_read_only_open_reads_the_file_as_it_is_and_never_writes(tmp_path: Pat
     with pytest.raises(StorageIOError):
         DiskFile(str(tmp_path / "absent"), 0, read_only=True)
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_file_region_is_read_by_peers_over_tcp_and_never_written(tmp_path: Path) -> None:
+    """Kind file: a peer reads any byte range (unaligned too: the server reads the aligned blocks around
+    it with direct I/O) over TCP; writes are refused; a transport that does not serve files refuses at
+    submit; and a read outside the file is refused before any I/O."""
+    from transfer_engine import Op, PermissionDeniedError, TransferEngine
+    from transfer_engine.errors import OutOfRangeError
+
+    path = tmp_path / "tier"
+    data = aligned(64 * PAGE, seed=5)
+    with DiskFile(str(path), "1MiB") as writer:
+        writer.write(data.ctypes.data, 0, data.nbytes)
+    with TransferEngine() as target, TransferEngine(transport="tcp") as reader:
+        region = target.register_file(str(path))
+        assert region.kind == "file" and region.length == 1 << 20
+        peer = reader.open_peer(target.name)
+        assert peer.region(region.id).kind == "file"
+        local = reader.allocate(64 * PAGE, export=False)
+        assert local.array is not None
+        for offset, length in [(0, PAGE), (123, 5000), (PAGE - 1, 40 * PAGE + 3), (0, 64 * PAGE)]:
+            local.array[:] = 0
+            reader.read(local.addr, peer, region.id, offset, length)
+            assert np.array_equal(local.array[:length], data[offset : offset + length])
+        with pytest.raises(PermissionDeniedError):
+            reader.write(local.addr, peer, region.id, 0, PAGE)
+        with pytest.raises(OutOfRangeError):
+            reader.read(local.addr, peer, region.id, (1 << 20) - 100, PAGE)
+        with TransferEngine(transport="shm") as same_host:
+            shm_peer = same_host.open_peer(target.name)
+            scratch = same_host.allocate(PAGE, export=False)
+            handle = same_host.submit(Op.READ, [scratch.addr], shm_peer, region.id, [0], PAGE)
+            handle.wait()
+            assert names(handle.errors()) == ["NOT_SUPPORTED"]
+    with open(path, "rb") as f:
+        assert f.read(data.nbytes) == data.tobytes()  # never written through the region

@@ -1,0 +1,50 @@
+"""Fixtures shared by the integration tests: a second "host" as a network namespace behind a veth pair."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass
+class Namespace:
+    name: str
+    local_addr: str  # this side of the veth pair (root namespace)
+    peer_addr: str  # inside the namespace
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def netns() -> Iterator[Namespace]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed")
+    tag = f"{os.getpid() % 100000}"
+    ns, veth_host, veth_ns = f"kvs{tag}", f"kvh{tag}", f"kvn{tag}"
+    subnet = 1 + os.getpid() % 250
+    local, peer = f"10.231.{subnet}.1", f"10.231.{subnet}.2"
+    try:
+        _ip("netns", "add", ns)
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"cannot create a network namespace here: {exc.stderr.decode().strip()}")
+    try:
+        _ip("link", "add", veth_host, "type", "veth", "peer", "name", veth_ns)
+        _ip("link", "set", veth_ns, "netns", ns)
+        _ip("addr", "add", f"{local}/30", "dev", veth_host)
+        _ip("link", "set", veth_host, "up")
+        _ip("-n", ns, "addr", "add", f"{peer}/30", "dev", veth_ns)
+        _ip("-n", ns, "link", "set", veth_ns, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        yield Namespace(ns, local, peer)
+    finally:
+        subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
