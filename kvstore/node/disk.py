@@ -8,6 +8,7 @@ or corrupt record fails the load (the reader gets a miss), never bytes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -18,7 +19,7 @@ import numpy as np
 import xxhash
 
 from kvstore.client.session import Session
-from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.errors import KVStoreError, NotFoundError, StaleLocationError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import DISK_PAGE, record_bytes
@@ -209,22 +210,92 @@ class DiskWorker:
         return self.staging.array[at : at + nbytes]
 
     def _demote(self, orders: list[m.DiskOrder], at: list[int]) -> list[bool]:
-        """Reads each object from its memory replica, checks it, and writes its record."""
+        """Reads each object from its memory replica, checks it, and writes its record. A replica in this
+        node's own segment that is whole pages at a page boundary is written from where it lies (its
+        allocation held live meanwhile): no copy into staging, only its header page comes from there."""
         if not orders:
             return []
-        engine = self.session.engine
         ok = [False] * len(orders)
+        headed = [
+            i
+            for i, order in enumerate(orders)
+            if write_header(self._view(at[i], PAGE), order.key, order.size, order.checksum)
+        ]
+        with contextlib.ExitStack() as held:
+            data = self._hold_own(orders, headed, held)  # order -> address of its bytes
+            data.update(self._fetch(orders, at, [i for i in headed if i not in data]))
+            chosen = sorted(data)
+            sums = checksum.xxh3_each([data[i] for i in chosen], [orders[i].size for i in chosen])
+            writes = [i for i, digest in zip(chosen, sums, strict=True) if digest == orders[i].checksum]
+            if not writes:
+                return ok
+            requests = []  # (order, address, disk offset, length)
+            for i in writes:
+                order = orders[i]
+                if data[i] == self.staging.addr + at[i] + PAGE:  # fetched: the whole record from staging
+                    tail = record_bytes(order.size) - PAGE - order.size
+                    self._view(at[i] + PAGE + order.size, tail)[:] = 0
+                    requests.append(
+                        (i, self.staging.addr + at[i], order.disk_offset, record_bytes(order.size))
+                    )
+                else:  # in place: the header page from staging, the bytes from the segment
+                    requests.append((i, self.staging.addr + at[i], order.disk_offset, PAGE))
+                    requests.append((i, data[i], order.disk_offset + PAGE, order.size))
+            codes = self.file.run(
+                [True] * len(requests),
+                [r[1] for r in requests],
+                [r[2] for r in requests],
+                [r[3] for r in requests],
+            ).tolist()
+        failed = {r[0] for r, code in zip(requests, codes, strict=True) if code}
+        for i in writes:
+            ok[i] = i not in failed
+        bad = [c for c in codes if c]
+        if bad:
+            self._broken(f"{len(bad)} record write(s) failed ({CODE_NAMES.get(bad[0], bad[0])})")
+        # Named in the index only once written in full: a kill loses at most the records in flight.
+        self.index.append(
+            [
+                IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
+                for i in writes
+                if ok[i]
+            ]
+        )
+        return ok
+
+    def _hold_own(
+        self, orders: list[m.DiskOrder], chosen: list[int], held: contextlib.ExitStack
+    ) -> dict[int, int]:
+        """Orders whose replica is whole pages at a page boundary of this node's own segment: the address
+        of their bytes, each allocation held live (fenced entry) until `held` closes."""
+        engine = self.session.engine
+        out: dict[int, int] = {}
+        for i in chosen:
+            where = orders[i].memory
+            address = self.segment.addr + where.offset
+            size = orders[i].size
+            own = where.engine == engine.name and where.region_id == self.segment.id
+            if not own or address % PAGE or size % PAGE or where.offset + size > self.segment.length:
+                continue
+            try:
+                held.enter_context(engine.fenced(self.segment, where.slot, where.gen))
+            except StaleLocationError:
+                continue  # freed meanwhile: the order fails
+            out[i] = address
+        return out
+
+    def _fetch(self, orders: list[m.DiskOrder], at: list[int], chosen: list[int]) -> dict[int, int]:
+        """Reads these orders' replicas into staging (after their header page); the staging address of
+        the bytes of each that arrived."""
         reads, peers = [], []
-        for i, order in enumerate(orders):
-            peer = self.session.peer(order.memory.engine)
-            if peer is not None and write_header(
-                self._view(at[i], PAGE), order.key, order.size, order.checksum
-            ):
+        for i in chosen:
+            peer = self.session.peer(orders[i].memory.engine)
+            if peer is not None:
                 reads.append(i)
                 peers.append(peer.handle)
         if not reads:
-            return ok
-        handle = engine.submit(
+            return {}
+        handle = self.session.engine.submit(
             Op.READ,
             [self.staging.addr + at[i] + PAGE for i in reads],
             peers,
@@ -236,37 +307,11 @@ class DiskWorker:
         )
         handle.wait()
         states = handle.states()
-        sums = checksum.xxh3_each(
-            [self.staging.addr + at[i] + PAGE for i in reads], [orders[i].size for i in reads]
-        )
-        writes = []
-        for j, i in enumerate(reads):
-            order = orders[i]
-            if states[j] == RequestState.COMPLETED and sums[j] == order.checksum:
-                tail = record_bytes(order.size) - PAGE - order.size
-                self._view(at[i] + PAGE + order.size, tail)[:] = 0
-                writes.append(i)
-        if writes:
-            codes = self.file.run(
-                [True] * len(writes),
-                [self.staging.addr + at[i] for i in writes],
-                [orders[i].disk_offset for i in writes],
-                [record_bytes(orders[i].size) for i in writes],
-            )
-            for i, code in zip(writes, codes.tolist(), strict=True):
-                ok[i] = code == 0
-            failed = [c for c in codes.tolist() if c]
-            if failed:
-                self._broken(f"{len(failed)} record write(s) failed ({CODE_NAMES.get(failed[0], failed[0])})")
-            # Named in the index only once written in full: a kill loses at most the records in flight.
-            self.index.append(
-                [
-                    IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
-                    for i in writes
-                    if ok[i]
-                ]
-            )
-        return ok
+        return {
+            i: self.staging.addr + at[i] + PAGE
+            for j, i in enumerate(reads)
+            if states[j] == RequestState.COMPLETED
+        }
 
     def _load(self, orders: list[m.DiskOrder], at: list[int]) -> list[bool]:
         """Reads each record, checks it in full, and copies the object into this node's allocation."""
