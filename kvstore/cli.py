@@ -198,6 +198,7 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
 def _add_tier_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tier", help="a memory tier's put/get beside the same device's own baseline")
     p.add_argument("--tier", choices=["disk", "pinned", "gpu"], default="disk", help="disk, pinned or gpu")
+    p.add_argument("--gpu", dest="tier", action="store_const", const="gpu", help="the same as --tier gpu")
     p.add_argument("--dir", default=".", help="where the disk file goes (its file system is measured)")
     p.add_argument("--value-size", type=_size, default=1 << 20)
     p.add_argument("--batch-size", type=_positive_int, default=32)

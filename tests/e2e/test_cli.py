@@ -369,6 +369,15 @@ def test_bench_tier_disk(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "multiple of 4KiB" in bad.stderr
 
 
+def test_bench_tier_gpu_says_why_without_a_gpu() -> None:
+    from transfer_engine import cuda
+
+    if cuda.available():
+        pytest.skip("a GPU is here: bench/gpu_check.sh runs the GPU tier bench")
+    result = kvstore("bench", "tier", "--gpu", "--memory", "64MiB", "--batch-size", "8")
+    assert result.returncode == 1 and "libcuda" in result.stderr and result.stdout == ""
+
+
 def test_bench_trace_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"hash_ids": [1, 2]}\n{"hash_ids": "x"}\n')
