@@ -337,6 +337,10 @@ class DiskTier:
         task = self._by_key.get(key)
         return task is not None and task.kind == "demote"
 
+    def some_demotion(self) -> str | None:
+        """The key of a demotion in flight (the oldest), if any."""
+        return next((t.key for t in self.tasks.values() if t.kind == "demote"), None)
+
     def when_demoted(self, key: str, callback: Callable[[], object]) -> None:
         """Runs `callback` once the object's demotion in flight ends, either way."""
         self._by_key[key].waiters.append(callback)

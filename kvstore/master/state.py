@@ -395,7 +395,7 @@ class MasterState:
         bytes), so readers cannot starve writers. With a disk tier, objects with a disk record go first
         (only their memory replicas are dropped); `disk_backed_only` evicts nothing else (room for a load
         is never made by losing an object). With `wait_for_room`, raises RoomComing instead of dropping
-        an object whose demotion is in flight. False when nothing may go."""
+        an object without a disk record while a demotion is in flight. False when nothing may go."""
         now = self.clock()
         victim = leased = None
         if self.disk.segments:
@@ -418,8 +418,12 @@ class MasterState:
             victim = victim or (leased if leased_too else None)
         if victim is None:
             return False
-        if wait_for_room and victim.disk is None and self.disk.demoting(victim.key):
-            raise RoomComing("demotion", functools.partial(self.disk.when_demoted, victim.key))
+        if wait_for_room and victim.disk is None:
+            # Dropping it loses it: wait for its demotion, or for any other one in flight (whose object
+            # can then go instead), rather than lose an object a moment before room comes.
+            pending = victim.key if self.disk.demoting(victim.key) else self.disk.some_demotion()
+            if pending is not None:
+                raise RoomComing("demotion", functools.partial(self.disk.when_demoted, pending))
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
@@ -492,14 +496,16 @@ class MasterState:
         self.disk.plan(self.usage(), self.capacity, self.policy.candidates)
 
     def evict_to_watermark(self) -> int:
-        """Above the high watermark, evicts down to the low one (stopping at an object still being
-        demoted: the next tick goes on, once it has its disk record). Returns the number evicted."""
+        """Above the high watermark, evicts down to the low one. With a working disk tier only objects
+        that have disk records go (nothing is lost to make room ahead of need: the next tick goes on once
+        demotion gave more of them records). Returns the number evicted."""
         if self.usage() <= self.config.high_watermark:
             return 0
+        disk_backed_only = any(not s.broken for s in self.disk.segments.values())
         evicted = 0
         try:
             while self.usage() > self.config.low_watermark and self._evict_one(
-                leased_too=False, wait_for_room=True
+                leased_too=False, disk_backed_only=disk_backed_only, wait_for_room=True
             ):
                 evicted += 1
         except RoomComing:
