@@ -250,7 +250,10 @@ def run(cfg: TierBenchConfig) -> TierBenchResult:
     with tempfile.TemporaryDirectory(dir=cfg.directory, prefix="kvstore-tier-bench-") as where:
         disk = Path(where).resolve() / "tier"  # absolute: the node process runs in another directory
         write_gbps, read_gbps, backend = baseline(cfg, Path(where) / "baseline")
-        config = MasterConfig.load(port=0, busy_poll_us=0, demote_watermark=0.5, heartbeat_interval=0.3)
+        # Puts wait as long as demotion needs (the bench measures the disk; a busy machine may be slow).
+        config = MasterConfig.load(
+            port=0, busy_poll_us=0, demote_watermark=0.5, heartbeat_interval=0.3, put_room_wait=30.0
+        )
         master = Master.start_in_thread(config)
         node = [
             "node", "--master", master.address, "--segment-size", str(cfg.memory),
