@@ -14,7 +14,8 @@ import ctypes
 import logging
 import mmap
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -25,14 +26,19 @@ from transfer_engine.disk import DiskFile
 log = logging.getLogger("kvstore.client")
 
 
+RETRY_SECONDS = 30.0  # a file that could not be opened here is tried again after this long
+
+
 def _pages(size: int) -> int:
     return -(-size // DISK_PAGE) * DISK_PAGE
 
 
 class DiskReader:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()  # the files and the scratch area
-        self._files: dict[str, DiskFile | None] = {}  # None: could not be opened here
+        self._files: dict[str, DiskFile] = {}
+        self._unreadable: dict[str, float] = {}  # path -> when to try opening it again
         self._scratch: np.ndarray | None = None
 
     def read(self, items: Sequence[tuple[Sequence[int], Sequence[int], int, DiskLocation]]) -> list[bool]:
@@ -59,6 +65,8 @@ class DiskReader:
                 offsets = [items[plan[j][0]][3].offset + DISK_PAGE for j, _ in requests]
                 sizes = [_pages(items[plan[j][0]][2]) for j, _ in requests]
                 codes = f.run([False] * len(requests), [a for _, a in requests], offsets, sizes)
+                if codes.any():  # the file may have been replaced or shrunk: open it afresh next time
+                    self._drop(f)
                 for (j, _), code in zip(requests, codes.tolist(), strict=True):
                     i, _f, target, at = plan[j]
                     if code != 0:
@@ -72,13 +80,16 @@ class DiskReader:
         return ok
 
     def _file(self, path: str) -> DiskFile | None:
-        if path not in self._files:
-            try:
-                self._files[path] = DiskFile(path, 0, read_only=True, depth=32)
-            except KVStoreError as exc:  # not readable from this process: the node loads instead
-                log.info("disk tier file %s is not readable here (%s); reads go through its node", path, exc)
-                self._files[path] = None
-        return self._files[path]
+        f = self._files.get(path)
+        if f is not None or self._unreadable.get(path, 0.0) > self._clock():
+            return f
+        try:
+            f = self._files[path] = DiskFile(path, 0, read_only=True, depth=32)
+            self._unreadable.pop(path, None)
+        except KVStoreError as exc:  # not readable from this process: its node loads instead, for a while
+            log.info("disk tier file %s is not readable here (%s); reads go through its node", path, exc)
+            self._unreadable[path] = self._clock() + RETRY_SECONDS
+        return f
 
     def _scratch_of(self, nbytes: int) -> int:
         """Address of page-aligned scratch memory of at least `nbytes` (kept, grown as needed)."""
@@ -88,16 +99,15 @@ class DiskReader:
             self._scratch = np.frombuffer(mmap.mmap(-1, _pages(nbytes)), np.uint8)
         return int(self._scratch.ctypes.data)
 
-    def forget(self, path: str) -> None:
-        """Drops a file that failed (deleted, replaced): the next read opens it afresh."""
-        with self._lock:
-            f = self._files.pop(path, None)
-            if f is not None:
-                f.close()
+    def _drop(self, f: DiskFile) -> None:
+        """Forgets a file whose reads failed (deleted, replaced): the next read opens it afresh."""
+        for path, known in list(self._files.items()):
+            if known is f:
+                del self._files[path]
+        f.close()
 
     def close(self) -> None:
         with self._lock:
             for f in self._files.values():
-                if f is not None:
-                    f.close()
+                f.close()
             self._files.clear()
