@@ -266,8 +266,8 @@ def measure_baseline(
         return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)
-    r = _tools.memcpy_baseline(cfg.block_size, working_set, seconds, threads)
-    return float(r["gbps"]), f"memcpy x{threads} over {format_size(working_set)}"
+    gbps = memcpy_gbps(cfg.block_size, working_set, seconds, threads)
+    return gbps, f"memcpy x{threads} over {format_size(working_set)}"
 
 
 def memcpy_gbps(block_size: int, working_set: int, seconds: float, threads: int = 1) -> float:

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "core/io_queue.h"
+
 namespace kvs {
 
 DiskFile::~DiskFile() {
@@ -72,21 +74,9 @@ StatusOr<std::unique_ptr<DiskFile>> DiskFile::open(const std::string& path, uint
   return f;
 }
 
-}  // namespace kvs
-
-namespace kvs {
-
 Status DiskFile::read_exact(char* buffer, uint64_t offset, uint64_t length) const {
   if (Status st = check(offset, length, buffer, false); !st.ok()) return st;
-  uint64_t done = 0;
-  while (done < length) {
-    const ssize_t n = pread(fd_, buffer + done, length - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_status(Code::kIoError, "reading " + path_);
-    if (n == 0) return Status(Code::kIoError, "unexpected end of " + path_);
-    done += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
+  return blocking_io(IoRequest{false, fd_, offset, buffer, length});
 }
 
 Status DiskFile::check(uint64_t offset, uint64_t length, const char* buffer, bool write) const {

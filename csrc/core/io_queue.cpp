@@ -21,7 +21,8 @@ Status io_error(int err, const IoRequest& r) {
                       std::string(r.write ? "write" : "read") + " at offset " + std::to_string(r.offset));
 }
 
-// One request to the end with pread/pwrite (a short transfer continues where it stopped).
+}  // namespace
+
 Status blocking_io(const IoRequest& r) {
   uint64_t done = 0;
   while (done < r.length) {
@@ -35,6 +36,8 @@ Status blocking_io(const IoRequest& r) {
   }
   return Status::OK();
 }
+
+namespace {
 
 // `depth` threads, each taking the next request of the batch being run.
 class ThreadIoQueue final : public IoQueue {

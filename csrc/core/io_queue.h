@@ -31,6 +31,10 @@ class IoQueue {
   virtual void run(const std::vector<IoRequest>& batch, std::vector<Status>& results) = 0;
 };
 
+// One request to the end on the calling thread with pread/pwrite (a short transfer continues where it
+// stopped; end of file inside the request is an I/O error).
+Status blocking_io(const IoRequest& r);
+
 // kind: "auto" (io_uring, else threads), "io_uring", "threads". depth: requests in flight at most.
 StatusOr<std::unique_ptr<IoQueue>> make_io_queue(const std::string& kind, unsigned depth);
 
