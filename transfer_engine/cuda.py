@@ -106,24 +106,30 @@ def is_gpu_buffer(obj: Any) -> bool:
 
 def gpu_buffer_of(obj: Any) -> GpuBuffer:
     """A checked GpuBuffer for device memory: the whole of it must lie inside one device allocation of
-    this process (a wrong pointer is refused before any copy). Raises NotSupportedError without a GPU."""
+    this process (a wrong pointer is refused before any copy), and the producer's pending writes have
+    landed (its stream waited for). Raises NotSupportedError without a GPU."""
     require()
+    stream = None  # the producer's stream to wait for
     if isinstance(obj, GpuBuffer):
-        buf = obj
+        ptr, nbytes, claimed, read_only, owner = obj.ptr, obj.nbytes, obj.device, obj.read_only, obj.owner
     elif hasattr(obj, "__cuda_array_interface__"):
-        buf = _from_array_interface(obj, obj.__cuda_array_interface__)
+        ptr, nbytes, read_only, stream = _array_interface(obj.__cuda_array_interface__)
+        claimed, owner = None, obj
     elif hasattr(obj, "__dlpack_device__"):
-        buf = _from_dlpack(obj)
+        ptr, nbytes, claimed, capsule = _dlpack(obj)
+        read_only, owner, stream = False, (obj, capsule), 1
     else:
         raise InvalidArgumentError(f"not a GPU buffer: {type(obj).__name__}")
-    base, length, device = device_range(buf.ptr)
-    if device != buf.device:
-        raise InvalidArgumentError(f"pointer is memory of GPU {device}, not of GPU {buf.device}")
-    if buf.ptr + buf.nbytes > base + length:
+    base, length, device = device_range(ptr)
+    if claimed is not None and device != claimed:
+        raise InvalidArgumentError(f"pointer is memory of GPU {device}, not of GPU {claimed}")
+    if ptr + nbytes > base + length:
         raise InvalidArgumentError(
-            f"[{buf.ptr:#x}, +{buf.nbytes}) runs past its device allocation [{base:#x}, +{length})"
+            f"[{ptr:#x}, +{nbytes}) runs past its device allocation [{base:#x}, +{length})"
         )
-    return buf
+    if stream is not None:
+        _core.cuda_synchronize(device, stream)
+    return GpuBuffer(ptr, nbytes, device, read_only, owner)
 
 
 def _contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int) -> bool:
@@ -138,13 +144,14 @@ def _contiguous(shape: Sequence[int], strides: Sequence[int] | None, itemsize: i
     return True
 
 
-def _from_array_interface(obj: Any, cai: Any) -> GpuBuffer:
-    """A GpuBuffer from a `__cuda_array_interface__` dict (version 2 or 3)."""
+def _array_interface(cai: Any) -> tuple[int, int, bool, int | None]:
+    """(address, bytes, read-only, stream to wait for) of a `__cuda_array_interface__` (version 2 or 3)."""
     try:
         ptr, read_only = cai["data"]
         shape = tuple(int(d) for d in cai["shape"])
         itemsize = int(str(cai["typestr"])[2:])
         strides = cai.get("strides")
+        stream = cai.get("stream")
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"malformed __cuda_array_interface__: {exc}") from exc
     if not _contiguous(shape, strides, itemsize):
@@ -152,11 +159,7 @@ def _from_array_interface(obj: Any, cai: Any) -> GpuBuffer:
     nbytes = math.prod(shape) * itemsize
     if nbytes == 0:
         raise InvalidArgumentError("empty GPU buffer")
-    device = device_range(int(ptr))[2]
-    stream = cai.get("stream")
-    if stream is not None:  # the producer's pending writes must land before we read
-        _core.cuda_synchronize(device, int(stream))
-    return GpuBuffer(int(ptr), nbytes, device, bool(read_only), obj)
+    return int(ptr), nbytes, bool(read_only), None if stream is None else int(stream)
 
 
 class _DLDevice(ctypes.Structure):
@@ -203,17 +206,16 @@ def dlpack_layout(obj: Any, stream: int | None = None) -> tuple[int, int, int, i
     return (tensor.device.device_type, tensor.device.device_id, address, math.prod(shape) * itemsize, capsule)
 
 
-def _from_dlpack(obj: Any) -> GpuBuffer:
-    device_type, device_id = (int(x) for x in obj.__dlpack_device__())
+def _dlpack(obj: Any) -> tuple[int, int, int, Any]:
+    """(address, bytes, device, capsule) of a DLPack producer on a CUDA device. Stream 1 (the legacy
+    default stream) asks the producer to order its pending work before it; the caller waits for it."""
+    device_type, _ = (int(x) for x in obj.__dlpack_device__())
     if device_type not in (_KDL_CUDA, _KDL_CUDA_MANAGED):
         raise InvalidArgumentError(f"DLPack device type {device_type} is not a CUDA device")
-    # Stream 1 (the legacy default stream) asks the producer to order its pending work before it; we then
-    # wait for that stream, so its writes have landed before we read.
-    _type, _id, address, nbytes, capsule = dlpack_layout(obj, stream=1)
+    _type, device_id, address, nbytes, capsule = dlpack_layout(obj, stream=1)
     if nbytes == 0:
         raise InvalidArgumentError("empty GPU buffer")
-    _core.cuda_synchronize(device_id, 1)
-    return GpuBuffer(address, nbytes, device_id, False, (obj, capsule))
+    return address, nbytes, device_id, capsule
 
 
 def _columns(device_ptrs: Sequence[int], host_ptrs: Sequence[int], lengths: Sequence[int]) -> tuple[Any, ...]:
