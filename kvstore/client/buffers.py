@@ -7,17 +7,16 @@ one only partly) goes through the staging area with a copy.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kvstore.allocator import OffsetAllocator
 from kvstore.client.gpu_buffers import GpuMemory, GpuStaged
+from kvstore.client.ranges import RangeTable, split
+from kvstore.client.staging import Span, StagingArea
 from kvstore.errors import InvalidArgumentError, NoSpaceError
 from transfer_engine import Region, TransferEngine, checksum, cuda
 
@@ -47,18 +46,6 @@ def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
 def address_of(view: np.ndarray) -> int:
     """Start address of an array (cheaper than .ctypes.data)."""
     return int(view.__array_interface__["data"][0])
-
-
-@dataclass(slots=True)
-class Span:
-    """Registered memory standing for one caller buffer during a call."""
-
-    addr: int
-    length: int
-    view: np.ndarray  # the caller's bytes
-    staged: np.ndarray | None = None  # staging copy, when the caller's memory is not registered
-    staging_offset: int | None = None
-    temporary: Region | None = None
 
 
 @dataclass(slots=True)
@@ -142,77 +129,42 @@ def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]
 class BufferManager:
     def __init__(self, engine: TransferEngine, staging_size: int) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
-        self._bases: list[int] = []
-        self._regions: dict[int, Region] = {}
-        self._raw_views: dict[int, np.ndarray] = {}  # raw (address, size) registrations: one view each
-        self._raw_cache: tuple[np.ndarray, np.ndarray] | None = None
-        self.staging = engine.allocate(staging_size, export=False)
-        self._staging_alloc = OffsetAllocator(staging_size, 64)
+        self._all = RangeTable()  # every long-lived registration (payload: its Region)
+        self._raw = RangeTable()  # those given as raw (address, size) (payload: one view of it all)
+        self.staging = StagingArea(engine, staging_size, 64)
         self.gpu = GpuMemory(engine, staging_size)
 
     # -- long-lived registrations ---------------------------------------------------------------------
     def register(self, buffer: Any) -> Region:
         if GpuMemory.is_gpu(buffer):
             return self.gpu.register(buffer)
-        raw = None
         if isinstance(buffer, tuple):
             raw = as_bytes_view(buffer, writable=False)
             region = self.engine.register_ptr(address_of(raw), raw.nbytes, export=False)
+            self._raw.add(region.addr, region.length, raw)
         else:
             region = self.engine.register(buffer, export=False)
-        with self._lock:
-            bisect.insort(self._bases, region.addr)
-            self._regions[region.addr] = region
-            if raw is not None:
-                self._raw_views[region.addr] = raw
-                self._raw_cache = None
+        self._all.add(region.addr, region.length, region)
         return region
 
     def unregister(self, buffer: Any) -> None:
         if self.gpu.unregister(buffer):
             return
         addr = address_of(as_bytes_view(buffer, writable=False))
-        with self._lock:
-            region = self._regions.pop(addr, None)
-            if region is None:
-                raise InvalidArgumentError("buffer is not registered")
-            self._bases.remove(addr)
-            if self._raw_views.pop(addr, None) is not None:
-                self._raw_cache = None
+        region = self._all.pop(addr)
+        if region is None:
+            raise InvalidArgumentError("buffer is not registered")
+        self._raw.pop(addr)
         self.engine.unregister(region)
-
-    def _registered(self, addr: int, length: int) -> bool:
-        with self._lock:
-            i = bisect.bisect_right(self._bases, addr) - 1
-            if i < 0:
-                return False
-            region = self._regions[self._bases[i]]
-            return addr + length <= region.addr + region.length
 
     def _raw_span(self, addr: int, size: int) -> Span | None:
         """Raw memory inside a raw registration: a slice of that registration's one view (building a
         ctypes view per piece costs microseconds, and engines pass thousands of pieces per batch)."""
-        with self._lock:
-            i = bisect.bisect_right(self._bases, addr) - 1
-            if i < 0:
-                return None
-            base = self._bases[i]
-            whole = self._raw_views.get(base)
-        if whole is None or addr + size > base + whole.nbytes:
+        hit = self._raw.containing(addr, size)
+        if hit is None:
             return None
+        base, whole = hit
         return Span(addr, size, whole[addr - base : addr - base + size])
-
-    def _raw_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """(starts, ends) of the raw registrations, sorted, for resolving many pieces at once."""
-        with self._lock:
-            if self._raw_cache is None:
-                bases = sorted(self._raw_views)
-                self._raw_cache = (
-                    np.array(bases, dtype=np.int64),
-                    np.array([b + self._raw_views[b].nbytes for b in bases], dtype=np.int64),
-                )
-            return self._raw_cache
 
     def _raw_values(self, buffer_lists: Sequence[Sequence[Any]]) -> list[ValueBuffers] | None:
         """RawPieces (host) or GpuStaged (GPU) per value when every buffer of every value is raw memory
@@ -225,27 +177,14 @@ class BufferManager:
         addrs, lengths = (list(column) for column in zip(*flat, strict=True))
         if set(map(type, addrs)) != {int} or set(map(type, lengths)) != {int}:
             return None
-        if self.gpu.registered():
-            gpu = self.gpu.raw_values(addrs, lengths, counts)
-            if gpu is not None:
-                return list(gpu)
-        starts, ends = self._raw_table()
-        try:
-            a = np.array(addrs, dtype=np.int64)
-            n = np.array(lengths, dtype=np.int64)
-        except OverflowError:
+        gpu = self.gpu.raw_values(addrs, lengths, counts)
+        if gpu is not None:
+            return list(gpu)
+        if self._raw.tags(addrs, lengths) is None:
             return None
-        at = np.searchsorted(starts, a, side="right") - 1
-        if starts.size == 0 or (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
-            return None
-        out: list[ValueBuffers] = []
-        begin = 0
-        for count in counts:
-            end = begin + count
-            piece_lengths = lengths[begin:end]
-            out.append(RawPieces(addrs[begin:end], piece_lengths, sum(piece_lengths)))
-            begin = end
-        return out
+        return [
+            RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
+        ]
 
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
@@ -275,12 +214,7 @@ class BufferManager:
 
     def _is_gpu(self, part: Any) -> bool:
         if isinstance(part, tuple):
-            return (
-                self.gpu.registered()
-                and len(part) == 2
-                and all(type(x) is int for x in part)
-                and self.gpu.raw_values([part[0]], [part[1]], [1]) is not None
-            )
+            return self.gpu.holds(part)
         return cuda.is_gpu_buffer(part)
 
     def _values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
@@ -311,7 +245,7 @@ class BufferManager:
         if view.nbytes == 0:
             raise InvalidArgumentError("empty buffer")
         addr = address_of(view)
-        if self._registered(addr, view.nbytes):
+        if self._all.containing(addr, view.nbytes) is not None:
             return Span(addr, view.nbytes, view)
         if isinstance(buffer, tuple):
             raise InvalidArgumentError(
@@ -323,46 +257,25 @@ class BufferManager:
         except InvalidArgumentError:
             return self.stage(view, copy_in=not writable)
 
-    def _staging_block(self, size: int) -> tuple[int, np.ndarray] | None:
-        """(offset, view) of `size` free bytes of the pre-faulted staging area, or None when full."""
-        with self._lock:
-            offset = self._staging_alloc.allocate(size)
-        if offset is None:
-            return None
-        assert self.staging.array is not None
-        return offset, self.staging.array[offset : offset + size]
-
     def stage(self, view: np.ndarray, copy_in: bool) -> Span:
-        block = self._staging_block(view.nbytes)
+        block = self.staging.take(view.nbytes)
         if block is None:
             raise NoSpaceError(f"staging area cannot hold {view.nbytes} bytes; register the buffer instead")
-        offset, staged = block
         if copy_in:
-            staged[:] = view
-        return Span(self.staging.addr + offset, view.nbytes, view, staged=staged, staging_offset=offset)
+            block.view[:] = view
+        block.view = view  # the caller's buffer; block.staged stays the staging copy
+        return block
 
     def scratch(self, size: int) -> Span:
-        """Registered memory of `size` bytes to read into: staging, or a fresh buffer when it is full."""
-        block = self._staging_block(size)
-        if block is not None:  # the staged bytes are the result itself: nothing to copy out
-            offset, staged = block
-            return Span(self.staging.addr + offset, size, staged, staged=staged, staging_offset=offset)
-        view = np.empty(size, dtype=np.uint8)
-        return Span(address_of(view), size, view, temporary=self.engine.register(view, export=False))
+        """Registered memory of `size` bytes to read into (its bytes are the result: nothing to copy out):
+        staging, or a fresh buffer when it is full."""
+        return self.staging.scratch(size)
 
     def release(self, span: Span, copy_out: bool = False, length: int = 0) -> None:
         """Ends a span; copy_out moves `length` staged bytes into the caller's buffer first."""
-        if span.staged is None and span.temporary is None:
-            return
-        if span.staged is not None and span.staging_offset is not None:
-            if copy_out:
-                span.view[:length] = span.staged[:length]
-            with self._lock:
-                self._staging_alloc.free(span.staging_offset)
-        if span.temporary is not None:
-            self.engine.unregister(span.temporary)
+        if span.staged is not None and copy_out and span.view is not span.staged:
+            span.view[:length] = span.staged[:length]
+        self.staging.release(span)
 
     def close(self) -> None:
-        self.gpu.close()
-        self._regions.clear()
-        self._bases.clear()
+        """Nothing to undo: the registrations go with the engine."""

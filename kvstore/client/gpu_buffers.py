@@ -11,31 +11,14 @@ GPU buffers are cupy arrays, torch tensors, DLPack producers, `transfer_engine.c
 
 from __future__ import annotations
 
-import bisect
-import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from kvstore.allocator import OffsetAllocator
-from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.client.ranges import RangeTable, split
+from kvstore.client.staging import Span, StagingArea
+from kvstore.errors import InvalidArgumentError
 from transfer_engine import Region, TransferEngine, cuda
-
-log = logging.getLogger("kvstore.client")
-
-
-@dataclass(slots=True)
-class HostBlock:
-    """Host memory standing for one GPU value during a call: a block of the staging area, or (when that
-    is full) a buffer registered for the call."""
-
-    addr: int
-    view: np.ndarray
-    staging_offset: int | None = None
-    temporary: Region | None = None
 
 
 @dataclass(slots=True)
@@ -46,7 +29,7 @@ class GpuStaged:
     gpu_addrs: list[int]
     lengths: list[int]
     size: int
-    host: HostBlock | None = field(default=None)
+    host: Span | None = field(default=None)  # the host memory it moves through
 
     def pieces(self, limit: int) -> tuple[list[int], list[int]]:
         assert self.host is not None
@@ -57,7 +40,7 @@ class GpuStaged:
 
     def release(self, manager: Any, filled: int = 0) -> None:
         if self.host is not None:
-            manager.gpu.release(self.host)
+            manager.gpu.staging.release(self.host)
             self.host = None
 
 
@@ -67,13 +50,8 @@ class GpuMemory:
 
     def __init__(self, engine: TransferEngine, staging_size: int) -> None:
         self.engine = engine
-        self.staging_size = staging_size
-        self._lock = threading.Lock()
-        self._bases: list[int] = []
-        self._regions: dict[int, tuple[Region, cuda.GpuBuffer]] = {}
-        self._table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._staging: Region | None = None
-        self._staging_alloc: OffsetAllocator | None = None
+        self._registered = RangeTable()  # payload: (Region, GpuBuffer); tag: the device
+        self.staging = StagingArea(engine, staging_size, 4096, pinned=True, lazy=True)
 
     # -- registrations ----------------------------------------------------------------------------------
     @staticmethod
@@ -94,63 +72,45 @@ class GpuMemory:
     def register(self, buffer: Any) -> Region:
         buf = self.buffer_of(buffer)
         region = self.engine.register_ptr(buf.ptr, buf.nbytes, kind=f"gpu:{buf.device}", export=False)
-        with self._lock:
-            bisect.insort(self._bases, buf.ptr)
-            self._regions[buf.ptr] = (region, buf)
-            self._table = None
+        self._registered.add(buf.ptr, buf.nbytes, (region, buf), tag=buf.device)
         return region
 
     def unregister(self, buffer: Any) -> bool:
         """Unregisters a GPU registration; False when `buffer` is not one."""
-        addr = buffer[0] if isinstance(buffer, tuple) else self.buffer_of(buffer).ptr
-        with self._lock:
-            entry = self._regions.pop(addr, None)
-            if entry is None:
-                return False
-            self._bases.remove(addr)
-            self._table = None
+        if not self._registered:
+            return False
+        if isinstance(buffer, tuple):
+            addr = buffer[0]
+        elif cuda.is_gpu_buffer(buffer):
+            addr = self.buffer_of(buffer).ptr
+        else:
+            return False
+        entry = self._registered.pop(addr)
+        if entry is None:
+            return False
         self.engine.unregister(entry[0])
         return True
 
-    def registered(self) -> bool:
-        return bool(self._regions)
-
-    def _lookup(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(starts, ends, devices) of the registrations, sorted."""
-        with self._lock:
-            if self._table is None:
-                bufs = [self._regions[b][1] for b in self._bases]
-                self._table = (
-                    np.array([b.ptr for b in bufs], dtype=np.int64),
-                    np.array([b.ptr + b.nbytes for b in bufs], dtype=np.int64),
-                    np.array([b.device for b in bufs], dtype=np.int64),
-                )
-            return self._table
+    def holds(self, piece: tuple[Any, ...]) -> bool:
+        """A raw (address, size) piece inside a GPU registration."""
+        return (
+            bool(self._registered)
+            and len(piece) == 2
+            and all(type(x) is int for x in piece)
+            and self._registered.containing(piece[0], piece[1]) is not None
+        )
 
     # -- values -------------------------------------------------------------------------------------------
     def raw_values(self, addrs: list[int], lengths: list[int], counts: list[int]) -> list[GpuStaged] | None:
         """GpuStaged per value when every (address, length) piece lies inside a GPU registration (resolved
         for the whole batch in array operations), else None."""
-        starts, ends, devices = self._lookup()
-        if starts.size == 0:
+        if not self._registered:
             return None
-        try:
-            a = np.array(addrs, dtype=np.int64)
-            n = np.array(lengths, dtype=np.int64)
-        except (OverflowError, TypeError, ValueError):
+        devices = self._registered.tags(addrs, lengths)
+        if devices is None:
             return None
-        at = np.searchsorted(starts, a, side="right") - 1
-        if (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
-            return None
-        piece_devices = devices[at].tolist()
-        out: list[GpuStaged] = []
-        begin = 0
-        for count in counts:
-            end = begin + count
-            size = sum(lengths[begin:end])
-            out.append(GpuStaged(piece_devices[begin:end], addrs[begin:end], lengths[begin:end], size))
-            begin = end
-        return out
+        columns = (split(counts, devices.tolist()), split(counts, addrs), split(counts, lengths))
+        return [GpuStaged(d, a, n, sum(n)) for d, a, n in zip(*columns, strict=True)]
 
     def value(self, parts: Sequence[Any], writable: bool) -> GpuStaged:
         """One value given as GPU objects and/or raw pieces of registered GPU memory."""
@@ -159,11 +119,10 @@ class GpuMemory:
         lengths: list[int] = []
         for part in parts:
             if isinstance(part, tuple):
-                ok = len(part) == 2 and all(type(x) is int for x in part)
-                resolved = self.raw_values([part[0]], [part[1]], [1]) if ok else None
-                if resolved is None:
+                hit = self._registered.containing(part[0], part[1]) if self.holds(part) else None
+                if hit is None:
                     raise InvalidArgumentError("raw GPU memory must be registered with register_buffer first")
-                devices += resolved[0].devices
+                devices.append(hit[1][1].device)
                 addrs.append(part[0])
                 lengths.append(part[1])
                 continue
@@ -179,40 +138,10 @@ class GpuMemory:
             raise InvalidArgumentError("empty buffer list")
         return GpuStaged(devices, addrs, lengths, sum(lengths))
 
-    # -- staging --------------------------------------------------------------------------------------------
     def stage(self, values: Sequence[GpuStaged]) -> None:
-        """Gives each value its host block."""
+        """Gives each value the host memory it moves through (page-locked staging, else for the call)."""
         for value in values:
-            value.host = self._host_block(value.size)
-
-    def _host_block(self, size: int) -> HostBlock:
-        with self._lock:
-            if self._staging is None:
-                self._staging = self._allocate_staging()
-                self._staging_alloc = OffsetAllocator(self.staging_size, 4096)
-            assert self._staging_alloc is not None
-            offset = self._staging_alloc.allocate(size)
-        if offset is not None:
-            assert self._staging.array is not None
-            return HostBlock(self._staging.addr + offset, self._staging.array[offset : offset + size], offset)
-        view = np.empty(size, dtype=np.uint8)  # staging is full: pageable memory for this call
-        region = self.engine.register(view, export=False)
-        return HostBlock(region.addr, view, temporary=region)
-
-    def _allocate_staging(self) -> Region:
-        try:
-            return self.engine.allocate(self.staging_size, export=False, pinned=True)
-        except KVStoreError as exc:  # e.g. RLIMIT_MEMLOCK: still correct, the driver stages itself
-            log.warning("GPU staging could not be page-locked (%s); using pageable memory", exc)
-            return self.engine.allocate(self.staging_size, export=False)
-
-    def release(self, block: HostBlock) -> None:
-        if block.staging_offset is not None:
-            with self._lock:
-                assert self._staging_alloc is not None
-                self._staging_alloc.free(block.staging_offset)
-        if block.temporary is not None:
-            self.engine.unregister(block.temporary)
+            value.host = self.staging.scratch(value.size)
 
     # -- moves ------------------------------------------------------------------------------------------
     @staticmethod
@@ -224,12 +153,6 @@ class GpuMemory:
     def upload(values: Sequence[GpuStaged], filled: Sequence[int]) -> None:
         """Copies the first filled[i] bytes of value i's host block to its device memory."""
         _move(values, filled, to_device=True)
-
-    def close(self) -> None:
-        with self._lock:
-            self._regions.clear()
-            self._bases.clear()
-            self._table = None
 
 
 def _move(values: Sequence[GpuStaged], limits: Sequence[int], to_device: bool) -> None:
