@@ -9,7 +9,7 @@ from typing import Any
 from kvstore.client.session import Session
 from kvstore.client.store import Closable
 from kvstore.client.store import Store as ClientStore
-from kvstore.config import MasterConfig, StoreConfig
+from kvstore.config import MasterConfig, NodeConfig, StoreConfig
 from kvstore.master import Master
 from kvstore.node import StorageNode
 
@@ -20,7 +20,12 @@ class Store(ClientStore):
 
     @classmethod
     def start_roles(cls, session: Session, config: StoreConfig) -> list[Closable]:
-        return [StorageNode(session, config.segment_size)] if config.segment_size else []
+        # A client's own segment: plain memory (a node's KVSTORE_NODE_* settings are not a client's).
+        return (
+            [StorageNode(session, NodeConfig(segment_size=config.segment_size))]
+            if config.segment_size
+            else []
+        )
 
     @classmethod
     def embedded(

@@ -46,11 +46,12 @@ def replay_real_tiered(
     with tempfile.TemporaryDirectory(dir=directory, prefix="kvstore-trace-disk-") as where:
         session = Session(StoreConfig.load(master=master.address, buffer_size="1MiB", rpc_busy_poll_us=0))
         node_config = NodeConfig.load(
+            segment_size=capacity * payload_bytes,
             disk=str(Path(where) / "tier"),
             disk_size=disk_capacity * record_bytes(payload_bytes),
             disk_staging=16 << 20,
         )
-        node = StorageNode(session, capacity * payload_bytes, disk=node_config)
+        node = StorageNode(session, node_config)
         session.start()
         try:
             with Store.connect(master.address, buffer_size="1MiB", rpc_busy_poll_us=0) as store:

@@ -39,6 +39,8 @@ _COUNTERS = {
     "loads": "Disk-only objects loaded into memory for a reader",
     "load_failures": "Loads that failed their checks, timed out or found no room (a miss)",
     "promotions": "Objects loaded from disk and read again within the promote window",
+    "disk_direct_reads": "Disk-only objects read from the disk file by a reader on its host",
+    "disk_served_reads": "Disk-only objects read by readers on other hosts from the file its node serves",
     "disk_evictions": "Disk records dropped to make room on a disk",
     "disk_restored": "Records restarted nodes offered back",
     "reclaimed_puts": "Abandoned puts reclaimed",

@@ -222,8 +222,8 @@ class DiskWorker:
             if write_header(self._view(at[i], PAGE), order.key, order.size, order.checksum)
         ]
         with contextlib.ExitStack() as held:
-            data = self._hold_own(orders, headed, held)  # order -> address of its bytes
-            data.update(self._fetch(orders, at, [i for i in headed if i not in data]))
+            in_place = self._hold_own(orders, headed, held)  # order -> address of its bytes
+            data = {**in_place, **self._fetch(orders, at, [i for i in headed if i not in in_place])}
             chosen = sorted(data)
             sums = checksum.xxh3_each([data[i] for i in chosen], [orders[i].size for i in chosen])
             writes = [i for i, digest in zip(chosen, sums, strict=True) if digest == orders[i].checksum]
@@ -232,15 +232,15 @@ class DiskWorker:
             requests = []  # (order, address, disk offset, length)
             for i in writes:
                 order = orders[i]
-                if data[i] == self.staging.addr + at[i] + PAGE:  # fetched: the whole record from staging
+                if i in in_place:  # the header page from staging, the bytes from the segment
+                    requests.append((i, self.staging.addr + at[i], order.disk_offset, PAGE))
+                    requests.append((i, data[i], order.disk_offset + PAGE, order.size))
+                else:  # fetched into staging after its header: the whole record from there
                     tail = record_bytes(order.size) - PAGE - order.size
                     self._view(at[i] + PAGE + order.size, tail)[:] = 0
                     requests.append(
                         (i, self.staging.addr + at[i], order.disk_offset, record_bytes(order.size))
                     )
-                else:  # in place: the header page from staging, the bytes from the segment
-                    requests.append((i, self.staging.addr + at[i], order.disk_offset, PAGE))
-                    requests.append((i, data[i], order.disk_offset + PAGE, order.size))
             codes = self.file.run(
                 [True] * len(requests),
                 [r[1] for r in requests],

@@ -19,7 +19,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     session = Session(config)
     try:
-        storage = StorageNode(session, node.segment_size, node.copy_workers, node.pinned, node)
+        storage = StorageNode(session, node)
         session.start()
         pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
         d = storage.disk

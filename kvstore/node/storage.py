@@ -35,16 +35,12 @@ def fence_slots_for(segment_size: int) -> int:
 
 
 class StorageNode:
-    def __init__(
-        self,
-        session: Session,
-        segment_size: int,
-        copy_workers: int = 1,
-        pinned: bool = False,
-        disk: NodeConfig | None = None,
-    ) -> None:
+    def __init__(self, session: Session, config: NodeConfig) -> None:
+        """A node contributing `config.segment_size` bytes (pinned if asked), with `config.copy_workers`
+        copy threads, and a disk tier under it when `config.disk` names one."""
         self.session = session
         engine = session.engine
+        segment_size, copy_workers, pinned = config.segment_size, config.copy_workers, config.pinned
         # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master;
         # page-locked when pinned (the engine says how: CUDA host registration or mlock).
         self.segment = engine.allocate(segment_size, fence_slots=fence_slots_for(segment_size), pinned=pinned)
@@ -63,14 +59,14 @@ class StorageNode:
         self._fences = threading.Thread(target=self._follow_fences, name="kvstore-fences", daemon=True)
         self._fences.start()
         self.disk: DiskWorker | None = None
-        if disk is not None and disk.disk:
+        if config.disk:
             self.disk = DiskWorker(
                 session,
                 self.segment,
-                disk.disk,
-                disk.disk_size,
-                disk.disk_backend,
-                disk.disk_staging,
+                config.disk,
+                config.disk_size,
+                config.disk_backend,
+                config.disk_staging,
                 pinned=pinned,
             )
 
