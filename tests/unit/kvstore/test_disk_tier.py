@@ -22,6 +22,14 @@ def with_disk(clock: Clock, memory: int = 8 * MiB, disk: int = 32 * MiB, **confi
     return state
 
 
+def overflow(state: MasterState, count: int = 12) -> None:
+    """Puts `count` objects (1 MiB; memory holds 8), the node carrying out every disk order after each:
+    the oldest end up on disk only."""
+    for i in range(count):
+        put(state, f"k{i}")
+        run_orders(state)
+
+
 def run_orders(state: MasterState, ok: bool = True) -> list[m.DiskOrder]:
     """Plays the disk node: takes its orders and reports them done."""
     orders = state.disk.take("c0")
@@ -44,12 +52,7 @@ def test_above_the_watermark_the_coldest_objects_are_demoted(clock: Clock) -> No
 
 def test_eviction_keeps_demoted_objects_on_disk_and_a_read_loads_them(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5)
-    for i in range(6):
-        put(state, f"k{i}")
-        run_orders(state)
-    for i in range(6, 12):  # memory holds 8: these evict the coldest, which have disk records
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)  # memory holds 8: the last puts evict the coldest, which have disk records
     assert state.counters.evictions_to_disk == state.counters.evictions > 0
     cold = state.objects["k0"]
     assert cold.replicas == [] and cold.disk is not None and state.exists("k0")
@@ -64,9 +67,7 @@ def test_eviction_keeps_demoted_objects_on_disk_and_a_read_loads_them(clock: Clo
 
 def test_a_failed_or_late_load_frees_its_memory_and_is_a_miss(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5)
-    for i in range(12):
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)
     cold = state.objects["k0"]
     used = state.used
     waited: list[int] = []
@@ -94,9 +95,7 @@ def test_a_full_disk_evicts_by_its_policy_and_a_lost_node_takes_its_records(cloc
 
 def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promotes(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5, promote_window=10.0)
-    for i in range(12):
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)
     cold = state.objects["k0"]
     assert cold.replicas == []
     assert state.disk.load(cold, lambda: None)
@@ -161,9 +160,7 @@ def test_background_eviction_stops_at_an_object_still_being_demoted(clock: Clock
 
 def test_a_load_without_room_waits_for_a_demotion_instead_of_missing(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5)
-    for i in range(12):  # k0..k3 end up on disk only
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)  # k0..k3 end up on disk only
     for i in range(12, 16):  # memory refilled with objects whose demotions are ordered, none done
         put(state, f"k{i}")
     in_memory = [k for k, meta in state.objects.items() if meta.replicas]
@@ -213,9 +210,7 @@ def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock:
     from kvstore.master.handlers import Deferred, Handlers
 
     state = with_disk(clock, demote_watermark=0.5)
-    for i in range(12):
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)
     cold = state.objects["k0"]
     assert cold.replicas == [] and cold.disk is not None
     handlers = Handlers(state)
@@ -245,9 +240,7 @@ def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock:
 
 def test_reads_served_from_a_lease_count_toward_promotion(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5)
-    for i in range(12):
-        put(state, f"k{i}")
-        run_orders(state)
+    overflow(state)
     cold = state.objects["k0"]
     assert state.disk.read_from_file(cold, "h0") == "here"
     state.touch(["k0"])  # a client read it again from its leased disk location
