@@ -1,0 +1,158 @@
+"""One engine batch of a client call: flat request columns, each request owned by the key it moves, run
+with this thread helping to move bytes, and each key's outcome reported as its requests end."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from kvstore.errors import StaleLocationError, TransferConnectionError
+from transfer_engine import BatchHandle, Op, Peer, RequestState, TransferEngine
+
+OK = 0
+STALE = StaleLocationError.code
+_PENDING = int(RequestState.PENDING)
+_HELP_BETWEEN_LOOKS = 100e-6  # seconds
+_COMPLETED = int(RequestState.COMPLETED)
+
+
+class TransferBatch:
+    """Flat arrays for one engine batch, with the key index of every request."""
+
+    def __init__(self) -> None:
+        self.owner: list[int] = []
+        self.ops: list[int] = []
+        self.local: list[int] = []
+        self.regions: list[int] = []
+        self.offsets: list[int] = []
+        self.lengths: list[int] = []
+        self.slots: list[int] = []
+        self.gens: list[int] = []
+        self.failed: set[int] = set()
+        self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
+        self.peers: list[Peer] = []
+
+    def add_pieces(
+        self,
+        owner: int,
+        op: Op,
+        addrs: list[int],
+        lengths: list[int],
+        peer: Peer,
+        region: int,
+        offset: int,
+        slot: int,
+        gen: int,
+    ) -> None:
+        """One request per local piece, for consecutive bytes of the remote allocation from `offset` on."""
+        n = len(lengths)
+        if n == 0:
+            return
+        self.owner += [owner] * n
+        self.ops += [op] * n
+        self.local += addrs
+        self.peers += [peer] * n
+        self.regions += [region] * n
+        self.offsets += itertools.accumulate(lengths[:-1], initial=offset)
+        self.lengths += lengths
+        self.slots += [slot] * n
+        self.gens += [gen] * n
+
+    def fail(self, owner: int, peer: str) -> None:
+        """`owner` fails without a request: its peer `peer` cannot be opened."""
+        self.failed.add(owner)
+        self.failed_peers.add(peer)
+
+    def _submit(self, engine: TransferEngine) -> BatchHandle:
+        handles = [p.handle for p in self.peers]
+        return engine.submit(
+            self.ops,
+            self.local,
+            handles,
+            self.regions,
+            self.offsets,
+            self.lengths,
+            fence_slots=self.slots,
+            fence_gens=self.gens,
+        )
+
+    def _failed(self, j: int, code: int) -> None:
+        self.failed.add(self.owner[j])
+        if code != STALE:
+            self.failed_peers.add(self.peers[j].name)
+
+    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, int]]:
+        """Runs the batch, yielding (owner, 0 or the error code of one of its failed requests) as each
+        owner's requests end."""
+        for owner in self.failed:
+            yield owner, TransferConnectionError.code
+        if len(self.owner) <= 1:  # nothing to overlap: the single-call path
+            already = set(self.failed)
+            codes = self._run(engine)
+            for owner in set(self.owner) - already:
+                yield owner, codes.get(owner, OK)
+            return
+        handle = self._submit(engine)
+        # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
+        owner_ids = np.asarray(self.owner)
+        starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
+        owners = owner_ids[starts]
+        open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
+        while open_.any():
+            # Help move bytes for a while between looks at the states: with many small requests a look
+            # costs more than one copy, and a helper that mostly looks leaves the copying to the pool.
+            helped = False
+            until = time.perf_counter() + _HELP_BETWEEN_LOOKS
+            while handle.help_once():
+                helped = True
+                if time.perf_counter() >= until:
+                    break
+            states = handle.states()
+            unfinished = np.add.reduceat(states == _PENDING, starts)
+            bad = np.add.reduceat(states != _COMPLETED, starts)
+            finished = np.flatnonzero(open_ & (unfinished == 0))
+            open_[finished] = False
+            if finished.size and bad[finished].any():
+                errors = handle.errors()
+            for k in finished.tolist():
+                code = OK
+                if bad[k]:
+                    end = starts[k + 1] if k + 1 < starts.size else len(self.owner)
+                    code = int(np.max(errors[starts[k] : end])) or TransferConnectionError.code
+                yield int(owners[k]), code
+            if finished.size == 0 and not helped:
+                handle.wait(0.0002, help=False)
+
+    def run(self, engine: TransferEngine) -> set[int]:
+        """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
+        self._run(engine)
+        return self.failed
+
+    def _run(self, engine: TransferEngine) -> dict[int, int]:
+        """Runs the batch; returns the error code of a failed request per failed owner."""
+        codes: dict[int, int] = {}
+        if len(self.owner) == 1:  # one request: the engine's single-call path, no arrays
+            state, code = engine.transfer_one(
+                self.ops[0],
+                self.local[0],
+                self.peers[0],
+                self.regions[0],
+                self.offsets[0],
+                self.lengths[0],
+                fence=(self.slots[0], self.gens[0]),
+            )
+            if state != RequestState.COMPLETED:
+                codes[self.owner[0]] = code or TransferConnectionError.code
+                self._failed(0, code)
+        elif self.owner:
+            handle = self._submit(engine)
+            handle.wait()
+            bad = np.flatnonzero(handle.states() != RequestState.COMPLETED)
+            errors = handle.errors()
+            for j in bad.tolist():
+                codes[self.owner[j]] = int(errors[j]) or TransferConnectionError.code
+                self._failed(j, int(errors[j]))
+        return codes
