@@ -56,6 +56,7 @@ class TargetProcess:
     name: str
     shared_region: int
     numpy_region: int
+    gpu_region: int  # 0 where no GPU is usable
 
     def check(self, which: str, offset: int, length: int, seed: int) -> bool:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -85,7 +86,7 @@ def start_target(
     if not line or line[0] != "READY":
         proc.kill()
         raise RuntimeError(f"target process failed to start (exit {proc.wait()})")
-    return TargetProcess(proc, line[1], int(line[2]), int(line[3]))
+    return TargetProcess(proc, line[1], int(line[2]), int(line[3]), int(line[4]))
 
 
 def freeze(pid: int) -> None:

@@ -80,9 +80,12 @@ class Peer:
 
     name: str
     handle: int
-    transport: str
+    transport: str  # the cheapest transport that reaches it
     engine_id: int
     regions: tuple[RemoteRegion, ...]
+    # `transport`, then any dearer one carrying memory kinds it cannot move (cuda_ipc: a same-host peer's
+    # GPU memory); each request goes by the first that moves its pair of kinds
+    transports: tuple[str, ...] = ()
 
     def region(self, region_id: int | None = None) -> RemoteRegion:
         """The region with this id, or the first (largest-first is not implied) when id is None."""
@@ -347,6 +350,7 @@ class TransferEngine:
             name=info["name"],
             handle=handle,
             transport=info["transport"],
+            transports=tuple(info["links"]),
             engine_id=info["engine_id"],
             regions=tuple(
                 RemoteRegion(r["id"], r["length"], r["kind"], r["shareable"], r["base"])

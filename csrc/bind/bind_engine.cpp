@@ -238,7 +238,9 @@ void bind_engine(py::module_& m) {
           "peer_info",
           [](Engine& e, uint32_t handle) {
             py::dict d = descriptor_dict(e, value_or_throw(e.peer_descriptor(handle)));
-            d["transport"] = value_or_throw(e.peer_transport(handle));
+            const auto transports = value_or_throw(e.peer_transports(handle));
+            d["transport"] = transports.front();
+            d["links"] = transports;
             return d;
           },
           py::arg("handle"))

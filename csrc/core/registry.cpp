@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "cuda/driver.h"
+
 namespace kvs {
 
 uint64_t random_u64() {
@@ -121,6 +123,16 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
   const bool host = location.kind == MemoryKind::kHost || location.kind == MemoryKind::kHostPinned;
   if (host && !mapped(base, length)) {
     return Status(Code::kInvalidArgument, "host memory [base, base+length) is not mapped in this process");
+  }
+  if (location.kind == MemoryKind::kGpu) {
+    // Peers copy into it through the driver: it must be one allocation of this process, on that GPU.
+    auto range = cuda::device_range(base);
+    if (!range.ok()) return range.status();
+    if (range.value().device != location.device ||
+        !in_bounds(base - range.value().base, length, range.value().length)) {
+      return Status(Code::kInvalidArgument,
+                    "[base, base+length) is not inside one allocation of " + location_name(location));
+    }
   }
   RegionInfo info;
   info.base = base;

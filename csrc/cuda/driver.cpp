@@ -28,7 +28,19 @@ bool resolve(void* handle, DriverTable& d) {
          find(handle, "cuStreamCreate", d.stream_create) &&
          find(handle, "cuStreamSynchronize", d.stream_synchronize) &&
          find(handle, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
-         find(handle, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async);
+         find(handle, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) &&
+         find(handle, "cuMemcpyAsync", d.memcpy_async);
+}
+
+// Optional entry points: a driver without them still serves every other call.
+void resolve_optional(void* handle, DriverTable& d) {
+  if (!find(handle, "cuIpcGetMemHandle", d.ipc_get_mem_handle) ||
+      !find(handle, "cuIpcOpenMemHandle_v2", d.ipc_open_mem_handle) ||
+      !find(handle, "cuIpcCloseMemHandle", d.ipc_close_mem_handle)) {
+    d.ipc_get_mem_handle = nullptr;
+    d.ipc_open_mem_handle = nullptr;
+    d.ipc_close_mem_handle = nullptr;
+  }
 }
 
 DriverTable load() {
@@ -42,6 +54,7 @@ DriverTable load() {
     d.status = Status(Code::kNotSupported, "libcuda.so.1 lacks the driver API kvstore uses (too old?)");
     return d;
   }
+  resolve_optional(handle, d);
   d.status = Status::OK();  // failed() below may use get_error_string
   if (CUresult r = d.init(0); r != 0) {
     d.status = Status(Code::kNotSupported, "cuInit failed: CUDA error " + std::to_string(r));

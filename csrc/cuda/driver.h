@@ -43,6 +43,29 @@ struct DeviceCopy {
 };
 Status copy(int device, Direction direction, const DeviceCopy* copies, size_t count);
 
+// Copies between any two addresses the driver knows by unified addressing (device memory of this process,
+// IPC-opened memory of another, host memory), queued on one of `device`'s streams, then one wait.
+struct AnyCopy {
+  uint64_t dst = 0;
+  uint64_t src = 0;
+  uint64_t length = 0;
+};
+Status copy_any(int device, const AnyCopy* copies, size_t count);
+
+// CUDA IPC: a device allocation of one process opened by another process of the same host.
+constexpr size_t kIpcHandleBytes = 64;
+// OK when the driver can share device memory between processes; else why not.
+Status ipc_available();
+struct IpcExport {
+  char handle[kIpcHandleBytes] = {};
+  uint64_t offset = 0;  // of the exported pointer inside the allocation the handle opens
+};
+// The handle of the allocation holding `ptr` (cuMemAlloc'd memory only; pooled or VMM memory is refused).
+StatusOr<IpcExport> ipc_export(uint64_t ptr);
+// Opens a peer's allocation in `device`'s context (peer access enabled lazily); returns its base here.
+StatusOr<uint64_t> ipc_open(int device, const char* handle);
+void ipc_close(int device, uint64_t base);
+
 // Waits for a stream another library handed over with its memory (the CUDA array interface's "stream":
 // 1 and 2 are the legacy and per-thread default streams), so its pending writes land before a copy.
 Status synchronize(int device, uint64_t stream);

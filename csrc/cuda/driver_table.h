@@ -17,6 +17,10 @@ using CUdevice = int;
 using CUcontext = void*;
 using CUstream = void*;
 using CUdeviceptr = uint64_t;
+// CUipcMemHandle: 64 opaque bytes, passed by value.
+struct CUipcMemHandle {
+  char reserved[64];
+};
 
 struct DriverTable {
   CUresult (*init)(unsigned) = nullptr;
@@ -34,6 +38,12 @@ struct DriverTable {
   CUresult (*stream_synchronize)(CUstream) = nullptr;
   CUresult (*memcpy_htod_async)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
   CUresult (*memcpy_dtoh_async)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
+  // Unified addressing: any pair of host, device and IPC-opened memory.
+  CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  // CUDA IPC (optional: absent on platforms without it, e.g. WSL; the cuda_ipc transport then stays off).
+  CUresult (*ipc_get_mem_handle)(CUipcMemHandle*, CUdeviceptr) = nullptr;
+  CUresult (*ipc_open_mem_handle)(CUdeviceptr*, CUipcMemHandle, unsigned) = nullptr;
+  CUresult (*ipc_close_mem_handle)(CUdeviceptr) = nullptr;
   int devices = 0;
   Status status = Status(Code::kNotSupported, "CUDA driver not loaded");
 };

@@ -27,8 +27,9 @@ struct Engine::Peer {
   std::string transport_name;
   std::mutex mu;  // guards the fields below
   std::shared_ptr<const EngineDescriptor> descriptor;
-  Running* transport = nullptr;
-  std::shared_ptr<Channel> channel;
+  // Cheapest first: links[0] is the peer's transport; a dearer one carries only what none before it moves.
+  std::vector<Link> links;
+  Status unlinked;  // why a transport that would move more kinds could not connect (for its requests' errors)
   bool connecting = false;       // a reconnection runs on a connector thread
   std::vector<Waiting> waiting;  // requests it will send (or fail) when done
   // The peer restarted: its region ids now name other memory, so this handle never reconnects.
@@ -38,9 +39,29 @@ struct Engine::Peer {
   int failures = 0;
   Clock::time_point retry_after{};
   Status last_error;
+
+  bool healthy() const {
+    for (const auto& link : links) {
+      if (!link.channel->healthy()) return false;
+    }
+    return !links.empty();
+  }
 };
 
 namespace {
+
+// Bit (local kind, remote kind) for every pair of memory kinds a transport moves.
+uint32_t kind_pairs(const Capabilities& caps) {
+  uint32_t pairs = 0;
+  for (int local = 0; local < kMemoryKinds; ++local) {
+    for (int remote = 0; remote < kMemoryKinds; ++remote) {
+      if ((caps.local_kinds >> local & 1) && (caps.remote_kinds >> remote & 1)) {
+        pairs |= 1u << (local * kMemoryKinds + remote);
+      }
+    }
+  }
+  return pairs;
+}
 
 // Back-off between probes of a peer known bad: 50 ms, doubling up to 2 s.
 Clock::duration backoff(int failures) {
@@ -161,12 +182,31 @@ std::map<std::string, std::string> Engine::describe_section(const std::string& t
   return {};
 }
 
-StatusOr<Engine::Running*> Engine::choose_transport(const EngineDescriptor& peer,
-                                                    const std::string& transport) const {
+StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor& peer,
+                                                          const std::string& transport, Status* unlinked) {
+  // Pairs of kinds requests to this peer can name: any local kind, the kinds of the regions it exports.
+  Capabilities exported;
+  exported.local_kinds = ~KindMask{0};
+  for (const auto& r : peer.regions) exported.remote_kinds |= kind_bit(r.location.kind);
+  const uint32_t wanted = kind_pairs(exported);
+  std::vector<Link> links;
+  uint32_t covered = 0;
   for (const auto& t : transports_) {
     if (transport != "auto" && transport != t.entry->name) continue;
-    if (t.transport->reachable(peer)) return const_cast<Running*>(&t);
+    if (!t.transport->reachable(peer)) continue;
+    const uint32_t pairs = kind_pairs(t.entry->capabilities);
+    if (!links.empty() && (pairs & wanted & ~covered) == 0) continue;
+    auto channel = t.transport->connect(peer);
+    if (!channel.ok()) {
+      if (links.empty()) return channel.status();  // the peer's own transport must connect
+      *unlinked =
+          Status(channel.status().code(), std::string(t.entry->name) + ": " + channel.status().message());
+      continue;
+    }
+    links.push_back(Link{const_cast<Running*>(&t), std::move(channel.value())});
+    covered |= pairs;
   }
+  if (!links.empty()) return links;
   if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
   return Status(Code::kNotSupported, "transport '" + transport + "' cannot reach " + peer.name);
 }
@@ -184,19 +224,18 @@ Status Engine::connect_peer(Peer& peer) {
     std::lock_guard<std::mutex> lock(peer.mu);
     if (peer.descriptor && fetched.engine_id != peer.descriptor->engine_id) {
       peer.stale = true;
-      peer.channel.reset();
+      peer.links.clear();
     }
     if (peer.stale)
       return Status(Code::kConnectionFailed, "peer " + peer.name + " restarted; open the peer again");
   }
-  auto transport = choose_transport(fetched, peer.transport_name);
-  if (!transport.ok()) return transport.status();
-  auto channel = transport.value()->transport->connect(fetched);
-  if (!channel.ok()) return channel.status();
+  Status unlinked;
+  auto links = connect_links(fetched, peer.transport_name, &unlinked);
+  if (!links.ok()) return links.status();
   std::lock_guard<std::mutex> lock(peer.mu);
   peer.descriptor = std::make_shared<const EngineDescriptor>(std::move(fetched));
-  peer.transport = transport.value();
-  peer.channel = std::move(channel.value());
+  peer.links = std::move(links.value());
+  peer.unlinked = unlinked;
   peer.failures = 0;
   return Status::OK();
 }
@@ -212,7 +251,7 @@ StatusOr<uint32_t> Engine::open_peer(const std::string& name, const std::string&
       const auto& s = peers_[i];
       std::lock_guard<std::mutex> peer_lock(s->mu);
       if (s->name != name || s->transport_name != chosen || s->stale) continue;
-      if (s->failures == 0 && s->channel && s->channel->healthy()) return static_cast<uint32_t>(i);
+      if (s->failures == 0 && s->healthy()) return static_cast<uint32_t>(i);
       known = s;
       known_handle = static_cast<uint32_t>(i);
     }
@@ -254,12 +293,14 @@ StatusOr<EngineDescriptor> Engine::peer_descriptor(uint32_t handle) {
   return *peer.value()->descriptor;
 }
 
-StatusOr<std::string> Engine::peer_transport(uint32_t handle) {
+StatusOr<std::vector<std::string>> Engine::peer_transports(uint32_t handle) {
   auto peer = peer_at(handle);
   if (!peer.ok()) return peer.status();
   std::lock_guard<std::mutex> lock(peer.value()->mu);
-  if (peer.value()->transport == nullptr) return Status(Code::kConnectionFailed, "peer is not connected");
-  return std::string(peer.value()->transport->entry->name);
+  if (peer.value()->links.empty()) return Status(Code::kConnectionFailed, "peer is not connected");
+  std::vector<std::string> names;
+  for (const auto& link : peer.value()->links) names.emplace_back(link.transport->entry->name);
+  return names;
 }
 
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
@@ -305,7 +346,7 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       for (auto& w : requests) batch->reject(w.request, st);
       continue;
     }
-    bool ready = s.channel && s.channel->healthy() && !s.connecting;
+    bool ready = s.healthy() && !s.connecting;
     for (size_t j = 0; ready && j < requests.size(); ++j)
       ready = s.descriptor->find_region(requests[j].region_id);
     if (ready) {
@@ -313,7 +354,7 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       slice_and_send(s, requests);
       continue;
     }
-    if (s.channel && !s.channel->healthy() && !s.connecting && s.failures == 0) {
+    if (!s.links.empty() && !s.healthy() && !s.connecting && s.failures == 0) {
       // The link just died (a reset, or a peer that stopped answering): treat the peer as bad at once,
       // so callers do not queue behind a reconnection that may take the whole handshake timeout.
       s.failures = 1;
@@ -384,17 +425,15 @@ void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
 
 void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
   std::shared_ptr<const EngineDescriptor> descriptor;
-  std::shared_ptr<Channel> channel;
-  Running* transport = nullptr;
+  std::vector<Link> links;
+  Status unlinked;
   {
     std::lock_guard<std::mutex> lock(peer.mu);
     descriptor = peer.descriptor;
-    channel = peer.channel;
-    transport = peer.transport;
+    links = peer.links;
+    unlinked = peer.unlinked;
   }
-  const Capabilities& caps = transport->entry->capabilities;
-  const uint64_t step = std::max<uint64_t>(transport->transport->slice_size(), 4096);
-  std::vector<Slice> slices;
+  std::vector<std::vector<Slice>> slices(links.size());
   for (auto& w : requests) {
     const RegionInfo* region = descriptor->find_region(w.region_id);
     if (region == nullptr) {
@@ -405,14 +444,24 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       w.batch->reject(w.request, Status(Code::kOutOfRange, "request outside the peer region"));
       continue;
     }
-    if (!(caps.local_kinds & kind_bit(w.local_location.kind)) ||
-        !(caps.remote_kinds & kind_bit(region->location.kind))) {
-      w.batch->reject(w.request,
-                      Status(Code::kNotSupported, std::string("transport ") + transport->entry->name +
-                                                      " cannot move " + location_name(w.local_location) +
-                                                      " <-> " + location_name(region->location) + " memory"));
+    size_t chosen = 0;
+    while (chosen < links.size()) {
+      const Capabilities& caps = links[chosen].transport->entry->capabilities;
+      if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
+          (caps.remote_kinds & kind_bit(region->location.kind))) {
+        break;
+      }
+      ++chosen;
+    }
+    if (chosen == links.size()) {
+      std::string why = "no transport to " + peer.name + " moves " + location_name(w.local_location) +
+                        " <-> " + location_name(region->location) + " memory (" +
+                        links.front().transport->entry->name + " cannot";
+      why += unlinked.ok() ? ")" : "; " + unlinked.message() + ")";
+      w.batch->reject(w.request, Status(Code::kNotSupported, why));
       continue;
     }
+    const uint64_t step = std::max<uint64_t>(links[chosen].transport->transport->slice_size(), 4096);
     w.batch->set_slices(w.request, (w.length + step - 1) / step);
     for (uint64_t done = 0; done < w.length; done += step) {
       Slice s;
@@ -426,10 +475,12 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       s.length = std::min(step, w.length - done);
       s.fence_slot = w.fence_slot;
       s.fence_gen = w.fence_gen;
-      slices.push_back(std::move(s));
+      slices[chosen].push_back(std::move(s));
     }
   }
-  if (!slices.empty()) channel->submit(std::move(slices));
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (!slices[i].empty()) links[i].channel->submit(std::move(slices[i]));
+  }
 }
 
 bool Engine::wait(Batch& batch, int64_t timeout_ms, bool help) {

@@ -1,7 +1,7 @@
 // The transfer engine: owns the registry and the copy pool, serves its regions through every enabled
 // transport plus the handshake endpoint, opens peers (other engines) and turns batches of requests into
-// slices on the transport chosen per peer. Transports are learned from the registration list; none is named
-// here.
+// slices on the transport chosen per peer and pair of memory kinds. Transports are learned from the
+// registration list; none is named here.
 #pragma once
 
 #include <atomic>
@@ -75,7 +75,8 @@ class Engine {
   // Re-reads the peer's descriptor (new regions) and reconnects.
   Status refresh_peer(uint32_t handle);
   StatusOr<EngineDescriptor> peer_descriptor(uint32_t handle);
-  StatusOr<std::string> peer_transport(uint32_t handle);
+  // The peer's transports, its own first, then any dearer one carrying kinds the first cannot move.
+  StatusOr<std::vector<std::string>> peer_transports(uint32_t handle);
 
   // Returns at once. Requests for a peer whose link is down (or that names a region this engine has
   // not heard of yet) wait for a reconnection made on another thread; its failure fails them.
@@ -93,10 +94,19 @@ class Engine {
     const TransportEntry* entry;
     std::unique_ptr<Transport> transport;
   };
+  struct Link {
+    Running* transport;
+    std::shared_ptr<Channel> channel;
+  };
   StatusOr<std::shared_ptr<Peer>> peer_at(uint32_t handle);
   // Handshake (unless it is ourselves) and connect; called without the peer lock held.
   Status connect_peer(Peer& peer);
-  StatusOr<Running*> choose_transport(const EngineDescriptor& peer, const std::string& transport) const;
+  // Connects the cheapest transport that reaches the peer, then each dearer one that moves a pair of memory
+  // kinds none before it does, for kinds the peer exports (cuda_ipc for a same-host peer's GPU memory; a
+  // peer that registers a new kind is reconnected when a request first names it). A named transport: only it.
+  // A dearer transport that fails to connect is left out; `unlinked` says why.
+  StatusOr<std::vector<Link>> connect_links(const EngineDescriptor& peer, const std::string& transport,
+                                            Status* unlinked);
   void reconnect_async(std::shared_ptr<Peer> peer);
   void slice_and_send(Peer& peer, std::vector<Waiting>& requests);
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
 
 from transfer_engine import (
+    NotSupportedError,
     Op,
     Peer,
     Region,
     RequestState,
     TransferEngine,
     TransferFailedError,
+    cuda,
 )
 from transfer_engine.config import TransportSpec, transport_specs
 from transfer_engine.errors import CODE_NAMES
@@ -39,13 +42,50 @@ def pattern(n: int, seed: int = 0) -> np.ndarray:
     return ((np.arange(n, dtype=np.uint64) * 7 + 3 + seed) % 251).astype(np.uint8)
 
 
+class DeviceBytes:
+    """Device memory indexed like the numpy view of a host region (each access copies through the driver),
+    so one suite checks transports whose peers' memory is on a GPU."""
+
+    def __init__(self, memory: cuda.DeviceMemory) -> None:
+        self.memory = memory
+
+    def copy(self) -> np.ndarray:
+        out = np.empty(self.memory.nbytes, np.uint8)
+        cuda.copy_to_host(self.memory.device, [self.memory.ptr], [out.ctypes.data], [out.nbytes])
+        return out
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.copy()[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        host = self.copy()
+        host[key] = value
+        cuda.copy_to_device(self.memory.device, [self.memory.ptr], [host.ctypes.data], [host.nbytes])
+
+
 @dataclass
 class Pair:
     initiator: TransferEngine
     target: TransferEngine
     segment: Peer
     local: Region
-    remote: Region  # memfd-backed, on the target
+    remote: Region
+    remote_bytes: Any  # the remote region's bytes: a numpy view, or DeviceBytes
+    on_gpu: bool  # the target's memory is device memory (transports that serve only GPU memory)
+    device_memory: list[cuda.DeviceMemory]
+
+    def target_region(self, size: int, fill: np.ndarray | int) -> tuple[Region, Any]:
+        """A new exported target region of the kind the transport serves, holding `fill`."""
+        if self.on_gpu:
+            memory = cuda.DeviceMemory(size)
+            self.device_memory.append(memory)
+            region = self.target.register_ptr(memory.ptr, size, kind="gpu:0", export=True)
+            view: Any = DeviceBytes(memory)
+        else:
+            region = self.target.allocate(size)
+            view = region.array
+        view[:] = fill
+        return region, view
 
 
 @pytest.fixture(params=transport_specs(), ids=lambda spec: spec.name)
@@ -53,18 +93,29 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     spec: TransportSpec = request.param
     if "same-process" not in spec.reach:
         pytest.skip(f"{spec.name} cannot reach a peer in the same process (reach: {', '.join(spec.reach)})")
+    on_gpu = "host" not in spec.remote_kinds
+    if on_gpu and not cuda.available():
+        try:
+            cuda.require()
+        except NotSupportedError as exc:
+            pytest.skip(f"{spec.name} serves only GPU memory: {exc}")
     transport = spec.name
     overrides: dict[str, object] = {}
     for other in transport_specs():
         overrides.update(short_settings(other))
     with TransferEngine(**overrides) as target, TransferEngine(transport=transport, **overrides) as initiator:
-        remote = target.allocate(4 << 20)
-        assert remote.array is not None
-        remote.array[:] = pattern(remote.length)
         local = initiator.allocate(4 << 20)
-        segment = initiator.open_peer(target.name)
-        assert segment.transport == transport
-        yield Pair(initiator, target, segment, local, remote)
+        p = Pair(initiator, target, None, local, None, None, on_gpu, [])  # type: ignore[arg-type]
+        p.remote, p.remote_bytes = p.target_region(4 << 20, pattern(4 << 20))
+        p.segment = initiator.open_peer(target.name)
+        assert p.segment.transport == transport
+        try:
+            yield p
+        finally:
+            initiator.close()
+            target.close()
+            for memory in p.device_memory:
+                memory.free()
 
 
 def codes(handle_errors: np.ndarray) -> list[str]:
@@ -78,12 +129,12 @@ def test_read_whole_region_byte_exact(pair: Pair) -> None:
 
 
 def test_write_then_target_sees_bytes(pair: Pair) -> None:
-    assert pair.local.array is not None and pair.remote.array is not None
+    assert pair.local.array is not None
     pair.local.array[:] = pattern(pair.local.length, seed=5)
     pair.initiator.write(pair.local.addr + 100, pair.segment, pair.remote.id, 1000, 300_000)
-    assert np.array_equal(pair.remote.array[1000:301_000], pair.local.array[100:300_100])
-    assert np.array_equal(pair.remote.array[:1000], pattern(1000))  # nothing outside the range touched
-    assert pair.remote.array[301_000] == pattern(301_001)[301_000]
+    assert np.array_equal(pair.remote_bytes[1000:301_000], pair.local.array[100:300_100])
+    assert np.array_equal(pair.remote_bytes[:1000], pattern(1000))  # nothing outside the range touched
+    assert pair.remote_bytes[301_000] == pattern(301_001)[301_000]
 
 
 @pytest.mark.parametrize("length", [1, 2047, 2048, 2081, 4095, 4097, SLICE - 1, SLICE + 1, 3 * SLICE + 17])
@@ -97,13 +148,13 @@ def test_odd_sizes_and_offsets(pair: Pair, length: int) -> None:
 
 
 def test_mixed_batch(pair: Pair) -> None:
-    assert pair.local.array is not None and pair.remote.array is not None
+    assert pair.local.array is not None
     n, size = 64, 20_000
     pair.local.array[:] = pattern(pair.local.length, seed=9)
     ops = np.array([Op.READ if i % 2 else Op.WRITE for i in range(n)], dtype=np.uint8)
     local = pair.local.addr + np.arange(n, dtype=np.uint64) * size
     remote_offsets = np.arange(n, dtype=np.uint64) * size + 2 * (1 << 20)
-    before = pair.remote.array.copy()
+    before = pair.remote_bytes.copy()
     states = pair.initiator.transfer_sync(ops, local, pair.segment, pair.remote.id, remote_offsets, size)
     assert (states == RequestState.COMPLETED).all()
     for i in range(n):
@@ -111,7 +162,7 @@ def test_mixed_batch(pair: Pair) -> None:
         if i % 2:  # read: local got the target's original bytes
             assert np.array_equal(pair.local.array[lo : lo + size], before[ro : ro + size])
         else:
-            assert np.array_equal(pair.remote.array[ro : ro + size], pair.local.array[lo : lo + size])
+            assert np.array_equal(pair.remote_bytes[ro : ro + size], pair.local.array[lo : lo + size])
 
 
 def test_bad_requests_fail_alone(pair: Pair) -> None:
@@ -130,6 +181,8 @@ def test_bad_requests_fail_alone(pair: Pair) -> None:
 
 def test_numpy_registered_target_region(pair: Pair) -> None:
     """Memory the target registered from Python (not memfd) is reachable too (shm: by CMA)."""
+    if pair.on_gpu:
+        pytest.skip("the target's memory is device memory: registered by pointer in every case")
     plain = pattern(1 << 20, seed=3)
     region = pair.target.register(plain, export=True)
     segment = pair.initiator.refresh_peer(pair.segment)
@@ -139,9 +192,7 @@ def test_numpy_registered_target_region(pair: Pair) -> None:
 
 
 def test_region_added_after_open_is_found(pair: Pair) -> None:
-    later = pair.target.allocate(1 << 20)
-    assert later.array is not None
-    later.array[:] = 42
+    later, _ = pair.target_region(1 << 20, 42)
     pair.initiator.read(pair.local.addr, pair.segment, later.id, 0, later.length)  # refreshes on its own
     assert pair.local.array is not None and (pair.local.array[: later.length] == 42).all()
 
@@ -215,15 +266,26 @@ KINDS = ["host", "host-pinned", "gpu:0", "file"]
 
 def test_memory_kinds_it_cannot_reach_are_refused_at_submit(pair: Pair) -> None:
     """Memory registered with a kind the transport does not declare fails per request (NOT_SUPPORTED),
-    before any byte moves: GPU and file tiers land as kinds plus transports that declare them."""
+    before any byte moves. GPU memory must be real device memory to be registered at all."""
     spec = next(s for s in transport_specs() if s.name == pair.segment.transport)
     foreign = [k for k in KINDS if k.split(":")[0] not in spec.local_kinds]
+    if not cuda.available():
+        foreign = [k for k in foreign if not k.startswith("gpu")]
     if not foreign:
-        pytest.skip(f"{spec.name} reaches every memory kind")
-    backing = np.zeros(1 << 16, np.uint8)  # host memory labelled with another kind: never touched
-    region = pair.initiator.register_ptr(backing.ctypes.data, backing.nbytes, kind=foreign[0], export=False)
+        pytest.skip(f"{spec.name} reaches every memory kind that can be registered here")
+    if foreign[0].startswith("gpu"):
+        memory = cuda.DeviceMemory(1 << 16)
+        pair.device_memory.append(memory)
+        backing: Any = DeviceBytes(memory)
+        backing[:] = 0
+        region = pair.initiator.register_ptr(memory.ptr, 1 << 16, kind=foreign[0], export=False)
+    else:
+        backing = np.zeros(1 << 16, np.uint8)  # host memory labelled with another kind: never touched
+        region = pair.initiator.register_ptr(
+            backing.ctypes.data, backing.nbytes, kind=foreign[0], export=False
+        )
     handle = pair.initiator.submit(Op.READ, [region.addr], pair.segment, pair.remote.id, [0], 4096)
     handle.wait()
     assert handle.states().tolist() == [RequestState.FAILED]
     assert codes(handle.errors()) == ["NOT_SUPPORTED"]
-    assert not backing.any()
+    assert not backing.copy().any()

@@ -121,7 +121,7 @@ def test_settings_come_from_the_environment_everywhere() -> None:
     [
         ({"KVSTORE_TRANSPROT": "tcp"}, "KVSTORE_TRANSPROT; did you mean KVSTORE_TRANSPORT?"),
         ({"KVSTORE_PROTOCOL": "tcp"}, "KVSTORE_PROTOCOL; it is now KVSTORE_TRANSPORT"),
-        ({"KVSTORE_TRANSPORT": "rdma"}, "transport must be one of auto, local, shm, tcp"),
+        ({"KVSTORE_TRANSPORT": "rdma"}, "transport must be one of auto, local, shm, tcp, cuda_ipc"),
         ({"KVSTORE_TCP_CONNECTIONS": "many"}, "KVSTORE_TCP_CONNECTIONS"),
         ({"KVSTORE_NODE_SEGMENT_SIZE": "big"}, "KVSTORE_NODE_SEGMENT_SIZE"),
         ({"KVSTORE_MASTER_CLIENT_TTL": "nan"}, "KVSTORE_MASTER_CLIENT_TTL"),

@@ -1,7 +1,8 @@
 """A peer engine in its own process, for integration tests.
 
-Prints one line `READY <segment> <memfd-region-id> <numpy-region-id>` once serving; both regions hold
-pattern(i) = (i * 7 + 3) % 251. Exits when stdin closes.
+Prints one line `READY <segment> <memfd-region-id> <numpy-region-id> <gpu-region-id>` once serving; the
+regions hold pattern(i) = (i * 7 + 3) % 251 (the GPU one is device memory, 0 without a GPU). Exits when
+stdin closes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 
 import numpy as np
 
-from transfer_engine import TransferEngine
+from transfer_engine import TransferEngine, cuda
 
 
 def pattern(n: int, seed: int = 0) -> np.ndarray:
@@ -33,14 +34,25 @@ def main() -> None:
         plain = np.empty(args.size, dtype=np.uint8)  # not memfd-backed: shm reaches it by CMA
         plain[:] = pattern(args.size)
         numpy_region = engine.register(plain, export=True)
-        print(f"READY {engine.name} {shared.id} {numpy_region.id}", flush=True)
+        device = cuda.DeviceMemory(args.size) if cuda.available() else None
+        gpu_region = 0
+        if device is not None:
+            cuda.copy_to_device(0, [device.ptr], [plain.ctypes.data], [args.size])
+            gpu_region = engine.register_ptr(device.ptr, args.size, kind="gpu:0", export=True).id
+        print(f"READY {engine.name} {shared.id} {numpy_region.id} {gpu_region}", flush=True)
         for line in sys.stdin:
             # "CHECK <region> <offset> <length> <seed>": verify a written range, answer OK/BAD.
             _, which, offset, length, seed = line.split()
-            region = shared if which == "shared" else numpy_region
-            assert region.array is not None
-            got = region.array[int(offset) : int(offset) + int(length)]
-            good = np.array_equal(got, pattern(int(length), int(seed)))
+            if which == "gpu" and device is not None:
+                got = np.empty(args.size, np.uint8)
+                cuda.copy_to_host(0, [device.ptr], [got.ctypes.data], [args.size])
+            else:
+                region = shared if which == "shared" else numpy_region
+                assert region.array is not None
+                got = region.array
+            good = np.array_equal(
+                got[int(offset) : int(offset) + int(length)], pattern(int(length), int(seed))
+            )
             print("OK" if good else "BAD", flush=True)
 
 

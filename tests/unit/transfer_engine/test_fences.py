@@ -14,7 +14,8 @@ from transfer_engine import (
     _core,
 )
 
-TRANSPORTS = [t["name"] for t in _core.transports()]
+# Fenced regions are allocated host memory: transports that serve only GPU memory have none to fence.
+TRANSPORTS = [t["name"] for t in _core.transports() if "host" in t["remote_kinds"]]
 STALE, DENIED, UNSUPPORTED = StaleLocationError.code, 3, 9
 
 

@@ -1,0 +1,232 @@
+#include "transport/same_host.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "common/bytes.h"
+
+namespace kvs {
+namespace {
+
+constexpr size_t kHeader = 9;  // u64 region id, u8 granted
+
+// Socket address for an abstract name (leading NUL added here).
+bool abstract_address(const std::string& name, sockaddr_un* addr, socklen_t* len) {
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof(addr->sun_path)) return false;
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return true;
+}
+
+void set_timeouts(int fd, int seconds) {
+  timeval tv{seconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+bool send_grant(int fd, uint64_t id, const Grant& grant) {
+  std::vector<char> reply(kHeader + grant.payload.size());
+  std::memcpy(reply.data(), &id, 8);
+  reply[8] = grant.granted ? 1 : 0;
+  std::copy(grant.payload.begin(), grant.payload.end(), reply.begin() + kHeader);
+  const size_t nfds = grant.fds[0] < 0 ? 0 : (grant.fds[1] < 0 ? 1 : 2);
+  iovec iov{reply.data(), reply.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(cm), grant.fds, sizeof(int) * nfds);
+  }
+  return sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0;
+}
+
+Status receive_grant(int sock, uint64_t expected_id, Grant* grant) {
+  std::vector<char> reply(kHeader + kMaxGrantPayload);
+  iovec iov{reply.data(), reply.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  cmsghdr* cm = n >= 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (cm != nullptr && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+    const size_t count = std::min<size_t>(2, (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    std::memcpy(grant->fds, CMSG_DATA(cm), count * sizeof(int));
+  }
+  uint64_t id = 0;
+  if (n >= static_cast<ssize_t>(kHeader)) std::memcpy(&id, reply.data(), 8);
+  if (n < static_cast<ssize_t>(kHeader) || (msg.msg_flags & MSG_TRUNC) || id != expected_id) {
+    close_grant(*grant);
+    return Status(Code::kConnectionFailed, "same-host handshake cut short or out of order");
+  }
+  grant->granted = reply[8] == 1;
+  grant->payload.assign(reply.begin() + kHeader, reply.begin() + n);
+  if (!grant->granted) close_grant(*grant);
+  return Status::OK();
+}
+
+}  // namespace
+
+void close_grant(Grant& grant) {
+  for (int& fd : grant.fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
+
+Status GrantServer::start(const std::string& name) {
+  sockaddr_un addr{};
+  socklen_t len = 0;
+  if (!abstract_address(name, &addr, &len)) return Status(Code::kInvalidArgument, "socket name too long");
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return errno_status(Code::kIoError, "unix socket");
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listen_fd_, 64) != 0) {
+    Status st = errno_status(Code::kIoError, "bind unix socket " + name);
+    close(listen_fd_);
+    listen_fd_ = -1;
+    return st;
+  }
+  thread_ = std::thread([this] { loop(); });
+  return Status::OK();
+}
+
+void GrantServer::stop() {
+  if (stopping_.exchange(true)) return;
+  if (listen_fd_ >= 0) shutdown(listen_fd_, SHUT_RDWR);  // wakes the poll at once
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+void GrantServer::loop() {
+  while (!stopping_.load()) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    set_timeouts(fd, 1);  // a request is one small datagram; never wait long on a peer
+    serve(fd);
+    close(fd);
+  }
+}
+
+void GrantServer::serve(int fd) {
+  std::vector<char> request(4 + 16 * kMaxGrantsPerRequest);
+  const ssize_t n = recv(fd, request.data(), request.size(), 0);
+  if (n < 4) return;
+  ByteReader r(request.data(), static_cast<size_t>(n));
+  const auto count = r.get<uint32_t>();
+  if (count > kMaxGrantsPerRequest || static_cast<size_t>(n) != 4 + 16ull * count) return;
+  for (uint32_t i = 0; i <= count; ++i) {
+    const uint64_t id = i == 0 ? 0 : r.get<uint64_t>();
+    const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
+    Grant grant = grant_(id, key);
+    if (grant.payload.size() > kMaxGrantPayload) {
+      close_grant(grant);
+      grant = Grant{};
+    }
+    const bool sent = send_grant(fd, id, grant);
+    close_grant(grant);
+    if (!sent) return;
+  }
+}
+
+StatusOr<std::vector<Grant>> request_grants(const std::string& socket_name,
+                                            const std::vector<GrantRequest>& regions,
+                                            const std::string& peer_name) {
+  if (regions.size() > kMaxGrantsPerRequest) return Status(Code::kInvalidArgument, "too many regions");
+  ByteWriter req;
+  req.put<uint32_t>(static_cast<uint32_t>(regions.size()));
+  for (const auto& r : regions) {
+    req.put<uint64_t>(r.id);
+    req.put<uint64_t>(r.key);
+  }
+  sockaddr_un addr{};
+  socklen_t len = 0;
+  if (!abstract_address(socket_name, &addr, &len)) return Status(Code::kProtocolError, "bad socket name");
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (sock < 0) return errno_status(Code::kIoError, "unix socket");
+  set_timeouts(sock, 2);
+  Status st;
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL) < 0) {
+    st = errno_status(Code::kConnectionFailed, "same-host handshake with " + peer_name);
+  }
+  std::vector<Grant> grants;
+  for (size_t i = 0; st.ok() && i <= regions.size(); ++i) {
+    grants.emplace_back();
+    st = receive_grant(sock, i == 0 ? 0 : regions[i - 1].id, &grants.back());
+  }
+  close(sock);
+  if (!st.ok()) {
+    for (auto& g : grants) close_grant(g);
+    return st;
+  }
+  return grants;
+}
+
+std::vector<char> encode_same_host_section(uint8_t version, const SameHostSection& section) {
+  ByteWriter w;
+  w.put<uint8_t>(version);
+  w.put<uint32_t>(static_cast<uint32_t>(section.pid));
+  w.put_string(section.socket);
+  return std::move(w.bytes());
+}
+
+StatusOr<SameHostSection> decode_same_host_section(const std::vector<char>* section, uint8_t version,
+                                                   const std::string& transport) {
+  if (section == nullptr) return Status(Code::kNotSupported, "peer does not offer " + transport);
+  ByteReader r(section->data(), section->size());
+  if (r.get<uint8_t>() != version) {
+    return Status(Code::kProtocolError, "peer speaks another version of the " + transport + " transport");
+  }
+  SameHostSection out;
+  out.pid = static_cast<pid_t>(r.get<uint32_t>());
+  out.socket = r.get_string(256);
+  if (!r.ok() || !r.at_end() || out.socket.empty() || out.pid <= 0) {
+    return Status(Code::kProtocolError, "bad " + transport + " section");
+  }
+  return out;
+}
+
+std::string same_host_socket_name(const std::string& prefix, uint64_t engine_id) {
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(engine_id));
+  return prefix.empty() ? "kvstore-" + std::string(id) : "kvstore-" + prefix + "-" + id;
+}
+
+StatusOr<std::unique_ptr<PeerProcess>> PeerProcess::open(pid_t pid) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno_status(Code::kConnectionFailed, "peer process " + std::to_string(pid));
+  return std::unique_ptr<PeerProcess>(new PeerProcess(pid, fd));
+}
+
+PeerProcess::~PeerProcess() {
+  close(fd_);
+}
+
+bool PeerProcess::alive() const {
+  pollfd pfd{fd_, POLLIN, 0};  // a pidfd turns readable when the process exits
+  return poll(&pfd, 1, 0) == 0;
+}
+
+}  // namespace kvs
