@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from kvstore.client.gpu_buffers import GpuMemory, GpuStaged
+from kvstore.client.gpu_pipeline import StagingPipeline
 from kvstore.client.ranges import RangeTable, split
 from kvstore.client.staging import Span, StagingArea
 from kvstore.errors import InvalidArgumentError, NoSpaceError
@@ -127,12 +128,13 @@ def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]
 
 
 class BufferManager:
-    def __init__(self, engine: TransferEngine, staging_size: int) -> None:
+    def __init__(self, engine: TransferEngine, staging_size: int, pipeline_chunk: int = 0) -> None:
         self.engine = engine
         self._all = RangeTable()  # every long-lived registration (payload: its Region)
         self._raw = RangeTable()  # those given as raw (address, size) (payload: one view of it all)
         self.staging = StagingArea(engine, staging_size, 64)
         self.gpu = GpuMemory(engine, staging_size)
+        self.pipeline = StagingPipeline(self.gpu, pipeline_chunk)
 
     # -- long-lived registrations ---------------------------------------------------------------------
     def register(self, buffer: Any) -> Region:
@@ -188,9 +190,8 @@ class BufferManager:
 
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
-        """Each value's buffers as registered memory for one call; release() each when it ends. For a
-        put (not writable) GPU values are copied into their host blocks here; a get's are delivered by
-        deliver() once read and verified."""
+        """Each value's buffers as registered memory for one call; release() each when it ends. GPU values
+        get their host blocks here; `pipeline` moves their bytes (before a put sends, after a get reads)."""
         out = self._raw_values(buffer_lists)
         if out is None:
             out = self._values(buffer_lists, writable)
@@ -198,19 +199,11 @@ class BufferManager:
         if gpu:
             try:
                 self.gpu.stage(gpu)
-                if not writable:
-                    self.gpu.download(gpu)
             except BaseException:
                 for value in out:
                     value.release(self)
                 raise
         return out
-
-    def deliver(self, values: Sequence[ValueBuffers], filled: Sequence[int]) -> None:
-        """Ends a get: values read into host blocks for GPU buffers (filled[i] bytes) go to the GPU."""
-        gpu = [(v, n) for v, n in zip(values, filled, strict=True) if isinstance(v, GpuStaged) and n > 0]
-        if gpu:
-            self.gpu.upload([v for v, _ in gpu], [n for _, n in gpu])
 
     def _is_gpu(self, part: Any) -> bool:
         if isinstance(part, tuple):
@@ -278,4 +271,5 @@ class BufferManager:
         self.staging.release(span)
 
     def close(self) -> None:
-        """Nothing to undo: the registrations go with the engine."""
+        """Stops the staging pipeline's helper thread; the registrations go with the engine."""
+        self.pipeline.close()

@@ -85,7 +85,9 @@ class Store:
         self.stats_local = ClientStats()
         self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
         self._after: list[Closable] = []
-        self.buffers = BufferManager(session.engine, session.config.buffer_size)
+        self.buffers = BufferManager(
+            session.engine, session.config.buffer_size, session.config.gpu_pipeline_chunk
+        )
         self.disk_reads = DiskReader()
         self.leases = LeaseCache(float(session.terms.lease_ttl))
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
@@ -247,9 +249,14 @@ class Store:
         least = self.config.min_replicas if min_replicas is None else min_replicas
         if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= 64:
             raise InvalidArgumentError(f"min_replicas must be 0..64, got {least!r}")
+        keys = list(keys)
+        count = self._replicas(replicas)
         values = self.buffers.values(buffer_lists, writable=False)
         try:
-            return self._put_many(list(keys), values, self._replicas(replicas), pin, least)
+            return self.buffers.pipeline.put(
+                values,
+                lambda start, end: self._put_many(keys[start:end], values[start:end], count, pin, least),
+            )
         finally:
             for value in values:
                 value.release(self.buffers)
@@ -392,12 +399,16 @@ class Store:
         self.stats_local.gets += len(keys)
         values = self.buffers.values(buffer_lists, writable=True)
         results: list[int] = []
+
+        def read(start: int, end: int) -> list[int]:
+            out = self._read_located(keys[start:end], values[start:end], found[start:end], cached[start:end])
+            for i, result in enumerate(out):
+                if result == MISS and not v.key_ok(keys[start + i]):  # never asked of the master: fails alone
+                    out[i] = -InvalidArgumentError.code
+            return out
+
         try:
-            results = self._read_located(keys, values, found, cached)
-            for i, result in enumerate(results):
-                if result == MISS and not v.key_ok(keys[i]):  # never asked of the master: fails alone
-                    results[i] = -InvalidArgumentError.code
-            self.buffers.deliver(values, [max(r, 0) for r in results])
+            results = self.buffers.pipeline.get(values, read)
             return results
         finally:
             for i, value in enumerate(values):

@@ -23,6 +23,13 @@ class StoreConfig(Component):
     buffer_size: int = setting(
         64 << 20, "Pre-faulted staging area for buffers that are not registered.", "size"
     )
+    gpu_pipeline_chunk: int = setting(
+        32 << 20,
+        "Batches of GPU values larger than this move in chunks of about this many bytes, so the copies "
+        "between GPU and host staging overlap the network (a put's chunks are separate master requests); "
+        "0: whole batches.",
+        "size",
+    )
     replicas: int = setting(1, "Replicas per put unless a put asks otherwise.")
     min_replicas: int = setting(
         0,

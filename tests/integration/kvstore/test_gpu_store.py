@@ -167,3 +167,32 @@ def test_torch_cuda_layers_are_taken_by_the_connectors() -> None:
     assert geometry.base == kv.data_ptr() and geometry.num_blocks == 8
     assert geometry.block_bytes == geometry.block_stride == kv[0].numel() * 2
     assert geometry.storage == (kv.untyped_storage().data_ptr(), kv.untyped_storage().nbytes())
+
+
+@pytest.mark.gpu
+def test_batches_larger_than_a_pipeline_chunk_move_in_overlapped_chunks() -> None:
+    """Chunks of 1 MiB over a 24-value batch: chunk k+1 is copied while chunk k is sent (put), chunk k
+    copied while chunk k+1 is read (get); misses and a corrupt value in a middle chunk stay misses."""
+    rng = np.random.default_rng(11)
+    size, n = 384 << 10, 24
+    data = rng.integers(0, 256, n * size, dtype=np.uint8)
+    with (
+        Store.embedded(segment_size="64MiB", buffer_size=16 << 20, gpu_pipeline_chunk=1 << 20) as store,
+        cuda.DeviceMemory(n * size) as src,
+        cuda.DeviceMemory(n * size) as dst,
+    ):
+        assert store.buffers.pipeline.chunk_bytes == 1 << 20  # 9 MiB of values: 9 chunks
+        _fill(src, data)
+        keys = [f"chunked-{i}" for i in range(n)]
+        assert store.batch_put_from(keys, [src.buffer.piece(i * size, size) for i in range(n)]) == [0] * n
+        assert all(store.get(k) == data[i * size : (i + 1) * size].tobytes() for i, k in enumerate(keys))
+        _corrupt(store, store.locate([keys[13]])[0].replicas[0])
+        marker = np.full(n * size, 0x11, np.uint8)
+        _fill(dst, marker)
+        wanted = [*keys[:5], "absent", *keys[6:]]
+        got = store.batch_get_into(wanted, [dst.buffer.piece(i * size, size) for i in range(n)])
+        assert got == [size] * 5 + [MISS] + [size] * 7 + [MISS] + [size] * 10
+        back = _device_bytes(dst, 0, n * size)
+        for i in range(n):
+            expect = marker if i in (5, 13) else data
+            assert np.array_equal(back[i * size : (i + 1) * size], expect[i * size : (i + 1) * size]), i
