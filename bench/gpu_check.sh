@@ -2,8 +2,10 @@
 # The GPU check, for a machine with one CUDA GPU and no network (about 3-5 minutes, well under 8):
 # builds and installs this checkout into a fresh environment that sees the machine's own packages
 # (numpy, pytest, torch, cupy), then, from outside the checkout against the installed package,
-#   1. the gpu-marked tests and the pinned-memory tests (CUDA host registration there),
-#   2. `kvstore bench tier --tier gpu` (1 MiB and 128 KiB values) and `--tier pinned` for reference,
+#   1. the gpu-marked tests, the pinned-memory tests (CUDA host registration there), the transport
+#      contract suite (cuda_ipc on device memory) and the cross-process CUDA IPC tests,
+#   2. `kvstore bench tier --tier gpu` (1 MiB and 128 KiB values; 128 MiB batches pipelined in 32 MiB
+#      chunks and whole, KVSTORE_GPU_PIPELINE_CHUNK=0) and `--tier pinned` for reference,
 # printing every figure. Exit status: non-zero when a test or a bench failed.
 #
 #   bench/gpu_check.sh [PYTHON]      (default python3; the device tool: bash bench/gpu_check.sh)
@@ -33,14 +35,24 @@ cd "$work" || exit 1
 export KVSTORE_TEST_INSTALLED=1 KVSTORE_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1
 timeout 300 "$py" -m pytest -c "$root/pyproject.toml" --rootdir "$work" -p no:cacheprovider -q \
   -m "gpu or not gpu" tests/unit/transfer_engine/test_cuda.py tests/unit/transfer_engine/test_pinned.py \
-  tests/integration/kvstore/test_gpu_store.py || status=1
+  tests/integration/kvstore/test_gpu_store.py tests/contract/test_transport_contract.py \
+  tests/integration/test_cuda_ipc.py || status=1
 timeout 120 "$py" -m pytest -c "$root/pyproject.toml" --rootdir "$work" -p no:cacheprovider -q -m gpu tests ||
   status=1
 
 kvstore="$work/venv/bin/kvstore"
-for args in "--tier gpu" "--tier gpu --value-size 128KiB --batch-size 128" "--tier pinned"; do
-  step "kvstore bench tier $args"
+# Each line: the pipeline chunk (0: GPU staging copies not overlapped with the network), then the arguments.
+# Staging large enough for a 128 MiB batch (else its tail moves through pageable blocks).
+export KVSTORE_BUFFER_SIZE=256MiB
+while read -r chunk args; do
+  step "KVSTORE_GPU_PIPELINE_CHUNK=$chunk kvstore bench tier $args"
   # shellcheck disable=SC2086  # the arguments are split on purpose
-  timeout 120 "$kvstore" bench tier $args || status=1
-done
+  KVSTORE_GPU_PIPELINE_CHUNK="$chunk" timeout 120 "$kvstore" bench tier $args </dev/null || status=1
+done <<'RUNS'
+32MiB --tier gpu
+32MiB --tier gpu --value-size 128KiB --batch-size 128
+32MiB --tier gpu --batch-size 128 --memory 512MiB --total 2GiB
+0 --tier gpu --batch-size 128 --memory 512MiB --total 2GiB
+32MiB --tier pinned
+RUNS
 exit "$status"
