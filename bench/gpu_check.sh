@@ -6,6 +6,7 @@
 #      contract suite (cuda_ipc on device memory) and the cross-process CUDA IPC tests,
 #   2. `kvstore bench tier --tier gpu` (1 MiB and 128 KiB values; 128 MiB batches pipelined in 32 MiB
 #      chunks and whole, KVSTORE_GPU_PIPELINE_CHUNK=0) and `--tier pinned` for reference,
+#   3. `kvstore bench transfer --gpu` (GPU to GPU between two processes, cuda_ipc) read and write,
 # printing every figure. Exit status: non-zero when a test or a bench failed.
 #
 #   bench/gpu_check.sh [PYTHON]      (default python3; the device tool: bash bench/gpu_check.sh)
@@ -55,4 +56,8 @@ done <<'RUNS'
 0 --tier gpu --batch-size 128 --memory 512MiB --total 2GiB
 32MiB --tier pinned
 RUNS
+for op in read write; do
+  step "kvstore bench transfer --gpu --op $op (GPU to GPU across two processes: cuda_ipc)"
+  timeout 60 "$kvstore" bench transfer --gpu --op "$op" --duration 3 </dev/null || status=1
+done
 exit "$status"

@@ -80,6 +80,11 @@ def _add_transfer_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="address this side listens on (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=0, help="target mode: port to listen on")
     p.add_argument("--no-baseline", action="store_true", help="skip the baseline measurement")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="both sides in GPU 0 memory (same host: cuda_ipc), beside device-to-device cuMemcpyAsync",
+    )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -98,6 +103,7 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
         peer=args.peer,
         host=args.host,
         baseline=not args.no_baseline,
+        gpu=args.gpu,
     )
     return bench.main(cfg, args.mode, args.port, args.json)
 

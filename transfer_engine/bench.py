@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from transfer_engine import _tools
-from transfer_engine.engine import Op, Peer, RequestState, TransferEngine
+from transfer_engine.engine import Op, Peer, Region, RequestState, TransferEngine
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
 from transfer_engine.units import format_size
@@ -46,6 +46,9 @@ class TransferBenchConfig:
     """Address this side serves on; None: the engine's setting (KVSTORE_HOST, else 127.0.0.1)."""
     baseline: bool = True
     warmup: float = 0.5
+    gpu: bool = False
+    """Both sides' memory on GPU 0 (a same-host peer's GPU is reached by cuda_ipc); the baseline is then
+    batched device-to-device cuMemcpyAsync of the same shape."""
 
     def validate(self) -> None:
         if self.op not in ("read", "write"):
@@ -87,26 +90,40 @@ class TransferBenchResult:
 
 
 # -- target ---------------------------------------------------------------------------------------
-def run_target(port: int, working_set: int, **settings: Any) -> None:
-    """Serves one allocated region until SIGTERM/SIGINT (or stdin EOF when its parent asked for that)."""
-    with TransferEngine(port=port, **settings) as engine:
-        region = engine.allocate(working_set)  # pre-faulted by the engine
+@contextlib.contextmanager
+def _memory(engine: TransferEngine, size: int, gpu: bool, export: bool) -> Iterator[Region]:
+    """`size` bytes registered with the engine: pre-faulted host memory, or device memory of GPU 0."""
+    if not gpu:
+        yield engine.allocate(size, export=export)
+        return
+    from transfer_engine import cuda
+
+    with cuda.DeviceMemory(size) as memory:
+        region = engine.register_ptr(memory.ptr, size, kind="gpu:0", export=export)
+        try:
+            yield region
+        finally:
+            engine.unregister(region)
+
+
+def run_target(port: int, working_set: int, gpu: bool = False, **settings: Any) -> None:
+    """Serves one region until SIGTERM/SIGINT (or stdin EOF when its parent asked for that)."""
+    with TransferEngine(port=port, **settings) as engine, _memory(engine, working_set, gpu, True) as region:
         print(f"{READY_PREFIX}{engine.name} region={region.id}", flush=True)
         wait_for_stop_request()
 
 
 @contextlib.contextmanager
-def in_process_target(host: str, working_set: int) -> Iterator[str]:
+def in_process_target(host: str, working_set: int, gpu: bool) -> Iterator[str]:
     """A target engine in this process: the only kind the local transport can reach."""
-    with TransferEngine(host=host) as engine:
-        engine.allocate(working_set)
+    with TransferEngine(host=host) as engine, _memory(engine, working_set, gpu, True):
         yield engine.name
 
 
 @contextlib.contextmanager
-def spawned_target(host: str, working_set: int) -> Iterator[str]:
+def spawned_target(host: str, working_set: int, gpu: bool) -> Iterator[str]:
     """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its engine name."""
-    args = ["--host", host, "--working-set", str(working_set)]
+    args = ["--host", host, "--working-set", str(working_set)] + (["--gpu"] if gpu else [])
     with module_process("transfer_engine.bench", args) as (_, ready):
         yield ready.split()[0]
 
@@ -167,22 +184,27 @@ class _Worker(threading.Thread):
 
 def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> TransferBenchResult:
     cfg.validate()
+    if cfg.gpu:
+        from transfer_engine import cuda
+
+        cuda.require()  # says why not before a target is started
     with contextlib.ExitStack() as stack:
         engine = stack.enter_context(TransferEngine(**cfg.engine_settings()))
         host = engine.config.host
         if cfg.peer:
             address = cfg.peer
         elif engine.config.transport == "local":
-            address = stack.enter_context(in_process_target(host, cfg.working_set))
+            address = stack.enter_context(in_process_target(host, cfg.working_set, cfg.gpu))
         else:
-            address = stack.enter_context(spawned_target(host, cfg.working_set))
+            address = stack.enter_context(spawned_target(host, cfg.working_set, cfg.gpu))
         peer = engine.open_peer(address)
         remote = max(peer.regions, key=lambda r: r.length)
         working_set = min(cfg.working_set, remote.length)
         span = working_set // cfg.threads
         if span < cfg.block_size * cfg.batch_size:
             raise InvalidArgumentError("working set too small for threads x batch size x block size")
-        local = engine.allocate(working_set)
+        local = stack.enter_context(_memory(engine, working_set, cfg.gpu, False))
+        transport = _carrier(peer, local.kind, remote.kind)
         stop_at = [time.perf_counter() + cfg.warmup + cfg.duration]
         workers = [
             _Worker(engine, peer, cfg, i, local.addr, remote.id, span, stop_at) for i in range(cfg.threads)
@@ -203,7 +225,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
     if cfg.baseline:
         baseline_gbps, kind = measure_baseline(
             cfg,
-            peer.transport,
+            transport,
             working_set,
             engine.config.copy_threads,
             connections,
@@ -211,7 +233,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             tcp["socket_buffer"],
         )
     return TransferBenchResult(
-        transport=peer.transport,
+        transport=transport,
         op=cfg.op,
         block_size=cfg.block_size,
         batch_size=cfg.batch_size,
@@ -261,6 +283,9 @@ def measure_baseline(
     """The machine's own ceiling for what `transport` does: a raw socket stream for a network transport,
     memcpy for the memory-to-memory ones."""
     seconds = min(cfg.duration, 3.0)
+    if cfg.gpu:
+        gbps = device_copy_gbps(cfg.block_size, cfg.batch_size, working_set, seconds)
+        return gbps, f"cuMemcpyAsync device->device, batches of {cfg.batch_size}"
     if transport == "tcp":
         r = _tools.tcp_stream_baseline(host, connections, cfg.block_size, working_set, seconds, socket_buffer)
         return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
@@ -268,6 +293,36 @@ def measure_baseline(
     threads = max(cfg.threads, copy_threads)
     gbps = memcpy_gbps(cfg.block_size, working_set, seconds, threads)
     return gbps, f"memcpy x{threads} over {format_size(working_set)}"
+
+
+def device_copy_gbps(block_size: int, batch_size: int, working_set: int, seconds: float) -> float:
+    """GPU 0's device-to-device bandwidth: batches of `batch_size` copies of `block_size` bytes between two
+    device buffers of `working_set` bytes, each batch on one stream with one wait."""
+    from transfer_engine import cuda
+
+    with cuda.DeviceMemory(working_set) as a, cuda.DeviceMemory(working_set) as b:
+        blocks = working_set // block_size
+        moved, start, i = 0, time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            at = (np.arange(i, i + batch_size) % blocks) * block_size
+            i += batch_size
+            cuda.copy_between(0, (b.ptr + at).tolist(), (a.ptr + at).tolist(), [block_size] * batch_size)
+            moved += batch_size * block_size
+        return moved / (time.perf_counter() - start) / 1e9
+
+
+def _carrier(peer: Peer, local_kind: str, remote_kind: str) -> str:
+    """The peer transport that moves local_kind <-> remote_kind memory (the engine's choice per request)."""
+    from transfer_engine.config import transport_specs
+
+    specs = {spec.name: spec for spec in transport_specs()}
+    for name in peer.transports:
+        spec = specs[name]
+        if local_kind.split(":")[0] in spec.local_kinds and remote_kind.split(":")[0] in spec.remote_kinds:
+            return name
+    raise InvalidArgumentError(
+        f"{'/'.join(peer.transports)} cannot move {local_kind} <-> {remote_kind} memory"
+    )
 
 
 def memcpy_gbps(block_size: int, working_set: int, seconds: float, threads: int = 1) -> float:
@@ -303,7 +358,7 @@ def to_json(result: TransferBenchResult) -> str:
 
 def main(cfg: TransferBenchConfig, mode: str, port: int, as_json: bool) -> int:
     if mode == "target":
-        run_target(port, cfg.working_set, **cfg.engine_settings())
+        run_target(port, cfg.working_set, cfg.gpu, **cfg.engine_settings())
         return 0
     result = run_initiator(cfg)
     if as_json:
@@ -320,5 +375,6 @@ if __name__ == "__main__":  # the target side, as spawned_target starts it
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--working-set", type=int, required=True)
+    parser.add_argument("--gpu", action="store_true")
     options = parser.parse_args()
-    run_target(options.port, options.working_set, host=options.host)
+    run_target(options.port, options.working_set, options.gpu, host=options.host)

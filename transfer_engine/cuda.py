@@ -237,6 +237,12 @@ def copy_to_device(
     _core.cuda_copy(device, True, *_columns(device_ptrs, host_ptrs, lengths))
 
 
+def copy_between(device: int, dsts: Sequence[int], srcs: Sequence[int], lengths: Sequence[int]) -> None:
+    """Copies piece i from srcs[i] to dsts[i], any of them device or host memory (unified addressing),
+    queued on one stream of GPU `device`, one wait. Every range must have been checked."""
+    _core.cuda_copy_any(device, *_columns(dsts, srcs, lengths))
+
+
 class DeviceMemory:
     """A plain device allocation (cuMemAlloc), for benches and tests that need no GPU framework."""
 

@@ -376,6 +376,19 @@ def test_bench_tier_gpu_says_why_without_a_gpu() -> None:
         pytest.skip("a GPU is here: bench/gpu_check.sh runs the GPU tier bench")
     result = kvstore("bench", "tier", "--gpu", "--memory", "64MiB", "--batch-size", "8")
     assert result.returncode == 1 and "libcuda" in result.stderr and result.stdout == ""
+    transfer = kvstore("bench", "transfer", "--gpu", "--duration", "0.2")  # before any target is started
+    assert transfer.returncode == 1 and "libcuda" in transfer.stderr and transfer.stdout == ""
+
+
+@pytest.mark.gpu
+def test_bench_transfer_gpu_goes_by_cuda_ipc() -> None:
+    result = kvstore("bench", "transfer", "--gpu", "--duration", "0.5", "--working-set", "64MiB", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["transport"] == "cuda_ipc" and report["failed_requests"] == 0
+    assert report["gbps"] > 0 and report["baseline_gbps"] > 0
+    forced = kvstore("bench", "transfer", "--gpu", "--transport", "tcp", "--duration", "0.2")
+    assert forced.returncode == 1 and "cannot move gpu:0 <-> gpu:0" in forced.stderr
 
 
 def test_bench_trace_bad_input(tmp_path: Path) -> None:
