@@ -6,11 +6,13 @@ namespace kvs::cuda {
 namespace {
 
 // cuda.h's CUpointer_attribute and CUmemorytype values.
+constexpr int kAttributeContext = 1;
 constexpr int kAttributeMemoryType = 2;
 constexpr int kAttributeDeviceOrdinal = 9;
 constexpr int kAttributeRangeStart = 11;
 constexpr int kAttributeRangeSize = 12;
 constexpr unsigned kMemoryTypeDevice = 2;
+constexpr CUresult kErrorInvalidContext = 201;
 
 }  // namespace
 
@@ -26,13 +28,23 @@ StatusOr<DeviceRange> device_range(uint64_t ptr) {
   DeviceRange range;
   CUdeviceptr start = 0;
   size_t size = 0;
-  if (CUresult r = d.pointer_get_attribute(&range.device, kAttributeDeviceOrdinal, ptr); r != 0) {
-    return failed(r, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  CUresult r = d.pointer_get_attribute(&range.device, kAttributeDeviceOrdinal, ptr);
+  if (r == kErrorInvalidContext) {
+    // The ordinal and range queries need a current context (the memory type does not): this thread has
+    // none yet. Make the pointer's own context current (a stream-ordered allocation names none: GPU 0's).
+    CUcontext owner = nullptr;
+    Status st =
+        d.pointer_get_attribute(&owner, kAttributeContext, ptr) == 0 && owner != nullptr
+            ? (d.ctx_set_current(owner) == 0 ? Status::OK() : Status(Code::kIoError, "cuCtxSetCurrent"))
+            : use_device(0);
+    if (!st.ok()) return st;
+    r = d.pointer_get_attribute(&range.device, kAttributeDeviceOrdinal, ptr);
   }
-  if (CUresult r = d.pointer_get_attribute(&start, kAttributeRangeStart, ptr); r != 0) {
+  if (r != 0) return failed(r, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  if (r = d.pointer_get_attribute(&start, kAttributeRangeStart, ptr); r != 0) {
     return failed(r, "cuPointerGetAttribute(RANGE_START_ADDR)");
   }
-  if (CUresult r = d.pointer_get_attribute(&size, kAttributeRangeSize, ptr); r != 0) {
+  if (r = d.pointer_get_attribute(&size, kAttributeRangeSize, ptr); r != 0) {
     return failed(r, "cuPointerGetAttribute(RANGE_SIZE)");
   }
   range.base = start;

@@ -6,6 +6,8 @@ producer) and every driver call must fail with NotSupportedError; the `gpu` test
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -95,6 +97,18 @@ def test_device_ranges_and_pointer_checks() -> None:
     with pytest.raises(InvalidArgumentError, match="not device memory"):
         cuda.gpu_buffer_of(cuda.GpuBuffer(host.ctypes.data, host.nbytes, 0))
     assert not cuda.is_device_pointer(host.ctypes.data)
+
+
+@pytest.mark.gpu
+def test_a_thread_with_no_current_context_can_check_device_pointers() -> None:
+    """The ordinal and range queries need a current context: a fresh thread (a server's, a caller's
+    worker) gets the pointer's own before asking."""
+    with cuda.DeviceMemory(1 << 20) as memory:
+        got: list[object] = []
+        worker = threading.Thread(target=lambda: got.append(cuda.device_range(memory.ptr + 8)))
+        worker.start()
+        worker.join()
+        assert got and got[0][0] == memory.ptr  # type: ignore[index]
 
 
 @pytest.mark.gpu
