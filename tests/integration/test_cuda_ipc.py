@@ -1,4 +1,5 @@
-"""Same-host GPU <-> GPU through CUDA IPC handles (the cuda_ipc transport), across two real processes.
+"""GPU regions across two real processes: same-host GPU <-> GPU through CUDA IPC handles (the cuda_ipc
+transport), and over TCP staged through host memory.
 
 A peer's GPU memory is reached by cuda_ipc beside the peer's own transport (shm carries its host memory);
 each request goes by the first transport that moves its pair of memory kinds.
@@ -110,3 +111,20 @@ def test_part_of_an_allocation_is_shared_only_when_allowed(partial: bool) -> Non
         assert (state, CODE_NAMES[code]) == (
             (RequestState.COMPLETED, "OK") if partial else (RequestState.FAILED, "NOT_FOUND")
         )
+
+
+@pytest.mark.gpu
+def test_a_peer_gpu_region_is_served_over_tcp_through_host_memory(
+    target: TargetProcess, engine: TransferEngine
+) -> None:
+    """Peers on other hosts reach GPU regions over TCP: the target stages them through host memory."""
+    segment = engine.open_peer(target.name, "tcp")
+    host = engine.allocate(SIZE)
+    assert host.array is not None
+    engine.read(host.addr, segment, target.gpu_region, 0, SIZE)
+    assert np.array_equal(host.array, pattern(SIZE))
+    seed = 53
+    host.array[:] = pattern(SIZE, seed)
+    offset, length = 12_345, (1 << 20) + 77
+    engine.write(host.addr + offset, segment, target.gpu_region, offset, length)
+    assert target.check("gpu", offset, length, seed + 7 * offset)

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "common/net.h"
+#include "cuda/driver.h"
 
 namespace kvs::tcp {
 
@@ -92,6 +94,24 @@ Status TcpServer::send_from_file(int fd, const FrameHeader& h, const DiskFile& f
   return send_iov(fd, iov, 2, config_.max_stalls());
 }
 
+namespace {
+
+// Host memory a GPU region's bytes pass through on their way to or from the socket (one per server thread).
+char* device_bounce(uint64_t length) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < length) buffer.resize(length);
+  return buffer.data();
+}
+
+Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t length,
+                   cuda::Direction direction) {
+  const cuda::DeviceCopy copy{reinterpret_cast<uint64_t>(pin.at(offset)), reinterpret_cast<uint64_t>(host),
+                              length};
+  return cuda::copy(pin.info().location.device, direction, &copy, 1);
+}
+
+}  // namespace
+
 Status TcpServer::handle(int fd, const FrameHeader& h) {
   char raw[kHeaderSize];
   FrameHeader reply;
@@ -111,10 +131,16 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen);
       if (!fence.status().ok()) return reply_error(fd, h, fence.status());
       if (DiskFile* file = pin.value().file()) return send_from_file(fd, h, *file);
+      char* source = pin.value().at(h.offset);
+      if (pin.value().info().location.kind == MemoryKind::kGpu) {  // staged through host memory
+        source = device_bounce(h.length);
+        Status st = device_copy(pin.value(), h.offset, source, h.length, cuda::Direction::kToHost);
+        if (!st.ok()) return reply_error(fd, h, st);
+      }
       reply.opcode = Opcode::kReadData;
       reply.length = h.length;
       encode_header(reply, raw);
-      iovec iov[2] = {{raw, kHeaderSize}, {pin.value().at(h.offset), h.length}};
+      iovec iov[2] = {{raw, kHeaderSize}, {source, h.length}};
       return send_iov(fd, iov, 2, config_.max_stalls());
     }
     case Opcode::kWrite: {
@@ -132,10 +158,15 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
         Status st = drain(fd, h.length);  // keep the stream in step, then refuse
         return st.ok() ? reply_error(fd, h, refused) : st;
       }
+      const bool gpu = pin.value().info().location.kind == MemoryKind::kGpu;
+      char* target = gpu ? device_bounce(h.length) : pin.value().at(h.offset);  // GPU: staged through host
       int stalled = 0;
-      Status st = recv_exact(fd, pin.value().at(h.offset), h.length,
-                             [&](size_t) { return ++stalled < config_.max_stalls(); });
+      Status st = recv_exact(fd, target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
       if (!st.ok()) return st;
+      if (gpu) {
+        Status copied = device_copy(pin.value(), h.offset, target, h.length, cuda::Direction::kToDevice);
+        if (!copied.ok()) return reply_error(fd, h, copied);
+      }
       fence.reset();
       pin.value().release();
       reply.opcode = Opcode::kWriteAck;
