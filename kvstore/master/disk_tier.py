@@ -133,14 +133,33 @@ class DiskTier:
             budget -= meta.size
             if meta.disk is not None or meta.pinned or key in self._by_key:
                 continue
-            disk = self._place(key, meta.size, exclude=())
-            if disk is None:
+            node = self._demote(meta)
+            if node is None:
                 break  # no disk can take it, even by evicting: try again later
-            self._add(DiskTask(self._next_task, "demote", key, disk, meta.replicas[0], self._deadline()))
             in_flight += 1
-            woken.add(disk.segment.client_id)
+            woken.add(node)
         for client_id in woken:
             self._wake(client_id)
+
+    def demote_now(self, meta: ObjectMeta) -> bool:
+        """Starts demoting an object eviction is about to take that planning did not reach (puts came
+        faster than the watermark's budget): True when its demotion is now in flight."""
+        if meta.disk is not None or meta.pinned or not meta.complete or not meta.replicas:
+            return False
+        if meta.key in self._by_key or not any(not s.broken for s in self.segments.values()):
+            return False
+        node = self._demote(meta)
+        if node is not None:
+            self._wake(node)
+        return node is not None
+
+    def _demote(self, meta: ObjectMeta) -> str | None:
+        """Queues a demotion of `meta` to a disk that can take it; the disk's node, else None."""
+        disk = self._place(meta.key, meta.size, exclude=())
+        if disk is None:
+            return None
+        self._add(DiskTask(self._next_task, "demote", meta.key, disk, meta.replicas[0], self._deadline()))
+        return disk.segment.client_id
 
     def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
         need = record_bytes(size)

@@ -420,8 +420,11 @@ class MasterState:
             return False
         if wait_for_room and victim.disk is None:
             # Dropping it loses it: wait for its demotion, or for any other one in flight (whose object
-            # can then go instead), rather than lose an object a moment before room comes.
+            # can then go instead), or start its own (planning had not reached it: puts outran the
+            # watermark's budget), rather than lose an object a moment before room comes.
             pending = victim.key if self.disk.demoting(victim.key) else self.disk.some_demotion()
+            if pending is None and self.disk.demote_now(victim):
+                pending = victim.key
             if pending is not None:
                 raise RoomComing("demotion", functools.partial(self.disk.when_demoted, pending))
         self.counters.evictions += 1

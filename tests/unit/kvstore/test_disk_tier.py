@@ -148,6 +148,27 @@ def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Cloc
     assert result.code == 0 and not state.exists("k0") and state.counters.evictions == 1
 
 
+def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(clock: Clock) -> None:
+    """Planning gives records to as many bytes as the demote watermark leaves free; puts that need more
+    room than that, with no demotion in flight, start their victim's demotion and wait for it (the
+    operator run lost objects here with 160 MiB of disk free)."""
+    from kvstore.master.handlers import Deferred, Handlers
+
+    state = with_disk(clock, demote_watermark=0.9)  # a budget of 0.8 MiB: one demotion per plan at most
+    overflow(state, 8)  # memory full; the planned demotions are done
+    undemoted = [f"k{i}" for i in range(8) if state.objects[f"k{i}"].disk is None]
+    assert undemoted and not state.disk.some_demotion()
+    reply = Handlers(state).put_start(
+        m.PutStart("c0", [m.PutItem(f"n{i}", MiB, i) for i in range(len(undemoted) + 1)], 1, False, 0)
+    )
+    while isinstance(reply, Deferred):  # each wait: the node writes the victim's record, the put goes on
+        assert run_orders(state)
+        reply = reply.make_reply()
+    assert all(code == 0 for code, _msg, _placed in reply)
+    assert state.counters.evictions_to_disk == state.counters.evictions  # nothing lost
+    assert all(state.exists(f"k{i}") for i in range(8))
+
+
 def test_background_eviction_stops_at_an_object_still_being_demoted(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5, high_watermark=0.9, low_watermark=0.5)
     for i in range(8):  # memory full, demotions ordered, none done
