@@ -4,7 +4,9 @@ work nodes do for the master (the master never moves data).
 - **Demotion** copies cold objects to disk ahead of need: while memory is above `demote_watermark`, the
   objects memory eviction would take next get a disk record, written by the disk's node. Eviction then
   drops only their memory replicas: the object stays readable from disk. A put waits for this only when
-  the object it would evict is still being demoted (at most `put_room_wait`; then it is dropped).
+  the object it would evict is still being demoted, or has not been reached by planning yet (puts came
+  faster than the watermark's budget: its demotion starts then) — at most `put_room_wait`; then it is
+  dropped.
 - **Loads** bring a disk-only object back into memory for a reader: the disk's node reads its record and
   copies it into an allocation of its own memory segment (when memory holds only objects without disk
   records, a load waits for a demotion in flight to end, at most `disk_read_wait`). After one read that
