@@ -118,12 +118,16 @@ class DiskTier:
                 seg.broken = reason or "broken"
 
     # -- demotion -------------------------------------------------------------------------------------
-    def plan(self, usage: float, capacity: int, candidates: Callable[[], Iterator[str]]) -> None:
+    def plan(
+        self, usage: float, capacity: int, candidates: Callable[[], Iterator[str]], urgent: bool = False
+    ) -> None:
         """Above the demote watermark, gives disk records to the next objects memory eviction would take
-        (as many bytes as the watermark leaves free), so evicting them loses nothing."""
-        if not any(not s.broken for s in self.segments.values()) or usage <= self.config.demote_watermark:
+        (as many bytes as the watermark leaves free), so evicting them loses nothing. `urgent` (puts are
+        evicting objects planning had not reached): as many as the disk queue takes (`disk_tasks`)."""
+        working = any(not s.broken for s in self.segments.values())
+        if not working or (usage <= self.config.demote_watermark and not urgent):
             return
-        budget = capacity * (1 - self.config.demote_watermark)
+        budget = capacity if urgent else capacity * (1 - self.config.demote_watermark)
         in_flight = sum(1 for t in self.tasks.values() if t.kind == "demote")
         woken: set[str] = set()
         for key in candidates():

@@ -425,6 +425,7 @@ class MasterState:
             pending = victim.key if self.disk.demoting(victim.key) else self.disk.some_demotion()
             if pending is None and self.disk.demote_now(victim):
                 pending = victim.key
+                self.plan_demotions(urgent=True)  # and the next victims, as far as the disk queue allows
             if pending is not None:
                 raise RoomComing("demotion", functools.partial(self.disk.when_demoted, pending))
         self.counters.evictions += 1
@@ -494,9 +495,9 @@ class MasterState:
         self.disk.restored += taken
         return taken
 
-    def plan_demotions(self) -> None:
+    def plan_demotions(self, urgent: bool = False) -> None:
         """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""
-        self.disk.plan(self.usage(), self.capacity, self.policy.candidates)
+        self.disk.plan(self.usage(), self.capacity, self.policy.candidates, urgent)
 
     def evict_to_watermark(self) -> int:
         """Above the high watermark, evicts down to the low one. With a working disk tier only objects
