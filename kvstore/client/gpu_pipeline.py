@@ -28,6 +28,8 @@ class StagingPipeline:
 
     def chunks(self, values: Sequence[Any]) -> list[tuple[int, int]]:
         """Index ranges holding about chunk_bytes of GPU values each; one range when not worth cutting."""
+        if not self._staging_gpu():
+            return [(0, len(values))]
         total = sum(v.size for v in values if isinstance(v, GpuStaged))
         if not total or self.chunk_bytes <= 0 or total <= self.chunk_bytes:
             return [(0, len(values))]
@@ -86,12 +88,21 @@ class StagingPipeline:
             self._helper = None
 
     # -- moves ------------------------------------------------------------------------------------------
+    def _staging_gpu(self) -> bool:
+        """Whether GPU values can be in a batch at all: their staging exists once one was seen, so a
+        host-only client skips every per-value check here."""
+        return self.gpu.staging.allocated
+
     def _download(self, values: Sequence[Any]) -> None:
+        if not self._staging_gpu():
+            return
         gpu = [v for v in values if isinstance(v, GpuStaged)]
         if gpu:
             self.gpu.download(gpu)
 
     def _upload(self, values: Sequence[Any], results: Sequence[int]) -> None:
+        if not self._staging_gpu():
+            return
         gpu = [(v, r) for v, r in zip(values, results, strict=True) if isinstance(v, GpuStaged) and r > 0]
         if gpu:
             self.gpu.upload([v for v, _ in gpu], [r for _, r in gpu])

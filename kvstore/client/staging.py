@@ -43,6 +43,11 @@ class StagingArea:
         if not lazy:
             self._area()
 
+    @property
+    def allocated(self) -> bool:
+        """False until a lazy area is first used (a client that never staged a GPU value)."""
+        return self._region is not None
+
     def _area(self) -> tuple[Region, OffsetAllocator]:
         """The area (allocated on first use when lazy); the caller holds the lock or is __init__."""
         if self._region is None or self._alloc is None:
