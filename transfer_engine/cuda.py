@@ -218,29 +218,25 @@ def _dlpack(obj: Any) -> tuple[int, int, int, Any]:
     return address, nbytes, device_id, capsule
 
 
-def _columns(device_ptrs: Sequence[int], host_ptrs: Sequence[int], lengths: Sequence[int]) -> tuple[Any, ...]:
-    return tuple(np.asarray(c, dtype=np.uint64) for c in (device_ptrs, host_ptrs, lengths))
-
-
 def copy_to_host(
     device: int, device_ptrs: Sequence[int], host_ptrs: Sequence[int], lengths: Sequence[int]
 ) -> None:
     """Copies piece i (lengths[i] bytes) from device_ptrs[i] on GPU `device` to host_ptrs[i]: queued on
     one stream, one wait. Every range must have been checked (gpu_buffer_of, registered memory)."""
-    _core.cuda_copy(device, False, *_columns(device_ptrs, host_ptrs, lengths))
+    copy_between(device, host_ptrs, device_ptrs, lengths)
 
 
 def copy_to_device(
     device: int, device_ptrs: Sequence[int], host_ptrs: Sequence[int], lengths: Sequence[int]
 ) -> None:
     """The reverse of copy_to_host."""
-    _core.cuda_copy(device, True, *_columns(device_ptrs, host_ptrs, lengths))
+    copy_between(device, device_ptrs, host_ptrs, lengths)
 
 
 def copy_between(device: int, dsts: Sequence[int], srcs: Sequence[int], lengths: Sequence[int]) -> None:
     """Copies piece i from srcs[i] to dsts[i], any of them device or host memory (unified addressing),
     queued on one stream of GPU `device`, one wait. Every range must have been checked."""
-    _core.cuda_copy_any(device, *_columns(dsts, srcs, lengths))
+    _core.cuda_copy(device, *(np.asarray(c, dtype=np.uint64) for c in (dsts, srcs, lengths)))
 
 
 class DeviceMemory:

@@ -51,49 +51,26 @@ void bind_cuda(py::module_& m) {
       py::arg("device"), py::arg("stream"));
   m.def(
       "cuda_copy",
-      [](int device, bool to_device, const U64Array& device_ptrs, const U64Array& host_ptrs,
-         const U64Array& lengths) {
-        if (device_ptrs.ndim() != 1 || host_ptrs.ndim() != 1 || lengths.ndim() != 1 ||
-            device_ptrs.size() != host_ptrs.size() || device_ptrs.size() != lengths.size()) {
-          throw_if_error(Status(Code::kInvalidArgument, "copy columns must be flat and of one length"));
-        }
-        std::vector<cuda::DeviceCopy> copies(static_cast<size_t>(lengths.size()));
-        for (size_t i = 0; i < copies.size(); ++i) {
-          copies[i] = {device_ptrs.data()[i], host_ptrs.data()[i], lengths.data()[i]};
-        }
-        Status st;
-        {
-          py::gil_scoped_release release;
-          st = cuda::copy(device, to_device ? cuda::Direction::kToDevice : cuda::Direction::kToHost,
-                          copies.data(), copies.size());
-        }
-        throw_if_error(st);
-      },
-      py::arg("device"), py::arg("to_device"), py::arg("device_ptrs"), py::arg("host_ptrs"),
-      py::arg("lengths"),
-      "Copies each (device, host, length) triple in one direction, all queued on one stream of the GPU, "
-      "then waits once. The caller vouches for every range (transfer_engine.cuda checks them).");
-  m.def(
-      "cuda_copy_any",
       [](int device, const U64Array& dsts, const U64Array& srcs, const U64Array& lengths) {
         if (dsts.ndim() != 1 || srcs.ndim() != 1 || lengths.ndim() != 1 || dsts.size() != srcs.size() ||
             dsts.size() != lengths.size()) {
           throw_if_error(Status(Code::kInvalidArgument, "copy columns must be flat and of one length"));
         }
-        std::vector<cuda::AnyCopy> copies(static_cast<size_t>(lengths.size()));
+        std::vector<cuda::Copy> copies(static_cast<size_t>(lengths.size()));
         for (size_t i = 0; i < copies.size(); ++i) {
           copies[i] = {dsts.data()[i], srcs.data()[i], lengths.data()[i]};
         }
         Status st;
         {
           py::gil_scoped_release release;
-          st = cuda::copy_any(device, copies.data(), copies.size());
+          st = cuda::copy(device, copies.data(), copies.size());
         }
         throw_if_error(st);
       },
       py::arg("device"), py::arg("dsts"), py::arg("srcs"), py::arg("lengths"),
-      "Copies each (dst, src, length) between any memory the driver addresses (device, host), queued on "
-      "one stream of the GPU, then waits once. The caller vouches for every range.");
+      "Copies each (dst, src, length) between any memory the driver addresses (device, host), all queued "
+      "on one stream of the GPU, then waits once. The caller vouches for every range (transfer_engine.cuda "
+      "checks them).");
 }
 
 }  // namespace kvs::bind

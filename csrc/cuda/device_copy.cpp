@@ -1,4 +1,4 @@
-// Batched host <-> device copies on per-device streams.
+// Batched copies on per-device streams.
 #include <mutex>
 #include <vector>
 
@@ -46,47 +46,27 @@ StreamPool& streams() {
   return pool;
 }
 
-// Queues `count` copies (enqueue(i) queues copy i and names the call on failure) on one of the device's
-// streams, then waits once.
-template <typename Enqueue>
-Status on_stream(int device, size_t count, Enqueue enqueue) {
+}  // namespace
+
+Status copy(int device, const Copy* copies, size_t count) {
   if (Status st = use_device(device); !st.ok()) return st;
   auto stream = streams().take(device);
   if (!stream.ok()) return stream.status();
+  const DriverTable& d = driver();
   Status result = Status::OK();
-  for (size_t i = 0; i < count && result.ok(); ++i) result = enqueue(i, stream.value());
+  for (size_t i = 0; i < count && result.ok(); ++i) {
+    const Copy& c = copies[i];
+    if (c.length == 0) continue;
+    if (CUresult r = d.memcpy_async(c.dst, c.src, c.length, stream.value()); r != 0) {
+      result = failed(r, "cuMemcpyAsync");
+    }
+  }
   // Wait even after a failed enqueue: the copies already queued must end before their memory is reused.
-  if (CUresult r = driver().stream_synchronize(stream.value()); r != 0 && result.ok()) {
+  if (CUresult r = d.stream_synchronize(stream.value()); r != 0 && result.ok()) {
     result = failed(r, "cuStreamSynchronize");
   }
   streams().give_back(device, stream.value());
   return result;
-}
-
-}  // namespace
-
-Status copy(int device, Direction direction, const DeviceCopy* copies, size_t count) {
-  const DriverTable& d = driver();
-  return on_stream(device, count, [&](size_t i, CUstream stream) {
-    const DeviceCopy& c = copies[i];
-    if (c.length == 0) return Status::OK();
-    const bool to_device = direction == Direction::kToDevice;
-    CUresult r =
-        to_device
-            ? d.memcpy_htod_async(c.device_ptr, reinterpret_cast<const void*>(c.host_ptr), c.length, stream)
-            : d.memcpy_dtoh_async(reinterpret_cast<void*>(c.host_ptr), c.device_ptr, c.length, stream);
-    return r == 0 ? Status::OK() : failed(r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync");
-  });
-}
-
-Status copy_any(int device, const AnyCopy* copies, size_t count) {
-  const DriverTable& d = driver();
-  return on_stream(device, count, [&](size_t i, CUstream stream) {
-    const AnyCopy& c = copies[i];
-    if (c.length == 0) return Status::OK();
-    CUresult r = d.memcpy_async(c.dst, c.src, c.length, stream);
-    return r == 0 ? Status::OK() : failed(r, "cuMemcpyAsync");
-  });
 }
 
 Status synchronize(int device, uint64_t stream) {

@@ -27,8 +27,6 @@ bool resolve(void* handle, DriverTable& d) {
          find(handle, "cuMemAlloc_v2", d.mem_alloc) && find(handle, "cuMemFree_v2", d.mem_free) &&
          find(handle, "cuStreamCreate", d.stream_create) &&
          find(handle, "cuStreamSynchronize", d.stream_synchronize) &&
-         find(handle, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async) &&
-         find(handle, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async) &&
          find(handle, "cuMemcpyAsync", d.memcpy_async);
 }
 

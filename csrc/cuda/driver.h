@@ -32,25 +32,16 @@ StatusOr<DeviceRange> device_range(uint64_t ptr);
 StatusOr<uint64_t> device_alloc(int device, uint64_t length);
 Status device_free(int device, uint64_t ptr);
 
-// Copies between device memory of GPU `device` and host memory: all of them queued on one of the device's
-// streams (async; page-locked host memory makes them DMA), then one wait. The caller has checked every
-// range; host memory need not be pinned (the driver stages pageable memory itself, slower).
-enum class Direction { kToDevice, kToHost };
-struct DeviceCopy {
-  uint64_t device_ptr = 0;
-  uint64_t host_ptr = 0;
-  uint64_t length = 0;
-};
-Status copy(int device, Direction direction, const DeviceCopy* copies, size_t count);
-
 // Copies between any two addresses the driver knows by unified addressing (device memory of this process,
-// IPC-opened memory of another, host memory), queued on one of `device`'s streams, then one wait.
-struct AnyCopy {
+// IPC-opened memory of another, host memory): all queued on one of GPU `device`'s streams (async;
+// page-locked host memory makes them DMA), then one wait. The caller has checked every range; host memory
+// need not be pinned (the driver stages pageable memory itself, slower).
+struct Copy {
   uint64_t dst = 0;
   uint64_t src = 0;
   uint64_t length = 0;
 };
-Status copy_any(int device, const AnyCopy* copies, size_t count);
+Status copy(int device, const Copy* copies, size_t count);
 
 // CUDA IPC: a device allocation of one process opened by another process of the same host.
 constexpr size_t kIpcHandleBytes = 64;

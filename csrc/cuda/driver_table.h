@@ -36,8 +36,6 @@ struct DriverTable {
   CUresult (*mem_free)(CUdeviceptr) = nullptr;
   CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
   CUresult (*stream_synchronize)(CUstream) = nullptr;
-  CUresult (*memcpy_htod_async)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
-  CUresult (*memcpy_dtoh_async)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
   // Unified addressing: any pair of host, device and IPC-opened memory.
   CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   // CUDA IPC (optional: absent on platforms without it, e.g. WSL; the cuda_ipc transport then stays off).

@@ -73,8 +73,8 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
       const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
       const uint64_t remote = opened.base + slice.offset;
       const bool read = slice.op == TransferOp::kRead;
-      const cuda::AnyCopy copy{read ? local : remote, read ? remote : local, slice.length};
-      Status st = cuda::copy_any(opened.device, &copy, 1);
+      const cuda::Copy copy{read ? local : remote, read ? remote : local, slice.length};
+      Status st = cuda::copy(opened.device, &copy, 1);
       slice.batch->end_copy();
       return st;
     });

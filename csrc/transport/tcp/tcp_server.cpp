@@ -103,11 +103,12 @@ char* device_bounce(uint64_t length) {
   return buffer.data();
 }
 
-Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t length,
-                   cuda::Direction direction) {
-  const cuda::DeviceCopy copy{reinterpret_cast<uint64_t>(pin.at(offset)), reinterpret_cast<uint64_t>(host),
-                              length};
-  return cuda::copy(pin.info().location.device, direction, &copy, 1);
+// Between a GPU region and host memory, one way or the other.
+Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t length, bool to_device) {
+  const uint64_t gpu = reinterpret_cast<uint64_t>(pin.at(offset));
+  const uint64_t cpu = reinterpret_cast<uint64_t>(host);
+  const cuda::Copy copy{to_device ? gpu : cpu, to_device ? cpu : gpu, length};
+  return cuda::copy(pin.info().location.device, &copy, 1);
 }
 
 }  // namespace
@@ -134,7 +135,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       char* source = pin.value().at(h.offset);
       if (pin.value().info().location.kind == MemoryKind::kGpu) {  // staged through host memory
         source = device_bounce(h.length);
-        Status st = device_copy(pin.value(), h.offset, source, h.length, cuda::Direction::kToHost);
+        Status st = device_copy(pin.value(), h.offset, source, h.length, /*to_device=*/false);
         if (!st.ok()) return reply_error(fd, h, st);
       }
       reply.opcode = Opcode::kReadData;
@@ -164,7 +165,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       Status st = recv_exact(fd, target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
       if (!st.ok()) return st;
       if (gpu) {
-        Status copied = device_copy(pin.value(), h.offset, target, h.length, cuda::Direction::kToDevice);
+        Status copied = device_copy(pin.value(), h.offset, target, h.length, /*to_device=*/true);
         if (!copied.ok()) return reply_error(fd, h, copied);
       }
       fence.reset();
