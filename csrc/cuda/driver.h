@@ -49,7 +49,8 @@ constexpr size_t kIpcHandleBytes = 64;
 Status ipc_available();
 struct IpcExport {
   char handle[kIpcHandleBytes] = {};
-  uint64_t offset = 0;  // of the exported pointer inside the allocation the handle opens
+  uint64_t offset = 0;      // of the exported pointer inside the allocation the handle opens
+  uint64_t allocation = 0;  // that allocation's length
 };
 // The handle of the allocation holding `ptr` (cuMemAlloc'd memory only; pooled or VMM memory is refused).
 StatusOr<IpcExport> ipc_export(uint64_t ptr);

@@ -32,6 +32,7 @@ StatusOr<IpcExport> ipc_export(uint64_t ptr) {
   IpcExport out;
   std::memcpy(out.handle, handle.reserved, kIpcHandleBytes);
   out.offset = ptr - range.value().base;
+  out.allocation = range.value().length;
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "transport/same_host.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -15,6 +17,13 @@
 
 namespace kvs {
 namespace {
+
+void close_grant(Grant& grant) {
+  for (int& fd : grant.fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
 
 constexpr size_t kHeader = 9;  // u64 region id, u8 granted
 
@@ -86,13 +95,6 @@ Status receive_grant(int sock, uint64_t expected_id, Grant* grant) {
 
 }  // namespace
 
-void close_grant(Grant& grant) {
-  for (int& fd : grant.fds) {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-}
-
 Status GrantServer::start(const std::string& name) {
   sockaddr_un addr{};
   socklen_t len = 0;
@@ -150,15 +152,43 @@ void GrantServer::serve(int fd) {
   }
 }
 
-StatusOr<std::vector<Grant>> request_grants(const std::string& socket_name,
-                                            const std::vector<GrantRequest>& regions,
-                                            const std::string& peer_name) {
+StatusOr<PeerPinTable> PeerPinTable::map(int fd) {
+  void* p = mmap(nullptr, sizeof(PinSlot) * PinTable::kSlots, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return errno_status(Code::kNoMemory, "mapping the peer's pin table");
+  PeerPinTable table;
+  table.slots_ = static_cast<PinSlot*>(p);
+  return table;
+}
+
+PeerPinTable& PeerPinTable::operator=(PeerPinTable&& other) noexcept {
+  if (this != &other) {
+    this->~PeerPinTable();
+    slots_ = other.slots_;
+    other.slots_ = nullptr;
+  }
+  return *this;
+}
+
+PeerPinTable::~PeerPinTable() {
+  if (slots_ != nullptr) munmap(slots_, sizeof(PinSlot) * PinTable::kSlots);
+  slots_ = nullptr;
+}
+
+PeerGrants::~PeerGrants() {
+  for (auto& r : regions) {
+    if (r.fd >= 0) close(r.fd);
+  }
+}
+
+StatusOr<PeerGrants> request_grants(const std::string& socket_name,
+                                    const std::vector<const RegionInfo*>& regions,
+                                    const std::string& peer_name) {
   if (regions.size() > kMaxGrantsPerRequest) return Status(Code::kInvalidArgument, "too many regions");
   ByteWriter req;
   req.put<uint32_t>(static_cast<uint32_t>(regions.size()));
-  for (const auto& r : regions) {
-    req.put<uint64_t>(r.id);
-    req.put<uint64_t>(r.key);
+  for (const auto* r : regions) {
+    req.put<uint64_t>(r->id);
+    req.put<uint64_t>(r->key);
   }
   sockaddr_un addr{};
   socklen_t len = 0;
@@ -171,20 +201,35 @@ StatusOr<std::vector<Grant>> request_grants(const std::string& socket_name,
       send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL) < 0) {
     st = errno_status(Code::kConnectionFailed, "same-host handshake with " + peer_name);
   }
-  std::vector<Grant> grants;
+  PeerGrants out;
   for (size_t i = 0; st.ok() && i <= regions.size(); ++i) {
-    grants.emplace_back();
-    st = receive_grant(sock, i == 0 ? 0 : regions[i - 1].id, &grants.back());
+    Grant grant;
+    st = receive_grant(sock, i == 0 ? 0 : regions[i - 1]->id, &grant);
+    if (st.ok() && i == 0) {
+      auto table = grant.granted
+                       ? PeerPinTable::map(grant.fds[0])
+                       : StatusOr<PeerPinTable>(Status(Code::kNotSupported, "peer offers no pin table"));
+      if (table.ok()) out.table = std::move(table.value());
+      st = table.status();
+    } else if (st.ok()) {
+      RegionGrant region{regions[i - 1], grant.granted, std::move(grant.payload), grant.fds[0], nullptr};
+      grant.fds[0] = -1;  // the RegionGrant holds it now
+      if (grant.granted && grant.fds[1] >= 0) {
+        auto fence = FenceTable::map(grant.fds[1]);
+        grant.fds[1] = -1;  // FenceTable::map took it
+        if (fence.ok()) region.fence = std::move(fence.value());
+        st = fence.status();
+      }
+      out.regions.push_back(std::move(region));
+    }
+    close_grant(grant);
   }
   close(sock);
-  if (!st.ok()) {
-    for (auto& g : grants) close_grant(g);
-    return st;
-  }
-  return grants;
+  if (!st.ok()) return st;
+  return out;
 }
 
-std::vector<char> encode_same_host_section(uint8_t version, const SameHostSection& section) {
+static std::vector<char> encode_same_host_section(uint8_t version, const SameHostSection& section) {
   ByteWriter w;
   w.put<uint8_t>(version);
   w.put<uint32_t>(static_cast<uint32_t>(section.pid));
@@ -192,8 +237,8 @@ std::vector<char> encode_same_host_section(uint8_t version, const SameHostSectio
   return std::move(w.bytes());
 }
 
-StatusOr<SameHostSection> decode_same_host_section(const std::vector<char>* section, uint8_t version,
-                                                   const std::string& transport) {
+static StatusOr<SameHostSection> decode_same_host_section(const std::vector<char>* section, uint8_t version,
+                                                          const std::string& transport) {
   if (section == nullptr) return Status(Code::kNotSupported, "peer does not offer " + transport);
   ByteReader r(section->data(), section->size());
   if (r.get<uint8_t>() != version) {
@@ -208,10 +253,10 @@ StatusOr<SameHostSection> decode_same_host_section(const std::vector<char>* sect
   return out;
 }
 
-std::string same_host_socket_name(const std::string& prefix, uint64_t engine_id) {
+static std::string same_host_socket_name(const std::string& transport, uint64_t engine_id) {
   char id[17];
   std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(engine_id));
-  return prefix.empty() ? "kvstore-" + std::string(id) : "kvstore-" + prefix + "-" + id;
+  return "kvstore-" + transport + "-" + id;
 }
 
 StatusOr<std::unique_ptr<PeerProcess>> PeerProcess::open(pid_t pid) {
@@ -227,6 +272,72 @@ PeerProcess::~PeerProcess() {
 bool PeerProcess::alive() const {
   pollfd pfd{fd_, POLLIN, 0};  // a pidfd turns readable when the process exits
   return poll(&pfd, 1, 0) == 0;
+}
+
+SameHostTransport::SameHostTransport(std::string name, uint8_t version, const TransportContext& context,
+                                     uint64_t slice_size)
+    : name_(std::move(name)),
+      version_(version),
+      context_(context),
+      slice_size_(slice_size),
+      socket_name_(same_host_socket_name(name_, context.engine_id)) {}
+
+SameHostTransport::~SameHostTransport() {
+  stop();
+}
+
+Status SameHostTransport::start() {
+  if (!offered()) return Status::OK();  // no server, no section: peers never pick it
+  MemoryRegistry* registry = context_.registry.get();
+  server_ = std::make_unique<GrantServer>([this, registry](uint64_t id, uint64_t key) {
+    if (id != 0) return grant(id, key);
+    Grant table;
+    const int fd = registry->pin_table_fd();
+    table.fds[0] = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+    table.granted = table.fds[0] >= 0;
+    return table;
+  });
+  Status st = server_->start(socket_name_);
+  if (!st.ok()) server_.reset();
+  return st;
+}
+
+void SameHostTransport::stop() {
+  if (server_) server_->stop();
+}
+
+std::vector<char> SameHostTransport::descriptor_section() const {
+  if (!server_) return {};
+  return encode_same_host_section(version_, {getpid(), socket_name_});
+}
+
+std::map<std::string, std::string> SameHostTransport::describe_section(
+    const std::vector<char>& section) const {
+  auto peer = decode(&section);
+  if (!peer.ok()) return {{"error", peer.status().message()}};
+  return {{"pid", std::to_string(peer.value().pid)}, {"socket", peer.value().socket}};
+}
+
+StatusOr<SameHostSection> SameHostTransport::decode(const std::vector<char>* section) const {
+  return decode_same_host_section(section, version_, name_);
+}
+
+bool SameHostTransport::reachable(const EngineDescriptor& peer) const {
+  return server_ && peer.host_id == context_.host_id && decode(peer.section(name_)).ok();
+}
+
+StatusOr<std::shared_ptr<Channel>> SameHostTransport::connect(const EngineDescriptor& peer) {
+  auto section = decode(peer.section(name_));
+  if (!section.ok()) return section.status();
+  auto process = PeerProcess::open(section.value().pid);
+  if (!process.ok()) return process.status();
+  std::vector<const RegionInfo*> wanted;
+  for (const auto& r : peer.regions) {
+    if (wants(r) && wanted.size() < kMaxGrantsPerRequest) wanted.push_back(&r);
+  }
+  auto grants = request_grants(section.value().socket, wanted, peer.name);
+  if (!grants.ok()) return grants.status();
+  return open_channel(peer, std::move(process.value()), std::move(grants.value()));
 }
 
 }  // namespace kvs

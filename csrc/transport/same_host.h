@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,18 +20,20 @@
 #include "core/fence.h"
 #include "core/pin_table.h"
 #include "core/slice.h"
+#include "transport/transport.h"
 
 namespace kvs {
 
 constexpr uint32_t kMaxGrantsPerRequest = 4096;
 constexpr size_t kMaxGrantPayload = 256;
 
+// What a target grants for one region: a few bytes and up to two descriptors (its memory, its fence
+// table), which the server closes once sent.
 struct Grant {
   bool granted = false;
   std::vector<char> payload;  // at most kMaxGrantPayload bytes
-  int fds[2] = {-1, -1};      // owned by whoever holds the grant (see close_grant)
+  int fds[2] = {-1, -1};
 };
-void close_grant(Grant& grant);
 
 // What the target grants for (region id, key); region id 0 asks for the pin table (core/pin_table.h).
 using GrantFn = std::function<Grant(uint64_t id, uint64_t key)>;
@@ -57,27 +60,48 @@ class GrantServer {
   std::thread thread_;
 };
 
-struct GrantRequest {
-  uint64_t id = 0;
-  uint64_t key = 0;
-};
-// Asks the server named `socket` for the pin table and then each region, in order: element 0 of the result
-// is the pin table's grant, element i + 1 the grant for regions[i] (at most kMaxGrantsPerRequest).
-StatusOr<std::vector<Grant>> request_grants(const std::string& socket,
-                                            const std::vector<GrantRequest>& regions,
-                                            const std::string& peer_name);
+// A same-host peer's pin table, mapped here for the life of a channel.
+class PeerPinTable {
+ public:
+  PeerPinTable() = default;
+  static StatusOr<PeerPinTable> map(int fd);
+  PeerPinTable(PeerPinTable&& other) noexcept : slots_(other.slots_) { other.slots_ = nullptr; }
+  PeerPinTable& operator=(PeerPinTable&& other) noexcept;
+  ~PeerPinTable();
+  PinSlot* slots() const { return slots_; }
 
-// The descriptor section of a same-host transport: u8 version, u32 pid, string socket name.
+ private:
+  PinSlot* slots_ = nullptr;
+};
+
+// What a peer granted for one region asked for: its payload, its memory's descriptor (shm maps it) and its
+// allocation fences, mapped here when it has them.
+struct RegionGrant {
+  const RegionInfo* region = nullptr;  // in the descriptor being connected: valid while connecting
+  bool granted = false;
+  std::vector<char> payload;
+  int fd = -1;
+  std::shared_ptr<FenceTable> fence;
+};
+
+// What a peer granted: its pin table, mapped here, and a grant per region asked for (descriptors nobody took
+// are closed with it). request_grants asks the server named `socket` (at most kMaxGrantsPerRequest regions).
+struct PeerGrants {
+  PeerPinTable table;
+  std::vector<RegionGrant> regions;  // in the order asked
+  PeerGrants() = default;
+  PeerGrants(PeerGrants&&) = default;
+  ~PeerGrants();
+};
+StatusOr<PeerGrants> request_grants(const std::string& socket, const std::vector<const RegionInfo*>& regions,
+                                    const std::string& peer_name);
+
+// The descriptor section of a same-host transport: u8 version, u32 pid, string socket name (the abstract
+// socket "kvstore-<transport>-<engine id>").
 struct SameHostSection {
   pid_t pid = 0;
   std::string socket;
 };
-std::vector<char> encode_same_host_section(uint8_t version, const SameHostSection& section);
-StatusOr<SameHostSection> decode_same_host_section(const std::vector<char>* section, uint8_t version,
-                                                   const std::string& transport);
-// "kvstore-<engine id>" or "kvstore-<prefix>-<engine id>": the abstract socket a transport serves on.
-std::string same_host_socket_name(const std::string& prefix, uint64_t engine_id);
-
 // The peer's process, watched through a pidfd (readable once it exits).
 class PeerProcess {
  public:
@@ -92,6 +116,46 @@ class PeerProcess {
   PeerProcess(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
   pid_t pid_;
   int fd_;
+};
+
+// The Transport both same-host transports are: a grant server on an abstract socket (the pin table granted
+// here, regions by the transport), its section (version, pid, socket), reachability (same host id and a
+// section it reads) and connect (the peer's process watched, its grants taken, the channel built on them).
+class SameHostTransport : public Transport {
+ public:
+  SameHostTransport(std::string name, uint8_t version, const TransportContext& context, uint64_t slice_size);
+  ~SameHostTransport() override;
+
+  Status start() override;
+  void stop() override;
+  std::vector<char> descriptor_section() const override;
+  std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override;
+  uint64_t slice_size() const override { return slice_size_; }
+  bool reachable(const EngineDescriptor& peer) const override;
+  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override;
+
+ protected:
+  const TransportContext& context() const { return context_; }
+  // Whether to serve at all here (a transport that needs something of the machine); not offered otherwise.
+  virtual bool offered() const { return true; }
+  // The peer's regions this transport asks grants for.
+  virtual bool wants(const RegionInfo& region) const = 0;
+  // What a peer presenting (id, key) gets for that region (never the pin table: granted here).
+  virtual Grant grant(uint64_t id, uint64_t key) const = 0;
+  // The channel over what the peer granted.
+  virtual StatusOr<std::shared_ptr<Channel>> open_channel(const EngineDescriptor& peer,
+                                                          std::unique_ptr<PeerProcess> process,
+                                                          PeerGrants grants) = 0;
+
+ private:
+  StatusOr<SameHostSection> decode(const std::vector<char>* section) const;
+
+  std::string name_;
+  uint8_t version_;
+  TransportContext context_;
+  uint64_t slice_size_;
+  std::string socket_name_;
+  std::unique_ptr<GrantServer> server_;
 };
 
 // Runs `copy(region)` for a slice against a peer's exported region: known region and key, inside it,

@@ -1,7 +1,5 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -30,17 +28,17 @@ struct OpenedRegion {
   std::shared_ptr<FenceTable> fence;
 };
 
+// What the peer granted, opened here: its pin table and its GPU regions.
 struct PeerGpuMemory {
-  PinSlot* table = nullptr;
+  PeerPinTable table;
   std::unordered_map<uint64_t, OpenedRegion> regions;
 
-  void release() {
+  PeerGpuMemory() = default;
+  PeerGpuMemory(PeerGpuMemory&&) = default;
+  ~PeerGpuMemory() {
     for (auto& [id, r] : regions) {
       if (r.allocation != 0) cuda::ipc_close(r.device, r.allocation);
     }
-    regions.clear();
-    if (table) munmap(table, sizeof(PinSlot) * PinTable::kSlots);
-    table = nullptr;
   }
 };
 
@@ -49,8 +47,6 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
   CudaIpcChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process,
                  PeerGpuMemory memory)
       : pool_(pool), peer_(std::move(peer)), process_(std::move(process)), memory_(std::move(memory)) {}
-  ~CudaIpcChannel() override { memory_.release(); }
-
   bool healthy() const override { return process_->alive(); }
 
   void submit(std::vector<Slice>&& slices) override {
@@ -68,7 +64,7 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
     auto it = memory_.regions.find(slice.region_id);
     if (it == memory_.regions.end()) return Status(Code::kNotFound, "peer did not share that GPU region");
     const OpenedRegion& opened = it->second;
-    return pinned_copy(peer_, memory_.table, opened.fence.get(), slice, [&](const RegionInfo&) {
+    return pinned_copy(peer_, memory_.table.slots(), opened.fence.get(), slice, [&](const RegionInfo&) {
       if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
       const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
       const uint64_t remote = opened.base + slice.offset;
@@ -88,9 +84,10 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
 
 // Opens one granted region here. A handle opens a whole allocation: the region must lie inside what was
 // opened, so a peer cannot point this process's copies past the memory it mapped.
-StatusOr<OpenedRegion> open_region(const RegionInfo& region, const Grant& grant, bool same_process) {
-  if (grant.payload.size() != kGrantBytes) return Status(Code::kProtocolError, "bad cuda_ipc grant");
-  ByteReader r(grant.payload.data(), grant.payload.size());
+StatusOr<OpenedRegion> open_region(const RegionInfo& region, const std::vector<char>& grant,
+                                   bool same_process) {
+  if (grant.size() != kGrantBytes) return Status(Code::kProtocolError, "bad cuda_ipc grant");
+  ByteReader r(grant.data(), grant.size());
   const uint64_t offset = r.get<uint64_t>();
   OpenedRegion out;
   out.device = region.location.device < cuda::device_count() ? region.location.device : 0;
@@ -98,7 +95,7 @@ StatusOr<OpenedRegion> open_region(const RegionInfo& region, const Grant& grant,
     out.base = region.base;  // the registry checked it is device memory of this process
     return out;
   }
-  auto base = cuda::ipc_open(out.device, grant.payload.data() + 8);
+  auto base = cuda::ipc_open(out.device, grant.data() + 8);
   if (!base.ok()) return base.status();
   out.allocation = base.value();
   auto range = cuda::device_range(out.allocation);
@@ -111,130 +108,64 @@ StatusOr<OpenedRegion> open_region(const RegionInfo& region, const Grant& grant,
   return out;
 }
 
-StatusOr<PeerGpuMemory> open_peer(const EngineDescriptor& peer, const std::string& socket,
-                                  bool same_process) {
-  std::vector<GrantRequest> wanted;
-  std::vector<const RegionInfo*> regions;
-  for (const auto& r : peer.regions) {
-    if (r.location.kind == MemoryKind::kGpu && wanted.size() < kMaxGrantsPerRequest) {
-      wanted.push_back({r.id, r.key});
-      regions.push_back(&r);
-    }
-  }
-  auto grants = request_grants(socket, wanted, peer.name);
-  if (!grants.ok()) return grants.status();
-  PeerGpuMemory memory;
-  Status st;
-  for (size_t i = 0; i < grants.value().size(); ++i) {
-    Grant& grant = grants.value()[i];
-    if (st.ok() && grant.granted && i == 0) {
-      void* p = mmap(nullptr, sizeof(PinSlot) * PinTable::kSlots, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     grant.fds[0], 0);
-      if (p == MAP_FAILED) st = errno_status(Code::kNoMemory, "mapping the peer's pin table");
-      if (st.ok()) memory.table = static_cast<PinSlot*>(p);
-    } else if (st.ok() && grant.granted) {
-      // A region that fails to open stays unreachable here (its requests fail saying so); others go on.
-      auto opened = open_region(*regions[i - 1], grant, same_process);
-      if (opened.ok() && grant.fds[1] >= 0) {
-        auto fence = FenceTable::map(grant.fds[1]);
-        grant.fds[1] = -1;  // FenceTable::map took it
-        if (fence.ok()) opened.value().fence = std::move(fence.value());
-        if (!fence.ok()) st = fence.status();
-      }
-      if (opened.ok()) memory.regions[regions[i - 1]->id] = std::move(opened.value());
-    }
-    close_grant(grant);
-  }
-  if (st.ok() && memory.table == nullptr) st = Status(Code::kNotSupported, "peer offers no pin table");
-  if (!st.ok()) {
-    memory.release();
-    return st;
-  }
-  return memory;
-}
-
-StatusOr<SameHostSection> decode_section(const std::vector<char>* section) {
-  return decode_same_host_section(section, kSectionVersion, "cuda_ipc");
-}
-
-class CudaIpcTransport : public Transport {
+class CudaIpcTransport : public SameHostTransport {
  public:
   CudaIpcTransport(const TransportContext& context, const Options& options)
-      : context_(context),
-        slice_size_(static_cast<uint64_t>(options.get("slice_size"))),
-        partial_allocations_(options.get("partial_allocations") != 0),
-        socket_name_(same_host_socket_name("cuda", context.engine_id)) {}
+      : SameHostTransport("cuda_ipc", kSectionVersion, context,
+                          static_cast<uint64_t>(options.get("slice_size"))),
+        partial_allocations_(options.get("partial_allocations") != 0) {}
+
+  // The grant server calls grant(): stop it before this object goes.
   ~CudaIpcTransport() override { stop(); }
 
-  Status start() override {
-    if (!cuda::ipc_available().ok()) return Status::OK();  // not offered: no section, no server
-    MemoryRegistry* registry = context_.registry.get();
-    const bool partial = partial_allocations_;
-    server_ = std::make_unique<GrantServer>([registry, partial](uint64_t id, uint64_t key) {
-      Grant grant;
-      if (id == 0) {
-        const int table = registry->pin_table_fd();
-        grant.fds[0] = table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1;
-        grant.granted = grant.fds[0] >= 0;
-        return grant;
-      }
-      auto region = registry->find(id);
-      if (!region || !region->info().exported || region->info().key != key ||
-          region->info().location.kind != MemoryKind::kGpu) {
-        return grant;
-      }
-      auto exported = cuda::ipc_export(region->info().base);
-      auto range = cuda::device_range(region->info().base);
-      // A handle opens the whole allocation: unless allowed, share only regions that are whole allocations.
-      if (!exported.ok() || !range.ok() ||
-          (!partial && (exported.value().offset != 0 || range.value().length != region->info().length))) {
-        return grant;
-      }
-      ByteWriter w;
-      w.put<uint64_t>(exported.value().offset);
-      grant.payload = std::move(w.bytes());
-      grant.payload.insert(grant.payload.end(), exported.value().handle,
-                           exported.value().handle + cuda::kIpcHandleBytes);
-      grant.fds[1] = registry->dup_fence_fd(id, key);
-      grant.granted = true;
+ protected:
+  bool offered() const override { return cuda::ipc_available().ok(); }
+  bool wants(const RegionInfo& region) const override { return region.location.kind == MemoryKind::kGpu; }
+
+  // The IPC handle of the region's allocation and the region's offset in it, and its fence table.
+  Grant grant(uint64_t id, uint64_t key) const override {
+    Grant grant;
+    auto region = context().registry->find(id);
+    if (!region || !region->info().exported || region->info().key != key ||
+        region->info().location.kind != MemoryKind::kGpu) {
       return grant;
-    });
-    return server_->start(socket_name_);
-  }
-  void stop() override {
-    if (server_) server_->stop();
-  }
-  std::vector<char> descriptor_section() const override {
-    if (!server_) return {};
-    return encode_same_host_section(kSectionVersion, {getpid(), socket_name_});
-  }
-  std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override {
-    auto peer = decode_section(&section);
-    if (!peer.ok()) return {{"error", peer.status().message()}};
-    return {{"pid", std::to_string(peer.value().pid)}, {"socket", peer.value().socket}};
+    }
+    auto exported = cuda::ipc_export(region->info().base);
+    // A handle opens the whole allocation: unless allowed, share only regions that are whole allocations.
+    if (!exported.ok() || (!partial_allocations_ && (exported.value().offset != 0 ||
+                                                     exported.value().allocation != region->info().length))) {
+      return grant;
+    }
+    ByteWriter w;
+    w.put<uint64_t>(exported.value().offset);
+    grant.payload = std::move(w.bytes());
+    grant.payload.insert(grant.payload.end(), exported.value().handle,
+                         exported.value().handle + cuda::kIpcHandleBytes);
+    grant.fds[1] = context().registry->dup_fence_fd(id, key);
+    grant.granted = true;
+    return grant;
   }
 
-  uint64_t slice_size() const override { return slice_size_; }
-  bool reachable(const EngineDescriptor& peer) const override {
-    return server_ && peer.host_id == context_.host_id && decode_section(peer.section("cuda_ipc")).ok();
-  }
-  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
-    auto section = decode_section(peer.section("cuda_ipc"));
-    if (!section.ok()) return section.status();
-    auto process = PeerProcess::open(section.value().pid);
-    if (!process.ok()) return process.status();
-    auto memory = open_peer(peer, section.value().socket, section.value().pid == getpid());
-    if (!memory.ok()) return memory.status();
-    return std::shared_ptr<Channel>(std::make_shared<CudaIpcChannel>(
-        context_.pool, peer, std::move(process.value()), std::move(memory.value())));
+  // Opens each granted region; one that fails to open stays unreachable (its requests say so).
+  StatusOr<std::shared_ptr<Channel>> open_channel(const EngineDescriptor& peer,
+                                                  std::unique_ptr<PeerProcess> process,
+                                                  PeerGrants grants) override {
+    const bool same_process = process->pid() == getpid();
+    PeerGpuMemory memory;
+    memory.table = std::move(grants.table);
+    for (auto& g : grants.regions) {
+      if (!g.granted) continue;
+      auto opened = open_region(*g.region, g.payload, same_process);
+      if (!opened.ok()) continue;
+      opened.value().fence = std::move(g.fence);
+      memory.regions[g.region->id] = std::move(opened.value());
+    }
+    return std::shared_ptr<Channel>(
+        std::make_shared<CudaIpcChannel>(context().pool, peer, std::move(process), std::move(memory)));
   }
 
  private:
-  TransportContext context_;
-  uint64_t slice_size_;
   bool partial_allocations_;
-  std::string socket_name_;
-  std::unique_ptr<GrantServer> server_;
 };
 
 }  // namespace

@@ -26,14 +26,13 @@ struct Mapping {
 
 // What the peer's shm server handed over: its pin table and its memfd regions, mapped here.
 struct PeerMemory {
-  PinSlot* table = nullptr;
+  PeerPinTable table;
   std::unordered_map<uint64_t, Mapping> regions;
 
-  void unmap() {
+  PeerMemory() = default;
+  PeerMemory(PeerMemory&&) = default;
+  ~PeerMemory() {
     for (auto& [id, m] : regions) munmap(m.base, m.length);
-    regions.clear();
-    if (table) munmap(table, sizeof(PinSlot) * PinTable::kSlots);
-    table = nullptr;
   }
 };
 
@@ -62,8 +61,6 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
  public:
   ShmChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process, PeerMemory memory)
       : pool_(pool), peer_(std::move(peer)), process_(std::move(process)), memory_(std::move(memory)) {}
-  ~ShmChannel() override { memory_.unmap(); }
-
   bool healthy() const override { return process_->alive(); }
 
   void submit(std::vector<Slice>&& slices) override {
@@ -80,7 +77,7 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
     if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
     auto it = memory_.regions.find(slice.region_id);
     const Mapping* mapped = it != memory_.regions.end() ? &it->second : nullptr;
-    return pinned_copy(peer_, memory_.table, mapped ? mapped->fence.get() : nullptr, slice,
+    return pinned_copy(peer_, memory_.table.slots(), mapped ? mapped->fence.get() : nullptr, slice,
                        [&](const RegionInfo& region) {
                          return mapped ? copy_slice(slice, mapped->base + slice.offset)
                                        : cma_copy(slice, process_->pid(), region.base);
@@ -93,121 +90,44 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
   PeerMemory memory_;
 };
 
-Status map_fd(int fd, uint64_t length, int flags, void** out) {
-  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | flags, fd, 0);
-  if (p == MAP_FAILED) return errno_status(Code::kNoMemory, "mapping peer memory");
-  *out = p;
-  return Status::OK();
-}
-
-// Maps what the peer grants: its pin table, and per memfd region the memory and its fence table (a refused
-// region is reached by CMA instead).
-StatusOr<PeerMemory> map_peer(const EngineDescriptor& peer, const std::string& socket_name) {
-  std::vector<GrantRequest> wanted;
-  for (const auto& r : peer.regions) {
-    if (r.shareable && wanted.size() < kMaxGrantsPerRequest) wanted.push_back({r.id, r.key});
-  }
-  auto grants = request_grants(socket_name, wanted, peer.name);
-  if (!grants.ok()) return grants.status();
-  PeerMemory memory;
-  Status st;
-  for (size_t i = 0; i < grants.value().size(); ++i) {
-    Grant& grant = grants.value()[i];
-    if (!st.ok() || !grant.granted) {
-      close_grant(grant);
-      continue;
-    }
-    void* base = nullptr;
-    if (i == 0) {
-      st = map_fd(grant.fds[0], sizeof(PinSlot) * PinTable::kSlots, 0, &base);
-      if (st.ok()) memory.table = static_cast<PinSlot*>(base);
-      close_grant(grant);
-      continue;
-    }
-    const RegionInfo* region = peer.find_region(wanted[i - 1].id);
-    std::shared_ptr<FenceTable> fence;
-    if (grant.fds[1] >= 0) {
-      auto table = FenceTable::map(grant.fds[1]);
-      grant.fds[1] = -1;  // FenceTable::map took it
-      if (!table.ok()) st = table.status();
-      if (table.ok()) fence = std::move(table.value());
-    }
-    if (st.ok()) st = map_fd(grant.fds[0], region->length, MAP_POPULATE, &base);
-    if (st.ok())
-      memory.regions[region->id] = Mapping{static_cast<char*>(base), region->length, std::move(fence)};
-    close_grant(grant);
-  }
-  if (st.ok() && memory.table == nullptr) st = Status(Code::kNotSupported, "peer offers no pin table");
-  if (!st.ok()) {
-    memory.unmap();
-    return st;
-  }
-  return memory;
-}
-
 constexpr uint8_t kSectionVersion = 1;
 
-StatusOr<SameHostSection> decode_section(const std::vector<char>* section) {
-  return decode_same_host_section(section, kSectionVersion, "shm");
-}
-
-class ShmTransport : public Transport {
+class ShmTransport : public SameHostTransport {
  public:
   ShmTransport(const TransportContext& context, const Options& options)
-      : context_(context), slice_size_(static_cast<uint64_t>(options.get("slice_size"))) {
-    socket_name_ = same_host_socket_name("", context.engine_id);
+      : SameHostTransport("shm", kSectionVersion, context, static_cast<uint64_t>(options.get("slice_size"))) {
   }
+
+  // The grant server calls grant(): stop it before this object goes.
   ~ShmTransport() override { stop(); }
 
-  Status start() override {
-    MemoryRegistry* registry = context_.registry.get();
-    server_ = std::make_unique<GrantServer>([registry](uint64_t id, uint64_t key) {
-      // The pin table, or a region's memfd and its fence table's when it has one.
-      Grant grant;
-      if (id == 0) {
-        const int table = registry->pin_table_fd();
-        grant.fds[0] = table >= 0 ? fcntl(table, F_DUPFD_CLOEXEC, 0) : -1;
-      } else {
-        grant.fds[0] = registry->dup_memfd(id, key);
-        if (grant.fds[0] >= 0) grant.fds[1] = registry->dup_fence_fd(id, key);
-      }
-      grant.granted = grant.fds[0] >= 0;
-      return grant;
-    });
-    return server_->start(socket_name_);
-  }
-  void stop() override {
-    if (server_) server_->stop();
-  }
-  std::vector<char> descriptor_section() const override {
-    return encode_same_host_section(kSectionVersion, {getpid(), socket_name_});
-  }
-  std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override {
-    auto peer = decode_section(&section);
-    if (!peer.ok()) return {{"error", peer.status().message()}};
-    return {{"pid", std::to_string(peer.value().pid)}, {"socket", peer.value().socket}};
+ protected:
+  bool wants(const RegionInfo& region) const override { return region.shareable; }
+
+  // A region's memfd, and its fence table's when it has one.
+  Grant grant(uint64_t id, uint64_t key) const override {
+    Grant grant;
+    grant.fds[0] = context().registry->dup_memfd(id, key);
+    if (grant.fds[0] >= 0) grant.fds[1] = context().registry->dup_fence_fd(id, key);
+    grant.granted = grant.fds[0] >= 0;
+    return grant;
   }
 
-  uint64_t slice_size() const override { return slice_size_; }
-  bool reachable(const EngineDescriptor& peer) const override {
-    return peer.host_id == context_.host_id && decode_section(peer.section("shm")).ok();
+  // Maps each granted memfd region (a refused one is reached by CMA instead).
+  StatusOr<std::shared_ptr<Channel>> open_channel(const EngineDescriptor& peer,
+                                                  std::unique_ptr<PeerProcess> process,
+                                                  PeerGrants grants) override {
+    PeerMemory memory;
+    memory.table = std::move(grants.table);
+    for (auto& g : grants.regions) {
+      if (!g.granted || g.fd < 0) continue;
+      void* p = mmap(nullptr, g.region->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, g.fd, 0);
+      if (p == MAP_FAILED) return errno_status(Code::kNoMemory, "mapping peer memory");
+      memory.regions[g.region->id] = Mapping{static_cast<char*>(p), g.region->length, std::move(g.fence)};
+    }
+    return std::shared_ptr<Channel>(
+        std::make_shared<ShmChannel>(context().pool, peer, std::move(process), std::move(memory)));
   }
-  StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
-    auto section = decode_section(peer.section("shm"));
-    if (!section.ok()) return section.status();
-    auto process = PeerProcess::open(section.value().pid);
-    if (!process.ok()) return process.status();
-    auto memory = map_peer(peer, section.value().socket);
-    if (!memory.ok()) return memory.status();
-    return std::shared_ptr<Channel>(std::make_shared<ShmChannel>(
-        context_.pool, peer, std::move(process.value()), std::move(memory.value())));
-  }
-
- private:
-  TransportContext context_;
-  uint64_t slice_size_;
-  std::string socket_name_;
-  std::unique_ptr<GrantServer> server_;
 };
 
 }  // namespace
