@@ -17,6 +17,7 @@ rewritten in place) or refused by the node, never stale bytes.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ class FenceBook:
         self._gen = time.time_ns()  # above every generation a previous master incarnation handed out
         self._next_kill = 1
         self._queued: dict[str, list[Kill]] = {}  # by the client whose node applies them, not yet sent
-        self._sent: dict[int, Kill] = {}
+        self._sent: dict[str, dict[int, Kill]] = {}  # by client: handed out, not acknowledged yet
         self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
         self._key_waiters: list[tuple[set[str], Waiter]] = []
         self._node_waiters: dict[str, Waiter] = {}  # a node's parked AwaitFences
@@ -81,19 +82,24 @@ class FenceBook:
 
     def outstanding(self, client_id: str) -> bool:
         """Kills for this client's node not acknowledged yet."""
-        return bool(self._queued.get(client_id)) or any(
-            k.segment.client_id == client_id for k in self._sent.values()
-        )
+        return bool(self._queued.get(client_id)) or bool(self._sent.get(client_id))
 
     # -- the node's side ------------------------------------------------------------------------------
-    def take(self, client_id: str) -> list[Kill]:
-        """Kills for this client's node to apply (each is handed out again until acknowledged)."""
-        resend = [k for k in self._sent.values() if k.segment.client_id == client_id]
-        queued = self._queued.pop(client_id, [])
-        for k in queued:
-            self._sent[k.id] = k
-        self.kills_sent += len(queued)
-        return resend + queued
+    def take(self, client_id: str, limit: int) -> list[Kill]:
+        """At most `limit` kills for this client's node to apply: first those handed out before and not
+        acknowledged (each is handed out again until it is), then queued ones. Bounded, so the node's
+        acknowledgement of them fits one request (AwaitFences' bound)."""
+        sent = self._sent.setdefault(client_id, {})
+        out = list(itertools.islice(sent.values(), limit))
+        queued = self._queued.get(client_id)
+        if queued and len(out) < limit:
+            fresh = queued[: limit - len(out)]
+            del queued[: len(fresh)]
+            for k in fresh:
+                sent[k.id] = k
+            self.kills_sent += len(fresh)
+            out += fresh
+        return out
 
     def park(self, client_id: str, waiter: Waiter) -> None:
         """`waiter()` runs when a kill for this client's node is queued (replacing an earlier one)."""
@@ -105,11 +111,11 @@ class FenceBook:
     def acknowledge(self, client_id: str, ids: Iterable[int]) -> list[Kill]:
         """The node applied these kills: returns them (the caller frees held space) and lifts fencing."""
         done = []
+        sent = self._sent.get(client_id, {})
         for i in ids:
-            k = self._sent.get(i)
-            if k is None or k.segment.client_id != client_id:
+            k = sent.pop(i, None)
+            if k is None:
                 continue
-            del self._sent[i]
             done.append(k)
             self._settle(k)
         self.kills_acked += len(done)
@@ -136,8 +142,9 @@ class FenceBook:
         queued = self._queued.get(segment.client_id)
         if queued:
             self._queued[segment.client_id] = [k for k in queued if k.segment is not segment]
-        for k in [k for k in self._sent.values() if k.segment is segment]:
-            del self._sent[k.id]
+        sent = self._sent.get(segment.client_id, {})
+        for k in [k for k in sent.values() if k.segment is segment]:
+            del sent[k.id]
         for kills in list(self._fencing.values()):
             for k in [k for k in kills if k.segment is segment]:
                 self._settle(k)
@@ -167,7 +174,8 @@ class FenceBook:
         return {
             "fence_kills_sent": self.kills_sent,
             "fence_kills_acked": self.kills_acked,
-            "fence_kills_outstanding": len(self._sent) + sum(len(q) for q in self._queued.values()),
+            "fence_kills_outstanding": sum(len(s) for s in self._sent.values())
+            + sum(len(q) for q in self._queued.values()),
             "fencing_keys": len(self._fencing),
             "fence_held_bytes": self.held_bytes,
         }

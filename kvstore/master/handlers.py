@@ -138,7 +138,7 @@ class Handlers:
 
     def _fence_orders(self, client_id: str) -> list[m.FenceOrder]:
         by_region: dict[int, m.FenceOrder] = {}
-        for k in self.state.space.fences.take(client_id):
+        for k in self.state.space.fences.take(client_id, m.FENCE_BATCH):
             order = by_region.get(k.segment.region_id)
             if order is None:
                 order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])

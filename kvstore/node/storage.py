@@ -92,12 +92,14 @@ class StorageNode:
         """Applies the master's kills to the segment and acknowledges them, on a connection of its own
         (a long poll: the master answers as soon as it frees an allocation here)."""
         s = self.session
-        acked: list[int] = []
+        acked: list[int] = []  # applied, to acknowledge: at most FENCE_BATCH per request
         while not s.closed:
             try:
-                request = m.AwaitFences(client_id=s.client_id, acked=acked, wait=FENCE_POLL_SECONDS)
-                orders = s.master.call(request, timeout=FENCE_POLL_SECONDS + s.config.rpc_timeout)
-                acked = []
+                sending, later = acked[: m.FENCE_BATCH], acked[m.FENCE_BATCH :]
+                wait = 0.0 if later else FENCE_POLL_SECONDS
+                request = m.AwaitFences(client_id=s.client_id, acked=sending, wait=wait)
+                orders = s.master.call(request, timeout=wait + s.config.rpc_timeout)
+                acked = later
                 for order in orders:
                     if order.region_id != self.segment.id or s.engine.kill_allocations(
                         order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
@@ -105,6 +107,7 @@ class StorageNode:
                         acked += order.kills
                     # else a copy admitted before is still running (a stopped peer): the master keeps
                     # the space and hands the kills out again
+                acked = list(dict.fromkeys(acked))  # a kill handed out again is acknowledged once
             except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
                 acked = []
                 time.sleep(s.terms.heartbeat_interval)

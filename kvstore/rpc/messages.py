@@ -281,6 +281,11 @@ class MountSegment(Request):
         )
 
 
+FENCE_BATCH = v.MAX_KEYS
+"""Kills one AwaitFences reply carries at most: the node acknowledges them in one request, which the
+master bounds the same (a node handed more could never acknowledge them)."""
+
+
 @dataclass
 class AwaitFences(Request):
     """A storage node's long poll: acknowledges the kills it applied, and waits up to `wait` seconds for

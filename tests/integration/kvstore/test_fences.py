@@ -156,3 +156,36 @@ def test_a_cached_location_from_before_a_master_restart_is_refused() -> None:
                     time.sleep(0.1)
                 b.put("k", b"n" * 131072)
                 assert a.get("k") == b"n" * 131072
+
+
+def test_removing_100k_objects_at_once_gives_all_space_back() -> None:
+    """One remove_all of 100,000 objects queues 100,000 kills for one node. Was: the node acknowledged
+    them in one AwaitFences the master refused (over 16,384 ids), retried forever, and no slot came back:
+    every later put evicted everything looking for one."""
+    count, size = 100_000, 1024
+    with kvstore_process(_master("--lease-ttl", "1")) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "256MiB"]  # 131,072 fence slots
+        with kvstore_process(node), Store.connect(address) as client:
+            keys = [f"many/{i}" for i in range(count)]
+            value = np.full(size, 7, np.uint8)
+            put_all(client, keys, value)
+            assert client.remove_all(force=True) == count
+            deadline = time.monotonic() + 30
+            while True:  # every kill acknowledged: the slots and the space are back
+                stats = client.stats()["master"]
+                if stats["fence_kills_outstanding"] == 0 and stats["used"] == 0:
+                    break
+                assert time.monotonic() < deadline, stats
+                time.sleep(0.2)
+            # The space is usable again: as many objects fit as before, with nothing evicted for them.
+            put_all(client, keys, value)
+            assert client.stats()["master"]["evictions"] == 0
+            assert client.get(keys[-1]) == value.tobytes()
+
+
+def put_all(client: Store, keys: list[str], value: np.ndarray, batch: int = 8192) -> None:
+    """Puts `value` under every key, in batches its staging area holds."""
+    for start in range(0, len(keys), batch):
+        chunk = keys[start : start + batch]
+        assert client.batch_put_from(chunk, [value] * len(chunk)) == [0] * len(chunk)

@@ -42,7 +42,7 @@ def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) 
 
 def fence(state: MasterState, client: str = "c0") -> list[int]:
     """Plays the node of `client`: takes its kills and acknowledges them; returns their ids."""
-    ids = [k.id for k in state.space.fences.take(client)]
+    ids = [k.id for k in state.space.fences.take(client, 1 << 20)]
     state.space.acknowledge(client, ids)
     return ids
 
@@ -84,7 +84,7 @@ def test_every_allocation_has_a_fresh_generation_and_a_live_slot(clock: Clock) -
     b = put(state, "b")
     assert a[0].gen < b[0].gen and a[0].slot != b[0].slot
     state.remove("a")
-    (kill,) = state.space.fences.take("c0")
+    (kill,) = state.space.fences.take("c0", 1 << 20)
     assert (kill.slot, kill.gen) == (a[0].slot, a[0].gen)
     assert put(state, "c")[0].slot not in (a[0].slot, b[0].slot)  # not reused before the node confirms
     state.space.acknowledge("c0", [kill.id])
@@ -371,3 +371,24 @@ def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_mo
     (result,) = reply.make_reply()
     assert result.code == 0 and state.counters.evictions == 1
     assert [state.exists(f"k{i}") for i in range(4)] == [False, True, True, True]
+
+
+def test_fence_kills_are_handed_out_in_bounded_batches(clock: Clock) -> None:
+    """A node is handed at most `limit` kills per take, unacknowledged ones first, so that it can always
+    acknowledge a whole reply in one bounded request."""
+    state = make_state(clock, [("h0", 8 * MiB)])
+    for i in range(10):
+        put(state, f"k{i}", 4096)
+    state.remove_all()
+    fences = state.space.fences
+    first = [k.id for k in fences.take("c0", 4)]
+    assert len(first) == 4
+    state.space.acknowledge("c0", first[:2])  # two applied, two not (a copy was still running)
+    again = [k.id for k in fences.take("c0", 4)]
+    assert again[:2] == first[2:] and len(again) == 4  # the unacknowledged first, then new ones
+    state.space.acknowledge("c0", again)
+    rest = [k.id for k in fences.take("c0", 100)]
+    assert len(rest) == 4
+    state.space.acknowledge("c0", rest)
+    assert fences.stats()["fence_kills_outstanding"] == 0
+    assert not fences.outstanding("c0")

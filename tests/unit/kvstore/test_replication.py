@@ -109,7 +109,7 @@ def test_removed_object_and_lost_segment_cancel_copies() -> None:
     state.remove("hot", force=True)
     assert not state.replicator.tasks
     for client in state.clients:  # the nodes fence the copy's destination off: its space comes back
-        state.space.acknowledge(client, [k.id for k in state.space.fences.take(client)])
+        state.space.acknowledge(client, [k.id for k in state.space.fences.take(client, 1 << 20)])
     assert state.used == 0
     # A copy whose destination client dies: cancelled with the segment.
     state.put_start("c0", "k2", MiB, 1, 1, False)
