@@ -13,6 +13,7 @@ from kvstore.errors import (
     ObjectNotFoundError,
     PermissionDeniedError,
     StaleLocationError,
+    TooManyPutsError,
     TransferFailedError,
     TransferTimeoutError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "PutResult",
     "StaleLocationError",
     "Store",
+    "TooManyPutsError",
     "TransferFailedError",
     "TransferTimeoutError",
     "__version__",

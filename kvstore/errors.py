@@ -56,6 +56,13 @@ class NotEnoughSegmentsError(KVStoreError):
     code = 105
 
 
+class TooManyPutsError(KVStoreError):
+    """This client's puts in progress (started, not ended or revoked) are at its limit, in objects or
+    bytes (MasterConfig.client_put_objects / client_put_bytes): end or revoke some first."""
+
+    code = 106
+
+
 _STORE_ERRORS: dict[int, type[KVStoreError]] = {
     cls.code: cls
     for cls in (
@@ -65,6 +72,7 @@ _STORE_ERRORS: dict[int, type[KVStoreError]] = {
         MasterUnavailableError,
         ObjectNotFoundError,
         NotEnoughSegmentsError,
+        TooManyPutsError,
     )
 }
 
@@ -91,6 +99,7 @@ __all__ = [
     "PermissionDeniedError",
     "ProtocolError",
     "StaleLocationError",
+    "TooManyPutsError",
     "TransferConnectionError",
     "TransferFailedError",
     "TransferTimeoutError",

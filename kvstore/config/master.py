@@ -61,6 +61,18 @@ class MasterConfig(Component):
         "allocations being fenced by their node) before it evicts anyway.",
         "seconds",
     )
+    client_put_objects: int = setting(
+        16384,
+        "Objects one client may have in progress (put started, neither ended nor revoked); more fail "
+        "with TooManyPutsError. Also never more than half of all segments' fence slots, so one client "
+        "cannot take every allocation slot.",
+    )
+    client_put_bytes: int = setting(
+        0,
+        "Bytes one client's puts in progress may hold in all (per replica); 0: half of the pool's "
+        "capacity. Over it, puts fail with TooManyPutsError and evict nothing.",
+        "size",
+    )
     max_replicas: int = setting(8, "Most replicas one object may have.")
     allocation_alignment: int = setting(64, "Replica offsets are multiples of this.")
     hot_access_rate: float = setting(20.0, "Accesses per second above which a key gains replicas.")
@@ -90,6 +102,8 @@ class MasterConfig(Component):
                 raise InvalidArgumentError(f"{name} must be positive")
         if self.heartbeat_interval >= self.client_ttl:
             raise InvalidArgumentError("heartbeat_interval must be shorter than client_ttl")
+        if self.client_put_objects < 1 or self.client_put_bytes < 0:
+            raise InvalidArgumentError("client_put_objects must be positive, client_put_bytes not negative")
         if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
             raise InvalidArgumentError("bad max_replicas or allocation_alignment")
         if not 0 <= self.cool_access_rate <= self.hot_access_rate or self.heat_half_life <= 0:

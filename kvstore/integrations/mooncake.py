@@ -28,6 +28,7 @@ from kvstore.errors import (
     ObjectBusyError,
     ObjectExistsError,
     ObjectNotFoundError,
+    TooManyPutsError,
     TransferConnectionError,
     TransferFailedError,
     TransferTimeoutError,
@@ -55,6 +56,7 @@ _CODES: list[tuple[type[KVStoreError], int]] = [
     (NotFoundError, OBJECT_NOT_FOUND),
     (NoSpaceError, NO_AVAILABLE_HANDLE),
     (NotEnoughSegmentsError, NO_AVAILABLE_HANDLE),  # Mooncake has no closer code
+    (TooManyPutsError, NO_AVAILABLE_HANDLE),
     (ObjectExistsError, OBJECT_ALREADY_EXISTS),
     (ObjectBusyError, OBJECT_HAS_LEASE),
     (MasterUnavailableError, RPC_FAIL),

@@ -204,6 +204,11 @@ class SegmentSpace:
         return sum(s.size for s in self.segments.values())
 
     @property
+    def fence_slots(self) -> int:
+        """Allocation slots of all mounted segments (one per live allocation)."""
+        return sum(s.fence_slots for s in self.segments.values())
+
+    @property
     def used(self) -> int:
         """Bytes allocated in all segments (the allocators are the one record of it)."""
         return sum(s.allocator.used for s in self.segments.values())

@@ -19,10 +19,12 @@ from kvstore.errors import (
     ObjectBusyError,
     ObjectExistsError,
     ObjectNotFoundError,
+    TooManyPutsError,
 )
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
 from kvstore.rpc.messages import record_bytes
@@ -60,7 +62,7 @@ class MasterState:
         self.disk.on_lost = self._delete
         self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)
         # Puts started and not ended: expiry checks these every tick, not every object.
-        self._pending: dict[str, ObjectMeta] = {}
+        self._pending = PutsInProgress()
         self.stored_bytes = 0  # of visible objects, kept as they come and go: stats() is O(1)
         self.counters = Counters()
 
@@ -219,6 +221,7 @@ class MasterState:
         asked = replicas
         if 0 < min_replicas < replicas:
             replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
+        self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
         placed = self._place(key, size, replicas, wait_for_room)
         now = self.clock()
         meta = ObjectMeta(
@@ -233,7 +236,7 @@ class MasterState:
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
         self.objects[key] = meta
-        self._pending[key] = meta
+        self._pending.add(meta)
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
@@ -241,7 +244,7 @@ class MasterState:
         planning walks the coldest part of memory)."""
         meta = self._pending_put(client_id, key)
         meta.complete = True
-        del self._pending[key]
+        self._pending.pop(key)
         if len(meta.replicas) < meta.base_replicas:
             self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
         self.stored_bytes += meta.size
@@ -253,6 +256,25 @@ class MasterState:
 
     def put_revoke(self, client_id: str, key: str) -> None:
         self._delete(self._pending_put(client_id, key))
+
+    def _check_put_limits(self, client_id: str, nbytes: int) -> None:
+        """TooManyPutsError when this client's puts in progress are at its limits: objects (at most half
+        of all fence slots, whatever the setting) or bytes (a client with none in progress may always
+        start one, however large, so every put can make progress)."""
+        objects, held = self._pending.held(client_id)
+        if objects == 0:
+            return
+        most_objects = min(self.config.client_put_objects, max(1, self.space.fence_slots // 2))
+        most_bytes = self.config.client_put_bytes or self.capacity // 2
+        if objects >= most_objects:
+            raise TooManyPutsError(
+                f"this client has {objects} puts in progress, its limit; end or revoke some first"
+            )
+        if held + nbytes > most_bytes:
+            raise TooManyPutsError(
+                f"this client's puts in progress hold {held} bytes; {nbytes} more would pass its limit of "
+                f"{most_bytes}: end or revoke some first"
+            )
 
     def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
         meta = self._pending.get(key)
@@ -378,7 +400,7 @@ class MasterState:
             self.space.free(meta.key, r, writing=writing, read_until=read_until)
         meta.replicas = []
         self.objects.pop(meta.key, None)
-        self._pending.pop(meta.key, None)
+        self._pending.pop(meta.key)
         self.policy.on_remove(meta.key)
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)

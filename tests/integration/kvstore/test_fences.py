@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from kvstore import Store
+from kvstore.errors import TooManyPutsError
 from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
 from transfer_engine import Op, RequestState, StaleLocationError
@@ -189,3 +190,27 @@ def put_all(client: Store, keys: list[str], value: np.ndarray, batch: int = 8192
     for start in range(0, len(keys), batch):
         chunk = keys[start : start + batch]
         assert client.batch_put_from(chunk, [value] * len(chunk)) == [0] * len(chunk)
+
+
+def test_one_client_cannot_take_every_slot_with_puts_it_never_ends() -> None:
+    """A client starts 17 requests of 4,096 one-byte puts and never ends them. Was: every fence slot taken,
+    0% of other clients' puts succeeded and everyone's objects were evicted looking for a slot. Now its
+    puts past its limit fail with TooManyPutsError, evict nothing, and the others' puts go on."""
+    with kvstore_process(_master("--put-timeout", "60")) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "64MiB"]  # 32,768 fence slots
+        with kvstore_process(node), Store.connect(address) as hog, Store.connect(address) as other:
+            kept = [f"kept/{i}" for i in range(1000)]
+            put_all(other, kept, np.full(4096, 3, np.uint8))
+            codes = []
+            for r in range(17):
+                items = [m.PutItem(f"hog/{r}/{i}", 1, 1) for i in range(4096)]
+                start = m.PutStart(client_id=hog.client_id, items=items, replicas=1)
+                codes += [res.code for res in hog.master.call(start)]
+            assert codes.count(0) == 16384  # client_put_objects
+            assert set(codes) == {0, TooManyPutsError.code}
+            fresh = [f"fresh/{i}" for i in range(8000)]
+            put_all(other, fresh, np.full(1024, 5, np.uint8))  # every one of them succeeds
+            stats = other.stats()["master"]
+            assert stats["evictions"] == 0
+            assert all(other.batch_exists(kept)) and other.get(kept[0]) == bytes([3]) * 4096

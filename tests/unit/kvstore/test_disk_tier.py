@@ -154,7 +154,9 @@ def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(c
     operator run lost objects here with 160 MiB of disk free)."""
     from kvstore.master.handlers import Deferred, Handlers
 
-    state = with_disk(clock, demote_watermark=0.9)  # a budget of 0.8 MiB: one demotion per plan at most
+    # A budget of 0.8 MiB: one demotion per plan at most. The batch is larger than half of memory (the
+    # default bound on one client's puts in progress).
+    state = with_disk(clock, demote_watermark=0.9, client_put_bytes=64 * MiB)
     overflow(state, 8)  # memory full; the planned demotions are done
     undemoted = [f"k{i}" for i in range(8) if state.objects[f"k{i}"].disk is None]
     assert undemoted and not state.disk.some_demotion()

@@ -12,6 +12,7 @@ from kvstore.errors import (
     NotFoundError,
     ObjectBusyError,
     ObjectExistsError,
+    TooManyPutsError,
 )
 from kvstore.master.state import MasterState
 
@@ -158,7 +159,7 @@ def test_never_evicts_leased_or_pinned(clock: Clock) -> None:
 
 
 def test_no_space_only_when_nothing_is_evictable(clock: Clock) -> None:
-    state = make_state(clock, [("h0", 2 * MiB)], lease_ttl=5.0)
+    state = make_state(clock, [("h0", 2 * MiB)], lease_ttl=5.0, client_put_bytes=64 * MiB)
     put(state, "pinned", pin=True)
     state.put_start("c0", "unfinished", MiB, 1, 1, False)
     with pytest.raises(NoSpaceError):
@@ -392,3 +393,24 @@ def test_fence_kills_are_handed_out_in_bounded_batches(clock: Clock) -> None:
     state.space.acknowledge("c0", rest)
     assert fences.stats()["fence_kills_outstanding"] == 0
     assert not fences.outstanding("c0")
+
+
+def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Clock) -> None:
+    """Past its limits a client's puts fail with TooManyPutsError and evict nothing; ending them gives
+    the room back; other clients are not held to its count."""
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_put_objects=3)
+    state.register_client("other", "h2")
+    put(state, "old")
+    for i in range(3):
+        state.put_start("c0", f"p{i}", 4096, i, 1, False)
+    with pytest.raises(TooManyPutsError):
+        state.put_start("c0", "p3", 4096, 3, 1, False)
+    state.put_start("other", "q", 4096, 9, 1, False)  # another client's own count
+    state.put_end("c0", "p0")
+    state.put_start("c0", "p3", 4096, 3, 1, False)  # room again
+    state.put_start("other", "big", 7 * MiB, 1, 1, False)  # its first: may be as large as it likes
+    with pytest.raises(TooManyPutsError):  # half of 16 MiB held already
+        state.put_start("other", "more", 2 * MiB, 1, 1, False)
+    assert state.exists("old") and state.counters.evictions == 0
+    state.drop_client("c0")
+    assert state._pending.held("c0") == (0, 0)
