@@ -25,7 +25,9 @@ log = logging.getLogger("kvstore.client")
 
 
 class Session:
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, node_name: str = "") -> None:
+        """`node_name`: a storage node's identity on its host (kvstore.node.identity); the master lets a
+        registration with the same identity supersede this one at once. Plain clients have none."""
         if not config.master:
             raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
         self.config = config
@@ -44,6 +46,7 @@ class Session:
             engine = TransferEngine(config.engine)
             self.client_id = uuid.uuid4().hex
             self.host_id = engine.host_id
+            self.node_id = f"{self.host_id}/{node_name}" if node_name else ""
             self.engine = engine
             self.terms = self._register()
         except BaseException:
@@ -53,7 +56,9 @@ class Session:
             raise
 
     def _register(self) -> m.RegisterReply:
-        return self.master.call(m.RegisterClient(client_id=self.client_id, host_id=self.host_id))
+        return self.master.call(
+            m.RegisterClient(client_id=self.client_id, host_id=self.host_id, node_id=self.node_id)
+        )
 
     # -- what rides on the heartbeat ----------------------------------------------------------------
     def on_heartbeat(self, report: Callable[[], dict[str, Any]]) -> None:

@@ -17,6 +17,11 @@ class NodeConfig(Component):
 
     ENV_PREFIX: ClassVar[str] = "KVSTORE_NODE_"
 
+    name: str = setting(
+        "",
+        "This node's name on its host, part of its identity (a node restarted with the same identity "
+        "takes over its old registration and records at once); empty: derived from its settings.",
+    )
     segment_size: int = setting(4 << 30, "Bytes of pre-faulted memory this node contributes.", "size")
     buffer_size: int = setting(
         4 << 20, "Staging area of the node's own client (it moves little itself).", "size"

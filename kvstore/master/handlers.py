@@ -98,7 +98,7 @@ class Handlers:
         return m.HelloReply(m.PROTOCOL_VERSION)
 
     def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
-        self.state.register_client(r.client_id, r.host_id)
+        self.state.register_client(r.client_id, r.host_id, r.node_id)
         c = self.state.config
         return m.RegisterReply(
             c.heartbeat_interval, c.client_ttl, c.lease_ttl, self.state.space.fences.current

@@ -96,6 +96,7 @@ class Client:
     host_id: str
     last_seen: float
     segments: set[int] = field(default_factory=set)
+    node_id: str = ""  # a storage node's identity: a later registration with the same one supersedes this
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Counters:
     evictions_to_disk: int = 0  # evictions that dropped only memory replicas: the object stayed on disk
     reclaimed_puts: int = 0
     dropped_clients: int = 0
+    superseded_clients: int = 0  # registrations of nodes that came back (restarted) under a new client id
     suspected_segments: int = 0  # segments clients reported unreachable
     corrupt_replicas: int = 0  # replicas dropped after a reader's checksum mismatch
     stalls: int = 0  # times the master found it had not run for longer than a housekeeping period

@@ -56,6 +56,7 @@ class MasterState:
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
         self.space = SegmentSpace(config.allocation_alignment, clock)  # the one writer of segment space
         self.clients: dict[str, Client] = {}
+        self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         self.objects: dict[str, ObjectMeta] = {}
         self.replicator = Replicator(config, clock, self.space, self.objects)
         self.disk = DiskTier(config, clock, self.space, self.objects, self.policy)
@@ -71,12 +72,21 @@ class MasterState:
         return self.space.segments
 
     # -- clients and segments -----------------------------------------------------------------------
-    def register_client(self, client_id: str, host_id: str) -> None:
+    def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
+        """Registers a client (again). A storage node that registers with the identity of an older
+        registration is that node restarted: the old one is dropped at once (its process is gone), so
+        what the node offers back (disk records) is taken, not deleted when the old TTL runs out."""
         client = self.clients.get(client_id)
-        if client is None:
-            self.clients[client_id] = Client(client_id, host_id, self.clock())
-        else:
+        if client is not None:
             client.last_seen = self.clock()
+            return
+        old = self._by_node.get(node_id) if node_id else None
+        if old is not None and old != client_id:
+            self.counters.superseded_clients += 1
+            self.drop_client(old)
+        self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id)
+        if node_id:
+            self._by_node[node_id] = client_id
 
     def heartbeat(self, client_id: str) -> bool:
         """False when the client is unknown (dropped): it must register and mount again. A heartbeat sent
@@ -155,6 +165,8 @@ class MasterState:
         client = self.clients.pop(client_id, None)
         if client is None:
             return
+        if client.node_id and self._by_node.get(client.node_id) == client_id:
+            del self._by_node[client.node_id]
         for seg_id in list(client.segments):
             seg = self.segments.get(seg_id)
             if seg is not None:
@@ -495,7 +507,8 @@ class MasterState:
 
     def restore_disk(self, client_id: str, records: list[tuple[int, str, int, int]]) -> int:
         """Takes back records a restarted node's disk still holds (verified by the node): each becomes a
-        disk-only object unless the key is already known. Returns how many were taken."""
+        disk-only object, or the disk copy again of the same value still in memory elsewhere (another
+        value of the key wins). Returns how many were taken."""
         self._client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
@@ -503,10 +516,20 @@ class MasterState:
         now = self.clock()
         taken = 0
         for offset, key, size, checksum in records:
-            if key in self.objects:
-                continue
+            known = self.objects.get(key)
+            if known is not None and (
+                not known.complete
+                or known.disk is not None
+                or (known.size, known.checksum) != (size, checksum)
+            ):
+                continue  # another value of the key, or one with its own record
             record = self.disk.disk_space.reserve(seg, key, offset, record_bytes(size))
             if record is None:
+                continue
+            if known is not None:  # still in memory elsewhere: the record is its disk copy again
+                known.disk = record
+                self.disk.policy.on_insert(key, size)
+                taken += 1
                 continue
             meta = ObjectMeta(key, size, checksum, [], client_id, complete=True, last_access=now)
             meta.disk = record

@@ -6,6 +6,7 @@ from typing import Any
 
 from kvstore.client.session import Session
 from kvstore.config import NodeConfig, StoreConfig
+from kvstore.node.identity import NodeIdentity
 from kvstore.node.storage import StorageNode
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
 
@@ -17,7 +18,12 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     from KVSTORE_* variables, then defaults.
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
-    session = Session(config)
+    identity = NodeIdentity(node, config.master)
+    try:
+        session = Session(config, identity.name)
+    except BaseException:
+        identity.release()
+        raise
     try:
         storage = StorageNode(session, node)
         session.start()
@@ -29,3 +35,4 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         storage.close()
     finally:
         session.close()
+        identity.release()

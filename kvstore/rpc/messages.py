@@ -218,10 +218,12 @@ class RegisterClient(Request):
     METHOD: ClassVar[str] = "register_client"
     client_id: str
     host_id: str
+    node_id: str = ""  # a storage node's identity: it supersedes an older registration with the same one
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RegisterClient:
-        return cls(v.text(p, "client_id"), v.text(p, "host_id"))
+        node_id = v.text(p, "node_id") if p.get("node_id") else ""
+        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id)
 
     @staticmethod
     def decode_reply(obj: Any) -> RegisterReply:

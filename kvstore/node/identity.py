@@ -1,0 +1,65 @@
+"""A storage node's identity on its host: the same command line and environment give the same one, so
+a node restarted after a crash is known for what it is. The master lets a node that registers with an
+identity supersede the old registration at once (its segments are gone, its disk records are offered
+back), rather than wait out the old one's TTL while it deletes what the disk still holds.
+
+The identity is a digest of what defines the node (its master, its disk, its memory size, or the name
+given with KVSTORE_NODE_NAME) and a slot: identical nodes on one host take the first slot no living node
+holds (a lock file held for the process's life; the kernel drops it when the process dies), so two
+such nodes never share an identity, and a restarted one takes a slot its dead twin left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+
+import xxhash
+
+from kvstore.config import NodeConfig
+from kvstore.errors import InvalidArgumentError
+
+MAX_SLOTS = 256
+
+
+def lock_directory() -> str:
+    """Where node identity locks live: shared memory where the host has it (gone at reboot, as the
+    identities' memory is), else the temporary directory."""
+    return (
+        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    )
+
+
+class NodeIdentity:
+    """Claims this node's identity for the life of the process (release() or exit gives it back)."""
+
+    def __init__(self, config: NodeConfig, master: str) -> None:
+        if config.name:
+            defining = f"name={config.name}"
+        else:
+            disk = os.path.abspath(config.disk) if config.disk else ""
+            defining = f"master={master} disk={disk} segment={config.segment_size}"
+        self.base = xxhash.xxh3_64_hexdigest(defining.encode())
+        self._fd = -1
+        for slot in range(MAX_SLOTS):
+            path = os.path.join(lock_directory(), f"kvstore-node-{self.base}-{slot}.lock")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._fd, self.slot = fd, slot
+            self.name = f"{self.base}/{slot}"  # on this host; the master knows it as "<host id>/<name>"
+            return
+        raise InvalidArgumentError(
+            f"{MAX_SLOTS} nodes with these settings already run on this host; give this one KVSTORE_NODE_NAME"
+        )
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
