@@ -375,11 +375,11 @@ class TransferEngine:
     ) -> BatchHandle:
         """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast.
         `fence_slots`/`fence_gens` name each request's allocation in a fenced region (both or neither)."""
-        local = np.ascontiguousarray(local_addrs, dtype=np.uint64).reshape(-1)
+        local = _as_column(local_addrs, np.uint64)
         n = local.size
 
         def column(values: Any, dtype: Any) -> np.ndarray:
-            out = np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+            out = _as_column(values, dtype)
             if out.size == 1 and n != 1:
                 out = np.full(n, out[0], dtype=dtype)
             if out.size != n:
@@ -460,9 +460,16 @@ class TransferEngine:
     ) -> tuple[RequestState, int]:
         """One request, run to the end with the least overhead; returns (state, core error code).
         `fence` is (slot, generation) of the allocation it touches in a fenced region."""
-        if min(local_addr, region_id, offset, length) < 0:
-            raise InvalidArgumentError("addresses, offsets and lengths must not be negative")
+        values = (local_addr, region_id, offset, length, *fence)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in values):
+            raise InvalidArgumentError("addresses, ids, offsets, lengths and fences must be integers")
+        if min(values) < 0 or max(local_addr, region_id, offset, length, fence[1]) >= 1 << 64:
+            raise InvalidArgumentError("addresses, offsets and lengths must be in [0, 2**64)")
+        if fence[0] >= 1 << 32:
+            raise InvalidArgumentError("a fence slot must be below 2**32")
         deadline = self.config.transfer_timeout if timeout is None else timeout
+        if not 0 <= deadline < 1e9:  # also refuses NaN
+            raise InvalidArgumentError("timeout must be 0 or more seconds (and finite)")
         state, code = self._core_engine().transfer(
             int(op), local_addr, peer.handle, region_id, offset, length, int(deadline * 1000), *fence
         )
@@ -484,3 +491,13 @@ class TransferEngine:
         )
         if state != RequestState.COMPLETED:
             raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {peer.name} failed")
+
+
+def _as_column(values: Any, dtype: Any) -> np.ndarray:
+    """A batch column as a flat array of `dtype`; a value that does not fit is a clear error."""
+    try:
+        return np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"a batch column holds a value that is not a {np.dtype(dtype).name}: {exc}"
+        ) from None

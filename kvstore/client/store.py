@@ -594,6 +594,9 @@ class Store:
         leading run:
         a scheduler routes the request to the node with the longest run."""
         keys = list(keys)
+        bad = next((i for i, k in enumerate(keys) if not v.key_ok(k)), None)
+        if bad is not None:  # no key of that kind is stored: the prefix ends before it
+            keys = keys[:bad]
         matched = 0
         replicas: list[list[str]] = []
         per_node: dict[str, int] = {}
@@ -613,47 +616,57 @@ class Store:
 
     # -- the rest -------------------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
-        return bool(self.master.call(m.Exists(keys=[key]))[0])
+        return bool(self.master.call(m.Exists(keys=[v.key(key)]))[0])
 
     def get_size(self, key: str) -> int | None:
         """The value's size in bytes, or None when absent (one metadata RPC; like a get, it grants a
         lease and counts as a read)."""
-        found: ObjectLocation | None = self.master.call(m.GetReplicas(keys=[key]))[0]
+        found: ObjectLocation | None = self.master.call(m.GetReplicas(keys=[v.key(key)]))[0]
         return None if found is None else found.size
 
     def locate(self, keys: Sequence[str]) -> list[ObjectLocation | None]:
         """Where each key's replicas live (None: absent), from the master. Like a get it grants a read
         lease and counts as a read; the locations are valid while the objects are not removed."""
         keys = list(keys)
-        out: list[ObjectLocation | None] = []
-        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
-            out += self.master.call(m.GetReplicas(keys=keys[start : start + v.MAX_KEYS]))
+        out: list[ObjectLocation | None] = [None] * len(keys)  # a bad key is never stored: None
+        asked = [i for i, k in enumerate(keys) if v.key_ok(k)]
+        for start in range(0, len(asked), v.MAX_KEYS):  # in requests the master bounds
+            chunk = asked[start : start + v.MAX_KEYS]
+            reply = self.master.call(m.GetReplicas(keys=[keys[i] for i in chunk]))
+            for i, found in zip(chunk, reply, strict=True):
+                out[i] = found
         return out
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        """Per key whether it is stored (a key that breaks the key rule never is: False)."""
         keys = list(keys)
-        out: list[bool] = []
-        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
-            out += self.master.call(m.Exists(keys=keys[start : start + v.MAX_KEYS]))
+        out = [False] * len(keys)
+        asked = [i for i, k in enumerate(keys) if v.key_ok(k)]
+        for start in range(0, len(asked), v.MAX_KEYS):  # in requests the master bounds
+            chunk = asked[start : start + v.MAX_KEYS]
+            reply = self.master.call(m.Exists(keys=[keys[i] for i in chunk]))
+            for i, there in zip(chunk, reply, strict=True):
+                out[i] = bool(there)
         return out
 
     def remove(self, key: str, *, force: bool = False) -> None:
         """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
         self.leases.drop([key])
-        code, message, _ = self.master.call(m.Remove(keys=[key], force=force))[0]
+        code, message, _ = self.master.call(m.Remove(keys=[v.key(key)], force=force))[0]
         if code:
             raise error_for_code(code, message)
 
     def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
         """One RPC; per key 0, or a negative code (MISS when absent, busy when leased)."""
-        self.leases.drop(keys)
         keys = list(keys)
-        out: list[int] = []
-        for start in range(0, len(keys), v.MAX_KEYS):  # in requests the master bounds
-            out += [
-                -r.code
-                for r in self.master.call(m.Remove(keys=keys[start : start + v.MAX_KEYS], force=force))
-            ]
+        asked = [i for i, k in enumerate(keys) if v.key_ok(k)]  # a bad key fails alone, here
+        self.leases.drop([keys[i] for i in asked])
+        out = [-InvalidArgumentError.code] * len(keys)
+        for start in range(0, len(asked), v.MAX_KEYS):  # in requests the master bounds
+            chunk = asked[start : start + v.MAX_KEYS]
+            removed = self.master.call(m.Remove(keys=[keys[i] for i in chunk], force=force))
+            for i, r in zip(chunk, removed, strict=True):
+                out[i] = -r.code
         return out
 
     def remove_all(self, *, force: bool = False) -> int:

@@ -48,10 +48,16 @@ KEY_RULE = f"keys must be non-empty strings of at most {MAX_KEY_BYTES} bytes (UT
 
 
 def key_ok(value: Any) -> bool:
-    """The key rule, as a test (clients use it to fail one bad key of a batch alone)."""
+    """The key rule, as a test (clients use it to fail one bad key of a batch alone). A key must encode
+    as UTF-8: a lone surrogate cannot travel (msgpack refuses it), so it fails here, alone."""
     if type(value) is not str or not value:
         return False
-    return len(value) <= MAX_KEY_BYTES // 4 or len(value.encode()) <= MAX_KEY_BYTES
+    if value.isascii():
+        return len(value) <= MAX_KEY_BYTES
+    try:
+        return len(value.encode()) <= MAX_KEY_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def key(value: Any) -> str:
@@ -64,8 +70,8 @@ def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
     value = field(params, name)
     if not isinstance(value, list) or len(value) > MAX_KEYS:
         raise InvalidArgumentError(f"{name!r} must be a list of at most {MAX_KEYS} keys")
-    # Fast path for the common case: short non-empty strings (4 bytes per char at most in UTF-8).
-    if all(type(k) is str and 0 < len(k) <= MAX_KEY_BYTES // 4 for k in value):
+    # Fast path for the common case: short non-empty ASCII strings.
+    if all(type(k) is str and 0 < len(k) <= MAX_KEY_BYTES and k.isascii() for k in value):
         return value
     return [key(k) for k in value]
 

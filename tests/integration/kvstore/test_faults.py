@@ -36,7 +36,7 @@ def test_bad_input_fails_alone_and_clearly() -> None:
     import pytest
 
     from kvstore import InvalidArgumentError, PermissionDeniedError
-    from transfer_engine import TransferEngine
+    from transfer_engine import Op, TransferEngine
     from transfer_engine.units import parse_size
 
     with Store.embedded(segment_size="16MiB") as store:
@@ -48,6 +48,17 @@ def test_bad_input_fails_alone_and_clearly() -> None:
         assert store.batch_get(["good", ""]) == [values[0].tobytes(), None]
         with pytest.raises(InvalidArgumentError, match="replicas"):
             store.put("k", b"v", replicas=0)  # not "the default"
+        # A lone surrogate cannot be encoded (UTF-8): was a UnicodeEncodeError for the whole batch.
+        lone = "block/\udc80"
+        assert store.batch_put_from(["good2", lone], values[:2]) == [0, bad]
+        assert store.batch_get(["good", lone]) == [values[0].tobytes(), None]
+        assert store.batch_get_into([lone, "good"], out[:2]) == [bad, 4096]
+        assert store.batch_exists([lone, "good"]) == [False, True]
+        assert store.batch_remove([lone, "good2"]) == [bad, 0]
+        assert store.locate([lone])[0] is None
+        assert store.match_prefix(["good", lone, "good"]).matched == 1
+        with pytest.raises(InvalidArgumentError, match="UTF-8"):
+            store.exists(lone)
     with pytest.raises(InvalidArgumentError, match="segment_size"):
         Store.connect("127.0.0.1:1", segment_size=2**64)
     with pytest.raises(InvalidArgumentError):
@@ -66,6 +77,11 @@ def test_bad_input_fails_alone_and_clearly() -> None:
             engine.read(frozen.addr, target, remote.id, 0, 4096)
         engine.write(frozen.addr, target, remote.id, 0, 4096)  # reading from it is fine
         assert remote.array is not None and bytes(remote.array[:15]) == b"immutable bytes"
+        # Was a pybind11 signature dump (TypeError): now a clear error naming the bound.
+        with pytest.raises(InvalidArgumentError, match="2\\*\\*64"):
+            engine.transfer_one(Op.READ, remote.addr, target, remote.id, 2**64, 16)
+        with pytest.raises(InvalidArgumentError, match="uint64"):
+            engine.submit(Op.READ, [remote.addr], target, remote.id, [2**64], 16)
 
 
 def _corrupt(store: Store, location: object) -> None:
