@@ -111,11 +111,16 @@ class DiskTier:
         self._parked.pop(client_id, None)
         self._drops.pop(client_id, None)
 
-    def mark_broken(self, client_id: str, reason: str) -> None:
-        """The node's disk failed: nothing more is demoted to it (its records stay readable if they are)."""
+    def set_degraded(self, client_id: str, reason: str) -> None:
+        """The node's disk fails writes (`reason`): nothing is demoted to it, and puts do not wait for
+        demotions, until its node says writes work again (reason ""). Its records stay readable."""
         for seg in self.segments.values():
-            if seg.client_id == client_id and not seg.broken:
-                seg.broken = reason or "broken"
+            if seg.client_id == client_id:
+                seg.degraded = reason
+
+    def working(self) -> bool:
+        """Some disk takes demotions."""
+        return any(not s.degraded for s in self.segments.values())
 
     # -- demotion -------------------------------------------------------------------------------------
     def plan(
@@ -124,8 +129,7 @@ class DiskTier:
         """Above the demote watermark, gives disk records to the next objects memory eviction would take
         (as many bytes as the watermark leaves free), so evicting them loses nothing. `urgent` (puts are
         evicting objects planning had not reached): as many as the disk queue takes (`disk_tasks`)."""
-        working = any(not s.broken for s in self.segments.values())
-        if not working or (usage <= self.config.demote_watermark and not urgent):
+        if not self.working() or (usage <= self.config.demote_watermark and not urgent):
             return
         budget = capacity if urgent else capacity * (1 - self.config.demote_watermark)
         in_flight = sum(1 for t in self.tasks.values() if t.kind == "demote")
@@ -152,7 +156,7 @@ class DiskTier:
         faster than the watermark's budget): True when its demotion is now in flight."""
         if meta.disk is not None or meta.pinned or not meta.complete or not meta.replicas:
             return False
-        if meta.key in self._by_key or not any(not s.broken for s in self.segments.values()):
+        if meta.key in self._by_key or not self.working():
             return False
         node = self._demote(meta)
         if node is not None:
@@ -170,7 +174,7 @@ class DiskTier:
     def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
         need = record_bytes(size)
         order = sorted(
-            (s for s in self.segments.values() if s.id not in exclude and s.size >= need and not s.broken),
+            (s for s in self.segments.values() if s.id not in exclude and s.size >= need and not s.degraded),
             key=lambda s: -s.allocator.largest_free,
         )
         for seg in order:
@@ -422,5 +426,6 @@ class DiskTier:
             "promotions": self.promotions,
             "disk_direct_reads": self.direct_reads,
             "disk_served_reads": self.served_reads,
-            "disks_broken": sum(1 for s in self.segments.values() if s.broken),
+            "disks_degraded": (degraded := sum(1 for s in self.segments.values() if s.degraded)),
+            "disks_broken": degraded,  # the name before disks could recover (kept for scripts)
         }

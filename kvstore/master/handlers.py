@@ -61,7 +61,7 @@ class Handlers:
             m.AwaitFences: self.await_fences,
             m.MountDisk: self.mount_disk,
             m.RestoreDisk: self.restore_disk,
-            m.DiskBroken: self.disk_broken,
+            m.DiskDegraded: self.disk_degraded,
             m.AwaitDiskWork: self.await_disk_work,
             m.PutStart: self.put_start,
             m.PutEnd: self.put_end,
@@ -272,9 +272,9 @@ class Handlers:
     def restore_disk(self, r: m.RestoreDisk) -> int:
         return self.state.restore_disk(r.client_id, r.records)
 
-    def disk_broken(self, r: m.DiskBroken) -> None:
+    def disk_degraded(self, r: m.DiskDegraded) -> None:
         self.state.check_client(r.client_id)
-        self.state.disk.mark_broken(r.client_id, r.reason)
+        self.state.disk.set_degraded(r.client_id, r.reason)
 
     def await_disk_work(self, r: m.AwaitDiskWork) -> m.DiskWork | Deferred:
         """Takes the node's finished disk orders; answers with new ones (and records to forget), at once

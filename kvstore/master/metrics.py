@@ -24,7 +24,8 @@ _GAUGES = {
     "disk_used": "Bytes of disk records",
     "disk_objects": "Objects with a disk record",
     "disk_tasks": "Demotions and loads handed to nodes and not yet reported",
-    "disks_broken": "Disk tiers that failed writes (nothing more is demoted to them)",
+    "disks_degraded": "Disk tiers failing writes (nothing is demoted to them until writes work again)",
+    "disks_broken": "Old name of disks_degraded",
 }
 _COUNTERS = {
     "puts": "Objects made visible",

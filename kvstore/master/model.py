@@ -57,7 +57,7 @@ class DiskSegment:
     size: int
     allocator: OffsetAllocator
     objects: set[str] = field(default_factory=set)  # keys with a record here
-    broken: str = ""  # why its node stopped trusting it (nothing more is placed on it); "" while fine
+    degraded: str = ""  # why its writes fail (nothing is demoted to it meanwhile); "" while they work
     path: str = ""  # the file on its node's host (readers there read records directly); "" unknown
     engine: str = ""  # its node's engine, serving the file as region `file_region` (0: not served)
     file_region: int = 0

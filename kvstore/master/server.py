@@ -96,8 +96,8 @@ class Master:
             elif path == "/health":
                 stats = self.state.stats()
                 health = {
-                    "status": "ok",
-                    **{k: stats[k] for k in ("objects", "segments", "clients", "usage")},
+                    "status": "degraded" if stats["disks_degraded"] else "ok",
+                    **{k: stats[k] for k in ("objects", "segments", "clients", "usage", "disks_degraded")},
                 }
                 status, ctype, body = "200 OK", "application/json", json.dumps(health).encode()
             else:

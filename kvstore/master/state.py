@@ -452,7 +452,7 @@ class MasterState:
             victim = victim or (leased if leased_too else None)
         if victim is None:
             return False
-        if wait_for_room and victim.disk is None:
+        if wait_for_room and victim.disk is None and self.disk.working():
             # Dropping it loses it: wait for its demotion, or for any other one in flight (whose object
             # can then go instead), or start its own (planning had not reached it: puts outran the
             # watermark's budget), rather than lose an object a moment before room comes.
@@ -550,7 +550,7 @@ class MasterState:
         demotion gave more of them records). Returns the number evicted."""
         if self.usage() <= self.config.high_watermark:
             return 0
-        disk_backed_only = any(not s.broken for s in self.disk.segments.values())
+        disk_backed_only = self.disk.working()
         evicted = 0
         try:
             while self.usage() > self.config.low_watermark and self._evict_one(

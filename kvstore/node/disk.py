@@ -34,6 +34,7 @@ MAGIC = b"KVSDISK1"
 _FIXED = struct.Struct("<8sQQI")  # magic, size, checksum, key length; then the key; the hash is last
 MAX_KEY_BYTES = PAGE - _FIXED.size - 8
 POLL_SECONDS = 2.0
+PROBE_SECONDS = 1.0  # how often a degraded disk tries whether writes work again
 
 
 def write_header(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
@@ -84,7 +85,12 @@ class DiskWorker:
         self.served = session.engine.register_file(path, export=True)
         self._io = threading.Lock()  # the staging area: orders, and a re-mount's check of the records
         self._closed = False
-        self.broken = ""  # set once writes failed: the master was told, and places nothing more here
+        # Why writes fail ("" while they work): the master was told and demotes nothing here meanwhile;
+        # a probe every PROBE_SECONDS (index and the file's last page, kept for it) ends it.
+        self.degraded = ""
+        self._probed = 0.0
+        self._unforgotten: set[tuple[int, str]] = set()  # dropped records the index could not mark
+        self._told = ""  # the state the master last heard
         self.restored = 0  # records offered back at the last mount, and how many the checks dropped
         self.dropped = 0
         self.mount()
@@ -107,13 +113,14 @@ class DiskWorker:
         s.master.call(
             m.MountDisk(
                 client_id=s.client_id,
-                size=self.file.size,
+                size=self.file.size - PAGE,  # the last page is the probe's
                 host_id=s.host_id,
                 path=os.path.abspath(self.file.path),
                 engine=s.engine.name,
                 file_region=self.served.id,
             )
         )
+        self._told = ""  # a disk mounts healthy: the loop tells the master if it is not
         with self._io:
             intact = self._intact(self.index.read())
             self.index.rewrite(intact)
@@ -170,12 +177,16 @@ class DiskWorker:
         done: list[m.DiskResult] = []
         while not s.closed and not self._closed:
             try:
-                request = m.AwaitDiskWork(client_id=s.client_id, done=done, wait=POLL_SECONDS)
-                work = s.master.call(request, timeout=POLL_SECONDS + s.config.rpc_timeout)
+                wait = PROBE_SECONDS if self.degraded else POLL_SECONDS
+                request = m.AwaitDiskWork(client_id=s.client_id, done=done, wait=wait)
+                work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
                 if work.drops:  # before the orders: one may write a new record where a dropped one was
-                    with self._io:
-                        self.index.forget([(d.offset, d.key) for d in work.drops])
+                    self._forget([(d.offset, d.key) for d in work.drops])
                 done = self.run(work.orders)
+                if self._told != self.degraded:  # a report that did not reach the master, or a new one
+                    self._report(self.degraded)
+                if self.degraded and time.monotonic() - self._probed >= PROBE_SECONDS:
+                    self._probe()
             except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
                 done = []
                 time.sleep(s.terms.heartbeat_interval)
@@ -183,6 +194,9 @@ class DiskWorker:
                 if s.closed or self._closed:
                     return
                 log.debug("disk poll failed: %s", exc)
+                time.sleep(0.1)
+            except OSError as exc:  # the file system (full, read-only; KVStoreErrors are caught above)
+                self._degrade(f"disk I/O failed: {exc}")
                 time.sleep(0.1)
 
     # -- orders ---------------------------------------------------------------------------------------
@@ -252,15 +266,21 @@ class DiskWorker:
             ok[i] = i not in failed
         bad = [c for c in codes if c]
         if bad:
-            self._broken(f"{len(bad)} record write(s) failed ({CODE_NAMES.get(bad[0], bad[0])})")
-        # Named in the index only once written in full: a kill loses at most the records in flight.
-        self.index.append(
-            [
-                IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
-                for i in writes
-                if ok[i]
-            ]
-        )
+            self._degrade(f"{len(bad)} record write(s) failed ({CODE_NAMES.get(bad[0], bad[0])})")
+        # Named in the index only once written in full: a kill loses at most the records in flight. A
+        # record the index cannot name would not survive a restart: its demotion fails.
+        written = [i for i in writes if ok[i]]
+        try:
+            self.index.append(
+                [
+                    IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
+                    for i in written
+                ]
+            )
+        except OSError as exc:
+            self._degrade(f"disk index write failed: {exc}")
+            for i in written:
+                ok[i] = False
         return ok
 
     def _hold_own(
@@ -346,17 +366,61 @@ class DiskWorker:
             ok[i] = True
         return ok
 
-    def _broken(self, reason: str) -> None:
-        """Tells the master (once) that this disk fails writes: it stops demoting here. Reads of records
-        already written go on (each is checked)."""
-        if self.broken:
+    def _forget(self, records: list[tuple[int, str]]) -> None:
+        """Marks dropped records dead in the index, so a restart never offers them back. When the index
+        cannot be written, their header pages are zeroed now (before any new record can be ordered into
+        their space), which a restart's checks refuse; failing that too, the index takes them once
+        writes work again."""
+        with self._io:
+            try:
+                self.index.forget(records)
+                return
+            except OSError as exc:
+                self._degrade(f"disk index write failed: {exc}")
+            zero = self._view(0, PAGE)
+            zero[:] = 0
+            codes = self.file.run(
+                [True] * len(records),
+                [self.staging.addr] * len(records),
+                [o for o, _ in records],
+                [PAGE] * len(records),
+            ).tolist()
+            self._unforgotten.update(r for r, code in zip(records, codes, strict=True) if code)
+
+    def _probe(self) -> None:
+        """Tries whether writes work again: the index rewritten (with what it could not take meanwhile)
+        and the file's probe page written. Both: the disk takes demotions again."""
+        self._probed = time.monotonic()
+        with self._io:
+            try:
+                self.index.rewrite_without(self._unforgotten)
+            except OSError:
+                return
+            self._view(0, PAGE)[:] = 0
+            if self.file.run([True], [self.staging.addr], [self.file.size - PAGE], [PAGE]).tolist() != [0]:
+                return
+            self._unforgotten.clear()
+        log.warning("disk tier %s: writes work again; demotions resume", self.file.path)
+        self._report("")
+
+    def _degrade(self, reason: str) -> None:
+        """Tells the master (once per episode) that this disk fails writes: it demotes nothing here and
+        puts stop waiting for demotions, until a probe finds writes work again. Reads of records already
+        written go on (each is checked)."""
+        if self.degraded:
             return
-        self.broken = reason
-        log.error("disk tier %s: %s; no more demotions to it", self.file.path, reason)
+        self.degraded = reason
+        self._probed = time.monotonic()
+        log.error("disk tier %s: %s; degraded (no demotions until writes work again)", self.file.path, reason)
+        self._report(reason)
+
+    def _report(self, reason: str) -> None:
+        self.degraded = reason
         try:
-            self.session.master.call(m.DiskBroken(client_id=self.session.client_id, reason=reason))
+            self.session.master.call(m.DiskDegraded(client_id=self.session.client_id, reason=reason))
+            self._told = reason
         except KVStoreError as exc:
-            log.warning("could not report the broken disk: %s", exc)
+            log.warning("could not report the disk's state: %s", exc)
 
     def close(self) -> None:
         self._closed = True

@@ -93,11 +93,21 @@ class DiskIndex:
         self._in_file = len(entries)
 
     def append(self, entries: list[IndexEntry]) -> None:
+        """Appends entries, all or none: a write that fails (a full file system) is cut back off, so the
+        index never holds a torn entry that would hide what is appended after it. OSError then."""
         if not entries:
             return
+        data = b"".join(encode(e) for e in entries)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, b"".join(encode(e) for e in entries))
+            before = os.fstat(fd).st_size
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except OSError:
+                os.ftruncate(fd, before)
+                raise
         finally:
             os.close(fd)
         self._in_file += len(entries)
@@ -105,6 +115,10 @@ class DiskIndex:
             self._note(entry)
         if self._in_file > 2 * len(self._latest) + COMPACT_SLACK:
             self.rewrite(list(self._latest.values()))
+
+    def rewrite_without(self, dead: set[tuple[int, str]]) -> None:
+        """Rewrites the index with its live entries, less the (offset, key) records in `dead`."""
+        self.rewrite([e for e in self._latest.values() if (e.offset, e.key) not in dead])
 
     def forget(self, records: list[tuple[int, str]]) -> None:
         """Marks these (offset, key) records dead: a restart does not offer them again."""

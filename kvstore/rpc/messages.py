@@ -379,16 +379,20 @@ class RestoreDisk(Request):
 
 
 @dataclass
-class DiskBroken(Request):
-    """A node's disk failed (I/O errors, read-only, gone): the master places nothing more on it."""
+class DiskDegraded(Request):
+    """A node's disk fails writes (I/O errors, a full file system, read-only): the master demotes nothing
+    to it until the node says writes work again (`reason` "")."""
 
-    METHOD: ClassVar[str] = "disk_broken"
+    METHOD: ClassVar[str] = "disk_degraded"
     client_id: str
     reason: str
 
     @classmethod
-    def parse(cls, p: dict[str, Any]) -> DiskBroken:
-        return cls(v.text(p, "client_id"), v.text(p, "reason", 1024))
+    def parse(cls, p: dict[str, Any]) -> DiskDegraded:
+        reason = v.field(p, "reason")
+        if not isinstance(reason, str) or len(reason.encode()) > 1024:
+            raise InvalidArgumentError("'reason' must be a string of at most 1024 bytes")
+        return cls(v.text(p, "client_id"), reason)
 
 
 @dataclass
@@ -691,7 +695,7 @@ REQUESTS: dict[str, type[Request]] = {
         AwaitFences,
         MountDisk,
         RestoreDisk,
-        DiskBroken,
+        DiskDegraded,
         AwaitDiskWork,
         PutStart,
         PutEnd,
