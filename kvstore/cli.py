@@ -526,14 +526,21 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--disk-backend", choices=["auto", "io_uring", "threads"], help="disk I/O (default auto)")
     p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
     p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
+    p.add_argument("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)")
 
 
 def _run_node(args: argparse.Namespace) -> int:
+    import logging
+
     from kvstore.config import NodeConfig
     from kvstore.node.process import run_node
 
+    # Warnings on stderr, and what the node itself says as it starts (how far its memory is ready).
+    logging.basicConfig(format="kvstore node: %(message)s", level=logging.WARNING)
+    logging.getLogger("kvstore.node").setLevel(logging.INFO)
+    settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend"]
     run_node(
-        NodeConfig.load(**_given(args, ["segment_size", "pinned", "disk", "disk_size", "disk_backend"])),
+        NodeConfig.load(**_given(args, settings)),
         **_given(args, ["master", "host", "transport"]),
     )
     return 0

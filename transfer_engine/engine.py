@@ -253,7 +253,13 @@ class TransferEngine:
         return self._add(self._core_engine().register_file(str(path), export))
 
     def allocate(
-        self, size: int, *, export: bool = True, fence_slots: int = 0, pinned: bool = False
+        self,
+        size: int,
+        *,
+        export: bool = True,
+        fence_slots: int = 0,
+        pinned: bool = False,
+        populate: bool = True,
     ) -> Region:
         """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it.
 
@@ -261,13 +267,20 @@ class TransferEngine:
         a live (slot, generation), and :meth:`kill_allocations` fences one off for good (a storage node's
         segment, whose allocations the master hands out and frees). `pinned` page-locks it (kind
         host-pinned): registered with the CUDA driver where one is present, else mlock; `pinned_by` says
-        which. NoMemoryError, naming RLIMIT_MEMLOCK, when the memory cannot be locked."""
+        which. NoMemoryError, naming RLIMIT_MEMLOCK, when the memory cannot be locked. `populate` False
+        (unpinned only) returns at once with the pages left to :meth:`prefault`, which several threads
+        may run on disjoint ranges (huge pages are asked for where the system offers them)."""
         if not 0 < size < 2**63:
             raise InvalidArgumentError(f"size must be positive and below 2^63, got {size}")
         if not 0 <= fence_slots <= 1 << 26:
             raise InvalidArgumentError(f"fence_slots must be 0..2^26, got {fence_slots}")
-        info, array = self._core_engine().allocate(size, export, fence_slots, pinned)
+        info, array = self._core_engine().allocate(size, export, fence_slots, pinned, populate)
         return self._add(info, array=array)
+
+    def prefault(self, region: Region, offset: int, length: int) -> None:
+        """Faults in [offset, offset+length) of a region allocated with populate=False (GIL released;
+        offset a page multiple). NoMemoryError when the host has no memory left for it."""
+        self._core_engine().prefault(region.id, offset, length)
 
     def kill_allocations(
         self, region: Region | int, slots: Sequence[int], gens: Sequence[int], *, timeout: float = 0.05

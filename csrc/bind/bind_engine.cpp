@@ -127,11 +127,11 @@ void bind_engine(py::module_& m) {
           py::arg("path"), py::arg("exported"))
       .def(
           "allocate",
-          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned) {
+          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned, bool populate) {
             StatusOr<RegionInfo> r = Status();
             {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
-              r = e.registry().allocate(length, exported, fence_slots, pinned);
+              r = e.registry().allocate(length, exported, fence_slots, pinned, populate);
             }
             const RegionInfo info = value_or_throw(std::move(r));
             // The array keeps the mapping alive: a view used after unregister reads stale memory,
@@ -145,8 +145,23 @@ void bind_engine(py::module_& m) {
             return py::make_tuple(d, view);
           },
           py::arg("length"), py::arg("exported"), py::arg("fence_slots") = 0, py::arg("pinned") = false,
+          py::arg("populate") = true,
           "Allocates registered memfd host memory; returns (region info, uint8 numpy view). With "
-          "fence_slots > 0 every transfer into it must name a live (slot, generation) allocation.")
+          "fence_slots > 0 every transfer into it must name a live (slot, generation) allocation; with "
+          "populate false its pages are faulted in by prefault() (huge pages asked for).")
+      .def(
+          "prefault",
+          [](Engine& e, uint64_t region_id, uint64_t offset, uint64_t length) {
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = e.registry().prefault(region_id, offset, length);
+            }
+            if (!st.ok()) throw StatusError(st);
+          },
+          py::arg("region_id"), py::arg("offset"), py::arg("length"),
+          "Faults in a range of a region allocated with populate false (several threads may fault "
+          "disjoint ranges at once); NoMemoryError when the host has no memory left for it.")
       .def(
           "kill_allocations",
           [](Engine& e, uint64_t region_id, std::vector<uint32_t> slots, std::vector<uint64_t> gens,

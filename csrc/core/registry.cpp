@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/prefault.h"
 #include "cuda/driver.h"
 
 namespace kvs {
@@ -144,7 +145,8 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
 }
 
 StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, uint32_t fence_slots,
-                                              bool pinned) {
+                                              bool pinned, bool populate) {
+  populate = populate || pinned;
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
   std::shared_ptr<FenceTable> fence;
   if (fence_slots > 0) {
@@ -154,19 +156,22 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, ui
   }
   int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
   if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
-  // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later.
+  // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later
+  // (unpopulated regions are reserved by prefault(), before anything touches them).
   if (ftruncate(fd, static_cast<off_t>(length)) != 0 ||
-      fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0) {
+      (populate && fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0)) {
     Status st = errno_status(Code::kNoMemory, "reserving memfd pages");
     close(fd);
     return st;
   }
-  void* addr = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* addr =
+      mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (addr == MAP_FAILED) {
     Status st = errno_status(Code::kNoMemory, "mmap memfd");
     close(fd);
     return st;
   }
+  if (!populate) advise_huge_pages(addr, length);
   PinMethod pin_method = PinMethod::kNone;
   if (pinned) {
     auto how = pin_host_memory(addr, length);
@@ -190,6 +195,18 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, ui
     close(fd);
   }
   return result;
+}
+
+Status MemoryRegistry::prefault(uint64_t id, uint64_t offset, uint64_t length) {
+  std::shared_ptr<Region> region = find(id);
+  if (!region || !region->owned_ || region->memfd_ < 0) {
+    return Status(Code::kNotFound, "no region allocated by this engine with id " + std::to_string(id));
+  }
+  const RegionInfo& info = region->info();
+  if (offset > info.length || length > info.length - offset) {
+    return Status(Code::kInvalidArgument, "prefault range lies outside the region");
+  }
+  return prefault_range(reinterpret_cast<void*>(info.base), region->memfd_, offset, length);
 }
 
 Status MemoryRegistry::remove(uint64_t id) {

@@ -100,8 +100,13 @@ class MemoryRegistry {
   // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
   // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h). `pinned`
   // page-locks it (kind host-pinned; see core/host_pinning.h) or fails saying why.
-  StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0,
-                                bool pinned = false);
+  // `populate` false leaves the pages to prefault() (a large region faulted in by several threads;
+  // huge pages are asked for); pinned regions are always populated.
+  StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0, bool pinned = false,
+                                bool populate = true);
+  // Faults in [offset, offset+length) of a region allocate() made without populating it; safe to call
+  // on disjoint ranges from several threads.
+  Status prefault(uint64_t id, uint64_t offset, uint64_t length);
   // Registers a file (opened read-only, O_DIRECT) as a region of kind file: its offsets are the file's,
   // it has no address, and transports that serve kind file read it for peers (never write it).
   StatusOr<RegionInfo> add_file(const std::string& path, bool exported);

@@ -25,9 +25,16 @@ log = logging.getLogger("kvstore.client")
 
 
 class Session:
-    def __init__(self, config: StoreConfig, node_name: str = "") -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        node_name: str = "",
+        before_join: Callable[[TransferEngine], None] | None = None,
+    ) -> None:
         """`node_name`: a storage node's identity on its host (kvstore.node.identity); the master lets a
-        registration with the same identity supersede this one at once. Plain clients have none."""
+        registration with the same identity supersede this one at once. Plain clients have none.
+        `before_join(engine)` runs before the master hears of this process (a node readies its memory:
+        once registered, it must heartbeat)."""
         if not config.master:
             raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
         self.config = config
@@ -44,6 +51,8 @@ class Session:
         try:
             self.master.hello()
             engine = TransferEngine(config.engine)
+            if before_join is not None:
+                before_join(engine)
             self.client_id = uuid.uuid4().hex
             self.host_id = engine.host_id
             self.node_id = f"{self.host_id}/{node_name}" if node_name else ""

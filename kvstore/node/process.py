@@ -7,7 +7,8 @@ from typing import Any
 from kvstore.client.session import Session
 from kvstore.config import NodeConfig, StoreConfig
 from kvstore.node.identity import NodeIdentity
-from kvstore.node.storage import StorageNode
+from kvstore.node.storage import StorageNode, prepare_segment
+from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
 
 
@@ -19,13 +20,16 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     identity = NodeIdentity(node, config.master)
-    try:
-        session = Session(config, identity.name)
+    prepared: list[Region] = []
+    try:  # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
+        session = Session(
+            config, identity.name, lambda engine: prepared.append(prepare_segment(engine, node))
+        )
     except BaseException:
         identity.release()
         raise
     try:
-        storage = StorageNode(session, node)
+        storage = StorageNode(session, node, prepared[0])
         session.start()
         pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
         d = storage.disk

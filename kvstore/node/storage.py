@@ -19,13 +19,20 @@ from kvstore.client.session import Session
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError, NotFoundError
 from kvstore.node.disk import DiskWorker
+from kvstore.node.segment_memory import ready_segment
 from kvstore.rpc import messages as m
-from transfer_engine import Op, RequestState
+from transfer_engine import Op, Region, RequestState, TransferEngine
 
 log = logging.getLogger("kvstore.node")
 
 FENCE_POLL_SECONDS = 2.0  # how long one AwaitFences call waits for kills before asking again
 FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
+
+
+def prepare_segment(engine: TransferEngine, config: NodeConfig) -> Region:
+    """The memory a node with `config` contributes, every page faulted in (kvstore.node.segment_memory)."""
+    size = config.segment_size
+    return ready_segment(engine, size, fence_slots_for(size), config.pinned)
 
 
 def fence_slots_for(segment_size: int) -> int:
@@ -35,17 +42,17 @@ def fence_slots_for(segment_size: int) -> int:
 
 
 class StorageNode:
-    def __init__(self, session: Session, config: NodeConfig) -> None:
+    def __init__(self, session: Session, config: NodeConfig, segment: Region | None = None) -> None:
         """A node contributing `config.segment_size` bytes (pinned if asked), with `config.copy_workers`
-        copy threads, and a disk tier under it when `config.disk` names one."""
+        copy threads, and a disk tier under it when `config.disk` names one. `segment`: its memory,
+        readied before the session joined (prepare_segment); else readied now."""
         self.session = session
-        engine = session.engine
-        segment_size, copy_workers, pinned = config.segment_size, config.copy_workers, config.pinned
+        copy_workers, pinned = config.copy_workers, config.pinned
         # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master;
         # page-locked when pinned (the engine says how: CUDA host registration or mlock).
-        self.segment = engine.allocate(segment_size, fence_slots=fence_slots_for(segment_size), pinned=pinned)
+        self.segment = segment or prepare_segment(session.engine, config)
         if pinned:
-            log.info("segment of %d bytes pinned by %s", segment_size, self.segment.pinned_by)
+            log.info("segment of %d bytes pinned by %s", self.segment.length, self.segment.pinned_by)
         self._tasks: queue.Queue[m.CopyTask | None] = queue.Queue()
         self._workers = [
             threading.Thread(target=self._copy_loop, name=f"kvstore-copy-{i}", daemon=True)

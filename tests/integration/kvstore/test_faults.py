@@ -228,3 +228,21 @@ def test_a_corrupt_read_into_raw_pieces_leaves_no_bytes_behind(cluster: Cluster)
         for layer in layers:
             assert not layer[4096 : 4096 + 8192].any()  # cleared, every piece
             assert (layer[:4096] == 7).all() and (layer[4096 + 8192 :] == 7).all()  # nothing else
+
+
+def test_a_node_with_a_large_segment_joins_once_its_memory_is_ready() -> None:
+    """A node whose memory takes longer to fault in than the client TTL. Was: it registered first and
+    sent no heartbeat until its memory was ready, so it was dropped while starting (a 4 GiB node on a busy
+    2-core machine at the 10 s TTL): clients saw "unknown client", put errors, or reads failing."""
+    master = ["master", "--port", "0", "--heartbeat-interval", "0.2", "--client-ttl", "1"]
+    with kvstore_process(master) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "2GiB"]  # seconds to fault in, here
+        with kvstore_process(node), Store.connect(address) as store:
+            keys = [f"ready/{i}" for i in range(64)]
+            values = [bytes([i]) * 65536 for i in range(64)]
+            assert store.batch_put_from(keys, values) == [0] * 64
+            assert store.batch_get(keys) == values
+            stats = store.stats()["master"]
+            assert stats["dropped_clients"] == 0 and stats["segments"] == 1
+            assert stats["capacity"] == 2 << 30

@@ -105,3 +105,24 @@ def test_allocated_view_outlives_unregister_and_close() -> None:
     del region
     assert int(view.sum()) == 5 * (1 << 20)
     view[:10] = 1
+
+
+def test_a_region_allocated_unpopulated_is_faulted_in_by_ranges() -> None:
+    """allocate(populate=False) + prefault over disjoint ranges (what a storage node does on several
+    threads); ranges outside the region, or not starting at a page, are clear errors."""
+    from transfer_engine import NotFoundError
+
+    with TransferEngine() as engine:
+        size = (8 << 20) + 100  # the last range ends inside a page
+        region = engine.allocate(size, populate=False)
+        for at in range(0, size, 1 << 20):
+            engine.prefault(region, at, min(1 << 20, size - at))
+        assert region.array is not None and not region.array.any()
+        region.array[-1] = 7
+        with pytest.raises(InvalidArgumentError, match="outside"):
+            engine.prefault(region, 4096, size)
+        with pytest.raises(InvalidArgumentError, match="page"):
+            engine.prefault(region, 100, 4096)
+        outside = engine.register(bytearray(1 << 16))
+        with pytest.raises(NotFoundError):
+            engine.prefault(outside, 0, 4096)
