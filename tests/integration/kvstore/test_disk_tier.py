@@ -22,6 +22,7 @@ from kvstore.master import Master
 from kvstore.master.server import EmbeddedMaster
 from kvstore.node.disk_index import DiskIndex
 from kvstore.procs import kvstore_process
+from tests.conftest import tiny_tmpfs
 from tests.integration.conftest import Namespace
 
 VALUE = 256 << 10
@@ -219,13 +220,7 @@ def test_a_node_restarted_within_the_client_ttl_keeps_its_disk_records(tmp_path:
 def failing_device(where: Path) -> Iterator[Path]:
     """A 128 MiB loop device over a sparse file on a 24 MiB tmpfs: writes past ~24 MiB fail (EIO), as a
     dying disk's would. Needs root and loop devices; skips otherwise."""
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24M", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
+    with tiny_tmpfs(where, "24M"):
         backing = where / "backing"
         with open(backing, "wb") as f:
             f.truncate(128 << 20)
@@ -237,23 +232,6 @@ def failing_device(where: Path) -> Iterator[Path]:
             yield device
         finally:
             subprocess.run(["losetup", "-d", str(device)], check=False)
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-@contextmanager
-def small_filesystem(where: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` at `where` (needs root; skips otherwise)."""
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_a_full_file_system_under_the_index_degrades_the_disk_until_it_has_room(tmp_path: Path) -> None:
@@ -264,7 +242,7 @@ def test_a_full_file_system_under_the_index_degrades_the_disk_until_it_has_room(
     import json
     import urllib.request
 
-    with small_filesystem(tmp_path / "small", "66m") as fs:
+    with tiny_tmpfs(tmp_path / "small", "66m") as fs:
         disk = fs / "tier"
         config = MasterConfig.load(
             port=0, http_port=0, heartbeat_interval=0.3, busy_poll_us=0, demote_watermark=0.5

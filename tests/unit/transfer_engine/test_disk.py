@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import tiny_tmpfs
 from transfer_engine import EngineClosedError, InvalidArgumentError
 from transfer_engine.disk import DiskFile
 from transfer_engine.errors import CODE_NAMES, StorageIOError
@@ -95,20 +94,6 @@ def test_bad_settings_and_a_closed_file(tmp_path: Path) -> None:
     f.close()
     with pytest.raises(EngineClosedError):
         f.read(aligned(PAGE).ctypes.data, 0, PAGE)
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_a_disk_too_small_for_the_tier_is_a_clear_error(tmp_path: Path) -> None:
