@@ -50,6 +50,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def node_memory_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Storage nodes a test starts keep their segments in a shared-memory directory of the test's own
+    (KVSTORE_NODE_MEMORY_DIR), removed after it: a node killed by a test leaves its memory there for a
+    restart, and nothing of it may outlive the test."""
+    import shutil
+    import tempfile
+
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    where = Path(tempfile.mkdtemp(prefix="kvstore-test-", dir=base))
+    monkeypatch.setenv("KVSTORE_NODE_MEMORY_DIR", str(where))
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def tiny_tmpfs(where: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` mounted at `where` (created), for file systems that fill up or fail. Needs root;

@@ -34,7 +34,13 @@ class Engine:
         self, addr: int, length: int, kind: str, exported: bool, read_only: bool = False
     ) -> dict[str, Any]: ...
     def allocate(
-        self, length: int, exported: bool, fence_slots: int = 0, pinned: bool = False, populate: bool = True
+        self,
+        length: int,
+        exported: bool,
+        fence_slots: int = 0,
+        pinned: bool = False,
+        populate: bool = True,
+        backing_file: str = "",
     ) -> tuple[dict[str, Any], npt.NDArray[np.uint8]]: ...
     def prefault(self, region_id: int, offset: int, length: int) -> None: ...
     def kill_allocations(

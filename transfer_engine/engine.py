@@ -260,6 +260,7 @@ class TransferEngine:
         fence_slots: int = 0,
         pinned: bool = False,
         populate: bool = True,
+        backing_file: str = "",
     ) -> Region:
         """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it.
 
@@ -269,12 +270,17 @@ class TransferEngine:
         host-pinned): registered with the CUDA driver where one is present, else mlock; `pinned_by` says
         which. NoMemoryError, naming RLIMIT_MEMLOCK, when the memory cannot be locked. `populate` False
         (unpinned only) returns at once with the pages left to :meth:`prefault`, which several threads
-        may run on disjoint ranges (huge pages are asked for where the system offers them)."""
+        may run on disjoint ranges (huge pages are asked for where the system offers them).
+        `backing_file`: the memory is that file in shared memory (/dev/shm, hugetlbfs) instead of an
+        anonymous memfd, its bytes kept when it already has `size` bytes (emptied to `size` otherwise),
+        so a process started again maps what an earlier one left there."""
         if not 0 < size < 2**63:
             raise InvalidArgumentError(f"size must be positive and below 2^63, got {size}")
         if not 0 <= fence_slots <= 1 << 26:
             raise InvalidArgumentError(f"fence_slots must be 0..2^26, got {fence_slots}")
-        info, array = self._core_engine().allocate(size, export, fence_slots, pinned, populate)
+        if "\0" in backing_file:
+            raise InvalidArgumentError("backing_file must not contain NUL")
+        info, array = self._core_engine().allocate(size, export, fence_slots, pinned, populate, backing_file)
         return self._add(info, array=array)
 
     def prefault(self, region: Region, offset: int, length: int) -> None:

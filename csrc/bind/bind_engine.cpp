@@ -127,11 +127,12 @@ void bind_engine(py::module_& m) {
           py::arg("path"), py::arg("exported"))
       .def(
           "allocate",
-          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned, bool populate) {
+          [](Engine& e, uint64_t length, bool exported, uint32_t fence_slots, bool pinned, bool populate,
+             const std::string& backing_file) {
             StatusOr<RegionInfo> r = Status();
             {
               py::gil_scoped_release release;  // pre-faulting takes a while for large regions
-              r = e.registry().allocate(length, exported, fence_slots, pinned, populate);
+              r = e.registry().allocate(length, exported, fence_slots, pinned, populate, backing_file);
             }
             const RegionInfo info = value_or_throw(std::move(r));
             // The array keeps the mapping alive: a view used after unregister reads stale memory,
@@ -145,10 +146,11 @@ void bind_engine(py::module_& m) {
             return py::make_tuple(d, view);
           },
           py::arg("length"), py::arg("exported"), py::arg("fence_slots") = 0, py::arg("pinned") = false,
-          py::arg("populate") = true,
+          py::arg("populate") = true, py::arg("backing_file") = "",
           "Allocates registered memfd host memory; returns (region info, uint8 numpy view). With "
           "fence_slots > 0 every transfer into it must name a live (slot, generation) allocation; with "
-          "populate false its pages are faulted in by prefault() (huge pages asked for).")
+          "populate false its pages are faulted in by prefault() (huge pages asked for). backing_file: "
+          "the memory is that shared-memory file (reused as it is when it has length bytes).")
       .def(
           "prefault",
           [](Engine& e, uint64_t region_id, uint64_t offset, uint64_t length) {

@@ -36,7 +36,7 @@ Status prefault_range(void* base, int fd, uint64_t offset, uint64_t length) {
   }
   for (uint64_t at = 0; at < length; at += page) {
     volatile char* p = start + at;
-    *p = *p;  // the region is new (zero): a write keeps it so
+    *p = *p;  // keeps what the page holds (zero, or a reused file's bytes)
   }
   return Status();
 }

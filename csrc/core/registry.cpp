@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -144,8 +145,41 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
   return insert(std::move(info), -1, false);
 }
 
+namespace {
+
+// The memory of an allocated region: a new memfd, or the named file, kept as it is when it already has
+// `length` bytes. The file is opened without following links (a planted link cannot redirect it).
+StatusOr<int> region_file(uint64_t length, const std::string& backing_file) {
+  if (backing_file.empty()) {
+    int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
+    if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
+    if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+      Status st = errno_status(Code::kNoMemory, "sizing memfd");
+      close(fd);
+      return st;
+    }
+    return fd;
+  }
+  int fd = open(backing_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno_status(Code::kIoError, "opening " + backing_file);
+  struct stat st_buf{};
+  if (fstat(fd, &st_buf) != 0 || !S_ISREG(st_buf.st_mode)) {
+    close(fd);
+    return Status(Code::kInvalidArgument, backing_file + " is not a regular file");
+  }
+  if (static_cast<uint64_t>(st_buf.st_size) != length &&
+      (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(length)) != 0)) {
+    Status st = errno_status(Code::kNoMemory, "sizing " + backing_file);
+    close(fd);
+    return st;
+  }
+  return fd;
+}
+
+}  // namespace
+
 StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, uint32_t fence_slots,
-                                              bool pinned, bool populate) {
+                                              bool pinned, bool populate, const std::string& backing_file) {
   populate = populate || pinned;
   if (length == 0) return Status(Code::kInvalidArgument, "cannot allocate an empty region");
   std::shared_ptr<FenceTable> fence;
@@ -154,13 +188,14 @@ StatusOr<RegionInfo> MemoryRegistry::allocate(uint64_t length, bool exported, ui
     if (!table.ok()) return table.status();
     fence = std::move(table.value());
   }
-  int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
-  if (fd < 0) return errno_status(Code::kNoMemory, "memfd_create");
-  // fallocate reserves the pages now, so running out of memory is an error here, not a SIGBUS later
-  // (unpopulated regions are reserved by prefault(), before anything touches them).
-  if (ftruncate(fd, static_cast<off_t>(length)) != 0 ||
-      (populate && fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0)) {
-    Status st = errno_status(Code::kNoMemory, "reserving memfd pages");
+  auto file = region_file(length, backing_file);
+  if (!file.ok()) return file.status();
+  int fd = file.value();
+  // fallocate reserves the pages now (keeping what a reused file holds), so running out of memory is an
+  // error here, not a SIGBUS later (unpopulated regions are reserved by prefault(), before anything
+  // touches them).
+  if (populate && fallocate(fd, 0, 0, static_cast<off_t>(length)) != 0) {
+    Status st = errno_status(Code::kNoMemory, "reserving region pages");
     close(fd);
     return st;
   }

@@ -101,9 +101,11 @@ class MemoryRegistry {
   // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h). `pinned`
   // page-locks it (kind host-pinned; see core/host_pinning.h) or fails saying why.
   // `populate` false leaves the pages to prefault() (a large region faulted in by several threads;
-  // huge pages are asked for); pinned regions are always populated.
+  // huge pages are asked for); pinned regions are always populated. `backing_file` non-empty: the memory
+  // is that file (shared memory: /dev/shm or hugetlbfs), created or reused as it is when it already has
+  // `length` bytes (a restarted storage node maps its objects again), else emptied to `length`.
   StatusOr<RegionInfo> allocate(uint64_t length, bool exported, uint32_t fence_slots = 0, bool pinned = false,
-                                bool populate = true);
+                                bool populate = true, const std::string& backing_file = "");
   // Faults in [offset, offset+length) of a region allocate() made without populating it; safe to call
   // on disjoint ranges from several threads.
   Status prefault(uint64_t id, uint64_t offset, uint64_t length);

@@ -33,6 +33,13 @@ class NodeConfig(Component):
         "present, else mlock (needs RLIMIT_MEMLOCK >= the segment size, or CAP_IPC_LOCK).",
     )
 
+    memory_dir: str = setting(
+        "/dev/shm",
+        "Directory of the shared-memory file that is the segment (tmpfs or hugetlbfs), named by the node's "
+        "identity: a node killed and started again with the same settings keeps its objects. Empty: "
+        "anonymous memory, lost with the process.",
+    )
+
     disk: str = setting(
         "", "Path of the disk tier's file (created and preallocated) or block device; empty: none."
     )

@@ -346,6 +346,7 @@ class DiskTier:
         else:
             if ok and alive and meta is not None and meta.disk is task.disk:
                 meta.replicas.append(task.memory)
+                self.space.holds.hold(meta, task.memory)
                 self.loads += 1
                 now = self.clock()
                 self.transient.pop(task.key, None)

@@ -58,6 +58,11 @@ class FenceBook:
         self._gen += 1
         return self._gen
 
+    def observe(self, gen: int) -> None:
+        """A node holds an allocation of generation `gen` (from an earlier master, whose clock may have
+        run ahead of ours): every generation handed out from now on is above it."""
+        self._gen = max(self._gen, gen)
+
     @property
     def current(self) -> int:
         return self._gen
@@ -73,7 +78,11 @@ class FenceBook:
             self._fencing.setdefault(key, []).append(k)
         else:
             k.key = None
-        waiter = self._node_waiters.pop(segment.client_id, None)
+        self.wake(segment.client_id)
+
+    def wake(self, client_id: str) -> None:
+        """Answers the node's parked poll now (kills, or other work, are queued for it)."""
+        waiter = self._node_waiters.pop(client_id, None)
         if waiter is not None:
             waiter()
 

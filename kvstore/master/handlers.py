@@ -57,6 +57,7 @@ class Handlers:
             m.Heartbeat: self.heartbeat,
             m.CloseClient: self.close_client,
             m.MountSegment: self.mount_segment,
+            m.RestoreSegment: self.restore_segment,
             m.UnmountSegment: self.unmount_segment,
             m.AwaitFences: self.await_fences,
             m.MountDisk: self.mount_disk,
@@ -121,31 +122,38 @@ class Handlers:
         self.state.drop_client(r.client_id)
 
     def mount_segment(self, r: m.MountSegment) -> int:
-        return self.state.mount_segment(r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots)
+        return self.state.mount_segment(
+            r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots, r.restoring
+        )
 
-    def await_fences(self, r: m.AwaitFences) -> list[m.FenceOrder] | Deferred:
-        """Takes the node's acknowledgements; answers with the kills it must apply, at once when there
-        are some, else when some are queued or `wait` has passed."""
+    def restore_segment(self, r: m.RestoreSegment) -> list[int]:
+        return self.state.restore_segment(r.client_id, r.segment_id, r.records, r.last)
+
+    def await_fences(self, r: m.AwaitFences) -> m.FenceWork | Deferred:
+        """Takes the node's acknowledgements; answers with the kills it must apply and the replicas it
+        now holds, at once when there are some, else when some are queued or `wait` has passed."""
         self.state.check_client(r.client_id)
         space = self.state.space
         space.acknowledge(r.client_id, r.acked)
-        orders = self._fence_orders(r.client_id)
-        if orders or r.wait == 0:
-            return orders
-        reply = Deferred(functools.partial(self._fence_orders, r.client_id), r.wait)
+        space.holds.acknowledge(r.client_id, r.held_through)
+        work = self._fence_work(r.client_id)
+        if work.orders or work.holds or r.wait == 0:
+            return work
+        reply = Deferred(functools.partial(self._fence_work, r.client_id), r.wait)
         space.fences.park(r.client_id, reply.ready)
         return reply
 
-    def _fence_orders(self, client_id: str) -> list[m.FenceOrder]:
+    def _fence_work(self, client_id: str) -> m.FenceWork:
         by_region: dict[int, m.FenceOrder] = {}
-        for k in self.state.space.fences.take(client_id, m.FENCE_BATCH):
+        space = self.state.space
+        for k in space.fences.take(client_id, m.FENCE_BATCH):
             order = by_region.get(k.segment.region_id)
             if order is None:
                 order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])
             order.kills.append(k.id)
             order.slots.append(k.slot)
             order.gens.append(k.gen)
-        return list(by_region.values())
+        return m.FenceWork(list(by_region.values()), space.holds.take(client_id, m.FENCE_BATCH))
 
     def _once_fenced(self, keys: list[str], reply: Any) -> Any:
         """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is

@@ -21,6 +21,7 @@ class Segment:
     suspect_since: float = 0.0  # a client could not reach it (0: trusted); its node's heartbeat clears it
     free_slots: list[int] = field(default_factory=list)  # fence slots given back
     next_slot: int = 0  # slots below it have been handed out at least once
+    restoring: set[int] | None = None  # while its node names what it holds: the slots taken back so far
 
     def take_slot(self) -> int | None:
         if self.free_slots:
@@ -37,6 +38,11 @@ class Segment:
     @property
     def usable(self) -> bool:
         return self.suspect_since == 0.0
+
+    @property
+    def placeable(self) -> bool:
+        """New replicas may go here: usable, and not being restored."""
+        return self.suspect_since == 0.0 and self.restoring is None
 
 
 @dataclass
@@ -113,5 +119,7 @@ class Counters:
     superseded_clients: int = 0  # registrations of nodes that came back (restarted) under a new client id
     suspected_segments: int = 0  # segments clients reported unreachable
     corrupt_replicas: int = 0  # replicas dropped after a reader's checksum mismatch
+    restored_replicas: int = 0  # replicas nodes named back after a restart (theirs or this master's)
+    restored_objects: int = 0  # objects this master learned of that way
     stalls: int = 0  # times the master found it had not run for longer than a housekeeping period
     stalled_seconds: float = 0.0

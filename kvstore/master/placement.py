@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Iterator
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.fences import FenceBook
+from kvstore.master.holds import HoldBook
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import DISK_PAGE
@@ -26,6 +27,7 @@ class SegmentSpace:
     def __init__(self, alignment: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.alignment = alignment
         self.fences = FenceBook(clock)
+        self.holds = HoldBook(self.fences.wake)  # nodes are told what they hold on the fence channel
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable
@@ -40,7 +42,10 @@ class SegmentSpace:
         size: int,
         host_id: str,
         fence_slots: int = 1 << 20,
+        restoring: bool = False,
     ) -> Segment:
+        """A new segment; `restoring`: nothing is placed on it until end_restore (its node names the
+        replicas it still holds first: adopt)."""
         for seg in self.segments.values():
             if seg.engine == engine and seg.region_id == region_id:
                 raise InvalidArgumentError(f"region {region_id} of {engine} is already mounted")
@@ -53,16 +58,42 @@ class SegmentSpace:
             host_id,
             OffsetAllocator(size, self.alignment),
             fence_slots,
+            restoring=set() if restoring else None,
         )
         self._next += 1
         self.segments[seg.id] = seg
         return seg
+
+    def adopt(
+        self, segment: Segment, key: str, offset: int, slot: int, gen: int, size: int
+    ) -> Replica | None:
+        """Takes back an allocation the segment's node still holds (the segment is being restored):
+        exactly [offset, offset + size) and its fence slot. None when either is not free."""
+        taken = segment.restoring
+        if taken is None or slot >= segment.fence_slots or slot in taken or offset + size > segment.size:
+            return None
+        if not segment.allocator.reserve(offset, size):
+            return None
+        taken.add(slot)
+        segment.objects.add(key)
+        self.fences.observe(gen)
+        return Replica(segment, offset, slot, gen)
+
+    def end_restore(self, segment: Segment) -> None:
+        """Its node named everything it holds: the slots it did not name are free, and placing begins."""
+        taken = segment.restoring
+        if taken is None:
+            return
+        segment.restoring = None
+        segment.next_slot = max(taken, default=-1) + 1
+        segment.free_slots = [s for s in range(segment.next_slot - 1, -1, -1) if s not in taken]
 
     def unmount(self, segment: Segment) -> list[str]:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
         self.trust(segment)
         del self.segments[segment.id]
         self.fences.drop_segment(segment)
+        self.holds.drop_region(segment.client_id, segment.region_id)
         return list(segment.objects)
 
     def any_suspect(self) -> bool:
@@ -92,7 +123,7 @@ class SegmentSpace:
     # -- space ----------------------------------------------------------------------------------------
     def usable_for(self, size: int) -> int:
         """How many distinct usable segments could hold `size` bytes (evicting if need be)."""
-        return sum(1 for s in self.segments.values() if s.size >= size and s.usable)
+        return sum(1 for s in self.segments.values() if s.size >= size and s.placeable)
 
     def check_fits(self, size: int, count: int) -> None:
         """Raises NotEnoughSegmentsError when `count` replicas of `size` bytes cannot be placed on distinct
@@ -100,12 +131,14 @@ class SegmentSpace:
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
         large = [s for s in self.segments.values() if s.size >= size]
-        usable = sum(1 for s in large if s.usable)
+        usable = sum(1 for s in large if s.placeable)
         if usable < count:
+            restoring = sum(1 for s in large if s.restoring is not None)
             raise NotEnoughSegmentsError(
                 f"{count} replicas of {size} bytes need {count} distinct segments that can hold them; "
                 f"{usable} usable of {len(self.segments)} mounted ({len(self.segments) - len(large)} too "
-                f"small, {len(large) - usable} suspected unreachable by a client)"
+                f"small, {sum(1 for s in large if not s.usable)} suspected unreachable by a client, "
+                f"{restoring} being restored by their node)"
             )
 
     def place(
@@ -125,7 +158,7 @@ class SegmentSpace:
             (
                 s
                 for s in self.segments.values()
-                if s.usable and s.id not in exclude and s.allocator.largest_free >= size and s.has_slot
+                if s.placeable and s.id not in exclude and s.allocator.largest_free >= size and s.has_slot
             ),
             key=lambda s: -s.allocator.largest_free,
         )
@@ -160,6 +193,7 @@ class SegmentSpace:
         seg.objects.discard(key)
         if self.segments.get(seg.id) is not seg:
             return
+        self.holds.cancel(seg.client_id, seg.region_id, replica.slot, replica.gen)
         held = replica.offset if writing else None
         if held is None:
             seg.allocator.free(replica.offset)

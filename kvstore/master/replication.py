@@ -170,6 +170,7 @@ class Replicator:
         meta = self.objects.get(task.key)
         if ok and meta is not None and meta.complete:
             meta.replicas.append(task.dest)
+            self.space.holds.hold(meta, task.dest)
             self.copies_done += 1
         else:
             self._free(task, writing=False)

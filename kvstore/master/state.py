@@ -149,11 +149,70 @@ class MasterState:
         size: int,
         host_id: str,
         fence_slots: int = 1 << 20,
+        restoring: bool = False,
     ) -> int:
         client = self._client(client_id)
-        seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots)
+        seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots, restoring)
         client.segments.add(seg.id)
         return seg.id
+
+    def restore_segment(
+        self,
+        client_id: str,
+        segment_id: int,
+        records: list[tuple[int, int, int, str, int, int, bool, int]],
+        last: bool,
+    ) -> list[int]:
+        """Takes back the replicas a node's segment still holds (it was told them: kvstore.master.holds),
+        after this master or the node restarted: each becomes a replica of its object again, or the
+        object itself when this master does not know the key. A record that conflicts with what this
+        master knows (another value of the key, a put of it in progress, space or slot taken) is refused:
+        returns the refused slots, which the node fences off. `last` ends the segment's restore."""
+        seg = self.segments.get(segment_id)
+        if seg is None or seg.client_id != client_id:
+            raise NotFoundError(f"client {client_id} has no segment {segment_id}")
+        if seg.restoring is None:
+            raise InvalidArgumentError(f"segment {segment_id} was not mounted to be restored")
+        now = self.clock()
+        refused = []
+        for offset, slot, gen, key, size, checksum, pinned, base in records:
+            known = self.objects.get(key)
+            if known is None:
+                ok = not self.space.fences.fencing(key)
+            else:  # the same value, complete, without a replica here already
+                ok = (
+                    known.complete
+                    and (known.size, known.checksum) == (size, checksum)
+                    and all(r.segment is not seg for r in known.replicas)
+                )
+            replica = self.space.adopt(seg, key, offset, slot, gen, size) if ok else None
+            if replica is None:
+                refused.append(slot)
+                continue
+            self.counters.restored_replicas += 1
+            if known is not None:
+                if not known.replicas:
+                    self.policy.on_insert(key, size)  # on disk only until now
+                known.replicas.append(replica)
+                continue
+            meta = ObjectMeta(
+                key,
+                size,
+                checksum,
+                [replica],
+                client_id,
+                complete=True,
+                pinned=pinned,
+                last_access=now,
+                base_replicas=min(base, self.config.max_replicas),
+            )
+            self.objects[key] = meta
+            self.stored_bytes += size
+            self.policy.on_insert(key, size)
+            self.counters.restored_objects += 1
+        if last:
+            self.space.end_restore(seg)
+        return refused
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
         seg = self.segments.get(segment_id)
@@ -174,6 +233,7 @@ class MasterState:
         for meta in [m for m in self._pending.values() if m.writer == client_id]:
             self._delete(meta)
         self.disk.drop_client(client_id)
+        self.space.holds.drop_client(client_id)
 
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
@@ -257,6 +317,8 @@ class MasterState:
         meta = self._pending_put(client_id, key)
         meta.complete = True
         self._pending.pop(key)
+        for replica in meta.replicas:  # its nodes learn they hold it (a master that restarts asks them)
+            self.space.holds.hold(meta, replica)
         if len(meta.replicas) < meta.base_replicas:
             self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
         self.stored_bytes += meta.size
@@ -605,6 +667,7 @@ class MasterState:
             "replicas_dropped": self.replicator.dropped,
             "copy_tasks": len(self.replicator.tasks),
             **self.space.fences.stats(),
+            **self.space.holds.stats(),
             **self.disk.stats(),
             **vars(self.counters),
         }

@@ -53,6 +53,7 @@ class NodeIdentity:
                 continue
             self._fd, self.slot = fd, slot
             self.name = f"{self.base}/{slot}"  # on this host; the master knows it as "<host id>/<name>"
+            self.stem = f"{self.base}-{slot}"  # for the names of its files
             return
         raise InvalidArgumentError(
             f"{MAX_SLOTS} nodes with these settings already run on this host; give this one KVSTORE_NODE_NAME"

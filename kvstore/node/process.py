@@ -6,7 +6,9 @@ from typing import Any
 
 from kvstore.client.session import Session
 from kvstore.config import NodeConfig, StoreConfig
+from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
+from kvstore.node.segment_memory import SegmentFiles
 from kvstore.node.storage import StorageNode, prepare_segment
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
@@ -20,23 +22,31 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     identity = NodeIdentity(node, config.master)
+    files = SegmentFiles.named(node.memory_dir, identity.stem)
+    reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
     prepared: list[Region] = []
     try:  # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
         session = Session(
-            config, identity.name, lambda engine: prepared.append(prepare_segment(engine, node))
+            config, identity.name, lambda engine: prepared.append(prepare_segment(engine, node, files.memory))
         )
     except BaseException:
         identity.release()
         raise
     try:
-        storage = StorageNode(session, node, prepared[0])
+        catalog = SegmentCatalog(files.catalog)
+        if not reused or not files.kept(node.segment_size):
+            catalog.clear()  # new memory (or the file was given up for anonymous memory): nothing in it
+        storage = StorageNode(session, node, prepared[0], catalog)
         session.start()
         pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
         d = storage.disk
         disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
-        print(f"{READY_PREFIX}{session.engine.name} client={session.client_id}{pinned}{disk}", flush=True)
+        kept = f" kept={storage.kept}"
+        engine, client = session.engine.name, session.client_id
+        print(f"{READY_PREFIX}{engine} client={client}{kept}{pinned}{disk}", flush=True)
         wait_for_stop_request()
-        storage.close()
+        storage.close(forget=True)  # a clean stop: the master forgets our objects, the memory goes
+        files.remove()
     finally:
         session.close()
         identity.release()

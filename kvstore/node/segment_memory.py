@@ -1,14 +1,22 @@
 """A storage node's segment memory, made ready before the node joins: allocated at once, then faulted
 in by several threads in chunks, with progress in the log (a 256 GiB segment takes minutes on one
-thread; a node that joined first would be judged dead meanwhile)."""
+thread; a node that joined first would be judged dead meanwhile).
+
+The memory is a file in shared memory (NodeConfig.memory_dir: /dev/shm, or a hugetlbfs mount) named by
+the node's identity, beside the catalog of what it holds (kvstore.node.catalog): a node killed and
+started again with the same settings maps the same bytes and names them to the master. A node that
+stops cleanly removes both (it left the cluster, and the master forgot its objects)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
+from kvstore.errors import KVStoreError
 from transfer_engine import Region, TransferEngine
 
 log = logging.getLogger("kvstore.node")
@@ -22,12 +30,60 @@ def prefault_threads() -> int:
     return max(1, min(16, len(os.sched_getaffinity(0))))
 
 
-def ready_segment(engine: TransferEngine, size: int, fence_slots: int, pinned: bool) -> Region:
-    """The node's segment, every page faulted in. Pinned memory is locked (and so faulted) in one go."""
+@dataclass
+class SegmentFiles:
+    """Where a node's segment memory and its catalog live; empty paths: anonymous memory, a catalog in
+    memory only (nothing survives the process)."""
+
+    memory: str = ""
+    catalog: str = ""
+
+    @classmethod
+    def named(cls, directory: str, stem: str) -> SegmentFiles:
+        """The files of the node `stem` (its identity) in `directory`; none where it is not a writable
+        directory."""
+        if not directory or not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            if directory:
+                log.warning("%s is not a writable directory: the segment is anonymous memory", directory)
+            return cls()
+        base = os.path.join(directory, f"kvstore-node-{stem}")
+        return cls(base + ".mem", base + ".held")
+
+    def kept(self, size: int) -> bool:
+        """The memory file is there with `size` bytes: what it holds is what the last node left."""
+        try:
+            return bool(self.memory) and os.stat(self.memory).st_size == size
+        except FileNotFoundError:
+            return False
+
+    def remove(self) -> None:
+        for path in (self.memory, self.catalog):
+            if path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+
+def ready_segment(
+    engine: TransferEngine, size: int, fence_slots: int, pinned: bool, backing_file: str = ""
+) -> Region:
+    """The node's segment, every page faulted in (a reused backing file keeps its bytes). Pinned memory
+    is locked (and so faulted) in one go. A backing file the shared memory has no room for is given up
+    for anonymous memory (said in the log)."""
+    if backing_file:
+        try:
+            return _ready(engine, size, fence_slots, pinned, backing_file)
+        except KVStoreError as exc:
+            log.warning("cannot back the segment by %s (%s): anonymous memory instead", backing_file, exc)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(backing_file)
+    return _ready(engine, size, fence_slots, pinned, "")
+
+
+def _ready(engine: TransferEngine, size: int, fence_slots: int, pinned: bool, backing_file: str) -> Region:
     if pinned:
-        return engine.allocate(size, fence_slots=fence_slots, pinned=True)
+        return engine.allocate(size, fence_slots=fence_slots, pinned=True, backing_file=backing_file)
     began = time.monotonic()
-    region = engine.allocate(size, fence_slots=fence_slots, populate=False)
+    region = engine.allocate(size, fence_slots=fence_slots, populate=False, backing_file=backing_file)
     threads = prefault_threads()
     chunks = [(at, min(CHUNK, size - at)) for at in range(0, size, CHUNK)]
     done = 0

@@ -18,6 +18,7 @@ import xxhash
 from kvstore.client.session import Session
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.disk import DiskWorker
 from kvstore.node.segment_memory import ready_segment
 from kvstore.rpc import messages as m
@@ -29,10 +30,11 @@ FENCE_POLL_SECONDS = 2.0  # how long one AwaitFences call waits for kills before
 FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
 
 
-def prepare_segment(engine: TransferEngine, config: NodeConfig) -> Region:
-    """The memory a node with `config` contributes, every page faulted in (kvstore.node.segment_memory)."""
+def prepare_segment(engine: TransferEngine, config: NodeConfig, backing_file: str = "") -> Region:
+    """The memory a node with `config` contributes, every page faulted in (kvstore.node.segment_memory);
+    `backing_file`: in that shared-memory file (its bytes kept when it has the segment's size)."""
     size = config.segment_size
-    return ready_segment(engine, size, fence_slots_for(size), config.pinned)
+    return ready_segment(engine, size, fence_slots_for(size), config.pinned, backing_file)
 
 
 def fence_slots_for(segment_size: int) -> int:
@@ -42,11 +44,20 @@ def fence_slots_for(segment_size: int) -> int:
 
 
 class StorageNode:
-    def __init__(self, session: Session, config: NodeConfig, segment: Region | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        config: NodeConfig,
+        segment: Region | None = None,
+        catalog: SegmentCatalog | None = None,
+    ) -> None:
         """A node contributing `config.segment_size` bytes (pinned if asked), with `config.copy_workers`
         copy threads, and a disk tier under it when `config.disk` names one. `segment`: its memory,
-        readied before the session joined (prepare_segment); else readied now."""
+        readied before the session joined (prepare_segment); else readied now. `catalog`: what the
+        segment holds (kept in a file beside a shared-memory segment); else one in memory."""
         self.session = session
+        self.catalog = catalog if catalog is not None else SegmentCatalog()
+        self.kept = 0  # objects the last mount named back to the master and it took
         copy_workers, pinned = config.copy_workers, config.pinned
         # Pre-faulted, shareable with same-host peers, carved into fenced allocations by the master;
         # page-locked when pinned (the engine says how: CUDA host registration or mlock).
@@ -78,13 +89,14 @@ class StorageNode:
             )
 
     def mount(self) -> None:
-        """Offers the segment to the master (again, after the master forgot this process). Every
-        allocation handed out before (by this master or an earlier one) is fenced off first, so a late
-        writer or a reader with an old location cannot touch what the master now hands out afresh."""
+        """Offers the segment to the master (again, after the master or this node restarted), naming the
+        objects it still holds (the catalog, each checked against its checksum). Every other allocation
+        handed out before, by this master or an earlier one, is fenced off first, so a late writer or a
+        reader with an old location cannot touch what the master now hands out afresh."""
         s = self.session
-        while not s.engine.raise_fence_floor(self.segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
-            log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
-        s.master.call(
+        held = self.catalog.verified(self.segment.array) if self.segment.array is not None else []
+        self._fence_all_but(held)
+        segment_id = s.master.call(
             m.MountSegment(
                 client_id=s.client_id,
                 engine=s.engine.name,
@@ -92,31 +104,70 @@ class StorageNode:
                 size=self.segment.length,
                 host_id=s.host_id,
                 fence_slots=fence_slots_for(self.segment.length),
+                restoring=bool(held),
             )
         )
+        refused: list[tuple[int, int]] = []
+        for at in range(0, len(held), m.FENCE_BATCH):
+            chunk = held[at : at + m.FENCE_BATCH]
+            last = at + m.FENCE_BATCH >= len(held)
+            request = m.RestoreSegment(client_id=s.client_id, segment_id=segment_id, records=chunk, last=last)
+            refused_slots = set(s.master.call(request))
+            refused += [(r[1], r[2]) for r in chunk if r[1] in refused_slots]
+        if refused:
+            slots, gens = [r[0] for r in refused], [r[1] for r in refused]
+            while not s.engine.kill_allocations(self.segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting to fence it")
+            self.catalog.drop(slots, gens)
+        self.kept = len(held) - len(refused)
+        if held:
+            log.info("segment mounted with %d objects it held (%d refused)", self.kept, len(refused))
+
+    def _fence_all_but(self, held: list[tuple[int, int, int, str, int, int, bool, int]]) -> None:
+        """Kills every allocation of the segment handed out so far but the `held` ones (each stays alive
+        in its own generation only)."""
+        s = self.session
+        engine, segment = s.engine, self.segment
+        if not held:
+            while not engine.raise_fence_floor(segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
+            return
+        keep = {r[1]: r[2] for r in held}
+        slots = list(range(fence_slots_for(segment.length)))
+        gens = [keep[i] - 1 if i in keep else s.terms.generation for i in slots]
+        while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+            log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
 
     def _follow_fences(self) -> None:
         """Applies the master's kills to the segment and acknowledges them, on a connection of its own
         (a long poll: the master answers as soon as it frees an allocation here)."""
         s = self.session
         acked: list[int] = []  # applied, to acknowledge: at most FENCE_BATCH per request
+        held_through = 0  # the last hold received (the catalog has it)
         while not s.closed:
             try:
                 sending, later = acked[: m.FENCE_BATCH], acked[m.FENCE_BATCH :]
                 wait = 0.0 if later else FENCE_POLL_SECONDS
-                request = m.AwaitFences(client_id=s.client_id, acked=sending, wait=wait)
-                orders = s.master.call(request, timeout=wait + s.config.rpc_timeout)
+                request = m.AwaitFences(
+                    client_id=s.client_id, acked=sending, wait=wait, held_through=held_through
+                )
+                work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
                 acked = later
-                for order in orders:
-                    if order.region_id != self.segment.id or s.engine.kill_allocations(
+                self.catalog.hold(h for h in work.holds if h.region_id == self.segment.id)
+                held_through = max((h.seq for h in work.holds), default=held_through)
+                for order in work.orders:
+                    if order.region_id != self.segment.id:
+                        acked += order.kills
+                    elif s.engine.kill_allocations(
                         order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
                     ):
+                        self.catalog.drop(order.slots, order.gens)
                         acked += order.kills
                     # else a copy admitted before is still running (a stopped peer): the master keeps
                     # the space and hands the kills out again
                 acked = list(dict.fromkeys(acked))  # a kill handed out again is acknowledged once
             except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
-                acked = []
+                acked, held_through = [], 0
                 time.sleep(s.terms.heartbeat_interval)
             except KVStoreError as exc:
                 if s.closed:
@@ -166,8 +217,10 @@ class StorageNode:
         view = array[task.offset : task.offset + task.size]
         return state == RequestState.COMPLETED and xxhash.xxh3_64_intdigest(view.data) == task.checksum
 
-    def close(self) -> None:
-        """Stops the copy workers and the disk worker (work in flight finishes first)."""
+    def close(self, forget: bool = False) -> None:
+        """Stops the copy workers and the disk worker (work in flight finishes first); `forget`: the
+        catalog's file goes too (the node leaves: its objects are not to be restored)."""
+        self.catalog.close(remove=forget)
         if self.disk is not None:
             self.disk.close()
         for _ in self._workers:

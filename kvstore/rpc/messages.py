@@ -14,8 +14,9 @@ from typing import Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
 
-# 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads
-PROTOCOL_VERSION = 5
+# 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads.
+# 6: nodes are told what they hold (FenceWork.holds) and name it to a master that lost it (RestoreSegment)
+PROTOCOL_VERSION = 6
 U64 = 2**64 - 1
 
 
@@ -135,6 +136,29 @@ class FenceOrder(NamedTuple):
     kills: list[int]
     slots: list[int]
     gens: list[int]
+
+
+class HeldReplica(NamedTuple):
+    """A committed replica on a node's segment, as its node keeps it (kvstore.master.holds): enough for a
+    master that lost its table to take the object back from the node."""
+
+    seq: int  # the master's numbering of holds: the node acknowledges them up to one
+    region_id: int
+    offset: int
+    slot: int
+    gen: int
+    key: str
+    size: int
+    checksum: int
+    pinned: bool
+    replicas: int  # the count the object was put with
+
+
+class FenceWork(NamedTuple):
+    """The reply to AwaitFences: kills to apply, and replicas the node now holds."""
+
+    orders: list[FenceOrder]
+    holds: list[HeldReplica]
 
 
 class HeartbeatReply(NamedTuple):
@@ -270,6 +294,7 @@ class MountSegment(Request):
     size: int
     host_id: str
     fence_slots: int  # entries of the region's fence table: at most this many live allocations
+    restoring: bool = False  # RestoreSegment calls follow: nothing is placed on it until the last one
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountSegment:
@@ -280,7 +305,56 @@ class MountSegment(Request):
             v.integer(p, "size", 1, 2**62),
             v.text(p, "host_id"),
             v.integer(p, "fence_slots", 1, 2**26),
+            v.flag(p, "restoring"),
         )
+
+
+RESTORE_FIELDS = ("offset", "slot", "gen", "key", "size", "checksum", "pinned", "replicas")
+
+
+@dataclass
+class RestoreSegment(Request):
+    """A node names replicas its segment (mounted `restoring`) still holds, as it was told them
+    (HeldReplica, less seq and region): each [offset, slot, gen, key, size, checksum, pinned, replicas].
+    The master takes each back as a replica of its object (creating the object when it does not know the
+    key) unless it conflicts with what it knows; `last` ends the restore (the segment is placed on from
+    then). Replies the slots it refused: the node fences them off and forgets them."""
+
+    METHOD: ClassVar[str] = "restore_segment"
+    client_id: str
+    segment_id: int
+    records: list[tuple[int, int, int, str, int, int, bool, int]]
+    last: bool
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> RestoreSegment:
+        raw = v.field(p, "records")
+        if not isinstance(raw, list) or len(raw) > v.MAX_KEYS:
+            raise InvalidArgumentError(f"'records' must be a list of at most {v.MAX_KEYS}")
+        records = []
+        for r in raw:
+            if not isinstance(r, (list, tuple)) or len(r) != len(RESTORE_FIELDS):
+                raise InvalidArgumentError("each record is [" + ", ".join(RESTORE_FIELDS) + "]")
+            f = dict(zip(RESTORE_FIELDS, r, strict=True))
+            records.append(
+                (
+                    v.integer(f, "offset", 0, 2**62),
+                    v.integer(f, "slot", 0, 2**26),
+                    v.integer(f, "gen", 1, 2**63),
+                    v.key(f["key"]),
+                    v.integer(f, "size", 1, 2**62),
+                    v.integer(f, "checksum", 0, U64),
+                    v.flag(f, "pinned"),
+                    v.integer(f, "replicas", 1, 64),
+                )
+            )
+        return cls(v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64), records, v.flag(p, "last"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> list[int]:
+        if not isinstance(obj, list) or not all(isinstance(x, int) for x in obj):
+            raise ProtocolError("master sent a malformed restore_segment reply")
+        return obj
 
 
 FENCE_BATCH = v.MAX_KEYS
@@ -297,6 +371,7 @@ class AwaitFences(Request):
     client_id: str
     acked: list[int]
     wait: float
+    held_through: int = 0  # the node has every hold numbered up to this (FenceWork.holds)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitFences:
@@ -307,13 +382,18 @@ class AwaitFences(Request):
         wait = v.field(p, "wait")
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
             raise InvalidArgumentError("'wait' must be 0..60 seconds")
-        return cls(v.text(p, "client_id"), ids, float(wait))
+        held = v.integer(p, "held_through", 0, U64) if "held_through" in p else 0
+        return cls(v.text(p, "client_id"), ids, float(wait), held)
 
     @staticmethod
-    def decode_reply(obj: Any) -> list[FenceOrder]:
-        if not isinstance(obj, list):
+    def decode_reply(obj: Any) -> FenceWork:
+        orders, holds = _record(FenceWork, obj)
+        if not isinstance(orders, list) or not isinstance(holds, list):
             raise ProtocolError("master sent a malformed await_fences reply")
-        return [_record(FenceOrder, o) for o in obj]
+        held = [_record(HeldReplica, h) for h in holds]
+        if any(not isinstance(h.key, str) or not isinstance(h.seq, int) for h in held):
+            raise ProtocolError("master sent a malformed HeldReplica")
+        return FenceWork([_record(FenceOrder, o) for o in orders], held)
 
 
 @dataclass
@@ -691,6 +771,7 @@ REQUESTS: dict[str, type[Request]] = {
         Heartbeat,
         CloseClient,
         MountSegment,
+        RestoreSegment,
         UnmountSegment,
         AwaitFences,
         MountDisk,

@@ -414,3 +414,62 @@ def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Cloc
     assert state.exists("old") and state.counters.evictions == 0
     state.drop_client("c0")
     assert state._pending.held("c0") == (0, 0)
+
+
+def holds_of(state: MasterState, client: str = "c0") -> list:
+    """Plays the node of `client`: takes the replicas it is told it holds and acknowledges them."""
+    held = state.space.holds.take(client, 1 << 20)
+    state.space.holds.acknowledge(client, max((h.seq for h in held), default=0))
+    return held
+
+
+def test_a_node_is_told_each_replica_it_holds_once_committed_and_never_after_its_kill(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)])
+    state.put_start("c0", "k", MiB, 7, 1, False)
+    assert holds_of(state) == []  # not committed: nothing to name back
+    state.put_end("c0", "k")
+    state.put_start("c0", "gone", MiB, 8, 1, False)
+    state.put_end("c0", "gone")
+    sent = state.space.holds.take("c0", 10)
+    assert [(h.key, h.size, h.checksum) for h in sent] == [("k", MiB, 7), ("gone", MiB, 8)]
+    assert state.space.holds.take("c0", 10) == sent  # sent again until acknowledged
+    state.remove("gone")  # freed before the node acknowledged it: not sent again
+    assert [h.key for h in holds_of(state)] == ["k"]
+    assert holds_of(state) == []
+
+
+def test_a_master_rebuilds_objects_from_what_a_node_names_back(clock: Clock) -> None:
+    """A restarted master knows nothing; a node mounts its segment `restoring` and names its holds."""
+    old = make_state(clock, [("h0", 8 * MiB)])
+    for key in ("a", "b", "c"):
+        put(old, key, MiB // 2)
+    held = [(h.offset, h.slot, h.gen, h.key, h.size, h.checksum, h.pinned, h.replicas) for h in holds_of(old)]
+
+    state = MasterState(MasterConfig.load(), clock=clock)
+    state.register_client("n", "h0")
+    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    with pytest.raises(NotEnoughSegmentsError, match="1 being restored"):
+        state.put_start("n", "early", MiB, 1, 1, False)  # nothing is placed on it meanwhile
+    conflicting = (held[0][0], held[0][1] + 100, held[0][2], "d", MiB // 2, 1, False, 1)  # space taken
+    refused = state.restore_segment("n", seg, [*held, conflicting], last=True)
+    assert refused == [conflicting[1]]
+    assert sorted(state.objects) == ["a", "b", "c"] and all(state.exists(k) for k in "abc")
+    assert [r.gen for r in state.objects["a"].replicas] == [held[0][2]]
+    assert state.stats()["restored_objects"] == 3
+    placed = state.put_start("n", "after", MiB, 1, 1, False)  # new space, new slot, newer generation
+    assert placed is not None
+    assert placed[0].slot not in {h[1] for h in held} and placed[0].gen > max(h[2] for h in held)
+    assert placed[0].offset >= 3 * (MiB // 2) or placed[0].offset + MiB <= held[0][0]
+    with pytest.raises(InvalidArgumentError, match="not mounted to be restored"):
+        state.restore_segment("n", seg, held, last=True)
+
+
+def test_a_record_naming_another_value_of_a_known_key_is_refused(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)])
+    put(state, "k", MiB)  # known: size MiB, its checksum
+    state.register_client("n", "h1")
+    seg = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h1", 4096, restoring=True)
+    other = (0, 0, 5, "k", MiB, 12345, False, 1)
+    same = (MiB, 1, 6, "k", MiB, state.objects["k"].checksum, False, 1)
+    assert state.restore_segment("n", seg, [other, same], last=True) == [0]
+    assert len(state.objects["k"].replicas) == 2  # the same value: a second replica of it

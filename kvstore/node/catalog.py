@@ -1,0 +1,176 @@
+"""What a storage node's segment holds, as the master told it (kvstore.master.holds): per fence slot the
+allocation and the object in it. A master that lost its table (it restarted, or a new one leads) is
+given these back (RestoreSegment) and rebuilds the objects from them; a node that restarts on its
+shared-memory segment (kvstore.node.segment_memory) reads them back from the catalog's file beside it.
+
+The file is a log of msgpack records, appended as holds and kills arrive (shared memory: it outlives
+the process, not the host), replayed on open and compacted when mostly dead. A torn last record ends
+the replay; whatever the catalog names is checked against the object's checksum before it is offered,
+so a record whose bytes were overwritten or never finished is a miss, never data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterable
+
+import msgpack
+import numpy as np
+import xxhash
+
+from kvstore.rpc.messages import HeldReplica
+
+log = logging.getLogger("kvstore.node")
+
+# offset, slot, gen, key, size, checksum, pinned, replicas: RestoreSegment's record
+Record = tuple[int, int, int, str, int, int, bool, int]
+_HOLD, _DROP = 0, 1
+COMPACT_MIN = 65536  # log records before compaction is considered
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def _record(raw: object) -> Record:
+    """A record read back from the file, checked field by field (ValueError when it is not one)."""
+    if not isinstance(raw, (list, tuple)) or len(raw) != 8:
+        raise ValueError("a hold is 8 fields")
+    offset, slot, gen, key, size, checksum, pinned, replicas = raw
+    ints = (offset, slot, gen, size, checksum, replicas)
+    if not all(type(x) is int and x >= 0 for x in ints) or type(key) is not str or type(pinned) is not bool:
+        raise ValueError("a hold's fields have the wrong types")
+    return (offset, slot, gen, key, size, checksum, pinned, replicas)
+
+
+class SegmentCatalog:
+    def __init__(self, path: str = "") -> None:
+        """`path`: the catalog's file (replayed now, then appended to); empty: kept in memory only."""
+        self.path = path
+        self._lock = threading.Lock()
+        self._entries: dict[int, Record] = {}  # by fence slot
+        self._logged = 0
+        self._fd = -1
+        if path:
+            self._replay()
+            self._fd = os.open(path, _APPEND | os.O_CREAT, 0o600)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- what the master says -----------------------------------------------------------------------
+    def hold(self, holds: Iterable[HeldReplica]) -> None:
+        records = [(h.offset, h.slot, h.gen, h.key, h.size, h.checksum, h.pinned, h.replicas) for h in holds]
+        if not records:
+            return
+        with self._lock:
+            for r in records:
+                self._entries[r[1]] = r
+            self._append([_HOLD, records])
+
+    def drop(self, slots: list[int], gens: list[int]) -> None:
+        """The allocations (slot, gen) are killed: what an older or the same generation held is gone."""
+        with self._lock:
+            dropped = []
+            for slot, gen in zip(slots, gens, strict=True):
+                held = self._entries.get(slot)
+                if held is not None and held[2] <= gen:
+                    del self._entries[slot]
+                    dropped.append((slot, gen))
+            if dropped:
+                self._append([_DROP, dropped])
+
+    def clear(self) -> None:
+        """The segment's memory is new: nothing named before is in it."""
+        with self._lock:
+            self._entries.clear()
+            self._rewrite()
+
+    # -- what the node offers back ----------------------------------------------------------------------
+    def verified(self, memory: np.ndarray) -> list[Record]:
+        """Every record whose bytes in `memory` still match its checksum, newest allocation first (when
+        two overlap, the newer one was written over the older); the others are forgotten."""
+        with self._lock:
+            good, bad = [], []
+            for r in sorted(self._entries.values(), key=lambda r: -r[2]):
+                offset, size, checksum = r[0], r[4], r[5]
+                inside = offset >= 0 and offset + size <= memory.size
+                if inside and xxhash.xxh3_64_intdigest(memory[offset : offset + size].data) == checksum:
+                    good.append(r)
+                else:
+                    bad.append(r)
+            for r in bad:
+                del self._entries[r[1]]
+            if bad:
+                self._append([_DROP, [(r[1], r[2]) for r in bad]])
+                log.warning("%d objects of the segment failed their checksum: dropped", len(bad))
+            return good
+
+    # -- the file ---------------------------------------------------------------------------------------
+    def _replay(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+        unpacker.feed(data)
+        try:
+            for kind, items in unpacker:
+                self._logged += 1
+                if kind == _HOLD:
+                    for r in items:
+                        record = _record(r)
+                        self._entries[record[1]] = record
+                else:
+                    for slot, gen in items:
+                        held = self._entries.get(slot)
+                        if held is not None and held[2] <= gen:
+                            del self._entries[slot]
+        except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+            log.warning("catalog %s ends in a damaged record (%s): the rest is ignored", self.path, exc)
+        self._rewrite()
+
+    def _append(self, record: list[object]) -> None:
+        if self._fd < 0:
+            return
+        try:
+            os.write(self._fd, msgpack.packb(record))
+        except OSError as exc:  # the objects stay served; only a restart would not find them
+            log.warning("cannot write the catalog %s: %s", self.path, exc)
+            return
+        self._logged += 1
+        if self._logged > COMPACT_MIN and self._logged > 4 * len(self._entries):
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        """Replaces the log with one record of what is held (a new file, renamed over the old)."""
+        if not self.path:
+            return
+        temporary = self.path + ".new"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, msgpack.packb([_HOLD, list(self._entries.values())]))
+            finally:
+                os.close(fd)
+            os.replace(temporary, self.path)
+        except OSError as exc:
+            log.warning("cannot rewrite the catalog %s: %s", self.path, exc)
+            return
+        self._logged = 1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = os.open(self.path, _APPEND)
+
+    def close(self, remove: bool = False) -> None:
+        """Closes the file; `remove`: deletes it (the node leaves for good: nothing will be restored)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            if remove and self.path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
