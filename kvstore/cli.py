@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transfer_engine.errors import KVStoreError
+from transfer_engine.errors import InvalidArgumentError, KVStoreError
 from transfer_engine.units import parse_size
 
 
@@ -527,6 +527,11 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
     p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
     p.add_argument("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)")
+    p.add_argument(
+        "--memory-dir",
+        help="shared-memory directory of the segment's file, kept for a restart (KVSTORE_NODE_MEMORY_DIR, "
+        "else /dev/shm; empty: anonymous memory)",
+    )
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -538,11 +543,29 @@ def _run_node(args: argparse.Namespace) -> int:
     # Warnings on stderr, and what the node itself says as it starts (how far its memory is ready).
     logging.basicConfig(format="kvstore node: %(message)s", level=logging.WARNING)
     logging.getLogger("kvstore.node").setLevel(logging.INFO)
-    settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend"]
+    settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]
     run_node(
         NodeConfig.load(**_given(args, settings)),
         **_given(args, ["master", "host", "transport"]),
     )
+    return 0
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("status", help="the cluster as its master sees it: nodes, tiers, usage, rates")
+    p.add_argument("--master", type=_host_port, help="default: KVSTORE_MASTER")
+    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    p.add_argument("--timeout", type=_positive_float, default=5.0, help="seconds to wait for the master")
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from kvstore.client.status import fetch_status, print_status
+    from kvstore.config import StoreConfig
+
+    master = args.master or StoreConfig.load().master
+    if not master:
+        raise InvalidArgumentError("no master address: pass --master, or set KVSTORE_MASTER=HOST:PORT")
+    print_status(fetch_status(master, args.timeout), args.json)
     return 0
 
 
@@ -582,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_bench(benches)
     _add_master(commands)
     _add_node(commands)
+    _add_status(commands)
     _add_config(commands)
     return parser
 
@@ -599,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("bench", None): _run_default_bench,
         ("master", None): _run_master,
         ("node", None): _run_node,
+        ("status", None): _run_status,
         ("config", None): _run_config,
     }
     runner = runners.get((args.command, getattr(args, "bench", None)))

@@ -3,12 +3,16 @@ its transfer engine) is a StoreConfig like any client's."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
 from transfer_engine.settings import setting
+
+
+NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass
@@ -50,6 +54,8 @@ class NodeConfig(Component):
     disk_staging: int = setting(64 << 20, "Aligned memory the disk tier moves records through.", "size")
 
     def validate(self) -> None:
+        if self.name and not NAME.fullmatch(self.name):
+            raise InvalidArgumentError("a node's name is 1-64 letters, digits, '.', '_' or '-'")
         if self.segment_size <= 0:
             raise InvalidArgumentError("a node's segment_size must be positive")
         if self.buffer_size < 4096:

@@ -49,8 +49,10 @@ def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
 
 
 class Handlers:
-    def __init__(self, state: MasterState) -> None:
+    def __init__(self, state: MasterState, describe: Callable[[], dict[str, Any]] | None = None) -> None:
+        """`describe()`: the cluster status (the server's: it knows its address and rates)."""
         self.state = state
+        self.describe = describe
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
             m.Hello: self.hello,
             m.RegisterClient: self.register_client,
@@ -73,6 +75,7 @@ class Handlers:
             m.Remove: self.remove,
             m.RemoveAll: self.remove_all,
             m.Stats: self.stats,
+            m.ClusterStatus: self.cluster_status,
             m.ReplicaDone: self.replica_done,
             m.ChangeReplica: self.change_replica,
             m.ReportReplicas: self.report_replicas,
@@ -332,3 +335,8 @@ class Handlers:
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
         return self.state.stats()
+
+    def cluster_status(self, r: m.ClusterStatus) -> dict[str, Any]:
+        if self.describe is None:
+            raise NotSupportedError("this master does not describe its cluster")
+        return self.describe()

@@ -21,6 +21,7 @@ from kvstore.errors import InternalError, KVStoreError
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
+from kvstore.master.status import RateWindow, cluster_status
 from kvstore.rpc.messages import REQUESTS
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 
@@ -33,7 +34,9 @@ class Master:
     def __init__(self, config: MasterConfig | None = None) -> None:
         self.config = config or MasterConfig.load()
         self.state = MasterState(self.config)
-        self.handlers = Handlers(self.state)
+        self.rates = RateWindow()
+        self.started = time.monotonic()
+        self.handlers = Handlers(self.state, self.describe)
         self.metrics = MasterMetrics(self.state)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -83,6 +86,10 @@ class Master:
             label = method if method in REQUESTS else "unknown"  # peers must not grow the label set
             self.metrics.rpc_seconds.labels(label).observe(time.perf_counter() - start)
 
+    def describe(self) -> dict[str, Any]:
+        """The cluster as this master sees it (`kvstore status`)."""
+        return cluster_status(self.state, self.rates, self.address, self.started)
+
     # -- HTTP ----------------------------------------------------------------------------------------
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -130,6 +137,7 @@ class Master:
                     self.state.credit_stall(stalled)
                     continue  # read what queued up meanwhile before judging anyone
                 self.state.expire()
+                self.rates.sample(self.state.clock(), vars(self.state.counters))
                 self.state.plan_demotions()
                 self.state.evict_to_watermark()
                 self.state.replicator.plan()

@@ -36,12 +36,12 @@ class NodeIdentity:
     """Claims this node's identity for the life of the process (release() or exit gives it back)."""
 
     def __init__(self, config: NodeConfig, master: str) -> None:
-        if config.name:
-            defining = f"name={config.name}"
+        if config.name:  # checked by NodeConfig: fit for a file name
+            self.base = config.name
         else:
             disk = os.path.abspath(config.disk) if config.disk else ""
             defining = f"master={master} disk={disk} segment={config.segment_size}"
-        self.base = xxhash.xxh3_64_hexdigest(defining.encode())
+            self.base = xxhash.xxh3_64_hexdigest(defining.encode())
         self._fd = -1
         for slot in range(MAX_SLOTS):
             path = os.path.join(lock_directory(), f"kvstore-node-{self.base}-{slot}.lock")

@@ -676,6 +676,24 @@ class RemoveAll(Request):
 
 
 @dataclass
+class ClusterStatus(Request):
+    """`kvstore status`: the master's role, the nodes and their segments per tier, the counters and
+    recent rates (kvstore.master.status)."""
+
+    METHOD: ClassVar[str] = "cluster_status"
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> ClusterStatus:
+        return cls()
+
+    @staticmethod
+    def decode_reply(obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list):
+            raise ProtocolError("master sent a malformed status")
+        return obj
+
+
+@dataclass
 class Stats(Request):
     METHOD: ClassVar[str] = "stats"
 
@@ -787,6 +805,7 @@ REQUESTS: dict[str, type[Request]] = {
         Remove,
         RemoveAll,
         Stats,
+        ClusterStatus,
         ReplicaDone,
         ChangeReplica,
         ReportReplicas,

@@ -473,3 +473,36 @@ def test_bench_connector_json(engine: str) -> None:
     for figure in ("save_gbps", "load_gbps", "store_put_gbps", "store_get_gbps"):
         assert out[figure] > 0
     assert "save_overhead" in out and "load_overhead" in out
+
+
+def test_status_shows_the_nodes_tiers_and_counters(tmp_path: Path) -> None:
+    """`kvstore status`: a table for people, JSON for scripts, from a running master and a disk node."""
+    from kvstore import Store
+    from kvstore.procs import kvstore_process
+
+    with kvstore_process(["master", "--port", "0", "--heartbeat-interval", "0.3"]) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "16MiB", "--name", "alpha"]
+        node += ["--disk", str(tmp_path / "tier"), "--disk-size", "32MiB"]
+        with kvstore_process(node), Store.connect(address) as store:
+            store.batch_put_from([f"s{i}" for i in range(20)], [b"v" * 4096] * 20)
+            assert store.batch_get(["s1", "missing"]) == [b"v" * 4096, None]
+            table = kvstore("status", "--master", address)
+            as_json = kvstore("status", "--json", KVSTORE_MASTER=address)
+    assert table.returncode == 0, table.stderr
+    assert "alpha" in table.stdout and "memory" in table.stdout and "disk" in table.stdout
+    assert "hit ratio" in table.stdout and "50.0%" in table.stdout
+    status = json.loads(as_json.stdout)
+    assert status["master"]["role"] == "single" and status["master"]["address"] == address
+    (alpha,) = status["nodes"]
+    assert alpha["node"] == alpha["host"] + "/alpha/0"
+    tiers = {s["tier"]: s for s in alpha["segments"]}
+    assert tiers["memory"]["objects"] == 20 and tiers["memory"]["health"] == "ok"
+    assert tiers["disk"]["size"] == (32 << 20) - 4096 and tiers["disk"]["health"] == "ok"  # less its probe page
+    assert status["stats"]["objects"] == 20 and status["stats"]["misses"] == 1
+
+
+def test_status_without_a_master_is_a_clear_error() -> None:
+    result = kvstore("status", "--master", "127.0.0.1:1", "--timeout", "1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "kvstore: error:" in result.stderr
