@@ -11,7 +11,6 @@ from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
 from transfer_engine.settings import setting
 
-
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
