@@ -11,6 +11,7 @@ import logging
 import selectors
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +41,8 @@ class Master:
         self.metrics = MasterMetrics(self.state)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._ready: list[Callable[[], None]] = []  # deferred replies ready to send (run_ready)
+        self._ready_scheduled = False
         self.address = ""
         self.http_address: str | None = None
 
@@ -70,6 +73,25 @@ class Master:
         await asyncio.gather(*(s.serve_forever() for s in self._servers))
 
     # -- RPC -----------------------------------------------------------------------------------------
+    def when_ready(self, send: Callable[[], None]) -> None:
+        """Sends a deferred reply that became ready: before the replies of the requests that made it
+        ready are written (run_ready), else on the next loop turn."""
+        self._ready.append(send)
+        if not self._ready_scheduled:
+            self._ready_scheduled = True
+            asyncio.get_running_loop().call_soon(self.run_ready)
+
+    def run_ready(self) -> None:
+        """Sends every deferred reply that is ready. A connection runs this before writing its own
+        replies, so what a node is told a request did (the replicas it now holds, the kills to apply)
+        is on its way before the requester hears it is done: a master killed after acknowledging a put
+        has already told the put's nodes, which name the object to the next master."""
+        self._ready_scheduled = False
+        while self._ready:
+            ready, self._ready = self._ready, []
+            for send in ready:
+                send()
+
     def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any] | Deferred:
         start = time.perf_counter()
         try:
@@ -225,12 +247,14 @@ class _RpcProtocol(asyncio.Protocol):
                 self._later(msg_id, reply)
             else:
                 replies.append(rpc.pack(reply))
+        self.master.run_ready()
         if replies:
             self.transport.write(b"".join(replies))
 
     def _later(self, msg_id: int, deferred: Deferred) -> None:
-        """Sends a deferred reply when it is ready (on a later loop turn, so one operation's effects are
-        all in it) or when its time is up. Clients wait for each reply, so order is kept."""
+        """Sends a deferred reply when it is ready (once the requests that made it so are done: one
+        operation's effects are all in it; Master.run_ready) or when its time is up. Clients wait for
+        each reply, so order is kept."""
         loop = asyncio.get_running_loop()
         sent = False
 
@@ -253,7 +277,7 @@ class _RpcProtocol(asyncio.Protocol):
             self.transport.write(rpc.pack(body))
 
         timer = loop.call_later(deferred.timeout, send)
-        deferred.on_ready(functools.partial(loop.call_soon, send))
+        deferred.on_ready(functools.partial(self.master.when_ready, send))
 
 
 class _SpinningSelector(selectors.EpollSelector):
