@@ -479,6 +479,13 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--hot-access-rate", type=_positive_float, help="reads/s that make a key hot")
     p.add_argument("--cool-access-rate", type=_positive_float)
     p.add_argument("--heat-half-life", type=_positive_float, help="seconds")
+    p.add_argument(
+        "--etcd",
+        help="HOST:PORT[,...] of etcd: run as a candidate of --cluster, serving while elected leader "
+        "(KVSTORE_MASTER_ETCD)",
+    )
+    p.add_argument("--cluster", help="the cluster this master is a candidate of (default: default)")
+    p.add_argument("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)")
 
 
 _MASTER_FLAGS = (
@@ -495,6 +502,9 @@ _MASTER_FLAGS = (
     "hot_access_rate",
     "cool_access_rate",
     "heat_half_life",
+    "etcd",
+    "cluster",
+    "leader_ttl",
 )
 
 
@@ -505,15 +515,26 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
 
 def _run_master(args: argparse.Namespace) -> int:
     from kvstore.config import MasterConfig
-    from kvstore.master.server import run_master
+    from kvstore.master.process import run_master
 
     run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
     return 0
 
 
+def _add_master_choice(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--master",
+        help="HOST:PORT of the master, or of a cluster's masters comma-separated (default: KVSTORE_MASTER)",
+    )
+    p.add_argument("--etcd", help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)")
+    p.add_argument(
+        "--cluster", help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"
+    )
+
+
 def _add_node(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("node", help="contribute a memory segment to the pool (until SIGTERM/SIGINT)")
-    p.add_argument("--master", type=_host_port, help="default: KVSTORE_MASTER")
+    _add_master_choice(p)
     p.add_argument("--segment-size", type=_size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB")
     p.add_argument(
         "--pinned",
@@ -546,26 +567,30 @@ def _run_node(args: argparse.Namespace) -> int:
     settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]
     run_node(
         NodeConfig.load(**_given(args, settings)),
-        **_given(args, ["master", "host", "transport"]),
+        **_given(args, ["master", "etcd", "cluster", "host", "transport"]),
     )
     return 0
 
 
 def _add_status(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("status", help="the cluster as its master sees it: nodes, tiers, usage, rates")
-    p.add_argument("--master", type=_host_port, help="default: KVSTORE_MASTER")
+    _add_master_choice(p)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.add_argument("--timeout", type=_positive_float, default=5.0, help="seconds to wait for the master")
 
 
 def _run_status(args: argparse.Namespace) -> int:
+    from kvstore.client.leader import locator
     from kvstore.client.status import fetch_status, print_status
     from kvstore.config import StoreConfig
 
-    master = args.master or StoreConfig.load().master
-    if not master:
-        raise InvalidArgumentError("no master address: pass --master, or set KVSTORE_MASTER=HOST:PORT")
-    print_status(fetch_status(master, args.timeout), args.json)
+    config = StoreConfig.load(**_given(args, ["master", "etcd", "cluster"]))
+    if not config.master and not config.etcd:
+        raise InvalidArgumentError(
+            "no master address: pass --master (or --etcd and --cluster), or set KVSTORE_MASTER=HOST:PORT"
+        )
+    where = locator(config.master, config.etcd, config.cluster, args.timeout)
+    print_status(fetch_status(where, args.timeout), args.json)
     return 0
 
 

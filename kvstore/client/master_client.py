@@ -13,18 +13,22 @@ import time
 from typing import Any
 
 from kvstore import rpc
-from kvstore.errors import InvalidArgumentError, MasterUnavailableError, error_for_code
-from kvstore.rpc.messages import Hello, Request
+from kvstore.client.leader import AddressList, Locator
+from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, error_for_code
+from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
 
 
 class MasterClient:
-    def __init__(self, address: str, timeout: float = 10.0, busy_poll_us: int = 100) -> None:
-        self.address = address
+    def __init__(self, address: str | Locator, timeout: float = 10.0, busy_poll_us: int = 100) -> None:
+        """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
+        Locator (kvstore.client.leader: the leader etcd names). Each connection opened asks it again."""
+        self.locator = address if isinstance(address, Locator) else AddressList(address)
+        self.address = self.locator.describe()  # the master last connected to, once there is one
         self.timeout = timeout
         # A reply usually comes back within ~100 µs; polling for it that long saves a sleep and wake-up.
         # 0 for a master in this process: it needs the GIL the poll loop holds.
         self.spin_seconds = busy_poll_us * 1e-6
-        self._host, self._port = rpc.parse_address(address)
+        self.epoch = 0  # the highest leader epoch seen: an older leader (deposed) is never followed
         self._ids = itertools.count(1)
         self._local = threading.local()
         self._all: list[socket.socket] = []
@@ -59,8 +63,9 @@ class MasterClient:
         return request.decode_reply(result)
 
     def hello(self) -> None:
-        """Checks the master answers and speaks this client's protocol version (a clear error if not)."""
-        self.call(Hello())
+        """Checks the master answers and speaks this client's protocol version (a clear error if not):
+        every connection opens with it."""
+        self._connection()
 
     def close(self) -> None:
         with self._lock:
@@ -80,17 +85,54 @@ class MasterClient:
         with self._lock:
             if self._closed:
                 raise MasterUnavailableError("master client is closed")
+        failures = []
+        for address in self.locator.candidates():
+            try:
+                sock = self._open(address)
+            except MasterUnavailableError as exc:
+                failures.append(str(exc))
+                continue
+            self.locator.connected(address)
+            self.address = address
+            with self._lock:
+                self._all.append(sock)
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            self._local.sock, self._local.poller = sock, poller
+            return sock, poller
+        raise MasterUnavailableError(f"cannot reach {self.locator.describe()}: " + "; ".join(failures))
+
+    def _open(self, address: str) -> socket.socket:
+        """A connection to `address` that opened with Hello: the same protocol, a leader no older than
+        one already seen."""
+        host, port = rpc.parse_address(address)
         try:
-            sock = socket.create_connection((self._host, self._port), timeout=self.timeout)
+            sock = socket.create_connection((host, port), timeout=self.timeout)
         except OSError as exc:
-            raise MasterUnavailableError(f"cannot reach master {self.address}: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self._lock:
-            self._all.append(sock)
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        self._local.sock, self._local.poller = sock, poller
-        return sock, poller
+            raise MasterUnavailableError(f"cannot reach master {address}: {exc}") from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(rpc.pack([0, Hello.METHOD, Hello(PROTOCOL_VERSION).params()]))
+            header = _recv_exact(sock, rpc.HEADER_SIZE)
+            _, code, message, result = rpc.parse_response(
+                rpc.unpack(_recv_exact(sock, rpc.frame_length(header)))
+            )
+            if code:
+                raise error_for_code(code, message)
+            reply: HelloReply = Hello.decode_reply(result)
+        except (OSError, EOFError) as exc:
+            sock.close()
+            raise MasterUnavailableError(f"master {address}: hello: {exc}") from exc
+        except KVStoreError:
+            sock.close()
+            raise
+        if 0 < reply.epoch < self.epoch:
+            sock.close()
+            raise MasterUnavailableError(
+                f"master {address} leads epoch {reply.epoch}, older than {self.epoch}"
+            )
+        self.epoch = max(self.epoch, reply.epoch)
+        return sock
 
     def _drop(self, sock: socket.socket) -> None:
         """A connection that failed mid-call is out of step: close it; the next call reconnects."""

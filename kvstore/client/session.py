@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kvstore.client.leader import locator
 from kvstore.client.master_client import MasterClient
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError
@@ -35,8 +36,11 @@ class Session:
         registration with the same identity supersede this one at once. Plain clients have none.
         `before_join(engine)` runs before the master hears of this process (a node readies its memory:
         once registered, it must heartbeat)."""
-        if not config.master:
-            raise InvalidArgumentError("no master address: pass one, or set KVSTORE_MASTER=HOST:PORT")
+        if not config.master and not config.etcd:
+            raise InvalidArgumentError(
+                "no master address: pass one, or set KVSTORE_MASTER=HOST:PORT (or KVSTORE_ETCD and "
+                "KVSTORE_CLUSTER for a cluster whose masters elect a leader in etcd)"
+            )
         self.config = config
         self._reporters: list[Callable[[], dict[str, Any]]] = []
         self._reply_handlers: list[Callable[[m.HeartbeatReply], None]] = []
@@ -46,7 +50,8 @@ class Session:
         self._closed = threading.Event()
         self._rejoin_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
-        self.master = MasterClient(config.master, config.rpc_timeout, config.rpc_busy_poll_us)
+        where = locator(config.master, config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
+        self.master = MasterClient(where, config.rpc_timeout, config.rpc_busy_poll_us)
         engine = None
         try:
             self.master.hello()

@@ -9,11 +9,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kvstore.client.leader import Locator
 from kvstore.client.master_client import MasterClient
 from kvstore.rpc import messages as m
 
 
-def fetch_status(master: str, timeout: float = 5.0) -> dict[str, Any]:
+def fetch_status(master: str | Locator, timeout: float = 5.0) -> dict[str, Any]:
     client = MasterClient(master, timeout, busy_poll_us=0)
     try:
         client.hello()
@@ -38,8 +39,9 @@ def print_status(status: dict[str, Any], as_json: bool = False, console: Console
     out = console or Console(width=None if Console().is_terminal else 160)
     me, stats = status["master"], status["stats"]
     standbys = ", ".join(status["standbys"]) or "none"
+    term = f" (cluster {me['cluster']}, epoch {me['epoch']})" if "epoch" in me else ""
     out.print(
-        f"master {me['address']}  role {me['role']}  standbys {standbys}  "
+        f"master {me['address']}  role {me['role']}{term}  standbys {standbys}  "
         f"up {me['uptime_s']:.0f} s  protocol {me['protocol']}"
     )
     nodes = Table(title="segments", title_justify="left")

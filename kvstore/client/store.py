@@ -94,8 +94,17 @@ class Store:
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
-    def connect(cls: type[S], master: str | None = None, **settings: Any) -> S:
-        """Joins the cluster of the master at HOST:PORT (else KVSTORE_MASTER).
+    def connect(
+        cls: type[S],
+        master: str | None = None,
+        *,
+        etcd: str | None = None,
+        cluster: str | None = None,
+        **settings: Any,
+    ) -> S:
+        """Joins the cluster of the master at HOST:PORT (else KVSTORE_MASTER), or of the masters at
+        "HOST:PORT,HOST:PORT" (the leader among them), or of the leader etcd names for `cluster`
+        (etcd="HOST:PORT[,...]", else KVSTORE_ETCD and KVSTORE_CLUSTER): calls follow a new leader.
 
         `settings` are StoreConfig fields (segment_size: bytes this process contributes, buffer_size,
         replicas, rpc_timeout) or engine settings (host, transport, tcp_connections, ...); what is not
@@ -103,6 +112,10 @@ class Store:
         """
         if master is not None:
             settings["master"] = master
+        if etcd is not None:
+            settings["etcd"] = etcd
+        if cluster is not None:
+            settings["cluster"] = cluster
         config = StoreConfig.load(**settings)
         return cls.from_config(config)
 

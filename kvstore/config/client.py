@@ -9,6 +9,7 @@ from typing import Any
 from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
 from kvstore.rpc import parse_address
+from kvstore.rpc.etcd import check_cluster, parse_endpoints
 from transfer_engine.config import EngineConfig
 from transfer_engine.settings import Origin, SettingInfo, setting
 
@@ -18,7 +19,15 @@ class StoreConfig(Component):
     """A `Store` client. Engine settings (host, transport, tcp_connections, ...) may be given here too:
     they go to the client's transfer engine."""
 
-    master: str = setting("", "HOST:PORT of the master (Store.connect's argument wins).")
+    master: str = setting(
+        "",
+        "HOST:PORT of the master, or a comma-separated list of a cluster's masters (the leader is the one "
+        "that accepts); Store.connect's argument wins.",
+    )
+    etcd: str = setting(
+        "", "HOST:PORT[,HOST:PORT...] of etcd: the master is the leader it names for `cluster` (HA)."
+    )
+    cluster: str = setting("default", "The cluster whose leader etcd names (with `etcd`).")
     segment_size: int = setting(0, "Bytes of memory this client contributes to the pool (0: none).", "size")
     buffer_size: int = setting(
         64 << 20, "Pre-faulted staging area for buffers that are not registered.", "size"
@@ -91,5 +100,9 @@ class StoreConfig(Component):
             raise InvalidArgumentError("rpc_busy_poll_us must be 0..100000")
         if not 0 < self.rpc_timeout <= 3600:
             raise InvalidArgumentError("rpc_timeout must be positive (seconds)")
-        if self.master:
-            parse_address(self.master)
+        for address in self.master.split(","):
+            if address.strip():
+                parse_address(address.strip())
+        if self.etcd:
+            parse_endpoints(self.etcd)
+            check_cluster(self.cluster)

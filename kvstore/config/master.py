@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
+from kvstore.rpc.etcd import check_cluster, parse_endpoints
 from transfer_engine.settings import setting
 
 
@@ -85,7 +86,24 @@ class MasterConfig(Component):
         "~80 µs to wake on a VM); 0 for a master sharing its process (and GIL) with clients.",
     )
 
+    etcd: str = setting(
+        "",
+        "HOST:PORT[,HOST:PORT...] of etcd: this master is a candidate of `cluster` and serves only while "
+        "it leads (leader election; clients and nodes follow the leader). Empty: a single master.",
+    )
+    cluster: str = setting("default", "The cluster this master is a candidate of (with `etcd`).")
+    leader_ttl: int = setting(
+        3,
+        "Seconds of the leader's etcd lease: a leader that cannot renew it stops serving before it ends, "
+        "and a standby leads once it has (a failover takes about this long).",
+    )
+
     def validate(self) -> None:
+        if self.etcd:
+            parse_endpoints(self.etcd)
+            check_cluster(self.cluster)
+        if not 2 <= self.leader_ttl <= 60:
+            raise InvalidArgumentError("leader_ttl must be 2..60 seconds")
         if not 0 < self.low_watermark <= self.high_watermark <= 1:
             raise InvalidArgumentError("need 0 < low_watermark <= high_watermark <= 1")
         if not 0 < self.demote_watermark <= 1:

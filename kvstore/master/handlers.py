@@ -49,10 +49,14 @@ def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
 
 
 class Handlers:
-    def __init__(self, state: MasterState, describe: Callable[[], dict[str, Any]] | None = None) -> None:
-        """`describe()`: the cluster status (the server's: it knows its address and rates)."""
+    def __init__(
+        self, state: MasterState, describe: Callable[[], dict[str, Any]] | None = None, epoch: int = 0
+    ) -> None:
+        """`describe()`: the cluster status (the server's: it knows its address and rates). `epoch`: this
+        master's term as its cluster's leader (0: no HA), told to every client in Hello."""
         self.state = state
         self.describe = describe
+        self.epoch = epoch
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
             m.Hello: self.hello,
             m.RegisterClient: self.register_client,
@@ -99,7 +103,7 @@ class Handlers:
                 f"client speaks RPC protocol {r.version}, this master speaks {m.PROTOCOL_VERSION}: "
                 "run the same kvstore release on both"
             )
-        return m.HelloReply(m.PROTOCOL_VERSION)
+        return m.HelloReply(m.PROTOCOL_VERSION, self.epoch)
 
     def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
         self.state.register_client(r.client_id, r.host_id, r.node_id)

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import selectors
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -19,12 +20,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InternalError, KVStoreError
+from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
 from kvstore.rpc.messages import REQUESTS
-from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
 
@@ -32,12 +33,23 @@ log = logging.getLogger("kvstore.master")
 class Master:
     """An RPC master. `await start()` in a loop, or `Master.start_in_thread()` for an embedded one."""
 
-    def __init__(self, config: MasterConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: MasterConfig | None = None,
+        *,
+        epoch: int = 0,
+        sock: socket.socket | None = None,
+        election: Election | None = None,
+    ) -> None:
+        """`epoch`, `election`: this master leads its cluster (kvstore.master.election) in that term;
+        `sock`: the RPC socket, bound already (a candidate holds its address while it waits to lead)."""
         self.config = config or MasterConfig.load()
         self.state = MasterState(self.config)
         self.rates = RateWindow()
         self.started = time.monotonic()
-        self.handlers = Handlers(self.state, self.describe)
+        self.epoch, self.election, self._sock = epoch, election, sock
+        self.handlers = Handlers(self.state, self.describe, epoch)
+        self.connections: set[_RpcProtocol] = set()
         self.metrics = MasterMetrics(self.state)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -48,7 +60,12 @@ class Master:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        rpc_server = await loop.create_server(lambda: _RpcProtocol(self), self.config.host, self.config.port)
+        if self._sock is not None:
+            rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock)
+        else:
+            rpc_server = await loop.create_server(
+                lambda: _RpcProtocol(self), self.config.host, self.config.port
+            )
         self._servers.append(rpc_server)
         self.address = _address(rpc_server)
         if self.config.http_port is not None:
@@ -60,10 +77,15 @@ class Master:
         self._tasks.append(asyncio.create_task(self._housekeeping()))
 
     async def stop(self) -> None:
+        """Stops serving: no new connection, and every open one closed (a leader stepping down must
+        change nothing more)."""
         for task in self._tasks:
             task.cancel()
         for server in self._servers:
             server.close()
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -110,7 +132,11 @@ class Master:
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this master sees it (`kvstore status`)."""
-        return cluster_status(self.state, self.rates, self.address, self.started)
+        status = cluster_status(self.state, self.rates, self.address, self.started)
+        if self.election is not None:
+            status["master"].update(role="leader", epoch=self.epoch, cluster=self.election.cluster)
+            status["standbys"] = list(self.election.standbys)
+        return status
 
     # -- HTTP ----------------------------------------------------------------------------------------
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -224,6 +250,10 @@ class _RpcProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.master.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.master.connections.discard(self)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -306,31 +336,3 @@ def new_event_loop(busy_poll_us: int = 0) -> asyncio.AbstractEventLoop:
 def _address(server: asyncio.base_events.Server) -> str:
     host, port = server.sockets[0].getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def run_master(config: MasterConfig) -> None:
-    """`kvstore master`: serve until interrupted."""
-    loop = new_event_loop(config.busy_poll_us)
-    master = Master(config)
-
-    async def main() -> None:
-        await master.start()
-        print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
-        print(f"kvstore master listening on {master.address}", flush=True)
-        if master.http_address:
-            print(f"metrics on http://{master.http_address}/metrics", flush=True)
-        done = asyncio.Event()
-
-        def stop() -> None:
-            loop.call_soon_threadsafe(done.set)
-
-        on_stop_request(stop)
-        await done.wait()
-
-    try:
-        loop.run_until_complete(main())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        loop.run_until_complete(master.stop())
-        loop.close()

@@ -21,7 +21,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     from KVSTORE_* variables, then defaults.
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
-    identity = NodeIdentity(node, config.master)
+    identity = NodeIdentity(node, config.master or f"etcd={config.etcd} cluster={config.cluster}")
     files = SegmentFiles.named(node.memory_dir, identity.stem)
     reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
     prepared: list[Region] = []

@@ -177,6 +177,7 @@ class PrefixMatch(NamedTuple):
 
 class HelloReply(NamedTuple):
     version: int
+    epoch: int  # the leader's term in its cluster (etcd's revision of its leader key); 0 without HA
 
 
 def _record(cls: Any, obj: Any) -> Any:
