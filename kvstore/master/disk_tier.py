@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from kvstore.config.master import MasterConfig
 from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.ledger import DiskRecordDropped, DiskRecordSet, Ledger, ReplicaAdded
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
 from kvstore.master.placement import DiskSpace, SegmentSpace, placement_of
 from kvstore.rpc import messages as m
@@ -56,13 +57,14 @@ class DiskTier:
         config: MasterConfig,
         clock: Callable[[], float],
         space: SegmentSpace,
-        objects: Mapping[str, ObjectMeta],
+        ledger: Ledger,
         memory_policy: EvictionPolicy,
     ) -> None:
         self.config = config
         self.clock = clock
         self.space = space
-        self.objects = objects
+        self.ledger = ledger  # the one writer of the objects' records and replicas
+        self.objects: Mapping[str, ObjectMeta] = ledger.objects
         self.memory_policy = memory_policy
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)  # disk records, same kind
         self.disk_space = DiskSpace()
@@ -104,7 +106,7 @@ class DiskTier:
             for key in list(seg.objects):
                 meta = self.objects.get(key)
                 if meta is not None and meta.disk is not None and meta.disk.segment is seg:
-                    meta.disk = None
+                    self.ledger.apply([DiskRecordDropped(key)])
                     self.policy.on_remove(key)
                     if not meta.replicas:
                         self.on_lost(meta)
@@ -204,7 +206,8 @@ class DiskTier:
         disk = meta.disk
         if disk is None:
             return
-        meta.disk = None
+        if self.objects.get(meta.key) is meta:
+            self.ledger.apply([DiskRecordDropped(meta.key)])
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)
         if self.disk_space.mounted(disk.segment):
@@ -334,7 +337,7 @@ class DiskTier:
         alive = meta is not None and meta.complete and self.disk_space.mounted(task.disk.segment)
         if task.kind == "demote":
             if ok and alive and meta is not None and meta.disk is None:
-                meta.disk = task.disk
+                self.ledger.apply([DiskRecordSet(task.key, task.disk)])
                 self.policy.on_insert(task.key, meta.size)
                 self.demotions += 1
             else:
@@ -345,8 +348,7 @@ class DiskTier:
                     self._unreported[task.id] = task
         else:
             if ok and alive and meta is not None and meta.disk is task.disk:
-                meta.replicas.append(task.memory)
-                self.space.holds.hold(meta, task.memory)
+                self.ledger.apply([ReplicaAdded(task.key, task.memory)])
                 self.loads += 1
                 now = self.clock()
                 self.transient.pop(task.key, None)

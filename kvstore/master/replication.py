@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvstore.config import MasterConfig
+from kvstore.master.ledger import Ledger, ReplicaAdded, ReplicaDropped
 from kvstore.master.model import ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages
@@ -45,12 +46,13 @@ class Replicator:
         config: MasterConfig,
         clock: Callable[[], float],
         space: SegmentSpace,
-        objects: Mapping[str, ObjectMeta],
+        ledger: Ledger,
     ) -> None:
         self.config = config
         self.clock = clock
         self.space = space  # copies are placed (and freed) by the same writer as puts
-        self.objects = objects
+        self.ledger = ledger  # the one writer of the objects' replicas
+        self.objects: Mapping[str, ObjectMeta] = ledger.objects
         self.tasks: dict[int, CopyTask] = {}
         self._by_key: dict[str, list[CopyTask]] = {}  # the same tasks, by object key
         self._next = 1
@@ -142,7 +144,8 @@ class Replicator:
     def _drop_one(self, meta: ObjectMeta) -> None:
         if meta.lease_until > self.clock() or len(meta.replicas) <= 1:
             return  # a reader may be using any replica: wait for its lease to end
-        replica = meta.replicas.pop()  # the newest: originals stay
+        replica = meta.replicas[-1]  # the newest: originals stay
+        self.ledger.apply([ReplicaDropped(meta.key, replica)])
         self.space.free(meta.key, replica)
         self.dropped += 1
 
@@ -169,8 +172,7 @@ class Replicator:
         self._unlink(task)
         meta = self.objects.get(task.key)
         if ok and meta is not None and meta.complete:
-            meta.replicas.append(task.dest)
-            self.space.holds.hold(meta, task.dest)
+            self.ledger.apply([ReplicaAdded(meta.key, task.dest)])
             self.copies_done += 1
         else:
             self._free(task, writing=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
@@ -23,6 +23,18 @@ from kvstore.errors import (
 )
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.ledger import (
+    DiskRecordSet,
+    Ledger,
+    ObjectDropped,
+    ObjectRestored,
+    PutCommitted,
+    PutStarted,
+    Record,
+    ReplicaAdded,
+    ReplicaDropped,
+    ReplicaRestored,
+)
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
@@ -57,9 +69,11 @@ class MasterState:
         self.space = SegmentSpace(config.allocation_alignment, clock)  # the one writer of segment space
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
-        self.objects: dict[str, ObjectMeta] = {}
-        self.replicator = Replicator(config, clock, self.space, self.objects)
-        self.disk = DiskTier(config, clock, self.space, self.objects, self.policy)
+        self.ledger = Ledger()  # the one writer of the object table (kvstore.master.ledger)
+        self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
+        self.ledger.observe(self._tell_nodes)
+        self.replicator = Replicator(config, clock, self.space, self.ledger)
+        self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
         self.disk.on_lost = self._delete
         self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)
         # Puts started and not ended: expiry checks these every tick, not every object.
@@ -70,6 +84,20 @@ class MasterState:
     @property
     def segments(self) -> dict[int, Segment]:
         return self.space.segments
+
+    def _tell_nodes(self, records: Sequence[Record]) -> None:
+        """Each committed replica is told to its node (kvstore.master.holds)."""
+        holds, objects = self.space.holds, self.objects
+        for r in records:
+            if isinstance(r, PutCommitted):
+                meta = objects.get(r.key)
+                if meta is not None:
+                    for replica in meta.replicas:
+                        holds.hold(meta, replica)
+            elif isinstance(r, ReplicaAdded):
+                meta = objects.get(r.key)
+                if meta is not None and meta.complete:
+                    holds.hold(meta, r.replica)
 
     # -- clients and segments -----------------------------------------------------------------------
     def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
@@ -127,7 +155,7 @@ class MasterState:
                 break
         else:
             return  # already dropped, or a stale location
-        meta.replicas.remove(replica)
+        self.ledger.apply([ReplicaDropped(key, replica)])
         self.space.free(key, replica, read_until=meta.lease_until)
         self.counters.corrupt_replicas += 1
         if not meta.replicas:
@@ -193,7 +221,7 @@ class MasterState:
             if known is not None:
                 if not known.replicas:
                     self.policy.on_insert(key, size)  # on disk only until now
-                known.replicas.append(replica)
+                self.ledger.apply([ReplicaRestored(key, replica)])
                 continue
             meta = ObjectMeta(
                 key,
@@ -206,7 +234,7 @@ class MasterState:
                 last_access=now,
                 base_replicas=min(base, self.config.max_replicas),
             )
-            self.objects[key] = meta
+            self.ledger.apply([ObjectRestored(meta)])
             self.stored_bytes += size
             self.policy.on_insert(key, size)
             self.counters.restored_objects += 1
@@ -242,7 +270,7 @@ class MasterState:
             meta = self.objects.get(key)
             if meta is None:
                 continue
-            meta.replicas = [r for r in meta.replicas if r.segment is not seg]
+            self.ledger.drop_replicas(key, [r for r in meta.replicas if r.segment is seg])
             if not meta.replicas and meta.disk is None:
                 self._delete(meta)
             elif not meta.replicas:
@@ -307,7 +335,7 @@ class MasterState:
             last_access=now,
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
-        self.objects[key] = meta
+        self.ledger.apply([PutStarted(meta)])
         self._pending.add(meta)
         return placed
 
@@ -315,10 +343,8 @@ class MasterState:
         """Makes the put visible. `plan`: plan demotions now (a batch plans once, after its last key:
         planning walks the coldest part of memory)."""
         meta = self._pending_put(client_id, key)
-        meta.complete = True
+        self.ledger.apply([PutCommitted(key)])  # its nodes learn they hold it (_tell_nodes)
         self._pending.pop(key)
-        for replica in meta.replicas:  # its nodes learn they hold it (a master that restarts asks them)
-            self.space.holds.hold(meta, replica)
         if len(meta.replicas) < meta.base_replicas:
             self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
         self.stored_bytes += meta.size
@@ -472,13 +498,13 @@ class MasterState:
         read_until = meta.lease_until if meta.complete else 0.0
         for r in meta.replicas:
             self.space.free(meta.key, r, writing=writing, read_until=read_until)
-        meta.replicas = []
-        self.objects.pop(meta.key, None)
+        self.disk.drop_record(meta)
+        if self.objects.get(meta.key) is meta:
+            self.ledger.apply([ObjectDropped(meta.key)])
         self._pending.pop(meta.key)
         self.policy.on_remove(meta.key)
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
-        self.disk.drop_record(meta)
 
     def evictable(self, meta: ObjectMeta, now: float) -> bool:
         return meta.complete and not meta.pinned and meta.lease_until <= now
@@ -533,9 +559,10 @@ class MasterState:
         self.counters.evictions_to_disk += 1
         self.disk.forget(victim.key)  # a load or demotion of it in flight is moot now
         self.replicator.forget(victim.key)
-        for r in victim.replicas:
+        dropped = list(victim.replicas)
+        self.ledger.drop_replicas(victim.key, dropped)
+        for r in dropped:
             self.space.free(victim.key, r, read_until=victim.lease_until)
-        victim.replicas = []
         self.policy.on_remove(victim.key)
         return True
 
@@ -589,13 +616,12 @@ class MasterState:
             if record is None:
                 continue
             if known is not None:  # still in memory elsewhere: the record is its disk copy again
-                known.disk = record
+                self.ledger.apply([DiskRecordSet(key, record)])
                 self.disk.policy.on_insert(key, size)
                 taken += 1
                 continue
-            meta = ObjectMeta(key, size, checksum, [], client_id, complete=True, last_access=now)
-            meta.disk = record
-            self.objects[key] = meta
+            meta = ObjectMeta(key, size, checksum, [], client_id, complete=True, last_access=now, disk=record)
+            self.ledger.apply([ObjectRestored(meta)])
             self.stored_bytes += size
             self.disk.policy.on_insert(key, size)
             taken += 1

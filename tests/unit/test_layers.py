@@ -86,3 +86,24 @@ def test_segment_space_has_one_writer() -> None:
         if path.name == "placement.py" or "bench" in path.parts:
             continue
         assert not writes.search(path.read_text()), f"{path} writes segment space itself"
+
+
+def test_the_object_table_has_one_writer() -> None:
+    """Only kvstore.master.ledger adds or removes objects, commits them, or changes their replicas or disk
+    records; the rest of the master plans and hands it typed records."""
+    import re
+
+    writes = re.compile(
+        r"objects\[[^\]]*\]\s*=(?!=)"  # objects[key] = ...
+        r"|objects\.(pop|clear|update|setdefault|popitem)\("
+        r"|\.replicas\s*=(?!=)|\.replicas\.(append|remove|pop|extend|insert|clear)\("
+        r"|(?<!self)\.disk\s*=(?!=)"
+        r"|\.complete\s*=(?!=)"
+    )
+    for path in (CSRC.parent / "kvstore" / "master").rglob("*.py"):
+        if path.name == "ledger.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not writes.search(line), (
+                f"{path.name}:{number} writes the object table itself: {line.strip()}"
+            )
