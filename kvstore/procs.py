@@ -10,10 +10,10 @@ from transfer_engine.procs import READY_PREFIX, module_process, stop_process
 
 
 def kvstore_process(
-    args: Sequence[str],
+    args: Sequence[str], prefix: Sequence[str] = ()
 ) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], str]]:
-    """Runs `kvstore ARGS` (the CLI) as a child."""
-    return module_process("kvstore.cli", args)
+    """Runs `kvstore ARGS` (the CLI) as a child (after `prefix`, e.g. `ip netns exec NAME`)."""
+    return module_process("kvstore.cli", args, prefix)
 
 
 __all__ = ["READY_PREFIX", "kvstore_process", "module_process", "stop_process"]

@@ -27,9 +27,12 @@ LIFELINE_ENV = "KVSTORE_LIFELINE"
 
 
 @contextmanager
-def module_process(module: str, args: Sequence[str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Runs `python -m MODULE ARGS`; yields (process, the rest of its READY line)."""
-    cmd = [sys.executable, "-m", module, *args]
+def module_process(
+    module: str, args: Sequence[str], prefix: Sequence[str] = ()
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Runs `python -m MODULE ARGS` (after `prefix`, e.g. `ip netns exec NAME`); yields (process, the
+    rest of its READY line)."""
+    cmd = [*prefix, sys.executable, "-m", module, *args]
     # `python -m` puts the working directory first on sys.path: started from a source checkout after a
     # plain `pip install .`, the child would import the checkout (which has no built extension) instead of
     # what this process imported. Run it where our own packages live, so it imports the same ones.

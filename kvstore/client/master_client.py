@@ -18,6 +18,11 @@ from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailable
 from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
 
 
+CONNECT_SECONDS = 1.0
+"""How long a connection may take to open: a master that is down on a host that is cut off never refuses,
+and a client must not wait its whole reply timeout on it before asking for the new leader."""
+
+
 class MasterClient:
     def __init__(self, address: str | Locator, timeout: float = 10.0, busy_poll_us: int = 100) -> None:
         """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
@@ -107,10 +112,11 @@ class MasterClient:
         one already seen."""
         host, port = rpc.parse_address(address)
         try:
-            sock = socket.create_connection((host, port), timeout=self.timeout)
+            sock = socket.create_connection((host, port), timeout=min(self.timeout, CONNECT_SECONDS))
         except OSError as exc:
             raise MasterUnavailableError(f"cannot reach master {address}: {exc}") from exc
         try:
+            sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(rpc.pack([0, Hello.METHOD, Hello(PROTOCOL_VERSION).params()]))
             header = _recv_exact(sock, rpc.HEADER_SIZE)

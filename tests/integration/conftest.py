@@ -16,6 +16,7 @@ class Namespace:
     name: str
     local_addr: str  # this side of the veth pair (root namespace)
     peer_addr: str  # inside the namespace
+    link: str = ""  # the veth end in the root namespace (set it down to cut the namespace off)
 
 
 def _ip(*args: str) -> None:
@@ -44,7 +45,7 @@ def netns() -> Iterator[Namespace]:
         _ip("-n", ns, "addr", "add", f"{peer}/30", "dev", veth_ns)
         _ip("-n", ns, "link", "set", veth_ns, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
-        yield Namespace(ns, local, peer)
+        yield Namespace(ns, local, peer, veth_host)
     finally:
         subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)

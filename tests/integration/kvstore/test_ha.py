@@ -22,6 +22,7 @@ from kvstore.client.master_client import MasterClient
 from kvstore.errors import KVStoreError
 from kvstore.procs import kvstore_process
 from tests.conftest import freeze
+from tests.integration.conftest import Namespace
 
 TTL = 2  # the leader's lease (seconds)
 HA = ["--leader-ttl", str(TTL), "--heartbeat-interval", "0.3", "--client-ttl", "5"]
@@ -36,6 +37,13 @@ def _free_port() -> int:
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A one-member etcd on free loopback ports: its client address and process."""
+    with etcd_server(tmp_path, "127.0.0.1") as running:
+        yield running
+
+
+@contextmanager
+def etcd_server(tmp_path: Path, host: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A one-member etcd on free ports of `host`: its client address and process."""
     binary = shutil.which("etcd")
     if binary is None:
         pytest.skip("etcd is not installed (Debian's etcd-server; .ci/run installs it)")
@@ -45,8 +53,8 @@ def etcd(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             binary,
             "--name=t",
             f"--data-dir={tmp_path / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{client}",
-            f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-client-urls=http://{host}:{client}",
+            f"--advertise-client-urls=http://{host}:{client}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=t=http://127.0.0.1:{peer}",
@@ -55,7 +63,7 @@ def etcd(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    address = f"127.0.0.1:{client}"
+    address = f"{host}:{client}"
     try:
         from kvstore.rpc import etcd as etcd_keys
 
@@ -254,3 +262,73 @@ def test_a_list_of_master_addresses_follows_the_leader(etcd: tuple[str, subproce
                     pass
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
+
+
+class Lines:
+    """Reads a process's stdout on a thread: each line with the time it came."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[tuple[float, str]] = []
+        assert proc.stdout is not None
+        stream = proc.stdout
+        threading.Thread(
+            target=lambda: [self.lines.append((time.monotonic(), x)) for x in stream], daemon=True
+        ).start()
+
+    def when(self, text: str, after: float = 0.0) -> float | None:
+        return next((t for t, line in self.lines if text in line and t >= after), None)
+
+
+@pytest.mark.root
+def test_a_leader_cut_off_from_everyone_steps_down_before_a_standby_leads(
+    tmp_path: Path, netns: Namespace
+) -> None:
+    """The leader runs on its own host (a network namespace) and loses its link: it cannot renew its lease,
+    stops serving before the lease can end, and only then does the standby lead; the first call after the
+    cut succeeds within 5 s and every acknowledged object reads back with the right bytes."""
+    here, there = netns.local_addr, netns.peer_addr
+    with etcd_server(tmp_path, here) as (address, _), ExitStack() as stack:
+        cluster = ["--etcd", address, "--cluster", "cut", *HA]
+        far, _ = stack.enter_context(
+            kvstore_process(
+                ["master", "--host", there, "--port", "0", *cluster], ["ip", "netns", "exec", netns.name]
+            )
+        )
+        far_lines = Lines(far)
+        deadline = time.monotonic() + 10
+        while far_lines.when("leading cluster") is None:
+            assert time.monotonic() < deadline, "the master on the other host did not lead"
+            time.sleep(0.05)
+        near, _ = stack.enter_context(kvstore_process(["master", "--host", here, "--port", "0", *cluster]))
+        near_lines = Lines(near)
+        node = ["node", "--etcd", address, "--cluster", "cut", "--host", here, "--segment-size", "32MiB"]
+        for _ in range(2):
+            stack.enter_context(kvstore_process(node))
+        with Store.connect(etcd=address, cluster="cut", host=here, rpc_timeout=3.0) as store:
+            keys = [f"cut/{i}" for i in range(200)]
+            assert store.batch_put_from(keys, [value_of(i) for i in range(200)]) == [0] * 200
+            assert store.session.master.address.startswith(there)
+            subprocess.run(["ip", "link", "set", netns.link, "down"], check=True)
+            cut = time.monotonic()
+            first = None
+            while time.monotonic() - cut < 15:
+                try:
+                    if store.put(f"after/{time.monotonic()}", b"x" * 4096) is None:
+                        first = time.monotonic() - cut
+                        break
+                except KVStoreError:
+                    time.sleep(0.05)
+            assert first is not None and first < 5.0, first
+            while store.stats()["master"]["segments"] < 2:
+                assert time.monotonic() - cut < 20
+                time.sleep(0.05)
+            got = store.batch_get(keys)
+            stepped_down = far_lines.when("stepped down")
+            leading = near_lines.when("leading cluster")
+            since = {"stepped down": stepped_down, "standby led": leading}
+            print(
+                f"partition: first put {first:.2f} s after the cut;",
+                {k: v and v - cut for k, v in since.items()},
+            )
+        assert got == [value_of(i) for i in range(200)]
+        assert stepped_down is not None and leading is not None and stepped_down < leading
