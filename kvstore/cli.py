@@ -59,6 +59,14 @@ def _host_port(text: str) -> str:
     return text
 
 
+def _host_ports(text: str) -> str:
+    """HOST:PORT[,HOST:PORT...]."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT...], got {text!r}")
+    return ",".join(_host_port(p) for p in parts)
+
+
 def _transport_choices() -> list[str]:
     from transfer_engine.config import transport_choices
 
@@ -481,6 +489,7 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--heat-half-life", type=_positive_float, help="seconds")
     p.add_argument(
         "--etcd",
+        type=_host_ports,
         help="HOST:PORT[,...] of etcd: run as a candidate of --cluster, serving while elected leader "
         "(KVSTORE_MASTER_ETCD)",
     )
@@ -524,9 +533,14 @@ def _run_master(args: argparse.Namespace) -> int:
 def _add_master_choice(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--master",
+        type=_host_ports,
         help="HOST:PORT of the master, or of a cluster's masters comma-separated (default: KVSTORE_MASTER)",
     )
-    p.add_argument("--etcd", help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)")
+    p.add_argument(
+        "--etcd",
+        type=_host_ports,
+        help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)",
+    )
     p.add_argument(
         "--cluster", help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"
     )
