@@ -17,7 +17,6 @@ from kvstore.client.leader import AddressList, Locator
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, error_for_code
 from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
 
-
 CONNECT_SECONDS = 1.0
 """How long a connection may take to open: a master that is down on a host that is cut off never refuses,
 and a client must not wait its whole reply timeout on it before asking for the new leader."""

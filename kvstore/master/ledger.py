@@ -85,6 +85,7 @@ Observer = Callable[[Sequence[Record]], None]
 class Ledger:
     def __init__(self) -> None:
         self.objects: dict[str, ObjectMeta] = {}  # read by everyone, written here only
+        self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
         self._observers: list[Observer] = []
 
     def observe(self, observer: Observer) -> None:
@@ -99,12 +100,17 @@ class Ledger:
                 objects[r.meta.key] = r.meta
                 if isinstance(r, ObjectRestored):
                     r.meta.complete = True
+                    self.stored_bytes += r.meta.size
             elif isinstance(r, PutCommitted):
-                objects[r.key].complete = True
+                meta = objects[r.key]
+                meta.complete = True
+                self.stored_bytes += meta.size
             elif isinstance(r, ObjectDropped):
-                meta = objects.pop(r.key, None)
-                if meta is not None:
-                    meta.replicas = []
+                gone = objects.pop(r.key, None)
+                if gone is not None:
+                    gone.replicas = []
+                    if gone.complete:
+                        self.stored_bytes -= gone.size
             elif isinstance(r, (ReplicaAdded, ReplicaRestored)):
                 objects[r.key].replicas.append(r.replica)
             elif isinstance(r, ReplicaDropped):

@@ -21,25 +21,22 @@ from kvstore.errors import (
     ObjectNotFoundError,
     TooManyPutsError,
 )
+from kvstore.master import restore
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import (
-    DiskRecordSet,
     Ledger,
     ObjectDropped,
-    ObjectRestored,
     PutCommitted,
     PutStarted,
     Record,
     ReplicaAdded,
     ReplicaDropped,
-    ReplicaRestored,
 )
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
-from kvstore.rpc.messages import record_bytes
 
 
 def _evictable_at_all(meta: ObjectMeta) -> bool:
@@ -78,7 +75,6 @@ class MasterState:
         self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending = PutsInProgress()
-        self.stored_bytes = 0  # of visible objects, kept as they come and go: stats() is O(1)
         self.counters = Counters()
 
     @property
@@ -191,56 +187,12 @@ class MasterState:
         records: list[tuple[int, int, int, str, int, int, bool, int]],
         last: bool,
     ) -> list[int]:
-        """Takes back the replicas a node's segment still holds (it was told them: kvstore.master.holds),
-        after this master or the node restarted: each becomes a replica of its object again, or the
-        object itself when this master does not know the key. A record that conflicts with what this
-        master knows (another value of the key, a put of it in progress, space or slot taken) is refused:
-        returns the refused slots, which the node fences off. `last` ends the segment's restore."""
+        """kvstore.master.restore.restore_segment: the replicas a node names back; returns the refused
+        slots."""
         seg = self.segments.get(segment_id)
         if seg is None or seg.client_id != client_id:
             raise NotFoundError(f"client {client_id} has no segment {segment_id}")
-        if seg.restoring is None:
-            raise InvalidArgumentError(f"segment {segment_id} was not mounted to be restored")
-        now = self.clock()
-        refused = []
-        for offset, slot, gen, key, size, checksum, pinned, base in records:
-            known = self.objects.get(key)
-            if known is None:
-                ok = not self.space.fences.fencing(key)
-            else:  # the same value, complete, without a replica here already
-                ok = (
-                    known.complete
-                    and (known.size, known.checksum) == (size, checksum)
-                    and all(r.segment is not seg for r in known.replicas)
-                )
-            replica = self.space.adopt(seg, key, offset, slot, gen, size) if ok else None
-            if replica is None:
-                refused.append(slot)
-                continue
-            self.counters.restored_replicas += 1
-            if known is not None:
-                if not known.replicas:
-                    self.policy.on_insert(key, size)  # on disk only until now
-                self.ledger.apply([ReplicaRestored(key, replica)])
-                continue
-            meta = ObjectMeta(
-                key,
-                size,
-                checksum,
-                [replica],
-                client_id,
-                complete=True,
-                pinned=pinned,
-                last_access=now,
-                base_replicas=min(base, self.config.max_replicas),
-            )
-            self.ledger.apply([ObjectRestored(meta)])
-            self.stored_bytes += size
-            self.policy.on_insert(key, size)
-            self.counters.restored_objects += 1
-        if last:
-            self.space.end_restore(seg)
-        return refused
+        return restore.restore_segment(self, seg, records, last)
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
         seg = self.segments.get(segment_id)
@@ -347,7 +299,6 @@ class MasterState:
         self._pending.pop(key)
         if len(meta.replicas) < meta.base_replicas:
             self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
-        self.stored_bytes += meta.size
         self.policy.on_insert(key, meta.size)
         self.counters.puts += 1
         self.counters.put_bytes += meta.size
@@ -490,8 +441,6 @@ class MasterState:
         return [m.key for m in doomed]
 
     def _delete(self, meta: ObjectMeta) -> None:
-        if meta.complete and self.objects.get(meta.key) is meta:
-            self.stored_bytes -= meta.size
         # An unfinished put's writer may still be writing; a finished object's readers may hold its
         # locations while their lease lasts. Either way the node fences the allocations off first.
         writing = not meta.complete
@@ -595,38 +544,13 @@ class MasterState:
         return self.used / self.capacity if self.capacity else 0.0
 
     def restore_disk(self, client_id: str, records: list[tuple[int, str, int, int]]) -> int:
-        """Takes back records a restarted node's disk still holds (verified by the node): each becomes a
-        disk-only object, or the disk copy again of the same value still in memory elsewhere (another
-        value of the key wins). Returns how many were taken."""
+        """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back; returns
+        how many were taken."""
         self._client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
             raise NotFoundError(f"client {client_id} has no disk mounted")
-        now = self.clock()
-        taken = 0
-        for offset, key, size, checksum in records:
-            known = self.objects.get(key)
-            if known is not None and (
-                not known.complete
-                or known.disk is not None
-                or (known.size, known.checksum) != (size, checksum)
-            ):
-                continue  # another value of the key, or one with its own record
-            record = self.disk.disk_space.reserve(seg, key, offset, record_bytes(size))
-            if record is None:
-                continue
-            if known is not None:  # still in memory elsewhere: the record is its disk copy again
-                self.ledger.apply([DiskRecordSet(key, record)])
-                self.disk.policy.on_insert(key, size)
-                taken += 1
-                continue
-            meta = ObjectMeta(key, size, checksum, [], client_id, complete=True, last_access=now, disk=record)
-            self.ledger.apply([ObjectRestored(meta)])
-            self.stored_bytes += size
-            self.disk.policy.on_insert(key, size)
-            taken += 1
-        self.disk.restored += taken
-        return taken
+        return restore.restore_disk(self, seg, records)
 
     def plan_demotions(self, urgent: bool = False) -> None:
         """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""
@@ -682,7 +606,7 @@ class MasterState:
         return {
             "objects": len(self.objects) - len(self._pending),
             "pending_puts": len(self._pending),
-            "bytes": self.stored_bytes,
+            "bytes": self.ledger.stored_bytes,
             "capacity": self.capacity,
             "used": self.used,
             "usage": self.usage(),

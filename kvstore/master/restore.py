@@ -1,0 +1,99 @@
+"""Taking back what nodes still hold after a restart (this master's, or the node's): the replicas a
+segment names (kvstore.master.holds told the node them) and the records a disk offers. Each one that
+fits what this master knows becomes a replica or disk copy of its object again, or the object itself when
+the key is unknown; one that conflicts (another value of the key, a put of it in progress, space or a
+slot taken) is refused, never merged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvstore.errors import InvalidArgumentError
+from kvstore.master.ledger import DiskRecordSet, ObjectRestored, ReplicaRestored
+from kvstore.master.model import DiskSegment, ObjectMeta, Segment
+from kvstore.rpc.messages import record_bytes
+
+if TYPE_CHECKING:
+    from kvstore.master.state import MasterState
+
+
+def restore_segment(
+    state: MasterState,
+    seg: Segment,
+    records: list[tuple[int, int, int, str, int, int, bool, int]],
+    last: bool,
+) -> list[int]:
+    """Takes back the replicas named in `records` ([offset, slot, gen, key, size, checksum, pinned,
+    replicas], newest first) on `seg`, mounted to be restored; `last` ends its restore (it is placed on
+    from then). Returns the refused slots: the node fences them off."""
+    if seg.restoring is None:
+        raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
+    now = state.clock()
+    refused = []
+    for offset, slot, gen, key, size, checksum, pinned, base in records:
+        known = state.objects.get(key)
+        if known is None:
+            ok = not state.space.fences.fencing(key)
+        else:  # the same value, complete, without a replica here already
+            ok = (
+                known.complete
+                and (known.size, known.checksum) == (size, checksum)
+                and all(r.segment is not seg for r in known.replicas)
+            )
+        replica = state.space.adopt(seg, key, offset, slot, gen, size) if ok else None
+        if replica is None:
+            refused.append(slot)
+            continue
+        state.counters.restored_replicas += 1
+        if known is not None:
+            if not known.replicas:
+                state.policy.on_insert(key, size)  # on disk only until now
+            state.ledger.apply([ReplicaRestored(key, replica)])
+            continue
+        meta = ObjectMeta(
+            key,
+            size,
+            checksum,
+            [replica],
+            seg.client_id,
+            complete=True,
+            pinned=pinned,
+            last_access=now,
+            base_replicas=min(base, state.config.max_replicas),
+        )
+        state.ledger.apply([ObjectRestored(meta)])
+        state.policy.on_insert(key, size)
+        state.counters.restored_objects += 1
+    if last:
+        state.space.end_restore(seg)
+    return refused
+
+
+def restore_disk(state: MasterState, seg: DiskSegment, records: list[tuple[int, str, int, int]]) -> int:
+    """Takes back the records ([offset, key, size, checksum], verified by the node) its disk `seg` still
+    holds: each becomes a disk-only object, or the disk copy again of the same value still in memory
+    elsewhere (another value of the key wins). Returns how many were taken."""
+    disk = state.disk
+    now = state.clock()
+    taken = 0
+    for offset, key, size, checksum in records:
+        known = state.objects.get(key)
+        if known is not None and (
+            not known.complete or known.disk is not None or (known.size, known.checksum) != (size, checksum)
+        ):
+            continue  # another value of the key, or one with its own record
+        record = disk.disk_space.reserve(seg, key, offset, record_bytes(size))
+        if record is None:
+            continue
+        if known is not None:  # still in memory elsewhere: the record is its disk copy again
+            state.ledger.apply([DiskRecordSet(key, record)])
+        else:
+            meta = ObjectMeta(
+                key, size, checksum, [], seg.client_id, complete=True, last_access=now, disk=record
+            )
+            state.ledger.apply([ObjectRestored(meta)])
+        disk.policy.on_insert(key, size)
+        taken += 1
+    disk.restored += taken
+    return taken
