@@ -121,6 +121,7 @@ class Handlers:
 
     def replica_done(self, r: m.ReplicaDone) -> None:
         self.state.replicator.complete(r.client_id, r.task, r.ok)
+        self.state.space.holds.send()
 
     def change_replica(self, r: m.ChangeReplica) -> None:
         self.state.change_replica(r.key, r.replicas)
@@ -207,10 +208,11 @@ class Handlers:
         return results
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
-        results = [_per_item(functools.partial(self.state.put_end, r.client_id, k, False)) for k in r.keys]
-        if self.state.disk.segments:  # once per batch
-            self.state.plan_demotions()
-        return results
+        done = m.ItemResult(0, "", None)
+        return [
+            done if e is None else m.ItemResult(e.code, str(e), None)
+            for e in self.state.put_end_many(r.client_id, r.keys)
+        ]
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
@@ -296,6 +298,7 @@ class Handlers:
         when there are some."""
         self.state.check_client(r.client_id)
         self.state.disk.complete(r.client_id, r.done)
+        self.state.space.holds.send()
         self.state.plan_demotions()
         work = self._disk_work(r.client_id)
         if work.orders or work.drops or r.wait == 0:

@@ -13,52 +13,69 @@ import itertools
 from collections.abc import Callable
 
 from kvstore.master.model import ObjectMeta, Replica
-from kvstore.rpc.messages import HeldReplica
+
+Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.messages.HeldReplica's fields
 
 
 class HoldBook:
     def __init__(self, wake: Callable[[str], None]) -> None:
         self._wake = wake  # wakes the node's parked fence poll
+        self._unsent: set[str] = set()  # nodes with holds queued since the last send()
         self._seq = 0
-        self._queued: dict[str, dict[tuple[int, int], HeldReplica]] = {}  # client -> (region, slot) -> hold
+        # client -> (region, slot) -> (seq, object, replica), oldest first
+        self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta, Replica]]] = {}
         self.sent = 0
 
     def hold(self, meta: ObjectMeta, replica: Replica) -> None:
         """The node of `replica` holds it now (the object is committed, or the copy landed)."""
         seg = replica.segment
         self._seq += 1
-        queue = self._queued.setdefault(seg.client_id, {})
-        queue[(seg.region_id, replica.slot)] = HeldReplica(
-            self._seq,
-            seg.region_id,
-            replica.offset,
-            replica.slot,
-            replica.gen,
-            meta.key,
-            meta.size,
-            meta.checksum,
-            meta.pinned,
-            meta.base_replicas,
-        )
-        self._wake(seg.client_id)
+        queue = self._queued.get(seg.client_id)
+        if queue is None:
+            queue = self._queued[seg.client_id] = {}
+        # What the node is told is built when it is sent (take): the put path only queues.
+        queue[(seg.region_id, replica.slot)] = (self._seq, meta, replica)
+        self._unsent.add(seg.client_id)
+
+    def send(self) -> None:
+        """Wakes the polls of the nodes with holds queued (once per request, not once per hold: the
+        master's request handlers call it when they are done)."""
+        if self._unsent:
+            unsent, self._unsent = self._unsent, set()
+            for client_id in unsent:
+                self._wake(client_id)
 
     def cancel(self, client_id: str, region_id: int, slot: int, gen: int) -> None:
         """The replica in (slot, gen) is freed: a hold for it not yet acknowledged is not sent again."""
         queue = self._queued.get(client_id)
         if queue is not None:
             held = queue.get((region_id, slot))
-            if held is not None and held.gen == gen:
+            if held is not None and held[2].gen == gen:
                 del queue[(region_id, slot)]
 
     def pending(self, client_id: str) -> bool:
         return bool(self._queued.get(client_id))
 
-    def take(self, client_id: str, limit: int) -> list[HeldReplica]:
+    def take(self, client_id: str, limit: int) -> list[Hold]:
         """At most `limit` holds for the node, oldest first (sent again until acknowledged)."""
         queue = self._queued.get(client_id)
         if not queue:
             return []
-        out = list(itertools.islice(queue.values(), limit))
+        out = [
+            (
+                seq,
+                r.segment.region_id,
+                r.offset,
+                r.slot,
+                r.gen,
+                m.key,
+                m.size,
+                m.checksum,
+                m.pinned,
+                m.base_replicas,
+            )
+            for seq, m, r in itertools.islice(queue.values(), limit)
+        ]
         self.sent += len(out)
         return out
 
@@ -67,12 +84,13 @@ class HoldBook:
         queue = self._queued.get(client_id)
         while queue:
             first = next(iter(queue))
-            if queue[first].seq > through:
+            if queue[first][0] > through:
                 return
             del queue[first]
 
     def drop_client(self, client_id: str) -> None:
         self._queued.pop(client_id, None)
+        self._unsent.discard(client_id)
 
     def drop_region(self, client_id: str, region_id: int) -> None:
         queue = self._queued.get(client_id)

@@ -17,23 +17,29 @@ class PutsInProgress:
 
     def add(self, meta: ObjectMeta) -> None:
         charged = meta.size * len(meta.replicas)
-        self._by_key[meta.key] = meta
-        self._charged[meta.key] = charged
-        held = self._held.setdefault(meta.writer, [0, 0])
-        held[0] += 1
-        held[1] += charged
+        key = meta.key
+        self._by_key[key] = meta
+        self._charged[key] = charged
+        held = self._held.get(meta.writer)
+        if held is None:
+            self._held[meta.writer] = [1, charged]
+        else:
+            held[0] += 1
+            held[1] += charged
 
     def pop(self, key: str) -> ObjectMeta | None:
-        """Ends the put of `key` (made visible or deleted); its writer's hold shrinks."""
+        """Ends the put of `key` (made visible or deleted); its writer's hold shrinks (the entry stays
+        at zero: a client's next batch reuses it)."""
         meta = self._by_key.pop(key, None)
-        if meta is None:
-            return None
-        held = self._held[meta.writer]
-        held[0] -= 1
-        held[1] -= self._charged.pop(key)
-        if held[0] == 0:
-            del self._held[meta.writer]
+        if meta is not None:
+            held = self._held[meta.writer]
+            held[0] -= 1
+            held[1] -= self._charged.pop(key)
         return meta
+
+    def forget(self, client_id: str) -> None:
+        """The client is gone (its puts were ended first)."""
+        self._held.pop(client_id, None)
 
     def held(self, client_id: str) -> tuple[int, int]:
         """(objects, bytes) of this client's puts in progress."""

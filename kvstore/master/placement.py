@@ -31,6 +31,8 @@ class SegmentSpace:
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable
+        self.capacity = 0  # bytes of all mounted segments (kept as they mount: puts check it)
+        self.fence_slots = 0  # allocation slots of all mounted segments
         self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node
 
     # -- segments -------------------------------------------------------------------------------------
@@ -62,6 +64,8 @@ class SegmentSpace:
         )
         self._next += 1
         self.segments[seg.id] = seg
+        self.capacity += size
+        self.fence_slots += fence_slots
         return seg
 
     def adopt(
@@ -92,6 +96,8 @@ class SegmentSpace:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
         self.trust(segment)
         del self.segments[segment.id]
+        self.capacity -= segment.size
+        self.fence_slots -= segment.fence_slots
         self.fences.drop_segment(segment)
         self.holds.drop_region(segment.client_id, segment.region_id)
         return list(segment.objects)
@@ -231,16 +237,6 @@ class SegmentSpace:
         """Runs `waiter` once one of these nodes acknowledges fences (slots come back)."""
         for client_id in client_ids:
             self._slot_waiters.setdefault(client_id, []).append(waiter)
-
-    @property
-    def capacity(self) -> int:
-        """Bytes of all mounted segments."""
-        return sum(s.size for s in self.segments.values())
-
-    @property
-    def fence_slots(self) -> int:
-        """Allocation slots of all mounted segments (one per live allocation)."""
-        return sum(s.fence_slots for s in self.segments.values())
 
     @property
     def used(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
@@ -27,9 +27,7 @@ from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import (
     Ledger,
     ObjectDropped,
-    PutCommitted,
-    PutStarted,
-    Record,
+    PutsCommitted,
     ReplicaAdded,
     ReplicaDropped,
 )
@@ -68,7 +66,8 @@ class MasterState:
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         self.ledger = Ledger()  # the one writer of the object table (kvstore.master.ledger)
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
-        self.ledger.observe(self._tell_nodes)
+        self.ledger.watch(PutsCommitted, self._hold_committed)
+        self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
         self.disk.on_lost = self._delete
@@ -81,19 +80,20 @@ class MasterState:
     def segments(self) -> dict[int, Segment]:
         return self.space.segments
 
-    def _tell_nodes(self, records: Sequence[Record]) -> None:
+    def _hold_committed(self, records: list[PutsCommitted]) -> None:
         """Each committed replica is told to its node (kvstore.master.holds)."""
-        holds, objects = self.space.holds, self.objects
+        objects, hold = self.objects, self.space.holds.hold
         for r in records:
-            if isinstance(r, PutCommitted):
-                meta = objects.get(r.key)
-                if meta is not None:
-                    for replica in meta.replicas:
-                        holds.hold(meta, replica)
-            elif isinstance(r, ReplicaAdded):
-                meta = objects.get(r.key)
-                if meta is not None and meta.complete:
-                    holds.hold(meta, r.replica)
+            for key in r.keys:
+                meta = objects[key]
+                for replica in meta.replicas:
+                    hold(meta, replica)
+
+    def _hold_added(self, records: list[ReplicaAdded]) -> None:
+        for r in records:
+            meta = self.objects[r.key]
+            if meta.complete:
+                self.space.holds.hold(meta, r.replica)
 
     # -- clients and segments -----------------------------------------------------------------------
     def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
@@ -212,6 +212,7 @@ class MasterState:
                 self._drop_segment(seg)
         for meta in [m for m in self._pending.values() if m.writer == client_id]:
             self._delete(meta)
+        self._pending.forget(client_id)
         self.disk.drop_client(client_id)
         self.space.holds.drop_client(client_id)
 
@@ -287,23 +288,43 @@ class MasterState:
             last_access=now,
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
-        self.ledger.apply([PutStarted(meta)])
+        self.ledger.start(meta)  # PutStarted
         self._pending.add(meta)
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
-        """Makes the put visible. `plan`: plan demotions now (a batch plans once, after its last key:
-        planning walks the coldest part of memory)."""
-        meta = self._pending_put(client_id, key)
-        self.ledger.apply([PutCommitted(key)])  # its nodes learn they hold it (_tell_nodes)
-        self._pending.pop(key)
-        if len(meta.replicas) < meta.base_replicas:
-            self.replicator.touched.add(key)  # degraded: the next plan adds copies where room appears
-        self.policy.on_insert(key, meta.size)
-        self.counters.puts += 1
-        self.counters.put_bytes += meta.size
+        """Makes the put visible (NotFoundError when no put of it by this client is in progress)."""
+        (error,) = self.put_end_many(client_id, [key], plan)
+        if error is not None:
+            raise error
+
+    def put_end_many(self, client_id: str, keys: list[str], plan: bool = True) -> list[NotFoundError | None]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress).
+        The ledger commits them in one batch, and their nodes learn they hold them (_hold_committed).
+        `plan`: plan demotions once, after the last (planning walks the coldest part of memory)."""
+        pending = self._pending
+        errors: list[NotFoundError | None] = []
+        commits: list[str] = []
+        policy, counters, touched = self.policy, self.counters, self.replicator.touched
+        for key in keys:
+            meta = pending.get(key)
+            if meta is None or meta.writer != client_id:
+                errors.append(NotFoundError(f"no put of {key!r} in progress by this client"))
+                continue
+            errors.append(None)
+            commits.append(key)
+            pending.pop(key)
+            if len(meta.replicas) < meta.base_replicas:
+                touched.add(key)  # degraded: the next plan adds copies where room appears
+            policy.on_insert(key, meta.size)
+            counters.puts += 1
+            counters.put_bytes += meta.size
+        if commits:
+            self.ledger.apply_one(PutsCommitted(commits))
+        self.space.holds.send()
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
             self.plan_demotions()
+        return errors
 
     def put_revoke(self, client_id: str, key: str) -> None:
         self._delete(self._pending_put(client_id, key))
@@ -315,8 +336,11 @@ class MasterState:
         objects, held = self._pending.held(client_id)
         if objects == 0:
             return
-        most_objects = min(self.config.client_put_objects, max(1, self.space.fence_slots // 2))
-        most_bytes = self.config.client_put_bytes or self.capacity // 2
+        space = self.space
+        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
+        most_bytes = self.config.client_put_bytes or space.capacity // 2
+        if objects < most_objects and held + nbytes <= most_bytes:
+            return
         if objects >= most_objects:
             raise TooManyPutsError(
                 f"this client has {objects} puts in progress, its limit; end or revoke some first"

@@ -153,8 +153,9 @@ class StorageNode:
                 )
                 work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
                 acked = later
-                self.catalog.hold(h for h in work.holds if h.region_id == self.segment.id)
-                held_through = max((h.seq for h in work.holds), default=held_through)
+                holds = [m.HeldReplica._make(h) for h in work.holds]  # decoded, checked, as named tuples
+                self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
+                held_through = max((h.seq for h in holds), default=held_through)
                 for order in work.orders:
                     if order.region_id != self.segment.id:
                         acked += order.kills

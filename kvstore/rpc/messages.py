@@ -8,6 +8,7 @@ A client opens with ``Hello``: a master speaking another PROTOCOL_VERSION refuse
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple
 
@@ -158,7 +159,7 @@ class FenceWork(NamedTuple):
     """The reply to AwaitFences: kills to apply, and replicas the node now holds."""
 
     orders: list[FenceOrder]
-    holds: list[HeldReplica]
+    holds: Sequence[HeldReplica | tuple[Any, ...]]  # the master sends plain tuples of its fields
 
 
 class HeartbeatReply(NamedTuple):

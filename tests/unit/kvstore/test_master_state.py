@@ -15,6 +15,7 @@ from kvstore.errors import (
     TooManyPutsError,
 )
 from kvstore.master.state import MasterState
+from kvstore.rpc.messages import HeldReplica
 
 MiB = 1 << 20
 
@@ -418,7 +419,7 @@ def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Cloc
 
 def holds_of(state: MasterState, client: str = "c0") -> list:
     """Plays the node of `client`: takes the replicas it is told it holds and acknowledges them."""
-    held = state.space.holds.take(client, 1 << 20)
+    held = [HeldReplica._make(h) for h in state.space.holds.take(client, 1 << 20)]
     state.space.holds.acknowledge(client, max((h.seq for h in held), default=0))
     return held
 
@@ -430,9 +431,9 @@ def test_a_node_is_told_each_replica_it_holds_once_committed_and_never_after_its
     state.put_end("c0", "k")
     state.put_start("c0", "gone", MiB, 8, 1, False)
     state.put_end("c0", "gone")
-    sent = state.space.holds.take("c0", 10)
+    sent = [HeldReplica._make(h) for h in state.space.holds.take("c0", 10)]
     assert [(h.key, h.size, h.checksum) for h in sent] == [("k", MiB, 7), ("gone", MiB, 8)]
-    assert state.space.holds.take("c0", 10) == sent  # sent again until acknowledged
+    assert [HeldReplica._make(h) for h in state.space.holds.take("c0", 10)] == sent  # sent until acked
     state.remove("gone")  # freed before the node acknowledged it: not sent again
     assert [h.key for h in holds_of(state)] == ["k"]
     assert holds_of(state) == []
