@@ -60,6 +60,13 @@ def key_ok(value: Any) -> bool:
         return False
 
 
+def all_keys_ok(values: list[Any]) -> bool:
+    """key_ok for every value, fast for the common case (short ASCII strings)."""
+    return all(type(k) is str and 0 < len(k) <= MAX_KEY_BYTES and k.isascii() for k in values) or all(
+        key_ok(k) for k in values
+    )
+
+
 def key(value: Any) -> str:
     if not key_ok(value):
         raise InvalidArgumentError(KEY_RULE)
