@@ -330,9 +330,7 @@ class RestoreSegment(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreSegment:
-        raw = v.field(p, "records")
-        if not isinstance(raw, list) or len(raw) > v.MAX_KEYS:
-            raise InvalidArgumentError(f"'records' must be a list of at most {v.MAX_KEYS}")
+        raw = v.bounded_list(p, "records", "")
         records = []
         for r in raw:
             if not isinstance(r, (list, tuple)) or len(r) != len(RESTORE_FIELDS):
@@ -377,9 +375,7 @@ class AwaitFences(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitFences:
-        acked = v.field(p, "acked")
-        if not isinstance(acked, list) or len(acked) > v.MAX_KEYS:
-            raise InvalidArgumentError(f"'acked' must be a list of at most {v.MAX_KEYS} kill ids")
+        acked = v.bounded_list(p, "acked", "kill ids")
         ids = [v.integer({"id": i}, "id", 1, U64) for i in acked]
         wait = v.field(p, "wait")
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
@@ -441,9 +437,7 @@ class RestoreDisk(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreDisk:
-        raw = v.field(p, "records")
-        if not isinstance(raw, list) or len(raw) > v.MAX_KEYS:
-            raise InvalidArgumentError(f"'records' must be a list of at most {v.MAX_KEYS}")
+        raw = v.bounded_list(p, "records", "")
         records = []
         for r in raw:
             if not isinstance(r, (list, tuple)) or len(r) != 4:
@@ -489,9 +483,7 @@ class AwaitDiskWork(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitDiskWork:
-        done = v.field(p, "done")
-        if not isinstance(done, list) or len(done) > v.MAX_KEYS:
-            raise InvalidArgumentError(f"'done' must be a list of at most {v.MAX_KEYS} results")
+        done = v.bounded_list(p, "done", "results")
         results = []
         for d in done:
             if not isinstance(d, (list, tuple)) or len(d) != 2 or not isinstance(d[1], bool):
@@ -678,24 +670,6 @@ class RemoveAll(Request):
 
 
 @dataclass
-class ClusterStatus(Request):
-    """`kvstore status`: the master's role, the nodes and their segments per tier, the counters and
-    recent rates (kvstore.master.status)."""
-
-    METHOD: ClassVar[str] = "cluster_status"
-
-    @classmethod
-    def parse(cls, p: dict[str, Any]) -> ClusterStatus:
-        return cls()
-
-    @staticmethod
-    def decode_reply(obj: Any) -> dict[str, Any]:
-        if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list):
-            raise ProtocolError("master sent a malformed status")
-        return obj
-
-
-@dataclass
 class Stats(Request):
     METHOD: ClassVar[str] = "stats"
 
@@ -707,6 +681,20 @@ class Stats(Request):
     def decode_reply(obj: Any) -> dict[str, Any]:
         if not isinstance(obj, dict):
             raise ProtocolError("master sent malformed stats")
+        return obj
+
+
+@dataclass
+class ClusterStatus(Stats):
+    """`kvstore status`: the master's role, the nodes and their segments per tier, the counters and
+    recent rates (kvstore.master.status)."""
+
+    METHOD: ClassVar[str] = "cluster_status"
+
+    @staticmethod
+    def decode_reply(obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, dict) or not isinstance(obj.get("nodes"), list):
+            raise ProtocolError("master sent a malformed status")
         return obj
 
 

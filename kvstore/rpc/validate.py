@@ -23,6 +23,14 @@ def field(params: dict[str, Any], name: str) -> Any:
     return params[name]
 
 
+def bounded_list(params: dict[str, Any], name: str, what: str, most: int = MAX_KEYS) -> list[Any]:
+    """A list parameter of at most `most` entries (`what` names them in the error)."""
+    value = field(params, name)
+    if not isinstance(value, list) or len(value) > most:
+        raise InvalidArgumentError(f"{name!r} must be a list of at most {most} {what}".rstrip())
+    return value
+
+
 def text(params: dict[str, Any], name: str, max_len: int = MAX_NAME) -> str:
     value = field(params, name)
     if not isinstance(value, str) or not value or len(value.encode()) > max_len:
