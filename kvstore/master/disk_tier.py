@@ -91,9 +91,18 @@ class DiskTier:
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(
-        self, client_id: str, size: int, host_id: str, path: str = "", engine: str = "", file_region: int = 0
+        self,
+        client_id: str,
+        size: int,
+        host_id: str,
+        path: str = "",
+        engine: str = "",
+        file_region: int = 0,
+        restoring: bool = False,
     ) -> DiskSegment:
-        return self.disk_space.mount(client_id, host_id, size, path, engine, file_region)
+        """`restoring`: nothing is demoted to it until its node has offered back its records (a demotion
+        planned meanwhile would take the space of a record about to be offered)."""
+        return self.disk_space.mount(client_id, host_id, size, path, engine, file_region, restoring)
 
     def drop_client(self, client_id: str) -> None:
         """The node is gone: its disk records with it (objects left with no copy are lost)."""
@@ -122,7 +131,7 @@ class DiskTier:
 
     def working(self) -> bool:
         """Some disk takes demotions."""
-        return any(not s.degraded for s in self.segments.values())
+        return any(not s.degraded and not s.restoring for s in self.segments.values())
 
     # -- demotion -------------------------------------------------------------------------------------
     def plan(
@@ -176,7 +185,11 @@ class DiskTier:
     def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
         need = record_bytes(size)
         order = sorted(
-            (s for s in self.segments.values() if s.id not in exclude and s.size >= need and not s.degraded),
+            (
+                s
+                for s in self.segments.values()
+                if s.id not in exclude and s.size >= need and not s.degraded and not s.restoring
+            ),
             key=lambda s: -s.allocator.largest_free,
         )
         for seg in order:

@@ -284,10 +284,13 @@ class Handlers:
 
     def mount_disk(self, r: m.MountDisk) -> int:
         self.state.check_client(r.client_id)
-        return self.state.disk.mount(r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region).id
+        disk = self.state.disk.mount(
+            r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
+        )
+        return disk.id
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
-        return self.state.restore_disk(r.client_id, r.records)
+        return self.state.restore_disk(r.client_id, r.records, r.last)
 
     def disk_degraded(self, r: m.DiskDegraded) -> None:
         self.state.check_client(r.client_id)

@@ -64,6 +64,7 @@ class DiskSegment:
     allocator: OffsetAllocator
     objects: set[str] = field(default_factory=set)  # keys with a record here
     degraded: str = ""  # why its writes fail (nothing is demoted to it meanwhile); "" while they work
+    restoring: bool = False  # its node is offering back what it holds: nothing is demoted to it yet
     path: str = ""  # the file on its node's host (readers there read records directly); "" unknown
     engine: str = ""  # its node's engine, serving the file as region `file_region` (0: not served)
     file_region: int = 0

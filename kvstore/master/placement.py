@@ -253,7 +253,14 @@ class DiskSpace:
         self._next = 1
 
     def mount(
-        self, client_id: str, host_id: str, size: int, path: str = "", engine: str = "", file_region: int = 0
+        self,
+        client_id: str,
+        host_id: str,
+        size: int,
+        path: str = "",
+        engine: str = "",
+        file_region: int = 0,
+        restoring: bool = False,
     ) -> DiskSegment:
         if any(s.client_id == client_id for s in self.segments.values()):
             raise InvalidArgumentError(f"client {client_id} already mounted a disk")
@@ -266,6 +273,7 @@ class DiskSpace:
             path=path,
             engine=engine,
             file_region=file_region,
+            restoring=restoring,
         )
         self._next += 1
         self.segments[seg.id] = seg
@@ -273,6 +281,10 @@ class DiskSpace:
 
     def unmount(self, segment: DiskSegment) -> None:
         self.segments.pop(segment.id, None)
+
+    def end_restore(self, segment: DiskSegment) -> None:
+        """Its node offered back everything it holds: records may be placed on it."""
+        segment.restoring = False
 
     def mounted(self, segment: DiskSegment) -> bool:
         return self.segments.get(segment.id) is segment

@@ -567,14 +567,19 @@ class MasterState:
     def usage(self) -> float:
         return self.used / self.capacity if self.capacity else 0.0
 
-    def restore_disk(self, client_id: str, records: list[tuple[int, str, int, int]]) -> int:
+    def restore_disk(
+        self, client_id: str, records: list[tuple[int, str, int, int]], last: bool = True
+    ) -> int:
         """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back; returns
         how many were taken."""
         self._client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
             raise NotFoundError(f"client {client_id} has no disk mounted")
-        return restore.restore_disk(self, seg, records)
+        taken = restore.restore_disk(self, seg, records)
+        if last:
+            self.disk.disk_space.end_restore(seg)
+        return taken
 
     def plan_demotions(self, urgent: bool = False) -> None:
         """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""

@@ -110,6 +110,9 @@ class DiskWorker:
         """Mounts the disk and offers back the records it holds intact (after a restart of this node or
         of the master); the index is rewritten with just those."""
         s = self.session
+        with self._io:  # checked before mounting: the mount says records follow
+            intact = self._intact(self.index.read())
+            self.index.rewrite(intact)
         s.master.call(
             m.MountDisk(
                 client_id=s.client_id,
@@ -118,16 +121,15 @@ class DiskWorker:
                 path=os.path.abspath(self.file.path),
                 engine=s.engine.name,
                 file_region=self.served.id,
+                restoring=bool(intact),
             )
         )
         self._told = ""  # a disk mounts healthy: the loop tells the master if it is not
-        with self._io:
-            intact = self._intact(self.index.read())
-            self.index.rewrite(intact)
         self.restored = 0
         for start in range(0, len(intact), 4096):
             chunk = [(e.offset, e.key, e.size, e.checksum) for e in intact[start : start + 4096]]
-            self.restored += s.master.call(m.RestoreDisk(client_id=s.client_id, records=chunk))
+            last = start + 4096 >= len(intact)
+            self.restored += s.master.call(m.RestoreDisk(client_id=s.client_id, records=chunk, last=last))
 
     def _intact(self, entries: list[IndexEntry]) -> list[IndexEntry]:
         """The entries whose records read back whole: header naming them, bytes matching the checksum."""

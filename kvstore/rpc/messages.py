@@ -407,6 +407,7 @@ class MountDisk(Request):
     path: str
     engine: str = ""
     file_region: int = 0
+    restoring: bool = False  # RestoreDisk calls follow: nothing is demoted to it until the last one
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountDisk:
@@ -422,6 +423,7 @@ class MountDisk(Request):
             path,
             engine,
             file_region,
+            v.flag(p, "restoring"),
         )
 
 
@@ -429,11 +431,12 @@ class MountDisk(Request):
 class RestoreDisk(Request):
     """A restarted node offers the records its disk still holds intact (checked by the node): each
     [offset, key, size, checksum]. Keys the master already knows are left alone. Replies how many were
-    taken back."""
+    taken back. `last` ends the disk's restore (demotions to it begin)."""
 
     METHOD: ClassVar[str] = "restore_disk"
     client_id: str
     records: list[tuple[int, str, int, int]]
+    last: bool = True
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreDisk:
@@ -451,7 +454,7 @@ class RestoreDisk(Request):
                     v.integer(f, "checksum", 0, U64),
                 )
             )
-        return cls(v.text(p, "client_id"), records)
+        return cls(v.text(p, "client_id"), records, v.flag(p, "last", True))
 
 
 @dataclass
