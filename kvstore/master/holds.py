@@ -53,9 +53,6 @@ class HoldBook:
             if held is not None and held[2].gen == gen:
                 del queue[(region_id, slot)]
 
-    def pending(self, client_id: str) -> bool:
-        return bool(self._queued.get(client_id))
-
     def take(self, client_id: str, limit: int) -> list[Hold]:
         """At most `limit` holds for the node, oldest first (sent again until acknowledged)."""
         queue = self._queued.get(client_id)

@@ -119,22 +119,12 @@ class Ledger:
                     watcher(of_kind)
 
     def start(self, meta: ObjectMeta) -> None:
-        """apply_one(PutStarted(meta)), the record built only when someone watches for it (one per
-        object on the put path)."""
-        self.objects[meta.key] = meta
-        watchers = self._watchers.get(PutStarted)
-        if watchers:
-            started = [PutStarted(meta)]
-            for watcher in watchers:
-                watcher(started)
-
-    def apply_one(self, record: Record) -> None:
-        """apply([record]), without the batch's bookkeeping (the put path applies one per object)."""
-        self._appliers[type(record)](record)
-        watchers = self._watchers.get(type(record))
-        if watchers:
-            for watcher in watchers:
-                watcher([record])
+        """apply([PutStarted(meta)]), the record built only when someone watches for it (the put path
+        starts one object at a time)."""
+        if PutStarted in self._watchers:
+            self.apply([PutStarted(meta)])
+        else:
+            self.objects[meta.key] = meta
 
     def _put_started(self, r: PutStarted) -> None:
         self.objects[r.meta.key] = r.meta

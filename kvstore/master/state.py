@@ -320,7 +320,7 @@ class MasterState:
             counters.puts += 1
             counters.put_bytes += meta.size
         if commits:
-            self.ledger.apply_one(PutsCommitted(commits))
+            self.ledger.apply([PutsCommitted(commits)])
         self.space.holds.send()
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
             self.plan_demotions()

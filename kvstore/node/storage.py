@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from typing import cast
 
 import xxhash
 
@@ -28,6 +29,7 @@ log = logging.getLogger("kvstore.node")
 
 FENCE_POLL_SECONDS = 2.0  # how long one AwaitFences call waits for kills before asking again
 FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
+KILL_CHUNK = 1 << 20  # fence slots killed per call when a node mounts again with objects it holds
 
 
 def prepare_segment(engine: TransferEngine, config: NodeConfig, backing_file: str = "") -> Region:
@@ -133,10 +135,12 @@ class StorageNode:
                 log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
             return
         keep = {r[1]: r[2] for r in held}
-        slots = list(range(fence_slots_for(segment.length)))
-        gens = [keep[i] - 1 if i in keep else s.terms.generation for i in slots]
-        while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
-            log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
+        table = fence_slots_for(segment.length)
+        for start in range(0, table, KILL_CHUNK):  # a large segment has tens of millions of slots
+            slots = range(start, min(start + KILL_CHUNK, table))
+            gens = [keep[i] - 1 if i in keep else s.terms.generation for i in slots]
+            while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
 
     def _follow_fences(self) -> None:
         """Applies the master's kills to the segment and acknowledges them, on a connection of its own
@@ -153,7 +157,7 @@ class StorageNode:
                 )
                 work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
                 acked = later
-                holds = [m.HeldReplica._make(h) for h in work.holds]  # decoded, checked, as named tuples
+                holds = cast(list[m.HeldReplica], work.holds)  # decode_reply made each one
                 self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
                 held_through = max((h.seq for h in holds), default=held_through)
                 for order in work.orders:
