@@ -23,6 +23,9 @@ class Locator:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Lets go of what finding the leader holds (an etcd connection)."""
+
 
 class AddressList(Locator):
     def __init__(self, addresses: str) -> None:

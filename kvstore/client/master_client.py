@@ -44,17 +44,10 @@ class MasterClient:
         code."""
         msg_id = next(self._ids)
         method = request.METHOD
-        frame = rpc.pack([msg_id, method, request.params()])
         sock, poller = self._connection()
         try:
             sock.settimeout(timeout or self.timeout)
-            sock.sendall(frame)
-            if self.spin_seconds:
-                _spin_until_readable(poller, self.spin_seconds)
-            header = _recv_exact(sock, rpc.HEADER_SIZE)
-            reply_id, code, message, result = rpc.parse_response(
-                rpc.unpack(_recv_exact(sock, rpc.frame_length(header)))
-            )
+            reply_id, code, message, result = _exchange(sock, msg_id, request, poller, self.spin_seconds)
         except (OSError, EOFError, InvalidArgumentError) as exc:
             self._drop(sock)
             kind = "timed out" if isinstance(exc, socket.timeout) else str(exc)
@@ -78,6 +71,7 @@ class MasterClient:
         for sock in socks:
             with contextlib.suppress(OSError):
                 sock.close()
+        self.locator.close()
 
     def _connection(self) -> tuple[socket.socket, select.poll]:
         """This thread's connection and a poller registered on it (made once per connection)."""
@@ -117,15 +111,11 @@ class MasterClient:
         try:
             sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(rpc.pack([0, Hello.METHOD, Hello(PROTOCOL_VERSION).params()]))
-            header = _recv_exact(sock, rpc.HEADER_SIZE)
-            _, code, message, result = rpc.parse_response(
-                rpc.unpack(_recv_exact(sock, rpc.frame_length(header)))
-            )
+            _, code, message, result = _exchange(sock, 0, Hello(PROTOCOL_VERSION))
             if code:
                 raise error_for_code(code, message)
             reply: HelloReply = Hello.decode_reply(result)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, rpc.FrameError) as exc:  # not a master that speaks our framing
             sock.close()
             raise MasterUnavailableError(f"master {address}: hello: {exc}") from exc
         except KVStoreError:
@@ -147,6 +137,17 @@ class MasterClient:
                 self._all.remove(sock)
         with contextlib.suppress(OSError):
             sock.close()
+
+
+def _exchange(
+    sock: socket.socket, msg_id: int, request: Request, poller: select.poll | None = None, spin: float = 0.0
+) -> tuple[int, int, str, Any]:
+    """Sends one request frame and reads its reply frame: (id, code, message, result)."""
+    sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
+    if spin and poller is not None:
+        _spin_until_readable(poller, spin)
+    header = _recv_exact(sock, rpc.HEADER_SIZE)
+    return rpc.parse_response(rpc.unpack(_recv_exact(sock, rpc.frame_length(header))))
 
 
 def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:
