@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,11 +19,13 @@ from typing import Any
 from kvstore.client.leader import locator
 from kvstore.client.master_client import MasterClient
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError
 from kvstore.rpc import messages as m
 from transfer_engine import Peer, TransferEngine
 
 log = logging.getLogger("kvstore.client")
+
+LEADER_POLL_SECONDS = 0.2  # how often a process starting between two leaders asks for the new one
 
 
 class Session:
@@ -54,7 +57,7 @@ class Session:
         self.master = MasterClient(where, config.rpc_timeout, config.rpc_busy_poll_us)
         engine = None
         try:
-            self.master.hello()
+            self._first_hello()
             engine = TransferEngine(config.engine)
             if before_join is not None:
                 before_join(engine)
@@ -68,6 +71,20 @@ class Session:
             if engine is not None:
                 engine.close()
             raise
+
+    def _first_hello(self) -> None:
+        """Reaches the master. A cluster that elects its leader in etcd may be between leaders (one just
+        died, its lease has not ended): a process started then waits for the next one, up to its RPC
+        timeout, rather than fail; a single master that does not answer is an error at once."""
+        deadline = time.monotonic() + self.config.rpc_timeout
+        while True:
+            try:
+                self.master.hello()
+                return
+            except MasterUnavailableError:
+                if not self.config.etcd or time.monotonic() >= deadline:
+                    raise
+                time.sleep(LEADER_POLL_SECONDS)
 
     def _register(self) -> m.RegisterReply:
         return self.master.call(

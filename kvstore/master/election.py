@@ -55,9 +55,11 @@ class Election:
         return None
 
     def _try_to_lead(self) -> int | None:
+        fresh = self._lease is None
         self._renew()
         c = self.client
-        c.put(etcd.candidates_prefix(self.cluster) + self.address, self.record, lease=self._lease)
+        if fresh:  # the candidate key lives under the lease: written once per lease (etcd syncs each write)
+            c.put(etcd.candidates_prefix(self.cluster) + self.address, self.record, lease=self._lease)
         won, _ = c.transaction(
             compare=[c.transactions.create(self.key) == 0],
             success=[c.transactions.put(self.key, self.record, lease=self._lease)],

@@ -332,3 +332,19 @@ def test_a_leader_cut_off_from_everyone_steps_down_before_a_standby_leads(
             )
         assert got == [value_of(i) for i in range(200)]
         assert stepped_down is not None and leading is not None and stepped_down < leading
+
+
+def test_a_node_started_between_two_leaders_waits_for_the_next(
+    etcd: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """Kill the leader and start a node at once, while etcd still names the dead leader (its lease holds):
+    the node waits for the standby to lead, then joins. Was: it exited with "cannot reach the leader"."""
+    address, _ = etcd
+    with ha_cluster(address, "between", nodes=0) as masters:
+        leader, _ = leader_of(masters)
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+        node = ["node", "--etcd", address, "--cluster", "between", "--segment-size", "16MiB"]
+        with kvstore_process(node), Store.connect(etcd=address, cluster="between", rpc_timeout=5.0) as store:
+            assert store.put("joined", b"j" * 4096) is None
+            assert store.get("joined") == b"j" * 4096
