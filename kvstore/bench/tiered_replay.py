@@ -36,7 +36,7 @@ def replay_real_tiered(
     from kvstore.config import MasterConfig, NodeConfig, StoreConfig
     from kvstore.master import Master
     from kvstore.node import StorageNode
-    from kvstore.rpc.messages import record_bytes
+    from kvstore.rpc.disk_record import record_bytes
 
     config = replay_master_config(policy, payload_bytes)
     payload_bytes = max(payload_bytes, 2048)

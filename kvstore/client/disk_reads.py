@@ -1,11 +1,11 @@
 """Reading disk-only objects straight from a node's disk file on this host.
 
-The master names the file and the record (kvstore.rpc.messages.DiskLocation) when the reader is on the
-disk's host. The file is opened read-only with O_DIRECT (nothing of it is ever written from here); a
-batch's records are read at queue depth, straight into the caller's memory when the value is whole pages
-in one page-aligned piece, else through an aligned scratch area and one copy (a record's padding never
-reaches the caller's memory). The caller verifies
-each value's checksum: a record freed or reused meanwhile is a mismatch, never bytes.
+The master names the file and where the object's bytes start in it (a disk-tier kvstore.rpc.messages.Location
+with a path) when the reader is on the disk's host. The file is opened read-only with O_DIRECT (nothing of
+it is ever written from here); a batch's records are read at queue depth, straight into the caller's
+memory when the value is whole pages in one page-aligned piece, else through an aligned scratch area and
+one copy (a record's padding never reaches the caller's memory). The caller verifies each value's
+checksum: a record freed or reused meanwhile is a mismatch, never bytes.
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kvstore.errors import KVStoreError
-from kvstore.rpc.messages import DISK_PAGE, DiskLocation
+from kvstore.rpc.disk_record import PAGE, pages
+from kvstore.rpc.messages import Location
 from transfer_engine.disk import DiskFile
 
 log = logging.getLogger("kvstore.client")
 
 
 RETRY_SECONDS = 30.0  # a file that could not be opened here is tried again after this long
-
-
-def _pages(size: int) -> int:
-    return -(-size // DISK_PAGE) * DISK_PAGE
 
 
 class DiskReader:
@@ -41,7 +38,7 @@ class DiskReader:
         self._unreadable: dict[str, float] = {}  # path -> when to try opening it again
         self._scratch: np.ndarray | None = None
 
-    def read(self, items: Sequence[tuple[Sequence[int], Sequence[int], int, DiskLocation]]) -> list[bool]:
+    def read(self, items: Sequence[tuple[Sequence[int], Sequence[int], int, Location]]) -> list[bool]:
         """Per item (addrs, lengths of the value's pieces holding its first `size` bytes, size, where):
         True when the record's bytes were read into the pieces (not yet verified)."""
         ok = [False] * len(items)
@@ -52,18 +49,18 @@ class DiskReader:
                 f = self._file(where.path)
                 if f is None:
                     continue
-                direct = len(addrs) == 1 and addrs[0] % DISK_PAGE == 0 and size % DISK_PAGE == 0
+                direct = len(addrs) == 1 and addrs[0] % PAGE == 0 and size % PAGE == 0
                 plan.append((i, f, addrs[0] if direct else None, scratch_bytes))
                 if not direct:
-                    scratch_bytes += _pages(size)
+                    scratch_bytes += pages(size)
             scratch = self._scratch_of(scratch_bytes)
             by_file: dict[int, list[tuple[int, int]]] = {}  # id(file) -> (plan index, target address)
             for j, (_i, f, target, at) in enumerate(plan):
                 by_file.setdefault(id(f), []).append((j, target if target is not None else scratch + at))
             for requests in by_file.values():
                 f = plan[requests[0][0]][1]
-                offsets = [items[plan[j][0]][3].offset + DISK_PAGE for j, _ in requests]
-                sizes = [_pages(items[plan[j][0]][2]) for j, _ in requests]
+                offsets = [items[plan[j][0]][3].offset for j, _ in requests]
+                sizes = [pages(items[plan[j][0]][2]) for j, _ in requests]
                 codes = f.run([False] * len(requests), [a for _, a in requests], offsets, sizes)
                 if codes.any():  # the file may have been replaced or shrunk: open it afresh next time
                     self._drop(f)
@@ -96,7 +93,7 @@ class DiskReader:
         if nbytes == 0:
             return 0
         if self._scratch is None or self._scratch.nbytes < nbytes:
-            self._scratch = np.frombuffer(mmap.mmap(-1, _pages(nbytes)), np.uint8)
+            self._scratch = np.frombuffer(mmap.mmap(-1, pages(nbytes)), np.uint8)
         return int(self._scratch.ctypes.data)
 
     def _drop(self, f: DiskFile) -> None:

@@ -483,22 +483,23 @@ class Store:
         from a disk file on this host failed (the caller has their nodes load them instead)."""
         results = [MISS] * len(keys)
         todo: list[int] = []
-        on_disk: list[int] = []
+        on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself
         choices: dict[int, list[Any]] = {}
         for i, entry in enumerate(found):
             if entry is None:
                 continue
-            size, _checksum, replicas, disk = entry
+            size, _checksum, locations = entry
             if values[i].size < size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
                 continue
-            if not replicas:
-                if disk is not None:
-                    on_disk.append(i)
+            served = [x for x in locations if x.engine]
+            if not served:
+                if locations and locations[0].path:
+                    on_disk[i] = locations[0]
                 continue
-            # Same-host replicas first (shared memory), then the others; ties in random order, so
+            # Same-host copies first (shared memory), then the others; ties in random order, so
             # reads of a hot key spread over its replicas.
-            choices[i] = sorted(replicas, key=lambda r: (r[3] != self.host_id, random.random()))
+            choices[i] = sorted(served, key=lambda x: (x.host_id != self.host_id, random.random()))
             todo.append(i)
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []
@@ -516,7 +517,7 @@ class Store:
         while todo:
             requests = TransferBatch()
             for i in todo:
-                engine, region_id, offset, _host, slot, gen = choices[i][attempt]
+                _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
                 peer = self.session.peer(engine)
                 if peer is None:
                     requests.fail(i, engine)
@@ -530,7 +531,7 @@ class Store:
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
-                engine, region_id, offset, _host, _slot, _gen = choices[i][attempt]
+                _tier, _host, engine, region_id, offset, _slot, _gen, _path = choices[i][attempt]
                 attempted.add(i)
                 if code == STALE:  # the node fenced that allocation off: the location is out of date
                     self.stats_local.stale_locations += 1
@@ -550,13 +551,15 @@ class Store:
         self._report(unreachable, corrupt)
         return results
 
-    def _read_disk(self, values: list[ValueBuffers], found: list[Any], on_disk: list[int]) -> list[int]:
+    def _read_disk(
+        self, values: list[ValueBuffers], found: list[Any], on_disk: dict[int, m.Location]
+    ) -> list[int]:
         """Reads disk-only objects from their disk files on this host; returns the keys that failed
         (unreadable, or bytes that do not verify: a record freed or reused since it was located)."""
         items = []
-        for i in on_disk:
+        for i, where in on_disk.items():
             addrs, lengths = values[i].pieces(found[i][0])
-            items.append((addrs, lengths, found[i][0], found[i][3]))
+            items.append((addrs, lengths, found[i][0], where))
         failed = []
         for i, ok in zip(on_disk, self.disk_reads.read(items), strict=True):
             if ok and self._checksum_ok(values[i], found[i][0], found[i][1]):

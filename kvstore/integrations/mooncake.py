@@ -338,7 +338,8 @@ class MooncakeDistributedStore:
                 if found is not None:
                     out[key] = [
                         ReplicaDescriptor(r.engine, r.region_id, r.offset, found.size, r.host_id)
-                        for r in found.replicas
+                        for r in found.locations
+                        if r.engine
                     ]
             return out
 

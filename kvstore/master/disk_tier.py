@@ -32,7 +32,7 @@ from kvstore.master.ledger import DiskRecordDropped, DiskRecordSet, Ledger, Repl
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
 from kvstore.master.placement import DiskSpace, SegmentSpace, placement_of
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import record_bytes
+from kvstore.rpc.disk_record import record_bytes
 
 
 @dataclass

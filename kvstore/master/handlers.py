@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.master.locations import disk_location, memory_location
 from kvstore.master.model import ObjectMeta
 from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import DISK_PAGE
 
 
 class Deferred:
@@ -256,30 +256,18 @@ class Handlers:
     def _locations(
         self, metas: list[ObjectMeta | None], from_file: dict[str, str]
     ) -> list[m.ObjectLocation | None]:
-        location, offered = m.ReplicaLocation, self.state.offered
+        offered = self.state.offered
         out: list[m.ObjectLocation | None] = []
         for meta in metas:
             if meta is None:
                 out.append(None)
                 continue
-            replicas = [
-                location(x.segment.engine, x.segment.region_id, x.offset, x.segment.host_id, x.slot, x.gen)
-                for x in offered(meta)
-            ]
-            disk = meta.disk
+            locations = [memory_location(x) for x in offered(meta)]
             how = from_file.get(meta.key)
-            if replicas:
-                out.append(m.ObjectLocation(meta.size, meta.checksum, replicas))
-            elif disk is None or not how:  # not loaded in time, or no longer on disk: a miss
-                out.append(None)
-            elif how == "here":
-                seg = disk.segment
-                where = m.DiskLocation(seg.host_id, seg.path, disk.offset)
-                out.append(m.ObjectLocation(meta.size, meta.checksum, [], where))
-            else:  # the record's bytes in the node's file region (unfenced: the checksum guards them)
-                seg = disk.segment
-                served = location(seg.engine, seg.file_region, disk.offset + DISK_PAGE, seg.host_id, 0, 0)
-                out.append(m.ObjectLocation(meta.size, meta.checksum, [served]))
+            if not locations and meta.disk is not None and how:
+                locations = [disk_location(meta.disk, how == "here")]
+            # none: not loaded in time, or no longer on disk: a miss
+            out.append(m.ObjectLocation(meta.size, meta.checksum, locations) if locations else None)
         return out
 
     def mount_disk(self, r: m.MountDisk) -> int:

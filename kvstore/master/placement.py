@@ -14,7 +14,7 @@ from kvstore.master.fences import FenceBook
 from kvstore.master.holds import HoldBook
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import DISK_PAGE
+from kvstore.rpc.disk_record import PAGE
 
 
 def placement_of(replica: Replica) -> m.Placement:
@@ -269,7 +269,7 @@ class DiskSpace:
             client_id,
             host_id,
             size,
-            OffsetAllocator(size, DISK_PAGE),
+            OffsetAllocator(size, PAGE),
             path=path,
             engine=engine,
             file_region=file_region,
@@ -299,7 +299,7 @@ class DiskSpace:
     def reserve(self, segment: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
         """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if
         that space is not free."""
-        if offset % DISK_PAGE or not segment.allocator.reserve(offset, nbytes):
+        if offset % PAGE or not segment.allocator.reserve(offset, nbytes):
             return None
         segment.objects.add(key)
         return DiskReplica(segment, offset)

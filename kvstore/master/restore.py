@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.ledger import DiskRecordSet, ObjectRestored, ReplicaRestored
 from kvstore.master.model import DiskSegment, ObjectMeta, Segment
-from kvstore.rpc.messages import record_bytes
+from kvstore.rpc.disk_record import record_bytes
 
 if TYPE_CHECKING:
     from kvstore.master.state import MasterState

@@ -1,9 +1,9 @@
 """A storage node's disk tier: one preallocated file opened for direct I/O, and the worker that carries
 out the master's disk orders (kvstore.master.disk_tier) on it.
 
-Each object on disk is a record: one header page (magic, size, checksum, key, the header's own hash),
-then the object's bytes, padded to the page. Records are checked in full when read back: a torn, stale
-or corrupt record fails the load (the reader gets a miss), never bytes.
+Each object on disk is a record (kvstore.rpc.disk_record): a header page, then the object's bytes.
+Records are checked in full when read back: a torn, stale or corrupt record fails the load (the reader
+gets a miss), never bytes.
 """
 
 from __future__ import annotations
@@ -11,54 +11,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import threading
 import time
 
 import numpy as np
-import xxhash
 
 from kvstore.client.session import Session
 from kvstore.errors import KVStoreError, NotFoundError, StaleLocationError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import DISK_PAGE, record_bytes
+from kvstore.rpc.disk_record import PAGE, data_offset, header_matches, record_bytes, write_header
 from transfer_engine import Op, Region, RequestState, checksum
 from transfer_engine.disk import DiskFile
 from transfer_engine.errors import CODE_NAMES
 
 log = logging.getLogger("kvstore.node.disk")
 
-PAGE = DISK_PAGE
-MAGIC = b"KVSDISK1"
-_FIXED = struct.Struct("<8sQQI")  # magic, size, checksum, key length; then the key; the hash is last
-MAX_KEY_BYTES = PAGE - _FIXED.size - 8
 POLL_SECONDS = 2.0
 PROBE_SECONDS = 1.0  # how often a degraded disk tries whether writes work again
-
-
-def write_header(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
-    """Fills one header page; False when the key does not fit in it."""
-    raw = key.encode()
-    if len(raw) > MAX_KEY_BYTES:
-        return False
-    page[:] = 0
-    head = _FIXED.pack(MAGIC, size, checksum, len(raw)) + raw
-    page[: len(head)] = np.frombuffer(head, np.uint8)
-    page[PAGE - 8 :] = np.frombuffer(
-        struct.pack("<Q", xxhash.xxh3_64_intdigest(page[: PAGE - 8].data)), np.uint8
-    )
-    return True
-
-
-def header_matches(page: np.ndarray, key: str, size: int, checksum: int) -> bool:
-    """The header is intact and names exactly this object."""
-    (stored,) = struct.unpack("<Q", page[PAGE - 8 :].tobytes())
-    if stored != xxhash.xxh3_64_intdigest(page[: PAGE - 8].data):
-        return False
-    magic, got_size, got_checksum, key_len = _FIXED.unpack(page[: _FIXED.size].tobytes())
-    raw = page[_FIXED.size : _FIXED.size + key_len].tobytes() if key_len <= MAX_KEY_BYTES else b""
-    return magic == MAGIC and got_size == size and got_checksum == checksum and raw == key.encode()
 
 
 class DiskWorker:
@@ -144,7 +114,9 @@ class DiskWorker:
                 [e.offset for e in chosen],
                 [record_bytes(e.size) for e in chosen],
             ).tolist()
-            sums = checksum.xxh3_each([self.staging.addr + a + PAGE for a in at], [e.size for e in chosen])
+            sums = checksum.xxh3_each(
+                [self.staging.addr + data_offset(a) for a in at], [e.size for e in chosen]
+            )
             for e, a, code, digest in zip(chosen, at, codes, sums, strict=True):
                 if (
                     code == 0
@@ -250,10 +222,10 @@ class DiskWorker:
                 order = orders[i]
                 if i in in_place:  # the header page from staging, the bytes from the segment
                     requests.append((i, self.staging.addr + at[i], order.disk_offset, PAGE))
-                    requests.append((i, data[i], order.disk_offset + PAGE, order.size))
+                    requests.append((i, data[i], data_offset(order.disk_offset), order.size))
                 else:  # fetched into staging after its header: the whole record from there
                     tail = record_bytes(order.size) - PAGE - order.size
-                    self._view(at[i] + PAGE + order.size, tail)[:] = 0
+                    self._view(data_offset(at[i]) + order.size, tail)[:] = 0
                     requests.append(
                         (i, self.staging.addr + at[i], order.disk_offset, record_bytes(order.size))
                     )
@@ -319,7 +291,7 @@ class DiskWorker:
             return {}
         handle = self.session.engine.submit(
             Op.READ,
-            [self.staging.addr + at[i] + PAGE for i in reads],
+            [self.staging.addr + data_offset(at[i]) for i in reads],
             peers,
             [orders[i].memory.region_id for i in reads],
             [orders[i].memory.offset for i in reads],
@@ -330,7 +302,7 @@ class DiskWorker:
         handle.wait()
         states = handle.states()
         return {
-            i: self.staging.addr + at[i] + PAGE
+            i: self.staging.addr + data_offset(at[i])
             for j, i in enumerate(reads)
             if states[j] == RequestState.COMPLETED
         }
@@ -348,13 +320,13 @@ class DiskWorker:
         ok = [False] * len(orders)
         segment = self.segment.array
         assert segment is not None
-        sums = checksum.xxh3_each([self.staging.addr + a + PAGE for a in at], [o.size for o in orders])
+        sums = checksum.xxh3_each([self.staging.addr + data_offset(a) for a in at], [o.size for o in orders])
         for i, order in enumerate(orders):
             placed = order.memory
             mine = placed.engine == self.session.engine.name and placed.region_id == self.segment.id
             if codes[i] != 0 or not mine or placed.offset + order.size > self.segment.length:
                 continue
-            data = self._view(at[i] + PAGE, order.size)
+            data = self._view(data_offset(at[i]), order.size)
             header = self._view(at[i], PAGE)
             if not header_matches(header, order.key, order.size, order.checksum):
                 continue

@@ -14,10 +14,10 @@ from typing import Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
 from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them messages.X
-    DISK_PAGE,
+    DISK,
+    MEMORY,
     CopyTask,
     DiskDrop,
-    DiskLocation,
     DiskOrder,
     DiskResult,
     DiskWork,
@@ -27,20 +27,20 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
     HeldReplica,
     HelloReply,
     ItemResult,
+    Location,
     ObjectLocation,
     Placement,
     PrefixMatch,
     RegisterReply,
-    ReplicaLocation,
-    _disk_location,
     _items,
+    _object_location,
     _record,
-    record_bytes,
 )
 
 # 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads.
 # 6: nodes are told what they hold (FenceWork.holds) and name it to a master that lost it (RestoreSegment)
-PROTOCOL_VERSION = 6
+# 7: one Location record for every tier (memory replicas and disk records alike)
+PROTOCOL_VERSION = 7
 U64 = 2**64 - 1
 
 
@@ -438,15 +438,7 @@ class GetReplicas(Request):
             if entry is None:
                 out.append(None)
                 continue
-            size, checksum, replicas, disk = _record(ObjectLocation, entry)
-            out.append(
-                ObjectLocation(
-                    size,
-                    checksum,
-                    [_record(ReplicaLocation, r) for r in replicas],
-                    None if disk is None else _disk_location(disk),
-                )
-            )
+            out.append(_object_location(entry))
         return out
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from kvstore.errors import ProtocolError
+from kvstore.rpc.disk_record import PAGE
 
 
 class Placement(NamedTuple):
@@ -19,40 +20,27 @@ class Placement(NamedTuple):
     gen: int
 
 
-class ReplicaLocation(NamedTuple):
-    """Where a reader finds one replica."""
+MEMORY, DISK = 0, 1  # the tiers a copy of an object lives in (Location.tier)
+TIERS = (MEMORY, DISK)
 
-    engine: str
+
+class Location(NamedTuple):
+    """Where a reader finds one copy of an object, in any tier: a memory replica, or a disk record."""
+
+    tier: int  # MEMORY | DISK
+    host_id: str
+    engine: str  # the transfer engine serving the bytes, "host:port"; "": read only from `path`
     region_id: int
-    offset: int
-    host_id: str
-    slot: int
+    offset: int  # of the object's bytes in the region (or in the file at `path`)
+    slot: int  # the allocation's fence: every transfer names it; (0, 0) unfenced (the checksum guards it)
     gen: int
-
-
-class DiskLocation(NamedTuple):
-    """Where a reader on the disk's host reads a disk-only object itself: the node's disk file and the
-    record's offset in it (the object's bytes start one DISK_PAGE further)."""
-
-    host_id: str
-    path: str
-    offset: int
+    path: str = ""  # a disk record's file on host_id, set for a reader on that host: it reads it itself
 
 
 class ObjectLocation(NamedTuple):
     size: int
     checksum: int
-    replicas: list[ReplicaLocation]
-    disk: DiskLocation | None = None  # set only for a disk-only object its reader may read directly
-
-
-DISK_PAGE = 4096  # direct-I/O unit: disk records start and end on it
-
-
-def record_bytes(size: int) -> int:
-    """Disk space of one object's record: one header page (the node's), then the bytes, page-padded.
-    Master (which places records) and node (which writes them) agree on it here."""
-    return DISK_PAGE + -(-size // DISK_PAGE) * DISK_PAGE
+    locations: list[Location]
 
 
 class DiskOrder(NamedTuple):
@@ -174,13 +162,23 @@ def _record(cls: Any, obj: Any) -> Any:
     return cls._make(obj)
 
 
-def _disk_location(obj: Any) -> DiskLocation:
-    host_id, path, offset = _record(DiskLocation, obj)
-    if not isinstance(host_id, str) or not isinstance(path, str) or not path.startswith("/"):
-        raise ProtocolError("master sent a malformed DiskLocation")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or offset % DISK_PAGE:
-        raise ProtocolError("master sent a malformed DiskLocation")
-    return DiskLocation(host_id, path, offset)
+def _location(obj: Any) -> Location:
+    loc = _record(Location, obj)
+    tier, host_id, engine, region_id, offset, slot, gen, path = loc
+    if tier not in TIERS or not all(isinstance(x, str) for x in (host_id, engine, path)):
+        raise ProtocolError("master sent a malformed Location")
+    if not all(type(x) is int and 0 <= x < 2**64 for x in (region_id, offset, slot, gen)):
+        raise ProtocolError("master sent a malformed Location")
+    if not engine and not (path.startswith("/") and offset % PAGE == 0):  # a reader reads it from path
+        raise ProtocolError("master sent a malformed Location")
+    return loc
+
+
+def _object_location(obj: Any) -> ObjectLocation:
+    size, checksum, locations = _record(ObjectLocation, obj)
+    if not isinstance(locations, list):
+        raise ProtocolError("master sent a malformed ObjectLocation")
+    return ObjectLocation(size, checksum, [_location(x) for x in locations])
 
 
 def _items(obj: Any, value: Any = None) -> list[ItemResult]:

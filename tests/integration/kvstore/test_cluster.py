@@ -61,7 +61,7 @@ def test_killed_node_loses_only_its_keys(cluster: Cluster) -> None:
         keys = [f"n{i}" for i in range(40)]
         assert store.batch_put_from(keys, [value(64 << 10, i) for i in range(40)]) == [0] * 40
         homes = {
-            k: found.replicas[0][0]
+            k: found.locations[0].engine
             for k, found in zip(keys, store.master.call(m.GetReplicas(keys=keys)), strict=True)
         }
         victim_proc, victim = cluster.nodes[0]
@@ -122,8 +122,8 @@ def test_concurrent_clients(cluster: Cluster) -> None:
 def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         store.put("victim", value(4096, 1))
-        replicas = store.master.call(m.GetReplicas(keys=["victim"]))[0].replicas
-        engine, region, offset, _, slot, gen = replicas[0]
+        locations = store.master.call(m.GetReplicas(keys=["victim"]))[0].locations
+        _tier, _host, engine, region, offset, slot, gen, _path = locations[0]
         segment = store.engine.open_peer(engine)
         garbage = store.engine.allocate(16, export=False)
         assert garbage.array is not None

@@ -86,7 +86,7 @@ def test_bad_input_fails_alone_and_clearly() -> None:
 
 def _corrupt(store: Store, location: object) -> None:
     """Overwrites 16 bytes of a replica in place (any peer holding the region's key could)."""
-    engine, region, offset, _host, slot, gen = location  # type: ignore[misc]
+    _tier, _host, engine, region, offset, slot, gen, _path = location  # type: ignore[misc]
     garbage = store.engine.allocate(16, export=False)
     assert garbage.array is not None
     garbage.array[:] = 0xEE
@@ -104,7 +104,7 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
     with Store.connect(cluster.master) as store:
         store.put("two", payload, replicas=2)
         (found,) = store.master.call(m.GetReplicas(keys=["two"]))
-        _corrupt(store, found.replicas[0])
+        _corrupt(store, found.locations[0])
         for _ in range(100):  # reads pick a replica at random: until one meets the bad one
             store.leases.clear()
             assert store.get("two") == payload  # never the corrupt bytes: the other replica answers
@@ -112,12 +112,12 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
                 break
         assert store.stats_local.checksum_mismatches == 1
         (after,) = store.master.call(m.GetReplicas(keys=["two"]))
-        assert [r[:3] for r in after.replicas] == [found.replicas[1][:3]]  # the bad replica was dropped
+        assert [r[:5] for r in after.locations] == [found.locations[1][:5]]  # the bad replica was dropped
         assert store.stats()["master"]["corrupt_replicas"] == 1
 
         store.put("one", payload)
         (single,) = store.master.call(m.GetReplicas(keys=["one"]))
-        _corrupt(store, single.replicas[0])
+        _corrupt(store, single.locations[0])
         buffer = np.full(len(payload), 7, np.uint8)
         store.register_buffer(buffer)  # zero-copy: the transfer lands in the caller's memory
         assert store.get_into("one", buffer) == MISS
@@ -223,7 +223,7 @@ def test_a_corrupt_read_into_raw_pieces_leaves_no_bytes_behind(cluster: Cluster)
         pieces = [(layer.ctypes.data + 4096, 8192) for layer in layers]
         store.put("pieces", payload)
         (found,) = store.master.call(m.GetReplicas(keys=["pieces"]))
-        _corrupt(store, found.replicas[0])
+        _corrupt(store, found.locations[0])
         assert store.batch_get_into_multi_buffers(["pieces"], [pieces]) == [MISS]
         for layer in layers:
             assert not layer[4096 : 4096 + 8192].any()  # cleared, every piece

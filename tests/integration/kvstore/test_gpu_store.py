@@ -92,7 +92,7 @@ def test_gpu_values_round_trip_through_every_entry_point(store: Store) -> None:
 def test_a_corrupt_or_missing_value_never_writes_the_gpu(store: Store) -> None:
     payload = np.full(1 << 16, 0x5A, np.uint8)
     store.put("one", payload.tobytes())
-    _corrupt(store, store.locate(["one"])[0].replicas[0])
+    _corrupt(store, store.locate(["one"])[0].locations[0])
     with cuda.DeviceMemory(1 << 16) as dst:
         marker = np.full(1 << 16, 0x11, np.uint8)
         _fill(dst, marker)
@@ -186,7 +186,7 @@ def test_batches_larger_than_a_pipeline_chunk_move_in_overlapped_chunks() -> Non
         keys = [f"chunked-{i}" for i in range(n)]
         assert store.batch_put_from(keys, [src.buffer.piece(i * size, size) for i in range(n)]) == [0] * n
         assert all(store.get(k) == data[i * size : (i + 1) * size].tobytes() for i, k in enumerate(keys))
-        _corrupt(store, store.locate([keys[13]])[0].replicas[0])
+        _corrupt(store, store.locate([keys[13]])[0].locations[0])
         marker = np.full(n * size, 0x11, np.uint8)
         _fill(dst, marker)
         wanted = [*keys[:5], "absent", *keys[6:]]

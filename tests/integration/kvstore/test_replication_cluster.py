@@ -79,7 +79,8 @@ def test_hot_key_replicates_and_survives_node_loss(hot_cluster: Cluster) -> None
         served = set()
         for _ in range(40):
             found = store.master.call(m.GetReplicas(keys=["hot"]))[0]
-            served.add(sorted(found[2], key=lambda r: (r[3] != store.host_id, np.random.random()))[0][0])
+            first = sorted(found.locations, key=lambda r: (r.host_id != store.host_id, np.random.random()))[0]
+            served.add(first.engine)
         assert len(served) == 2
         # The node with the original dies: the copy still serves the right bytes.
         victim = next(p for p, name in hot_cluster.nodes if name == home)

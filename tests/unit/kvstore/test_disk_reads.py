@@ -9,12 +9,18 @@ from pathlib import Path
 import numpy as np
 
 from kvstore.client.disk_reads import RETRY_SECONDS, DiskReader
-from kvstore.rpc.messages import DISK_PAGE, DiskLocation
+from kvstore.rpc import messages as m
+from kvstore.rpc.disk_record import PAGE as DISK_PAGE
+from kvstore.rpc.disk_record import data_offset
 from transfer_engine.disk import DiskFile
 
 
 def aligned(nbytes: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+
+
+def record_at(path: Path | str, record_offset: int) -> m.Location:
+    return m.Location(m.DISK, "h", "", 0, data_offset(record_offset), 0, 0, str(path))
 
 
 def write_records(path: Path, values: list[np.ndarray]) -> list[int]:
@@ -37,7 +43,7 @@ def test_records_land_in_the_callers_pieces_and_nothing_beyond(tmp_path: Path) -
     values = [rng.integers(0, 256, n, dtype=np.uint8) for n in (2 * DISK_PAGE, 5000, 3 * DISK_PAGE)]
     path = tmp_path / "tier"
     offsets = write_records(path, values)
-    where = [DiskLocation("h", str(path.resolve()), o) for o in offsets]
+    where = [record_at(path.resolve(), o) for o in offsets]
     whole = aligned(2 * DISK_PAGE)  # page-aligned, whole pages: read straight into it
     guarded = np.zeros(5000 + 64, np.uint8)  # not whole pages: through scratch, only 5000 bytes copied
     split = [np.zeros(DISK_PAGE + 100, np.uint8), np.zeros(2 * DISK_PAGE - 100, np.uint8)]  # two pieces
@@ -51,7 +57,7 @@ def test_records_land_in_the_callers_pieces_and_nothing_beyond(tmp_path: Path) -
     assert np.array_equal(whole, values[0]) and np.array_equal(guarded[:5000], values[1])
     assert not guarded[5000:].any()  # the record's padding never reached the caller's memory
     assert np.array_equal(np.concatenate(split), values[2])
-    outside = DiskLocation("h", str(path.resolve()), 4 << 20)
+    outside = record_at(path.resolve(), 4 << 20)
     assert reader.read([([whole.ctypes.data], [whole.nbytes], whole.nbytes, outside)]) == [False]
     assert reader.read(items[:1]) == [True]  # the file is opened afresh after a failed read
     reader.close()
@@ -63,7 +69,7 @@ def test_an_unreadable_file_is_tried_again_later(tmp_path: Path) -> None:
     path = tmp_path / "later"
     value = np.full(DISK_PAGE, 7, np.uint8)
     buffer = aligned(DISK_PAGE)
-    item = ([buffer.ctypes.data], [DISK_PAGE], DISK_PAGE, DiskLocation("h", str(path), 0))
+    item = ([buffer.ctypes.data], [DISK_PAGE], DISK_PAGE, record_at(path, 0))
     assert reader.read([item]) == [False]  # no such file (yet)
     write_records(path, [value])
     assert reader.read([item]) == [False]  # not asked again so soon

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvstore.master.disk_tier import record_bytes
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.disk_record import data_offset, record_bytes
 from tests.unit.kvstore.test_master_state import Clock, MiB, make_state, put
 
 
@@ -242,14 +242,15 @@ def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock:
     assert cold.replicas == [] and cold.disk is not None
     handlers = Handlers(state)
     (found,) = handlers.get_replicas(m.GetReplicas(["k0"], host_id="h0"))
-    assert found.replicas == [] and found.disk == m.DiskLocation("h0", "/nvme/tier", cold.disk.offset)
+    (where,) = found.locations
+    assert where == m.Location(m.DISK, "h0", "", 0, data_offset(cold.disk.offset), 0, 0, "/nvme/tier")
     assert state.disk.direct_reads == 1 and not state.disk.tasks
     reply = handlers.get_replicas(m.GetReplicas(["k0"], host_id="h0"))  # again, within the window
     assert isinstance(reply, Deferred)
     (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
     state.disk.complete("c0", [m.DiskResult(load.order, True)])
     (found,) = reply.make_reply()
-    assert len(found.replicas) == 1 and found.disk is None and state.disk.promotions == 1
+    assert [x.tier for x in found.locations] == [m.MEMORY] and state.disk.promotions == 1
 
     for host in ("h1", ""):
         other = state.objects["k1"]
@@ -258,7 +259,7 @@ def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock:
         assert isinstance(reply, Deferred)  # its node loads it
         run_orders(state)
         (found,) = reply.make_reply()
-        assert len(found.replicas) == 1 and found.disk is None
+        assert [x.tier for x in found.locations] == [m.MEMORY]
         state._evict_one()  # back to disk only for the next reader
         while state.objects["k1"].replicas:
             state._evict_one()
@@ -279,14 +280,26 @@ def test_reads_served_from_a_lease_count_toward_promotion(clock: Clock) -> None:
 def test_disk_locations_and_paths_are_validated_on_the_wire() -> None:
     from kvstore.errors import InvalidArgumentError, ProtocolError
 
-    good = [[4096, 7, [], ["h0", "/nvme/tier", 8192]]]
+    good = [[4096, 7, [[m.DISK, "h0", "", 0, 8192, 0, 0, "/nvme/tier"]]]]
     (found,) = m.GetReplicas.decode_reply(good)
-    assert found.disk == m.DiskLocation("h0", "/nvme/tier", 8192)
-    for bad in (["h0", "relative", 8192], ["h0", "/nvme/tier", 100], ["h0", "/nvme/tier", -4096], [1, 2]):
+    assert found.locations == [m.Location(m.DISK, "h0", "", 0, 8192, 0, 0, "/nvme/tier")]
+    served = [m.DISK, "h0", "h0:1234", 3, 8192 + 100, 0, 0, ""]  # through the node's engine: any offset
+    assert m.GetReplicas.decode_reply([[4096, 7, [served]]])[0].locations[0].engine == "h0:1234"
+    bad_ones = (
+        [m.DISK, "h0", "", 0, 8192, 0, 0, "relative"],
+        [m.DISK, "h0", "", 0, 100, 0, 0, "/nvme/tier"],  # not on a page
+        [m.DISK, "h0", "", 0, 8192, 0, 0, ""],  # neither an engine nor a path
+        [m.DISK, "h0", "h0:1", 0, -4096, 0, 0, ""],
+        [7, "h0", "h0:1", 0, 0, 0, 0, ""],  # no such tier
+        [m.MEMORY, 5, "h0:1", 0, 0, 0, 0, ""],
+        [m.MEMORY, "h0", "h0:1", 0, 0, 2**64, 0, ""],
+        [1, 2],
+    )
+    for bad in bad_ones:
         with pytest.raises(ProtocolError):
-            m.GetReplicas.decode_reply([[4096, 7, [], bad]])
+            m.GetReplicas.decode_reply([[4096, 7, [bad]]])
     with pytest.raises(ProtocolError):
-        m.GetReplicas.decode_reply([[4096, 7, []]])  # an older master's three fields
+        m.GetReplicas.decode_reply([[4096, 7, [], None]])  # an older master's four fields
     assert m.GetReplicas.parse({"keys": ["a"]}).host_id == ""
     with pytest.raises(InvalidArgumentError):
         m.GetReplicas.parse({"keys": ["a"], "host_id": 5})
