@@ -46,7 +46,6 @@ class Session:
             )
         self.config = config
         self._reporters: list[Callable[[], dict[str, Any]]] = []
-        self._reply_handlers: list[Callable[[m.HeartbeatReply], None]] = []
         self._rejoin_handlers: list[Callable[[], None]] = []
         self._peers: dict[str, Peer] = {}
         self._peers_lock = threading.Lock()
@@ -96,10 +95,6 @@ class Session:
         """`report()` adds fields to every heartbeat (e.g. reads served from leased locations)."""
         self._reporters.append(report)
 
-    def on_reply(self, handler: Callable[[m.HeartbeatReply], None]) -> None:
-        """`handler(reply)` sees every heartbeat reply (e.g. copy tasks for this process's peer)."""
-        self._reply_handlers.append(handler)
-
     def on_rejoin(self, handler: Callable[[], None]) -> None:
         """`handler()` runs after the master forgot this process and it registered again."""
         self._rejoin_handlers.append(handler)
@@ -119,8 +114,6 @@ class Session:
                 reply = self.master.call(
                     m.Heartbeat(client_id=self.client_id, **fields), timeout=interval * 2
                 )
-                for handle in self._reply_handlers:
-                    handle(reply)
                 if not reply.known:  # dropped (e.g. the master restarted): join again
                     self.rejoin()
             except KVStoreError as exc:

@@ -71,7 +71,6 @@ class DiskTier:
         self.segments = self.disk_space.segments  # read-only here: DiskSpace writes it
         self.tasks: dict[int, DiskTask] = {}
         self._by_key: dict[str, DiskTask] = {}  # at most one task per object
-        self._parked: dict[str, Callable[[], object]] = {}  # nodes waiting in AwaitDiskWork
         self._drops: dict[str, list[m.DiskDrop]] = {}  # freed records each node is to forget
         self._next_task = 1
         self.on_lost: Callable[[ObjectMeta], None] = lambda meta: None  # an object lost its last copy
@@ -119,7 +118,6 @@ class DiskTier:
                     self.policy.on_remove(key)
                     if not meta.replicas:
                         self.on_lost(meta)
-        self._parked.pop(client_id, None)
         self._drops.pop(client_id, None)
 
     def set_degraded(self, client_id: str, reason: str) -> None:
@@ -293,10 +291,12 @@ class DiskTier:
         return True
 
     # -- nodes ----------------------------------------------------------------------------------------
-    def take(self, client_id: str) -> list[m.DiskOrder]:
-        """The orders for this node's disk not handed out yet."""
-        out = []
+    def take(self, client_id: str, limit: int = 1 << 30) -> list[m.DiskOrder]:
+        """At most `limit` orders for this node's disk not handed out yet."""
+        out: list[m.DiskOrder] = []
         for task in self.tasks.values():
+            if len(out) >= limit:
+                break
             meta = self.objects.get(task.key)
             if not task.issued and task.disk.segment.client_id == client_id and meta is not None:
                 task.issued = True
@@ -307,13 +307,8 @@ class DiskTier:
         """Records of this node freed since it last asked (it applies them before new orders)."""
         return self._drops.pop(client_id, [])
 
-    def park(self, client_id: str, wake: Callable[[], object]) -> None:
-        self._parked[client_id] = wake
-
     def _wake(self, client_id: str) -> None:
-        wake = self._parked.pop(client_id, None)
-        if wake is not None:
-            wake()
+        self.space.polls.wake(client_id)
 
     def complete(self, client_id: str, results: list[m.DiskResult]) -> None:
         for order, ok in results:

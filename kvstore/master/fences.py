@@ -3,7 +3,7 @@
 Every replica allocation carries a slot of its node's fence table and a generation (unique, increasing
 across master restarts: they start at the wall clock in nanoseconds). Freeing one queues a kill for its
 node; the node applies it (transfer_engine kill_allocations: no transfer naming it is admitted again, and
-every transfer admitted before has ended) and acknowledges it on its next AwaitFences call. Until then:
+every transfer admitted before has ended) and acknowledges it on its next AwaitWork call. Until then:
 
 - space a writer may still be writing into (a reclaimed or revoked put, a copy destination) stays
   allocated, so a late writer can never overwrite another object;
@@ -40,15 +40,15 @@ Waiter = Callable[[], None]
 
 
 class FenceBook:
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], wake: Callable[[str], None]) -> None:
         self.clock = clock
+        self._wake_node = wake  # answers the node's parked work poll (kvstore.master.node_polls)
         self._gen = time.time_ns()  # above every generation a previous master incarnation handed out
         self._next_kill = 1
         self._queued: dict[str, list[Kill]] = {}  # by the client whose node applies them, not yet sent
         self._sent: dict[str, dict[int, Kill]] = {}  # by client: handed out, not acknowledged yet
         self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
         self._key_waiters: list[tuple[set[str], Waiter]] = []
-        self._node_waiters: dict[str, Waiter] = {}  # a node's parked AwaitFences
         self.held_bytes = 0
         self.kills_sent = 0
         self.kills_acked = 0
@@ -78,13 +78,7 @@ class FenceBook:
             self._fencing.setdefault(key, []).append(k)
         else:
             k.key = None
-        self.wake(segment.client_id)
-
-    def wake(self, client_id: str) -> None:
-        """Answers the node's parked poll now (kills, or other work, are queued for it)."""
-        waiter = self._node_waiters.pop(client_id, None)
-        if waiter is not None:
-            waiter()
+        self._wake_node(segment.client_id)
 
     def fencing(self, key: str) -> bool:
         return key in self._fencing
@@ -97,7 +91,7 @@ class FenceBook:
     def take(self, client_id: str, limit: int) -> list[Kill]:
         """At most `limit` kills for this client's node to apply: first those handed out before and not
         acknowledged (each is handed out again until it is), then queued ones. Bounded, so the node's
-        acknowledgement of them fits one request (AwaitFences' bound)."""
+        acknowledgement of them fits one request (AwaitWork's bound)."""
         sent = self._sent.setdefault(client_id, {})
         out = list(itertools.islice(sent.values(), limit))
         queued = self._queued.get(client_id)
@@ -109,13 +103,6 @@ class FenceBook:
             self.kills_sent += len(fresh)
             out += fresh
         return out
-
-    def park(self, client_id: str, waiter: Waiter) -> None:
-        """`waiter()` runs when a kill for this client's node is queued (replacing an earlier one)."""
-        self._node_waiters[client_id] = waiter
-
-    def unpark(self, client_id: str) -> None:
-        self._node_waiters.pop(client_id, None)
 
     def acknowledge(self, client_id: str, ids: Iterable[int]) -> list[Kill]:
         """The node applied these kills: returns them (the caller frees held space) and lifts fencing."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.master import node_work
 from kvstore.master.locations import disk_location, memory_location
 from kvstore.master.model import ObjectMeta
 from kvstore.master.placement import placement_of
@@ -65,11 +66,10 @@ class Handlers:
             m.MountSegment: self.mount_segment,
             m.RestoreSegment: self.restore_segment,
             m.UnmountSegment: self.unmount_segment,
-            m.AwaitFences: self.await_fences,
+            m.AwaitWork: self.await_work,
             m.MountDisk: self.mount_disk,
             m.RestoreDisk: self.restore_disk,
             m.DiskDegraded: self.disk_degraded,
-            m.AwaitDiskWork: self.await_disk_work,
             m.PutStart: self.put_start,
             m.PutEnd: self.put_end,
             m.PutRevoke: self.put_revoke,
@@ -80,7 +80,6 @@ class Handlers:
             m.RemoveAll: self.remove_all,
             m.Stats: self.stats,
             m.ClusterStatus: self.cluster_status,
-            m.ReplicaDone: self.replica_done,
             m.ChangeReplica: self.change_replica,
             m.ReportReplicas: self.report_replicas,
         }
@@ -113,15 +112,11 @@ class Handlers:
         )
 
     def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:
-        """Keeps the client alive; hands it the replica copies its segments should make."""
+        """Keeps the client alive (its node's work comes on its work channel: await_work)."""
         known = self.state.heartbeat(r.client_id)
         if r.touched:  # reads the client served from leased locations
             self.state.touch(r.touched)
-        return m.HeartbeatReply(known, self.state.replicator.tasks_for(r.client_id) if known else [])
-
-    def replica_done(self, r: m.ReplicaDone) -> None:
-        self.state.replicator.complete(r.client_id, r.task, r.ok)
-        self.state.space.holds.send()
+        return m.HeartbeatReply(known)
 
     def change_replica(self, r: m.ChangeReplica) -> None:
         self.state.change_replica(r.key, r.replicas)
@@ -137,31 +132,16 @@ class Handlers:
     def restore_segment(self, r: m.RestoreSegment) -> list[int]:
         return self.state.restore_segment(r.client_id, r.segment_id, r.records, r.last)
 
-    def await_fences(self, r: m.AwaitFences) -> m.FenceWork | Deferred:
-        """Takes the node's acknowledgements; answers with the kills it must apply and the replicas it
-        now holds, at once when there are some, else when some are queued or `wait` has passed."""
-        self.state.check_client(r.client_id)
-        space = self.state.space
-        space.acknowledge(r.client_id, r.acked)
-        space.holds.acknowledge(r.client_id, r.held_through)
-        work = self._fence_work(r.client_id)
-        if work.orders or work.holds or r.wait == 0:
+    def await_work(self, r: m.AwaitWork) -> m.NodeWork | Deferred:
+        """Takes the node's reports; answers with its work (kvstore.master.node_work), at once when some
+        is queued (or `wait` is 0), else once some is or `wait` has passed."""
+        node_work.take_reports(self.state, r, self.epoch)
+        work = node_work.take_work(self.state, r.client_id, self.epoch)
+        if node_work.has_work(work) or r.wait == 0:
             return work
-        reply = Deferred(functools.partial(self._fence_work, r.client_id), r.wait)
-        space.fences.park(r.client_id, reply.ready)
+        reply = Deferred(functools.partial(node_work.take_work, self.state, r.client_id, self.epoch), r.wait)
+        self.state.space.polls.park(r.client_id, reply.ready)
         return reply
-
-    def _fence_work(self, client_id: str) -> m.FenceWork:
-        by_region: dict[int, m.FenceOrder] = {}
-        space = self.state.space
-        for k in space.fences.take(client_id, m.FENCE_BATCH):
-            order = by_region.get(k.segment.region_id)
-            if order is None:
-                order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])
-            order.kills.append(k.id)
-            order.slots.append(k.slot)
-            order.gens.append(k.gen)
-        return m.FenceWork(list(by_region.values()), space.holds.take(client_id, m.FENCE_BATCH))
 
     def _once_fenced(self, keys: list[str], reply: Any) -> Any:
         """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is
@@ -283,24 +263,6 @@ class Handlers:
     def disk_degraded(self, r: m.DiskDegraded) -> None:
         self.state.check_client(r.client_id)
         self.state.disk.set_degraded(r.client_id, r.reason)
-
-    def await_disk_work(self, r: m.AwaitDiskWork) -> m.DiskWork | Deferred:
-        """Takes the node's finished disk orders; answers with new ones (and records to forget), at once
-        when there are some."""
-        self.state.check_client(r.client_id)
-        self.state.disk.complete(r.client_id, r.done)
-        self.state.space.holds.send()
-        self.state.plan_demotions()
-        work = self._disk_work(r.client_id)
-        if work.orders or work.drops or r.wait == 0:
-            return work
-        reply = Deferred(functools.partial(self._disk_work, r.client_id), r.wait)
-        self.state.disk.park(r.client_id, reply.ready)
-        return reply
-
-    def _disk_work(self, client_id: str) -> m.DiskWork:
-        disk = self.state.disk
-        return m.DiskWork(disk.take(client_id), disk.take_drops(client_id))
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         """How many leading keys are stored, where each lives, and per node its own leading run."""

@@ -1,8 +1,8 @@
 """What each node is told it holds: every committed replica on a node's segment is sent to that node
-(on the fence channel, kvstore.master.fences), so the node can name what it holds to a master that lost
-its table (restarted, or a new leader) and that master rebuilds the objects from the nodes.
+(on its work channel, with the kills of kvstore.master.fences), so the node can name what it holds to a
+master that lost its table (restarted, or a new leader) and that master rebuilds the objects from them.
 
-A hold is sent until the node acknowledges it (AwaitFences' `held_through`: holds are numbered in the
+A hold is sent until the node acknowledges it (AwaitWork's `held_through`: holds are numbered in the
 order they are queued). Freeing the replica before that cancels it: a node never learns of a replica
 after its kill.
 """
@@ -19,7 +19,7 @@ Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.m
 
 class HoldBook:
     def __init__(self, wake: Callable[[str], None]) -> None:
-        self._wake = wake  # wakes the node's parked fence poll
+        self._wake = wake  # wakes the node's parked work poll
         self._unsent: set[str] = set()  # nodes with holds queued since the last send()
         self._seq = 0
         # client -> (region, slot) -> (seq, object, replica), oldest first

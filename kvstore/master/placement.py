@@ -13,6 +13,7 @@ from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.fences import FenceBook
 from kvstore.master.holds import HoldBook
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.node_polls import NodePolls
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import PAGE
 
@@ -26,8 +27,9 @@ def placement_of(replica: Replica) -> m.Placement:
 class SegmentSpace:
     def __init__(self, alignment: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.alignment = alignment
-        self.fences = FenceBook(clock)
-        self.holds = HoldBook(self.fences.wake)  # nodes are told what they hold on the fence channel
+        self.polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
+        self.fences = FenceBook(clock, self.polls.wake)
+        self.holds = HoldBook(self.polls.wake)  # nodes are told what they hold on their work channel
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable

@@ -133,6 +133,7 @@ class Replicator:
         self._next += 1
         self.tasks[task.id] = task
         self._by_key.setdefault(task.key, []).append(task)
+        self.space.polls.wake(task.segment.client_id)
 
     def _unlink(self, task: CopyTask) -> None:
         del self.tasks[task.id]
@@ -155,10 +156,12 @@ class Replicator:
         self.space.free(task.key, task.dest, writing=writing)
 
     # -- clients --------------------------------------------------------------------------------------
-    def tasks_for(self, client_id: str) -> list[messages.CopyTask]:
-        """Copy tasks for the segments of this client, each handed out once."""
-        out = []
+    def tasks_for(self, client_id: str, limit: int = 1 << 30) -> list[messages.CopyTask]:
+        """At most `limit` copy tasks for the segments of this client, each handed out once."""
+        out: list[messages.CopyTask] = []
         for task in self.tasks.values():
+            if len(out) >= limit:
+                break
             meta = self.objects.get(task.key)
             if not task.issued and task.segment.client_id == client_id and meta is not None:
                 task.issued = True

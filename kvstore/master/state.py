@@ -215,6 +215,7 @@ class MasterState:
         self._pending.forget(client_id)
         self.disk.drop_client(client_id)
         self.space.holds.drop_client(client_id)
+        self.space.polls.forget(client_id)
 
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""

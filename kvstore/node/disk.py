@@ -11,14 +11,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 
 import numpy as np
 
 from kvstore.client.session import Session
-from kvstore.errors import KVStoreError, NotFoundError, StaleLocationError
+from kvstore.errors import KVStoreError, StaleLocationError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
+from kvstore.node.work_channel import WorkChannel
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import PAGE, data_offset, header_matches, record_bytes, write_header
 from transfer_engine import Op, Region, RequestState, checksum
@@ -38,6 +40,7 @@ class DiskWorker:
     def __init__(
         self,
         session: Session,
+        work: WorkChannel,
         segment: Region,
         path: str,
         size: int,
@@ -46,6 +49,7 @@ class DiskWorker:
         pinned: bool = False,
     ) -> None:
         self.session = session
+        self.work = work
         self.segment = segment
         self.file = DiskFile(path, size, backend=backend, depth=32)
         # Page-aligned and registered; page-locked too on a pinned node (the pinned pool stages disk I/O).
@@ -73,6 +77,8 @@ class DiskWorker:
             self.dropped,
         )
         session.on_rejoin(self.mount)
+        self._queue: queue.Queue[tuple[list[m.DiskDrop], list[m.DiskOrder]] | None] = queue.Queue()
+        work.disk = self._take  # the node's work channel brings the orders
         self._thread = threading.Thread(target=self._loop, name="kvstore-disk", daemon=True)
         self._thread.start()
 
@@ -146,32 +152,37 @@ class DiskWorker:
             used += need
         return [b for b in batches if b], outside
 
+    def _take(self, drops: list[m.DiskDrop], orders: list[m.DiskOrder]) -> None:
+        self._queue.put((drops, orders))
+
     def _loop(self) -> None:
-        s = self.session
-        done: list[m.DiskResult] = []
-        while not s.closed and not self._closed:
+        """Runs the orders in the order they came (drops first: an order may reuse a dropped record's
+        space), reporting each batch's results at once; probes a degraded disk meanwhile."""
+        while not self._closed:
             try:
-                wait = PROBE_SECONDS if self.degraded else POLL_SECONDS
-                request = m.AwaitDiskWork(client_id=s.client_id, done=done, wait=wait)
-                work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
-                if work.drops:  # before the orders: one may write a new record where a dropped one was
-                    self._forget([(d.offset, d.key) for d in work.drops])
-                done = self.run(work.orders)
+                work = self._queue.get(timeout=PROBE_SECONDS if self.degraded else POLL_SECONDS)
+            except queue.Empty:
+                work = None
+            orders: list[m.DiskOrder] = []
+            try:
+                if work is not None:
+                    drops, orders = work
+                    if drops:
+                        self._forget([(d.offset, d.key) for d in drops])
+                    self.work.report_disk([(r.order, r.ok) for r in self.run(orders)])
+                    orders = []
                 if self._told != self.degraded:  # a report that did not reach the master, or a new one
                     self._report(self.degraded)
                 if self.degraded and time.monotonic() - self._probed >= PROBE_SECONDS:
                     self._probe()
-            except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
-                done = []
-                time.sleep(s.terms.heartbeat_interval)
-            except KVStoreError as exc:
-                if s.closed or self._closed:
-                    return
-                log.debug("disk poll failed: %s", exc)
-                time.sleep(0.1)
-            except OSError as exc:  # the file system (full, read-only; KVStoreErrors are caught above)
+            except OSError as exc:  # the file system: full, read-only
                 self._degrade(f"disk I/O failed: {exc}")
-                time.sleep(0.1)
+                if orders:
+                    self.work.report_disk([(o.order, False) for o in orders])
+            except KVStoreError as exc:  # the engine refused a batch: its orders failed, the next may not
+                log.warning("disk orders failed: %s", exc)
+                if orders:
+                    self.work.report_disk([(o.order, False) for o in orders])
 
     # -- orders ---------------------------------------------------------------------------------------
     def run(self, orders: list[m.DiskOrder]) -> list[m.DiskResult]:
@@ -398,5 +409,6 @@ class DiskWorker:
 
     def close(self) -> None:
         self._closed = True
+        self._queue.put(None)
         self._thread.join(timeout=POLL_SECONDS + 5)
         self.file.close()

@@ -1,6 +1,7 @@
-"""A storage node: contributes a segment of pre-faulted memory to the pool (later disk and pinned tiers)
-and executes the replica copies the master places on it, on worker threads of its own (never on the
-heartbeat thread, which must keep the process alive while a copy waits on a slow peer).
+"""A storage node: contributes a segment of pre-faulted memory to the pool (and a disk tier under it)
+and does the work the master sends on its work channel (kvstore.node.work_channel): fences, holds, and
+replica copies, the copies on worker threads of their own (never on the channel's or the heartbeat's
+thread, which must go on while a copy waits on a slow peer).
 
 `kvstore node` runs one in its own process; a `Store` client that contributes memory runs one beside it
 on the same Session.
@@ -11,23 +12,21 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from typing import cast
 
 import xxhash
 
 from kvstore.client.session import Session
 from kvstore.config import NodeConfig
-from kvstore.errors import KVStoreError, NotFoundError
+from kvstore.errors import KVStoreError
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.disk import DiskWorker
 from kvstore.node.segment_memory import ready_segment
+from kvstore.node.work_channel import WorkChannel
 from kvstore.rpc import messages as m
 from transfer_engine import Op, Region, RequestState, TransferEngine
 
 log = logging.getLogger("kvstore.node")
 
-FENCE_POLL_SECONDS = 2.0  # how long one AwaitFences call waits for kills before asking again
 FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
 KILL_CHUNK = 1 << 20  # fence slots killed per call when a node mounts again with objects it holds
 
@@ -72,16 +71,15 @@ class StorageNode:
             for i in range(copy_workers)
         ]
         self.mount()
-        session.on_reply(self._take_tasks)
         session.on_rejoin(self.mount)
         for w in self._workers:
             w.start()
-        self._fences = threading.Thread(target=self._follow_fences, name="kvstore-fences", daemon=True)
-        self._fences.start()
+        self.work = WorkChannel(session, self._apply_fences, self._hold, self._queue_copies)
         self.disk: DiskWorker | None = None
         if config.disk:
             self.disk = DiskWorker(
                 session,
+                self.work,
                 self.segment,
                 config.disk,
                 config.disk_size,
@@ -89,6 +87,7 @@ class StorageNode:
                 config.disk_staging,
                 pinned=pinned,
             )
+        self.work.start()  # once the disk worker, if any, takes its orders
 
     def mount(self) -> None:
         """Offers the segment to the master (again, after the master or this node restarted), naming the
@@ -142,57 +141,31 @@ class StorageNode:
             while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
                 log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
 
-    def _follow_fences(self) -> None:
-        """Applies the master's kills to the segment and acknowledges them, on a connection of its own
-        (a long poll: the master answers as soon as it frees an allocation here)."""
-        s = self.session
-        acked: list[int] = []  # applied, to acknowledge: at most FENCE_BATCH per request
-        held_through = 0  # the last hold received (the catalog has it)
-        while not s.closed:
-            try:
-                sending, later = acked[: m.FENCE_BATCH], acked[m.FENCE_BATCH :]
-                wait = 0.0 if later else FENCE_POLL_SECONDS
-                request = m.AwaitFences(
-                    client_id=s.client_id, acked=sending, wait=wait, held_through=held_through
-                )
-                work = s.master.call(request, timeout=wait + s.config.rpc_timeout)
-                acked = later
-                holds = cast(list[m.HeldReplica], work.holds)  # decode_reply made each one
-                self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
-                held_through = max((h.seq for h in holds), default=held_through)
-                for order in work.orders:
-                    if order.region_id != self.segment.id:
-                        acked += order.kills
-                    elif s.engine.kill_allocations(
-                        order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
-                    ):
-                        self.catalog.drop(order.slots, order.gens)
-                        acked += order.kills
-                    # else a copy admitted before is still running (a stopped peer): the master keeps
-                    # the space and hands the kills out again
-                acked = list(dict.fromkeys(acked))  # a kill handed out again is acknowledged once
-            except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
-                acked, held_through = [], 0
-                time.sleep(s.terms.heartbeat_interval)
-            except KVStoreError as exc:
-                if s.closed:
-                    return
-                log.debug("fence poll failed: %s", exc)
-                time.sleep(0.1)
+    def _apply_fences(self, orders: list[m.FenceOrder]) -> list[int]:
+        """Applies the master's kills to the segment; returns the ids of those applied (to acknowledge)."""
+        engine, applied = self.session.engine, []
+        for order in orders:
+            if order.region_id != self.segment.id:
+                applied += order.kills  # a region gone since: nothing there to fence
+            elif engine.kill_allocations(
+                order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
+            ):
+                self.catalog.drop(order.slots, order.gens)
+                applied += order.kills
+            # else a copy admitted before is still running (a stopped peer): the master keeps the space
+            # and hands the kills out again
+        return applied
 
-    def _take_tasks(self, reply: m.HeartbeatReply) -> None:
-        for task in reply.tasks:
+    def _hold(self, holds: list[m.HeldReplica]) -> None:
+        self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
+
+    def _queue_copies(self, tasks: list[m.CopyTask]) -> None:
+        for task in tasks:
             self._tasks.put(task)
 
     def _copy_loop(self) -> None:
         while (task := self._tasks.get()) is not None:
-            ok = self._copy(task)  # the master counts copies done and failed
-            try:
-                self.session.master.call(
-                    m.ReplicaDone(client_id=self.session.client_id, task=task.task, ok=ok)
-                )
-            except KVStoreError as exc:  # the master expires the task and frees its space by itself
-                log.debug("cannot report copy %d: %s", task.task, exc)
+            self.work.report_copy(task.task, self._copy(task))  # the master counts copies done and failed
 
     def _copy(self, task: m.CopyTask) -> bool:
         """Reads the replica from its source into our segment and verifies it before reporting it."""

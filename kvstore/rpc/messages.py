@@ -8,7 +8,7 @@ A client opens with ``Hello``: a master speaking another PROTOCOL_VERSION refuse
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
 from kvstore.errors import InvalidArgumentError, ProtocolError
@@ -20,14 +20,13 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
     DiskDrop,
     DiskOrder,
     DiskResult,
-    DiskWork,
     FenceOrder,
-    FenceWork,
     HeartbeatReply,
     HeldReplica,
     HelloReply,
     ItemResult,
     Location,
+    NodeWork,
     ObjectLocation,
     Placement,
     PrefixMatch,
@@ -39,7 +38,8 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 
 # 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads.
 # 6: nodes are told what they hold (FenceWork.holds) and name it to a master that lost it (RestoreSegment)
-# 7: one Location record for every tier (memory replicas and disk records alike)
+# 7: one Location record for every tier (memory replicas and disk records alike); one channel of node
+# work (AwaitWork: fences, holds, copies, disk orders, and their results), which carries the epoch
 PROTOCOL_VERSION = 7
 U64 = 2**64 - 1
 
@@ -107,12 +107,8 @@ class Heartbeat(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> HeartbeatReply:
-        known, tasks = _record(HeartbeatReply, obj)
-        decoded = []
-        for t in tasks:
-            task = _record(CopyTask, t)
-            decoded.append(task._replace(source=_record(Placement, task.source)))
-        return HeartbeatReply(bool(known), decoded)
+        (known,) = _record(HeartbeatReply, obj)
+        return HeartbeatReply(bool(known))
 
 
 @dataclass
@@ -196,40 +192,76 @@ class RestoreSegment(Request):
 
 
 FENCE_BATCH = v.MAX_KEYS
-"""Kills one AwaitFences reply carries at most: the node acknowledges them in one request, which the
-master bounds the same (a node handed more could never acknowledge them)."""
+"""Kills (and holds) one NodeWork reply carries at most: the node acknowledges them in one request, which
+the master bounds the same (a node handed more could never acknowledge them)."""
+RESULTS_BATCH = v.MAX_KEYS  # copy and disk results one AwaitWork reports at most (more go in turns)
+
+
+def _wait(p: dict[str, Any]) -> float:
+    wait = v.field(p, "wait")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
+        raise InvalidArgumentError("'wait' must be 0..60 seconds")
+    return float(wait)
+
+
+def _results(p: dict[str, Any], name: str) -> list[tuple[int, bool]]:
+    out = []
+    for d in v.bounded_list(p, name, "results", RESULTS_BATCH):
+        if not isinstance(d, (list, tuple)) or len(d) != 2 or not isinstance(d[1], bool):
+            raise InvalidArgumentError(f"each of {name!r} is [id, ok]")
+        out.append((v.integer({"id": d[0]}, "id", 1, U64), d[1]))
+    return out
 
 
 @dataclass
-class AwaitFences(Request):
-    """A storage node's long poll: acknowledges the kills it applied, and waits up to `wait` seconds for
-    more (answered at once when some are queued)."""
+class AwaitWork(Request):
+    """A storage node's one channel of work (a long poll): reports what it did since its last call, and
+    waits up to `wait` seconds for more (answered at once when some is queued). `epoch`: the leader's
+    term the node follows; a master of an older term (deposed) refuses it."""
 
-    METHOD: ClassVar[str] = "await_fences"
+    METHOD: ClassVar[str] = "await_work"
     client_id: str
-    acked: list[int]
     wait: float
-    held_through: int = 0  # the node has every hold numbered up to this (FenceWork.holds)
+    epoch: int = 0
+    acked: list[int] = field(default_factory=list)  # kills applied
+    held_through: int = 0  # the node has every hold numbered up to this (NodeWork.holds)
+    copied: list[tuple[int, bool]] = field(default_factory=list)  # (copy task, ok)
+    disk_done: list[tuple[int, bool]] = field(default_factory=list)  # (disk order, ok)
 
     @classmethod
-    def parse(cls, p: dict[str, Any]) -> AwaitFences:
-        acked = v.bounded_list(p, "acked", "kill ids")
-        ids = [v.integer({"id": i}, "id", 1, U64) for i in acked]
-        wait = v.field(p, "wait")
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
-            raise InvalidArgumentError("'wait' must be 0..60 seconds")
-        held = v.integer(p, "held_through", 0, U64) if "held_through" in p else 0
-        return cls(v.text(p, "client_id"), ids, float(wait), held)
+    def parse(cls, p: dict[str, Any]) -> AwaitWork:
+        acked = v.bounded_list(p, "acked", "kill ids", FENCE_BATCH) if "acked" in p else []
+        return cls(
+            v.text(p, "client_id"),
+            _wait(p),
+            v.integer(p, "epoch", 0, U64) if "epoch" in p else 0,
+            [v.integer({"id": i}, "id", 1, U64) for i in acked],
+            v.integer(p, "held_through", 0, U64) if "held_through" in p else 0,
+            _results(p, "copied") if "copied" in p else [],
+            _results(p, "disk_done") if "disk_done" in p else [],
+        )
 
     @staticmethod
-    def decode_reply(obj: Any) -> FenceWork:
-        orders, holds = _record(FenceWork, obj)
-        if not isinstance(orders, list) or not isinstance(holds, list):
-            raise ProtocolError("master sent a malformed await_fences reply")
+    def decode_reply(obj: Any) -> NodeWork:
+        epoch, fences, holds, copies, drops, orders = _record(NodeWork, obj)
+        if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders)):
+            raise ProtocolError("master sent a malformed await_work reply")
         held = [_record(HeldReplica, h) for h in holds]
         if any(not isinstance(h.key, str) or not isinstance(h.seq, int) for h in held):
             raise ProtocolError("master sent a malformed HeldReplica")
-        return FenceWork([_record(FenceOrder, o) for o in orders], held)
+        tasks = []
+        for t in copies:
+            task = _record(CopyTask, t)
+            tasks.append(task._replace(source=_record(Placement, task.source)))
+        disk_orders = []
+        for o in orders:
+            order = _record(DiskOrder, o)
+            disk_orders.append(order._replace(memory=_record(Placement, order.memory)))
+        disk_drops = [_record(DiskDrop, d) for d in drops]
+        if any(not isinstance(d.offset, int) or not isinstance(d.key, str) for d in disk_drops):
+            raise ProtocolError("master sent a malformed DiskDrop")
+        fence_orders = [_record(FenceOrder, f) for f in fences]
+        return NodeWork(epoch, fence_orders, held, tasks, disk_drops, disk_orders)
 
 
 @dataclass
@@ -310,44 +342,6 @@ class DiskDegraded(Request):
         if not isinstance(reason, str) or len(reason.encode()) > 1024:
             raise InvalidArgumentError("'reason' must be a string of at most 1024 bytes")
         return cls(v.text(p, "client_id"), reason)
-
-
-@dataclass
-class AwaitDiskWork(Request):
-    """A node's disk worker: reports the orders it finished and waits up to `wait` seconds for more
-    (answered at once when some are queued)."""
-
-    METHOD: ClassVar[str] = "await_disk_work"
-    client_id: str
-    done: list[DiskResult]
-    wait: float
-
-    @classmethod
-    def parse(cls, p: dict[str, Any]) -> AwaitDiskWork:
-        done = v.bounded_list(p, "done", "results")
-        results = []
-        for d in done:
-            if not isinstance(d, (list, tuple)) or len(d) != 2 or not isinstance(d[1], bool):
-                raise InvalidArgumentError("each result is [order id, ok]")
-            results.append(DiskResult(v.integer({"order": d[0]}, "order", 1, U64), d[1]))
-        wait = v.field(p, "wait")
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
-            raise InvalidArgumentError("'wait' must be 0..60 seconds")
-        return cls(v.text(p, "client_id"), results, float(wait))
-
-    @staticmethod
-    def decode_reply(obj: Any) -> DiskWork:
-        orders_in, drops_in = _record(DiskWork, obj)
-        if not isinstance(orders_in, list) or not isinstance(drops_in, list):
-            raise ProtocolError("master sent a malformed await_disk_work reply")
-        orders = []
-        for o in orders_in:
-            order = _record(DiskOrder, o)
-            orders.append(order._replace(memory=_record(Placement, order.memory)))
-        drops = [_record(DiskDrop, d) for d in drops_in]
-        if any(not isinstance(d.offset, int) or not isinstance(d.key, str) for d in drops):
-            raise ProtocolError("master sent a malformed DiskDrop")
-        return DiskWork(orders, drops)
 
 
 @dataclass
@@ -532,18 +526,6 @@ class ClusterStatus(Stats):
 
 
 @dataclass
-class ReplicaDone(Request):
-    METHOD: ClassVar[str] = "replica_done"
-    client_id: str
-    task: int
-    ok: bool
-
-    @classmethod
-    def parse(cls, p: dict[str, Any]) -> ReplicaDone:
-        return cls(v.text(p, "client_id"), v.integer(p, "task", 1, U64), v.flag(p, "ok"))
-
-
-@dataclass
 class ChangeReplica(Request):
     METHOD: ClassVar[str] = "change_replica"
     key: str
@@ -614,11 +596,10 @@ REQUESTS: dict[str, type[Request]] = {
         MountSegment,
         RestoreSegment,
         UnmountSegment,
-        AwaitFences,
+        AwaitWork,
         MountDisk,
         RestoreDisk,
         DiskDegraded,
-        AwaitDiskWork,
         PutStart,
         PutEnd,
         PutRevoke,
@@ -629,7 +610,6 @@ REQUESTS: dict[str, type[Request]] = {
         RemoveAll,
         Stats,
         ClusterStatus,
-        ReplicaDone,
         ChangeReplica,
         ReportReplicas,
     )

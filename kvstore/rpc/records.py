@@ -66,11 +66,6 @@ class DiskDrop(NamedTuple):
     key: str
 
 
-class DiskWork(NamedTuple):
-    orders: list[DiskOrder]
-    drops: list[DiskDrop]  # applied before the orders (an order may reuse a dropped record's space)
-
-
 class DiskResult(NamedTuple):
     order: int
     ok: bool
@@ -130,16 +125,21 @@ class HeldReplica(NamedTuple):
     replicas: int  # the count the object was put with
 
 
-class FenceWork(NamedTuple):
-    """The reply to AwaitFences: kills to apply, and replicas the node now holds."""
+class NodeWork(NamedTuple):
+    """The reply to a node's AwaitWork, every kind of work for it in one: kills to apply, replicas it now
+    holds, replica copies to make, disk records to forget and disk orders to run (in that order: a drop
+    frees space a later order may reuse). `epoch`: the leader's term that sends it (0 without HA)."""
 
-    orders: list[FenceOrder]
+    epoch: int
+    fences: list[FenceOrder]
     holds: Sequence[HeldReplica | tuple[Any, ...]]  # the master sends plain tuples of its fields
+    copies: list[CopyTask]
+    disk_drops: list[DiskDrop]
+    disk_orders: list[DiskOrder]
 
 
 class HeartbeatReply(NamedTuple):
     known: bool  # False: the master forgot this client, which must register (and mount) again
-    tasks: list[CopyTask]
 
 
 class PrefixMatch(NamedTuple):

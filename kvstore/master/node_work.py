@@ -1,0 +1,51 @@
+"""A storage node's one channel of work (AwaitWork): what it reports (kills applied, holds received,
+copies and disk orders finished) goes to the parts that wait for it, and what is queued for it (kills,
+holds, copies, disk drops and orders) goes back in one reply."""
+
+from __future__ import annotations
+
+from kvstore.errors import MasterUnavailableError
+from kvstore.master.state import MasterState
+from kvstore.rpc import messages as m
+
+
+def take_reports(state: MasterState, r: m.AwaitWork, epoch: int) -> None:
+    """Applies what the node reports. A node following a newer leader than this master's `epoch` is
+    refused: this master was deposed and may change nothing."""
+    if r.epoch > epoch:
+        raise MasterUnavailableError(f"this master leads epoch {epoch}; the node follows epoch {r.epoch}")
+    state.check_client(r.client_id)
+    space = state.space
+    space.acknowledge(r.client_id, r.acked)
+    space.holds.acknowledge(r.client_id, r.held_through)
+    for task, ok in r.copied:
+        state.replicator.complete(r.client_id, task, ok)
+    if r.disk_done:
+        state.disk.complete(r.client_id, [m.DiskResult(order, ok) for order, ok in r.disk_done])
+        state.plan_demotions()
+    space.holds.send()  # copies that landed are held by their nodes now
+
+
+def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:
+    """Everything queued for the node, bounded so that its acknowledgements fit one request."""
+    space, disk = state.space, state.disk
+    by_region: dict[int, m.FenceOrder] = {}
+    for k in space.fences.take(client_id, m.FENCE_BATCH):
+        order = by_region.get(k.segment.region_id)
+        if order is None:
+            order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])
+        order.kills.append(k.id)
+        order.slots.append(k.slot)
+        order.gens.append(k.gen)
+    return m.NodeWork(
+        epoch,
+        list(by_region.values()),
+        space.holds.take(client_id, m.FENCE_BATCH),
+        state.replicator.tasks_for(client_id, m.RESULTS_BATCH),
+        disk.take_drops(client_id),
+        disk.take(client_id, m.RESULTS_BATCH),
+    )
+
+
+def has_work(work: m.NodeWork) -> bool:
+    return bool(work.fences or work.holds or work.copies or work.disk_drops or work.disk_orders)
