@@ -126,8 +126,20 @@ class MasterClient:
             raise MasterUnavailableError(
                 f"master {address} leads epoch {reply.epoch}, older than {self.epoch}"
             )
-        self.epoch = max(self.epoch, reply.epoch)
+        if reply.epoch > self.epoch:
+            self._abandon_older()
+            self.epoch = reply.epoch
         return sock
+
+    def _abandon_older(self) -> None:
+        """A newer leader answered: the other threads' connections lead to the deposed one. Shut down,
+        a call waiting on one (a node's parked work poll) fails at once and its next call follows the
+        new leader, instead of waiting out its timeout on a master that is cut off and never answers."""
+        with self._lock:
+            socks = list(self._all)
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _drop(self, sock: socket.socket) -> None:
         """A connection that failed mid-call is out of step: close it; the next call reconnects."""

@@ -187,12 +187,20 @@ class Handlers:
             return reply
         return results
 
-    def put_end(self, r: m.PutEnd) -> list[m.ItemResult]:
+    def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:
+        """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they
+        hold them (at most durable_put_wait), so a master that dies after it cannot lose them: the
+        nodes name them to the next one."""
+        errors, marks = self.state.commit_puts(r.client_id, r.keys)
         done = m.ItemResult(0, "", None)
-        return [
-            done if e is None else m.ItemResult(e.code, str(e), None)
-            for e in self.state.put_end_many(r.client_id, r.keys)
-        ]
+        results = [done if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
+        wait = self.state.config.durable_put_wait
+        if not marks or wait <= 0:
+            return results
+        deferred = Deferred(lambda: results, wait)
+        if not self.state.space.holds.when_held(marks, deferred.ready):
+            return results
+        return deferred
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]

@@ -2,6 +2,13 @@
 (on its work channel, with the kills of kvstore.master.fences), so the node can name what it holds to a
 master that lost its table (restarted, or a new leader) and that master rebuilds the objects from them.
 
+A put's replicas are told to their nodes as soon as they are placed, while the client writes the
+bytes: a node names a replica back only if its bytes match the object's checksum, so one whose put never
+finished is a miss, and one whose bytes all landed is the key's value whether or not its end was heard.
+The put's end is acknowledged once its nodes acknowledged its holds (`when_held`): usually at once, as
+they did while the bytes moved. So no master that dies after acknowledging a put takes the object with
+it. Replicas copied later are told once they landed.
+
 A hold is sent until the node acknowledges it (AwaitWork's `held_through`: holds are numbered in the
 order they are queued). Freeing the replica before that cancels it: a node never learns of a replica
 after its kill.
@@ -13,6 +20,7 @@ import itertools
 from collections.abc import Callable
 
 from kvstore.master.model import ObjectMeta, Replica
+from kvstore.master.node_acks import AckWaiters, Waiter
 
 Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.messages.HeldReplica's fields
 
@@ -24,17 +32,27 @@ class HoldBook:
         self._seq = 0
         # client -> (region, slot) -> (seq, object, replica), oldest first
         self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta, Replica]]] = {}
+        self._acks = AckWaiters(self._lowest)
         self.sent = 0
 
+    def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
+        """The nodes of `replicas` hold them now (a put placed them, or a copy landed); returns the
+        number of the last hold: a node that acknowledged it has all of them (when_held)."""
+        for replica in replicas:
+            self.hold(meta, replica)
+        return self._seq
+
     def hold(self, meta: ObjectMeta, replica: Replica) -> None:
-        """The node of `replica` holds it now (the object is committed, or the copy landed)."""
         seg = replica.segment
         self._seq += 1
         queue = self._queued.get(seg.client_id)
         if queue is None:
             queue = self._queued[seg.client_id] = {}
-        # What the node is told is built when it is sent (take): the put path only queues.
-        queue[(seg.region_id, replica.slot)] = (self._seq, meta, replica)
+        # What the node is told is built when it is sent (take): the put path only queues. The queue
+        # stays in the order of the numbers (a slot held again goes to the end): see _lowest.
+        where = (seg.region_id, replica.slot)
+        queue.pop(where, None)
+        queue[where] = (self._seq, meta, replica)
         self._unsent.add(seg.client_id)
 
     def send(self) -> None:
@@ -45,6 +63,16 @@ class HoldBook:
             for client_id in unsent:
                 self._wake(client_id)
 
+    def when_held(self, marks: dict[str, int], waiter: Waiter) -> bool:
+        """`marks`: per node, the number of a hold (hold_all's). False when each node acknowledged every
+        hold numbered up to its mark; else `waiter()` runs once they have (or those holds were
+        cancelled, or the nodes are gone)."""
+        return self._acks.wait(marks, waiter)
+
+    def _lowest(self, client_id: str) -> int | None:
+        queue = self._queued.get(client_id)
+        return next(iter(queue.values()))[0] if queue else None
+
     def cancel(self, client_id: str, region_id: int, slot: int, gen: int) -> None:
         """The replica in (slot, gen) is freed: a hold for it not yet acknowledged is not sent again."""
         queue = self._queued.get(client_id)
@@ -52,6 +80,7 @@ class HoldBook:
             held = queue.get((region_id, slot))
             if held is not None and held[2].gen == gen:
                 del queue[(region_id, slot)]
+                self._acks.check(client_id)
 
     def take(self, client_id: str, limit: int) -> list[Hold]:
         """At most `limit` holds for the node, oldest first (sent again until acknowledged)."""
@@ -82,21 +111,25 @@ class HoldBook:
         while queue:
             first = next(iter(queue))
             if queue[first][0] > through:
-                return
+                break
             del queue[first]
+        self._acks.check(client_id)
 
     def drop_client(self, client_id: str) -> None:
         self._queued.pop(client_id, None)
         self._unsent.discard(client_id)
+        self._acks.check(client_id)
 
     def drop_region(self, client_id: str, region_id: int) -> None:
         queue = self._queued.get(client_id)
         if queue:
             for where in [w for w in queue if w[0] == region_id]:
                 del queue[where]
+            self._acks.check(client_id)
 
     def stats(self) -> dict[str, int]:
         return {
             "holds_sent": self.sent,
             "holds_outstanding": sum(len(q) for q in self._queued.values()),
+            "puts_awaiting_holds": self._acks.waiting(),
         }

@@ -95,6 +95,7 @@ class ObjectMeta:
     heat_time: float = 0.0
     disk: DiskReplica | None = None  # its record on a node's disk tier, if it has one
     loaded_at: float = 0.0  # when it was last loaded from disk for a reader (0: never)
+    hold_seq: int = 0  # the last hold its put sent its nodes (kvstore.master.holds): its end waits for it
 
 
 @dataclass

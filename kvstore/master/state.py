@@ -66,7 +66,6 @@ class MasterState:
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         self.ledger = Ledger()  # the one writer of the object table (kvstore.master.ledger)
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
-        self.ledger.watch(PutsCommitted, self._hold_committed)
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
@@ -80,16 +79,9 @@ class MasterState:
     def segments(self) -> dict[int, Segment]:
         return self.space.segments
 
-    def _hold_committed(self, records: list[PutsCommitted]) -> None:
-        """Each committed replica is told to its node (kvstore.master.holds)."""
-        objects, hold = self.objects, self.space.holds.hold
-        for r in records:
-            for key in r.keys:
-                meta = objects[key]
-                for replica in meta.replicas:
-                    hold(meta, replica)
-
     def _hold_added(self, records: list[ReplicaAdded]) -> None:
+        """A copy that landed is told to its node (kvstore.master.holds; a put's replicas are told as
+        they are placed)."""
         for r in records:
             meta = self.objects[r.key]
             if meta.complete:
@@ -291,6 +283,8 @@ class MasterState:
         )
         self.ledger.start(meta)  # PutStarted
         self._pending.add(meta)
+        meta.hold_seq = self.space.holds.hold_all(meta, placed)  # told while the client writes
+        self.space.holds.send()
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
@@ -300,12 +294,21 @@ class MasterState:
             raise error
 
     def put_end_many(self, client_id: str, keys: list[str], plan: bool = True) -> list[NotFoundError | None]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress)."""
+        return self.commit_puts(client_id, keys, plan)[0]
+
+    def commit_puts(
+        self, client_id: str, keys: list[str], plan: bool = True
+    ) -> tuple[list[NotFoundError | None], dict[str, int]]:
         """Makes the puts visible: per key None, or the error (no put of it by this client in progress).
-        The ledger commits them in one batch, and their nodes learn they hold them (_hold_committed).
-        `plan`: plan demotions once, after the last (planning walks the coldest part of memory)."""
+        The ledger commits them in one batch. Also returns, per node of their replicas, the hold its
+        acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
+        them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
+        part of memory)."""
         pending = self._pending
         errors: list[NotFoundError | None] = []
         commits: list[str] = []
+        marks: dict[str, int] = {}
         policy, counters, touched = self.policy, self.counters, self.replicator.touched
         for key in keys:
             meta = pending.get(key)
@@ -315,6 +318,11 @@ class MasterState:
             errors.append(None)
             commits.append(key)
             pending.pop(key)
+            seq = meta.hold_seq
+            for replica in meta.replicas:
+                node = replica.segment.client_id
+                if marks.get(node, 0) < seq:
+                    marks[node] = seq
             if len(meta.replicas) < meta.base_replicas:
                 touched.add(key)  # degraded: the next plan adds copies where room appears
             policy.on_insert(key, meta.size)
@@ -322,10 +330,9 @@ class MasterState:
             counters.put_bytes += meta.size
         if commits:
             self.ledger.apply([PutsCommitted(commits)])
-        self.space.holds.send()
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
             self.plan_demotions()
-        return errors
+        return errors, marks
 
     def put_revoke(self, client_id: str, key: str) -> None:
         self._delete(self._pending_put(client_id, key))

@@ -73,9 +73,13 @@ class WorkChannel:
         while not s.closed:
             try:
                 self._exchange(0.0 if self._backlog() else POLL_SECONDS)
-            except NotFoundError:  # the master forgot us: the heartbeat registers again (and remounts)
+            except NotFoundError:  # the master forgot us (restarted, or a new leader): join it again now
                 self._forget()
-                time.sleep(s.terms.heartbeat_interval)
+                try:
+                    s.rejoin()  # registers and remounts, naming what the segment holds
+                except KVStoreError as exc:
+                    log.debug("joining the master again failed: %s", exc)
+                    time.sleep(s.terms.heartbeat_interval)
             except KVStoreError as exc:
                 if s.closed:
                     return

@@ -41,10 +41,10 @@ def test_one_poll_carries_holds_then_kills_and_is_woken_when_work_is_queued() ->
     woken: list[bool] = []
     parked.on_ready(lambda: woken.append(True))
     state.put_start("c0", "k", MiB, 7, 1, False)
-    state.put_end("c0", "k")
-    assert woken == [True]  # the commit woke it: the node is told it holds the replica
+    assert woken == [True]  # the start woke it: the node is told of the replica while it is written
     work = parked.make_reply()
     assert isinstance(work, m.NodeWork) and [h[5] for h in work.holds] == ["k"]
+    state.put_end("c0", "k")
     state.remove("k", force=True)
     work = poll(handlers, held_through=work.holds[0][0])
     assert isinstance(work, m.NodeWork) and not work.holds
@@ -102,3 +102,56 @@ def test_a_deposed_leader_changes_nothing_for_a_node_that_follows_a_newer_one() 
     assert handlers.state.space.fences.outstanding("c0")  # the acknowledgement was not taken
     work = handlers.await_work(m.AwaitWork(client_id="c0", wait=0, epoch=5))
     assert isinstance(work, m.NodeWork) and work.epoch == 5
+
+
+def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
+    """put_end answers when every node of the put's replicas acknowledged the holds (what the next
+    master rebuilds from), not before; at once when they had already; and at the latest after
+    durable_put_wait (a node that never answers cannot stall puts)."""
+    handlers = two_nodes()
+    start = m.PutStart(client_id="c0", items=[m.PutItem("a", MiB, 1), m.PutItem("b", MiB, 2)], replicas=2)
+    placed = handlers.put_start(start)
+    assert isinstance(placed, list) and all(r.code == 0 for r in placed)
+    reply = handlers.put_end(m.PutEnd(client_id="c0", keys=["a", "b"]))
+    assert isinstance(reply, Deferred)  # neither node acknowledged yet
+    ready: list[bool] = []
+    reply.on_ready(lambda: ready.append(True))
+    held = {}
+    for node in ("c0", "c1"):
+        work = poll(handlers, node)
+        assert isinstance(work, m.NodeWork) and sorted(h[5] for h in work.holds) == ["a", "b"]
+        held[node] = max(h[0] for h in work.holds)
+    poll(handlers, "c0", held_through=held["c0"])
+    assert ready == []  # one node of two
+    poll(handlers, "c1", held_through=held["c1"])
+    assert ready == [True]
+    assert [r.code for r in reply.make_reply()] == [0, 0]
+    assert handlers.state.exists_many(["a", "b"]) == [True, True]
+
+    handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("c", MiB, 3)], replicas=1))
+    (node,) = [r.segment.client_id for r in handlers.state.objects["c"].replicas]
+    work = poll(handlers, node)
+    assert isinstance(work, m.NodeWork)
+    poll(handlers, node, held_through=work.holds[-1][0])  # acknowledged while the bytes were written
+    assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["c"])), list)
+
+    handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("d", MiB, 4)], replicas=1))
+    late = handlers.put_end(m.PutEnd(client_id="c0", keys=["d"]))
+    assert isinstance(late, Deferred) and late.timeout == handlers.state.config.durable_put_wait
+    assert isinstance(late.make_reply(), list)  # what the server sends when the wait runs out
+
+
+def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
+    handlers = two_nodes(nodes=1, durable_put_wait=0)
+    handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("k", MiB, 1)], replicas=1))
+    assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["k"])), list)  # 0: no wait
+    handlers = two_nodes(nodes=1)
+    state = handlers.state
+    state.put_start("c0", "gone", MiB, 1, 1, False)
+    seq = state.objects["gone"].hold_seq
+    ready: list[bool] = []
+    assert state.space.holds.when_held({"c0": seq}, lambda: ready.append(True))
+    state.put_revoke("c0", "gone")  # freed before the node heard of it: never told, nothing to wait for
+    assert ready == [True]
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork) and not work.holds

@@ -1,0 +1,58 @@
+"""Replies that wait until nodes have acknowledged work up to a mark: a put is acknowledged once the
+nodes of its replicas have recorded that they hold it (kvstore.master.holds), a removal once they have
+fenced its allocations off and forgotten it (kvstore.master.fences). What a node has acknowledged
+survives a master that dies right after the reply: the next master rebuilds from what the nodes name.
+
+Work for a node is numbered in the order it is queued; a mark is reached once nothing numbered at or
+below it is outstanding for that node (acknowledged, cancelled, or the node is gone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Waiter = Callable[[], object]
+
+
+class AckWaiters:
+    def __init__(self, lowest_outstanding: Callable[[str], int | None]) -> None:
+        """`lowest_outstanding(client)`: the lowest number not yet acknowledged by that client's node
+        (None: nothing is outstanding)."""
+        self._lowest = lowest_outstanding
+        self._waiting: dict[str, list[tuple[int, list[int], Waiter]]] = {}  # by client
+
+    def reached(self, client_id: str, mark: int) -> bool:
+        lowest = self._lowest(client_id)
+        return lowest is None or lowest > mark
+
+    def wait(self, marks: dict[str, int], waiter: Waiter) -> bool:
+        """False when every node reached its mark already; else `waiter()` runs once all have (once)."""
+        left = [(c, mark) for c, mark in marks.items() if not self.reached(c, mark)]
+        if not left:
+            return False
+        count = [len(left)]  # shared by this waiter's entries: it runs when the last one is reached
+        for client_id, mark in left:
+            self._waiting.setdefault(client_id, []).append((mark, count, waiter))
+        return True
+
+    def check(self, client_id: str) -> None:
+        """The node acknowledged (or lost) work: runs the waiters whose marks it has now reached."""
+        waiting = self._waiting.get(client_id)
+        if not waiting:
+            return
+        still = []
+        for entry in waiting:
+            mark, count, waiter = entry
+            if not self.reached(client_id, mark):
+                still.append(entry)
+                continue
+            count[0] -= 1
+            if count[0] == 0:
+                waiter()
+        if still:
+            self._waiting[client_id] = still
+        else:
+            del self._waiting[client_id]
+
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiting.values())
