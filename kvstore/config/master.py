@@ -62,11 +62,12 @@ class MasterConfig(Component):
         "allocations being fenced by their node) before it evicts anyway.",
         "seconds",
     )
-    durable_put_wait: float = setting(
+    durable_wait: float = setting(
         2.0,
-        "Seconds a put's end waits for the nodes of its replicas to record that they hold it (what a "
-        "restarted or newly elected master rebuilds the cache from); past it the put is acknowledged "
-        "anyway. 0: acknowledge at once (faster; a master killed right then may lose the put).",
+        "Seconds a put's end (a removal) waits for the nodes of its replicas to record that they hold "
+        "it (forgot it): a restarted or newly elected master rebuilds the cache from what they name. "
+        "Past it the call is acknowledged anyway. 0: at once (faster; a master killed right then may "
+        "lose the put, or the removed object may come back).",
         "seconds",
     )
     client_put_objects: int = setting(
@@ -122,8 +123,8 @@ class MasterConfig(Component):
             raise InvalidArgumentError(
                 "disk_tasks must be 1..4096; disk_task_timeout, disk_read_wait, put_room_wait positive"
             )
-        if not 0 <= self.durable_put_wait <= 60:
-            raise InvalidArgumentError("durable_put_wait must be 0..60 seconds")
+        if not 0 <= self.durable_wait <= 60:
+            raise InvalidArgumentError("durable_wait must be 0..60 seconds")
         for name in ("client_ttl", "heartbeat_interval", "lease_ttl", "put_timeout"):
             if getattr(self, name) <= 0:
                 raise InvalidArgumentError(f"{name} must be positive")

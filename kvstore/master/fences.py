@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvstore.master.model import Segment
+from kvstore.master.node_acks import AckWaiters
 
 
 @dataclass(eq=False)
@@ -49,6 +50,7 @@ class FenceBook:
         self._sent: dict[str, dict[int, Kill]] = {}  # by client: handed out, not acknowledged yet
         self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
         self._key_waiters: list[tuple[set[str], Waiter]] = []
+        self._acks = AckWaiters(self._lowest)
         self.held_bytes = 0
         self.kills_sent = 0
         self.kills_acked = 0
@@ -79,6 +81,32 @@ class FenceBook:
         else:
             k.key = None
         self._wake_node(segment.client_id)
+
+    def queued_since(self, first_id: int) -> dict[str, int]:
+        """Per node, the last kill queued for it with an id from `first_id` on (what a removal that
+        queued them waits for: when_applied)."""
+        marks = {}
+        for client_id, queued in self._queued.items():
+            if queued and queued[-1].id >= first_id:
+                marks[client_id] = queued[-1].id
+        return marks
+
+    @property
+    def next_id(self) -> int:
+        return self._next_kill
+
+    def when_applied(self, marks: dict[str, int], waiter: Waiter) -> bool:
+        """False when each node applied every kill up to its mark; else `waiter()` runs once they have
+        (or the kills were dropped with their segment): the nodes forgot what was killed."""
+        return self._acks.wait(marks, waiter)
+
+    def _lowest(self, client_id: str) -> int | None:
+        sent, queued = self._sent.get(client_id), self._queued.get(client_id)
+        first_sent = next(iter(sent)) if sent else None
+        first_queued = queued[0].id if queued else None
+        if first_sent is None or first_queued is None:
+            return first_sent if first_queued is None else first_queued
+        return min(first_sent, first_queued)
 
     def fencing(self, key: str) -> bool:
         return key in self._fencing
@@ -115,6 +143,7 @@ class FenceBook:
             done.append(k)
             self._settle(k)
         self.kills_acked += len(done)
+        self._acks.check(client_id)
         return done
 
     # -- waiting for keys -----------------------------------------------------------------------------
@@ -144,6 +173,7 @@ class FenceBook:
         for kills in list(self._fencing.values()):
             for k in [k for k in kills if k.segment is segment]:
                 self._settle(k)
+        self._acks.check(segment.client_id)
 
     def _settle(self, k: Kill) -> None:
         if k.key is None:

@@ -189,12 +189,12 @@ class Handlers:
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:
         """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they
-        hold them (at most durable_put_wait), so a master that dies after it cannot lose them: the
+        hold them (at most durable_wait), so a master that dies after it cannot lose them: the
         nodes name them to the next one."""
         errors, marks = self.state.commit_puts(r.client_id, r.keys)
         done = m.ItemResult(0, "", None)
         results = [done if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
-        wait = self.state.config.durable_put_wait
+        wait = self.state.config.durable_wait
         if not marks or wait <= 0:
             return results
         deferred = Deferred(lambda: results, wait)
@@ -293,13 +293,29 @@ class Handlers:
         for c in r.corrupt:
             self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
+    def _once_forgotten(self, first_kill: int, reply: Any) -> Any:
+        """`reply`, once the nodes applied the kills queued from `first_kill` on (they forgot the removed
+        objects: a master that dies now cannot get them back from them), or after durable_wait."""
+        wait = self.state.config.durable_wait
+        fences = self.state.space.fences
+        marks = fences.queued_since(first_kill)
+        if not marks or wait <= 0:
+            return reply
+        deferred = Deferred(lambda: reply, wait)
+        if not fences.when_applied(marks, deferred.ready):
+            return reply
+        return deferred
+
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
+        first_kill = self.state.space.fences.next_id
         results = [_per_item(functools.partial(self.state.remove, k, r.force)) for k in r.keys]
-        return self._once_fenced([k for k, res in zip(r.keys, results, strict=True) if not res.code], results)
+        removed = [k for k, res in zip(r.keys, results, strict=True) if not res.code]
+        return self._once_fenced(removed, self._once_forgotten(first_kill, results))
 
     def remove_all(self, r: m.RemoveAll) -> int | Deferred:
+        first_kill = self.state.space.fences.next_id
         removed = self.state.remove_all(r.force)
-        return self._once_fenced(removed, len(removed))
+        return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
         return self.state.stats()

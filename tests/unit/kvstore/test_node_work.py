@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvstore.config import MasterConfig
-from kvstore.errors import InvalidArgumentError, MasterUnavailableError
+from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectNotFoundError
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
@@ -107,7 +107,7 @@ def test_a_deposed_leader_changes_nothing_for_a_node_that_follows_a_newer_one() 
 def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
     """put_end answers when every node of the put's replicas acknowledged the holds (what the next
     master rebuilds from), not before; at once when they had already; and at the latest after
-    durable_put_wait (a node that never answers cannot stall puts)."""
+    durable_wait (a node that never answers cannot stall puts)."""
     handlers = two_nodes()
     start = m.PutStart(client_id="c0", items=[m.PutItem("a", MiB, 1), m.PutItem("b", MiB, 2)], replicas=2)
     placed = handlers.put_start(start)
@@ -137,12 +137,12 @@ def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
 
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("d", MiB, 4)], replicas=1))
     late = handlers.put_end(m.PutEnd(client_id="c0", keys=["d"]))
-    assert isinstance(late, Deferred) and late.timeout == handlers.state.config.durable_put_wait
+    assert isinstance(late, Deferred) and late.timeout == handlers.state.config.durable_wait
     assert isinstance(late.make_reply(), list)  # what the server sends when the wait runs out
 
 
 def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
-    handlers = two_nodes(nodes=1, durable_put_wait=0)
+    handlers = two_nodes(nodes=1, durable_wait=0)
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("k", MiB, 1)], replicas=1))
     assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["k"])), list)  # 0: no wait
     handlers = two_nodes(nodes=1)
@@ -155,3 +155,25 @@ def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
     assert ready == [True]
     work = poll(handlers)
     assert isinstance(work, m.NodeWork) and not work.holds
+
+
+def test_a_removal_is_acknowledged_once_its_nodes_forgot_the_object() -> None:
+    """A removal answers once the nodes applied its kills (and dropped the object from what they name
+    back), so a master that dies right after it cannot get the object back from them."""
+    handlers = two_nodes(nodes=1)
+    state = handlers.state
+    state.put_start("c0", "k", MiB, 7, 1, False)
+    state.put_end("c0", "k")
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork)
+    poll(handlers, held_through=work.holds[-1][0])
+    reply = handlers.remove(m.Remove(keys=["k", "absent"]))
+    assert isinstance(reply, Deferred)
+    ready: list[bool] = []
+    reply.on_ready(lambda: ready.append(True))
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork) and ready == []  # handed out, not applied yet
+    poll(handlers, acked=[k for order in work.fences for k in order.kills])
+    assert ready == [True]
+    assert [r.code for r in reply.make_reply()] == [0, ObjectNotFoundError.code]
+    assert isinstance(handlers.remove(m.Remove(keys=["absent"])), list)  # nothing to wait for
