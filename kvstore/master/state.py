@@ -7,9 +7,8 @@ fake clock. Data never passes through here; clients move it through the transfer
 from __future__ import annotations
 
 import functools
-import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
@@ -35,25 +34,9 @@ from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
+from kvstore.master.victims import RoomComing, VictimPlanner
 
-
-def _evictable_at_all(meta: ObjectMeta) -> bool:
-    return meta.complete and not meta.pinned
-
-
-def _on_disk(meta: ObjectMeta) -> bool:
-    """Evictable, with a memory copy to drop and a disk record that keeps the object."""
-    return meta.complete and not meta.pinned and meta.disk is not None and bool(meta.replicas)
-
-
-class RoomComing(Exception):
-    """Room for a put is on its way, so evicting now would lose an object for nothing: the object
-    eviction would drop next is being demoted, or freed allocations wait for their node's fence (their
-    slots return on its acknowledgement). Handlers defer the reply; `when_ready(callback)` runs it then."""
-
-    def __init__(self, why: str, when_ready: Callable[[Callable[[], object]], None]) -> None:
-        super().__init__(why)
-        self.when_ready = when_ready
+__all__ = ["MasterState", "RoomComing"]
 
 
 class MasterState:
@@ -71,6 +54,9 @@ class MasterState:
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
         self.disk.on_lost = self._delete
         self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)
+        self.victims = VictimPlanner(
+            self.objects, self.policy, self.disk, clock, lambda urgent: self.plan_demotions(urgent)
+        )
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending = PutsInProgress()
         self.counters = Counters()
@@ -487,56 +473,20 @@ class MasterState:
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
 
-    def evictable(self, meta: ObjectMeta, now: float) -> bool:
-        return meta.complete and not meta.pinned and meta.lease_until <= now
-
     def _evict_one(
         self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_room: bool = False
     ) -> bool:
-        """Evicts the policy's first object not under a read lease; failing that (and with `leased_too`),
-        its first leased one, fenced like a forced removal (a reader still on it gets a miss, never other
-        bytes), so readers cannot starve writers. With a disk tier, objects with a disk record go first
-        (only their memory replicas are dropped); `disk_backed_only` evicts nothing else (room for a load
-        is never made by losing an object). With `wait_for_room`, raises RoomComing instead of dropping
-        an object without a disk record while a demotion is in flight. False when nothing may go."""
-        now = self.clock()
-        victim = leased = None
-        if self.disk.segments:
-            # Objects with a disk record first (evicting them loses nothing): copies loaded for one read,
-            # oldest first; then the coldest few of the policy's order (a victim a little less cold than
-            # the coldest is fine when it saves an object; further up the order it would cost memory
-            # hits, as the hot set has disk records too, demoted long ago).
-            scan = 1024 if disk_backed_only else 64
-            for keys in (self.disk.transient, itertools.islice(self.policy.candidates(), scan)):
-                victim, held = self._pick(keys, now, _on_disk)
-                leased = leased or held
-                if victim is not None:
-                    break
-            if victim is None and leased_too:
-                victim = leased  # a reader holding it gets STALE, asks again, and finds it on disk
-        if victim is None and disk_backed_only:
-            return False
-        if victim is None:
-            victim, leased = self._pick(self.policy.candidates(), now, _evictable_at_all)
-            victim = victim or (leased if leased_too else None)
+        """Evicts the object the planner proposes (kvstore.master.victims: its arguments); False when
+        nothing may go. One with a disk record loses only its memory replicas and stays readable."""
+        victim = self.victims.choose(leased_too, disk_backed_only, wait_for_room)
         if victim is None:
             return False
-        if wait_for_room and victim.disk is None and self.disk.working():
-            # Dropping it loses it: wait for its demotion, or for any other one in flight (whose object
-            # can then go instead), or start its own (planning had not reached it: puts outran the
-            # watermark's budget), rather than lose an object a moment before room comes.
-            pending = victim.key if self.disk.demoting(victim.key) else self.disk.some_demotion()
-            if pending is None and self.disk.demote_now(victim):
-                pending = victim.key
-                self.plan_demotions(urgent=True)  # and the next victims, as far as the disk queue allows
-            if pending is not None:
-                raise RoomComing("demotion", functools.partial(self.disk.when_demoted, pending))
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
             self._delete(victim)
             return True
-        # It has a disk record: only its memory replicas go (fenced like a removal's); it stays readable.
+        # Its memory replicas go, fenced like a removal's.
         self.counters.evictions_to_disk += 1
         self.disk.forget(victim.key)  # a load or demotion of it in flight is moot now
         self.replicator.forget(victim.key)
@@ -546,21 +496,6 @@ class MasterState:
             self.space.free(victim.key, r, read_until=victim.lease_until)
         self.policy.on_remove(victim.key)
         return True
-
-    def _pick(
-        self, keys: Iterable[str], now: float, accept: Callable[[ObjectMeta], bool]
-    ) -> tuple[ObjectMeta | None, ObjectMeta | None]:
-        """The first of `keys` that `accept` takes and no reader holds; and the first taken one a reader
-        holds (a fallback: evicting it is fenced like a forced removal)."""
-        leased = None
-        for key in keys:
-            meta = self.objects.get(key)
-            if meta is None or not accept(meta):
-                continue
-            if meta.lease_until <= now:
-                return meta, leased
-            leased = leased or meta
-        return None, leased
 
     @property
     def capacity(self) -> int:
