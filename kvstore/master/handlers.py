@@ -11,9 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
-from kvstore.master import node_work
-from kvstore.master.locations import disk_location, memory_location
-from kvstore.master.model import ObjectMeta
+from kvstore.master import node_work, reads
 from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
@@ -206,57 +204,14 @@ class Handlers:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
 
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Deferred:
-        """Per key its location with a lease. Objects only on a disk tier are read from the disk file by
-        a reader on the disk's host (their location names the file); for other readers they are loaded
-        into memory first: the reply waits for those loads (a load that fails or takes too long is a miss)."""
-        metas: list[ObjectMeta | None] = []
-        loading: list[ObjectMeta] = []
-        from_file: dict[str, str] = {}  # key -> "here" | "served"
-        for key in r.keys:
-            meta = self.state.get_replicas(key)
-            metas.append(meta)
-            if meta is None:
-                if r.prefix:
-                    metas.extend([None] * (len(r.keys) - len(metas)))
-                    break
-            elif not self.state.offered(meta):
-                how = self.state.disk.read_from_file(meta, r.host_id)
-                if how:
-                    from_file[key] = how
-                else:
-                    loading.append(meta)
-        if not loading:
-            return self._locations(metas, from_file)
-        pending = len(loading)
-        reply = Deferred(lambda: self._locations(metas, from_file), self.state.config.disk_read_wait)
-
-        def one_done() -> None:
-            nonlocal pending
-            pending -= 1
-            if pending == 0:
-                reply.ready()
-
-        for meta in loading:
-            if not self.state.disk.load(meta, one_done):
-                one_done()  # no memory for it now: a miss
+        """Per key its location with a lease (kvstore.master.reads); the reply waits for objects only on
+        disk that must be loaded into memory for this reader (at most disk_read_wait)."""
+        found = reads.look_up(self.state, r.keys, r.host_id, r.prefix)
+        if not found.loading:
+            return reads.locations(self.state, found)
+        reply = Deferred(lambda: reads.locations(self.state, found), self.state.config.disk_read_wait)
+        reads.load_all(self.state, found.loading, reply.ready)
         return reply
-
-    def _locations(
-        self, metas: list[ObjectMeta | None], from_file: dict[str, str]
-    ) -> list[m.ObjectLocation | None]:
-        offered = self.state.offered
-        out: list[m.ObjectLocation | None] = []
-        for meta in metas:
-            if meta is None:
-                out.append(None)
-                continue
-            locations = [memory_location(x) for x in offered(meta)]
-            how = from_file.get(meta.key)
-            if not locations and meta.disk is not None and how:
-                locations = [disk_location(meta.disk, how == "here")]
-            # none: not loaded in time, or no longer on disk: a miss
-            out.append(m.ObjectLocation(meta.size, meta.checksum, locations) if locations else None)
-        return out
 
     def mount_disk(self, r: m.MountDisk) -> int:
         self.state.check_client(r.client_id)
@@ -273,16 +228,7 @@ class Handlers:
         self.state.disk.set_degraded(r.client_id, r.reason)
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
-        """How many leading keys are stored, where each lives, and per node its own leading run."""
-        matched = self.state.match_prefix(r.keys)
-        where = [sorted({x.segment.engine for x in self.state.offered(meta)}) for meta in matched]
-        per_node: dict[str, int] = {}
-        for engine in {e for engines in where for e in engines}:
-            n = 0
-            while n < len(where) and engine in where[n]:
-                n += 1
-            per_node[engine] = n
-        return m.PrefixMatch(len(matched), where, per_node)
+        return reads.prefix_match(self.state, r.keys)
 
     def exists(self, r: m.Exists) -> list[bool]:
         return self.state.exists_many(r.keys)

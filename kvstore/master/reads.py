@@ -1,0 +1,88 @@
+"""Where readers find objects: a location per key in every tier that serves it, with a read lease. An
+object only on a disk tier is read from the disk file by a reader on the disk's host (or through the
+disk's node, which serves the file); for other readers it is loaded into memory first, and the answer
+waits for those loads (a load that fails or takes too long is a miss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvstore.master.locations import disk_location, memory_location
+from kvstore.master.model import ObjectMeta
+from kvstore.master.state import MasterState
+from kvstore.rpc import messages as m
+
+
+@dataclass
+class Lookup:
+    metas: list[ObjectMeta | None]  # per key asked: the object, or None (a miss)
+    from_file: dict[str, str] = field(default_factory=dict)  # key -> "here" | "served" (disk_location)
+    loading: list[ObjectMeta] = field(default_factory=list)  # to load into memory before answering
+
+
+def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
+    """Each key's object with a fresh lease, and how a reader on `host_id` reads those only on disk.
+    `prefix`: the keys after the first miss are misses too (and not counted as reads)."""
+    found = Lookup([])
+    for key in keys:
+        meta = state.get_replicas(key)
+        found.metas.append(meta)
+        if meta is None:
+            if prefix:
+                found.metas.extend([None] * (len(keys) - len(found.metas)))
+                break
+        elif not state.offered(meta):
+            how = state.disk.read_from_file(meta, host_id)
+            if how:
+                found.from_file[key] = how
+            else:
+                found.loading.append(meta)
+    return found
+
+
+def load_all(state: MasterState, loading: list[ObjectMeta], done: Callable[[], object]) -> None:
+    """Loads the objects into memory; `done()` runs once every load ended, either way."""
+    pending = len(loading)
+
+    def one_done() -> None:
+        nonlocal pending
+        pending -= 1
+        if pending == 0:
+            done()
+
+    for meta in loading:
+        if not state.disk.load(meta, one_done):
+            one_done()  # no memory for it now: a miss
+
+
+def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None]:
+    """What readers are told: per key its locations (memory replicas offered, else its disk record when
+    it is read from the file), or None."""
+    offered = state.offered
+    out: list[m.ObjectLocation | None] = []
+    for meta in found.metas:
+        if meta is None:
+            out.append(None)
+            continue
+        where = [memory_location(x) for x in offered(meta)]
+        how = found.from_file.get(meta.key)
+        if not where and meta.disk is not None and how:
+            where = [disk_location(meta.disk, how == "here")]
+        # none: not loaded in time, or no longer on disk: a miss
+        out.append(m.ObjectLocation(meta.size, meta.checksum, where) if where else None)
+    return out
+
+
+def prefix_match(state: MasterState, keys: list[str]) -> m.PrefixMatch:
+    """How many leading keys are stored, where each lives, and per node its own leading run."""
+    matched = state.match_prefix(keys)
+    where = [sorted({x.segment.engine for x in state.offered(meta)}) for meta in matched]
+    per_node: dict[str, int] = {}
+    for engine in {e for engines in where for e in engines}:
+        n = 0
+        while n < len(where) and engine in where[n]:
+            n += 1
+        per_node[engine] = n
+    return m.PrefixMatch(len(matched), where, per_node)
