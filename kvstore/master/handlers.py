@@ -12,6 +12,7 @@ from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master import node_work, reads
+from kvstore.master.model import Replica
 from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
@@ -161,28 +162,25 @@ class Handlers:
         return self._start_items(r, [], self.state.clock() + self.state.config.put_room_wait)
 
     def _start_items(
-        self, r: m.PutStart, results: list[m.ItemResult], deadline: float
+        self, r: m.PutStart, started: list[list[Replica] | KVStoreError | None], deadline: float
     ) -> list[m.ItemResult] | Deferred:
-        """Places r's items from len(results) on, appending each one's result; a Deferred continuing
+        """Places r's items from len(started) on, appending each one's outcome; a Deferred continuing
         from the item that waits for room (until `deadline`; after it, nothing waits)."""
         wait = self.state.clock() < deadline
-
-        def start(item: m.PutItem) -> list[m.Placement] | None:
-            placed = self.state.put_start(
-                r.client_id, item.key, item.size, item.checksum, r.replicas, r.pin, r.min_replicas, wait
-            )
-            if placed is None:
-                return None  # already stored with the same bytes
-            return [placement_of(p) for p in placed]
-
         try:
-            for item in r.items[len(results) :]:
-                results.append(_per_item(functools.partial(start, item)))
+            self.state.start_puts(r.client_id, r.items, r.replicas, r.pin, r.min_replicas, wait, started)
         except RoomComing as coming:
             left = max(0.0, deadline - self.state.clock())
-            reply = Deferred(lambda: self._start_items(r, results, deadline), left)
+            reply = Deferred(lambda: self._start_items(r, started, deadline), left)
             coming.when_ready(reply.ready)
             return reply
+        results = []
+        for outcome in started:
+            if isinstance(outcome, KVStoreError):
+                results.append(m.ItemResult(outcome.code, str(outcome), None))
+            else:  # None: already stored with the same bytes
+                placed = None if outcome is None else [placement_of(p) for p in outcome]
+                results.append(m.ItemResult(0, "", placed))
         return results
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:

@@ -138,6 +138,12 @@ class SegmentSpace:
         usable segments, whatever is evicted (the cause is named: too few, too small, suspected)."""
         if size <= 0:
             raise InvalidArgumentError("size must be positive")
+        usable = 0
+        for s in self.segments.values():  # the put path: stop as soon as enough are found
+            if s.size >= size and s.placeable:
+                usable += 1
+                if usable >= count:
+                    return
         large = [s for s in self.segments.values() if s.size >= size]
         usable = sum(1 for s in large if s.placeable)
         if usable < count:
@@ -162,25 +168,18 @@ class SegmentSpace:
         unreachable), on hosts other than
         `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
         when they do not fit now (the caller may evict and try again)."""
-        order = sorted(
-            (
-                s
-                for s in self.segments.values()
-                if s.placeable and s.id not in exclude and s.allocator.largest_free >= size and s.has_slot
-            ),
-            key=lambda s: -s.allocator.largest_free,
-        )
-        chosen: list[Segment] = []
-        hosts = set(spread_from)
-        for distinct_host in (True, False):
-            for seg in order:
-                if len(chosen) == count:
-                    break
-                if seg in chosen or (distinct_host and seg.host_id in hosts):
-                    continue
-                chosen.append(seg)
-                hosts.add(seg.host_id)
-        if len(chosen) < count:
+        free = [
+            (s.allocator.largest_free, s)
+            for s in self.segments.values()
+            if s.placeable and s.id not in exclude and s.has_slot
+        ]
+        fits = [(f, s) for f, s in free if f >= size]
+        chosen: list[Segment] | None
+        if count == 1 and not spread_from:  # the usual put: the emptiest segment, no sort
+            chosen = [max(fits, key=_first)[1]] if fits else None
+        else:
+            chosen = self._spread([s for _, s in sorted(fits, key=_first, reverse=True)], count, spread_from)
+        if chosen is None:
             return None
         placed = []
         for seg in chosen:
@@ -191,6 +190,21 @@ class SegmentSpace:
             seg.objects.add(key)
             placed.append(Replica(seg, offset, slot, self.fences.generation()))
         return placed
+
+    @staticmethod
+    def _spread(order: list[Segment], count: int, spread_from: Collection[str]) -> list[Segment] | None:
+        """`count` of `order` (emptiest first), on hosts other than `spread_from` and each other first."""
+        chosen: list[Segment] = []
+        hosts = set(spread_from)
+        for distinct_host in (True, False):
+            for seg in order:
+                if len(chosen) == count:
+                    break
+                if seg in chosen or (distinct_host and seg.host_id in hosts):
+                    continue
+                chosen.append(seg)
+                hosts.add(seg.host_id)
+        return chosen if len(chosen) == count else None
 
     def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
         """Gives a replica's allocation back and has its node fence it off. `writing`: a writer may still
@@ -324,3 +338,7 @@ class DiskSpace:
     @property
     def used(self) -> int:
         return sum(s.allocator.used for s in self.segments.values())
+
+
+def _first(pair: tuple[int, Segment]) -> int:
+    return pair[0]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import (
     InvalidArgumentError,
+    KVStoreError,
     NoSpaceError,
     NotFoundError,
     ObjectBusyError,
@@ -237,9 +238,53 @@ class MasterState:
         `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
         usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
         (nothing placed) rather than evict for room that is on its way."""
+        out: list[list[Replica] | KVStoreError | None] = []
+        self.start_puts(client_id, [(key, size, checksum)], replicas, pin, min_replicas, wait_for_room, out)
+        (placed,) = out
+        if isinstance(placed, KVStoreError):
+            raise placed
+        return placed
+
+    def start_puts(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> None:
+        """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
+        replicas, None (already stored), or its error: one bad item fails alone. Raises RoomComing at an
+        item that waits for room (those before it are in `out`: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
+        try:
+            for key, size, checksum in items[len(out) :]:
+                try:
+                    out.append(
+                        self._start(
+                            client_id, key, size, checksum, replicas, pin, min_replicas, wait_for_room
+                        )
+                    )
+                except KVStoreError as exc:
+                    out.append(exc)
+        finally:
+            self.space.holds.send()  # once per batch: the nodes learn of the replicas while they are written
+
+    def _start(
+        self,
+        client_id: str,
+        key: str,
+        size: int,
+        checksum: int,
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+    ) -> list[Replica] | None:
         existing = self.objects.get(key)
         if existing is None and self.space.fences.fencing(key):
             raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
@@ -270,7 +315,6 @@ class MasterState:
         self.ledger.start(meta)  # PutStarted
         self._pending.add(meta)
         meta.hold_seq = self.space.holds.hold_all(meta, placed)  # told while the client writes
-        self.space.holds.send()
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
