@@ -50,7 +50,7 @@ class FenceBook:
         self._sent: dict[str, dict[int, Kill]] = {}  # by client: handed out, not acknowledged yet
         self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
         self._key_waiters: list[tuple[set[str], Waiter]] = []
-        self._acks = AckWaiters(self._lowest)
+        self._acks = AckWaiters(self._lowest, clock)
         self.held_bytes = 0
         self.kills_sent = 0
         self.kills_acked = 0
@@ -95,10 +95,11 @@ class FenceBook:
     def next_id(self) -> int:
         return self._next_kill
 
-    def when_applied(self, marks: dict[str, int], waiter: Waiter) -> bool:
+    def when_applied(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """False when each node applied every kill up to its mark; else `waiter()` runs once they have
-        (or the kills were dropped with their segment): the nodes forgot what was killed."""
-        return self._acks.wait(marks, waiter)
+        (or the kills were dropped with their segment) within `seconds`: the nodes forgot what was
+        killed."""
+        return self._acks.wait(marks, waiter, seconds)
 
     def _lowest(self, client_id: str) -> int | None:
         sent, queued = self._sent.get(client_id), self._queued.get(client_id)

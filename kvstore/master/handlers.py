@@ -194,7 +194,7 @@ class Handlers:
         if not marks or wait <= 0:
             return results
         deferred = Deferred(lambda: results, wait)
-        if not self.state.space.holds.when_held(marks, deferred.ready):
+        if not self.state.space.holds.when_held(marks, deferred.ready, wait):
             return results
         return deferred
 
@@ -246,7 +246,7 @@ class Handlers:
         if not marks or wait <= 0:
             return reply
         deferred = Deferred(lambda: reply, wait)
-        if not fences.when_applied(marks, deferred.ready):
+        if not fences.when_applied(marks, deferred.ready, wait):
             return reply
         return deferred
 

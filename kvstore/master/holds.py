@@ -26,13 +26,13 @@ Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.m
 
 
 class HoldBook:
-    def __init__(self, wake: Callable[[str], None]) -> None:
+    def __init__(self, wake: Callable[[str], None], clock: Callable[[], float]) -> None:
         self._wake = wake  # wakes the node's parked work poll
         self._unsent: set[str] = set()  # nodes with holds queued since the last send()
         self._seq = 0
         # client -> (region, slot) -> (seq, object, replica), oldest first
         self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta, Replica]]] = {}
-        self._acks = AckWaiters(self._lowest)
+        self._acks = AckWaiters(self._lowest, clock)
         self.sent = 0
 
     def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
@@ -63,11 +63,11 @@ class HoldBook:
             for client_id in unsent:
                 self._wake(client_id)
 
-    def when_held(self, marks: dict[str, int], waiter: Waiter) -> bool:
+    def when_held(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """`marks`: per node, the number of a hold (hold_all's). False when each node acknowledged every
         hold numbered up to its mark; else `waiter()` runs once they have (or those holds were
-        cancelled, or the nodes are gone)."""
-        return self._acks.wait(marks, waiter)
+        cancelled, or the nodes are gone) within `seconds`."""
+        return self._acks.wait(marks, waiter, seconds)
 
     def _lowest(self, client_id: str) -> int | None:
         queue = self._queued.get(client_id)

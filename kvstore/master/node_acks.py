@@ -14,25 +14,36 @@ from collections.abc import Callable
 Waiter = Callable[[], object]
 
 
+PRUNE_AT = 64  # waiters queued for one node before those given up on are dropped
+
+
 class AckWaiters:
-    def __init__(self, lowest_outstanding: Callable[[str], int | None]) -> None:
+    def __init__(self, lowest_outstanding: Callable[[str], int | None], clock: Callable[[], float]) -> None:
         """`lowest_outstanding(client)`: the lowest number not yet acknowledged by that client's node
         (None: nothing is outstanding)."""
         self._lowest = lowest_outstanding
-        self._waiting: dict[str, list[tuple[int, list[int], Waiter]]] = {}  # by client
+        self._clock = clock
+        # by client: (mark, [waits left], waiter, until) -- a node that never acknowledges (stuck, or
+        # hostile) must not grow this: entries past `until` (their reply went anyway) are dropped
+        self._waiting: dict[str, list[tuple[int, list[int], Waiter, float]]] = {}
 
     def reached(self, client_id: str, mark: int) -> bool:
         lowest = self._lowest(client_id)
         return lowest is None or lowest > mark
 
-    def wait(self, marks: dict[str, int], waiter: Waiter) -> bool:
-        """False when every node reached its mark already; else `waiter()` runs once all have (once)."""
+    def wait(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
+        """False when every node reached its mark already; else `waiter()` runs once all have (once),
+        unless `seconds` pass first (the caller goes on without it then)."""
         left = [(c, mark) for c, mark in marks.items() if not self.reached(c, mark)]
         if not left:
             return False
+        now = self._clock()
         count = [len(left)]  # shared by this waiter's entries: it runs when the last one is reached
         for client_id, mark in left:
-            self._waiting.setdefault(client_id, []).append((mark, count, waiter))
+            waiting = self._waiting.setdefault(client_id, [])
+            if len(waiting) >= PRUNE_AT:
+                waiting[:] = [w for w in waiting if w[3] > now]
+            waiting.append((mark, count, waiter, now + seconds))
         return True
 
     def check(self, client_id: str) -> None:
@@ -42,7 +53,7 @@ class AckWaiters:
             return
         still = []
         for entry in waiting:
-            mark, count, waiter = entry
+            mark, count, waiter, _ = entry
             if not self.reached(client_id, mark):
                 still.append(entry)
                 continue

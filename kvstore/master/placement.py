@@ -29,7 +29,7 @@ class SegmentSpace:
         self.alignment = alignment
         self.polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         self.fences = FenceBook(clock, self.polls.wake)
-        self.holds = HoldBook(self.polls.wake)  # nodes are told what they hold on their work channel
+        self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
         self.segments: dict[int, Segment] = {}
         self._next = 1
         self._suspects = 0  # segments suspected unreachable

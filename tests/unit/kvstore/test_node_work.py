@@ -150,7 +150,7 @@ def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
     state.put_start("c0", "gone", MiB, 1, 1, False)
     seq = state.objects["gone"].hold_seq
     ready: list[bool] = []
-    assert state.space.holds.when_held({"c0": seq}, lambda: ready.append(True))
+    assert state.space.holds.when_held({"c0": seq}, lambda: ready.append(True), 2.0)
     state.put_revoke("c0", "gone")  # freed before the node heard of it: never told, nothing to wait for
     assert ready == [True]
     work = poll(handlers)
@@ -177,3 +177,15 @@ def test_a_removal_is_acknowledged_once_its_nodes_forgot_the_object() -> None:
     assert ready == [True]
     assert [r.code for r in reply.make_reply()] == [0, ObjectNotFoundError.code]
     assert isinstance(handlers.remove(m.Remove(keys=["absent"])), list)  # nothing to wait for
+
+
+def test_a_node_that_never_acknowledges_cannot_grow_the_waiters() -> None:
+    """Replies waiting on a node that never answers go after durable_wait; what waited for them is
+    dropped, so a stuck or hostile node costs the master bounded memory however many puts it gets."""
+    handlers = two_nodes(nodes=1)
+    state = handlers.state
+    for i in range(500):
+        handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem(f"k{i}", 512, i)], replicas=1))
+        assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=[f"k{i}"])), Deferred)
+        state.clock.now += 0.1  # type: ignore[attr-defined]
+    assert state.space.holds.stats()["puts_awaiting_holds"] <= 64
