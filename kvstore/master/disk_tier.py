@@ -67,8 +67,8 @@ class DiskTier:
         self.objects: Mapping[str, ObjectMeta] = ledger.objects
         self.memory_policy = memory_policy
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)  # disk records, same kind
-        self.disk_space = DiskSpace()
-        self.segments = self.disk_space.segments  # read-only here: DiskSpace writes it
+        self.disk_space = DiskSpace(ledger)
+        self.segments = self.disk_space.segments  # read-only here: the ledger writes it
         self.tasks: dict[int, DiskTask] = {}
         self._by_key: dict[str, DiskTask] = {}  # at most one task per object
         self._drops: dict[str, list[m.DiskDrop]] = {}  # freed records each node is to forget

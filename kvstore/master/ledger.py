@@ -1,11 +1,13 @@
-"""The one writer of the master's object table: which objects exist, whether each is committed, and its
-replicas in every tier (memory allocations, a disk record). Every change is one typed record, applied in
-batches; whoever else needs to know of changes watches the records (the nodes' holds, and a journal or
-standby when one listens). Placement, eviction, replication and demotion decide what to change; only
-this module changes it (tests/unit/test_layers.py keeps it so).
+"""The one writer of the master's tables: the segments of every tier (memory segments, disks), which
+objects exist, whether each is committed, and its replicas in every tier (memory allocations, a disk
+record). Every change is one typed record, applied in batches; whoever else needs to know of changes
+watches the records (the nodes' holds, and a journal or standby when one listens). Placement, eviction,
+replication and demotion decide what to change; only this module changes it (tests/unit/test_layers.py
+keeps it so).
 
-Space itself (allocators, fence slots) has its own single writer, kvstore.master.placement: a record
-carries replicas already placed there, and freeing one is placement's job once the ledger dropped it.
+Space inside a segment (its allocator, fence slots) has its own single writer, kvstore.master.placement:
+a record carries a segment or replicas already carved there, and freeing one is placement's job once
+the ledger dropped it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from kvstore.master.model import DiskReplica, ObjectMeta, Replica
+from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
+
+
+class SegmentMounted(NamedTuple):
+    """A node contributed a segment of a tier: memory (Segment) or a disk (DiskSegment)."""
+
+    segment: Segment | DiskSegment
+
+
+class SegmentDropped(NamedTuple):
+    """The segment is gone (unmounted, or its node dropped); its replicas were dropped first."""
+
+    segment: Segment | DiskSegment
 
 
 class PutStarted(NamedTuple):
@@ -71,7 +85,9 @@ class DiskRecordDropped(NamedTuple):
 
 
 Record = (
-    PutStarted
+    SegmentMounted
+    | SegmentDropped
+    | PutStarted
     | PutsCommitted
     | ObjectDropped
     | ReplicaAdded
@@ -86,10 +102,14 @@ Record = (
 class Ledger:
     def __init__(self) -> None:
         self.objects: dict[str, ObjectMeta] = {}  # read by everyone, written here only
+        self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
+        self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
         self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
         # One method per record type, and who watches each type: a dictionary lookup per record (the
         # put path applies two records per object; a chain of isinstance tests cost it 5%).
         self._appliers: dict[type, Callable[[Any], None]] = {
+            SegmentMounted: self._segment_mounted,
+            SegmentDropped: self._segment_dropped,
             PutStarted: self._put_started,
             ObjectRestored: self._object_restored,
             PutsCommitted: self._puts_committed,
@@ -125,6 +145,17 @@ class Ledger:
             self.apply([PutStarted(meta)])
         else:
             self.objects[meta.key] = meta
+
+    def _segment_mounted(self, r: SegmentMounted) -> None:
+        table: dict[int, Any] = self.segments if isinstance(r.segment, Segment) else self.disks
+        if r.segment.id in table:
+            raise ValueError(f"segment {r.segment.id} is mounted already")
+        table[r.segment.id] = r.segment
+
+    def _segment_dropped(self, r: SegmentDropped) -> None:
+        table: dict[int, Any] = self.segments if isinstance(r.segment, Segment) else self.disks
+        if table.get(r.segment.id) is r.segment:
+            del table[r.segment.id]
 
     def _put_started(self, r: PutStarted) -> None:
         self.objects[r.meta.key] = r.meta

@@ -1,17 +1,19 @@
-"""Segment space: the one writer of where replicas live. Mounting, placing (puts and replica copies
-alike) and freeing all happen here (the allocator can also reserve a known range, for rebuilding the
-map from a record when HA lands); the rest of the master asks, and never touches an allocator or a
-segment's key index itself."""
+"""Segment space: the one writer of where replicas live inside segments. Mounting (recorded by the
+ledger: SegmentMounted / SegmentDropped), placing (puts and replica copies alike) and freeing all
+happen here (the allocator can also reserve a known range, to take back what a node holds after a
+restart); the rest of the master asks, and never touches an allocator or a segment's key index
+itself."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.fences import FenceBook
 from kvstore.master.holds import HoldBook
+from kvstore.master.ledger import Ledger, SegmentDropped, SegmentMounted
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.master.node_polls import NodePolls
 from kvstore.rpc import messages as m
@@ -25,12 +27,16 @@ def placement_of(replica: Replica) -> m.Placement:
 
 
 class SegmentSpace:
-    def __init__(self, alignment: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, alignment: int, clock: Callable[[], float] = time.monotonic, ledger: Ledger | None = None
+    ) -> None:
+        """`ledger`: where segments are recorded as they come and go (the master state's)."""
         self.alignment = alignment
+        self.ledger = ledger if ledger is not None else Ledger()
         self.polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         self.fences = FenceBook(clock, self.polls.wake)
         self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
-        self.segments: dict[int, Segment] = {}
+        self.segments: Mapping[int, Segment] = self.ledger.segments  # written by the ledger only
         self._next = 1
         self._suspects = 0  # segments suspected unreachable
         self.capacity = 0  # bytes of all mounted segments (kept as they mount: puts check it)
@@ -65,7 +71,7 @@ class SegmentSpace:
             restoring=set() if restoring else None,
         )
         self._next += 1
-        self.segments[seg.id] = seg
+        self.ledger.apply([SegmentMounted(seg)])
         self.capacity += size
         self.fence_slots += fence_slots
         return seg
@@ -97,7 +103,7 @@ class SegmentSpace:
     def unmount(self, segment: Segment) -> list[str]:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
         self.trust(segment)
-        del self.segments[segment.id]
+        self.ledger.apply([SegmentDropped(segment)])
         self.capacity -= segment.size
         self.fence_slots -= segment.fence_slots
         self.fences.drop_segment(segment)
@@ -264,8 +270,9 @@ class DiskSpace:
     """Disk segments' space: the one writer of it, as SegmentSpace is of memory (records are 4 KiB
     aligned for direct I/O; only a segment's own node reads and writes it, so no fences)."""
 
-    def __init__(self) -> None:
-        self.segments: dict[int, DiskSegment] = {}
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.segments: Mapping[int, DiskSegment] = ledger.disks  # written by the ledger only
         self._next = 1
 
     def mount(
@@ -292,11 +299,11 @@ class DiskSpace:
             restoring=restoring,
         )
         self._next += 1
-        self.segments[seg.id] = seg
+        self.ledger.apply([SegmentMounted(seg)])
         return seg
 
     def unmount(self, segment: DiskSegment) -> None:
-        self.segments.pop(segment.id, None)
+        self.ledger.apply([SegmentDropped(segment)])
 
     def end_restore(self, segment: DiskSegment) -> None:
         """Its node offered back everything it holds: records may be placed on it."""

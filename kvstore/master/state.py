@@ -45,10 +45,10 @@ class MasterState:
         self.config = config
         self.clock = clock
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
-        self.space = SegmentSpace(config.allocation_alignment, clock)  # the one writer of segment space
+        self.ledger = Ledger()  # the one writer of the segment and object tables (kvstore.master.ledger)
+        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger)  # space in segments
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
-        self.ledger = Ledger()  # the one writer of the object table (kvstore.master.ledger)
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
@@ -63,7 +63,7 @@ class MasterState:
         self.counters = Counters()
 
     @property
-    def segments(self) -> dict[int, Segment]:
+    def segments(self) -> Mapping[int, Segment]:
         return self.space.segments
 
     def _hold_added(self, records: list[ReplicaAdded]) -> None:

@@ -89,13 +89,15 @@ def test_segment_space_has_one_writer() -> None:
 
 
 def test_the_object_table_has_one_writer() -> None:
-    """Only kvstore.master.ledger adds or removes objects, commits them, or changes their replicas or disk
-    records; the rest of the master plans and hands it typed records."""
+    """Only kvstore.master.ledger adds or removes segments (of every tier) and objects, commits them, or
+    changes their replicas or disk records; the rest of the master plans and hands it typed records."""
     import re
 
     writes = re.compile(
         r"objects\[[^\]]*\]\s*=(?!=)"  # objects[key] = ...
         r"|objects\.(pop|clear|update|setdefault|popitem)\("
+        r"|(segments|disks)\[[^\]]*\]\s*=(?!=)|del [\w.]*(segments|disks)\["
+        r"|(segments|disks)\.(pop|clear|update|setdefault|popitem)\("
         r"|\.replicas\s*=(?!=)|\.replicas\.(append|remove|pop|extend|insert|clear)\("
         r"|(?<!self)\.disk\s*=(?!=)"
         r"|\.complete\s*=(?!=)"
