@@ -102,12 +102,11 @@ class FenceBook:
         return self._acks.wait(marks, waiter, seconds)
 
     def _lowest(self, client_id: str) -> int | None:
+        """Kills go out oldest first (take), so every one handed out is older than every one queued."""
         sent, queued = self._sent.get(client_id), self._queued.get(client_id)
-        first_sent = next(iter(sent)) if sent else None
-        first_queued = queued[0].id if queued else None
-        if first_sent is None or first_queued is None:
-            return first_sent if first_queued is None else first_queued
-        return min(first_sent, first_queued)
+        if sent:
+            return next(iter(sent))
+        return queued[0].id if queued else None
 
     def fencing(self, key: str) -> bool:
         return key in self._fencing

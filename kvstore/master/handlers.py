@@ -142,15 +142,19 @@ class Handlers:
         self.state.space.polls.park(r.client_id, reply.ready)
         return reply
 
+    @staticmethod
+    def _after(reply: Any, seconds: float, wait: Callable[[Callable[[], None]], bool]) -> Any:
+        """`reply`, at once when `wait(ready)` says nothing is to be waited for (False), else once it
+        calls `ready()` or `seconds` have passed."""
+        deferred = Deferred(lambda: reply, seconds)
+        return deferred if wait(deferred.ready) else reply
+
     def _once_fenced(self, keys: list[str], reply: Any) -> Any:
         """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is
         complete only then: kvstore.master.fences)."""
-        deferred = Deferred(
-            lambda: reply, self.state.config.lease_ttl + 2 * self.state.config.heartbeat_interval
-        )
-        if not self.state.space.fences.when_settled(keys, deferred.ready):
-            return reply
-        return deferred
+        c = self.state.config
+        when_settled = functools.partial(self.state.space.fences.when_settled, keys)
+        return self._after(reply, c.lease_ttl + 2 * c.heartbeat_interval, when_settled)
 
     def unmount_segment(self, r: m.UnmountSegment) -> None:
         self.state.unmount_segment(r.client_id, r.segment_id)
@@ -193,10 +197,7 @@ class Handlers:
         wait = self.state.config.durable_wait
         if not marks or wait <= 0:
             return results
-        deferred = Deferred(lambda: results, wait)
-        if not self.state.space.holds.when_held(marks, deferred.ready, wait):
-            return results
-        return deferred
+        return self._after(results, wait, lambda ready: self.state.space.holds.when_held(marks, ready, wait))
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
@@ -245,10 +246,7 @@ class Handlers:
         marks = fences.queued_since(first_kill)
         if not marks or wait <= 0:
             return reply
-        deferred = Deferred(lambda: reply, wait)
-        if not fences.when_applied(marks, deferred.ready, wait):
-            return reply
-        return deferred
+        return self._after(reply, wait, lambda ready: fences.when_applied(marks, ready, wait))
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
         first_kill = self.state.space.fences.next_id

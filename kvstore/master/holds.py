@@ -27,8 +27,7 @@ Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.m
 
 class HoldBook:
     def __init__(self, wake: Callable[[str], None], clock: Callable[[], float]) -> None:
-        self._wake = wake  # wakes the node's parked work poll
-        self._unsent: set[str] = set()  # nodes with holds queued since the last send()
+        self._wake = wake  # wakes the node's parked work poll (a dictionary miss when none is parked)
         self._seq = 0
         # client -> (region, slot) -> (seq, object, replica), oldest first
         self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta, Replica]]] = {}
@@ -53,15 +52,8 @@ class HoldBook:
         where = (seg.region_id, replica.slot)
         queue.pop(where, None)
         queue[where] = (self._seq, meta, replica)
-        self._unsent.add(seg.client_id)
-
-    def send(self) -> None:
-        """Wakes the polls of the nodes with holds queued (once per request, not once per hold: the
-        master's request handlers call it when they are done)."""
-        if self._unsent:
-            unsent, self._unsent = self._unsent, set()
-            for client_id in unsent:
-                self._wake(client_id)
+        # Its reply is built once the request that queued this is done (Master.run_ready), as for kills.
+        self._wake(seg.client_id)
 
     def when_held(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """`marks`: per node, the number of a hold (hold_all's). False when each node acknowledged every
@@ -117,7 +109,6 @@ class HoldBook:
 
     def drop_client(self, client_id: str) -> None:
         self._queued.pop(client_id, None)
-        self._unsent.discard(client_id)
         self._acks.check(client_id)
 
     def drop_region(self, client_id: str, region_id: int) -> None:

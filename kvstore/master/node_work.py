@@ -23,7 +23,6 @@ def take_reports(state: MasterState, r: m.AwaitWork, epoch: int) -> None:
     if r.disk_done:
         state.disk.complete(r.client_id, [m.DiskResult(order, ok) for order, ok in r.disk_done])
         state.plan_demotions()
-    space.holds.send()  # copies that landed are held by their nodes now
 
 
 def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:

@@ -6,7 +6,6 @@ itself."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kvstore.allocator import OffsetAllocator
@@ -27,12 +26,10 @@ def placement_of(replica: Replica) -> m.Placement:
 
 
 class SegmentSpace:
-    def __init__(
-        self, alignment: int, clock: Callable[[], float] = time.monotonic, ledger: Ledger | None = None
-    ) -> None:
+    def __init__(self, alignment: int, clock: Callable[[], float], ledger: Ledger) -> None:
         """`ledger`: where segments are recorded as they come and go (the master state's)."""
         self.alignment = alignment
-        self.ledger = ledger if ledger is not None else Ledger()
+        self.ledger = ledger
         self.polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         self.fences = FenceBook(clock, self.polls.wake)
         self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
@@ -174,12 +171,14 @@ class SegmentSpace:
         unreachable), on hosts other than
         `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
         when they do not fit now (the caller may evict and try again)."""
-        free = [
-            (s.allocator.largest_free, s)
+        fits = [
+            (free, s)
             for s in self.segments.values()
-            if s.placeable and s.id not in exclude and s.has_slot
+            if s.placeable
+            and s.id not in exclude
+            and s.has_slot
+            and (free := s.allocator.largest_free) >= size
         ]
-        fits = [(f, s) for f, s in free if f >= size]
         chosen: list[Segment] | None
         if count == 1 and not spread_from:  # the usual put: the emptiest segment, no sort
             chosen = [max(fits, key=_first)[1]] if fits else None

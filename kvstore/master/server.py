@@ -185,7 +185,6 @@ class Master:
                     self.state.credit_stall(stalled)
                     continue  # read what queued up meanwhile before judging anyone
                 self.state.expire()
-                self.state.space.holds.send()  # any hold a path queued without sending
                 self.rates.sample(self.state.clock(), vars(self.state.counters))
                 self.state.plan_demotions()
                 self.state.evict_to_watermark()

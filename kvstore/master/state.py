@@ -223,6 +223,28 @@ class MasterState:
         return client
 
     # -- puts -----------------------------------------------------------------------------------------
+    def start_puts(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> None:
+        """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
+        replicas, None (already stored), or its error: one bad item fails alone. Raises RoomComing at an
+        item that waits for room (those before it are in `out`: call again to go on from it)."""
+        self._client(client_id)  # only registered clients may write: the request fails, not each item
+        for key, size, checksum in items[len(out) :]:
+            try:
+                out.append(
+                    self.put_start(client_id, key, size, checksum, replicas, pin, min_replicas, wait_for_room)
+                )
+            except KVStoreError as exc:
+                out.append(exc)
+
     def put_start(
         self,
         client_id: str,
@@ -237,54 +259,11 @@ class MasterState:
         """Allocates replicas for a new object; None when the same bytes are already stored. With
         `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
         usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
-        (nothing placed) rather than evict for room that is on its way."""
-        out: list[list[Replica] | KVStoreError | None] = []
-        self.start_puts(client_id, [(key, size, checksum)], replicas, pin, min_replicas, wait_for_room, out)
-        (placed,) = out
-        if isinstance(placed, KVStoreError):
-            raise placed
-        return placed
-
-    def start_puts(
-        self,
-        client_id: str,
-        items: Sequence[tuple[str, int, int]],
-        replicas: int,
-        pin: bool,
-        min_replicas: int,
-        wait_for_room: bool,
-        out: list[list[Replica] | KVStoreError | None],
-    ) -> None:
-        """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
-        replicas, None (already stored), or its error: one bad item fails alone. Raises RoomComing at an
-        item that waits for room (those before it are in `out`: call again to go on from it)."""
-        self._client(client_id)  # only registered clients may write
+        (nothing placed) rather than evict for room that is on its way. The nodes are told of the
+        replicas at once, while the client writes them (kvstore.master.holds)."""
+        self._client(client_id)
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
-        try:
-            for key, size, checksum in items[len(out) :]:
-                try:
-                    out.append(
-                        self._start(
-                            client_id, key, size, checksum, replicas, pin, min_replicas, wait_for_room
-                        )
-                    )
-                except KVStoreError as exc:
-                    out.append(exc)
-        finally:
-            self.space.holds.send()  # once per batch: the nodes learn of the replicas while they are written
-
-    def _start(
-        self,
-        client_id: str,
-        key: str,
-        size: int,
-        checksum: int,
-        replicas: int,
-        pin: bool,
-        min_replicas: int,
-        wait_for_room: bool,
-    ) -> list[Replica] | None:
         existing = self.objects.get(key)
         if existing is None and self.space.fences.fencing(key):
             raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
