@@ -18,6 +18,7 @@ _GAUGES = {
     "used": "Bytes allocated in segments",
     "usage": "used / capacity",
     "segments": "Mounted segments",
+    "segments_restoring": "Mounted segments whose node is still naming back the objects it holds",
     "clients": "Registered clients",
     "copy_tasks": "Replica copies planned and not yet reported",
     "disk_capacity": "Bytes of all mounted disk tiers",

@@ -606,6 +606,8 @@ class MasterState:
             "used": self.used,
             "usage": self.usage(),
             "segments": len(self.segments),
+            # mounted but still naming back what their node holds: a get of what they hold misses till then
+            "segments_restoring": sum(1 for s in self.segments.values() if s.restoring is not None),
             "clients": len(self.clients),
             "replica_copies": self.replicator.copies_done,
             "replica_copy_failures": self.replicator.copies_failed,

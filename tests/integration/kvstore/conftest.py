@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import pytest
 
+from kvstore import Store
+from kvstore.errors import KVStoreError
 from kvstore.procs import kvstore_process
 
 
@@ -46,3 +50,16 @@ def cluster() -> Iterator[Cluster]:
             )
             c.nodes.append((proc, info.split()[0]))
         yield c
+
+
+def wait_for_mounts(store: Store, count: int, timeout: float = 15.0) -> None:
+    """Waits until `count` segments are mounted and none is still being restored (a segment counts from its
+    mount, but what its node holds is only found once the node has named it all back)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(KVStoreError):  # a master that just started may not answer yet
+            stats = store.stats()["master"]
+            if stats["segments"] >= count and stats["segments_restoring"] == 0:
+                return
+        assert time.monotonic() < deadline, f"{count} segments not mounted and restored in {timeout} s"
+        time.sleep(0.05)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
@@ -13,9 +12,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from kvstore import MISS, KVStoreError, ObjectBusyError, ObjectExistsError, Store, rpc
+from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
 from kvstore.rpc import messages as m
-from tests.integration.kvstore.conftest import Cluster
+from tests.integration.kvstore.conftest import Cluster, wait_for_mounts
 
 rng = np.random.default_rng(11)
 
@@ -388,13 +387,7 @@ def test_clients_rejoin_a_restarted_master() -> None:
             stop_process(master)
             port = address.rsplit(":", 1)[1]
             with kvstore_process(["master", "--port", port, *options]):
-                deadline = time.monotonic() + 15
-                while time.monotonic() < deadline:
-                    with contextlib.suppress(KVStoreError):
-                        if store.stats()["master"]["segments"] == 1:
-                            break
-                    time.sleep(0.1)
-                assert store.stats()["master"]["segments"] == 1  # the node mounted again
+                wait_for_mounts(store, 1)  # the node mounted again and named back what it held
                 assert store.get("before") == b"1"
                 store.put("after", b"2")
                 assert store.get("after") == b"2"

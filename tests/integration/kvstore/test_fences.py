@@ -12,6 +12,7 @@ from kvstore import Store
 from kvstore.errors import TooManyPutsError
 from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
+from tests.integration.kvstore.conftest import wait_for_mounts
 from transfer_engine import Op, RequestState, StaleLocationError
 
 
@@ -152,10 +153,7 @@ def test_a_cached_location_from_before_a_master_restart_is_refused() -> None:
             first.kill()
             first.wait()
             with kvstore_process(master), Store.connect(address) as b:
-                deadline = time.monotonic() + 15
-                while b.stats()["master"]["segments"] == 0:  # the node rejoins the new master
-                    assert time.monotonic() < deadline
-                    time.sleep(0.1)
+                wait_for_mounts(b, 1)  # the node rejoins the new master and names back what it holds
                 assert a.get("k") == b"o" * 65536 and b.get("k") == b"o" * 65536
                 b.remove("k", force=True)
                 b.put("k", b"n" * 131072)
