@@ -27,8 +27,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kvstore.config.master import MasterConfig
+from kvstore.master.changes import DiskRecordDropped, DiskRecordSet, ReplicaAdded
 from kvstore.master.eviction import EvictionPolicy, make_policy
-from kvstore.master.ledger import DiskRecordDropped, DiskRecordSet, Ledger, ReplicaAdded
+from kvstore.master.ledger import Ledger
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
 from kvstore.master.placement import DiskSpace, SegmentSpace, placement_of
 from kvstore.rpc import messages as m

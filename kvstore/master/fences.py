@@ -72,7 +72,7 @@ class FenceBook:
     # -- freeing --------------------------------------------------------------------------------------
     def kill(
         self, segment: Segment, slot: int, gen: int, held_offset: int | None, key: str | None, until: float
-    ) -> None:
+    ) -> Kill:
         k = Kill(self._next_kill, segment, slot, gen, held_offset, key, until)
         self._next_kill += 1
         self._queued.setdefault(segment.client_id, []).append(k)
@@ -81,6 +81,7 @@ class FenceBook:
         else:
             k.key = None
         self._wake_node(segment.client_id)
+        return k
 
     def queued_since(self, first_id: int) -> dict[str, int]:
         """Per node, the last kill queued for it with an id from `first_id` on (what a removal that

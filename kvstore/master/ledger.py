@@ -1,106 +1,46 @@
 """The one writer of the master's tables: the segments of every tier (memory segments, disks), which
-objects exist, whether each is committed, and its replicas in every tier (memory allocations, a disk
-record). Every change is one typed record, applied in batches; whoever else needs to know of changes
-watches the records (the nodes' holds, and a journal or standby when one listens). Placement, eviction,
-replication and demotion decide what to change; only this module changes it (tests/unit/test_layers.py
-keeps it so).
-
-Space inside a segment (its allocator, fence slots) has its own single writer, kvstore.master.placement:
-a record carries a segment or replicas already carved there, and freeing one is placement's job once
-the ledger dropped it.
+objects exist, whether each is committed, their replicas in every tier (memory allocations, a disk
+record), the space and fence slots carved inside segments, and the kills that fence freed allocations
+off. Every change is one typed record (kvstore.master.changes), applied in batches; whoever else needs
+to know of changes watches the records (the nodes' holds, and a journal or standby when one listens).
+Placement, eviction, replication and demotion decide what to change; only this module changes it
+(tests/unit/test_layers.py keeps it so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
-
-
-class SegmentMounted(NamedTuple):
-    """A node contributed a segment of a tier: memory (Segment) or a disk (DiskSegment)."""
-
-    segment: Segment | DiskSegment
-
-
-class SegmentDropped(NamedTuple):
-    """The segment is gone (unmounted, or its node dropped); its replicas were dropped first."""
-
-    segment: Segment | DiskSegment
-
-
-class PutStarted(NamedTuple):
-    """A put placed its replicas; the object is invisible until PutsCommitted."""
-
-    meta: ObjectMeta
-
-
-class PutsCommitted(NamedTuple):
-    """Puts made visible, a batch of them (one record per PutEnd: no object per key on the put path)."""
-
-    keys: list[str]
-
-
-class ObjectDropped(NamedTuple):
-    """Removed, evicted, reclaimed or lost with its last replica: gone from the table."""
-
-    key: str
-
-
-class ReplicaAdded(NamedTuple):
-    """A copy landed (replication, or a load from disk): the object has one more memory replica."""
-
-    key: str
-    replica: Replica
-
-
-class ReplicaDropped(NamedTuple):
-    key: str
-    replica: Replica
-
-
-class ObjectRestored(NamedTuple):
-    """A node named an object this master did not know (after a restart or a failover): committed."""
-
-    meta: ObjectMeta
-
-
-class ReplicaRestored(NamedTuple):
-    """A node named a replica of an object this master knows."""
-
-    key: str
-    replica: Replica
-
-
-class DiskRecordSet(NamedTuple):
-    """The object has a disk record now (demoted, or a restarted node offered it back)."""
-
-    key: str
-    record: DiskReplica
-
-
-class DiskRecordDropped(NamedTuple):
-    key: str
-
-
-Record = (
-    SegmentMounted
-    | SegmentDropped
-    | PutStarted
-    | PutsCommitted
-    | ObjectDropped
-    | ReplicaAdded
-    | ReplicaDropped
-    | ObjectRestored
-    | ReplicaRestored
-    | DiskRecordSet
-    | DiskRecordDropped
+from kvstore.master.changes import (
+    DiskRecordDropped,
+    DiskRecordSet,
+    FencesAcknowledged,
+    ObjectDropped,
+    ObjectRestored,
+    PutsCommitted,
+    PutStarted,
+    Record,
+    ReplicaAdded,
+    ReplicaDropped,
+    ReplicaRestored,
+    RestoreEnded,
+    SegmentDropped,
+    SegmentMounted,
+    SpaceFreed,
+    SpaceReleased,
+    SpaceTaken,
 )
+from kvstore.master.fences import FenceBook
+from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
+from kvstore.rpc.disk_record import PAGE
 
 
 class Ledger:
-    def __init__(self) -> None:
+    def __init__(self, fences: FenceBook) -> None:
+        """`fences`: the kills queued for nodes (issued and acknowledged here only; nodes take them from
+        it on their work channel)."""
+        self.fences = fences
         self.objects: dict[str, ObjectMeta] = {}  # read by everyone, written here only
         self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
         self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
@@ -119,6 +59,7 @@ class Ledger:
             ReplicaDropped: self._replica_dropped,
             DiskRecordSet: self._disk_record_set,
             DiskRecordDropped: self._disk_record_dropped,
+            RestoreEnded: self._restore_ended,
         }
         self._watchers: dict[type, list[Callable[[Any], None]]] = {}
 
@@ -138,6 +79,11 @@ class Ledger:
                 for watcher in watchers:
                     watcher(of_kind)
 
+    def _tell(self, records: list[Any]) -> None:
+        """Shows watchers records of one kind that the ledger's own methods applied."""
+        for watcher in self._watchers.get(type(records[0]), ()):
+            watcher(records)
+
     def start(self, meta: ObjectMeta) -> None:
         """apply([PutStarted(meta)]), the record built only when someone watches for it (the put path
         starts one object at a time)."""
@@ -156,6 +102,20 @@ class Ledger:
         table: dict[int, Any] = self.segments if isinstance(r.segment, Segment) else self.disks
         if table.get(r.segment.id) is r.segment:
             del table[r.segment.id]
+            if isinstance(r.segment, Segment):
+                self.fences.drop_segment(r.segment)  # nothing of it is read or written again
+
+    def _restore_ended(self, r: RestoreEnded) -> None:
+        seg = r.segment
+        if isinstance(seg, DiskSegment):
+            seg.restoring = False
+            return
+        taken = seg.restoring
+        if taken is None:
+            return
+        seg.restoring = None
+        seg.next_slot = max(taken, default=-1) + 1
+        seg.free_slots = [s for s in range(seg.next_slot - 1, -1, -1) if s not in taken]
 
     def _put_started(self, r: PutStarted) -> None:
         self.objects[r.meta.key] = r.meta
@@ -195,3 +155,112 @@ class Ledger:
     # -- one-record shorthands --------------------------------------------------------------------------
     def drop_replicas(self, key: str, replicas: Iterable[Replica]) -> None:
         self.apply([ReplicaDropped(key, r) for r in list(replicas)])
+
+    # -- space inside segments: the allocator picks an offset as it carves, so these make the records ---
+    def take(self, seg: Segment, key: str, size: int) -> Replica:
+        """Carves `size` bytes and a fence slot of `seg` for `key`, in a new generation (SpaceTaken). The
+        caller saw room for it (largest_free, has_slot): the master is single-threaded."""
+        offset = seg.allocator.allocate(size)
+        assert offset is not None and seg.has_slot, "take() without room"
+        if seg.free_slots:
+            slot = seg.free_slots.pop()
+        else:
+            slot = seg.next_slot
+            seg.next_slot += 1
+        seg.objects.add(key)
+        replica = Replica(seg, offset, slot, self.fences.generation())
+        if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches
+            self._tell([SpaceTaken(key, replica)])
+        return replica
+
+    def take_back(
+        self, seg: Segment, key: str, offset: int, slot: int, gen: int, size: int
+    ) -> Replica | None:
+        """Takes back an allocation the node of `seg` (being restored) still holds: exactly [offset,
+        offset + size) and its fence slot, in its generation. None when either is not free."""
+        taken = seg.restoring
+        if taken is None or slot >= seg.fence_slots or slot in taken or offset + size > seg.size:
+            return None
+        if not seg.allocator.reserve(offset, size):
+            return None
+        taken.add(slot)
+        seg.objects.add(key)
+        self.fences.observe(gen)  # every later generation is above it
+        replica = Replica(seg, offset, slot, gen)
+        self._tell([SpaceTaken(key, replica)])
+        return replica
+
+    def end_restore(self, seg: Segment | DiskSegment) -> None:
+        self.apply([RestoreEnded(seg)])
+
+    def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
+        """`key` gives the allocation up and its node is sent a kill (SpaceFreed). `writing`: a writer may
+        still be moving bytes into it, so its space stays taken until the node acknowledges the kill;
+        `read_until`: readers may hold its location until then, so `key` is fencing meanwhile. Nothing
+        to do but forget the key when the segment is gone."""
+        seg = replica.segment
+        seg.objects.discard(key)
+        if self.segments.get(seg.id) is not seg:
+            return
+        if writing:
+            self.fences.held_bytes += seg.allocator.block_size(replica.offset)
+        else:
+            seg.allocator.free(replica.offset)
+        held = replica.offset if writing else None
+        kill = self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
+        if SpaceFreed in self._watchers:
+            self._tell([SpaceFreed(key, replica, kill, writing)])
+
+    def acknowledge(self, client_id: str, kill_ids: Iterable[int]) -> None:
+        """The node applied these kills: their slots, and space held for late writers, go back to their
+        segments (a slot is reused only once no late copy can be running in it)."""
+        done = self.fences.acknowledge(client_id, kill_ids)
+        for k in done:
+            seg = k.segment
+            if self.segments.get(seg.id) is not seg:
+                continue
+            seg.free_slots.append(k.slot)
+            if k.held_offset is not None:
+                self.fences.held_bytes -= seg.allocator.block_size(k.held_offset)
+                seg.allocator.free(k.held_offset)
+        if done:
+            self._tell([FencesAcknowledged(client_id, done)])
+
+    def lapse_fences(self) -> None:
+        """Lifts the fencing of keys whose readers' leases have lapsed (each kill says until when: no
+        record, the clock decides)."""
+        self.fences.expire()
+
+    def take_disk(self, seg: DiskSegment, key: str, nbytes: int) -> DiskReplica | None:
+        """Carves a record of `nbytes` on the disk `seg` for `key`; None when it does not fit."""
+        offset = seg.allocator.allocate(nbytes)
+        if offset is None:
+            return None
+        seg.objects.add(key)
+        record = DiskReplica(seg, offset)
+        self._tell([SpaceTaken(key, record)])
+        return record
+
+    def take_back_disk(self, seg: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
+        """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if that
+        space is not free."""
+        if offset % PAGE or not seg.allocator.reserve(offset, nbytes):
+            return None
+        seg.objects.add(key)
+        record = DiskReplica(seg, offset)
+        self._tell([SpaceTaken(key, record)])
+        return record
+
+    def free_disk(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
+        """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
+        land there: release_disk() it once that cannot happen)."""
+        record.segment.objects.discard(key)
+        self._tell([SpaceFreed(key, record, None, hold)])
+        if not hold:
+            self.release_disk(record)
+
+    def release_disk(self, record: DiskReplica) -> None:
+        seg = record.segment
+        if self.disks.get(seg.id) is seg:
+            seg.allocator.free(record.offset)
+            self._tell([SpaceReleased(record)])

@@ -23,14 +23,6 @@ class Segment:
     next_slot: int = 0  # slots below it have been handed out at least once
     restoring: set[int] | None = None  # while its node names what it holds: the slots taken back so far
 
-    def take_slot(self) -> int | None:
-        if self.free_slots:
-            return self.free_slots.pop()
-        if self.next_slot < self.fence_slots:
-            self.next_slot += 1
-            return self.next_slot - 1
-        return None
-
     @property
     def has_slot(self) -> bool:
         return bool(self.free_slots) or self.next_slot < self.fence_slots

@@ -1,8 +1,8 @@
-"""Segment space: the one writer of where replicas live inside segments. Mounting (recorded by the
-ledger: SegmentMounted / SegmentDropped), placing (puts and replica copies alike) and freeing all
-happen here (the allocator can also reserve a known range, to take back what a node holds after a
-restart); the rest of the master asks, and never touches an allocator or a segment's key index
-itself."""
+"""Segment space: where replicas go inside segments. Mounting, choosing segments for puts and replica
+copies alike (distinct segments, distinct hosts first, the emptiest first) and freeing are asked here;
+the ledger (kvstore.master.ledger) records each change and carves the space (SegmentMounted,
+SpaceTaken, SpaceFreed, ...). The rest of the master never touches an allocator or a segment's key
+index itself."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
-from kvstore.master.fences import FenceBook
+from kvstore.master.changes import SegmentDropped, SegmentMounted
 from kvstore.master.holds import HoldBook
-from kvstore.master.ledger import Ledger, SegmentDropped, SegmentMounted
+from kvstore.master.ledger import Ledger
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.master.node_polls import NodePolls
 from kvstore.rpc import messages as m
@@ -26,12 +26,13 @@ def placement_of(replica: Replica) -> m.Placement:
 
 
 class SegmentSpace:
-    def __init__(self, alignment: int, clock: Callable[[], float], ledger: Ledger) -> None:
-        """`ledger`: where segments are recorded as they come and go (the master state's)."""
+    def __init__(self, alignment: int, clock: Callable[[], float], ledger: Ledger, polls: NodePolls) -> None:
+        """`ledger`: the master state's, which records and carves; `polls`: each node's one work poll
+        (whoever queues work for a node wakes it)."""
         self.alignment = alignment
         self.ledger = ledger
-        self.polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
-        self.fences = FenceBook(clock, self.polls.wake)
+        self.polls = polls
+        self.fences = ledger.fences  # read here; issued and acknowledged by the ledger
         self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
         self.segments: Mapping[int, Segment] = self.ledger.segments  # written by the ledger only
         self._next = 1
@@ -78,24 +79,11 @@ class SegmentSpace:
     ) -> Replica | None:
         """Takes back an allocation the segment's node still holds (the segment is being restored):
         exactly [offset, offset + size) and its fence slot. None when either is not free."""
-        taken = segment.restoring
-        if taken is None or slot >= segment.fence_slots or slot in taken or offset + size > segment.size:
-            return None
-        if not segment.allocator.reserve(offset, size):
-            return None
-        taken.add(slot)
-        segment.objects.add(key)
-        self.fences.observe(gen)
-        return Replica(segment, offset, slot, gen)
+        return self.ledger.take_back(segment, key, offset, slot, gen, size)
 
     def end_restore(self, segment: Segment) -> None:
         """Its node named everything it holds: the slots it did not name are free, and placing begins."""
-        taken = segment.restoring
-        if taken is None:
-            return
-        segment.restoring = None
-        segment.next_slot = max(taken, default=-1) + 1
-        segment.free_slots = [s for s in range(segment.next_slot - 1, -1, -1) if s not in taken]
+        self.ledger.end_restore(segment)
 
     def unmount(self, segment: Segment) -> list[str]:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
@@ -103,7 +91,6 @@ class SegmentSpace:
         self.ledger.apply([SegmentDropped(segment)])
         self.capacity -= segment.size
         self.fence_slots -= segment.fence_slots
-        self.fences.drop_segment(segment)
         self.holds.drop_region(segment.client_id, segment.region_id)
         return list(segment.objects)
 
@@ -186,15 +173,8 @@ class SegmentSpace:
             chosen = self._spread([s for _, s in sorted(fits, key=_first, reverse=True)], count, spread_from)
         if chosen is None:
             return None
-        placed = []
-        for seg in chosen:
-            offset = seg.allocator.allocate(size)
-            slot = seg.take_slot()
-            # largest_free and has_slot were checked above; the master is single-threaded
-            assert offset is not None and slot is not None
-            seg.objects.add(key)
-            placed.append(Replica(seg, offset, slot, self.fences.generation()))
-        return placed
+        take = self.ledger.take  # largest_free and has_slot were checked above
+        return [take(seg, key, size) for seg in chosen]
 
     @staticmethod
     def _spread(order: list[Segment], count: int, spread_from: Collection[str]) -> list[Segment] | None:
@@ -212,32 +192,16 @@ class SegmentSpace:
         return chosen if len(chosen) == count else None
 
     def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
-        """Gives a replica's allocation back and has its node fence it off. `writing`: a writer may still
-        be moving bytes into it, so its space stays allocated until the node confirms the fence;
-        `read_until`: readers may hold its location until then, so its key is fencing meanwhile
-        (kvstore.master.fences). Nothing to do if its segment is already gone."""
+        """Gives a replica's allocation back and has its node fence it off (Ledger.free says how `writing`
+        and `read_until` hold it meanwhile). A hold of it not yet sent is not sent: a node never learns of
+        a replica after its kill."""
         seg = replica.segment
-        seg.objects.discard(key)
-        if self.segments.get(seg.id) is not seg:
-            return
         self.holds.cancel(seg.client_id, seg.region_id, replica.slot, replica.gen)
-        held = replica.offset if writing else None
-        if held is None:
-            seg.allocator.free(replica.offset)
-        else:
-            self.fences.held_bytes += seg.allocator.block_size(replica.offset)
-        self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
+        self.ledger.free(key, replica, writing=writing, read_until=read_until)
 
     def acknowledge(self, client_id: str, kill_ids: list[int]) -> None:
-        """A node applied these kills: their slots, and space held for late writers, go back to their
-        segments (a slot is reused only once no late copy can be running in it)."""
-        for k in self.fences.acknowledge(client_id, kill_ids):
-            if self.segments.get(k.segment.id) is not k.segment:
-                continue
-            k.segment.free_slots.append(k.slot)
-            if k.held_offset is not None:
-                self.fences.held_bytes -= k.segment.allocator.block_size(k.held_offset)
-                k.segment.allocator.free(k.held_offset)
+        """A node applied these kills (Ledger.acknowledge); puts waiting for its slots go on."""
+        self.ledger.acknowledge(client_id, kill_ids)
         if kill_ids:
             for waiter in self._slot_waiters.pop(client_id, []):
                 waiter()
@@ -266,8 +230,8 @@ class SegmentSpace:
 
 
 class DiskSpace:
-    """Disk segments' space: the one writer of it, as SegmentSpace is of memory (records are 4 KiB
-    aligned for direct I/O; only a segment's own node reads and writes it, so no fences)."""
+    """Disk segments' space, as SegmentSpace is memory's (records are 4 KiB aligned for direct I/O; only
+    a segment's own node reads and writes it, so no fences)."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -306,36 +270,26 @@ class DiskSpace:
 
     def end_restore(self, segment: DiskSegment) -> None:
         """Its node offered back everything it holds: records may be placed on it."""
-        segment.restoring = False
+        self.ledger.end_restore(segment)
 
     def mounted(self, segment: DiskSegment) -> bool:
         return self.segments.get(segment.id) is segment
 
     def allocate(self, segment: DiskSegment, key: str, nbytes: int) -> DiskReplica | None:
-        offset = segment.allocator.allocate(nbytes)
-        if offset is None:
-            return None
-        segment.objects.add(key)
-        return DiskReplica(segment, offset)
+        return self.ledger.take_disk(segment, key, nbytes)
 
     def reserve(self, segment: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
         """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if
         that space is not free."""
-        if offset % PAGE or not segment.allocator.reserve(offset, nbytes):
-            return None
-        segment.objects.add(key)
-        return DiskReplica(segment, offset)
+        return self.ledger.take_back_disk(segment, key, offset, nbytes)
 
     def free(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
         """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
         land there: release() it once that cannot happen)."""
-        record.segment.objects.discard(key)
-        if not hold:
-            self.release(record)
+        self.ledger.free_disk(key, record, hold=hold)
 
     def release(self, record: DiskReplica) -> None:
-        if self.mounted(record.segment):
-            record.segment.allocator.free(record.offset)
+        self.ledger.release_disk(record)
 
     @property
     def capacity(self) -> int:

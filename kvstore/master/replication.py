@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvstore.config import MasterConfig
-from kvstore.master.ledger import Ledger, ReplicaAdded, ReplicaDropped
+from kvstore.master.changes import ReplicaAdded, ReplicaDropped
+from kvstore.master.ledger import Ledger
 from kvstore.master.model import ObjectMeta, Replica, Segment
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages

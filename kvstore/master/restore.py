@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.ledger import DiskRecordSet, ObjectRestored, ReplicaRestored
+from kvstore.master.changes import DiskRecordSet, ObjectRestored, ReplicaRestored
 from kvstore.master.model import DiskSegment, ObjectMeta, Segment
 from kvstore.rpc.disk_record import record_bytes
 

@@ -22,16 +22,13 @@ from kvstore.errors import (
     TooManyPutsError,
 )
 from kvstore.master import restore
+from kvstore.master.changes import ObjectDropped, PutsCommitted, ReplicaAdded, ReplicaDropped
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
-from kvstore.master.ledger import (
-    Ledger,
-    ObjectDropped,
-    PutsCommitted,
-    ReplicaAdded,
-    ReplicaDropped,
-)
+from kvstore.master.fences import FenceBook
+from kvstore.master.ledger import Ledger
 from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.node_polls import NodePolls
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
@@ -45,8 +42,10 @@ class MasterState:
         self.config = config
         self.clock = clock
         self.policy: EvictionPolicy = make_policy(config.eviction_policy)
-        self.ledger = Ledger()  # the one writer of the segment and object tables (kvstore.master.ledger)
-        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger)  # space in segments
+        polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
+        # The one writer of the segment, object, space and fence tables (kvstore.master.ledger).
+        self.ledger = Ledger(FenceBook(clock, polls.wake))
+        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls)  # space in segments
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
@@ -595,7 +594,7 @@ class MasterState:
             self._delete(meta)
         self.replicator.expire()
         self.disk.expire()
-        self.space.fences.expire()
+        self.ledger.lapse_fences()
 
     def stats(self) -> dict[str, float | int]:
         return {

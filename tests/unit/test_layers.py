@@ -77,15 +77,25 @@ def test_extensions_are_reached_through_named_public_modules() -> None:
 
 
 def test_segment_space_has_one_writer() -> None:
-    """Only kvstore.master.placement allocates, reserves or frees segment space, for puts and replica
-    copies alike."""
+    """Only kvstore.master.ledger carves, takes back or frees space inside segments (memory and disk),
+    hands out or returns fence slots, changes a segment's key index or restore state, and issues or
+    acknowledges the kills that fence freed allocations off; placement, eviction, replication and
+    demotion ask it."""
     import re
 
-    writes = re.compile(r"\.allocator\.(allocate|allocate_many|free|reserve)\(")
+    writes = re.compile(
+        r"\.allocator\.(allocate|allocate_many|free|reserve)\("
+        r"|\.take_slot\(|\.free_slots\s*=(?!=)|\.free_slots\.(append|extend|pop|remove|clear)\("
+        r"|\.next_slot\s*=(?!=)|\.restoring\s*=(?!=)|\.restoring\.(add|discard|remove|clear)\("
+        r"|(segment|seg)\.objects\.(add|discard|remove|clear|update)\("
+        r"|fences\.(kill|acknowledge|drop_segment|generation|observe|expire)\("
+        r"|held_bytes\s*[-+]?=(?!=)"
+    )
     for path in (CSRC.parent / "kvstore").rglob("*.py"):
-        if path.name == "placement.py" or "bench" in path.parts:
+        if path.name in ("ledger.py", "fences.py") or "bench" in path.parts:
             continue
-        assert not writes.search(path.read_text()), f"{path} writes segment space itself"
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not writes.search(line), f"{path.name}:{number} writes segment space: {line.strip()}"
 
 
 def test_the_object_table_has_one_writer() -> None:

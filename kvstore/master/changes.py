@@ -1,0 +1,139 @@
+"""The typed changes to the master's tables: one record per change, applied by kvstore.master.ledger (the
+one writer) and seen by whoever watches them (the nodes' holds; a journal or standby when one listens).
+
+Object and segment records are applied as they are (Ledger.apply). Space records report what the ledger
+carved or gave back inside a segment of any tier (the allocator picks the offset as it carves, so the
+ledger's own methods make them: Ledger.take, Ledger.free, ...); fence records report the kills queued
+for nodes and the ones they acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvstore.master.fences import Kill
+from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
+
+
+class SegmentMounted(NamedTuple):
+    """A node contributed a segment of a tier: memory (Segment) or a disk (DiskSegment)."""
+
+    segment: Segment | DiskSegment
+
+
+class SegmentDropped(NamedTuple):
+    """The segment is gone (unmounted, or its node dropped); its replicas were dropped first."""
+
+    segment: Segment | DiskSegment
+
+
+class PutStarted(NamedTuple):
+    """A put placed its replicas; the object is invisible until PutsCommitted."""
+
+    meta: ObjectMeta
+
+
+class PutsCommitted(NamedTuple):
+    """Puts made visible, a batch of them (one record per PutEnd: no object per key on the put path)."""
+
+    keys: list[str]
+
+
+class ObjectDropped(NamedTuple):
+    """Removed, evicted, reclaimed or lost with its last replica: gone from the table."""
+
+    key: str
+
+
+class ReplicaAdded(NamedTuple):
+    """A copy landed (replication, or a load from disk): the object has one more memory replica."""
+
+    key: str
+    replica: Replica
+
+
+class ReplicaDropped(NamedTuple):
+    key: str
+    replica: Replica
+
+
+class ObjectRestored(NamedTuple):
+    """A node named an object this master did not know (after a restart or a failover): committed."""
+
+    meta: ObjectMeta
+
+
+class ReplicaRestored(NamedTuple):
+    """A node named a replica of an object this master knows."""
+
+    key: str
+    replica: Replica
+
+
+class DiskRecordSet(NamedTuple):
+    """The object has a disk record now (demoted, or a restarted node offered it back)."""
+
+    key: str
+    record: DiskReplica
+
+
+class DiskRecordDropped(NamedTuple):
+    key: str
+
+
+class RestoreEnded(NamedTuple):
+    """The segment's node named back everything it holds: what it did not name is free, placing begins."""
+
+    segment: Segment | DiskSegment
+
+
+class SpaceTaken(NamedTuple):
+    """Space carved for `key` in a segment: a memory allocation with its fence slot and generation (a
+    put's, a copy's, a load's, or one a restarted node named back), or a disk record."""
+
+    key: str
+    replica: Replica | DiskReplica
+
+
+class SpaceFreed(NamedTuple):
+    """`key` gave the space up. A memory allocation's node is sent `kill` (its space stays taken until
+    the node acknowledges it when a writer may be late); a disk record's space is `held` until its late
+    write cannot land any more (then SpaceReleased)."""
+
+    key: str
+    replica: Replica | DiskReplica
+    kill: Kill | None
+    held: bool
+
+
+class SpaceReleased(NamedTuple):
+    """A disk record's held space is free again."""
+
+    replica: DiskReplica
+
+
+class FencesAcknowledged(NamedTuple):
+    """The node applied these kills: their slots, and space held for late writers, are free again."""
+
+    client_id: str
+    kills: list[Kill]
+
+
+Record = (
+    SegmentMounted
+    | SegmentDropped
+    | PutStarted
+    | PutsCommitted
+    | ObjectDropped
+    | ReplicaAdded
+    | ReplicaDropped
+    | ObjectRestored
+    | ReplicaRestored
+    | DiskRecordSet
+    | DiskRecordDropped
+    | RestoreEnded
+    | SpaceTaken
+    | SpaceFreed
+    | SpaceReleased
+    | FencesAcknowledged
+)
