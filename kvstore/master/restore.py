@@ -15,11 +15,11 @@ from kvstore.master.model import DiskSegment, ObjectMeta, Segment
 from kvstore.rpc.disk_record import record_bytes
 
 if TYPE_CHECKING:
-    from kvstore.master.state import MasterState
+    from kvstore.master.state_core import StateCore
 
 
 def restore_segment(
-    state: MasterState,
+    state: StateCore,
     seg: Segment,
     records: list[tuple[int, int, int, str, int, int, bool, int]],
     last: bool,
@@ -70,7 +70,7 @@ def restore_segment(
     return refused
 
 
-def restore_disk(state: MasterState, seg: DiskSegment, records: list[tuple[int, str, int, int]]) -> int:
+def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int]]) -> int:
     """Takes back the records ([offset, key, size, checksum], verified by the node) its disk `seg` still
     holds: each becomes a disk-only object, or the disk copy again of the same value still in memory
     elsewhere (another value of the key wins). Returns how many were taken."""

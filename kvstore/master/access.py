@@ -1,0 +1,78 @@
+"""Reads as the master sees them: a lookup with a fresh lease, reads clients served themselves, prefix
+matches and existence checks (each a use: eviction order and replication heat see it), and
+change_replica."""
+
+from __future__ import annotations
+
+from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
+from kvstore.master.model import ObjectMeta
+from kvstore.master.state_core import StateCore
+
+
+class Access(StateCore):
+    def get_replicas(self, key: str) -> ObjectMeta | None:
+        """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
+        segment suspected unreachable). Readers are given `offered(meta)`."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete or (self.space.any_suspect() and not self.exists(key)):
+            self.counters.misses += 1
+            return None
+        now = self.clock()
+        meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
+        self._read(meta, now)
+        return meta
+
+    def touch(self, keys: list[str]) -> None:
+        """Reads a client served itself (from a leased location): they count as accesses."""
+        now = self.clock()
+        for key in keys:
+            meta = self.objects.get(key)
+            if meta is not None and meta.complete:
+                self._read(meta, now)
+
+    def _used(self, meta: ObjectMeta, now: float) -> None:
+        """A use of the object: eviction order and replication heat see it (and a second use of a copy
+        loaded from disk promotes it)."""
+        if self.disk.transient and meta.replicas:
+            self.disk.read(meta)
+        elif not meta.replicas and meta.disk is not None:
+            self.disk.reread(meta)
+        meta.last_access = now
+        self.policy.on_access(meta.key)
+        if meta.disk is not None:  # the disk tier's order is by use too, not by when the record was written
+            self.disk.policy.on_access(meta.key)
+        self.replicator.note_access(meta)
+
+    def _read(self, meta: ObjectMeta, now: float) -> None:
+        self._used(meta, now)
+        meta.access_count += 1
+        self.counters.hits += 1
+
+    def match_prefix(self, keys: list[str]) -> list[ObjectMeta]:
+        """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
+        matched = []
+        for key in keys:
+            if not self.exists(key):
+                break
+            matched.append(self.objects[key])
+        now = self.clock()
+        for meta in matched:
+            self._used(meta, now)
+        return matched
+
+    def change_replica(self, key: str, replicas: int) -> None:
+        """Asks for exactly `replicas` copies of a stored object (0: let its heat decide again)."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete:
+            raise ObjectNotFoundError(f"no object {key!r}")
+        if not 0 <= replicas <= self.config.max_replicas:
+            raise InvalidArgumentError(f"replicas must be 0..{self.config.max_replicas}")
+        self.replicator.change_replica(meta, replicas)
+
+    def exists_many(self, keys: list[str]) -> list[bool]:
+        """exists() per key; one dictionary lookup each while no segment is suspect (a scheduler asks
+        this per request: a method call per key cost 4x)."""
+        if self.space.any_suspect():
+            return [self.exists(k) for k in keys]
+        objects = self.objects
+        return [(meta := objects.get(k)) is not None and meta.complete for k in keys]

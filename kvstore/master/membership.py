@@ -1,0 +1,134 @@
+"""Clients and their segments: registration, heartbeats, mounting (and what a remounted segment or disk
+names back), suspicion of unreachable nodes, and dropping a client with everything it held."""
+
+from __future__ import annotations
+
+from kvstore.errors import NotFoundError
+from kvstore.master import restore
+from kvstore.master.model import Client, Segment
+from kvstore.master.state_core import StateCore
+
+
+class Membership(StateCore):
+    def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
+        """Registers a client (again). A storage node that registers with the identity of an older
+        registration is that node restarted: the old one is dropped at once (its process is gone), so
+        what the node offers back (disk records) is taken, not deleted when the old TTL runs out."""
+        client = self.clients.get(client_id)
+        if client is not None:
+            client.last_seen = self.clock()
+            return
+        old = self._by_node.get(node_id) if node_id else None
+        if old is not None and old != client_id:
+            self.counters.superseded_clients += 1
+            self.drop_client(old)
+        self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id)
+        if node_id:
+            self._by_node[node_id] = client_id
+
+    def heartbeat(self, client_id: str) -> bool:
+        """False when the client is unknown (dropped): it must register and mount again. A heartbeat sent
+        well after a client reported this client's segments unreachable proves them alive again."""
+        client = self.clients.get(client_id)
+        if client is None:
+            return False
+        now = client.last_seen = self.clock()
+        for seg_id in client.segments:
+            seg = self.space.segments.get(seg_id)
+            if (
+                seg is not None
+                and not seg.usable
+                and now - seg.suspect_since >= self.config.heartbeat_interval
+            ):
+                self.space.trust(seg)
+        return True
+
+    def report_unreachable(self, engine: str) -> None:
+        """A client failed to reach this node: its segments are suspect — not placed on, their replicas
+        not offered while another exists — until the node heartbeats again."""
+        now = self.clock()
+        for seg in list(self.space):
+            if seg.engine == engine and self.space.suspect(seg, now):
+                self.counters.suspected_segments += 1
+
+    def mount_segment(
+        self,
+        client_id: str,
+        engine: str,
+        region_id: int,
+        size: int,
+        host_id: str,
+        fence_slots: int = 1 << 20,
+        restoring: bool = False,
+    ) -> int:
+        client = self._client(client_id)
+        seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots, restoring)
+        client.segments.add(seg.id)
+        return seg.id
+
+    def restore_segment(
+        self,
+        client_id: str,
+        segment_id: int,
+        records: list[tuple[int, int, int, str, int, int, bool, int]],
+        last: bool,
+    ) -> list[int]:
+        """kvstore.master.restore.restore_segment: the replicas a node names back; returns the refused
+        slots."""
+        seg = self.segments.get(segment_id)
+        if seg is None or seg.client_id != client_id:
+            raise NotFoundError(f"client {client_id} has no segment {segment_id}")
+        return restore.restore_segment(self, seg, records, last)
+
+    def unmount_segment(self, client_id: str, segment_id: int) -> None:
+        seg = self.segments.get(segment_id)
+        if seg is None or seg.client_id != client_id:
+            raise NotFoundError(f"client {client_id} has no segment {segment_id}")
+        self._drop_segment(seg)
+
+    def restore_disk(
+        self, client_id: str, records: list[tuple[int, str, int, int]], last: bool = True
+    ) -> int:
+        """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back; returns
+        how many were taken."""
+        self._client(client_id)
+        seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
+        if seg is None:
+            raise NotFoundError(f"client {client_id} has no disk mounted")
+        taken = restore.restore_disk(self, seg, records)
+        if last:
+            self.disk.disk_space.end_restore(seg)
+        return taken
+
+    def drop_client(self, client_id: str) -> None:
+        client = self.clients.pop(client_id, None)
+        if client is None:
+            return
+        if client.node_id and self._by_node.get(client.node_id) == client_id:
+            del self._by_node[client.node_id]
+        for seg_id in list(client.segments):
+            seg = self.segments.get(seg_id)
+            if seg is not None:
+                self._drop_segment(seg)
+        for meta in [m for m in self._pending.values() if m.writer == client_id]:
+            self._delete(meta)
+        self._pending.forget(client_id)
+        self.disk.drop_client(client_id)
+        self.space.holds.drop_client(client_id)
+        self.space.polls.forget(client_id)
+
+    def _drop_segment(self, seg: Segment) -> None:
+        """Every replica on the segment disappears; objects left without a replica disappear too."""
+        self.replicator.drop_segment(seg)
+        for key in self.space.unmount(seg):
+            meta = self.objects.get(key)
+            if meta is None:
+                continue
+            self.ledger.drop_replicas(key, [r for r in meta.replicas if r.segment is seg])
+            if not meta.replicas and meta.disk is None:
+                self._delete(meta)
+            elif not meta.replicas:
+                self.policy.on_remove(key)  # on disk only now
+        client = self.clients.get(seg.client_id)
+        if client:
+            client.segments.discard(seg.id)

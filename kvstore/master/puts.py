@@ -1,0 +1,191 @@
+"""Two-phase puts: start (check limits, place the replicas, evicting for room; tell the nodes while the
+client writes), end (commit a batch in one ledger record) or revoke."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    NoSpaceError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectExistsError,
+    TooManyPutsError,
+)
+from kvstore.master.changes import PutsCommitted
+from kvstore.master.model import ObjectMeta, Replica
+from kvstore.master.removal import Removal
+from kvstore.master.victims import RoomComing
+
+
+class Puts(Removal):  # puts evict for room
+    def start_puts(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> None:
+        """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
+        replicas, None (already stored), or its error: one bad item fails alone. Raises RoomComing at an
+        item that waits for room (those before it are in `out`: call again to go on from it)."""
+        self._client(client_id)  # only registered clients may write: the request fails, not each item
+        for key, size, checksum in items[len(out) :]:
+            try:
+                out.append(
+                    self.put_start(client_id, key, size, checksum, replicas, pin, min_replicas, wait_for_room)
+                )
+            except KVStoreError as exc:
+                out.append(exc)
+
+    def put_start(
+        self,
+        client_id: str,
+        key: str,
+        size: int,
+        checksum: int,
+        replicas: int,
+        pin: bool,
+        min_replicas: int = 0,
+        wait_for_room: bool = False,
+    ) -> list[Replica] | None:
+        """Allocates replicas for a new object; None when the same bytes are already stored. With
+        `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
+        usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
+        (nothing placed) rather than evict for room that is on its way. The nodes are told of the
+        replicas at once, while the client writes them (kvstore.master.holds)."""
+        self._client(client_id)
+        if not 1 <= replicas <= self.config.max_replicas:
+            raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
+        existing = self.objects.get(key)
+        if existing is None and self.space.fences.fencing(key):
+            raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
+        if existing is not None:
+            if not existing.complete:
+                raise ObjectBusyError(f"a put of {key!r} is in progress")
+            if existing.size == size and existing.checksum == checksum:
+                self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
+                return None  # same key, same bytes: nothing to write
+            raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
+        asked = replicas
+        if 0 < min_replicas < replicas:
+            replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
+        self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
+        placed = self._place(key, size, replicas, wait_for_room)
+        now = self.clock()
+        meta = ObjectMeta(
+            key,
+            size,
+            checksum,
+            placed,
+            client_id,
+            pinned=pin,
+            put_deadline=now + self.config.put_timeout,
+            last_access=now,
+            base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
+        )
+        self.ledger.start(meta)  # PutStarted
+        self._pending.add(meta)
+        meta.hold_seq = self.space.holds.hold_all(meta, placed)  # told while the client writes
+        return placed
+
+    def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
+        """Makes the put visible (NotFoundError when no put of it by this client is in progress)."""
+        (error,) = self.put_end_many(client_id, [key], plan)
+        if error is not None:
+            raise error
+
+    def put_end_many(self, client_id: str, keys: list[str], plan: bool = True) -> list[NotFoundError | None]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress)."""
+        return self.commit_puts(client_id, keys, plan)[0]
+
+    def commit_puts(
+        self, client_id: str, keys: list[str], plan: bool = True
+    ) -> tuple[list[NotFoundError | None], dict[str, int]]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress).
+        The ledger commits them in one batch. Also returns, per node of their replicas, the hold its
+        acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
+        them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
+        part of memory)."""
+        pending = self._pending
+        errors: list[NotFoundError | None] = []
+        commits: list[str] = []
+        marks: dict[str, int] = {}
+        policy, counters, touched = self.policy, self.counters, self.replicator.touched
+        for key in keys:
+            meta = pending.get(key)
+            if meta is None or meta.writer != client_id:
+                errors.append(NotFoundError(f"no put of {key!r} in progress by this client"))
+                continue
+            errors.append(None)
+            commits.append(key)
+            pending.pop(key)
+            seq = meta.hold_seq
+            for replica in meta.replicas:
+                node = replica.segment.client_id
+                if marks.get(node, 0) < seq:
+                    marks[node] = seq
+            if len(meta.replicas) < meta.base_replicas:
+                touched.add(key)  # degraded: the next plan adds copies where room appears
+            policy.on_insert(key, meta.size)
+            counters.puts += 1
+            counters.put_bytes += meta.size
+        if commits:
+            self.ledger.apply([PutsCommitted(commits)])
+        if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
+            self.plan_demotions()
+        return errors, marks
+
+    def put_revoke(self, client_id: str, key: str) -> None:
+        self._delete(self._pending_put(client_id, key))
+
+    def _check_put_limits(self, client_id: str, nbytes: int) -> None:
+        """TooManyPutsError when this client's puts in progress are at its limits: objects (at most half
+        of all fence slots, whatever the setting) or bytes (a client with none in progress may always
+        start one, however large, so every put can make progress)."""
+        objects, held = self._pending.held(client_id)
+        if objects == 0:
+            return
+        space = self.space
+        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
+        most_bytes = self.config.client_put_bytes or space.capacity // 2
+        if objects < most_objects and held + nbytes <= most_bytes:
+            return
+        if objects >= most_objects:
+            raise TooManyPutsError(
+                f"this client has {objects} puts in progress, its limit; end or revoke some first"
+            )
+        if held + nbytes > most_bytes:
+            raise TooManyPutsError(
+                f"this client's puts in progress hold {held} bytes; {nbytes} more would pass its limit of "
+                f"{most_bytes}: end or revoke some first"
+            )
+
+    def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
+        meta = self._pending.get(key)
+        if meta is None or meta.writer != client_id:
+            raise NotFoundError(f"no put of {key!r} in progress by this client")
+        return meta
+
+    def _place(self, key: str, size: int, replicas: int, wait_for_room: bool = False) -> list[Replica]:
+        """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space.
+        A segment with free bytes but no free allocation slot gets slots back when its node acknowledges
+        the fences of freed allocations: evicting more would not help sooner, so (with `wait_for_room`)
+        the put waits for that instead."""
+        self.space.check_fits(size, replicas)
+        while True:
+            placed = self.space.place(key, size, replicas)
+            if placed is not None:
+                return placed
+            if wait_for_room:
+                nodes = self.space.awaiting_slots(size)
+                if nodes:
+                    raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
+            if not self._evict_one(wait_for_room=wait_for_room):
+                raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")

@@ -1,0 +1,90 @@
+"""Removing objects and evicting them: removals (a leased object only when forced), a reader's report
+of a corrupt replica, and eviction in the order the planner proposes (kvstore.master.victims), down to
+the low watermark or for room a put needs."""
+
+from __future__ import annotations
+
+from kvstore.errors import ObjectBusyError, ObjectNotFoundError
+from kvstore.master.changes import ReplicaDropped
+from kvstore.master.state_core import StateCore
+from kvstore.master.victims import RoomComing
+
+
+class Removal(StateCore):
+    def remove(self, key: str, force: bool = False) -> None:
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete:
+            raise ObjectNotFoundError(f"no object {key!r}")
+        if not force and meta.lease_until > self.clock():
+            raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
+        self._delete(meta)
+
+    def remove_all(self, force: bool = False) -> list[str]:
+        """Removes every finished object (leased ones only with `force`); returns their keys."""
+        now = self.clock()
+        doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
+        for meta in doomed:
+            self._delete(meta)
+        return [m.key for m in doomed]
+
+    def report_corrupt(self, key: str, engine: str, region_id: int, offset: int, checksum: int) -> None:
+        """A reader's checksum failed on this replica: it is dropped (the object goes with its last
+        replica) and the object is planned for re-replication up to the count it was put with. Ignored
+        unless the reader expected this object's checksum (its location may be stale)."""
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete or meta.checksum != checksum:
+            return
+        for replica in meta.replicas:
+            seg = replica.segment
+            if (seg.engine, seg.region_id, replica.offset) == (engine, region_id, offset):
+                break
+        else:
+            return  # already dropped, or a stale location
+        self.ledger.apply([ReplicaDropped(key, replica)])
+        self.space.free(key, replica, read_until=meta.lease_until)
+        self.counters.corrupt_replicas += 1
+        if not meta.replicas:
+            self._delete(meta)
+        else:
+            self.replicator.touched.add(key)
+
+    def _evict_one(
+        self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_room: bool = False
+    ) -> bool:
+        """Evicts the object the planner proposes (kvstore.master.victims: its arguments); False when
+        nothing may go. One with a disk record loses only its memory replicas and stays readable."""
+        victim = self.victims.choose(leased_too, disk_backed_only, wait_for_room)
+        if victim is None:
+            return False
+        self.counters.evictions += 1
+        self.counters.evicted_bytes += victim.size
+        if victim.disk is None:
+            self._delete(victim)
+            return True
+        # Its memory replicas go, fenced like a removal's.
+        self.counters.evictions_to_disk += 1
+        self.disk.forget(victim.key)  # a load or demotion of it in flight is moot now
+        self.replicator.forget(victim.key)
+        dropped = list(victim.replicas)
+        self.ledger.drop_replicas(victim.key, dropped)
+        for r in dropped:
+            self.space.free(victim.key, r, read_until=victim.lease_until)
+        self.policy.on_remove(victim.key)
+        return True
+
+    def evict_to_watermark(self) -> int:
+        """Above the high watermark, evicts down to the low one. With a working disk tier only objects
+        that have disk records go (nothing is lost to make room ahead of need: the next tick goes on once
+        demotion gave more of them records). Returns the number evicted."""
+        if self.usage() <= self.config.high_watermark:
+            return 0
+        disk_backed_only = self.disk.working()
+        evicted = 0
+        try:
+            while self.usage() > self.config.low_watermark and self._evict_one(
+                leased_too=False, disk_backed_only=disk_backed_only, wait_for_room=True
+            ):
+                evicted += 1
+        except RoomComing:
+            pass
+        return evicted

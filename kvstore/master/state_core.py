@@ -1,0 +1,111 @@
+"""The master state's tables and the primitives every job on them shares: who is registered, which
+replicas a reader is offered, and deleting an object (kvstore.master.state puts the jobs together).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from kvstore.config.master import MasterConfig
+from kvstore.errors import NotFoundError
+from kvstore.master.changes import ObjectDropped, ReplicaAdded
+from kvstore.master.disk_tier import DiskTier
+from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.fences import FenceBook
+from kvstore.master.ledger import Ledger
+from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.node_polls import NodePolls
+from kvstore.master.pending import PutsInProgress
+from kvstore.master.placement import SegmentSpace
+from kvstore.master.replication import Replicator
+from kvstore.master.victims import VictimPlanner
+
+
+class StateCore:
+    def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.policy: EvictionPolicy = make_policy(config.eviction_policy)
+        polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
+        # The one writer of the segment, object, space and fence tables (kvstore.master.ledger).
+        self.ledger = Ledger(FenceBook(clock, polls.wake))
+        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls)  # space in segments
+        self.clients: dict[str, Client] = {}
+        self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
+        self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
+        self.ledger.watch(ReplicaAdded, self._hold_added)
+        self.replicator = Replicator(config, clock, self.space, self.ledger)
+        self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
+        self.disk.on_lost = self._delete
+        self.victims = VictimPlanner(
+            self.objects, self.policy, self.disk, clock, lambda urgent: self.plan_demotions(urgent)
+        )
+        # Puts started and not ended: expiry checks these every tick, not every object.
+        self._pending = PutsInProgress()
+        self.counters = Counters()
+
+    @property
+    def segments(self) -> Mapping[int, Segment]:
+        return self.space.segments
+
+    def _hold_added(self, records: list[ReplicaAdded]) -> None:
+        """A copy that landed is told to its node (kvstore.master.holds; a put's replicas are told as
+        they are placed)."""
+        for r in records:
+            meta = self.objects[r.key]
+            if meta.complete:
+                self.space.holds.hold(meta, r.replica)
+
+    def check_client(self, client_id: str) -> None:
+        """NotFoundError unless the client is registered (it must register again after a restart)."""
+        self._client(client_id)
+
+    def _client(self, client_id: str) -> Client:
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFoundError(f"unknown client {client_id}; register first")
+        return client
+
+    def offered(self, meta: ObjectMeta) -> list[Replica]:
+        """The replicas a reader is given: those on segments not suspected unreachable."""
+        if not self.space.any_suspect():
+            return meta.replicas
+        return [r for r in meta.replicas if r.segment.usable]
+
+    def exists(self, key: str) -> bool:
+        """Stored, and readable: at least one replica is not on a segment suspected unreachable."""
+        meta = self.objects.get(key)
+        return meta is not None and meta.complete and (bool(self.offered(meta)) or meta.disk is not None)
+
+    def _delete(self, meta: ObjectMeta) -> None:
+        # An unfinished put's writer may still be writing; a finished object's readers may hold its
+        # locations while their lease lasts. Either way the node fences the allocations off first.
+        writing = not meta.complete
+        read_until = meta.lease_until if meta.complete else 0.0
+        for r in meta.replicas:
+            self.space.free(meta.key, r, writing=writing, read_until=read_until)
+        self.disk.drop_record(meta)
+        if self.objects.get(meta.key) is meta:
+            self.ledger.apply([ObjectDropped(meta.key)])
+        self._pending.pop(meta.key)
+        self.policy.on_remove(meta.key)
+        self.replicator.forget(meta.key)
+        self.disk.forget(meta.key)
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of all mounted segments."""
+        return self.space.capacity
+
+    @property
+    def used(self) -> int:
+        """Bytes allocated in all segments."""
+        return self.space.used
+
+    def usage(self) -> float:
+        return self.used / self.capacity if self.capacity else 0.0
+
+    def plan_demotions(self, urgent: bool = False) -> None:
+        """Gives disk records to the objects eviction would take next (kvstore.master.disk_tier)."""
+        self.disk.plan(self.usage(), self.capacity, self.policy.candidates, urgent)
