@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 
 from kvstore.config.master import MasterConfig
 from kvstore.master.changes import DiskRecordDropped, DiskRecordSet, ReplicaAdded
+from kvstore.master.disk_space import DiskSpace
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import Ledger
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
-from kvstore.master.placement import DiskSpace, SegmentSpace, placement_of
+from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages as m
-from kvstore.rpc.disk_record import record_bytes
 
 
 @dataclass
@@ -67,8 +67,8 @@ class DiskTier:
         self.ledger = ledger  # the one writer of the objects' records and replicas
         self.objects: Mapping[str, ObjectMeta] = ledger.objects
         self.memory_policy = memory_policy
-        self.policy: EvictionPolicy = make_policy(config.eviction_policy)  # disk records, same kind
-        self.disk_space = DiskSpace(ledger)
+        self.disk_space = DiskSpace(ledger, make_policy(config.eviction_policy))  # records: same kind
+        self.policy = self.disk_space.policy
         self.segments = self.disk_space.segments  # read-only here: the ledger writes it
         self.tasks: dict[int, DiskTask] = {}
         self._by_key: dict[str, DiskTask] = {}  # at most one task per object
@@ -182,17 +182,9 @@ class DiskTier:
         return disk.segment.client_id
 
     def _place(self, key: str, size: int, exclude: Collection[int]) -> DiskReplica | None:
-        need = record_bytes(size)
-        order = sorted(
-            (
-                s
-                for s in self.segments.values()
-                if s.id not in exclude and s.size >= need and not s.degraded and not s.restoring
-            ),
-            key=lambda s: -s.allocator.largest_free,
-        )
-        for seg in order:
-            while (record := self.disk_space.allocate(seg, key, need)) is None:
+        space = self.disk_space
+        for seg in space.candidates(size, exclude):
+            while (record := space.take(seg, key, size)) is None:
                 if not self._evict_from(seg):
                     break
             if record is not None:
@@ -370,7 +362,7 @@ class DiskTier:
                 self.load_failures += 1
                 # The node reported (or the task timed out): it may still be copying, so the space waits
                 # for its fence either way.
-                self.space.free(task.key, task.memory, writing=True)
+                self.space.free(task.key, task.memory, hold=True)
         for waiter in task.waiters:
             waiter()
 

@@ -7,16 +7,18 @@ index itself."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
 from kvstore.master.changes import SegmentDropped, SegmentMounted
+from kvstore.master.eviction import EvictionPolicy
 from kvstore.master.holds import HoldBook
 from kvstore.master.ledger import Ledger
-from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.locations import memory_location
+from kvstore.master.model import Replica, Segment
 from kvstore.master.node_polls import NodePolls
 from kvstore.rpc import messages as m
-from kvstore.rpc.disk_record import PAGE
 
 
 def placement_of(replica: Replica) -> m.Placement:
@@ -26,10 +28,22 @@ def placement_of(replica: Replica) -> m.Placement:
 
 
 class SegmentSpace:
-    def __init__(self, alignment: int, clock: Callable[[], float], ledger: Ledger, polls: NodePolls) -> None:
+    """The memory tier (kvstore.master.tiers.TierSpace)."""
+
+    tier, name = m.MEMORY, "memory"
+
+    def __init__(
+        self,
+        alignment: int,
+        clock: Callable[[], float],
+        ledger: Ledger,
+        polls: NodePolls,
+        policy: EvictionPolicy,
+    ) -> None:
         """`ledger`: the master state's, which records and carves; `polls`: each node's one work poll
-        (whoever queues work for a node wakes it)."""
+        (whoever queues work for a node wakes it); `policy`: the order memory replicas are evicted in."""
         self.alignment = alignment
+        self.policy = policy
         self.ledger = ledger
         self.polls = polls
         self.fences = ledger.fences  # read here; issued and acknowledged by the ledger
@@ -84,6 +98,9 @@ class SegmentSpace:
     def end_restore(self, segment: Segment) -> None:
         """Its node named everything it holds: the slots it did not name are free, and placing begins."""
         self.ledger.end_restore(segment)
+
+    def mounted(self, segment: Segment) -> bool:
+        return self.segments.get(segment.id) is segment
 
     def unmount(self, segment: Segment) -> list[str]:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
@@ -158,6 +175,24 @@ class SegmentSpace:
         unreachable), on hosts other than
         `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
         when they do not fit now (the caller may evict and try again)."""
+        if count == 1 and not spread_from:  # the usual put: the emptiest segment, no sort
+            fits = [
+                (free, s)
+                for s in self.segments.values()
+                if s.placeable
+                and s.id not in exclude
+                and s.has_slot
+                and (free := s.allocator.largest_free) >= size
+            ]
+            chosen = [max(fits, key=_first)[1]] if fits else None
+        else:
+            chosen = self._spread(self.candidates(size, exclude), count, spread_from)
+        if chosen is None:
+            return None
+        take = self.ledger.take  # largest_free and has_slot were checked above
+        return [take(seg, key, size) for seg in chosen]
+
+    def candidates(self, size: int, exclude: Collection[int] = ()) -> list[Segment]:
         fits = [
             (free, s)
             for s in self.segments.values()
@@ -166,15 +201,12 @@ class SegmentSpace:
             and s.has_slot
             and (free := s.allocator.largest_free) >= size
         ]
-        chosen: list[Segment] | None
-        if count == 1 and not spread_from:  # the usual put: the emptiest segment, no sort
-            chosen = [max(fits, key=_first)[1]] if fits else None
-        else:
-            chosen = self._spread([s for _, s in sorted(fits, key=_first, reverse=True)], count, spread_from)
-        if chosen is None:
+        return [s for _, s in sorted(fits, key=_first, reverse=True)]
+
+    def take(self, segment: Segment, key: str, size: int) -> Replica | None:
+        if not segment.has_slot or segment.allocator.largest_free < size or not self.mounted(segment):
             return None
-        take = self.ledger.take  # largest_free and has_slot were checked above
-        return [take(seg, key, size) for seg in chosen]
+        return self.ledger.take(segment, key, size)
 
     @staticmethod
     def _spread(order: list[Segment], count: int, spread_from: Collection[str]) -> list[Segment] | None:
@@ -191,13 +223,30 @@ class SegmentSpace:
                 hosts.add(seg.host_id)
         return chosen if len(chosen) == count else None
 
-    def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
-        """Gives a replica's allocation back and has its node fence it off (Ledger.free says how `writing`
-        and `read_until` hold it meanwhile). A hold of it not yet sent is not sent: a node never learns of
-        a replica after its kill."""
-        seg = replica.segment
-        self.holds.cancel(seg.client_id, seg.region_id, replica.slot, replica.gen)
-        self.ledger.free(key, replica, writing=writing, read_until=read_until)
+    def free(self, key: str, copy: Replica, *, hold: bool = False, read_until: float = 0.0) -> None:
+        """Gives a replica's allocation back and has its node fence it off (Ledger.free: `hold` keeps its
+        space until the node acknowledges, for a writer that may be late; `read_until` keeps the key
+        fencing while readers may hold its location). A hold of it not yet sent is not sent: a node never
+        learns of a replica after its kill."""
+        seg = copy.segment
+        self.holds.cancel(seg.client_id, seg.region_id, copy.slot, copy.gen)
+        self.ledger.free(key, copy, writing=hold, read_until=read_until)
+
+    def location(self, copy: Replica, local: bool = False) -> m.Location:
+        return memory_location(copy)
+
+    def describe(self, segment: Segment) -> dict[str, Any]:
+        health = "restoring" if segment.restoring is not None else "ok" if segment.usable else "suspect"
+        return {
+            "tier": self.name,
+            "id": segment.id,
+            "engine": segment.engine,
+            "region": segment.region_id,
+            "size": segment.size,
+            "used": segment.allocator.used,
+            "objects": len(segment.objects),
+            "health": health,
+        }
 
     def acknowledge(self, client_id: str, kill_ids: list[int]) -> None:
         """A node applied these kills (Ledger.acknowledge); puts waiting for its slots go on."""
@@ -226,77 +275,6 @@ class SegmentSpace:
     @property
     def used(self) -> int:
         """Bytes allocated in all segments (the allocators are the one record of it)."""
-        return sum(s.allocator.used for s in self.segments.values())
-
-
-class DiskSpace:
-    """Disk segments' space, as SegmentSpace is memory's (records are 4 KiB aligned for direct I/O; only
-    a segment's own node reads and writes it, so no fences)."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        self.segments: Mapping[int, DiskSegment] = ledger.disks  # written by the ledger only
-        self._next = 1
-
-    def mount(
-        self,
-        client_id: str,
-        host_id: str,
-        size: int,
-        path: str = "",
-        engine: str = "",
-        file_region: int = 0,
-        restoring: bool = False,
-    ) -> DiskSegment:
-        if any(s.client_id == client_id for s in self.segments.values()):
-            raise InvalidArgumentError(f"client {client_id} already mounted a disk")
-        seg = DiskSegment(
-            self._next,
-            client_id,
-            host_id,
-            size,
-            OffsetAllocator(size, PAGE),
-            path=path,
-            engine=engine,
-            file_region=file_region,
-            restoring=restoring,
-        )
-        self._next += 1
-        self.ledger.apply([SegmentMounted(seg)])
-        return seg
-
-    def unmount(self, segment: DiskSegment) -> None:
-        self.ledger.apply([SegmentDropped(segment)])
-
-    def end_restore(self, segment: DiskSegment) -> None:
-        """Its node offered back everything it holds: records may be placed on it."""
-        self.ledger.end_restore(segment)
-
-    def mounted(self, segment: DiskSegment) -> bool:
-        return self.segments.get(segment.id) is segment
-
-    def allocate(self, segment: DiskSegment, key: str, nbytes: int) -> DiskReplica | None:
-        return self.ledger.take_disk(segment, key, nbytes)
-
-    def reserve(self, segment: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
-        """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if
-        that space is not free."""
-        return self.ledger.take_back_disk(segment, key, offset, nbytes)
-
-    def free(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
-        """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
-        land there: release() it once that cannot happen)."""
-        self.ledger.free_disk(key, record, hold=hold)
-
-    def release(self, record: DiskReplica) -> None:
-        self.ledger.release_disk(record)
-
-    @property
-    def capacity(self) -> int:
-        return sum(s.size for s in self.segments.values())
-
-    @property
-    def used(self) -> int:
         return sum(s.allocator.used for s in self.segments.values())
 
 

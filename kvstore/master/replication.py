@@ -154,7 +154,7 @@ class Replicator:
     def _free(self, task: CopyTask, writing: bool = True) -> None:
         """Frees a copy's destination; unless its copier reported it over, the copier may still be
         writing there, so the space waits for the node's fence."""
-        self.space.free(task.key, task.dest, writing=writing)
+        self.space.free(task.key, task.dest, hold=writing)
 
     # -- clients --------------------------------------------------------------------------------------
     def tasks_for(self, client_id: str, limit: int = 1 << 30) -> list[messages.CopyTask]:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.changes import DiskRecordSet, ObjectRestored, ReplicaRestored
 from kvstore.master.model import DiskSegment, ObjectMeta, Segment
-from kvstore.rpc.disk_record import record_bytes
 
 if TYPE_CHECKING:
     from kvstore.master.state_core import StateCore
@@ -83,7 +82,7 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
             not known.complete or known.disk is not None or (known.size, known.checksum) != (size, checksum)
         ):
             continue  # another value of the key, or one with its own record
-        record = disk.disk_space.reserve(seg, key, offset, record_bytes(size))
+        record = disk.disk_space.take_back(seg, key, offset, size)
         if record is None:
             continue
         if known is not None:  # still in memory elsewhere: the record is its disk copy again

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import NotFoundError
@@ -19,6 +20,7 @@ from kvstore.master.node_polls import NodePolls
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
+from kvstore.master.tiers import TierSpace
 from kvstore.master.victims import VictimPlanner
 
 
@@ -26,17 +28,20 @@ class StateCore:
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clock = clock
-        self.policy: EvictionPolicy = make_policy(config.eviction_policy)
         polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         # The one writer of the segment, object, space and fence tables (kvstore.master.ledger).
         self.ledger = Ledger(FenceBook(clock, polls.wake))
-        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls)  # space in segments
+        memory_order = make_policy(config.eviction_policy)
+        self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)
+        self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
+        # Every tier's space, one interface (kvstore.master.tiers): memory, then disk.
+        self.tiers: tuple[TierSpace[Any, Any], ...] = (self.space, self.disk.disk_space)
         self.disk.on_lost = self._delete
         self.victims = VictimPlanner(
             self.objects, self.policy, self.disk, clock, lambda urgent: self.plan_demotions(urgent)
@@ -84,7 +89,7 @@ class StateCore:
         writing = not meta.complete
         read_until = meta.lease_until if meta.complete else 0.0
         for r in meta.replicas:
-            self.space.free(meta.key, r, writing=writing, read_until=read_until)
+            self.space.free(meta.key, r, hold=writing, read_until=read_until)
         self.disk.drop_record(meta)
         if self.objects.get(meta.key) is meta:
             self.ledger.apply([ObjectDropped(meta.key)])

@@ -42,39 +42,12 @@ def cluster_status(state: MasterState, rates: RateWindow, address: str, started:
     stats = state.stats()
     nodes = []
     for client in state.clients.values():
-        segments = []
-        for seg_id in sorted(client.segments):
-            seg = state.space.segments.get(seg_id)
-            if seg is None:
-                continue
-            health = "restoring" if seg.restoring is not None else "ok" if seg.usable else "suspect"
-            segments.append(
-                {
-                    "tier": "memory",
-                    "id": seg.id,
-                    "engine": seg.engine,
-                    "region": seg.region_id,
-                    "size": seg.size,
-                    "used": seg.allocator.used,
-                    "objects": len(seg.objects),
-                    "health": health,
-                }
-            )
-        for disk in state.disk.segments.values():
-            if disk.client_id == client.id:
-                segments.append(
-                    {
-                        "tier": "disk",
-                        "id": disk.id,
-                        "engine": disk.engine,
-                        "path": disk.path,
-                        "size": disk.size,
-                        "used": disk.allocator.used,
-                        "objects": len(disk.objects),
-                        "health": "degraded" if disk.degraded else "ok",
-                        "degraded": disk.degraded,
-                    }
-                )
+        segments = [
+            space.describe(seg)
+            for space in state.tiers
+            for seg in sorted(space.segments.values(), key=lambda s: s.id)
+            if seg.client_id == client.id
+        ]
         if not segments and not client.node_id:
             continue  # a plain client
         nodes.append(
