@@ -34,6 +34,7 @@ from kvstore.master.changes import (
 from kvstore.master.fences import FenceBook
 from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
 from kvstore.rpc.disk_record import PAGE
+from kvstore.rpc.records import MEMORY
 
 
 class Ledger:
@@ -93,7 +94,7 @@ class Ledger:
             self.objects[meta.key] = meta
 
     def _segment_mounted(self, r: SegmentMounted) -> None:
-        table: dict[int, Any] = self.segments if isinstance(r.segment, Segment) else self.disks
+        table: dict[int, Any] = self.segments if r.segment.tier == MEMORY else self.disks
         if r.segment.id in table:
             raise ValueError(f"segment {r.segment.id} is mounted already")
         table[r.segment.id] = r.segment

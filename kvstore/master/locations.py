@@ -10,7 +10,7 @@ from kvstore.rpc.disk_record import data_offset
 def memory_location(replica: Replica) -> m.Location:
     seg = replica.segment
     return m.Location(
-        m.MEMORY, seg.host_id, seg.engine, seg.region_id, replica.offset, replica.slot, replica.gen
+        replica.tier, seg.host_id, seg.engine, seg.region_id, replica.offset, replica.slot, replica.gen
     )
 
 
@@ -20,5 +20,5 @@ def disk_location(record: DiskReplica, on_its_host: bool) -> m.Location:
     seg = record.segment
     at = data_offset(record.offset)
     if on_its_host:
-        return m.Location(m.DISK, seg.host_id, "", 0, at, 0, 0, seg.path)
-    return m.Location(m.DISK, seg.host_id, seg.engine, seg.file_region, at, 0, 0)
+        return m.Location(record.tier, seg.host_id, "", 0, at, 0, 0, seg.path)
+    return m.Location(record.tier, seg.host_id, seg.engine, seg.file_region, at, 0, 0)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from kvstore.allocator import OffsetAllocator
+from kvstore.rpc.records import DISK, MEMORY
 
 
 @dataclass
 class Segment:
+    tier: ClassVar[int] = MEMORY
     id: int
     client_id: str
     engine: str  # the node's transfer engine, "host:port"
@@ -39,6 +42,9 @@ class Segment:
 
 @dataclass
 class Replica:
+    """A copy of an object in a memory segment: an allocation, fenced by (slot, gen)."""
+
+    tier: ClassVar[int] = MEMORY
     segment: Segment
     offset: int
     slot: int  # in the node's fence table (kvstore.master.fences)
@@ -49,6 +55,7 @@ class Replica:
 class DiskSegment:
     """A node's disk file, as the master carves it (only that node reads and writes it)."""
 
+    tier: ClassVar[int] = DISK
     id: int
     client_id: str
     host_id: str
@@ -64,6 +71,9 @@ class DiskSegment:
 
 @dataclass
 class DiskReplica:
+    """A copy of an object on a node's disk: a record."""
+
+    tier: ClassVar[int] = DISK
     segment: DiskSegment
     offset: int  # of the record: a header page, then the object's bytes
 
