@@ -27,10 +27,11 @@ class SegmentDropped(NamedTuple):
     segment: Segment | DiskSegment
 
 
-class PutStarted(NamedTuple):
-    """A put placed its replicas; the object is invisible until PutsCommitted."""
+class PutsStarted(NamedTuple):
+    """Puts placed their replicas, a batch of them (one record per PutStart request); each object is
+    invisible until PutsCommitted."""
 
-    meta: ObjectMeta
+    metas: list[ObjectMeta]
 
 
 class PutsCommitted(NamedTuple):
@@ -122,7 +123,7 @@ class FencesAcknowledged(NamedTuple):
 Record = (
     SegmentMounted
     | SegmentDropped
-    | PutStarted
+    | PutsStarted
     | PutsCommitted
     | ObjectDropped
     | ReplicaAdded

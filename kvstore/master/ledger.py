@@ -19,7 +19,7 @@ from kvstore.master.changes import (
     ObjectDropped,
     ObjectRestored,
     PutsCommitted,
-    PutStarted,
+    PutsStarted,
     Record,
     ReplicaAdded,
     ReplicaDropped,
@@ -51,7 +51,7 @@ class Ledger:
         self._appliers: dict[type, Callable[[Any], None]] = {
             SegmentMounted: self._segment_mounted,
             SegmentDropped: self._segment_dropped,
-            PutStarted: self._put_started,
+            PutsStarted: self._puts_started,
             ObjectRestored: self._object_restored,
             PutsCommitted: self._puts_committed,
             ObjectDropped: self._object_dropped,
@@ -85,14 +85,6 @@ class Ledger:
         for watcher in self._watchers.get(type(records[0]), ()):
             watcher(records)
 
-    def start(self, meta: ObjectMeta) -> None:
-        """apply([PutStarted(meta)]), the record built only when someone watches for it (the put path
-        starts one object at a time)."""
-        if PutStarted in self._watchers:
-            self.apply([PutStarted(meta)])
-        else:
-            self.objects[meta.key] = meta
-
     def _segment_mounted(self, r: SegmentMounted) -> None:
         table: dict[int, Any] = self.segments if r.segment.tier == MEMORY else self.disks
         if r.segment.id in table:
@@ -118,8 +110,10 @@ class Ledger:
         seg.next_slot = max(taken, default=-1) + 1
         seg.free_slots = [s for s in range(seg.next_slot - 1, -1, -1) if s not in taken]
 
-    def _put_started(self, r: PutStarted) -> None:
-        self.objects[r.meta.key] = r.meta
+    def _puts_started(self, r: PutsStarted) -> None:
+        objects = self.objects
+        for meta in r.metas:
+            objects[meta.key] = meta
 
     def _object_restored(self, r: ObjectRestored) -> None:
         self.objects[r.meta.key] = r.meta

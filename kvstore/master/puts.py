@@ -15,7 +15,7 @@ from kvstore.errors import (
     ObjectExistsError,
     TooManyPutsError,
 )
-from kvstore.master.changes import PutsCommitted
+from kvstore.master.changes import PutsCommitted, PutsStarted
 from kvstore.master.model import ObjectMeta, Replica
 from kvstore.master.removal import Removal
 from kvstore.master.victims import RoomComing
@@ -33,16 +33,21 @@ class Puts(Removal):  # puts evict for room
         out: list[list[Replica] | KVStoreError | None],
     ) -> None:
         """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
-        replicas, None (already stored), or its error: one bad item fails alone. Raises RoomComing at an
-        item that waits for room (those before it are in `out`: call again to go on from it)."""
+        replicas, None (already stored), or its error: one bad item fails alone. The ledger records the
+        started ones in one batch. Raises RoomComing at an item that waits for room (those before it are
+        in `out` and recorded: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write: the request fails, not each item
-        for key, size, checksum in items[len(out) :]:
-            try:
-                out.append(
-                    self.put_start(client_id, key, size, checksum, replicas, pin, min_replicas, wait_for_room)
-                )
-            except KVStoreError as exc:
-                out.append(exc)
+        started: dict[str, ObjectMeta] = {}
+        start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
+        try:
+            for key, size, checksum in items[len(out) :]:
+                try:
+                    out.append(start(key, size, checksum))
+                except KVStoreError as exc:
+                    out.append(exc)
+        finally:
+            if started:
+                self.ledger.apply([PutsStarted(list(started.values()))])
 
     def put_start(
         self,
@@ -60,10 +65,29 @@ class Puts(Removal):  # puts evict for room
         usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
         (nothing placed) rather than evict for room that is on its way. The nodes are told of the
         replicas at once, while the client writes them (kvstore.master.holds)."""
-        self._client(client_id)
+        out: list[list[Replica] | KVStoreError | None] = []
+        self.start_puts(client_id, [(key, size, checksum)], replicas, pin, min_replicas, wait_for_room, out)
+        (placed,) = out
+        if isinstance(placed, KVStoreError):
+            raise placed
+        return placed
+
+    def _start(
+        self,
+        client_id: str,
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        started: dict[str, ObjectMeta],
+        key: str,
+        size: int,
+        checksum: int,
+    ) -> list[Replica] | None:
+        """put_start's body; the object goes into `started` (recorded by the caller, in one batch)."""
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
-        existing = self.objects.get(key)
+        existing = self.objects.get(key) or started.get(key)
         if existing is None and self.space.fences.fencing(key):
             raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
         if existing is not None:
@@ -90,7 +114,7 @@ class Puts(Removal):  # puts evict for room
             last_access=now,
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
-        self.ledger.start(meta)  # PutStarted
+        started[key] = meta
         self._pending.add(meta)
         meta.hold_seq = self.space.holds.hold_all(meta, placed)  # told while the client writes
         return placed

@@ -36,10 +36,11 @@ class Journal:
     def see(self, records: list[Any]) -> None:
         for r in records:
             kind = type(r)
-            if kind in (c.PutStarted, c.ObjectRestored):
+            if kind is c.PutsStarted:
+                self.objects.update(meta.key for meta in r.metas)
+            elif kind is c.ObjectRestored:
                 self.objects.add(r.meta.key)
-                if kind is c.ObjectRestored:
-                    self.committed.add(r.meta.key)
+                self.committed.add(r.meta.key)
             elif kind is c.PutsCommitted:
                 self.committed.update(r.keys)
             elif kind is c.ObjectDropped:
@@ -69,7 +70,7 @@ class Journal:
 def _watched(state: MasterState) -> Journal:
     journal = Journal()
     for kind in (
-        c.PutStarted,
+        c.PutsStarted,
         c.PutsCommitted,
         c.ObjectDropped,
         c.ObjectRestored,
@@ -176,3 +177,17 @@ def _disk_agrees(state: MasterState, journal: Journal) -> None:
         offsets = journal.disk[seg.id]
         assert all(seg.allocator.block_size(o) > 0 for o in offsets)
         assert sum(seg.allocator.block_size(o) for o in offsets) == seg.allocator.used
+
+
+def test_a_put_request_is_one_record_and_a_key_twice_in_it_is_busy() -> None:
+    state = MasterState(MasterConfig.load(), clock=Clock())
+    state.register_client("c0", "h0")
+    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    seen: list[c.PutsStarted] = []
+    state.ledger.watch(c.PutsStarted, seen.extend)
+    out: list = []
+    items = [("a", 4096, 1), ("b", 4096, 2), ("a", 4096, 1), ("c", 0, 3)]
+    state.start_puts("c0", items, 1, False, 0, False, out)
+    assert [type(x).__name__ for x in out] == ["list", "list", "ObjectBusyError", "InvalidArgumentError"]
+    assert [[meta.key for meta in r.metas] for r in seen] == [["a", "b"]]
+    assert state.objects["a"].replicas == out[0] and not state.objects["a"].complete
