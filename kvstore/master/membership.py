@@ -120,6 +120,7 @@ class Membership(StateCore):
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
         self.replicator.drop_segment(seg)
+        self.restored_order.pop(seg.id, None)
         for key in self.space.unmount(seg):
             meta = self.objects.get(key)
             if meta is None:

@@ -25,11 +25,14 @@ def restore_segment(
 ) -> list[int]:
     """Takes back the replicas named in `records` ([offset, slot, gen, key, size, checksum, pinned,
     replicas], newest first) on `seg`, mounted to be restored; `last` ends its restore (it is placed on
-    from then). Returns the refused slots: the node fences them off."""
+    from then, and evicted from). Returns the refused slots: the node fences them off."""
     if seg.restoring is None:
         raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
     now = state.clock()
     refused = []
+    # Memory's eviction order learns of them once the restore ends, oldest allocation first (they come
+    # newest first): the order they were put in, not the reverse, and none is evicted half-restored.
+    to_order = state.restored_order.setdefault(seg.id, [])
     for offset, slot, gen, key, size, checksum, pinned, base in records:
         known = state.objects.get(key)
         if known is None:
@@ -47,7 +50,7 @@ def restore_segment(
         state.counters.restored_replicas += 1
         if known is not None:
             if not known.replicas:
-                state.policy.on_insert(key, size)  # on disk only until now
+                to_order.append((gen, key))  # on disk only until now
             state.ledger.apply([ReplicaRestored(key, replica)])
             continue
         meta = ObjectMeta(
@@ -62,10 +65,14 @@ def restore_segment(
             base_replicas=min(base, state.config.max_replicas),
         )
         state.ledger.apply([ObjectRestored(meta)])
-        state.policy.on_insert(key, size)
+        to_order.append((gen, key))
         state.counters.restored_objects += 1
     if last:
         state.space.end_restore(seg)
+        for _, key in sorted(state.restored_order.pop(seg.id)):
+            restored = state.objects.get(key)
+            if restored is not None and restored.complete and restored.replicas:
+                state.policy.on_insert(key, restored.size)
     return refused
 
 

@@ -46,6 +46,8 @@ class StateCore:
         self.victims = VictimPlanner(
             self.objects, self.policy, self.disk, clock, lambda urgent: self.plan_demotions(urgent)
         )
+        # Per segment being restored: (generation, key) of the copies it named, for the eviction order.
+        self.restored_order: dict[int, list[tuple[int, str]]] = {}
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending = PutsInProgress()
         self.counters = Counters()

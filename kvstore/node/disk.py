@@ -34,8 +34,11 @@ PROBE_SECONDS = 1.0  # how often a degraded disk tries whether writes work again
 
 
 class DiskWorker:
-    """Mounts the disk with the master and runs its orders: demote (copy a memory replica into a
-    record) and load (copy a record into an allocation of this node's segment)."""
+    """A node's disk tier (kvstore.node.tiers.NodeTier): mounts the disk with the master, offering back
+    the records that read back intact, and runs its orders: demote (write a record from a memory
+    replica) and load (read a record into an allocation of this node's segment), each verified."""
+
+    tier, name = m.DISK, "disk"
 
     def __init__(
         self,
@@ -76,7 +79,6 @@ class DiskWorker:
             self.restored,
             self.dropped,
         )
-        session.on_rejoin(self.mount)
         self._queue: queue.Queue[tuple[list[m.DiskDrop], list[m.DiskOrder]] | None] = queue.Queue()
         work.disk = self._take  # the node's work channel brings the orders
         self._thread = threading.Thread(target=self._loop, name="kvstore-disk", daemon=True)
@@ -407,7 +409,13 @@ class DiskWorker:
         except KVStoreError as exc:
             log.warning("could not report the disk's state: %s", exc)
 
-    def close(self) -> None:
+    @property
+    def kept(self) -> int:
+        return self.restored
+
+    def close(self, forget: bool = False) -> None:
+        """Stops after the orders in flight. The records stay, `forget` or not: the master forgets them
+        when the node leaves, and a node started again on the disk offers the intact ones back."""
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=POLL_SECONDS + 5)

@@ -8,8 +8,9 @@ from kvstore.client.session import Session
 from kvstore.config import NodeConfig, StoreConfig
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
+from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.segment_memory import SegmentFiles
-from kvstore.node.storage import StorageNode, prepare_segment
+from kvstore.node.storage import StorageNode
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
 

@@ -4,13 +4,16 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from kvstore import Store
+from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
+from kvstore.master.server import Master
 from kvstore.procs import kvstore_process
 
 
@@ -63,3 +66,17 @@ def wait_for_mounts(store: Store, count: int, timeout: float = 15.0) -> None:
                 return
         assert time.monotonic() < deadline, f"{count} segments not mounted and restored in {timeout} s"
         time.sleep(0.05)
+
+
+@contextmanager
+def master_for_a_disk_node(disk: Path) -> Iterator[tuple[Master, list[str]]]:
+    """A master in this process (0.3 s heartbeats, 10 s client TTL) and the command line of a node with
+    16 MiB of memory and a 128 MiB disk at `disk`: the test starts, kills and restarts the node itself."""
+    config = MasterConfig.load(port=0, heartbeat_interval=0.3, client_ttl=10, busy_poll_us=0)
+    master = Master.start_in_thread(config)
+    node = ["node", "--master", master.address, "--segment-size", "16MiB"]
+    node += ["--disk", str(disk), "--disk-size", "128MiB"]
+    try:
+        yield master, node
+    finally:
+        master.stop()

@@ -24,6 +24,7 @@ from kvstore.node.disk_index import DiskIndex
 from kvstore.procs import kvstore_process
 from tests.conftest import tiny_tmpfs
 from tests.integration.conftest import Namespace
+from tests.integration.kvstore.conftest import master_for_a_disk_node
 
 VALUE = 256 << 10
 
@@ -183,12 +184,8 @@ def test_a_node_restarted_within_the_client_ttl_keeps_its_disk_records(tmp_path:
     restarted node supersedes its old registration and every intact record is readable, byte for byte."""
     data = values(96)
     keys = [f"back/{i}" for i in range(len(data))]
-    config = MasterConfig.load(port=0, heartbeat_interval=0.3, client_ttl=10, busy_poll_us=0)
-    master = Master.start_in_thread(config)
-    state = master.master.state
-    node = ["node", "--master", master.address, "--segment-size", "16MiB"]
-    node += ["--disk", str(tmp_path / "tier"), "--disk-size", "128MiB"]
-    try:
+    with master_for_a_disk_node(tmp_path / "tier") as (master, node):
+        state = master.master.state
         with Store.connect(master.address, rpc_busy_poll_us=0) as store:
             with kvstore_process(node) as (proc, _):
                 put_paced(store, keys, data)
@@ -210,10 +207,8 @@ def test_a_node_restarted_within_the_client_ttl_keeps_its_disk_records(tmp_path:
                 assert all(g is None or g == e for g, e in zip(got, expected, strict=True))  # never wrong
                 right = sum(g == e for g, e in zip(got, expected, strict=True))
                 assert right >= 0.99 * len(kept)
-                time.sleep(config.client_ttl + 1)  # the old registration would have expired by now
+                time.sleep(state.config.client_ttl + 1)  # the old registration would have expired by now
                 assert sum(store.batch_exists(kept)) >= 0.99 * len(kept)
-    finally:
-        master.stop()
 
 
 @contextmanager

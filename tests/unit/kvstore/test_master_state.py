@@ -468,6 +468,26 @@ def test_a_master_rebuilds_objects_from_what_a_node_names_back(clock: Clock) -> 
         state.restore_segment("n", seg, held, last=True)
 
 
+def test_restored_objects_are_evicted_in_the_order_they_were_put_once_the_restore_ends(
+    clock: Clock,
+) -> None:
+    """A node names what it holds newest first. Was: the eviction order took them in that order, so
+    the newest objects were evicted first, even while the node was still naming the rest."""
+    old = make_state(clock, [("h0", 8 * MiB)])
+    for key in ("a", "b", "c", "d"):
+        put(old, key, MiB // 2)
+    held = [(h.offset, h.slot, h.gen, h.key, h.size, h.checksum, h.pinned, h.replicas) for h in holds_of(old)]
+    newest_first = sorted(held, key=lambda h: -h[2])
+
+    state = MasterState(MasterConfig.load(), clock=clock)
+    state.register_client("n", "h0")
+    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    assert state.restore_segment("n", seg, newest_first[:2], last=False) == []
+    assert list(state.policy.candidates()) == []  # none is evicted half-restored
+    assert state.restore_segment("n", seg, newest_first[2:], last=True) == []
+    assert list(state.policy.candidates()) == ["a", "b", "c", "d"]  # the oldest put goes first
+
+
 def test_a_record_naming_another_value_of_a_known_key_is_refused(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
     put(state, "k", MiB)  # known: size MiB, its checksum

@@ -1,0 +1,153 @@
+"""A node's memory tier (kvstore.node.tiers.NodeTier): its segment of pre-faulted memory, which peers
+read and write through the transfer engine in allocations the master carves and fences, and the catalog
+of what it holds. It mounts the segment with the master (again after either restarts), naming back what
+the catalog holds and its bytes still match; applies the master's kills and holds; and writes a replica
+copy into itself from a peer, verified."""
+
+from __future__ import annotations
+
+import logging
+
+import xxhash
+
+from kvstore.client.session import Session
+from kvstore.config import NodeConfig
+from kvstore.errors import KVStoreError
+from kvstore.node.catalog import SegmentCatalog
+from kvstore.node.segment_memory import ready_segment
+from kvstore.rpc import messages as m
+from transfer_engine import Op, Region, RequestState, TransferEngine
+
+log = logging.getLogger("kvstore.node")
+
+FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
+KILL_CHUNK = 1 << 20  # fence slots killed per call when a node mounts again with objects it holds
+
+
+def prepare_segment(engine: TransferEngine, config: NodeConfig, backing_file: str = "") -> Region:
+    """The memory a node with `config` contributes, every page faulted in (kvstore.node.segment_memory);
+    `backing_file`: in that shared-memory file (its bytes kept when it has the segment's size)."""
+    size = config.segment_size
+    return ready_segment(engine, size, fence_slots_for(size), config.pinned, backing_file)
+
+
+def fence_slots_for(segment_size: int) -> int:
+    """Fence table entries (16 bytes each) for a segment: one per 2 KiB (0.8% of it), so objects of
+    2 KiB or more fill the segment before its allocations run out of slots."""
+    return max(4096, min(segment_size // 2048, 1 << 26))
+
+
+class MemoryTier:
+    tier, name = m.MEMORY, "memory"
+
+    def __init__(self, session: Session, segment: Region, catalog: SegmentCatalog) -> None:
+        self.session = session
+        self.segment = segment
+        self.catalog = catalog
+        self.kept = 0  # objects the last mount named back to the master and it took
+        self.dropped = 0  # ... and those whose bytes no longer matched (never named back)
+
+    def mount(self) -> None:
+        """Offers the segment to the master (again, after the master or this node restarted), naming the
+        objects it still holds (the catalog, each checked against its checksum). Every other allocation
+        handed out before, by this master or an earlier one, is fenced off first, so a late writer or a
+        reader with an old location cannot touch what the master now hands out afresh."""
+        s = self.session
+        before = len(self.catalog)
+        held = self.catalog.verified(self.segment.array) if self.segment.array is not None else []
+        self.dropped = before - len(held)
+        self._fence_all_but(held)
+        segment_id = s.master.call(
+            m.MountSegment(
+                client_id=s.client_id,
+                engine=s.engine.name,
+                region_id=self.segment.id,
+                size=self.segment.length,
+                host_id=s.host_id,
+                fence_slots=fence_slots_for(self.segment.length),
+                restoring=bool(held),
+            )
+        )
+        refused: list[tuple[int, int]] = []
+        for at in range(0, len(held), m.FENCE_BATCH):
+            chunk = held[at : at + m.FENCE_BATCH]
+            last = at + m.FENCE_BATCH >= len(held)
+            request = m.RestoreSegment(client_id=s.client_id, segment_id=segment_id, records=chunk, last=last)
+            refused_slots = set(s.master.call(request))
+            refused += [(r[1], r[2]) for r in chunk if r[1] in refused_slots]
+        if refused:
+            slots, gens = [r[0] for r in refused], [r[1] for r in refused]
+            while not s.engine.kill_allocations(self.segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting to fence it")
+            self.catalog.drop(slots, gens)
+        self.kept = len(held) - len(refused)
+        if held:
+            log.info("segment mounted with %d objects it held (%d refused)", self.kept, len(refused))
+
+    def _fence_all_but(self, held: list[tuple[int, int, int, str, int, int, bool, int]]) -> None:
+        """Kills every allocation of the segment handed out so far but the `held` ones (each stays alive
+        in its own generation only)."""
+        s = self.session
+        engine, segment = s.engine, self.segment
+        if not held:
+            while not engine.raise_fence_floor(segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
+            return
+        keep = {r[1]: r[2] for r in held}
+        table = fence_slots_for(segment.length)
+        for start in range(0, table, KILL_CHUNK):  # a large segment has tens of millions of slots
+            slots = range(start, min(start + KILL_CHUNK, table))
+            gens = [keep[i] - 1 if i in keep else s.terms.generation for i in slots]
+            while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+                log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
+
+    def apply_fences(self, orders: list[m.FenceOrder]) -> list[int]:
+        """Applies the master's kills to the segment; returns the ids of those applied (to acknowledge)."""
+        engine, applied = self.session.engine, []
+        for order in orders:
+            if order.region_id != self.segment.id:
+                applied += order.kills  # a region gone since: nothing there to fence
+            elif engine.kill_allocations(
+                order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
+            ):
+                self.catalog.drop(order.slots, order.gens)
+                applied += order.kills
+            # else a copy admitted before is still running (a stopped peer): the master keeps the space
+            # and hands the kills out again
+        return applied
+
+    def hold(self, holds: list[m.HeldReplica]) -> None:
+        self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
+
+    def copy_in(self, task: m.CopyTask) -> bool:
+        """Writes a copy into this tier: reads the replica from its source into our allocation and
+        verifies it (its checksum) before it is reported."""
+        array = self.segment.array
+        if array is None or not 0 <= task.offset <= self.segment.length - task.size:
+            return False
+        source = self.session.peer(task.source.engine)
+        if source is None:
+            return False
+        engine = self.session.engine
+        try:
+            # The destination is ours: hold its allocation, so the master's kill of an expired task
+            # waits for this copy rather than frees space under it.
+            with engine.fenced(self.segment, task.slot, task.gen):
+                state, _ = engine.transfer_one(
+                    Op.READ,
+                    self.segment.addr + task.offset,
+                    source,
+                    task.source.region_id,
+                    task.source.offset,
+                    task.size,
+                    fence=(task.source.slot, task.source.gen),
+                )
+        except KVStoreError as exc:
+            log.debug("replica copy %d failed: %s", task.task, exc)
+            return False
+        view = array[task.offset : task.offset + task.size]
+        return state == RequestState.COMPLETED and xxhash.xxh3_64_intdigest(view.data) == task.checksum
+
+    def close(self, forget: bool = False) -> None:
+        """`forget`: the catalog's file goes too (the node leaves: its objects are not to be restored)."""
+        self.catalog.close(remove=forget)
