@@ -156,7 +156,8 @@ class Ledger:
         """Carves `size` bytes and a fence slot of `seg` for `key`, in a new generation (SpaceTaken). The
         caller saw room for it (largest_free, has_slot): the master is single-threaded."""
         offset = seg.allocator.allocate(size)
-        assert offset is not None and seg.has_slot, "take() without room"
+        if offset is None or not (seg.free_slots or seg.next_slot < seg.fence_slots):
+            raise AssertionError(f"take() without room on segment {seg.id}")  # has_slot, inlined
         if seg.free_slots:
             slot = seg.free_slots.pop()
         else:
