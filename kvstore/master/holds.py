@@ -37,23 +37,22 @@ class HoldBook:
     def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
         """The nodes of `replicas` hold them now (a put placed them, or a copy landed); returns the
         number of the last hold: a node that acknowledged it has all of them (when_held)."""
+        queued = self._queued
         for replica in replicas:
-            self.hold(meta, replica)
+            seg = replica.segment
+            self._seq += 1
+            queue = queued.get(seg.client_id)
+            if queue is None:
+                queue = queued[seg.client_id] = {}
+            # What the node is told is built when it is sent (take): the put path only queues. The queue
+            # stays in the order of the numbers (a slot held again goes to the end): see _lowest.
+            where = (seg.region_id, replica.slot)
+            queue.pop(where, None)
+            queue[where] = (self._seq, meta, replica)
+            # Its reply is built once the request that queued this is done (Master.run_ready), as for
+            # kills.
+            self._wake(seg.client_id)
         return self._seq
-
-    def hold(self, meta: ObjectMeta, replica: Replica) -> None:
-        seg = replica.segment
-        self._seq += 1
-        queue = self._queued.get(seg.client_id)
-        if queue is None:
-            queue = self._queued[seg.client_id] = {}
-        # What the node is told is built when it is sent (take): the put path only queues. The queue
-        # stays in the order of the numbers (a slot held again goes to the end): see _lowest.
-        where = (seg.region_id, replica.slot)
-        queue.pop(where, None)
-        queue[where] = (self._seq, meta, replica)
-        # Its reply is built once the request that queued this is done (Master.run_ready), as for kills.
-        self._wake(seg.client_id)
 
     def when_held(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """`marks`: per node, the number of a hold (hold_all's). False when each node acknowledged every

@@ -147,7 +147,7 @@ class SegmentSpace:
             raise InvalidArgumentError("size must be positive")
         usable = 0
         for s in self.segments.values():  # the put path: stop as soon as enough are found
-            if s.size >= size and s.placeable:
+            if s.size >= size and s.suspect_since == 0.0 and s.restoring is None:  # placeable, inlined
                 usable += 1
                 if usable >= count:
                     return
@@ -175,16 +175,19 @@ class SegmentSpace:
         unreachable), on hosts other than
         `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
         when they do not fit now (the caller may evict and try again)."""
-        if count == 1 and not spread_from:  # the usual put: the emptiest segment, no sort
-            fits = [
-                (free, s)
-                for s in self.segments.values()
-                if s.placeable
-                and s.id not in exclude
-                and s.has_slot
-                and (free := s.allocator.largest_free) >= size
-            ]
-            chosen = [max(fits, key=_first)[1]] if fits else None
+        if count == 1 and not spread_from:  # the usual put: the emptiest segment, in one plain loop
+            best, most = None, size - 1  # (placeable and has_slot inlined: this runs once per object)
+            for s in self.segments.values():
+                if (
+                    s.suspect_since == 0.0
+                    and s.restoring is None
+                    and (s.free_slots or s.next_slot < s.fence_slots)
+                    and s.id not in exclude
+                ):
+                    free = s.allocator.largest_free
+                    if free > most:
+                        best, most = s, free
+            chosen = None if best is None else [best]
         else:
             chosen = self._spread(self.candidates(size, exclude), count, spread_from)
         if chosen is None:

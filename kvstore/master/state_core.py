@@ -62,7 +62,7 @@ class StateCore:
         for r in records:
             meta = self.objects[r.key]
             if meta.complete:
-                self.space.holds.hold(meta, r.replica)
+                self.space.holds.hold_all(meta, [r.replica])
 
     def check_client(self, client_id: str) -> None:
         """NotFoundError unless the client is registered (it must register again after a restart)."""
