@@ -85,18 +85,21 @@ class Ledger:
         for watcher in self._watchers.get(type(records[0]), ()):
             watcher(records)
 
+    def _table(self, segment: Segment | DiskSegment) -> dict[int, Any]:
+        return self.segments if segment.tier == MEMORY else self.disks
+
     def _segment_mounted(self, r: SegmentMounted) -> None:
-        table: dict[int, Any] = self.segments if r.segment.tier == MEMORY else self.disks
+        table = self._table(r.segment)
         if r.segment.id in table:
             raise ValueError(f"segment {r.segment.id} is mounted already")
         table[r.segment.id] = r.segment
 
     def _segment_dropped(self, r: SegmentDropped) -> None:
-        table: dict[int, Any] = self.segments if isinstance(r.segment, Segment) else self.disks
-        if table.get(r.segment.id) is r.segment:
-            del table[r.segment.id]
-            if isinstance(r.segment, Segment):
-                self.fences.drop_segment(r.segment)  # nothing of it is read or written again
+        seg, table = r.segment, self._table(r.segment)
+        if table.get(seg.id) is seg:
+            del table[seg.id]
+            if isinstance(seg, Segment):
+                self.fences.drop_segment(seg)  # nothing of it is read or written again
 
     def _restore_ended(self, r: RestoreEnded) -> None:
         seg = r.segment
@@ -189,8 +192,8 @@ class Ledger:
     def end_restore(self, seg: Segment | DiskSegment) -> None:
         self.apply([RestoreEnded(seg)])
 
-    def free(self, key: str, replica: Replica, *, writing: bool = False, read_until: float = 0.0) -> None:
-        """`key` gives the allocation up and its node is sent a kill (SpaceFreed). `writing`: a writer may
+    def free(self, key: str, replica: Replica, *, hold: bool = False, read_until: float = 0.0) -> None:
+        """`key` gives the allocation up and its node is sent a kill (SpaceFreed). `hold`: a writer may
         still be moving bytes into it, so its space stays taken until the node acknowledges the kill;
         `read_until`: readers may hold its location until then, so `key` is fencing meanwhile. Nothing
         to do but forget the key when the segment is gone."""
@@ -198,14 +201,14 @@ class Ledger:
         seg.objects.discard(key)
         if self.segments.get(seg.id) is not seg:
             return
-        if writing:
+        if hold:
             self.fences.held_bytes += seg.allocator.block_size(replica.offset)
         else:
             seg.allocator.free(replica.offset)
-        held = replica.offset if writing else None
+        held = replica.offset if hold else None
         kill = self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
         if SpaceFreed in self._watchers:
-            self._tell([SpaceFreed(key, replica, kill, writing)])
+            self._tell([SpaceFreed(key, replica, kill, hold)])
 
     def acknowledge(self, client_id: str, kill_ids: Iterable[int]) -> None:
         """The node applied these kills: their slots, and space held for late writers, go back to their
@@ -249,13 +252,18 @@ class Ledger:
 
     def free_disk(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
         """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
-        land there: release_disk() it once that cannot happen)."""
-        record.segment.objects.discard(key)
-        self._tell([SpaceFreed(key, record, None, hold)])
+        land there: release_disk() it once that cannot happen). Nothing to do but forget the key when
+        the disk is gone."""
+        seg = record.segment
+        seg.objects.discard(key)
+        if self.disks.get(seg.id) is not seg:
+            return
         if not hold:
-            self.release_disk(record)
+            seg.allocator.free(record.offset)
+        self._tell([SpaceFreed(key, record, None, hold)])
 
     def release_disk(self, record: DiskReplica) -> None:
+        """A held record's space is free again (SpaceReleased)."""
         seg = record.segment
         if self.disks.get(seg.id) is seg:
             seg.allocator.free(record.offset)

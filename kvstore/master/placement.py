@@ -233,7 +233,7 @@ class SegmentSpace:
         learns of a replica after its kill."""
         seg = copy.segment
         self.holds.cancel(seg.client_id, seg.region_id, copy.slot, copy.gen)
-        self.ledger.free(key, copy, writing=hold, read_until=read_until)
+        self.ledger.free(key, copy, hold=hold, read_until=read_until)
 
     def location(self, copy: Replica, local: bool = False) -> m.Location:
         return memory_location(copy)

@@ -40,14 +40,13 @@ class RateWindow:
 def cluster_status(state: MasterState, rates: RateWindow, address: str, started: float) -> dict[str, Any]:
     now = state.clock()
     stats = state.stats()
+    rows: dict[str, list[dict[str, Any]]] = {}  # per client, its segments of every tier: one pass
+    for space in state.tiers:
+        for seg in sorted(space.segments.values(), key=lambda s: s.id):
+            rows.setdefault(seg.client_id, []).append(space.describe(seg))
     nodes = []
     for client in state.clients.values():
-        segments = [
-            space.describe(seg)
-            for space in state.tiers
-            for seg in sorted(space.segments.values(), key=lambda s: s.id)
-            if seg.client_id == client.id
-        ]
+        segments = rows.get(client.id, [])
         if not segments and not client.node_id:
             continue  # a plain client
         nodes.append(

@@ -11,16 +11,7 @@ from kvstore.master import changes as c
 from kvstore.master.model import DiskReplica, Replica
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
-
-MiB = 1 << 20
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.kvstore.test_master_state import Clock, MiB, fence
 
 
 class Journal:
@@ -83,11 +74,6 @@ def _watched(state: MasterState) -> Journal:
     return journal
 
 
-def _acknowledge(state: MasterState, client: str) -> None:
-    ids = [k.id for k in state.space.fences.take(client, 1 << 20)]
-    state.space.acknowledge(client, ids)
-
-
 def _agrees(state: MasterState, journal: Journal) -> None:
     assert journal.objects == set(state.objects)
     assert journal.committed == {k for k, m in state.objects.items() if m.complete}
@@ -116,8 +102,8 @@ def test_the_records_alone_tell_which_objects_and_which_space_and_slots_are_take
     state.remove("k11", force=True)
     state.remove("k10")
     _agrees(state, journal)
-    _acknowledge(state, "c0")
-    _acknowledge(state, "c1")
+    fence(state, "c0")
+    fence(state, "c1")
     _agrees(state, journal)
     clock.now += 10
     state.expire()
@@ -127,7 +113,7 @@ def test_the_records_alone_tell_which_objects_and_which_space_and_slots_are_take
         state.put_end("c0", f"after{i}")
     _agrees(state, journal)
     state.drop_client("c1")
-    _acknowledge(state, "c0")
+    fence(state, "c0")
     _agrees(state, journal)
 
 
@@ -156,7 +142,7 @@ def test_the_records_alone_tell_which_disk_records_are_taken() -> None:
     state.disk.complete("c0", [m.DiskResult(o.order, True) for o in state.disk.take("c0")])
     state.remove("k12", force=True)
     state.remove(cold.key, force=True)
-    _acknowledge(state, "c0")
+    fence(state, "c0")
     late = []  # demotions whose node never answers: their records' space is held for a late write
     for i in range(14, 18):
         state.put_start("c0", f"k{i}", MiB, i, 1, False)
