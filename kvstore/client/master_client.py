@@ -39,15 +39,18 @@ class MasterClient:
         self._lock = threading.Lock()
         self._closed = False
 
-    def call(self, request: Request, timeout: float | None = None) -> Any:
+    def call(self, request: Request, timeout: float | None = None, long_poll: bool = False) -> Any:
         """Sends one typed request and returns its decoded reply; raises the store error for a non-zero
-        code."""
+        code. `long_poll`: the master answers when it has something to say, not at once, so polling for
+        the reply would only burn a core the master and the other processes need."""
         msg_id = next(self._ids)
         method = request.METHOD
         sock, poller = self._connection()
         try:
             sock.settimeout(timeout or self.timeout)
-            reply_id, code, message, result = _exchange(sock, msg_id, request, poller, self.spin_seconds)
+            reply_id, code, message, result = _exchange(
+                sock, msg_id, request, poller, 0.0 if long_poll else self.spin_seconds
+            )
         except (OSError, EOFError, InvalidArgumentError) as exc:
             self._drop(sock)
             kind = "timed out" if isinstance(exc, socket.timeout) else str(exc)

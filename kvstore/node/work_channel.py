@@ -108,7 +108,7 @@ class WorkChannel:
                 disk_done=done,
             )
         try:
-            work: m.NodeWork = s.master.call(request, timeout=wait + s.config.rpc_timeout)
+            work: m.NodeWork = s.master.call(request, timeout=wait + s.config.rpc_timeout, long_poll=wait > 0)
         except NotFoundError:
             raise  # the master forgot us: nothing of this is worth sending again
         except KVStoreError:
