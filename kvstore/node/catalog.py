@@ -60,7 +60,7 @@ class SegmentCatalog:
 
     # -- what the master says -----------------------------------------------------------------------
     def hold(self, holds: Iterable[HeldReplica]) -> None:
-        records = [(h.offset, h.slot, h.gen, h.key, h.size, h.checksum, h.pinned, h.replicas) for h in holds]
+        records = [h[2:] for h in holds]  # a hold less its seq and region is the record
         if not records:
             return
         with self._lock:

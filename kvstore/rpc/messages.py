@@ -42,6 +42,7 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # work (AwaitWork: fences, holds, copies, disk orders, and their results), which carries the epoch
 PROTOCOL_VERSION = 7
 U64 = 2**64 - 1
+HOLD_FIELDS = len(HeldReplica._fields)
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -246,8 +247,13 @@ class AwaitWork(Request):
         epoch, fences, holds, copies, drops, orders = _record(NodeWork, obj)
         if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders)):
             raise ProtocolError("master sent a malformed await_work reply")
-        held = [_record(HeldReplica, h) for h in holds]
-        if any(not isinstance(h.key, str) or not isinstance(h.seq, int) for h in held):
+        # One hold per put object: checked in one pass (the catalog checks every field it reads back)
+        held = [
+            HeldReplica._make(h)
+            for h in holds
+            if type(h) is list and len(h) == HOLD_FIELDS and type(h[0]) is int and type(h[5]) is str
+        ]
+        if len(held) != len(holds):
             raise ProtocolError("master sent a malformed HeldReplica")
         tasks = []
         for t in copies:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvstore.config import MasterConfig
-from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectNotFoundError
+from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectNotFoundError, ProtocolError
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
@@ -189,3 +189,19 @@ def test_a_node_that_never_acknowledges_cannot_grow_the_waiters() -> None:
         assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=[f"k{i}"])), Deferred)
         state.clock.now += 0.1  # type: ignore[attr-defined]
     assert state.space.holds.stats()["puts_awaiting_holds"] <= 64
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [
+        [1, 1, 0, 0, 1, "k", 8, 9, False],  # a field short
+        [1, 1, 0, 0, 1, 7, 8, 9, False, 1],  # a key that is not text
+        ["1", 1, 0, 0, 1, "k", 8, 9, False, 1],  # a number that is not one
+        (1, 1, 0, 0, 1, "k", 8, 9, False, 1),  # msgpack makes lists: anything else was not decoded
+    ],
+)
+def test_a_node_refuses_a_malformed_hold(hold: list[object]) -> None:
+    good = [2, 1, 0, 0, 1, "k", 8, 9, False, 1]
+    assert m.AwaitWork.decode_reply([0, [], [good], [], [], []]).holds == [m.HeldReplica(*good)]
+    with pytest.raises(ProtocolError, match="malformed HeldReplica"):
+        m.AwaitWork.decode_reply([0, [], [good, hold], [], [], []])

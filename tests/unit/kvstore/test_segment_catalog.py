@@ -8,12 +8,16 @@ import numpy as np
 import xxhash
 
 from kvstore.node.catalog import SegmentCatalog
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import RESTORE_FIELDS, HeldReplica
 
 
 def held(seq: int, slot: int, gen: int, offset: int, data: np.ndarray, key: str) -> HeldReplica:
     digest = xxhash.xxh3_64_intdigest(data.data)
     return HeldReplica(seq, 1, offset, slot, gen, key, data.size, digest, False, 1)
+
+
+def test_a_hold_less_its_seq_and_region_is_the_record_a_restore_names() -> None:
+    assert HeldReplica._fields[2:] == RESTORE_FIELDS  # the catalog keeps h[2:] as it is
 
 
 def test_a_catalog_file_is_replayed_and_only_intact_objects_are_offered(tmp_path: Path) -> None:
