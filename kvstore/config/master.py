@@ -91,7 +91,8 @@ class MasterConfig(Component):
     busy_poll_us: int = setting(
         200,
         "Microseconds the event loop polls for the next request before sleeping (a sleeping process takes "
-        "~80 µs to wake on a VM); 0 for a master sharing its process (and GIL) with clients.",
+        "~80 µs to wake on a VM), while requests do come that soon; 0 for a master sharing its process "
+        "(and GIL) with clients.",
     )
 
     etcd: str = setting(
