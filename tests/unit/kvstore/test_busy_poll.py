@@ -1,8 +1,8 @@
-"""Polling for the next message only while it comes within the window (kvstore.rpc.busy_poll)."""
+"""Polling for the next message only while it comes within the window (kvstore.master.busy_poll)."""
 
 from __future__ import annotations
 
-from kvstore.rpc.busy_poll import BusyPoll
+from kvstore.master.busy_poll import BusyPoll
 
 
 def test_it_polls_until_messages_keep_coming_later_than_the_window_then_sleeps() -> None:
@@ -12,9 +12,9 @@ def test_it_polls_until_messages_keep_coming_later_than_the_window_then_sleeps()
     assert poll.worth_it()
     waits = 0
     while poll.worth_it():
-        poll.waited(2e-3)  # the master took 2 ms to answer: the window was burnt
+        poll.waited(2e-3)  # the next request came 2 ms later: the window was burnt
         waits += 1
-    assert 3 <= waits <= 8  # a few slow replies stop it; one does not
+    assert 10 <= waits <= 30  # a run of slow messages stops it; one does not
 
 
 def test_it_polls_again_once_messages_come_soon_again() -> None:
