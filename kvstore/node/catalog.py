@@ -28,6 +28,7 @@ log = logging.getLogger("kvstore.node")
 # offset, slot, gen, key, size, checksum, pinned, replicas: RestoreSegment's record
 Record = tuple[int, int, int, str, int, int, bool, int]
 _HOLD, _DROP = 0, 1
+_NONE = (0, 0, 2**64)  # what drop() finds in an empty slot: newer than any kill
 COMPACT_MIN = 65536  # log records before compaction is considered
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -71,12 +72,10 @@ class SegmentCatalog:
     def drop(self, slots: list[int], gens: list[int]) -> None:
         """The allocations (slot, gen) are killed: what an older or the same generation held is gone."""
         with self._lock:
-            dropped = []
-            for slot, gen in zip(slots, gens, strict=True):
-                held = self._entries.get(slot)
-                if held is not None and held[2] <= gen:
-                    del self._entries[slot]
-                    dropped.append((slot, gen))
+            entries = self._entries
+            dropped = [(s, g) for s, g in zip(slots, gens, strict=True) if entries.get(s, _NONE)[2] <= g]
+            for slot, _ in dropped:
+                del entries[slot]
             if dropped:
                 self._append([_DROP, dropped])
 

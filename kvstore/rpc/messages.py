@@ -231,12 +231,11 @@ class AwaitWork(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitWork:
-        acked = v.bounded_list(p, "acked", "kill ids", FENCE_BATCH) if "acked" in p else []
         return cls(
             v.text(p, "client_id"),
             _wait(p),
             v.integer(p, "epoch", 0, U64) if "epoch" in p else 0,
-            [v.integer({"id": i}, "id", 1, U64) for i in acked],
+            v.ids(p, "acked", "kill ids", FENCE_BATCH) if "acked" in p else [],
             v.integer(p, "held_through", 0, U64) if "held_through" in p else 0,
             _results(p, "copied") if "copied" in p else [],
             _results(p, "disk_done") if "disk_done" in p else [],

@@ -31,6 +31,15 @@ def bounded_list(params: dict[str, Any], name: str, what: str, most: int = MAX_K
     return value
 
 
+def ids(params: dict[str, Any], name: str, what: str, most: int) -> list[int]:
+    """A list of at most `most` ids, each an integer in [1, 2**64): checked in one pass (a node
+    acknowledges thousands of kills in one request)."""
+    value = bounded_list(params, name, what, most)
+    if not all(type(i) is int and 0 < i < 2**64 for i in value):
+        raise InvalidArgumentError(f"{name!r} must hold {what}: integers in [1, 2**64)")
+    return value
+
+
 def text(params: dict[str, Any], name: str, max_len: int = MAX_NAME) -> str:
     value = field(params, name)
     if not isinstance(value, str) or not value or len(value.encode()) > max_len:

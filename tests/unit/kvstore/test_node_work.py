@@ -87,7 +87,17 @@ def test_the_channel_is_bounded_both_ways() -> None:
     too_many = {"client_id": "c0", "wait": 0, "acked": list(range(1, m.FENCE_BATCH + 2))}
     with pytest.raises(InvalidArgumentError):
         m.AwaitWork.parse(too_many)
-    for bad in ({"wait": 61}, {"wait": True}, {"copied": [[1, "yes"]]}, {"disk_done": [[0, True]]}):
+    bad_fields = (
+        {"wait": 61},
+        {"wait": True},
+        {"copied": [[1, "yes"]]},
+        {"disk_done": [[0, True]]},
+        {"acked": [1, 0]},
+        {"acked": [True]},
+        {"acked": [2**64]},
+        {"acked": "1"},
+    )
+    for bad in bad_fields:
         with pytest.raises(InvalidArgumentError):
             m.AwaitWork.parse({"client_id": "c0", "wait": 0, **bad})
 
