@@ -15,7 +15,6 @@ from typing import Any
 from kvstore import rpc
 from kvstore.client.leader import AddressList, Locator
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, error_for_code
-from kvstore.rpc.busy_poll import CLIENT_SHARE, BusyPoll
 from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
 
 CONNECT_SECONDS = 1.0
@@ -30,9 +29,8 @@ class MasterClient:
         self.locator = address if isinstance(address, Locator) else AddressList(address)
         self.address = self.locator.describe()  # the master last connected to, once there is one
         self.timeout = timeout
-        # A reply often comes back within ~100 µs; polling for it that long saves a sleep and wake-up
-        # (kvstore.rpc.busy_poll: while replies of that kind do come that soon). 0 for a master in this
-        # process: it needs the GIL the poll loop holds.
+        # A reply usually comes back within ~100 µs; polling for it that long saves a sleep and wake-up.
+        # 0 for a master in this process: it needs the GIL the poll loop holds.
         self.spin_seconds = busy_poll_us * 1e-6
         self.epoch = 0  # the highest leader epoch seen: an older leader (deposed) is never followed
         self._ids = itertools.count(1)
@@ -48,10 +46,11 @@ class MasterClient:
         msg_id = next(self._ids)
         method = request.METHOD
         sock, poller = self._connection()
-        busy_poll = None if long_poll else self._busy_poll(method)
         try:
             sock.settimeout(timeout or self.timeout)
-            reply_id, code, message, result = _exchange(sock, msg_id, request, poller, busy_poll)
+            reply_id, code, message, result = _exchange(
+                sock, msg_id, request, poller, 0.0 if long_poll else self.spin_seconds
+            )
         except (OSError, EOFError, InvalidArgumentError) as exc:
             self._drop(sock)
             kind = "timed out" if isinstance(exc, socket.timeout) else str(exc)
@@ -76,17 +75,6 @@ class MasterClient:
             with contextlib.suppress(OSError):
                 sock.close()
         self.locator.close()
-
-    def _busy_poll(self, method: str) -> BusyPoll:
-        """This thread's record of how soon replies to `method` come: a small lookup is answered within
-        the window, a put of a batch is not, and each thread has its own pattern."""
-        polls: dict[str, BusyPoll] | None = getattr(self._local, "busy_polls", None)
-        if polls is None:
-            polls = self._local.busy_polls = {}
-        busy_poll = polls.get(method)
-        if busy_poll is None:
-            busy_poll = polls[method] = BusyPoll(self.spin_seconds, CLIENT_SHARE)
-        return busy_poll
 
     def _connection(self) -> tuple[socket.socket, select.poll]:
         """This thread's connection and a poller registered on it (made once per connection)."""
@@ -167,21 +155,13 @@ class MasterClient:
 
 
 def _exchange(
-    sock: socket.socket,
-    msg_id: int,
-    request: Request,
-    poller: select.poll | None = None,
-    busy_poll: BusyPoll | None = None,
+    sock: socket.socket, msg_id: int, request: Request, poller: select.poll | None = None, spin: float = 0.0
 ) -> tuple[int, int, str, Any]:
-    """Sends one request frame and reads its reply frame: (id, code, message, result). With `busy_poll`,
-    polls for the reply first while that pays, and records how soon it came."""
+    """Sends one request frame and reads its reply frame: (id, code, message, result)."""
     sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
-    began = time.perf_counter()
-    if busy_poll is not None and poller is not None and busy_poll.worth_it():
-        _spin_until_readable(poller, busy_poll.seconds)
+    if spin and poller is not None:
+        _spin_until_readable(poller, spin)
     header = _recv_exact(sock, rpc.HEADER_SIZE)
-    if busy_poll is not None:
-        busy_poll.waited(time.perf_counter() - began)
     return rpc.parse_response(rpc.unpack(_recv_exact(sock, rpc.frame_length(header))))
 
 

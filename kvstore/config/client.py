@@ -58,9 +58,8 @@ class StoreConfig(Component):
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
     rpc_busy_poll_us: int = setting(
         100,
-        "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM), "
-        "while replies of that kind do come that soon; 0 when the master runs in this process (it needs "
-        "the GIL).",
+        "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM); "
+        "0 when the master runs in this process (it needs the GIL).",
     )
     engine: EngineConfig = field(default_factory=EngineConfig)
 

@@ -20,12 +20,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InternalError, KVStoreError
+from kvstore.master.busy_poll import BusyPoll
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
-from kvstore.rpc.busy_poll import MASTER_SHARE, BusyPoll
 from kvstore.rpc.messages import REQUESTS
 
 log = logging.getLogger("kvstore.master")
@@ -312,13 +312,13 @@ class _RpcProtocol(asyncio.Protocol):
 
 
 class _SpinningSelector(selectors.EpollSelector):
-    """Polls without sleeping for a moment before blocking, while that pays (kvstore.rpc.busy_poll):
+    """Polls without sleeping for a moment before blocking, while that pays (kvstore.master.busy_poll):
     clients that send their next request soon after a reply get it answered at once, rather than after
     the ~80 µs a sleeping process takes to wake on a VM."""
 
     def __init__(self, spin_seconds: float) -> None:
         super().__init__()
-        self.busy_poll = BusyPoll(spin_seconds, MASTER_SHARE)
+        self.busy_poll = BusyPoll(spin_seconds)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is not None and timeout <= 0:  # callbacks are ready: only collect what came
