@@ -161,6 +161,47 @@ def _run_store_bench(args: argparse.Namespace) -> int:
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
+def _add_master_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("master", help="the master's own put/get/exists rates (RPC load, no data moved)")
+    p.add_argument("--objects", type=_positive_int, default=200_000, help="objects each client puts")
+    p.add_argument("--batch-size", type=_positive_int, default=1000, help="keys per request")
+    p.add_argument("--value-size", type=_size, default=1024, help="the size each put declares")
+    p.add_argument("--clients", type=_positive_int, default=1, help="load processes, run at once")
+    p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists (put first)")
+    p.add_argument("--master", type=_host_port, help=argparse.SUPPRESS)  # the load processes' master
+    p.add_argument(
+        "--mode", choices=["orchestrator", "client"], default="orchestrator", help=argparse.SUPPRESS
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def _run_master_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import master_bench
+
+    cfg = master_bench.MasterBenchConfig(
+        objects=args.objects,
+        batch_size=args.batch_size,
+        value_size=args.value_size,
+        clients=args.clients,
+        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+    )
+    cfg.validate()
+    if args.mode == "client":
+        if not args.master:
+            raise KVStoreError("client mode needs --master")
+        return master_bench.client_main(cfg, args.master)
+    from kvstore.bench import report
+
+    rates, memory = report.with_progress(lambda advance: master_bench.run(cfg, advance), len(cfg.ops) + 2)
+    if args.json:
+        for r in rates:
+            print(json.dumps(dataclasses.asdict(r)))
+        print(json.dumps(dataclasses.asdict(memory)))
+    else:
+        report.master_table(rates, memory)
+    return 0 if all(r.errors == 0 for r in rates) else 1
+
+
 def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
     from kvstore.bench.connector_bench import MODELS
 
@@ -638,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     benches = bench.add_subparsers(dest="bench")
     _add_transfer_bench(benches)
     _add_store_bench(benches)
+    _add_master_bench(benches)
     _add_allocator_bench(benches)
     _add_connector_bench(benches)
     _add_tier_bench(benches)
@@ -655,6 +697,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runners = {
         ("bench", "transfer"): _run_transfer_bench,
         ("bench", "store"): _run_store_bench,
+        ("bench", "master"): _run_master_bench,
         ("bench", "allocator"): _run_allocator_bench,
         ("bench", "connector"): _run_connector_bench,
         ("bench", "tier"): _run_tier_bench,

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvstore.bench.master_bench import MemoryUse
+from kvstore.bench.master_bench import OpRate as MasterRate
 from kvstore.bench.store_bench import OpResult, StoreBenchConfig, describe
 from kvstore.bench.store_bench import run as run_store
 from kvstore.bench.tier_bench import TierBenchConfig
@@ -46,6 +48,20 @@ def store_table(results: list[OpResult], console: Console | None = None) -> None
     for r in results:
         table.add_row(*describe(r))
     (console or wide_console()).print(table)
+
+
+def master_table(rates: list[MasterRate], memory: MemoryUse, console: Console | None = None) -> None:
+    clients = rates[0].clients if rates else 0
+    table = Table(title=f"kvstore bench master ({clients} load process(es), RPC only)")
+    for col in ("op", "keys/s", "p50 µs", "p99 µs", "errors"):
+        table.add_column(col, justify="right")
+    for r in rates:
+        table.add_row(r.op, f"{r.per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}", str(r.errors))
+    out = console or wide_console()
+    out.print(table)
+    out.print(
+        f"master memory: {memory.rss_bytes_per_object:,.0f} bytes per object ({memory.objects:,} objects)"
+    )
 
 
 def summary(duration: float = 3.0) -> int:

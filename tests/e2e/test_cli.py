@@ -200,6 +200,31 @@ def test_bench_store_json(transport: str) -> None:
         assert r["transport"] == transport
 
 
+def test_bench_master_json() -> None:
+    args = ("--objects", "3000", "--batch-size", "500", "--clients", "2", "--json")
+    result = kvstore("bench", "master", *args, timeout=180)
+    assert result.returncode == 0, result.stderr
+    *rates, memory = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [r["op"] for r in rates] == ["put", "get", "exists"]
+    for r in rates:
+        assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors"}
+        assert r["clients"] == 2 and r["per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0 and r["errors"] == 0
+    assert memory["objects"] == 6000 and isinstance(memory["rss_bytes_per_object"], float)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--batch-size", "5000"], "--batch-size"),
+        (["--ops", "get,exists"], "--ops"),
+        (["--ops", "put,fly"], "--ops"),
+    ],
+)
+def test_bench_master_bad_arguments_are_errors(args: list[str], needle: str) -> None:
+    result = kvstore("bench", "master", *args)
+    assert result.returncode == 1 and needle in result.stderr and "Traceback" not in result.stderr
+
+
 def test_bench_summary_runs_everything() -> None:
     result = kvstore("bench", "--duration", "0.3", timeout=300)
     assert result.returncode == 0, result.stderr

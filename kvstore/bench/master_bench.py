@@ -1,0 +1,212 @@
+"""`kvstore bench master`: the master's own metadata rates, with a load the client library does not limit.
+
+The cluster is the one a deployment has: the master in its own process and one storage node process
+(whose segment is sized to hold every object, so nothing is evicted). Each of `clients` load processes
+speaks the RPC directly (kvstore.client.master_client): it registers, then per batch of keys sends
+put_start + put_end (a put's metadata work; no bytes are written, the master does not read them), then
+get_replicas (a get's: locate), then exists. A process reports per op its rate (keys per second) and the
+latency of each request (a put: its start and end together); rates of concurrent processes add up. The
+master's resident memory is read from /proc before the puts and after all ops: the growth per object
+stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from kvstore.client.master_client import MasterClient
+from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.procs import READY_PREFIX, kvstore_process
+from kvstore.rpc import messages as m
+from kvstore.rpc.validate import MAX_KEYS, MAX_PUT_ITEMS
+
+OPS = ("put", "get", "exists")
+
+
+@dataclass
+class MasterBenchConfig:
+    objects: int = 200_000
+    """Objects each client puts (and then locates and checks)."""
+    batch_size: int = 1000
+    value_size: int = 1024
+    clients: int = 1
+    ops: tuple[str, ...] = OPS
+
+    def validate(self) -> None:
+        if not self.ops or not set(self.ops) <= set(OPS):
+            raise InvalidArgumentError(f"--ops takes a comma list of {', '.join(OPS)}")
+        if "put" not in self.ops:
+            raise InvalidArgumentError("--ops must include put: get and exists read what the puts stored")
+        if min(self.objects, self.batch_size, self.value_size, self.clients) <= 0:
+            raise InvalidArgumentError("objects, batch size, value size and clients must be positive")
+        if self.batch_size > min(MAX_PUT_ITEMS, MAX_KEYS):
+            raise InvalidArgumentError(
+                f"--batch-size is at most {min(MAX_PUT_ITEMS, MAX_KEYS)} (a request's bound)"
+            )
+
+    def segment_size(self) -> int:
+        """Room for every object of every client, with a margin under the eviction watermark."""
+        return max(64 << 20, self.objects * self.clients * self.value_size * 5 // 4)
+
+
+@dataclass
+class OpRate:
+    op: str
+    clients: int
+    per_s: float
+    p50_us: float
+    p99_us: float
+    errors: int = 0
+
+
+@dataclass
+class MemoryUse:
+    objects: int
+    rss_bytes_per_object: float
+
+
+@contextlib.contextmanager
+def cluster(cfg: MasterBenchConfig) -> Iterator[tuple[str, int]]:
+    """A master process and a storage node process; yields (master address, master pid)."""
+    with kvstore_process(["master", "--port", "0"]) as (master, ready):
+        address = ready.split()[0]
+        node_args = ["node", "--master", address, "--segment-size", str(cfg.segment_size())]
+        with kvstore_process(node_args):
+            yield address, master.pid
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise KVStoreError(f"no resident set size for process {pid}")
+
+
+def run(
+    cfg: MasterBenchConfig, progress: Callable[[str], None] | None = None
+) -> tuple[list[OpRate], MemoryUse]:
+    """Orchestrates: the cluster, then `clients` load processes; gathers what they report."""
+    cfg.validate()
+    with cluster(cfg) as (address, master_pid):
+        before = rss_bytes(master_pid)
+        args = [
+            "bench",
+            "master",
+            "--mode",
+            "client",
+            "--master",
+            address,
+            "--objects",
+            str(cfg.objects),
+            "--batch-size",
+            str(cfg.batch_size),
+            "--value-size",
+            str(cfg.value_size),
+            "--ops",
+            ",".join(cfg.ops),
+            "--json",
+        ]
+        per_client: list[list[OpRate]] = []
+        with contextlib.ExitStack() as stack:
+            procs = [stack.enter_context(kvstore_process(args)) for _ in range(cfg.clients)]
+            for proc, _ in procs:
+                assert proc.stdout is not None
+                rows = []
+                for line in proc.stdout:
+                    data = json.loads(line)
+                    if "done" in data:
+                        break
+                    rows.append(OpRate(**data))
+                    if progress:
+                        progress(data["op"])
+                per_client.append(rows)
+        objects = cfg.objects * cfg.clients
+        memory = MemoryUse(objects, (rss_bytes(master_pid) - before) / objects)
+    return combine(per_client), memory
+
+
+def combine(per_client: list[list[OpRate]]) -> list[OpRate]:
+    """Concurrent clients: rates add up, latency is the worst client's."""
+    if not per_client or any(len(rows) != len(per_client[0]) for rows in per_client) or not per_client[0]:
+        raise KVStoreError("bench clients reported different ops, or none")
+    return [
+        OpRate(
+            rows[0].op,
+            len(rows),
+            sum(r.per_s for r in rows),
+            max(r.p50_us for r in rows),
+            max(r.p99_us for r in rows),
+            sum(r.errors for r in rows),
+        )
+        for rows in zip(*per_client, strict=True)
+    ]
+
+
+# -- one load process ---------------------------------------------------------------------------------
+def client_main(cfg: MasterBenchConfig, address: str) -> int:
+    """`--mode client`: READY, one JSON line per op, then {"done": true}."""
+    print(f"{READY_PREFIX}client", flush=True)
+    client_id = f"bench-master-{uuid.uuid4().hex[:12]}"
+    master = MasterClient(address)
+    try:
+        master.call(m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}"))
+        keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
+        batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
+        ops = {"put": _put, "get": _get, "exists": _exists}
+        for op in cfg.ops:
+            print(json.dumps(asdict(ops[op](master, client_id, batches, cfg.value_size))), flush=True)
+        master.call(m.CloseClient(client_id=client_id), timeout=2.0)
+    finally:
+        master.close()
+    print(json.dumps({"done": True}), flush=True)
+    return 0
+
+
+def _measure(op: str, batches: Sequence[list[str]], one: Callable[[list[str]], int]) -> OpRate:
+    """Runs `one` per batch (it returns the batch's failures); keys per second over the whole run."""
+    latencies = np.empty(len(batches))
+    errors = 0
+    started = time.perf_counter()
+    for i, batch in enumerate(batches):
+        t = time.perf_counter()
+        errors += one(batch)
+        latencies[i] = time.perf_counter() - t
+    elapsed = time.perf_counter() - started
+    keys = sum(len(b) for b in batches)
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
+    return OpRate(op, 1, keys / elapsed, float(p50), float(p99), errors)
+
+
+def _put(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+    def one(batch: list[str]) -> int:
+        items = [m.PutItem(key, size, i + 1) for i, key in enumerate(batch)]
+        started = master.call(m.PutStart(client_id=client_id, items=items, replicas=1))
+        placed = [key for key, r in zip(batch, started, strict=True) if r.code == 0 and r.value]
+        ended = master.call(m.PutEnd(client_id=client_id, keys=placed)) if placed else []
+        return len(batch) - sum(1 for r in ended if r.code == 0)
+
+    return _measure("put", batches, one)
+
+
+def _get(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+    def one(batch: list[str]) -> int:
+        found = master.call(m.GetReplicas(keys=batch))
+        return sum(1 for loc in found if loc is None)
+
+    return _measure("get", batches, one)
+
+
+def _exists(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+    def one(batch: list[str]) -> int:
+        return sum(1 for there in master.call(m.Exists(keys=batch)) if not there)
+
+    return _measure("exists", batches, one)
