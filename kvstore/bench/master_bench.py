@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -53,8 +54,10 @@ class MasterBenchConfig:
             )
 
     def segment_size(self) -> int:
-        """Room for every object of every client, with a margin under the eviction watermark."""
-        return max(64 << 20, self.objects * self.clients * self.value_size * 5 // 4)
+        """Room for every object of every client (bytes and fence slots: a node has one slot per 2 KiB,
+        kvstore.node.memory_tier), with a margin under the eviction watermark."""
+        per_object = max(self.value_size, 2048)
+        return max(64 << 20, self.objects * self.clients * per_object * 5 // 4)
 
 
 @dataclass
@@ -158,17 +161,41 @@ def client_main(cfg: MasterBenchConfig, address: str) -> int:
     client_id = f"bench-master-{uuid.uuid4().hex[:12]}"
     master = MasterClient(address)
     try:
-        master.call(m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}"))
-        keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
-        batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
-        ops = {"put": _put, "get": _get, "exists": _exists}
-        for op in cfg.ops:
-            print(json.dumps(asdict(ops[op](master, client_id, batches, cfg.value_size))), flush=True)
-        master.call(m.CloseClient(client_id=client_id), timeout=2.0)
+        with _registered(master, client_id):
+            keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
+            batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
+            ops = {"put": _put, "get": _get, "exists": _exists}
+            for op in cfg.ops:
+                print(json.dumps(asdict(ops[op](master, client_id, batches, cfg.value_size))), flush=True)
     finally:
         master.close()
     print(json.dumps({"done": True}), flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def _registered(master: MasterClient, client_id: str) -> Iterator[None]:
+    """Registered as a client, with heartbeats on a thread of their own (as a Store's session sends
+    them: a client that stops is dropped, its puts in progress revoked), closed at the end."""
+    terms: m.RegisterReply = master.call(
+        m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}")
+    )
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(terms.heartbeat_interval):
+            with contextlib.suppress(KVStoreError):
+                master.call(m.Heartbeat(client_id=client_id))
+
+    beats = threading.Thread(target=beat, name="bench-heartbeat", daemon=True)
+    beats.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beats.join()
+        with contextlib.suppress(KVStoreError):
+            master.call(m.CloseClient(client_id=client_id), timeout=2.0)
 
 
 def _measure(op: str, batches: Sequence[list[str]], one: Callable[[list[str]], int]) -> OpRate:
