@@ -1,0 +1,183 @@
+"""Mooncake's master in the shape of `kvstore bench master`, for the figures beside ours.
+
+Run it in a virtual environment of Mooncake's own (not kvstore's):
+
+    python3 -m venv mc && mc/bin/pip install mooncake-transfer-engine-non-cuda numpy
+    # its store module needs libibverbs.so.1 even over TCP: apt-get install libibverbs1 librdmacm1
+    mc/bin/python bench/mooncake_master.py [--objects 200000] [--batch-size 1000] [--clients 1]
+
+It starts `mooncake_master` (from that environment's bin/) and one storage process (a Mooncake client
+that mounts a segment sized to hold every object), then `--clients` load processes that each run, per
+batch of keys: put = batch_put_session_start + batch_put_session_end (Mooncake's metadata-only put: no
+bytes move), get = batch_get_replica_desc (the locate), exists = batch_is_exist. It prints the same JSON
+lines as `kvstore bench master --json`: per op {"op", "clients", "per_s", "p50_us", "p99_us", "errors"}
+(rates of the load processes add up, latency is the worst one's), then {"objects",
+"rss_bytes_per_object"} (the master's resident memory growth per object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OPS = ("put", "get", "exists")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no resident set size for process {pid}")
+
+
+def store(master: str, segment: int):  # type: ignore[no-untyped-def]
+    from mooncake.store import MooncakeDistributedStore  # Mooncake's environment only
+
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 << 20, "tcp", "", master)
+    if rc != 0:
+        raise RuntimeError(f"Mooncake setup failed: {rc}")
+    return s
+
+
+def storage_main(master: str, segment: int) -> None:
+    """Mounts the segment and holds it until stdin closes."""
+    s = store(master, segment)
+    print("READY", flush=True)
+    sys.stdin.read()
+    s.close()
+
+
+def load_main(master: str, objects: int, batch: int, size: int) -> None:
+    import numpy as np
+
+    s = store(master, 0)
+    keys = [f"bm/{os.getpid()}/{i}" for i in range(objects)]
+    batches = [keys[i : i + batch] for i in range(0, objects, batch)]
+
+    def put(b: list[str]) -> int:
+        started = s.batch_put_session_start(b, [size] * len(b))
+        placed = [k for k, rc in zip(b, started, strict=True) if rc == 0]
+        ended = s.batch_put_session_end(placed) if placed else []
+        return len(b) - sum(1 for rc in ended if rc == 0)
+
+    def get(b: list[str]) -> int:
+        found = s.batch_get_replica_desc(b)
+        return sum(1 for k in b if not found.get(k))
+
+    def exists(b: list[str]) -> int:
+        return sum(1 for there in s.batch_is_exist(b) if there != 1)
+
+    for op, one in (("put", put), ("get", get), ("exists", exists)):
+        latencies, errors = [], 0
+        began = time.perf_counter()
+        for b in batches:
+            t = time.perf_counter()
+            errors += one(b)
+            latencies.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - began
+        p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
+        row = {
+            "op": op,
+            "clients": 1,
+            "per_s": objects / elapsed,
+            "p50_us": p50,
+            "p99_us": p99,
+            "errors": errors,
+        }
+        print(json.dumps(row), flush=True)
+    s.close()
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    bin_dir = Path(sys.executable).parent
+    port = free_port()
+    master_cmd = [str(bin_dir / "mooncake_master"), f"-rpc_port={port}", f"-metrics_port={free_port()}"]
+    address = f"127.0.0.1:{port}"
+    me = [sys.executable, os.path.abspath(__file__)]
+    quiet = {"stdin": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    master = subprocess.Popen(master_cmd, stdout=subprocess.DEVNULL, **quiet)  # type: ignore[call-overload]
+    try:
+        time.sleep(1.0)
+        segment = args.objects * args.clients * max(args.value_size, 2048) * 5 // 4
+        storage = subprocess.Popen(
+            [*me, "--role", "storage", "--master", address, "--segment", str(segment)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert storage.stdout is not None
+            if storage.stdout.readline().strip() != "READY":
+                raise RuntimeError("the Mooncake storage process did not start")
+            before = rss_bytes(master.pid)
+            load = [*me, "--role", "load", "--master", address, "--objects", str(args.objects)]
+            load += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
+            procs = [
+                subprocess.Popen(load, stdout=subprocess.PIPE, text=True, **quiet)  # type: ignore[call-overload]
+                for _ in range(args.clients)
+            ]
+            per_client = [[json.loads(line) for line in p.communicate()[0].splitlines()] for p in procs]
+            after = rss_bytes(master.pid)
+        finally:
+            if storage.stdin:
+                storage.stdin.close()
+            storage.wait(timeout=30)
+    finally:
+        master.terminate()
+        master.wait(timeout=30)
+    for rows in zip(*per_client, strict=True):
+        print(
+            json.dumps(
+                {
+                    "op": rows[0]["op"],
+                    "clients": len(rows),
+                    "per_s": sum(r["per_s"] for r in rows),
+                    "p50_us": max(r["p50_us"] for r in rows),
+                    "p99_us": max(r["p99_us"] for r in rows),
+                    "errors": sum(r["errors"] for r in rows),
+                }
+            )
+        )
+    objects = args.objects * args.clients
+    print(json.dumps({"objects": objects, "rss_bytes_per_object": (after - before) / objects}))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--objects", type=int, default=200_000, help="objects each load process puts")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--value-size", type=int, default=1024)
+    p.add_argument("--clients", type=int, default=1)
+    p.add_argument("--role", choices=["orchestrator", "storage", "load"], default="orchestrator")
+    p.add_argument("--master", default="")
+    p.add_argument("--segment", type=int, default=0)
+    args = p.parse_args()
+    if min(args.objects, args.batch_size, args.value_size, args.clients) <= 0:
+        p.error("objects, batch size, value size and clients must be positive")
+    if args.role == "storage":
+        storage_main(args.master, args.segment)
+        return 0
+    if args.role == "load":
+        load_main(args.master, args.objects, args.batch_size, args.value_size)
+        return 0
+    return orchestrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
