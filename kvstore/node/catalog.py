@@ -75,7 +75,7 @@ class SegmentCatalog:
             entries = self._entries
             dropped = [(s, g) for s, g in zip(slots, gens, strict=True) if entries.get(s, _NONE)[2] <= g]
             for slot, _ in dropped:
-                del entries[slot]
+                entries.pop(slot, None)  # a slot named twice in one order is dropped once
             if dropped:
                 self._append([_DROP, dropped])
 

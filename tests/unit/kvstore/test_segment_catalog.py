@@ -49,3 +49,13 @@ def test_a_torn_last_record_ends_the_replay(tmp_path: Path) -> None:
     assert [r[3] for r in SegmentCatalog(str(path)).verified(memory)] == ["kept"]
     path.write_bytes(b"\xc1garbage")
     assert len(SegmentCatalog(str(path))) == 0
+
+
+def test_a_slot_killed_twice_in_one_order_is_dropped_once(tmp_path: Path) -> None:
+    memory = np.zeros(1 << 14, dtype=np.uint8)
+    catalog = SegmentCatalog(str(tmp_path / "segment.held"))
+    catalog.hold([held(1, 0, 5, 0, memory[:100], "a"), held(2, 1, 5, 4096, memory[4096:4196], "b")])
+    catalog.drop([0, 0, 1], [5, 6, 4])  # slot 1's kill is of an older generation: it stays
+    assert len(catalog) == 1
+    catalog.close()
+    assert [r[3] for r in SegmentCatalog(str(tmp_path / "segment.held")).verified(memory)] == ["b"]
