@@ -85,6 +85,11 @@ class WorkChannel:
                     return
                 log.debug("work poll failed: %s", exc)
                 time.sleep(0.1)
+            except Exception:  # a bug must cost one exchange, not the node's only channel of work
+                # Nothing of the reply is lost: holds and kills are handed out until acknowledged,
+                # copies and disk orders expire at the master and are planned again.
+                log.exception("work poll failed unexpectedly; asking again")
+                time.sleep(1.0)
 
     def _backlog(self) -> bool:
         with self._lock:
