@@ -13,19 +13,19 @@ stored.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from kvstore.bench import load_procs
 from kvstore.client.master_client import MasterClient
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.procs import READY_PREFIX, kvstore_process
+from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
 from kvstore.rpc.validate import MAX_KEYS, MAX_PUT_ITEMS
 
@@ -118,20 +118,7 @@ def run(
             ",".join(cfg.ops),
             "--json",
         ]
-        per_client: list[list[OpRate]] = []
-        with contextlib.ExitStack() as stack:
-            procs = [stack.enter_context(kvstore_process(args)) for _ in range(cfg.clients)]
-            for proc, _ in procs:
-                assert proc.stdout is not None
-                rows = []
-                for line in proc.stdout:
-                    data = json.loads(line)
-                    if "done" in data:
-                        break
-                    rows.append(OpRate(**data))
-                    if progress:
-                        progress(data["op"])
-                per_client.append(rows)
+        per_client = load_procs.gather(args, cfg.clients, OpRate, progress)
         objects = cfg.objects * cfg.clients
         memory = MemoryUse(objects, (rss_bytes(master_pid) - before) / objects)
     return combine(per_client), memory
@@ -156,8 +143,11 @@ def combine(per_client: list[list[OpRate]]) -> list[OpRate]:
 
 # -- one load process ---------------------------------------------------------------------------------
 def client_main(cfg: MasterBenchConfig, address: str) -> int:
-    """`--mode client`: READY, one JSON line per op, then {"done": true}."""
-    print(f"{READY_PREFIX}client", flush=True)
+    """`--mode client`: one JSON line per op (kvstore.bench.load_procs)."""
+    return load_procs.report(_load(cfg, address))
+
+
+def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
     client_id = f"bench-master-{uuid.uuid4().hex[:12]}"
     master = MasterClient(address)
     try:
@@ -166,11 +156,9 @@ def client_main(cfg: MasterBenchConfig, address: str) -> int:
             batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
             ops = {"put": _put, "get": _get, "exists": _exists}
             for op in cfg.ops:
-                print(json.dumps(asdict(ops[op](master, client_id, batches, cfg.value_size))), flush=True)
+                yield ops[op](master, client_id, batches, cfg.value_size)
     finally:
         master.close()
-    print(json.dumps({"done": True}), flush=True)
-    return 0
 
 
 @contextlib.contextmanager

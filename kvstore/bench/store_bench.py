@@ -7,16 +7,16 @@ process, and the client in a separate process that runs the ops and reports JSON
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from kvstore import Store
+from kvstore.bench import load_procs
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.procs import READY_PREFIX, kvstore_process
+from kvstore.procs import kvstore_process
 from transfer_engine.config import transport_choices
 from transfer_engine.units import format_size
 
@@ -218,19 +218,7 @@ def run(cfg: StoreBenchConfig, progress: Callable[[str], None] | None = None) ->
             str(cfg.segment_size),
             *(["--transport", cfg.transport] if cfg.transport else []),
         ]
-        procs = [stack.enter_context(kvstore_process(args)) for _ in range(cfg.clients)]
-        per_client: list[list[OpResult]] = []
-        for proc, _ in procs:
-            assert proc.stdout is not None
-            results = []
-            for line in proc.stdout:
-                data = json.loads(line)
-                if "done" in data:
-                    break
-                results.append(OpResult(**data))
-                if progress:
-                    progress(data["op"])
-            per_client.append(results)
+        per_client = load_procs.gather(args, cfg.clients, OpResult, progress)
     return _combine(per_client)
 
 
@@ -259,12 +247,8 @@ def _combine(per_client: list[list[OpResult]]) -> list[OpResult]:
 
 
 def client_main(cfg: StoreBenchConfig, master: str) -> int:
-    """`--mode client`: READY, then one JSON line per op, then {"done": true}."""
-    print(f"{READY_PREFIX}client", flush=True)
-    for result in run_client(cfg, master):
-        print(json.dumps(asdict(result)), flush=True)
-    print(json.dumps({"done": True}), flush=True)
-    return 0
+    """`--mode client`: one JSON line per op (kvstore.bench.load_procs)."""
+    return load_procs.report(run_client(cfg, master))
 
 
 def describe(r: OpResult) -> list[str]:
