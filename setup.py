@@ -2,7 +2,8 @@
 
 - transfer_engine._core: the data plane (core registry and batches, transports, engine, binding);
 - transfer_engine._tools: machine baselines and wire decoders for benches and tests;
-- kvstore._meta: metadata helpers for the master and clients (the offset allocator), no data plane.
+- kvstore._meta: metadata for the master and clients (the offset allocator, the master's object table),
+  no data plane.
 """
 
 import os
@@ -62,6 +63,8 @@ tools = extension(
         "csrc/transport/tcp/wire.cpp",
     ),
 )
-meta = extension("kvstore._meta", sources("csrc/storage/*.cpp", "csrc/bind/meta_module.cpp"))
+meta = extension(
+    "kvstore._meta", sources("csrc/storage/*.cpp", "csrc/meta/*.cpp", "csrc/bind/meta_module.cpp", "csrc/bind/meta_*.cpp")
+)
 
 setup(ext_modules=[core, tools, meta], cmdclass={"build_ext": build_ext, "build_py": build_py_with_alias})

@@ -1,15 +1,16 @@
-// kvstore._meta: metadata-side C++ (the offset allocator the master runs per segment; later the object
+// kvstore._meta: metadata-side C++ (the offset allocator the master runs per segment, the master's object
 // table). It links none of the data plane.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "bind/meta_object_table.h"
 #include "bind/status_error.h"
 #include "storage/offset_allocator.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_meta, m) {
-  m.doc() = "kvstore metadata helpers: the segment offset allocator";
+  m.doc() = "kvstore metadata helpers: the segment offset allocator, the master's object table";
   kvs::bind::register_status_translator();
   using kvs::AllocatorStats;
   using kvs::OffsetAllocator;
@@ -57,4 +58,5 @@ PYBIND11_MODULE(_meta, m) {
         d["fragmentation"] = s.fragmentation();
         return d;
       });
+  kvs::bind::register_object_table(m);
 }

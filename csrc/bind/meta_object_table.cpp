@@ -1,0 +1,178 @@
+// kvstore._meta.ObjectTable: the master's object table (csrc/meta/object_table.h). An object is named by a
+// reference, (incarnation << 32) | row, checked on every call: a stale one raises LookupError instead of
+// reaching the object that reuses its row. Batch entry points take a list of keys and cross once.
+#include "bind/meta_object_table.h"
+
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "meta/object_table.h"
+
+namespace py = pybind11;
+
+namespace kvs::bind {
+namespace {
+
+using meta::MemoryCopy;
+using meta::Object;
+using meta::ObjectTable;
+using meta::Order;
+using meta::Row;
+
+using Ref = uint64_t;
+
+Ref ref_of(const ObjectTable& t, Row row) { return (static_cast<Ref>(t.incarnation(row)) << 32) | row; }
+
+Row row_of(const ObjectTable& t, Ref ref) {
+  const Row row = static_cast<Row>(ref & 0xFFFFFFFFu);
+  if (!t.alive(row, static_cast<uint32_t>(ref >> 32))) throw py::key_error("stale object reference");
+  return row;
+}
+
+Order order_of(int o) {
+  if (o != 0 && o != 1) throw std::invalid_argument("order is 0 (eviction) or 1 (puts in progress)");
+  return static_cast<Order>(o);
+}
+
+template <typename T>
+void field(py::class_<ObjectTable>& c, const std::string& name, T Object::*member) {
+  c.def(name.c_str(), [member](const ObjectTable& t, Ref ref) { return t.at(row_of(t, ref)).*member; },
+        py::arg("ref"));
+  c.def(("set_" + name).c_str(),
+        [member](ObjectTable& t, Ref ref, T value) { t.at(row_of(t, ref)).*member = value; }, py::arg("ref"),
+        py::arg("value"));
+}
+
+py::object ref_or_none(const ObjectTable& t, Row row) {
+  return row == meta::kNoRow ? py::none() : py::object(py::int_(ref_of(t, row)));
+}
+
+}  // namespace
+
+void register_object_table(py::module_& m) {
+  py::class_<ObjectTable> c(m, "ObjectTable",
+                            "The master's object table: rows of metadata by key, and the eviction order and "
+                            "puts in progress linked through them.");
+  c.def(py::init<uint64_t>(), py::arg("seed") = 0)
+      .def("__len__", &ObjectTable::size)
+      .def(
+          "find", [](const ObjectTable& t, std::string_view key) { return ref_or_none(t, t.find(key)); },
+          py::arg("key"), "The object's reference, or None.")
+      .def(
+          "insert", [](ObjectTable& t, std::string_view key) { return ref_or_none(t, t.insert(key)); },
+          py::arg("key"), "A new object's reference, or None when the key is present.")
+      .def(
+          "erase", [](ObjectTable& t, Ref ref) { t.erase(row_of(t, ref)); }, py::arg("ref"))
+      .def(
+          "alive",
+          [](const ObjectTable& t, Ref ref) {
+            return t.alive(static_cast<Row>(ref & 0xFFFFFFFFu), static_cast<uint32_t>(ref >> 32));
+          },
+          py::arg("ref"))
+      .def(
+          "key", [](const ObjectTable& t, Ref ref) { return py::str(std::string(t.key(row_of(t, ref)))); },
+          py::arg("ref"))
+      .def(
+          "copies",
+          [](const ObjectTable& t, Ref ref) {
+            const Row row = row_of(t, ref);
+            std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint64_t>> out;
+            out.reserve(t.copy_count(row));
+            for (size_t i = 0; i < t.copy_count(row); ++i) {
+              const MemoryCopy& c = t.copy(row, i);
+              out.emplace_back(c.segment, c.offset, c.slot, c.gen);
+            }
+            return out;
+          },
+          py::arg("ref"), "(segment, offset, slot, gen) of each memory copy, in the order they were added.")
+      .def(
+          "copy_count", [](const ObjectTable& t, Ref ref) { return t.copy_count(row_of(t, ref)); },
+          py::arg("ref"))
+      .def(
+          "add_copy",
+          [](ObjectTable& t, Ref ref, uint32_t segment, uint64_t offset, uint32_t slot, uint64_t gen) {
+            t.add_copy(row_of(t, ref), MemoryCopy{segment, slot, offset, gen});
+          },
+          py::arg("ref"), py::arg("segment"), py::arg("offset"), py::arg("slot"), py::arg("gen"))
+      .def(
+          "drop_copy",
+          [](ObjectTable& t, Ref ref, uint32_t segment, uint64_t offset, uint32_t slot, uint64_t gen) {
+            return t.drop_copy(row_of(t, ref), MemoryCopy{segment, slot, offset, gen});
+          },
+          py::arg("ref"), py::arg("segment"), py::arg("offset"), py::arg("slot"), py::arg("gen"))
+      .def(
+          "clear_copies", [](ObjectTable& t, Ref ref) { t.clear_copies(row_of(t, ref)); }, py::arg("ref"))
+      .def(
+          "linked", [](const ObjectTable& t, int o, Ref ref) { return t.linked(order_of(o), row_of(t, ref)); },
+          py::arg("order"), py::arg("ref"))
+      .def(
+          "push_back", [](ObjectTable& t, int o, Ref ref) { t.push_back(order_of(o), row_of(t, ref)); },
+          py::arg("order"), py::arg("ref"))
+      .def(
+          "push_front", [](ObjectTable& t, int o, Ref ref) { t.push_front(order_of(o), row_of(t, ref)); },
+          py::arg("order"), py::arg("ref"))
+      .def(
+          "unlink", [](ObjectTable& t, int o, Ref ref) { t.unlink(order_of(o), row_of(t, ref)); },
+          py::arg("order"), py::arg("ref"))
+      .def(
+          "length", [](const ObjectTable& t, int o) { return t.length(order_of(o)); }, py::arg("order"))
+      .def(
+          "first", [](const ObjectTable& t, int o) { return ref_or_none(t, t.first(order_of(o))); },
+          py::arg("order"))
+      .def(
+          "next",
+          [](const ObjectTable& t, int o, Ref ref) {
+            return ref_or_none(t, t.next(order_of(o), row_of(t, ref)));
+          },
+          py::arg("order"), py::arg("ref"))
+      .def(
+          "walk",
+          [](const ObjectTable& t, int o, py::object after, size_t limit) {
+            // Up to `limit` keys in order, from the one after `after` (None: from the first): one crossing
+            // per slice of the order, so a caller that stops early pays only for what it read.
+            const Order order = order_of(o);
+            Row row = after.is_none() ? t.first(order) : t.next(order, row_of(t, after.cast<Ref>()));
+            py::list out;
+            for (; row != meta::kNoRow && static_cast<size_t>(py::len(out)) < limit; row = t.next(order, row)) {
+              out.append(py::make_tuple(std::string(t.key(row)), ref_of(t, row)));
+            }
+            return out;
+          },
+          py::arg("order"), py::arg("after"), py::arg("limit"),
+          "[(key, reference)] of up to `limit` objects in the order, after `after` (None: from the first).")
+      .def(
+          "complete_many",
+          [](const ObjectTable& t, const std::vector<std::string_view>& keys) {
+            std::vector<bool> out(keys.size());
+            for (size_t i = 0; i < keys.size(); ++i) {
+              const Row row = t.find(keys[i]);
+              out[i] = row != meta::kNoRow && t.at(row).complete;
+            }
+            return out;
+          },
+          py::arg("keys"), "Per key: stored and committed.")
+      .def_property_readonly("memory_bytes", &ObjectTable::memory_bytes);
+  field(c, "size", &Object::size);
+  field(c, "checksum", &Object::checksum);
+  field(c, "hold_seq", &Object::hold_seq);
+  field(c, "lease_until", &Object::lease_until);
+  field(c, "put_deadline", &Object::put_deadline);
+  field(c, "last_access", &Object::last_access);
+  field(c, "heat", &Object::heat);
+  field(c, "heat_time", &Object::heat_time);
+  field(c, "loaded_at", &Object::loaded_at);
+  field(c, "disk_offset", &Object::disk_offset);
+  field(c, "disk_segment", &Object::disk_segment);
+  field(c, "writer", &Object::writer);
+  field(c, "access_count", &Object::access_count);
+  field(c, "base_replicas", &Object::base_replicas);
+  field(c, "target_replicas", &Object::target_replicas);
+  field(c, "complete", &Object::complete);
+  field(c, "pinned", &Object::pinned);
+}
+
+}  // namespace kvs::bind

@@ -1,0 +1,178 @@
+"""The master's object table (csrc/meta/object_table, kvstore._meta.ObjectTable) against a model: keys,
+fields, copies and both orders agree with plain Python containers after any sequence of operations, the
+index keeps every key through its lazy growth, and stale references are refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from kvstore._meta import ObjectTable
+
+EVICTION, PENDING = 0, 1
+
+
+def keys_in(table: ObjectTable, order: int) -> list[str]:
+    return [key for key, _ in table.walk(order, None, 1 << 30)]
+
+
+def test_insert_find_erase_and_fields() -> None:
+    t = ObjectTable(seed=7)
+    ref = t.insert("a")
+    assert ref is not None and t.insert("a") is None and t.find("a") == ref and t.find("b") is None
+    t.set_size(ref, 1024)
+    t.set_complete(ref, True)
+    t.set_lease_until(ref, 12.5)
+    t.set_base_replicas(ref, 3)
+    assert (t.size(ref), t.complete(ref), t.lease_until(ref), t.base_replicas(ref)) == (1024, True, 12.5, 3)
+    assert t.key(ref) == "a" and len(t) == 1
+    t.erase(ref)
+    assert t.find("a") is None and len(t) == 0 and not t.alive(ref)
+
+
+def test_a_stale_reference_is_refused_even_when_its_row_is_reused() -> None:
+    t = ObjectTable()
+    old = t.insert("old")
+    t.erase(old)
+    new = t.insert("new")
+    assert new & 0xFFFFFFFF == old & 0xFFFFFFFF  # the same row, another incarnation
+    for call in (t.size, t.key, t.copies, t.erase):
+        with pytest.raises(KeyError):
+            call(old)
+    assert t.key(new) == "new"
+
+
+def test_copies_keep_their_order_and_drop_by_value() -> None:
+    t = ObjectTable()
+    ref = t.insert("k")
+    for seg in (1, 2, 3):
+        t.add_copy(ref, seg, seg * 100, seg, seg + 10)
+    assert t.drop_copy(ref, 1, 100, 1, 11) and not t.drop_copy(ref, 1, 100, 1, 11)
+    assert t.copies(ref) == [(2, 200, 2, 12), (3, 300, 3, 13)]
+    assert t.drop_copy(ref, 3, 300, 3, 13) and t.copies(ref) == [(2, 200, 2, 12)]
+    t.clear_copies(ref)
+    assert t.copies(ref) == [] and t.copy_count(ref) == 0
+
+
+def test_out_of_range_values_are_refused() -> None:
+    t = ObjectTable()
+    ref = t.insert("k")
+    with pytest.raises(TypeError):
+        t.set_base_replicas(ref, 300)
+    with pytest.raises(TypeError):
+        t.set_size(ref, -1)
+    with pytest.raises(ValueError):
+        t.push_back(2, ref)
+
+
+def test_the_index_keeps_every_key_while_it_grows_and_shrinks() -> None:
+    t = ObjectTable(seed=1)
+    n = 50_000  # several doublings, each moved lazily over the inserts that follow
+    refs = {f"key-{i}": t.insert(f"key-{i}") for i in range(n)}
+    assert all(t.find(k) == r for k, r in refs.items())
+    for i in range(0, n, 2):
+        t.erase(refs.pop(f"key-{i}"))
+    assert all(t.find(k) == r for k, r in refs.items())
+    assert all(t.find(f"key-{i}") is None for i in range(0, n, 2))
+    # Erased while the index was still moving them (tombstones), then put back, then the move finishes.
+    refs.update({f"key-{i}": t.insert(f"key-{i}") for i in range(0, n, 2)})
+    refs.update({f"more-{i}": t.insert(f"more-{i}") for i in range(n)})
+    assert len(t) == len(refs) == 2 * n and None not in refs.values()
+    assert all(t.find(k) == r for k, r in refs.items())
+    assert t.complete_many(["key-1", "key-0", "nope"]) == [False, False, False]
+    t.set_complete(refs["key-1"], True)
+    assert t.complete_many(["key-1", "key-0"]) == [True, False]
+    assert t.memory_bytes > 0
+
+
+def test_walk_resumes_after_a_reference() -> None:
+    t = ObjectTable()
+    refs = [t.insert(k) for k in "abcde"]
+    for r in refs:
+        t.push_back(EVICTION, r)
+    first = t.walk(EVICTION, None, 2)
+    assert [k for k, _ in first] == ["a", "b"]
+    assert [k for k, _ in t.walk(EVICTION, first[-1][1], 10)] == ["c", "d", "e"]
+
+
+class TableModel(RuleBasedStateMachine):
+    """Random operations on the table and on a model of it; they must agree throughout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = ObjectTable(seed=3)
+        self.refs: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
+        self.copies: dict[str, list[tuple[int, int, int, int]]] = {}
+        self.orders: tuple[list[str], list[str]] = ([], [])
+
+    keys = st.text(alphabet="abcdefgh\u00e9", min_size=0, max_size=6)
+
+    @rule(key=keys, size=st.integers(0, 1 << 40))
+    def insert(self, key: str, size: int) -> None:
+        ref = self.t.insert(key)
+        if key in self.refs:
+            assert ref is None
+            return
+        assert ref is not None
+        self.t.set_size(ref, size)
+        self.refs[key], self.sizes[key], self.copies[key] = ref, size, []
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data())
+    def erase(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.refs)))
+        self.t.erase(self.refs.pop(key))
+        del self.sizes[key], self.copies[key]
+        for order in self.orders:
+            if key in order:
+                order.remove(key)
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data(), order=st.sampled_from([EVICTION, PENDING]), front=st.booleans())
+    def push(self, data: st.DataObject, order: int, front: bool) -> None:
+        key = data.draw(st.sampled_from(sorted(self.refs)))
+        model = self.orders[order]
+        if key in model:
+            model.remove(key)
+        model.insert(0, key) if front else model.append(key)
+        (self.t.push_front if front else self.t.push_back)(order, self.refs[key])
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data(), order=st.sampled_from([EVICTION, PENDING]))
+    def unlink(self, data: st.DataObject, order: int) -> None:
+        key = data.draw(st.sampled_from(sorted(self.refs)))
+        if key in self.orders[order]:
+            self.orders[order].remove(key)
+        self.t.unlink(order, self.refs[key])
+
+    @precondition(lambda self: self.refs)
+    @rule(data=st.data(), seg=st.integers(0, 3), drop=st.booleans())
+    def copy(self, data: st.DataObject, seg: int, drop: bool) -> None:
+        key = data.draw(st.sampled_from(sorted(self.refs)))
+        copy = (seg, seg * 64, seg, 1)
+        model = self.copies[key]
+        if drop:
+            assert self.t.drop_copy(self.refs[key], *copy) == (copy in model)
+            if copy in model:
+                model.remove(copy)
+        else:
+            self.t.add_copy(self.refs[key], *copy)
+            model.append(copy)
+
+    @invariant()
+    def agrees(self) -> None:
+        assert len(self.t) == len(self.refs)
+        for key, ref in self.refs.items():
+            assert self.t.find(key) == ref and self.t.key(ref) == key and self.t.size(ref) == self.sizes[key]
+            assert self.t.copies(ref) == self.copies[key]
+        for order, model in enumerate(self.orders):
+            assert keys_in(self.t, order) == model and self.t.length(order) == len(model)
+            for key in self.refs:
+                assert self.t.linked(order, self.refs[key]) == (key in model)
+
+
+TestTableModel = TableModel.TestCase
+TestTableModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
