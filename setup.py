@@ -64,7 +64,8 @@ tools = extension(
     ),
 )
 meta = extension(
-    "kvstore._meta", sources("csrc/storage/*.cpp", "csrc/meta/*.cpp", "csrc/bind/meta_module.cpp", "csrc/bind/meta_*.cpp")
+    "kvstore._meta",
+    sources("csrc/storage/*.cpp", "csrc/meta/*.cpp", "csrc/bind/meta_module.cpp", "csrc/bind/meta_*.cpp"),
 )
 
 setup(ext_modules=[core, tools, meta], cmdclass={"build_ext": build_ext, "build_py": build_py_with_alias})

@@ -25,7 +25,9 @@ using meta::Row;
 
 using Ref = uint64_t;
 
-Ref ref_of(const ObjectTable& t, Row row) { return (static_cast<Ref>(t.incarnation(row)) << 32) | row; }
+Ref ref_of(const ObjectTable& t, Row row) {
+  return (static_cast<Ref>(t.incarnation(row)) << 32) | row;
+}
 
 Row row_of(const ObjectTable& t, Ref ref) {
   const Row row = static_cast<Row>(ref & 0xFFFFFFFFu);
@@ -39,9 +41,10 @@ Order order_of(int o) {
 }
 
 template <typename T>
-void field(py::class_<ObjectTable>& c, const std::string& name, T Object::*member) {
-  c.def(name.c_str(), [member](const ObjectTable& t, Ref ref) { return t.at(row_of(t, ref)).*member; },
-        py::arg("ref"));
+void field(py::class_<ObjectTable>& c, const std::string& name, T Object::* member) {
+  c.def(
+      name.c_str(), [member](const ObjectTable& t, Ref ref) { return t.at(row_of(t, ref)).*member; },
+      py::arg("ref"));
   c.def(("set_" + name).c_str(),
         [member](ObjectTable& t, Ref ref, T value) { t.at(row_of(t, ref)).*member = value; }, py::arg("ref"),
         py::arg("value"));
@@ -107,7 +110,8 @@ void register_object_table(py::module_& m) {
       .def(
           "clear_copies", [](ObjectTable& t, Ref ref) { t.clear_copies(row_of(t, ref)); }, py::arg("ref"))
       .def(
-          "linked", [](const ObjectTable& t, int o, Ref ref) { return t.linked(order_of(o), row_of(t, ref)); },
+          "linked",
+          [](const ObjectTable& t, int o, Ref ref) { return t.linked(order_of(o), row_of(t, ref)); },
           py::arg("order"), py::arg("ref"))
       .def(
           "push_back", [](ObjectTable& t, int o, Ref ref) { t.push_back(order_of(o), row_of(t, ref)); },
@@ -137,13 +141,45 @@ void register_object_table(py::module_& m) {
             const Order order = order_of(o);
             Row row = after.is_none() ? t.first(order) : t.next(order, row_of(t, after.cast<Ref>()));
             py::list out;
-            for (; row != meta::kNoRow && static_cast<size_t>(py::len(out)) < limit; row = t.next(order, row)) {
+            for (; row != meta::kNoRow && static_cast<size_t>(py::len(out)) < limit;
+                 row = t.next(order, row)) {
               out.append(py::make_tuple(std::string(t.key(row)), ref_of(t, row)));
             }
             return out;
           },
           py::arg("order"), py::arg("after"), py::arg("limit"),
           "[(key, reference)] of up to `limit` objects in the order, after `after` (None: from the first).")
+      .def(
+          "scan",
+          [](const ObjectTable& t, Row start, size_t limit) {
+            // Every object, a slice at a time (rows in table order): ([(key, reference)], next start;
+            // None once done). For rare whole-table jobs (remove_all); nothing periodic calls it.
+            py::list out;
+            Row row = start;
+            for (; row < t.row_limit() && static_cast<size_t>(py::len(out)) < limit; ++row) {
+              if (t.live(row)) out.append(py::make_tuple(std::string(t.key(row)), ref_of(t, row)));
+            }
+            return py::make_tuple(out, row < t.row_limit() ? py::object(py::int_(row)) : py::none());
+          },
+          py::arg("start"), py::arg("limit"))
+      .def(
+          "commit_many",
+          [](ObjectTable& t, const std::vector<std::string_view>& keys) {
+            // All or nothing: every key is checked before any is marked.
+            std::vector<Row> rows(keys.size());
+            for (size_t i = 0; i < keys.size(); ++i) {
+              rows[i] = t.find(keys[i]);
+              if (rows[i] == meta::kNoRow) throw py::key_error(std::string(keys[i]));
+            }
+            uint64_t added = 0;
+            for (Row row : rows) {
+              Object& o = t.at(row);
+              if (!o.complete) added += o.size;
+              o.complete = true;
+            }
+            return added;
+          },
+          py::arg("keys"), "Marks the objects committed; the bytes of those that were not yet.")
       .def(
           "complete_many",
           [](const ObjectTable& t, const std::vector<std::string_view>& keys) {

@@ -170,13 +170,17 @@ std::string_view ObjectTable::key(Row row) const {
   return {s.key, s.key_len};
 }
 
-uint32_t ObjectTable::incarnation(Row row) const { return slot(row).incarnation; }
+uint32_t ObjectTable::incarnation(Row row) const {
+  return slot(row).incarnation;
+}
 
 bool ObjectTable::alive(Row row, uint32_t inc) const {
   return row < rows_ && (inc & 1u) && slot(row).incarnation == inc;
 }
 
-bool ObjectTable::live(Row row) const { return row < rows_ && (slot(row).incarnation & 1u); }
+bool ObjectTable::live(Row row) const {
+  return row < rows_ && (slot(row).incarnation & 1u);
+}
 
 const MemoryCopy& ObjectTable::copy(Row row, size_t i) const {
   const Slot& s = slot(row);
@@ -276,13 +280,16 @@ void ObjectTable::unlink(Order o, Row row) {
   --lengths_[static_cast<int>(o)];
 }
 
-Row ObjectTable::next(Order o, Row row) const { return links(o, row).next; }
+Row ObjectTable::next(Order o, Row row) const {
+  return links(o, row).next;
+}
 
 size_t ObjectTable::memory_bytes() const {
   // Rows with spare copies are counted at a vector of two (the usual case: 2 or 3 replicas), not walked.
   const size_t spare = extra_copies_.size() * (48 + 2 * sizeof(MemoryCopy));
-  return chunks_.size() * kChunkRows * sizeof(Slot) + (index_.slots.size() + old_.slots.size()) * sizeof(Row) +
-         key_bytes_ + count_ * 16 /* malloc's header per key */ + free_rows_.capacity() * sizeof(Row) + spare;
+  return chunks_.size() * kChunkRows * sizeof(Slot) +
+         (index_.slots.size() + old_.slots.size()) * sizeof(Row) + key_bytes_ +
+         count_ * 16 /* malloc's header per key */ + free_rows_.capacity() * sizeof(Row) + spare;
 }
 
 }  // namespace kvs::meta

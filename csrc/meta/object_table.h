@@ -82,6 +82,8 @@ class ObjectTable {
   // True when `row` holds an object (of any incarnation).
   bool live(Row row) const;
   size_t size() const { return count_; }
+  // Rows below this were handed out (each live or free): a scan of every object walks them.
+  Row row_limit() const { return rows_; }
 
   Object& at(Row row) { return slot(row).object; }
   const Object& at(Row row) const { return slot(row).object; }
@@ -149,7 +151,7 @@ class ObjectTable {
   Index old_;
   size_t old_cursor_ = 0;
   std::unordered_map<Row, std::vector<MemoryCopy>> extra_copies_;  // copies beyond the first
-  Links heads_[kOrders];  // heads_[o].next: first, .prev: last
+  Links heads_[kOrders];                                           // heads_[o].next: first, .prev: last
   size_t lengths_[kOrders] = {0, 0};
 };
 

@@ -5,7 +5,7 @@ change_replica."""
 from __future__ import annotations
 
 from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
-from kvstore.master.model import ObjectMeta
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.state_core import StateCore
 
 
@@ -70,9 +70,8 @@ class Access(StateCore):
         self.replicator.change_replica(meta, replicas)
 
     def exists_many(self, keys: list[str]) -> list[bool]:
-        """exists() per key; one dictionary lookup each while no segment is suspect (a scheduler asks
-        this per request: a method call per key cost 4x)."""
+        """exists() per key; one crossing into the table for the batch while no segment is suspect (a
+        scheduler asks this per request: a method call per key cost 4x)."""
         if self.space.any_suspect():
             return [self.exists(k) for k in keys]
-        objects = self.objects
-        return [(meta := objects.get(k)) is not None and meta.complete for k in keys]
+        return self.ledger.objects.complete_many(keys)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvstore.master.fences import Kill
-from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
+from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.objects import NewObject
 
 
 class SegmentMounted(NamedTuple):
@@ -31,7 +32,7 @@ class PutsStarted(NamedTuple):
     """Puts placed their replicas, a batch of them (one record per PutStart request); each object is
     invisible until PutsCommitted."""
 
-    metas: list[ObjectMeta]
+    metas: list[NewObject]
 
 
 class PutsCommitted(NamedTuple):
@@ -61,7 +62,7 @@ class ReplicaDropped(NamedTuple):
 class ObjectRestored(NamedTuple):
     """A node named an object this master did not know (after a restart or a failover): committed."""
 
-    meta: ObjectMeta
+    meta: NewObject
 
 
 class ReplicaRestored(NamedTuple):

@@ -31,7 +31,8 @@ from kvstore.master.changes import DiskRecordDropped, DiskRecordSet, ReplicaAdde
 from kvstore.master.disk_space import DiskSpace
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import Ledger
-from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica
+from kvstore.master.model import DiskReplica, DiskSegment, Replica
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages as m
 
@@ -210,7 +211,7 @@ class DiskTier:
         disk = meta.disk
         if disk is None:
             return
-        if self.objects.get(meta.key) is meta:
+        if self.objects.get(meta.key) == meta:
             self.ledger.apply([DiskRecordDropped(meta.key)])
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)
@@ -348,7 +349,7 @@ class DiskTier:
                 if late:
                     self._unreported[task.id] = task
         else:
-            if ok and alive and meta is not None and meta.disk is task.disk:
+            if ok and alive and meta is not None and meta.disk == task.disk:
                 self.ledger.apply([ReplicaAdded(task.key, task.memory)])
                 self.loads += 1
                 now = self.clock()

@@ -19,8 +19,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from kvstore.master.model import ObjectMeta, Replica
+from kvstore.master.model import Replica
 from kvstore.master.node_acks import AckWaiters, Waiter
+from kvstore.master.objects import ObjectMeta
 
 Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.messages.HeldReplica's fields
 

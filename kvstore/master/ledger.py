@@ -32,7 +32,8 @@ from kvstore.master.changes import (
     SpaceTaken,
 )
 from kvstore.master.fences import FenceBook
-from kvstore.master.model import DiskReplica, DiskSegment, ObjectMeta, Replica, Segment
+from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.objects import Objects
 from kvstore.rpc.disk_record import PAGE
 from kvstore.rpc.records import MEMORY
 
@@ -42,7 +43,7 @@ class Ledger:
         """`fences`: the kills queued for nodes (issued and acknowledged here only; nodes take them from
         it on their work channel)."""
         self.fences = fences
-        self.objects: dict[str, ObjectMeta] = {}  # read by everyone, written here only
+        self.objects = Objects()  # read by everyone, written here only (a C++ table: kvstore.master.objects)
         self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
         self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
         self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
@@ -93,6 +94,10 @@ class Ledger:
         if r.segment.id in table:
             raise ValueError(f"segment {r.segment.id} is mounted already")
         table[r.segment.id] = r.segment
+        if isinstance(r.segment, Segment):  # the table names replicas' segments by id
+            self.objects.segments[r.segment.id] = r.segment
+        else:
+            self.objects.disks[r.segment.id] = r.segment
 
     def _segment_dropped(self, r: SegmentDropped) -> None:
         seg, table = r.segment, self._table(r.segment)
@@ -114,41 +119,37 @@ class Ledger:
         seg.free_slots = [s for s in range(seg.next_slot - 1, -1, -1) if s not in taken]
 
     def _puts_started(self, r: PutsStarted) -> None:
-        objects = self.objects
-        for meta in r.metas:
-            objects[meta.key] = meta
+        add = self.objects.add
+        for new in r.metas:
+            add(new)
 
     def _object_restored(self, r: ObjectRestored) -> None:
-        self.objects[r.meta.key] = r.meta
         r.meta.complete = True
+        self.objects.add(r.meta)
         self.stored_bytes += r.meta.size
 
     def _puts_committed(self, r: PutsCommitted) -> None:
-        objects, added = self.objects, 0
-        for key in r.keys:
-            meta = objects[key]
-            meta.complete = True
-            added += meta.size
-        self.stored_bytes += added
+        self.stored_bytes += self.objects.commit_many(r.keys)
 
     def _object_dropped(self, r: ObjectDropped) -> None:
-        gone = self.objects.pop(r.key, None)
+        objects = self.objects
+        gone = objects.get(r.key)
         if gone is not None:
-            gone.replicas = []
             if gone.complete:
                 self.stored_bytes -= gone.size
+            objects.drop(gone)
 
     def _replica_added(self, r: ReplicaAdded | ReplicaRestored) -> None:
-        self.objects[r.key].replicas.append(r.replica)
+        self.objects.add_replica(self.objects[r.key], r.replica)
 
     def _replica_dropped(self, r: ReplicaDropped) -> None:
-        self.objects[r.key].replicas.remove(r.replica)
+        self.objects.drop_replica(self.objects[r.key], r.replica)
 
     def _disk_record_set(self, r: DiskRecordSet) -> None:
-        self.objects[r.key].disk = r.record
+        self.objects.set_disk(self.objects[r.key], r.record)
 
     def _disk_record_dropped(self, r: DiskRecordDropped) -> None:
-        self.objects[r.key].disk = None
+        self.objects.set_disk(self.objects[r.key], None)
 
     # -- one-record shorthands --------------------------------------------------------------------------
     def drop_replicas(self, key: str, replicas: Iterable[Replica]) -> None:

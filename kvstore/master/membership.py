@@ -110,7 +110,7 @@ class Membership(StateCore):
             seg = self.segments.get(seg_id)
             if seg is not None:
                 self._drop_segment(seg)
-        for meta in [m for m in self._pending.values() if m.writer == client_id]:
+        for meta in self._pending.by(client_id):
             self._delete(meta)
         self._pending.forget(client_id)
         self.disk.drop_client(client_id)

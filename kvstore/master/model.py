@@ -1,4 +1,5 @@
-"""The master's records: segments, replicas, objects, clients and counters (data only)."""
+"""The master's records: segments, replicas, clients and counters (data only; objects live in the C++ table:
+kvstore.master.objects)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from kvstore.allocator import OffsetAllocator
 from kvstore.rpc.records import DISK, MEMORY
 
 
-@dataclass
+@dataclass(eq=False)  # one object per mounted segment: equal only to itself (replicas compare by it)
 class Segment:
     tier: ClassVar[int] = MEMORY
     id: int
@@ -40,7 +41,7 @@ class Segment:
         return self.suspect_since == 0.0 and self.restoring is None
 
 
-@dataclass
+@dataclass(slots=True)  # one per replica of every object: no per-instance __dict__
 class Replica:
     """A copy of an object in a memory segment: an allocation, fenced by (slot, gen)."""
 
@@ -51,7 +52,7 @@ class Replica:
     gen: int  # the allocation's generation: transfers name (slot, gen); freeing kills it
 
 
-@dataclass
+@dataclass(eq=False)
 class DiskSegment:
     """A node's disk file, as the master carves it (only that node reads and writes it)."""
 
@@ -69,35 +70,13 @@ class DiskSegment:
     file_region: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class DiskReplica:
     """A copy of an object on a node's disk: a record."""
 
     tier: ClassVar[int] = DISK
     segment: DiskSegment
     offset: int  # of the record: a header page, then the object's bytes
-
-
-@dataclass
-class ObjectMeta:
-    key: str
-    size: int
-    checksum: int
-    replicas: list[Replica]
-    writer: str
-    complete: bool = False
-    pinned: bool = False
-    lease_until: float = 0.0
-    put_deadline: float = 0.0
-    last_access: float = 0.0
-    access_count: int = 0
-    base_replicas: int = 1  # as requested by the put
-    target_replicas: int = 0  # set by change_replica; 0 lets heat decide
-    heat: float = 0.0  # accesses, decayed with the configured half-life
-    heat_time: float = 0.0
-    disk: DiskReplica | None = None  # its record on a node's disk tier, if it has one
-    loaded_at: float = 0.0  # when it was last loaded from disk for a reader (0: never)
-    hold_seq: int = 0  # the last hold its put sent its nodes (kvstore.master.holds): its end waits for it
 
 
 @dataclass

@@ -4,38 +4,38 @@ allocation slot or every byte with puts it never ends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 
-from kvstore.master.model import ObjectMeta
+from kvstore.master.objects import ObjectMeta
 
 
 class PutsInProgress:
-    def __init__(self) -> None:
-        self._by_key: dict[str, ObjectMeta] = {}
-        self._charged: dict[str, int] = {}  # key -> bytes charged to its writer when it started
+    def __init__(self, objects: Mapping[str, ObjectMeta]) -> None:
+        """`objects`: the ledger's table (a put is charged here as it is placed, a moment before the
+        ledger records its object)."""
+        self._objects = objects
+        self._by_key: dict[str, tuple[str, int]] = {}  # key -> (writer, bytes charged to it at start)
         self._held: dict[str, list[int]] = {}  # client -> [objects, bytes] its puts in progress hold
 
-    def add(self, meta: ObjectMeta) -> None:
-        charged = meta.size * len(meta.replicas)
-        key = meta.key
-        self._by_key[key] = meta
-        self._charged[key] = charged
-        held = self._held.get(meta.writer)
+    def add(self, key: str, writer: str, charged: int) -> None:
+        self._by_key[key] = (writer, charged)
+        held = self._held.get(writer)
         if held is None:
-            self._held[meta.writer] = [1, charged]
+            self._held[writer] = [1, charged]
         else:
             held[0] += 1
             held[1] += charged
 
-    def pop(self, key: str) -> ObjectMeta | None:
+    def pop(self, key: str) -> bool:
         """Ends the put of `key` (made visible or deleted); its writer's hold shrinks (the entry stays
-        at zero: a client's next batch reuses it)."""
-        meta = self._by_key.pop(key, None)
-        if meta is not None:
-            held = self._held[meta.writer]
-            held[0] -= 1
-            held[1] -= self._charged.pop(key)
-        return meta
+        at zero: a client's next batch reuses it). False if none was in progress."""
+        entry = self._by_key.pop(key, None)
+        if entry is None:
+            return False
+        held = self._held[entry[0]]
+        held[0] -= 1
+        held[1] -= entry[1]
+        return True
 
     def forget(self, client_id: str) -> None:
         """The client is gone (its puts were ended first)."""
@@ -46,11 +46,19 @@ class PutsInProgress:
         objects, nbytes = self._held.get(client_id, (0, 0))
         return objects, nbytes
 
-    def get(self, key: str) -> ObjectMeta | None:
-        return self._by_key.get(key)
+    def writer(self, key: str) -> str | None:
+        """Who is putting `key`; None when no put of it is in progress."""
+        entry = self._by_key.get(key)
+        return None if entry is None else entry[0]
 
-    def values(self) -> Iterator[ObjectMeta]:
-        return iter(list(self._by_key.values()))
+    def values(self) -> list[ObjectMeta]:
+        """The objects of the puts in progress (a list: the caller may end some as it goes)."""
+        objects = self._objects
+        return [objects[key] for key in self._by_key]
+
+    def by(self, client_id: str) -> list[ObjectMeta]:
+        objects = self._objects
+        return [objects[key] for key, (writer, _) in self._by_key.items() if writer == client_id]
 
     def __len__(self) -> int:
         return len(self._by_key)

@@ -16,7 +16,8 @@ from kvstore.errors import (
     TooManyPutsError,
 )
 from kvstore.master.changes import PutsCommitted, PutsStarted
-from kvstore.master.model import ObjectMeta, Replica
+from kvstore.master.model import Replica
+from kvstore.master.objects import NewObject, ObjectMeta
 from kvstore.master.removal import Removal
 from kvstore.master.victims import RoomComing
 
@@ -37,7 +38,7 @@ class Puts(Removal):  # puts evict for room
         started ones in one batch. Raises RoomComing at an item that waits for room (those before it are
         in `out` and recorded: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write: the request fails, not each item
-        started: dict[str, ObjectMeta] = {}
+        started: dict[str, NewObject] = {}
         start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
         try:
             for key, size, checksum in items[len(out) :]:
@@ -47,7 +48,16 @@ class Puts(Removal):  # puts evict for room
                     out.append(exc)
         finally:
             if started:
-                self.ledger.apply([PutsStarted(list(started.values()))])
+                self._record_started(list(started.values()))
+
+    def _record_started(self, news: list[NewObject]) -> None:
+        """The ledger records the batch's objects; their nodes are told of the replicas at once, while
+        the client writes them (kvstore.master.holds)."""
+        self.ledger.apply([PutsStarted(news)])
+        objects, holds = self.objects, self.space.holds
+        for new in news:
+            meta = objects[new.key]
+            meta.hold_seq = holds.hold_all(meta, new.replicas)
 
     def put_start(
         self,
@@ -79,7 +89,7 @@ class Puts(Removal):  # puts evict for room
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
-        started: dict[str, ObjectMeta],
+        started: dict[str, NewObject],
         key: str,
         size: int,
         checksum: int,
@@ -103,7 +113,7 @@ class Puts(Removal):  # puts evict for room
         self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
         placed = self._place(key, size, replicas, wait_for_room)
         now = self.clock()
-        meta = ObjectMeta(
+        started[key] = NewObject(
             key,
             size,
             checksum,
@@ -114,9 +124,7 @@ class Puts(Removal):  # puts evict for room
             last_access=now,
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
-        started[key] = meta
-        self._pending.add(meta)
-        meta.hold_seq = self.space.holds.hold_all(meta, placed)  # told while the client writes
+        self._pending.add(key, client_id, size * len(placed))
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
@@ -137,29 +145,31 @@ class Puts(Removal):  # puts evict for room
         acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
         them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
         part of memory)."""
-        pending = self._pending
+        pending, objects = self._pending, self.objects
         errors: list[NotFoundError | None] = []
         commits: list[str] = []
         marks: dict[str, int] = {}
         policy, counters, touched = self.policy, self.counters, self.replicator.touched
         for key in keys:
-            meta = pending.get(key)
-            if meta is None or meta.writer != client_id:
+            if pending.writer(key) != client_id:
                 errors.append(NotFoundError(f"no put of {key!r} in progress by this client"))
                 continue
             errors.append(None)
             commits.append(key)
             pending.pop(key)
+            meta = objects[key]
             seq = meta.hold_seq
-            for replica in meta.replicas:
+            replicas = meta.replicas
+            for replica in replicas:
                 node = replica.segment.client_id
                 if marks.get(node, 0) < seq:
                     marks[node] = seq
-            if len(meta.replicas) < meta.base_replicas:
+            if len(replicas) < meta.base_replicas:
                 touched.add(key)  # degraded: the next plan adds copies where room appears
-            policy.on_insert(key, meta.size)
+            size = meta.size
+            policy.on_insert(key, size)
             counters.puts += 1
-            counters.put_bytes += meta.size
+            counters.put_bytes += size
         if commits:
             self.ledger.apply([PutsCommitted(commits)])
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
@@ -192,10 +202,9 @@ class Puts(Removal):  # puts evict for room
             )
 
     def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
-        meta = self._pending.get(key)
-        if meta is None or meta.writer != client_id:
+        if self._pending.writer(key) != client_id:
             raise NotFoundError(f"no put of {key!r} in progress by this client")
-        return meta
+        return self.objects[key]
 
     def _place(self, key: str, size: int, replicas: int, wait_for_room: bool = False) -> list[Replica]:
         """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space.

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvstore.master.locations import disk_location, memory_location
-from kvstore.master.model import ObjectMeta
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from kvstore.config import MasterConfig
 from kvstore.master.changes import ReplicaAdded, ReplicaDropped
 from kvstore.master.ledger import Ledger
-from kvstore.master.model import ObjectMeta, Replica, Segment
+from kvstore.master.model import Replica, Segment
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.changes import DiskRecordSet, ObjectRestored, ReplicaRestored
-from kvstore.master.model import DiskSegment, ObjectMeta, Segment
+from kvstore.master.model import DiskSegment, Segment
+from kvstore.master.objects import NewObject
 
 if TYPE_CHECKING:
     from kvstore.master.state_core import StateCore
@@ -53,7 +54,7 @@ def restore_segment(
                 to_order.append((gen, key))  # on disk only until now
             state.ledger.apply([ReplicaRestored(key, replica)])
             continue
-        meta = ObjectMeta(
+        meta = NewObject(
             key,
             size,
             checksum,
@@ -95,7 +96,7 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
         if known is not None:  # still in memory elsewhere: the record is its disk copy again
             state.ledger.apply([DiskRecordSet(key, record)])
         else:
-            meta = ObjectMeta(
+            meta = NewObject(
                 key, size, checksum, [], seg.client_id, complete=True, last_access=now, disk=record
             )
             state.ledger.apply([ObjectRestored(meta)])

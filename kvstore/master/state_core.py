@@ -15,8 +15,9 @@ from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.fences import FenceBook
 from kvstore.master.ledger import Ledger
-from kvstore.master.model import Client, Counters, ObjectMeta, Replica, Segment
+from kvstore.master.model import Client, Counters, Replica, Segment
 from kvstore.master.node_polls import NodePolls
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
@@ -49,7 +50,7 @@ class StateCore:
         # Per segment being restored: (generation, key) of the copies it named, for the eviction order.
         self.restored_order: dict[int, list[tuple[int, str]]] = {}
         # Puts started and not ended: expiry checks these every tick, not every object.
-        self._pending = PutsInProgress()
+        self._pending = PutsInProgress(self.objects)
         self.counters = Counters()
 
     @property
@@ -93,7 +94,7 @@ class StateCore:
         for r in meta.replicas:
             self.space.free(meta.key, r, hold=writing, read_until=read_until)
         self.disk.drop_record(meta)
-        if self.objects.get(meta.key) is meta:
+        if self.objects.get(meta.key) == meta:
             self.ledger.apply([ObjectDropped(meta.key)])
         self._pending.pop(meta.key)
         self.policy.on_remove(meta.key)

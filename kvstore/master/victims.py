@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy
-from kvstore.master.model import ObjectMeta
+from kvstore.master.objects import ObjectMeta
 
 
 class RoomComing(Exception):

@@ -56,7 +56,7 @@ def test_eviction_keeps_demoted_objects_on_disk_and_a_read_loads_them(clock: Clo
     assert state.counters.evictions_to_disk == state.counters.evictions > 0
     cold = state.objects["k0"]
     assert cold.replicas == [] and cold.disk is not None and state.exists("k0")
-    assert state.get_replicas("k0") is cold  # a hit; the reader's reply waits for the load
+    assert state.get_replicas("k0") == cold  # a hit; the reader's reply waits for the load
     done: list[bool] = []
     assert state.disk.load(cold, lambda: done.append(True))
     (order,) = [o for o in state.disk.take("c0") if o.kind == "load"]

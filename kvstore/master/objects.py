@@ -1,0 +1,223 @@
+"""The master's objects: a table in C++ (csrc/meta/object_table, ~250 bytes an object against ~1,200 for
+Python objects), read here through views. `Objects` is the ledger's map of key -> ObjectMeta; an
+ObjectMeta is a reference to one row, made when looked up, holding nothing of its own but the key: two
+views of the same object are equal, and a view of an object that was dropped has no replicas and raises
+KeyError when any other field is read (its row may hold another object by then).
+
+Fields readers change in place (a lease, an access, heat) are set through the view; which objects exist,
+whether committed, their replicas and disk records are the ledger's to change (kvstore.master.ledger).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstore._meta import ObjectTable
+from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
+
+
+@dataclass(slots=True)
+class NewObject:
+    """An object about to be recorded (a put started, a restored one): the ledger makes its row."""
+
+    key: str
+    size: int
+    checksum: int
+    replicas: list[Replica]
+    writer: str
+    complete: bool = False
+    pinned: bool = False
+    put_deadline: float = 0.0
+    last_access: float = 0.0
+    base_replicas: int = 1
+    disk: DiskReplica | None = None
+    hold_seq: int = field(default=0)
+
+
+def _field(name: str, doc: str) -> Any:
+    get, put = getattr(ObjectTable, name), getattr(ObjectTable, "set_" + name)
+
+    def fget(view: ObjectMeta) -> Any:
+        return get(view._table, view.ref)
+
+    def fset(view: ObjectMeta, value: Any) -> None:
+        put(view._table, view.ref, value)
+
+    return property(fget, fset, doc=doc)
+
+
+def _read_only(name: str, doc: str) -> Any:
+    get = getattr(ObjectTable, name)
+
+    def fget(view: ObjectMeta) -> Any:
+        return get(view._table, view.ref)
+
+    return property(fget, doc=doc)
+
+
+class ObjectMeta:
+    """One object of the table (see the module's doc)."""
+
+    __slots__ = ("_objects", "_table", "key", "ref")
+
+    def __init__(self, objects: Objects, ref: int, key: str) -> None:
+        self._objects = objects
+        self._table = objects.table
+        self.ref = ref
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectMeta) and other.ref == self.ref and other._table is self._table
+
+    def __hash__(self) -> int:
+        return hash(self.ref)
+
+    def __repr__(self) -> str:
+        return f"ObjectMeta({self.key!r}, ref={self.ref:#x})"
+
+    @property
+    def alive(self) -> bool:
+        """False once the object was dropped (a put revoked, reclaimed, evicted, removed)."""
+        return self._table.alive(self.ref)
+
+    size = _read_only("size", "Bytes of the value.")
+    checksum = _read_only("checksum", "XXH3-64 of the value, as its writer declared it.")
+    complete = _read_only("complete", "Committed (its put ended): readers see it.")
+    pinned = _read_only("pinned", "Never evicted.")
+    base_replicas = _read_only("base_replicas", "Replicas its put asked for.")
+    lease_until = _field("lease_until", "Readers may hold its locations until then.")
+    put_deadline = _field("put_deadline", "Its put is reclaimed if not ended by then.")
+    last_access = _field("last_access", "When it was last read or written.")
+    access_count = _field("access_count", "Reads of it.")
+    target_replicas = _field("target_replicas", "Set by change_replica; 0 lets heat decide.")
+    heat = _field("heat", "Accesses, decayed with the configured half-life.")
+    heat_time = _field("heat_time", "When heat was last decayed.")
+    loaded_at = _field("loaded_at", "When it was last loaded from disk for a reader (0: never).")
+    hold_seq = _field("hold_seq", "The last hold its put sent its nodes (kvstore.master.holds).")
+
+    @property
+    def writer(self) -> str:
+        """The client that put it."""
+        return self._objects.writer_name(self._table.writer(self.ref))
+
+    @property
+    def replicas(self) -> list[Replica]:
+        """Its memory replicas, in the order they were added (a new list: change them through the ledger);
+        none once the object was dropped (whoever still holds its view finds nothing to read)."""
+        segments, table = self._objects.segments, self._table
+        if not table.alive(self.ref):
+            return []
+        return [Replica(segments[s], offset, slot, gen) for s, offset, slot, gen in table.copies(self.ref)]
+
+    @property
+    def replica_count(self) -> int:
+        return self._table.copy_count(self.ref)
+
+    @property
+    def disk(self) -> DiskReplica | None:
+        """Its record on a node's disk tier, if it has one."""
+        seg = self._table.disk_segment(self.ref)
+        return None if seg == 0 else DiskReplica(self._objects.disks[seg], self._table.disk_offset(self.ref))
+
+
+class Objects(Mapping[str, ObjectMeta]):
+    """Key -> ObjectMeta over the table. Written by the ledger only (its methods below are the ledger's)."""
+
+    def __init__(self) -> None:
+        self.table = ObjectTable(secrets.randbits(64))
+        # Every segment ever mounted, by id: a view names its replicas' segments by id, and a replica
+        # outlives its segment's unmounting until the object is told (a few entries per node restart).
+        self.segments: dict[int, Segment] = {}
+        self.disks: dict[int, DiskSegment] = {}
+        self._writers: dict[str, int] = {}  # client id -> its number in the table (never reused)
+        self._writer_names: list[str] = [""]
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> ObjectMeta:
+        ref = self.table.find(key)
+        if ref is None:
+            raise KeyError(key)
+        return ObjectMeta(self, ref, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        ref = self.table.find(key)
+        return default if ref is None else ObjectMeta(self, ref, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.table.find(key) is not None
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __iter__(self) -> Iterator[str]:
+        """Every key, in table order (a walk of the whole table: for rare jobs such as remove_all)."""
+        start: int | None = 0
+        while start is not None:
+            found, start = self.table.scan(start, 4096)
+            for key, _ in found:
+                yield key
+
+    def values(self) -> Iterator[ObjectMeta]:  # type: ignore[override]
+        start: int | None = 0
+        while start is not None:
+            found, start = self.table.scan(start, 4096)
+            for key, ref in found:
+                yield ObjectMeta(self, ref, key)
+
+    def writer_name(self, number: int) -> str:
+        return self._writer_names[number]
+
+    def complete_many(self, keys: list[str]) -> list[bool]:
+        """Per key: stored and committed (one crossing for the batch)."""
+        return self.table.complete_many(keys)
+
+    # -- the ledger's ----------------------------------------------------------------------------------
+    def add(self, new: NewObject) -> ObjectMeta:
+        t = self.table
+        ref = t.insert(new.key)
+        if ref is None:
+            raise ValueError(f"{new.key!r} is in the table already")
+        t.set_size(ref, new.size)
+        t.set_checksum(ref, new.checksum)
+        t.set_writer(ref, self._writer_number(new.writer))
+        t.set_complete(ref, new.complete)
+        t.set_pinned(ref, new.pinned)
+        t.set_put_deadline(ref, new.put_deadline)
+        t.set_last_access(ref, new.last_access)
+        t.set_base_replicas(ref, new.base_replicas)
+        t.set_hold_seq(ref, new.hold_seq)
+        for r in new.replicas:
+            t.add_copy(ref, r.segment.id, r.offset, r.slot, r.gen)
+        if new.disk is not None:
+            t.set_disk_segment(ref, new.disk.segment.id)
+            t.set_disk_offset(ref, new.disk.offset)
+        return ObjectMeta(self, ref, new.key)
+
+    def _writer_number(self, client_id: str) -> int:
+        number = self._writers.get(client_id)
+        if number is None:
+            number = self._writers[client_id] = len(self._writer_names)
+            self._writer_names.append(client_id)
+        return number
+
+    def commit_many(self, keys: list[str]) -> int:
+        """Marks the objects committed; returns the bytes they add (every key must be in the table)."""
+        return self.table.commit_many(keys)
+
+    def drop(self, meta: ObjectMeta) -> None:
+        """Forgets the object: its view, and every other of it, is dead from now on."""
+        self.table.erase(meta.ref)
+
+    def add_replica(self, meta: ObjectMeta, r: Replica) -> None:
+        self.table.add_copy(meta.ref, r.segment.id, r.offset, r.slot, r.gen)
+
+    def drop_replica(self, meta: ObjectMeta, r: Replica) -> None:
+        if not self.table.drop_copy(meta.ref, r.segment.id, r.offset, r.slot, r.gen):
+            raise ValueError(f"{meta.key!r} has no replica {r}")
+
+    def set_disk(self, meta: ObjectMeta, record: DiskReplica | None) -> None:
+        self.table.set_disk_segment(meta.ref, 0 if record is None else record.segment.id)
+        self.table.set_disk_offset(meta.ref, 0 if record is None else record.offset)
