@@ -5,6 +5,7 @@
 
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -68,6 +69,35 @@ void register_object_table(py::module_& m) {
       .def(
           "insert", [](ObjectTable& t, std::string_view key) { return ref_or_none(t, t.insert(key)); },
           py::arg("key"), "A new object's reference, or None when the key is present.")
+      .def(
+          "add",
+          [](ObjectTable& t, std::string_view key, uint64_t size, uint64_t checksum, uint32_t writer,
+             bool complete, bool pinned, double put_deadline, double last_access, uint8_t base_replicas,
+             uint64_t hold_seq, const std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint64_t>>& copies,
+             uint32_t disk_segment, uint64_t disk_offset) -> py::object {
+            // A new object with its fields and copies, in one crossing (the put path adds one per item).
+            const Row row = t.insert(key);
+            if (row == meta::kNoRow) return py::none();
+            Object& o = t.at(row);
+            o.size = size;
+            o.checksum = checksum;
+            o.writer = writer;
+            o.complete = complete;
+            o.pinned = pinned;
+            o.put_deadline = put_deadline;
+            o.last_access = last_access;
+            o.base_replicas = base_replicas;
+            o.hold_seq = hold_seq;
+            o.disk_segment = disk_segment;
+            o.disk_offset = disk_offset;
+            for (const auto& [segment, offset, slot, gen] : copies)
+              t.add_copy(row, MemoryCopy{segment, slot, offset, gen});
+            return py::int_(ref_of(t, row));
+          },
+          py::arg("key"), py::arg("size"), py::arg("checksum"), py::arg("writer"), py::arg("complete"),
+          py::arg("pinned"), py::arg("put_deadline"), py::arg("last_access"), py::arg("base_replicas"),
+          py::arg("hold_seq"), py::arg("copies"), py::arg("disk_segment"), py::arg("disk_offset"),
+          "A new object's reference, or None when the key is present.")
       .def(
           "erase", [](ObjectTable& t, Ref ref) { t.erase(row_of(t, ref)); }, py::arg("ref"))
       .def(
@@ -180,6 +210,47 @@ void register_object_table(py::module_& m) {
             return added;
           },
           py::arg("keys"), "Marks the objects committed; the bytes of those that were not yet.")
+      .def(
+          "locate_many",
+          [](ObjectTable& t, const std::vector<std::string_view>& keys, bool prefix, double now,
+             double lease_until, double half_life, double hot_heat) {
+            // A reader's lookup of a batch: per key None (a miss; with `prefix`, every key after the first
+            // miss too) or (reference, size, checksum, [(segment, offset, slot, gen)], disk segment,
+            // attention). Each hit is a use: its lease reaches at least `lease_until`, its heat (decayed
+            // with `half_life`) grows by one; `attention` is True when replication must look at it (as hot
+            // as `hot_heat`, below its replicas, or with a count set by change_replica).
+            if (!(half_life > 0)) throw std::invalid_argument("half_life must be positive");
+            py::list out(keys.size());
+            size_t i = 0;
+            for (; i < keys.size(); ++i) {
+              const Row row = t.find(keys[i]);
+              if (row == meta::kNoRow || !t.at(row).complete) {
+                out[i] = py::none();
+                if (prefix) break;
+                continue;
+              }
+              Object& o = t.at(row);
+              if (o.lease_until < lease_until) o.lease_until = lease_until;
+              o.last_access = now;
+              ++o.access_count;
+              const double idle = now > o.heat_time ? now - o.heat_time : 0.0;
+              o.heat = o.heat * std::exp2(-idle / half_life) + 1.0;
+              o.heat_time = now;
+              const size_t n = t.copy_count(row);
+              py::list copies(n);
+              for (size_t c = 0; c < n; ++c) {
+                const MemoryCopy& m = t.copy(row, c);
+                copies[c] = py::make_tuple(m.segment, m.offset, m.slot, m.gen);
+              }
+              const bool attention = o.heat >= hot_heat || n < o.base_replicas || o.target_replicas != 0;
+              out[i] = py::make_tuple(ref_of(t, row), o.size, o.checksum, std::move(copies), o.disk_segment,
+                                      attention);
+            }
+            for (++i; i < keys.size(); ++i) out[i] = py::none();  // after a prefix's first miss
+            return out;
+          },
+          py::arg("keys"), py::arg("prefix"), py::arg("now"), py::arg("lease_until"), py::arg("half_life"),
+          py::arg("hot_heat"))
       .def(
           "complete_many",
           [](const ObjectTable& t, const std::vector<std::string_view>& keys) {

@@ -8,6 +8,10 @@ from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
 from kvstore.master.objects import ObjectMeta
 from kvstore.master.state_core import StateCore
 
+# A hit of ObjectTable.locate_many: (reference, size, checksum, [(segment, offset, slot, gen)], disk
+# segment (0: none), attention).
+Located = tuple[int, int, int, list[tuple[int, int, int, int]], int, bool]
+
 
 class Access(StateCore):
     def get_replicas(self, key: str) -> ObjectMeta | None:
@@ -21,6 +25,38 @@ class Access(StateCore):
         meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
         self._read(meta, now)
         return meta
+
+    def locate_many(self, keys: list[str], prefix: bool) -> list[Located | None]:
+        """get_replicas of a batch in one crossing into the table (ObjectTable.locate_many: leases,
+        accesses and heat are updated there), then what the eviction orders, replication and the disk
+        tier see of each hit. Per key None (a miss; with `prefix`, every key after the first miss) or
+        (reference, size, checksum, memory copies, disk segment, attention). Not while a segment is
+        suspect: its replicas must not be offered (get_replicas filters them)."""
+        cfg, now = self.config, self.clock()
+        found = self.ledger.objects.table.locate_many(
+            keys, prefix, now, now + cfg.lease_ttl, cfg.heat_half_life, self.replicator.hot_heat
+        )
+        policy, disk, replicator = self.policy, self.disk, self.replicator
+        hits = 0
+        for key, hit in zip(keys, found, strict=True):
+            if hit is None:
+                continue
+            hits += 1
+            policy.on_access(key)
+            if hit[5]:
+                replicator.note_attention(key)
+            if hit[4] or (disk.transient and hit[3]):  # the disk tier's part of a use (_used)
+                meta = self.objects[key]
+                if disk.transient and hit[3]:
+                    disk.read(meta)
+                elif not hit[3] and hit[4]:
+                    disk.reread(meta)
+                if hit[4]:
+                    disk.policy.on_access(key)
+        self.counters.hits += hits
+        asked = len(keys) if not prefix or hits == len(keys) else hits + 1
+        self.counters.misses += asked - hits
+        return found
 
     def touch(self, keys: list[str]) -> None:
         """Reads a client served itself (from a leased location): they count as accesses."""

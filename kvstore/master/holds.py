@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from kvstore.master.model import Replica
 from kvstore.master.node_acks import AckWaiters, Waiter
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.objects import NewObject, ObjectMeta
 
 Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.messages.HeldReplica's fields
 
@@ -31,11 +31,11 @@ class HoldBook:
         self._wake = wake  # wakes the node's parked work poll (a dictionary miss when none is parked)
         self._seq = 0
         # client -> (region, slot) -> (seq, object, replica), oldest first
-        self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta, Replica]]] = {}
+        self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta | NewObject, Replica]]] = {}
         self._acks = AckWaiters(self._lowest, clock)
         self.sent = 0
 
-    def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
+    def hold_all(self, meta: ObjectMeta | NewObject, replicas: list[Replica]) -> int:
         """The nodes of `replicas` hold them now (a put placed them, or a copy landed); returns the
         number of the last hold: a node that acknowledged it has all of them (when_held)."""
         queued = self._queued

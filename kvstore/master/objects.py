@@ -175,26 +175,25 @@ class Objects(Mapping[str, ObjectMeta]):
         return self.table.complete_many(keys)
 
     # -- the ledger's ----------------------------------------------------------------------------------
-    def add(self, new: NewObject) -> ObjectMeta:
-        t = self.table
-        ref = t.insert(new.key)
+    def add(self, new: NewObject) -> None:
+        disk = new.disk
+        ref = self.table.add(
+            new.key,
+            new.size,
+            new.checksum,
+            self._writer_number(new.writer),
+            new.complete,
+            new.pinned,
+            new.put_deadline,
+            new.last_access,
+            new.base_replicas,
+            new.hold_seq,
+            [(r.segment.id, r.offset, r.slot, r.gen) for r in new.replicas],
+            0 if disk is None else disk.segment.id,
+            0 if disk is None else disk.offset,
+        )
         if ref is None:
             raise ValueError(f"{new.key!r} is in the table already")
-        t.set_size(ref, new.size)
-        t.set_checksum(ref, new.checksum)
-        t.set_writer(ref, self._writer_number(new.writer))
-        t.set_complete(ref, new.complete)
-        t.set_pinned(ref, new.pinned)
-        t.set_put_deadline(ref, new.put_deadline)
-        t.set_last_access(ref, new.last_access)
-        t.set_base_replicas(ref, new.base_replicas)
-        t.set_hold_seq(ref, new.hold_seq)
-        for r in new.replicas:
-            t.add_copy(ref, r.segment.id, r.offset, r.slot, r.gen)
-        if new.disk is not None:
-            t.set_disk_segment(ref, new.disk.segment.id)
-            t.set_disk_offset(ref, new.disk.offset)
-        return ObjectMeta(self, ref, new.key)
 
     def _writer_number(self, client_id: str) -> int:
         number = self._writers.get(client_id)

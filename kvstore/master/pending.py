@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.objects import NewObject, ObjectMeta
 
 
 class PutsInProgress:
     def __init__(self, objects: Mapping[str, ObjectMeta]) -> None:
         """`objects`: the ledger's table (a put is charged here as it is placed, a moment before the
-        ledger records its object)."""
+        ledger records its object; its put_deadline is read there, where a stall's credit moves it)."""
         self._objects = objects
-        self._by_key: dict[str, tuple[str, int]] = {}  # key -> (writer, bytes charged to it at start)
+        # key -> the put as it started (what ending it needs is there, not read back from the table)
+        self._by_key: dict[str, NewObject] = {}
         self._held: dict[str, list[int]] = {}  # client -> [objects, bytes] its puts in progress hold
 
-    def add(self, key: str, writer: str, charged: int) -> None:
-        self._by_key[key] = (writer, charged)
+    def add(self, new: NewObject) -> None:
+        self._by_key[new.key] = new
+        writer, charged = new.writer, new.size * len(new.replicas)
         held = self._held.get(writer)
         if held is None:
             self._held[writer] = [1, charged]
@@ -26,16 +28,15 @@ class PutsInProgress:
             held[0] += 1
             held[1] += charged
 
-    def pop(self, key: str) -> bool:
+    def pop(self, key: str) -> NewObject | None:
         """Ends the put of `key` (made visible or deleted); its writer's hold shrinks (the entry stays
-        at zero: a client's next batch reuses it). False if none was in progress."""
-        entry = self._by_key.pop(key, None)
-        if entry is None:
-            return False
-        held = self._held[entry[0]]
-        held[0] -= 1
-        held[1] -= entry[1]
-        return True
+        at zero: a client's next batch reuses it). None if none was in progress."""
+        new = self._by_key.pop(key, None)
+        if new is not None:
+            held = self._held[new.writer]
+            held[0] -= 1
+            held[1] -= new.size * len(new.replicas)
+        return new
 
     def forget(self, client_id: str) -> None:
         """The client is gone (its puts were ended first)."""
@@ -48,8 +49,8 @@ class PutsInProgress:
 
     def writer(self, key: str) -> str | None:
         """Who is putting `key`; None when no put of it is in progress."""
-        entry = self._by_key.get(key)
-        return None if entry is None else entry[0]
+        new = self._by_key.get(key)
+        return None if new is None else new.writer
 
     def values(self) -> list[ObjectMeta]:
         """The objects of the puts in progress (a list: the caller may end some as it goes)."""
@@ -58,7 +59,7 @@ class PutsInProgress:
 
     def by(self, client_id: str) -> list[ObjectMeta]:
         objects = self._objects
-        return [objects[key] for key, (writer, _) in self._by_key.items() if writer == client_id]
+        return [objects[key] for key, new in self._by_key.items() if new.writer == client_id]
 
     def __len__(self) -> int:
         return len(self._by_key)

@@ -51,13 +51,7 @@ class Puts(Removal):  # puts evict for room
                 self._record_started(list(started.values()))
 
     def _record_started(self, news: list[NewObject]) -> None:
-        """The ledger records the batch's objects; their nodes are told of the replicas at once, while
-        the client writes them (kvstore.master.holds)."""
         self.ledger.apply([PutsStarted(news)])
-        objects, holds = self.objects, self.space.holds
-        for new in news:
-            meta = objects[new.key]
-            meta.hold_seq = holds.hold_all(meta, new.replicas)
 
     def put_start(
         self,
@@ -113,7 +107,7 @@ class Puts(Removal):  # puts evict for room
         self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
         placed = self._place(key, size, replicas, wait_for_room)
         now = self.clock()
-        started[key] = NewObject(
+        new = started[key] = NewObject(
             key,
             size,
             checksum,
@@ -124,7 +118,8 @@ class Puts(Removal):  # puts evict for room
             last_access=now,
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
-        self._pending.add(key, client_id, size * len(placed))
+        self._pending.add(new)
+        new.hold_seq = self.space.holds.hold_all(new, placed)  # told while the client writes
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
@@ -145,7 +140,7 @@ class Puts(Removal):  # puts evict for room
         acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
         them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
         part of memory)."""
-        pending, objects = self._pending, self.objects
+        pending, table = self._pending, self.ledger.objects.table
         errors: list[NotFoundError | None] = []
         commits: list[str] = []
         marks: dict[str, int] = {}
@@ -156,17 +151,20 @@ class Puts(Removal):  # puts evict for room
                 continue
             errors.append(None)
             commits.append(key)
-            pending.pop(key)
-            meta = objects[key]
-            seq = meta.hold_seq
-            replicas = meta.replicas
-            for replica in replicas:
+            new = pending.pop(key)
+            assert new is not None
+            # The nodes it was placed on (a hold on one whose segment was lost since is cancelled, which
+            # when_held counts as acknowledged); how many replicas are left is the table's.
+            seq = new.hold_seq
+            for replica in new.replicas:
                 node = replica.segment.client_id
                 if marks.get(node, 0) < seq:
                     marks[node] = seq
-            if len(replicas) < meta.base_replicas:
+            ref = table.find(key)
+            assert ref is not None  # (recorded at its start, and its put is still in progress)
+            if table.copy_count(ref) < new.base_replicas:
                 touched.add(key)  # degraded: the next plan adds copies where room appears
-            size = meta.size
+            size = new.size
             policy.on_insert(key, size)
             counters.puts += 1
             counters.put_bytes += size

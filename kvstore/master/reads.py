@@ -17,7 +17,8 @@ from kvstore.rpc import messages as m
 
 @dataclass
 class Lookup:
-    metas: list[ObjectMeta | None]  # per key asked: the object, or None (a miss)
+    # per key asked: its location already (in memory), the object (only on disk), or None (a miss)
+    metas: list[m.ObjectLocation | ObjectMeta | None]
     from_file: dict[str, str] = field(default_factory=dict)  # key -> "here" | "served" (disk_location)
     loading: list[ObjectMeta] = field(default_factory=list)  # to load into memory before answering
 
@@ -25,6 +26,39 @@ class Lookup:
 def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
     """Each key's object with a fresh lease, and how a reader on `host_id` reads those only on disk.
     `prefix`: the keys after the first miss are misses too (and not counted as reads)."""
+    if state.space.any_suspect():
+        return _look_up_each(state, keys, host_id, prefix)
+    # The usual case: one crossing into the table for the batch; objects in memory are located at once
+    # (their lease keeps the locations good until the reply is sent, loads or not).
+    segments = state.ledger.objects.segments
+    found = Lookup([])
+    metas = found.metas
+    for key, hit in zip(keys, state.locate_many(keys, prefix), strict=True):
+        if hit is None:
+            metas.append(None)
+        elif hit[3]:
+            where = []
+            for seg_id, offset, slot, gen in hit[3]:
+                seg = segments[seg_id]
+                where.append(m.Location(m.MEMORY, seg.host_id, seg.engine, seg.region_id, offset, slot, gen))
+            metas.append(m.ObjectLocation(hit[1], hit[2], where))
+        else:
+            meta = state.objects[key]
+            metas.append(meta)
+            _read_disk_only(state, meta, host_id, found)
+    return found
+
+
+def _read_disk_only(state: MasterState, meta: ObjectMeta, host_id: str, found: Lookup) -> None:
+    how = state.disk.read_from_file(meta, host_id)
+    if how:
+        found.from_file[meta.key] = how
+    else:
+        found.loading.append(meta)
+
+
+def _look_up_each(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
+    """look_up while a segment is suspect: key by key, offering no replica of a suspect segment."""
     found = Lookup([])
     for key in keys:
         meta = state.get_replicas(key)
@@ -34,11 +68,7 @@ def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> 
                 found.metas.extend([None] * (len(keys) - len(found.metas)))
                 break
         elif not state.offered(meta):
-            how = state.disk.read_from_file(meta, host_id)
-            if how:
-                found.from_file[key] = how
-            else:
-                found.loading.append(meta)
+            _read_disk_only(state, meta, host_id, found)
     return found
 
 
@@ -63,8 +93,8 @@ def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None
     offered = state.offered
     out: list[m.ObjectLocation | None] = []
     for meta in found.metas:
-        if meta is None:
-            out.append(None)
+        if meta is None or isinstance(meta, m.ObjectLocation):
+            out.append(meta)
             continue
         where = [memory_location(x) for x in offered(meta)]
         how = found.from_file.get(meta.key)

@@ -65,11 +65,22 @@ class Replicator:
         self.dropped = 0
 
     # -- heat -----------------------------------------------------------------------------------------
+    @property
+    def hot_heat(self) -> float:
+        """The heat at which an object is hot (its rate reaches hot_access_rate)."""
+        return self.config.hot_access_rate * self.config.heat_half_life / math.log(2)
+
     def note_access(self, meta: ObjectMeta) -> None:
         now = self.clock()
-        meta.heat = self._decayed(meta, now) + 1.0
+        heat = self._decayed(meta, now) + 1.0
+        meta.heat = heat
         meta.heat_time = now
-        self.touched.add(meta.key)
+        if heat >= self.hot_heat or meta.replica_count < meta.base_replicas or meta.target_replicas:
+            self.touched.add(meta.key)  # else planning would keep its replicas as they are: not looked at
+
+    def note_attention(self, key: str) -> None:
+        """A batch of reads found this object hot, degraded or with a set count (ObjectTable.locate_many)."""
+        self.touched.add(key)
 
     def _decayed(self, meta: ObjectMeta, now: float) -> float:
         half_life = self.config.heat_half_life
