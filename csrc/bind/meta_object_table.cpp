@@ -72,8 +72,8 @@ void register_object_table(py::module_& m) {
       .def(
           "add",
           [](ObjectTable& t, std::string_view key, uint64_t size, uint64_t checksum, uint32_t writer,
-             bool complete, bool pinned, double put_deadline, double last_access, uint8_t base_replicas,
-             uint64_t hold_seq, const std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint64_t>>& copies,
+             bool complete, bool pinned, double last_access, uint8_t base_replicas, uint64_t hold_seq,
+             const std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint64_t>>& copies,
              uint32_t disk_segment, uint64_t disk_offset) -> py::object {
             // A new object with its fields and copies, in one crossing (the put path adds one per item).
             const Row row = t.insert(key);
@@ -84,7 +84,6 @@ void register_object_table(py::module_& m) {
             o.writer = writer;
             o.complete = complete;
             o.pinned = pinned;
-            o.put_deadline = put_deadline;
             o.last_access = last_access;
             o.base_replicas = base_replicas;
             o.hold_seq = hold_seq;
@@ -95,8 +94,8 @@ void register_object_table(py::module_& m) {
             return py::int_(ref_of(t, row));
           },
           py::arg("key"), py::arg("size"), py::arg("checksum"), py::arg("writer"), py::arg("complete"),
-          py::arg("pinned"), py::arg("put_deadline"), py::arg("last_access"), py::arg("base_replicas"),
-          py::arg("hold_seq"), py::arg("copies"), py::arg("disk_segment"), py::arg("disk_offset"),
+          py::arg("pinned"), py::arg("last_access"), py::arg("base_replicas"), py::arg("hold_seq"),
+          py::arg("copies"), py::arg("disk_segment"), py::arg("disk_offset"),
           "A new object's reference, or None when the key is present.")
       .def(
           "erase", [](ObjectTable& t, Ref ref) { t.erase(row_of(t, ref)); }, py::arg("ref"))
@@ -267,7 +266,6 @@ void register_object_table(py::module_& m) {
   field(c, "checksum", &Object::checksum);
   field(c, "hold_seq", &Object::hold_seq);
   field(c, "lease_until", &Object::lease_until);
-  field(c, "put_deadline", &Object::put_deadline);
   field(c, "last_access", &Object::last_access);
   field(c, "heat", &Object::heat);
   field(c, "heat_time", &Object::heat_time);

@@ -38,7 +38,6 @@ struct Object {
   uint64_t checksum = 0;
   uint64_t hold_seq = 0;  // the last hold its put sent its nodes
   double lease_until = 0;
-  double put_deadline = 0;
   double last_access = 0;
   double heat = 0;
   double heat_time = 0;

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,8 +72,13 @@ class OpRate:
 
 @dataclass
 class MemoryUse:
+    """The master after the run: memory per object, and how long its loop was held (kvstore.master.
+    loop_watch: its longest turn, a big request included; the longest periodic or scrape-time task)."""
+
     objects: int
     rss_bytes_per_object: float
+    loop_turn_max_ms: float = 0.0
+    task_max_ms: dict[str, float] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -120,8 +125,21 @@ def run(
         ]
         per_client = load_procs.gather(args, cfg.clients, OpRate, progress)
         objects = cfg.objects * cfg.clients
-        memory = MemoryUse(objects, (rss_bytes(master_pid) - before) / objects)
+        memory = MemoryUse(objects, (rss_bytes(master_pid) - before) / objects, *_loop_held(address))
     return combine(per_client), memory
+
+
+def _loop_held(address: str) -> tuple[float, dict[str, float]]:
+    """The master's longest loop turn and its tasks' longest runs, ms (its Stats carry them; a scrape of
+    them while the table is full is one of the tasks)."""
+    master = MasterClient(address)
+    try:
+        master.call(m.Stats())  # (so the scrape itself is measured at the table's full size)
+        stats: dict[str, float] = master.call(m.Stats())
+    finally:
+        master.close()
+    tasks = {k.removesuffix("_max_ms"): v for k, v in stats.items() if k.endswith("_max_ms")}
+    return tasks.pop("loop_turn", 0.0), tasks
 
 
 def combine(per_client: list[list[OpRate]]) -> list[OpRate]:

@@ -62,6 +62,8 @@ def master_table(rates: list[MasterRate], memory: MemoryUse, console: Console | 
     out.print(
         f"master memory: {memory.rss_bytes_per_object:,.0f} bytes per object ({memory.objects:,} objects)"
     )
+    tasks = ", ".join(f"{task} {ms:.2f}" for task, ms in sorted(memory.task_max_ms.items()))
+    out.print(f"master loop held at most: {memory.loop_turn_max_ms:.1f} ms a turn; per task (ms): {tasks}")
 
 
 def summary(duration: float = 3.0) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master import node_work, reads
+from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
 from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
@@ -50,11 +51,17 @@ def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
 
 class Handlers:
     def __init__(
-        self, state: MasterState, describe: Callable[[], dict[str, Any]] | None = None, epoch: int = 0
+        self,
+        state: MasterState,
+        describe: Callable[[], dict[str, Any]] | None = None,
+        epoch: int = 0,
+        watch: LoopWatch | None = None,
     ) -> None:
         """`describe()`: the cluster status (the server's: it knows its address and rates). `epoch`: this
-        master's term as its cluster's leader (0: no HA), told to every client in Hello."""
+        master's term as its cluster's leader (0: no HA), told to every client in Hello. `watch`: the
+        server's loop watch (stats carry it; the scrape-time requests are timed by it)."""
         self.state = state
+        self.watch = watch or LoopWatch()
         self.describe = describe
         self.epoch = epoch
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
@@ -260,9 +267,11 @@ class Handlers:
         return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
-        return self.state.stats()
+        with self.watch.timed("scrape_stats"):
+            return {**self.state.stats(), **self.watch.stats()}
 
     def cluster_status(self, r: m.ClusterStatus) -> dict[str, Any]:
         if self.describe is None:
             raise NotSupportedError("this master does not describe its cluster")
-        return self.describe()
+        with self.watch.timed("scrape_status"):
+            return self.describe()

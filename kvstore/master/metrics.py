@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.state import MasterState
 
 _GAUGES = {
@@ -69,10 +70,34 @@ class StateCollector(Collector):
             yield CounterMetricFamily(f"kvstore_{name}", doc, value=stats[name])
 
 
+class LoopCollector(Collector):
+    """How long the loop was held (kvstore.master.loop_watch): its longest turn, each task's longest run."""
+
+    def __init__(self, watch: LoopWatch) -> None:
+        self.watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        turns = self.watch.turns
+        yield GaugeMetricFamily(
+            "kvstore_master_loop_turn_max_seconds",
+            "Longest turn of the master's loop since it started (every request and task of the turn)",
+            value=turns.longest if turns else 0.0,
+        )
+        longest = GaugeMetricFamily(
+            "kvstore_master_task_max_seconds",
+            "Longest run of each periodic or scrape-time task of the master since it started",
+            labels=["task"],
+        )
+        for task, took in sorted(self.watch.longest.items()):
+            longest.add_metric([task], took)
+        yield longest
+
+
 class MasterMetrics:
-    def __init__(self, state: MasterState) -> None:
+    def __init__(self, state: MasterState, watch: LoopWatch | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(state))
+        self.registry.register(LoopCollector(watch or LoopWatch()))
         self.rpc_seconds = Histogram(
             "kvstore_rpc_seconds",
             "Master RPC handling time",

@@ -30,7 +30,7 @@ class NewObject:
     writer: str
     complete: bool = False
     pinned: bool = False
-    put_deadline: float = 0.0
+    put_deadline: float = 0.0  # (a put in progress's: kvstore.master.pending keeps it, the table does not)
     last_access: float = 0.0
     base_replicas: int = 1
     disk: DiskReplica | None = None
@@ -89,7 +89,6 @@ class ObjectMeta:
     pinned = _read_only("pinned", "Never evicted.")
     base_replicas = _read_only("base_replicas", "Replicas its put asked for.")
     lease_until = _field("lease_until", "Readers may hold its locations until then.")
-    put_deadline = _field("put_deadline", "Its put is reclaimed if not ended by then.")
     last_access = _field("last_access", "When it was last read or written.")
     access_count = _field("access_count", "Reads of it.")
     target_replicas = _field("target_replicas", "Set by change_replica; 0 lets heat decide.")
@@ -184,7 +183,6 @@ class Objects(Mapping[str, ObjectMeta]):
             self._writer_number(new.writer),
             new.complete,
             new.pinned,
-            new.put_deadline,
             new.last_access,
             new.base_replicas,
             new.hold_seq,

@@ -23,6 +23,7 @@ from kvstore.errors import InternalError, KVStoreError
 from kvstore.master.busy_poll import BusyPoll
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
+from kvstore.master.loop_watch import LoopTurns, LoopWatch
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
@@ -49,9 +50,10 @@ class Master:
         self.rates = RateWindow()
         self.started = time.monotonic()
         self.epoch, self.election, self._sock = epoch, election, sock
-        self.handlers = Handlers(self.state, self.describe, epoch)
+        self.watch = LoopWatch()  # how long the loop is held (its turns, each periodic or scrape task)
+        self.handlers = Handlers(self.state, self.describe, epoch, self.watch)
         self.connections: set[_RpcProtocol] = set()
-        self.metrics = MasterMetrics(self.state)
+        self.metrics = MasterMetrics(self.state, self.watch)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._ready: list[Callable[[], None]] = []  # deferred replies ready to send (run_ready)
@@ -61,6 +63,8 @@ class Master:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if isinstance(loop, MasterLoop):
+            self.watch.turns = loop.turns
         if self._sock is not None:
             rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock)
         else:
@@ -148,9 +152,12 @@ class Master:
             if len(parts) < 2 or parts[0] != b"GET":
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
             elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+                with self.watch.timed("scrape_metrics"):
+                    body = generate_latest(self.metrics.registry)
+                status, ctype = "200 OK", CONTENT_TYPE_LATEST
             elif path == "/health":
-                stats = self.state.stats()
+                with self.watch.timed("scrape_health"):
+                    stats = self.state.stats()
                 health = {
                     "status": "degraded" if stats["disks_degraded"] else "ok",
                     **{k: stats[k] for k in ("objects", "segments", "clients", "usage", "disks_degraded")},
@@ -185,11 +192,17 @@ class Master:
                 if stalled > period:  # the loop itself did not run: that silence is not the clients'
                     self.state.credit_stall(stalled)
                     continue  # read what queued up meanwhile before judging anyone
-                self.state.expire()
-                self.rates.sample(self.state.clock(), vars(self.state.counters))
-                self.state.plan_demotions()
-                self.state.evict_to_watermark()
-                self.state.replicator.plan()
+                timed, state = self.watch.timed, self.state
+                with timed("expire"):
+                    state.expire()
+                with timed("rates"):
+                    self.rates.sample(state.clock(), vars(state.counters))
+                with timed("demotion_plan"):
+                    state.plan_demotions()
+                with timed("evict_to_watermark"):
+                    state.evict_to_watermark()
+                with timed("replication_plan"):
+                    state.replicator.plan()
             except Exception:
                 log.exception("housekeeping failed")
 
@@ -319,8 +332,16 @@ class _SpinningSelector(selectors.EpollSelector):
     def __init__(self, spin_seconds: float) -> None:
         super().__init__()
         self.busy_poll = BusyPoll(spin_seconds)
+        self.turns = LoopTurns()  # each turn of the loop runs from one poll's return to the next poll
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self.turns.ended()
+        try:
+            return self._select(timeout)
+        finally:
+            self.turns.began()
+
+    def _select(self, timeout: float | None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is not None and timeout <= 0:  # callbacks are ready: only collect what came
             return super().select(timeout)
         began = time.perf_counter()
@@ -336,9 +357,17 @@ class _SpinningSelector(selectors.EpollSelector):
         return ready
 
 
+class MasterLoop(asyncio.SelectorEventLoop):
+    """The master's event loop: polls briefly before sleeping, and times its turns (_SpinningSelector)."""
+
+    def __init__(self, busy_poll_us: int = 0) -> None:
+        selector = _SpinningSelector(busy_poll_us * 1e-6)
+        super().__init__(selector)
+        self.turns = selector.turns
+
+
 def new_event_loop(busy_poll_us: int = 0) -> asyncio.AbstractEventLoop:
-    """An event loop that polls briefly before sleeping (see _SpinningSelector)."""
-    return asyncio.SelectorEventLoop(_SpinningSelector(busy_poll_us * 1e-6))
+    return MasterLoop(busy_poll_us)
 
 
 def _address(server: asyncio.base_events.Server) -> str:

@@ -36,8 +36,7 @@ class MasterState(Membership, Puts, Access):
         self.counters.stalled_seconds += seconds
         for client in self.clients.values():
             client.last_seen += seconds
-        for meta in self._pending.values():
-            meta.put_deadline += seconds
+        self._pending.credit(seconds)
         self.replicator.credit_stall(seconds)
         self.disk.credit_stall(seconds)
 
@@ -47,7 +46,7 @@ class MasterState(Membership, Puts, Access):
         for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_ttl]:
             self.counters.dropped_clients += 1
             self.drop_client(client.id)
-        for meta in [m for m in self._pending.values() if m.put_deadline < now]:
+        for meta in self._pending.expired(now):
             self.counters.reclaimed_puts += 1
             self._delete(meta)
         self.replicator.expire()

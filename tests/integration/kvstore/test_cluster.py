@@ -223,6 +223,16 @@ def test_metrics_and_health(cluster: Cluster) -> None:
     )
     health = json.loads(urllib.request.urlopen(f"http://{cluster.http}/health", timeout=5).read())
     assert health["status"] == "ok" and health["segments"] == 2
+    # How long the loop was held: its longest turn, and each housekeeping and scrape task's longest run.
+    metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+    turn = [line for line in metrics.splitlines() if line.startswith("kvstore_master_loop_turn_max_seconds ")]
+    assert turn and 0 < float(turn[0].split()[1]) < 60
+    for task in ("expire", "replication_plan", "scrape_metrics", "scrape_health"):
+        assert f'kvstore_master_task_max_seconds{{task="{task}"}}' in metrics
+    with Store.connect(cluster.master) as store:
+        store.stats()
+        stats = store.stats()["master"]  # (a Stats request is timed once it is answered: the second sees it)
+    assert stats["loop_turn_max_ms"] > 0 and stats["expire_max_ms"] >= 0 and "scrape_stats_max_ms" in stats
 
 
 def test_raw_pointer_buffers(cluster: Cluster) -> None:
