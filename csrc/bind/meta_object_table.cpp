@@ -37,7 +37,7 @@ Row row_of(const ObjectTable& t, Ref ref) {
 }
 
 Order order_of(int o) {
-  if (o != 0 && o != 1) throw std::invalid_argument("order is 0 (eviction) or 1 (puts in progress)");
+  if (o != 0 && o != 1) throw std::invalid_argument("order is 0 (memory eviction) or 1 (disk eviction)");
   return static_cast<Order>(o);
 }
 
@@ -153,6 +153,41 @@ void register_object_table(py::module_& m) {
           py::arg("order"), py::arg("ref"))
       .def(
           "length", [](const ObjectTable& t, int o) { return t.length(order_of(o)); }, py::arg("order"))
+      // The same by key, one crossing each (an eviction policy's calls: kvstore.master.objects.TableOrder).
+      .def(
+          "order_add",
+          [](ObjectTable& t, int o, std::string_view key, bool front) {
+            const Row row = t.find(key);
+            if (row == meta::kNoRow) throw py::key_error(std::string(key));
+            front ? t.push_front(order_of(o), row) : t.push_back(order_of(o), row);
+          },
+          py::arg("order"), py::arg("key"), py::arg("front"),
+          "Links the object first or last (moved if linked).")
+      .def(
+          "order_touch",
+          [](ObjectTable& t, int o, std::string_view key) {
+            const Row row = t.find(key);
+            if (row == meta::kNoRow || !t.linked(order_of(o), row)) return false;
+            t.push_back(order_of(o), row);
+            return true;
+          },
+          py::arg("order"), py::arg("key"), "Moves a linked object last; False if not linked.")
+      .def(
+          "order_remove",
+          [](ObjectTable& t, int o, std::string_view key) {
+            const Row row = t.find(key);
+            if (row == meta::kNoRow || !t.linked(order_of(o), row)) return false;
+            t.unlink(order_of(o), row);
+            return true;
+          },
+          py::arg("order"), py::arg("key"), "Unlinks the object; False if it was not linked.")
+      .def(
+          "order_has",
+          [](const ObjectTable& t, int o, std::string_view key) {
+            const Row row = t.find(key);
+            return row != meta::kNoRow && t.linked(order_of(o), row);
+          },
+          py::arg("order"), py::arg("key"))
       .def(
           "first", [](const ObjectTable& t, int o) { return ref_or_none(t, t.first(order_of(o))); },
           py::arg("order"))

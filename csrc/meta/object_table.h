@@ -1,7 +1,7 @@
 // The master's object table: every object's metadata in flat rows, found by key through an open-addressing
-// index, with the two orders the master walks kept inside the rows as links (the eviction order and the
-// puts in progress, oldest first). About 250 bytes an object with a 64-byte key, against ~1,200 for the
-// Python objects it replaces; no operation walks the table, and it never moves rows: growth adds a chunk,
+// index, with the two orders the master walks kept inside the rows as links (the eviction orders of its
+// memory replicas and of its disk records). About 250 bytes an object with a 64-byte key, against ~1,200 for
+// the Python objects it replaces; no operation walks the table, and it never moves rows: growth adds a chunk,
 // and the index grows by migrating a bounded number of slots per call (no stall at 10M objects).
 //
 // Rows are named by (row, incarnation): a row is reused after its object is erased, with a new
@@ -58,7 +58,7 @@ struct Links {
   Row next = kNoRow;
 };
 
-enum class Order : int { kEviction = 0, kPending = 1 };
+enum class Order : int { kMemory = 0, kDisk = 1 };
 inline constexpr int kOrders = 2;
 
 class ObjectTable {
@@ -95,7 +95,7 @@ class ObjectTable {
   bool drop_copy(Row row, const MemoryCopy& c);
   void clear_copies(Row row);
 
-  // -- orders: eviction (first = coldest) and puts in progress (first = oldest) ------------------------
+  // -- orders: memory and disk eviction (first = first to go) -------------------------------------------
   bool linked(Order o, Row row) const;
   void push_back(Order o, Row row);   // unlinks first if linked
   void push_front(Order o, Row row);  // likewise

@@ -32,7 +32,7 @@ from kvstore.master.disk_space import DiskSpace
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import Ledger
 from kvstore.master.model import DiskReplica, DiskSegment, Replica
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.objects import DISK_ORDER, ObjectMeta, TableOrder
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages as m
 
@@ -68,7 +68,9 @@ class DiskTier:
         self.ledger = ledger  # the one writer of the objects' records and replicas
         self.objects: Mapping[str, ObjectMeta] = ledger.objects
         self.memory_policy = memory_policy
-        self.disk_space = DiskSpace(ledger, make_policy(config.eviction_policy))  # records: same kind
+        # Records are evicted in an order of the same kind, kept in the table too.
+        disk_order = TableOrder(ledger.objects, DISK_ORDER)
+        self.disk_space = DiskSpace(ledger, make_policy(config.eviction_policy, disk_order))
         self.policy = self.disk_space.policy
         self.segments = self.disk_space.segments  # read-only here: the ledger writes it
         self.tasks: dict[int, DiskTask] = {}

@@ -1,5 +1,9 @@
 """Eviction policies. The master asks a policy for candidates in eviction order and skips the ones
-that may not go (leased, pinned, put in progress); a policy only orders keys."""
+that may not go (leased, pinned, put in progress); a policy only orders keys.
+
+A policy keeps its order in a KeyOrder: the master's is the object table's (kvstore.master.objects.
+TableOrder: links through the rows, nothing per key in Python); simulators and tests use a DictOrder.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,58 @@ import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Protocol
+
+
+class KeyOrder(Protocol):
+    """An ordered set of keys, first to evict first."""
+
+    def add(self, key: str, front: bool = False) -> None:
+        """Puts the key last (or first), moving it if present."""
+
+    def touch(self, key: str) -> bool:
+        """Moves the key last if present; False if absent."""
+
+    def discard(self, key: str) -> bool:
+        """Removes the key; False if absent."""
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __len__(self) -> int: ...
+
+
+class DictOrder:
+    """A KeyOrder in an OrderedDict (standalone policies: simulators, shadows, tests)."""
+
+    def __init__(self) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, key: str, front: bool = False) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key, last=not front)
+
+    def touch(self, key: str) -> bool:
+        if key not in self._keys:
+            return False
+        self._keys.move_to_end(key)
+        return True
+
+    def discard(self, key: str) -> bool:
+        return self._keys.pop(key, 0) is None
+
+    def pop_first(self) -> str:
+        return self._keys.popitem(last=False)[0]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 class EvictionPolicy(ABC):
@@ -37,19 +93,17 @@ class LRUPolicy(EvictionPolicy):
 
     name = "lru"
 
-    def __init__(self) -> None:
-        self._order: OrderedDict[str, None] = OrderedDict()
+    def __init__(self, order: KeyOrder | None = None) -> None:
+        self._order = order if order is not None else DictOrder()
 
     def on_insert(self, key: str, size: int) -> None:
-        self._order[key] = None
-        self._order.move_to_end(key)
+        self._order.add(key)
 
     def on_access(self, key: str) -> None:
-        if key in self._order:
-            self._order.move_to_end(key)
+        self._order.touch(key)
 
     def on_remove(self, key: str) -> None:
-        self._order.pop(key, None)
+        self._order.discard(key)
 
     def candidates(self) -> Iterator[str]:
         return iter(self._order)
@@ -63,23 +117,21 @@ class _Shadow:
 
     def __init__(self, bimodal: bool) -> None:
         self.bimodal = bimodal
-        self.order: OrderedDict[str, None] = OrderedDict()
+        self.order = DictOrder()
         self.ghost: OrderedDict[str, None] = OrderedDict()
         self.hits = 0.0
 
     def reference(self, key: str, capacity: int) -> None:
-        if key in self.order:
+        if self.order.touch(key):
             self.hits += 1
-            self.order.move_to_end(key)
             return
         _insert(self.order, self.ghost, key, self.bimodal)
         while len(self.order) > capacity:
-            evicted, _ = self.order.popitem(last=False)
-            _remember(self.ghost, evicted, capacity)
+            _remember(self.ghost, self.order.pop_first(), capacity)
 
 
 def _insert(
-    order: OrderedDict[str, None],
+    order: KeyOrder,
     ghost: OrderedDict[str, None],
     key: str,
     bimodal: bool,
@@ -91,13 +143,13 @@ def _insert(
     together), so sampled shadow hits predict the real cache's prefix hits. (DIP's "every 32nd new key
     at the MRU end" keeps scattered blocks, useless without their prefix: counted as shadow hits they
     made the duel favour bimodal insertion where it lost.)"""
-    order[key] = None
     if not bimodal:
-        return
-    if key in ghost:
+        order.add(key)
+    elif key in ghost:
         del ghost[key]
+        order.add(key)
     else:
-        order.move_to_end(key, last=False)
+        order.add(key, front=True)
 
 
 def _remember(ghost: OrderedDict[str, None], key: str, capacity: int) -> None:
@@ -127,9 +179,10 @@ class AdaptivePolicy(EvictionPolicy):
         sample: int = 8,
         decay: float = 0.99997,
         confidence: float = 3.0,
+        order: KeyOrder | None = None,
     ) -> None:
         self._confidence = confidence
-        self._order: OrderedDict[str, None] = OrderedDict()
+        self._order = order if order is not None else DictOrder()
         self._ghost: OrderedDict[str, None] = OrderedDict()
         self._sample = sample
         self._decay = decay
@@ -159,12 +212,11 @@ class AdaptivePolicy(EvictionPolicy):
         _insert(self._order, self._ghost, key, self.bimodal)
 
     def on_access(self, key: str) -> None:
-        if key in self._order:
+        if self._order.touch(key):
             self._reference(key)
-            self._order.move_to_end(key)
 
     def on_remove(self, key: str) -> None:
-        if self._order.pop(key, 0) is None:
+        if self._order.discard(key):
             _remember(self._ghost, key, len(self._order))
 
     def candidates(self) -> Iterator[str]:
@@ -178,15 +230,20 @@ class AdaptivePolicy(EvictionPolicy):
         return len(self._order)
 
 
-POLICIES: dict[str, type[EvictionPolicy]] = {LRUPolicy.name: LRUPolicy, AdaptivePolicy.name: AdaptivePolicy}
+POLICIES: dict[str, type[LRUPolicy] | type[AdaptivePolicy]] = {
+    LRUPolicy.name: LRUPolicy,
+    AdaptivePolicy.name: AdaptivePolicy,
+}
 
 
-def make_policy(name: str) -> EvictionPolicy:
+def make_policy(name: str, order: KeyOrder | None = None) -> EvictionPolicy:
+    """The policy `name`, keeping its order in `order` (a fresh DictOrder when None)."""
     from kvstore.errors import InvalidArgumentError
 
     try:
-        return POLICIES[name]()
+        kind = POLICIES[name]
     except KeyError:
         raise InvalidArgumentError(
             f"unknown eviction policy {name!r}; known: {', '.join(POLICIES)}"
         ) from None
+    return kind(order=order)

@@ -122,6 +122,45 @@ class ObjectMeta:
         return None if seg == 0 else DiskReplica(self._objects.disks[seg], self._table.disk_offset(self.ref))
 
 
+MEMORY_ORDER, DISK_ORDER = 0, 1  # the table's two orders: memory replicas' and disk records' eviction
+
+
+class TableOrder:
+    """One of the table's eviction orders as an eviction policy keeps it (kvstore.master.eviction.KeyOrder):
+    links through the objects' rows, nothing per key in Python. Only objects in the table can be in it;
+    dropping an object takes it out."""
+
+    def __init__(self, objects: Objects, order: int) -> None:
+        self._table, self._order = objects.table, order
+
+    def add(self, key: str, front: bool = False) -> None:
+        self._table.order_add(self._order, key, front)
+
+    def touch(self, key: str) -> bool:
+        return self._table.order_touch(self._order, key)
+
+    def discard(self, key: str) -> bool:
+        return self._table.order_remove(self._order, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._table.order_has(self._order, key)
+
+    def __iter__(self) -> Iterator[str]:
+        """First to go first, a slice at a time (a caller stops early, and stops before it evicts)."""
+        table, order = self._table, self._order
+        after = None
+        while True:
+            found = table.walk(order, after, 256)
+            for key, _ in found:
+                yield key
+            if len(found) < 256:
+                return
+            after = found[-1][1]
+
+    def __len__(self) -> int:
+        return self._table.length(self._order)
+
+
 class Objects(Mapping[str, ObjectMeta]):
     """Key -> ObjectMeta over the table. Written by the ledger only (its methods below are the ledger's)."""
 

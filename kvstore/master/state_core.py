@@ -17,7 +17,7 @@ from kvstore.master.fences import FenceBook
 from kvstore.master.ledger import Ledger
 from kvstore.master.model import Client, Counters, Replica, Segment
 from kvstore.master.node_polls import NodePolls
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.objects import MEMORY_ORDER, ObjectMeta, TableOrder
 from kvstore.master.pending import PutsInProgress
 from kvstore.master.placement import SegmentSpace
 from kvstore.master.replication import Replicator
@@ -32,7 +32,7 @@ class StateCore:
         polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         # The one writer of the segment, object, space and fence tables (kvstore.master.ledger).
         self.ledger = Ledger(FenceBook(clock, polls.wake))
-        memory_order = make_policy(config.eviction_policy)
+        memory_order = make_policy(config.eviction_policy, TableOrder(self.ledger.objects, MEMORY_ORDER))
         self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.clients: dict[str, Client] = {}
@@ -94,10 +94,10 @@ class StateCore:
         for r in meta.replicas:
             self.space.free(meta.key, r, hold=writing, read_until=read_until)
         self.disk.drop_record(meta)
+        self.policy.on_remove(meta.key)  # (while it is in the table: the policy's order is the table's)
         if self.objects.get(meta.key) == meta:
             self.ledger.apply([ObjectDropped(meta.key)])
         self._pending.pop(meta.key)
-        self.policy.on_remove(meta.key)
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
 

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from kvstore.config import MasterConfig
+from kvstore.master.changes import ObjectRestored
+from kvstore.master.objects import NewObject
 from kvstore.master.state import MasterState
 from kvstore.master.tiers import TierSpace
 from kvstore.rpc import messages as m
@@ -132,7 +134,8 @@ def test_the_eviction_order_is_the_tiers_own_and_follows_use(tier: Tier) -> None
     space = tier.space
     policy = space.policy
     assert [t.policy for t in tier.state.tiers].count(policy) == 1  # each tier orders its own copies
-    for key in ("a", "b", "c"):
+    for key in ("a", "b", "c"):  # (a tier orders objects of the master's table)
+        tier.state.ledger.apply([ObjectRestored(NewObject(key, MiB, 1, [], "c0"))])
         policy.on_insert(key, MiB)
     policy.on_access("a")
     assert next(iter(policy.candidates())) == "b"
