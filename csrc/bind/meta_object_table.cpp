@@ -227,6 +227,25 @@ void register_object_table(py::module_& m) {
           },
           py::arg("start"), py::arg("limit"))
       .def(
+          "keys_on",
+          [](const ObjectTable& t, uint32_t segment, bool disk) {
+            // The keys with a memory copy (or, with `disk`, their record) on the segment: a walk of the
+            // whole table, for a segment's unmounting (rare; nothing periodic calls it).
+            std::vector<std::string> out;
+            for (Row row = 0; row < t.row_limit(); ++row) {
+              if (!t.live(row)) continue;
+              bool on = false;
+              if (disk) {
+                on = t.at(row).disk_segment == segment;
+              } else {
+                for (size_t c = 0; c < t.copy_count(row) && !on; ++c) on = t.copy(row, c).segment == segment;
+              }
+              if (on) out.emplace_back(t.key(row));
+            }
+            return out;
+          },
+          py::arg("segment"), py::arg("disk"))
+      .def(
           "commit_many",
           [](ObjectTable& t, const std::vector<std::string_view>& keys) {
             // All or nothing: every key is checked before any is marked.

@@ -105,7 +105,7 @@ class DiskSpace:
             "path": segment.path,
             "size": segment.size,
             "used": segment.allocator.used,
-            "objects": len(segment.objects),
+            "objects": segment.allocations,
             "health": "degraded" if segment.degraded else "ok",
             "degraded": segment.degraded,
         }

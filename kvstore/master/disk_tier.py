@@ -115,7 +115,7 @@ class DiskTier:
                 self._finish(task, ok=False)
             for order in [o for o, t in self._unreported.items() if t.disk.segment is seg]:
                 del self._unreported[order]  # the space went with the disk
-            for key in list(seg.objects):
+            for key in self.ledger.objects.keys_on(seg):
                 meta = self.objects.get(key)
                 if meta is not None and meta.disk is not None and meta.disk.segment is seg:
                     self.ledger.apply([DiskRecordDropped(key)])
@@ -422,7 +422,7 @@ class DiskTier:
         return {
             "disk_capacity": self.disk_space.capacity,
             "disk_used": self.disk_space.used,
-            "disk_objects": sum(len(s.objects) for s in self.segments.values()),
+            "disk_objects": sum(s.allocations for s in self.segments.values()),
             "disk_tasks": len(self.tasks),
             "demotions": self.demotions,
             "demote_failures": self.demote_failures,

@@ -167,7 +167,7 @@ class Ledger:
         else:
             slot = seg.next_slot
             seg.next_slot += 1
-        seg.objects.add(key)
+        seg.allocations += 1
         replica = Replica(seg, offset, slot, self.fences.generation())
         if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches
             self._tell([SpaceTaken(key, replica)])
@@ -184,7 +184,7 @@ class Ledger:
         if not seg.allocator.reserve(offset, size):
             return None
         taken.add(slot)
-        seg.objects.add(key)
+        seg.allocations += 1
         self.fences.observe(gen)  # every later generation is above it
         replica = Replica(seg, offset, slot, gen)
         self._tell([SpaceTaken(key, replica)])
@@ -199,7 +199,7 @@ class Ledger:
         `read_until`: readers may hold its location until then, so `key` is fencing meanwhile. Nothing
         to do but forget the key when the segment is gone."""
         seg = replica.segment
-        seg.objects.discard(key)
+        seg.allocations -= 1
         if self.segments.get(seg.id) is not seg:
             return
         if hold:
@@ -236,7 +236,7 @@ class Ledger:
         offset = seg.allocator.allocate(nbytes)
         if offset is None:
             return None
-        seg.objects.add(key)
+        seg.allocations += 1
         record = DiskReplica(seg, offset)
         self._tell([SpaceTaken(key, record)])
         return record
@@ -246,7 +246,7 @@ class Ledger:
         space is not free."""
         if offset % PAGE or not seg.allocator.reserve(offset, nbytes):
             return None
-        seg.objects.add(key)
+        seg.allocations += 1
         record = DiskReplica(seg, offset)
         self._tell([SpaceTaken(key, record)])
         return record
@@ -256,7 +256,7 @@ class Ledger:
         land there: release_disk() it once that cannot happen). Nothing to do but forget the key when
         the disk is gone."""
         seg = record.segment
-        seg.objects.discard(key)
+        seg.allocations -= 1
         if self.disks.get(seg.id) is not seg:
             return
         if not hold:

@@ -21,7 +21,7 @@ class Segment:
     host_id: str
     allocator: OffsetAllocator
     fence_slots: int  # entries of the node's fence table: one per live allocation
-    objects: set[str] = field(default_factory=set)  # keys with a replica here
+    allocations: int = 0  # carved here and not freed (the keys: Objects.keys_on, a walk of the table)
     suspect_since: float = 0.0  # a client could not reach it (0: trusted); its node's heartbeat clears it
     free_slots: list[int] = field(default_factory=list)  # fence slots given back
     next_slot: int = 0  # slots below it have been handed out at least once
@@ -62,7 +62,7 @@ class DiskSegment:
     host_id: str
     size: int
     allocator: OffsetAllocator
-    objects: set[str] = field(default_factory=set)  # keys with a record here
+    allocations: int = 0  # records carved here and not freed
     degraded: str = ""  # why its writes fail (nothing is demoted to it meanwhile); "" while they work
     restoring: bool = False  # its node is offering back what it holds: nothing is demoted to it yet
     path: str = ""  # the file on its node's host (readers there read records directly); "" unknown

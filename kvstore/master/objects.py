@@ -208,6 +208,11 @@ class Objects(Mapping[str, ObjectMeta]):
     def writer_name(self, number: int) -> str:
         return self._writer_names[number]
 
+    def keys_on(self, segment: Segment | DiskSegment) -> list[str]:
+        """The keys with a replica (or a record, on a disk) on the segment: a walk of the whole table in
+        C++, for unmounting a segment (rare, and the work that follows is per key anyway)."""
+        return self.table.keys_on(segment.id, isinstance(segment, DiskSegment))
+
     def complete_many(self, keys: list[str]) -> list[bool]:
         """Per key: stored and committed (one crossing for the batch)."""
         return self.table.complete_many(keys)

@@ -109,7 +109,7 @@ class SegmentSpace:
         self.capacity -= segment.size
         self.fence_slots -= segment.fence_slots
         self.holds.drop_region(segment.client_id, segment.region_id)
-        return list(segment.objects)
+        return self.ledger.objects.keys_on(segment)
 
     def any_suspect(self) -> bool:
         """True while some segment is suspected unreachable (O(1): the hot paths skip the check)."""
@@ -247,7 +247,7 @@ class SegmentSpace:
             "region": segment.region_id,
             "size": segment.size,
             "used": segment.allocator.used,
-            "objects": len(segment.objects),
+            "objects": segment.allocations,
             "health": health,
         }
 

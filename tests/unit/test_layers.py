@@ -78,7 +78,7 @@ def test_extensions_are_reached_through_named_public_modules() -> None:
 
 def test_segment_space_has_one_writer() -> None:
     """Only kvstore.master.ledger carves, takes back or frees space inside segments (memory and disk),
-    hands out or returns fence slots, changes a segment's key index or restore state, and issues or
+    hands out or returns fence slots, changes a segment's allocation count or restore state, and issues or
     acknowledges the kills that fence freed allocations off; placement, eviction, replication and
     demotion ask it."""
     import re
@@ -87,7 +87,7 @@ def test_segment_space_has_one_writer() -> None:
         r"\.allocator\.(allocate|allocate_many|free|reserve)\("
         r"|\.take_slot\(|\.free_slots\s*=(?!=)|\.free_slots\.(append|extend|pop|remove|clear)\("
         r"|\.next_slot\s*=(?!=)|\.restoring\s*=(?!=)|\.restoring\.(add|discard|remove|clear)\("
-        r"|(segment|seg)\.objects\.(add|discard|remove|clear|update)\("
+        r"|(segment|seg)\.allocations\s*[-+]?=(?!=)"
         r"|fences\.(kill|acknowledge|drop_segment|generation|observe|expire)\("
         r"|held_bytes\s*[-+]?=(?!=)"
     )
