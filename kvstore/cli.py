@@ -168,6 +168,12 @@ def _add_master_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--value-size", type=_size, default=1024, help="the size each put declares")
     p.add_argument("--clients", type=_positive_int, default=1, help="load processes, run at once")
     p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists (put first)")
+    p.add_argument(
+        "--mooncake",
+        metavar="PYTHON",
+        help="also measure Mooncake's master in the same shape, with this Python (of a virtual environment "
+        "with mooncake-transfer-engine-non-cuda; kvstore.bench.mooncake_master says how to make one)",
+    )
     p.add_argument("--master", type=_host_port, help=argparse.SUPPRESS)  # the load processes' master
     p.add_argument(
         "--mode", choices=["orchestrator", "client"], default="orchestrator", help=argparse.SUPPRESS
@@ -193,12 +199,17 @@ def _run_master_bench(args: argparse.Namespace) -> int:
     from kvstore.bench import report
 
     rates, memory = report.with_progress(lambda advance: master_bench.run(cfg, advance), len(cfg.ops) + 2)
+    theirs = master_bench.run_mooncake(cfg, args.mooncake) if args.mooncake else None
     if args.json:
         for r in rates:
             print(json.dumps(dataclasses.asdict(r)))
         print(json.dumps(dataclasses.asdict(memory)))
+        if theirs is not None:  # the same lines, marked as Mooncake's
+            for r in theirs[0]:
+                print(json.dumps({"system": "mooncake", **dataclasses.asdict(r)}))
+            print(json.dumps({"system": "mooncake", **dataclasses.asdict(theirs[1])}))
     else:
-        report.master_table(rates, memory)
+        report.master_table(rates, memory, theirs)
     return 0 if all(r.errors == 0 for r in rates) else 1
 
 

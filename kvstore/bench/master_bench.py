@@ -13,7 +13,9 @@ stored.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -140,6 +142,36 @@ def _loop_held(address: str) -> tuple[float, dict[str, float]]:
         master.close()
     tasks = {k.removesuffix("_max_ms"): v for k, v in stats.items() if k.endswith("_max_ms")}
     return tasks.pop("loop_turn", 0.0), tasks
+
+
+def run_mooncake(cfg: MasterBenchConfig, python: str) -> tuple[list[OpRate], MemoryUse]:
+    """Mooncake's master in the same shape (kvstore.bench.mooncake_master, a standalone script run with
+    `python`: the interpreter of a virtual environment with mooncake-transfer-engine-non-cuda)."""
+    from kvstore.bench import mooncake_master
+
+    args = [
+        python,
+        "-I",
+        mooncake_master.__file__,
+        "--objects",
+        str(cfg.objects),
+        "--clients",
+        str(cfg.clients),
+    ]
+    args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
+    try:
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise KVStoreError(f"could not run Mooncake's side with {python}: {exc}") from exc
+    if done.returncode != 0:
+        raise KVStoreError(f"Mooncake's side failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    try:
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        rates = [OpRate(**r) for r in rows if "op" in r and r["op"] in cfg.ops]
+        (memory,) = [MemoryUse(**r) for r in rows if "rss_bytes_per_object" in r]
+    except (ValueError, TypeError) as exc:
+        raise KVStoreError(f"Mooncake's side printed what this bench cannot read: {exc}") from exc
+    return rates, memory
 
 
 def combine(per_client: list[list[OpRate]]) -> list[OpRate]:

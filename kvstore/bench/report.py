@@ -50,18 +50,38 @@ def store_table(results: list[OpResult], console: Console | None = None) -> None
     (console or wide_console()).print(table)
 
 
-def master_table(rates: list[MasterRate], memory: MemoryUse, console: Console | None = None) -> None:
+def master_table(
+    rates: list[MasterRate],
+    memory: MemoryUse,
+    mooncake: tuple[list[MasterRate], MemoryUse] | None = None,
+    console: Console | None = None,
+) -> None:
+    """kvstore's master rates; with `mooncake`, Mooncake's master beside them (same shape) and the ratio."""
     clients = rates[0].clients if rates else 0
     table = Table(title=f"kvstore bench master ({clients} load process(es), RPC only)")
+    theirs = {r.op: r for r in mooncake[0]} if mooncake else {}
     for col in ("op", "keys/s", "p50 µs", "p99 µs", "errors"):
         table.add_column(col, justify="right")
+    if mooncake:
+        for col in ("Mooncake keys/s", "Mooncake p50 µs", "ratio"):
+            table.add_column(col, justify="right")
     for r in rates:
-        table.add_row(r.op, f"{r.per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}", str(r.errors))
+        row = [r.op, f"{r.per_s:,.0f}", f"{r.p50_us:.0f}", f"{r.p99_us:.0f}", str(r.errors)]
+        if mooncake:
+            other = theirs.get(r.op)
+            row += (
+                [f"{other.per_s:,.0f}", f"{other.p50_us:.0f}", f"{r.per_s / other.per_s:.2f}x"]
+                if other and other.per_s
+                else ["-", "-", "-"]
+            )
+        table.add_row(*row)
     out = console or wide_console()
     out.print(table)
-    out.print(
-        f"master memory: {memory.rss_bytes_per_object:,.0f} bytes per object ({memory.objects:,} objects)"
-    )
+    mine = memory.rss_bytes_per_object
+    line = f"master memory: {mine:,.0f} bytes per object ({memory.objects:,} objects)"
+    if mooncake:
+        line += f"; Mooncake's: {mooncake[1].rss_bytes_per_object:,.0f}"
+    out.print(line)
     tasks = ", ".join(f"{task} {ms:.2f}" for task, ms in sorted(memory.task_max_ms.items()))
     out.print(f"master loop held at most: {memory.loop_turn_max_ms:.1f} ms a turn; per task (ms): {tasks}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 import threading
@@ -37,6 +38,10 @@ def run_master(config: MasterConfig) -> None:
         loop.call_soon_threadsafe(done.set)
 
     on_stop_request(stop)
+    # What was made while starting (modules, functions: ~34k objects) lives as long as the process: out
+    # of the collector's way, a full collection walks only what serving made (was 15-18 ms a time, on
+    # the loop).
+    gc.freeze()
     try:
         loop.run_until_complete(_candidate(config, done) if config.etcd else _single(config, done))
     except KeyboardInterrupt:

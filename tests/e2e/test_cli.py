@@ -210,6 +210,30 @@ def test_bench_master_json() -> None:
         assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors"}
         assert r["clients"] == 2 and r["per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0 and r["errors"] == 0
     assert memory["objects"] == 6000 and isinstance(memory["rss_bytes_per_object"], float)
+    # How long the master's loop was held: its longest turn, and its periodic and scrape tasks'.
+    assert memory["loop_turn_max_ms"] > 0 and {"expire", "scrape_stats"} <= set(memory["task_max_ms"])
+
+
+MOONCAKE_PYTHON = os.environ.get("MOONCAKE_PYTHON", "")
+
+
+@pytest.mark.skipif(
+    not MOONCAKE_PYTHON,
+    reason="Mooncake's side needs a Python with mooncake-transfer-engine-non-cuda (MOONCAKE_PYTHON)",
+)
+def test_bench_master_beside_mooncake() -> None:
+    args = ("--objects", "2000", "--batch-size", "500", "--json", "--mooncake", MOONCAKE_PYTHON)
+    result = kvstore("bench", "master", *args, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    theirs = [r for r in rows if r.get("system") == "mooncake"]
+    assert [r["op"] for r in theirs[:3]] == ["put", "get", "exists"] and theirs[3]["objects"] == 2000
+    assert all(r["per_s"] > 0 and r["errors"] == 0 for r in theirs[:3])
+
+
+def test_bench_master_with_a_python_that_cannot_run_mooncake_is_an_error(tmp_path: Path) -> None:
+    result = kvstore("bench", "master", "--objects", "1000", "--mooncake", str(tmp_path / "no-python"))
+    assert result.returncode == 1 and "Mooncake" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

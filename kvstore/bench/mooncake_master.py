@@ -1,10 +1,11 @@
 """Mooncake's master in the shape of `kvstore bench master`, for the figures beside ours.
 
-Run it in a virtual environment of Mooncake's own (not kvstore's):
+A standalone script (it imports nothing of kvstore): `kvstore bench master --mooncake PYTHON` runs it
+with the Python of a virtual environment of Mooncake's own:
 
     python3 -m venv mc && mc/bin/pip install mooncake-transfer-engine-non-cuda numpy
     # its store module needs libibverbs.so.1 even over TCP: apt-get install libibverbs1 librdmacm1
-    mc/bin/python bench/mooncake_master.py [--objects 200000] [--batch-size 1000] [--clients 1]
+    kvstore bench master --mooncake mc/bin/python [--objects 200000] [--batch-size 1000] [--clients 1]
 
 It starts `mooncake_master` (from that environment's bin/) and one storage process (a Mooncake client
 that mounts a segment sized to hold every object), then `--clients` load processes that each run, per
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 OPS = ("put", "get", "exists")
 
@@ -43,8 +45,8 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no resident set size for process {pid}")
 
 
-def store(master: str, segment: int):  # type: ignore[no-untyped-def]
-    from mooncake.store import MooncakeDistributedStore  # Mooncake's environment only
+def store(master: str, segment: int) -> Any:
+    from mooncake.store import MooncakeDistributedStore  # (Mooncake's environment only)
 
     s = MooncakeDistributedStore()
     rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 << 20, "tcp", "", master)
@@ -107,12 +109,16 @@ def orchestrate(args: argparse.Namespace) -> int:
     port = free_port()
     master_cmd = [str(bin_dir / "mooncake_master"), f"-rpc_port={port}", f"-metrics_port={free_port()}"]
     address = f"127.0.0.1:{port}"
-    me = [sys.executable, os.path.abspath(__file__)]
+    # -I: this file's folder (kvstore/bench, whose trace.py shadows the standard library's) is not put on
+    # sys.path, nor is the caller's environment read.
+    me = [sys.executable, "-I", os.path.abspath(__file__)]
     quiet = {"stdin": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     master = subprocess.Popen(master_cmd, stdout=subprocess.DEVNULL, **quiet)  # type: ignore[call-overload]
     try:
         time.sleep(1.0)
-        segment = args.objects * args.clients * max(args.value_size, 2048) * 5 // 4
+        segment = max(
+            64 << 20, args.objects * args.clients * max(args.value_size, 2048) * 5 // 4
+        )  # (as ours)
         storage = subprocess.Popen(
             [*me, "--role", "storage", "--master", address, "--segment", str(segment)],
             stdin=subprocess.PIPE,

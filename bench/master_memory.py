@@ -1,0 +1,82 @@
+"""The master's memory per object at sizes `kvstore bench master` cannot reach on a small machine.
+
+    python bench/master_memory.py [--objects 10000000] [--key-bytes 64] [--batch-size 1000]
+
+`kvstore bench master` measures the master process over RPC, with a storage node whose segment holds
+every object: 10M objects of 1 KiB would need a 25 GB segment. This runs the master's state (what the
+master process holds: kvstore.master.state.MasterState, the object table and every index) in this
+process, with a segment mounted by number only, and plays the node (its holds acknowledged as they are
+sent). Puts are the master's own calls, batches of --batch-size: start, then end. It prints one JSON
+line: {"objects", "key_bytes", "rss_bytes_per_object", "table_bytes_per_object", "python_objects",
+"seconds"}: the resident memory growth per object (RSS before the puts to after), the C++ table's share
+of it, the objects Python's collector tracks (what a full collection walks), and the time the puts took.
+A scrape (stats) and a housekeeping tick are timed at that size too ("stats_ms", "expire_ms").
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+
+from kvstore.config.master import MasterConfig
+from kvstore.master.state import MasterState
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def timed_ms(fn: object) -> float:
+    began = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return (time.perf_counter() - began) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=1_000_000)
+    parser.add_argument("--key-bytes", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    args = parser.parse_args()
+    n, width = args.objects, args.key_bytes
+    state = MasterState(MasterConfig.load())
+    state.register_client("node", "host")
+    state.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
+    holds = state.space.holds
+    gc.collect()
+    before = rss_bytes()
+    began = time.perf_counter()
+    for start in range(0, n, args.batch_size):
+        keys = [f"{i:0{width}d}" for i in range(start, min(n, start + args.batch_size))]
+        out: list[object] = []
+        state.start_puts("node", [(k, 1024, 7) for k in keys], 1, False, 0, False, out)  # type: ignore[arg-type]
+        state.commit_puts("node", keys)
+        holds.take("node", 1 << 30)
+        holds.acknowledge("node", 1 << 62)
+        state.heartbeat("node")
+    seconds = time.perf_counter() - began
+    gc.collect()
+    grown = rss_bytes() - before
+    row = {
+        "objects": n,
+        "key_bytes": width,
+        "rss_bytes_per_object": grown / n,
+        "table_bytes_per_object": state.ledger.objects.table.memory_bytes / n,
+        "python_objects": len(gc.get_objects()),
+        "seconds": seconds,
+        "stats_ms": timed_ms(state.stats),
+        "expire_ms": timed_ms(state.expire),
+        "full_gc_ms": timed_ms(gc.collect),
+    }
+    print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
