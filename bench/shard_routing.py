@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+)
 
 
 def load(path: Path) -> list[list[int]]:
