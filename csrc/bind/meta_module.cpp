@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "bind/meta_hash_order.h"
 #include "bind/meta_object_table.h"
 #include "bind/status_error.h"
 #include "storage/offset_allocator.h"
@@ -59,4 +60,5 @@ PYBIND11_MODULE(_meta, m) {
         return d;
       });
   kvs::bind::register_object_table(m);
+  kvs::bind::register_hash_order(m);
 }

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "meta/key_hash.h"
+
 namespace kvs::meta {
 namespace {
 
@@ -11,11 +13,6 @@ constexpr Row kTombstone = kNoRow - 1;  // in the old index only: an entry erase
 constexpr size_t kFirstIndexSlots = 1024;
 constexpr size_t kMovesPerInsert = 8;  // old slots scanned per insert while the index grows: done long
                                        // before the new one fills (it is twice the size)
-
-inline uint64_t fold(uint64_t a, uint64_t b) {
-  const __uint128_t r = static_cast<__uint128_t>(a) * b;
-  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
-}
 
 }  // namespace
 
@@ -27,20 +24,8 @@ ObjectTable::~ObjectTable() {
   for (Row r = 0; r < rows_; ++r) std::free(const_cast<char*>(slot(r).key));
 }
 
-// Keyed by a per-table seed (the master draws it at random): a client that cannot know it cannot choose
-// keys that pile onto one probe chain.
 uint64_t ObjectTable::hash(std::string_view key) const {
-  const char* p = key.data();
-  size_t n = key.size();
-  uint64_t h = seed_ ^ (n * 0xBF58476D1CE4E5B9ull);
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = fold(h ^ w, 0x94D049BB133111EBull);
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, p, n);
-  return fold(h ^ tail ^ (static_cast<uint64_t>(n) << 56), 0x2545F4914F6CDD1Dull);
+  return hash_key(key, seed_);
 }
 
 Row ObjectTable::lookup(const Index& ix, std::string_view key, uint64_t h, size_t* where) const {

@@ -8,11 +8,14 @@ TableOrder: links through the rows, nothing per key in Python); simulators and t
 from __future__ import annotations
 
 import math
+import secrets
 import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
+
+from kvstore._meta import HashOrder
 
 
 class KeyOrder(Protocol):
@@ -35,7 +38,7 @@ class KeyOrder(Protocol):
 
 
 class DictOrder:
-    """A KeyOrder in an OrderedDict (standalone policies: simulators, shadows, tests)."""
+    """A KeyOrder in an OrderedDict (standalone policies: simulators, tests)."""
 
     def __init__(self) -> None:
         self._keys: OrderedDict[str, None] = OrderedDict()
@@ -113,12 +116,13 @@ class LRUPolicy(EvictionPolicy):
 
 
 class _Shadow:
-    """A key-only LRU cache of a sample of the key space, replaying one insertion rule."""
+    """A key-only LRU cache of a sample of the key space, replaying one insertion rule (its keys and its
+    ghost's kept as hashes in C++: a shadow of a 10M-object cache holds 1.25M keys)."""
 
-    def __init__(self, bimodal: bool) -> None:
+    def __init__(self, bimodal: bool, seed: int) -> None:
         self.bimodal = bimodal
-        self.order = DictOrder()
-        self.ghost: OrderedDict[str, None] = OrderedDict()
+        self.order = HashOrder(seed)
+        self.ghost = HashOrder(seed)  # (the same seed: a hash popped from order is the key's in ghost)
         self.hits = 0.0
 
     def reference(self, key: str, capacity: int) -> None:
@@ -127,15 +131,13 @@ class _Shadow:
             return
         _insert(self.order, self.ghost, key, self.bimodal)
         while len(self.order) > capacity:
-            _remember(self.ghost, self.order.pop_first(), capacity)
+            evicted = self.order.pop_first()
+            assert evicted is not None
+            self.ghost.add_hash(evicted)
+            _trim(self.ghost, capacity)
 
 
-def _insert(
-    order: KeyOrder,
-    ghost: OrderedDict[str, None],
-    key: str,
-    bimodal: bool,
-) -> None:
+def _insert(order: KeyOrder | HashOrder, ghost: HashOrder, key: str, bimodal: bool) -> None:
     """LRU insertion puts a new key at the MRU end. Bimodal insertion puts it at the LRU end (first to
     go unless used again) except keys evicted recently (in the ghost list): a flood of one-off keys then
     cannot push out the keys that are being reused, and a key seen twice within the ghost's reach is
@@ -143,19 +145,16 @@ def _insert(
     together), so sampled shadow hits predict the real cache's prefix hits. (DIP's "every 32nd new key
     at the MRU end" keeps scattered blocks, useless without their prefix: counted as shadow hits they
     made the duel favour bimodal insertion where it lost.)"""
-    if not bimodal:
-        order.add(key)
-    elif key in ghost:
-        del ghost[key]
+    if not bimodal or ghost.discard(key):
         order.add(key)
     else:
         order.add(key, front=True)
 
 
-def _remember(ghost: OrderedDict[str, None], key: str, capacity: int) -> None:
-    ghost[key] = None
+def _trim(ghost: HashOrder, capacity: int) -> None:
+    """A ghost remembers the last 4 x capacity keys evicted."""
     while len(ghost) > 4 * max(capacity, 1):
-        ghost.popitem(last=False)
+        ghost.pop_first()
 
 
 class AdaptivePolicy(EvictionPolicy):
@@ -183,10 +182,11 @@ class AdaptivePolicy(EvictionPolicy):
     ) -> None:
         self._confidence = confidence
         self._order = order if order is not None else DictOrder()
-        self._ghost: OrderedDict[str, None] = OrderedDict()
+        seed = secrets.randbits(64)  # (keys a client chooses cannot collide on purpose in a ghost)
+        self._ghost = HashOrder(seed)
         self._sample = sample
         self._decay = decay
-        self._shadows = (_Shadow(False), _Shadow(True))
+        self._shadows = (_Shadow(False, seed), _Shadow(True, seed))
         self._full = False
 
     @property
@@ -217,7 +217,8 @@ class AdaptivePolicy(EvictionPolicy):
 
     def on_remove(self, key: str) -> None:
         if self._order.discard(key):
-            _remember(self._ghost, key, len(self._order))
+            self._ghost.add(key)
+            _trim(self._ghost, len(self._order))
 
     def candidates(self) -> Iterator[str]:
         if not self._full:  # asked to evict: the cache is full, the shadows are now its size

@@ -49,7 +49,7 @@ EXTENSION_GATES = {
         "transfer_engine.cuda",
     },
     "transfer_engine._tools": {"transfer_engine.bench"},
-    "kvstore._meta": {"kvstore.allocator", "kvstore.master.objects"},
+    "kvstore._meta": {"kvstore.allocator", "kvstore.master.objects", "kvstore.master.eviction"},
 }
 
 

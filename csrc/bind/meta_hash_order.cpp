@@ -1,0 +1,58 @@
+// kvstore._meta.HashOrder: an ordered set of keys by their seeded 64-bit hash (csrc/meta/hash_order.h),
+// for the eviction policies' shadows and ghost lists.
+#include "bind/meta_hash_order.h"
+
+#include <string_view>
+
+#include "meta/hash_order.h"
+#include "meta/key_hash.h"
+
+namespace py = pybind11;
+
+namespace kvs::bind {
+namespace {
+
+struct PyHashOrder {
+  explicit PyHashOrder(uint64_t seed) : seed(seed ^ 0x5851F42D4C957F2Dull) {}
+  uint64_t hash(std::string_view key) const { return meta::hash_key(key, seed); }
+  uint64_t seed;
+  meta::HashOrder order;
+};
+
+}  // namespace
+
+void register_hash_order(py::module_& m) {
+  py::class_<PyHashOrder>(m, "HashOrder",
+                          "An ordered set of keys kept as 64-bit hashes, first to go first (no Python "
+                          "object per key); keys with the same hash count as one.")
+      .def(py::init<uint64_t>(), py::arg("seed") = 0)
+      .def(
+          "add", [](PyHashOrder& o, std::string_view key, bool front) { o.order.add(o.hash(key), front); },
+          py::arg("key"), py::arg("front") = false, "Puts the key last (or first), moving it if present.")
+      .def(
+          "add_hash", [](PyHashOrder& o, uint64_t h) { o.order.add(h, false); }, py::arg("h"),
+          "Puts a hash last (one pop_first returned, from an order with the same seed).")
+      .def(
+          "touch", [](PyHashOrder& o, std::string_view key) { return o.order.touch(o.hash(key)); },
+          py::arg("key"), "Moves the key last; False if absent.")
+      .def(
+          "discard", [](PyHashOrder& o, std::string_view key) { return o.order.discard(o.hash(key)); },
+          py::arg("key"), "Removes the key; False if absent.")
+      .def(
+          "__contains__",
+          [](const PyHashOrder& o, const py::object& key) {
+            return py::isinstance<py::str>(key) && o.order.contains(o.hash(key.cast<std::string_view>()));
+          },
+          py::arg("key"))
+      .def(
+          "pop_first",
+          [](PyHashOrder& o) -> py::object {
+            const auto h = o.order.pop_first();
+            return h ? py::object(py::int_(*h)) : py::none();
+          },
+          "Removes the first entry; its hash, or None when empty.")
+      .def("__len__", [](const PyHashOrder& o) { return o.order.size(); })
+      .def_property_readonly("memory_bytes", [](const PyHashOrder& o) { return o.order.memory_bytes(); });
+}
+
+}  // namespace kvs::bind

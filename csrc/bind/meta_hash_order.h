@@ -1,0 +1,10 @@
+// The hash order's binding, part of kvstore._meta.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace kvs::bind {
+
+void register_hash_order(pybind11::module_& m);
+
+}  // namespace kvs::bind
