@@ -9,8 +9,9 @@ process, with a segment mounted by number only, and plays the node (its holds ac
 sent). Puts are the master's own calls, batches of --batch-size: start, then end. It prints one JSON
 line: {"objects", "key_bytes", "rss_bytes_per_object", "table_bytes_per_object", "python_objects",
 "seconds"}: the resident memory growth per object (RSS before the puts to after), the C++ table's share
-of it, the objects Python's collector tracks (what a full collection walks), and the time the puts took.
-A scrape (stats) and a housekeeping tick are timed at that size too ("stats_ms", "expire_ms").
+of it, the objects Python's collector tracks, and the time the puts took. A scrape (stats), a housekeeping
+tick and a full collection (what the master made since it started, as its process freezes the rest) are
+timed at that size too ("stats_ms", "expire_ms", "full_gc_ms").
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main() -> int:
     state.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
     holds = state.space.holds
     gc.collect()
+    gc.freeze()  # as the master process does once started (kvstore.master.process)
     before = rss_bytes()
     began = time.perf_counter()
     for start in range(0, n, args.batch_size):
