@@ -266,13 +266,16 @@ void register_object_table(py::module_& m) {
       .def(
           "locate_many",
           [](ObjectTable& t, const std::vector<std::string_view>& keys, bool prefix, double now,
-             double lease_until, double half_life, double hot_heat) {
+             double lease_until, double half_life, double hot_heat, const py::dict& places) {
             // A reader's lookup of a batch: per key None (a miss; with `prefix`, every key after the first
-            // miss too) or (reference, size, checksum, [(segment, offset, slot, gen)], disk segment,
-            // attention). Each hit is a use: its lease reaches at least `lease_until`, its heat (decayed
-            // with `half_life`) grows by one; `attention` is True when replication must look at it (as hot
-            // as `hot_heat`, below its replicas, or with a count set by change_replica).
+            // miss too) or (reference, location, disk segment, attention). `location` is the reply's
+            // record, (size, checksum, [(tier, host, engine, region, offset, slot, gen, "")]) from `places`
+            // (segment id -> its (tier, host, engine, region)), or None when no copy is in memory. Each
+            // hit is a use: its lease reaches at least `lease_until`, its heat (decayed with `half_life`)
+            // grows by one; `attention` is True when replication must look at it (as hot as `hot_heat`,
+            // below its replicas, or with a count set by change_replica).
             if (!(half_life > 0)) throw std::invalid_argument("half_life must be positive");
+            const py::str no_path("");  // a Location's last field: a memory copy is read through its engine
             py::list out(keys.size());
             size_t i = 0;
             for (; i < keys.size(); ++i) {
@@ -290,20 +293,28 @@ void register_object_table(py::module_& m) {
               o.heat = o.heat * std::exp2(-idle / half_life) + 1.0;
               o.heat_time = now;
               const size_t n = t.copy_count(row);
-              py::list copies(n);
-              for (size_t c = 0; c < n; ++c) {
-                const MemoryCopy& m = t.copy(row, c);
-                copies[c] = py::make_tuple(m.segment, m.offset, m.slot, m.gen);
+              py::object location = py::none();
+              if (n > 0) {
+                py::list where(n);
+                for (size_t c = 0; c < n; ++c) {
+                  const MemoryCopy& m = t.copy(row, c);
+                  PyObject* place = PyDict_GetItem(places.ptr(), py::int_(m.segment).ptr());  // borrowed
+                  if (place == nullptr || !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 4) {
+                    throw std::logic_error("a copy's segment has no place");
+                  }
+                  const auto p = py::reinterpret_borrow<py::tuple>(place);
+                  where[c] = py::make_tuple(p[0], p[1], p[2], p[3], m.offset, m.slot, m.gen, no_path);
+                }
+                location = py::make_tuple(o.size, o.checksum, std::move(where));
               }
               const bool attention = o.heat >= hot_heat || n < o.base_replicas || o.target_replicas != 0;
-              out[i] = py::make_tuple(ref_of(t, row), o.size, o.checksum, std::move(copies), o.disk_segment,
-                                      attention);
+              out[i] = py::make_tuple(ref_of(t, row), std::move(location), o.disk_segment, attention);
             }
             for (++i; i < keys.size(); ++i) out[i] = py::none();  // after a prefix's first miss
             return out;
           },
           py::arg("keys"), py::arg("prefix"), py::arg("now"), py::arg("lease_until"), py::arg("half_life"),
-          py::arg("hot_heat"))
+          py::arg("hot_heat"), py::arg("places"))
       .def(
           "complete_many",
           [](const ObjectTable& t, const std::vector<std::string_view>& keys) {

@@ -39,10 +39,13 @@ class MasterClient:
         self._lock = threading.Lock()
         self._closed = False
 
-    def call(self, request: Request, timeout: float | None = None, long_poll: bool = False) -> Any:
+    def call(
+        self, request: Request, timeout: float | None = None, long_poll: bool = False, raw: bool = False
+    ) -> Any:
         """Sends one typed request and returns its decoded reply; raises the store error for a non-zero
         code. `long_poll`: the master answers when it has something to say, not at once, so polling for
-        the reply would only burn a core the master and the other processes need."""
+        the reply would only burn a core the master and the other processes need. `raw`: the reply as
+        msgpack decoded it, not checked nor made typed records (a load generator that only counts)."""
         msg_id = next(self._ids)
         method = request.METHOD
         sock, poller = self._connection()
@@ -60,7 +63,7 @@ class MasterClient:
             raise MasterUnavailableError(f"master {self.address} answered out of turn")
         if code:
             raise error_for_code(code, message)
-        return request.decode_reply(result)
+        return result if raw else request.decode_reply(result)
 
     def hello(self) -> None:
         """Checks the master answers and speaks this client's protocol version (a clear error if not):

@@ -4,13 +4,15 @@ change_replica."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
 from kvstore.master.objects import ObjectMeta
 from kvstore.master.state_core import StateCore
 
-# A hit of ObjectTable.locate_many: (reference, size, checksum, [(segment, offset, slot, gen)], disk
-# segment (0: none), attention).
-Located = tuple[int, int, int, list[tuple[int, int, int, int]], int, bool]
+# A hit of ObjectTable.locate_many: (reference, its location as the reply carries it (an ObjectLocation's
+# fields) or None when no copy is in memory, disk segment (0: none), attention).
+Located = tuple[int, Any, int, bool]
 
 
 class Access(StateCore):
@@ -28,13 +30,20 @@ class Access(StateCore):
 
     def locate_many(self, keys: list[str], prefix: bool) -> list[Located | None]:
         """get_replicas of a batch in one crossing into the table (ObjectTable.locate_many: leases,
-        accesses and heat are updated there), then what the eviction orders, replication and the disk
-        tier see of each hit. Per key None (a miss; with `prefix`, every key after the first miss) or
-        (reference, size, checksum, memory copies, disk segment, attention). Not while a segment is
-        suspect: its replicas must not be offered (get_replicas filters them)."""
-        cfg, now = self.config, self.clock()
-        found = self.ledger.objects.table.locate_many(
-            keys, prefix, now, now + cfg.lease_ttl, cfg.heat_half_life, self.replicator.hot_heat
+        accesses and heat are updated there, and the reply's record of each object in memory is built
+        there), then what the eviction orders, replication and the disk tier see of each hit. Per key None
+        (a miss; with `prefix`, every key after the first miss) or (reference, location or None when no
+        copy is in memory, disk segment, attention). Not while a segment is suspect: its replicas must not
+        be offered (get_replicas filters them)."""
+        cfg, now, objects = self.config, self.clock(), self.ledger.objects
+        found = objects.table.locate_many(
+            keys,
+            prefix,
+            now,
+            now + cfg.lease_ttl,
+            cfg.heat_half_life,
+            self.replicator.hot_heat,
+            objects.places,
         )
         policy, disk, replicator = self.policy, self.disk, self.replicator
         hits = 0
@@ -43,15 +52,16 @@ class Access(StateCore):
                 continue
             hits += 1
             policy.on_access(key)
-            if hit[5]:
+            _, in_memory, on_disk, attention = hit
+            if attention:
                 replicator.note_attention(key)
-            if hit[4] or (disk.transient and hit[3]):  # the disk tier's part of a use (_used)
+            if on_disk or (disk.transient and in_memory):  # the disk tier's part of a use (_used)
                 meta = self.objects[key]
-                if disk.transient and hit[3]:
+                if disk.transient and in_memory:
                     disk.read(meta)
-                elif not hit[3] and hit[4]:
+                elif not in_memory and on_disk:
                     disk.reread(meta)
-                if hit[4]:
+                if on_disk:
                     disk.policy.on_access(key)
         self.counters.hits += hits
         asked = len(keys) if not prefix or hits == len(keys) else hits + 1

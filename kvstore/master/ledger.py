@@ -94,10 +94,12 @@ class Ledger:
         if r.segment.id in table:
             raise ValueError(f"segment {r.segment.id} is mounted already")
         table[r.segment.id] = r.segment
-        if isinstance(r.segment, Segment):  # the table names replicas' segments by id
-            self.objects.segments[r.segment.id] = r.segment
+        seg = r.segment
+        if isinstance(seg, Segment):  # the table names replicas' segments by id
+            self.objects.segments[seg.id] = seg
+            self.objects.places[seg.id] = (seg.tier, seg.host_id, seg.engine, seg.region_id)
         else:
-            self.objects.disks[r.segment.id] = r.segment
+            self.objects.disks[seg.id] = seg
 
     def _segment_dropped(self, r: SegmentDropped) -> None:
         seg, table = r.segment, self._table(r.segment)

@@ -170,6 +170,9 @@ class Objects(Mapping[str, ObjectMeta]):
         # outlives its segment's unmounting until the object is told (a few entries per node restart).
         self.segments: dict[int, Segment] = {}
         self.disks: dict[int, DiskSegment] = {}
+        # Per memory segment, what a reader's location of a copy there starts with (tier, host, engine,
+        # region): ObjectTable.locate_many builds the reply's records from it.
+        self.places: dict[int, tuple[int, str, str, int]] = {}
         self._writers: dict[str, int] = {}  # client id -> its number in the table (never reused)
         self._writer_names: list[str] = [""]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from kvstore.master.locations import disk_location, memory_location
 from kvstore.master.objects import ObjectMeta
@@ -17,8 +18,9 @@ from kvstore.rpc import messages as m
 
 @dataclass
 class Lookup:
-    # per key asked: its location already (in memory), the object (only on disk), or None (a miss)
-    metas: list[m.ObjectLocation | ObjectMeta | None]
+    # per key asked: its location already (in memory: an ObjectLocation, or a tuple of its fields), the
+    # object (only on disk), or None (a miss)
+    metas: list[m.ObjectLocation | tuple[Any, ...] | ObjectMeta | None]
     from_file: dict[str, str] = field(default_factory=dict)  # key -> "here" | "served" (disk_location)
     loading: list[ObjectMeta] = field(default_factory=list)  # to load into memory before answering
 
@@ -30,18 +32,13 @@ def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> 
         return _look_up_each(state, keys, host_id, prefix)
     # The usual case: one crossing into the table for the batch; objects in memory are located at once
     # (their lease keeps the locations good until the reply is sent, loads or not).
-    segments = state.ledger.objects.segments
     found = Lookup([])
     metas = found.metas
     for key, hit in zip(keys, state.locate_many(keys, prefix), strict=True):
         if hit is None:
             metas.append(None)
-        elif hit[3]:
-            where = []
-            for seg_id, offset, slot, gen in hit[3]:
-                seg = segments[seg_id]
-                where.append(m.Location(m.MEMORY, seg.host_id, seg.engine, seg.region_id, offset, slot, gen))
-            metas.append(m.ObjectLocation(hit[1], hit[2], where))
+        elif hit[1] is not None:  # in memory: the reply's record, built in the table (ObjectLocation's shape)
+            metas.append(hit[1])
         else:
             meta = state.objects[key]
             metas.append(meta)
@@ -93,8 +90,8 @@ def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None
     offered = state.offered
     out: list[m.ObjectLocation | None] = []
     for meta in found.metas:
-        if meta is None or isinstance(meta, m.ObjectLocation):
-            out.append(meta)
+        if meta is None or isinstance(meta, tuple):  # (an ObjectLocation is a tuple, and packs as one)
+            out.append(cast(m.ObjectLocation | None, meta))
             continue
         where = [memory_location(x) for x in offered(meta)]
         how = found.from_file.get(meta.key)

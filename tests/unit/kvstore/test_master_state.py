@@ -15,6 +15,7 @@ from kvstore.errors import (
     TooManyPutsError,
 )
 from kvstore.master.state import MasterState
+from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica
 
 MiB = 1 << 20
@@ -497,3 +498,22 @@ def test_a_record_naming_another_value_of_a_known_key_is_refused(clock: Clock) -
     same = (MiB, 1, 6, "k", MiB, state.objects["k"].checksum, False, 1)
     assert state.restore_segment("n", seg, [other, same], last=True) == [0]
     assert len(state.objects["k"].replicas) == 2  # the same value: a second replica of it
+
+
+def test_a_batch_lookup_replies_what_a_reader_decodes(clock: Clock) -> None:
+    """get_replicas' batch path builds the reply's records in the object table (locate_many): they must
+    decode, through the wire, to the replica the put placed, with a lease; a miss stays None."""
+    from kvstore import rpc
+    from kvstore.master import reads
+
+    state = make_state(clock, [("h0", 64 * MiB)])
+    (placed,) = put(state, "k", size=4096)
+    found = reads.locations(state, reads.look_up(state, ["k", "nope"], "h0", False))
+    hit, miss = m.GetReplicas.decode_reply(rpc.unpack(rpc.pack(found)[rpc.HEADER_SIZE :]))
+    seg = placed.segment
+    assert miss is None and (hit.size, hit.checksum) == (4096, hash("k") & 0xFFFF)
+    assert hit.locations == [
+        m.Location(m.MEMORY, seg.host_id, seg.engine, seg.region_id, placed.offset, placed.slot, placed.gen)
+    ]
+    assert state.objects["k"].lease_until == clock.now + state.config.lease_ttl
+    assert state.counters.hits == 1 and state.counters.misses == 1
