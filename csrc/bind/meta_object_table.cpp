@@ -173,6 +173,19 @@ void register_object_table(py::module_& m) {
           },
           py::arg("order"), py::arg("key"), "Moves a linked object last; False if not linked.")
       .def(
+          "order_touch_many",
+          [](ObjectTable& t, int o, const std::vector<std::string_view>& keys) {
+            const Order order = order_of(o);
+            std::vector<bool> out(keys.size());
+            for (size_t i = 0; i < keys.size(); ++i) {
+              const Row row = t.find(keys[i]);
+              out[i] = row != meta::kNoRow && t.linked(order, row);
+              if (out[i]) t.push_back(order, row);
+            }
+            return out;
+          },
+          py::arg("order"), py::arg("keys"), "order_touch of each key, in order (one crossing).")
+      .def(
           "order_remove",
           [](ObjectTable& t, int o, std::string_view key) {
             const Row row = t.find(key);

@@ -45,13 +45,13 @@ class Access(StateCore):
             self.replicator.hot_heat,
             objects.places,
         )
-        policy, disk, replicator = self.policy, self.disk, self.replicator
-        hits = 0
+        disk, replicator = self.disk, self.replicator
+        hit_keys = [key for key, hit in zip(keys, found, strict=True) if hit is not None]
+        self.policy.on_access_many(hit_keys)
+        hits = len(hit_keys)
         for key, hit in zip(keys, found, strict=True):
             if hit is None:
                 continue
-            hits += 1
-            policy.on_access(key)
             _, in_memory, on_disk, attention = hit
             if attention:
                 replicator.note_attention(key)

@@ -7,6 +7,7 @@ TableOrder: links through the rows, nothing per key in Python); simulators and t
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 import zlib
@@ -26,6 +27,9 @@ class KeyOrder(Protocol):
 
     def touch(self, key: str) -> bool:
         """Moves the key last if present; False if absent."""
+
+    def touch_many(self, keys: list[str]) -> list[bool]:
+        """touch() of each key, in order."""
 
     def discard(self, key: str) -> bool:
         """Removes the key; False if absent."""
@@ -52,6 +56,9 @@ class DictOrder:
             return False
         self._keys.move_to_end(key)
         return True
+
+    def touch_many(self, keys: list[str]) -> list[bool]:
+        return [self.touch(key) for key in keys]
 
     def discard(self, key: str) -> bool:
         return self._keys.pop(key, 0) is None
@@ -80,6 +87,11 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def on_access(self, key: str) -> None: ...
 
+    def on_access_many(self, keys: list[str]) -> None:
+        """on_access of each key, in order (the read path's: one call per batch)."""
+        for key in keys:
+            self.on_access(key)
+
     @abstractmethod
     def on_remove(self, key: str) -> None: ...
 
@@ -104,6 +116,9 @@ class LRUPolicy(EvictionPolicy):
 
     def on_access(self, key: str) -> None:
         self._order.touch(key)
+
+    def on_access_many(self, keys: list[str]) -> None:
+        self._order.touch_many(keys)
 
     def on_remove(self, key: str) -> None:
         self._order.discard(key)
@@ -214,6 +229,12 @@ class AdaptivePolicy(EvictionPolicy):
     def on_access(self, key: str) -> None:
         if self._order.touch(key):
             self._reference(key)
+
+    def on_access_many(self, keys: list[str]) -> None:
+        sample, crc32 = self._sample, zlib.crc32
+        for key in itertools.compress(keys, self._order.touch_many(keys)):
+            if not crc32(key.encode()) % sample:  # (_reference's test, inlined: 7 keys in 8 stop here)
+                self._reference(key)
 
     def on_remove(self, key: str) -> None:
         if self._order.discard(key):

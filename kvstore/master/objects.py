@@ -139,6 +139,9 @@ class TableOrder:
     def touch(self, key: str) -> bool:
         return self._table.order_touch(self._order, key)
 
+    def touch_many(self, keys: list[str]) -> list[bool]:
+        return self._table.order_touch_many(self._order, keys)
+
     def discard(self, key: str) -> bool:
         return self._table.order_remove(self._order, key)
 
