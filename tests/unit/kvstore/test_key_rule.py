@@ -1,0 +1,33 @@
+"""The key rule of every request (kvstore.rpc.validate): a batch of plain keys passes in one check; any
+bad key fails the request with the rule named, whatever its place in the batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstore.errors import InvalidArgumentError
+from kvstore.rpc import validate as v
+
+GOOD = ["a", "k" * v.MAX_KEY_BYTES, "блок/1", "é" * (v.MAX_KEY_BYTES // 2)]
+
+
+class Str(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "k" * (v.MAX_KEY_BYTES + 1), "é" * (v.MAX_KEY_BYTES // 2 + 1), "\ud800", 7, None, b"k", Str("k")],
+)
+@pytest.mark.parametrize("where", [0, 2, 4])
+def test_one_bad_key_fails_the_batch(bad: object, where: int) -> None:
+    batch: list[object] = ["x", "y", "z", "w"]
+    batch.insert(where, bad)
+    assert not v.all_keys_ok(batch)
+    with pytest.raises(InvalidArgumentError, match="keys must be"):
+        v.keys({"keys": batch})
+
+
+def test_good_keys_pass_as_they_are() -> None:
+    assert v.all_keys_ok(GOOD) and v.all_keys_ok([])
+    assert v.keys({"keys": GOOD}) == GOOD and v.keys({"keys": []}) == []
