@@ -259,6 +259,52 @@ void register_object_table(py::module_& m) {
           },
           py::arg("segment"), py::arg("disk"))
       .def(
+          "victim_state",
+          [](const ObjectTable& t, std::string_view key, double now, bool disk_backed) {
+            // Whether the object may be evicted: 0 no (absent, a put in progress, pinned; with
+            // `disk_backed`, without a disk record or a memory copy), 1 yes, 2 yes but a reader holds
+            // it until its lease ends (one crossing per candidate of kvstore.master.victims).
+            const Row row = t.find(key);
+            if (row == meta::kNoRow) return 0;
+            const Object& o = t.at(row);
+            if (!o.complete || o.pinned) return 0;
+            if (disk_backed && (o.disk_segment == 0 || t.copy_count(row) == 0)) return 0;
+            return o.lease_until <= now ? 1 : 2;
+          },
+          py::arg("key"), py::arg("now"), py::arg("disk_backed"))
+      .def(
+          "first_victim",
+          [](const ObjectTable& t, int o, double now) {
+            // The first object of the order that may be evicted (committed, not pinned) and no reader
+            // holds, and the first such one a reader holds: (key or None, key or None). Walks the order in
+            // C++ (the victim is usually first; what is put, pinned or leased is stepped over).
+            py::object free = py::none(), held = py::none();
+            for (Row row = t.first(order_of(o)); row != meta::kNoRow; row = t.next(order_of(o), row)) {
+              const Object& obj = t.at(row);
+              if (!obj.complete || obj.pinned) continue;
+              if (obj.lease_until <= now) {
+                free = py::str(std::string(t.key(row)));
+                break;
+              }
+              if (held.is_none()) held = py::str(std::string(t.key(row)));
+            }
+            return py::make_tuple(free, held);
+          },
+          py::arg("order"), py::arg("now"))
+      .def(
+          "erase_key",
+          [](ObjectTable& t, std::string_view key) -> int64_t {
+            // Forgets the object; the bytes it leaves the stored total (its size if committed, else 0),
+            // or -1 when there is none.
+            const Row row = t.find(key);
+            if (row == meta::kNoRow) return -1;
+            const Object& o = t.at(row);
+            const int64_t freed = o.complete ? static_cast<int64_t>(o.size) : 0;
+            t.erase(row);
+            return freed;
+          },
+          py::arg("key"))
+      .def(
           "commit_many",
           [](ObjectTable& t, const std::vector<std::string_view>& keys) {
             // All or nothing: every key is checked before any is marked.

@@ -213,7 +213,7 @@ class DiskTier:
         disk = meta.disk
         if disk is None:
             return
-        if self.objects.get(meta.key) == meta:
+        if meta.alive:  # (the same object still: not dropped meanwhile)
             self.ledger.apply([DiskRecordDropped(meta.key)])
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)

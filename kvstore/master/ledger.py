@@ -134,12 +134,9 @@ class Ledger:
         self.stored_bytes += self.objects.commit_many(r.keys)
 
     def _object_dropped(self, r: ObjectDropped) -> None:
-        objects = self.objects
-        gone = objects.get(r.key)
-        if gone is not None:
-            if gone.complete:
-                self.stored_bytes -= gone.size
-            objects.drop(gone)
+        freed = self.objects.drop_key(r.key)
+        if freed > 0:
+            self.stored_bytes -= freed
 
     def _replica_added(self, r: ReplicaAdded | ReplicaRestored) -> None:
         self.objects.add_replica(self.objects[r.key], r.replica)

@@ -149,19 +149,26 @@ class TableOrder:
         return isinstance(key, str) and self._table.order_has(self._order, key)
 
     def __iter__(self) -> Iterator[str]:
-        """First to go first, a slice at a time (a caller stops early, and stops before it evicts)."""
+        """First to go first, a slice at a time: 8 keys, then 4x more each time up to 512 (an eviction
+        usually takes the first; a walk of 256 keys per eviction cost a 1 MiB put 80 µs of the master)."""
         table, order = self._table, self._order
-        after = None
+        after, slice_keys = None, 8
         while True:
-            found = table.walk(order, after, 256)
+            found = table.walk(order, after, slice_keys)
             for key, _ in found:
                 yield key
-            if len(found) < 256:
+            if len(found) < slice_keys:
                 return
             after = found[-1][1]
+            slice_keys = min(slice_keys * 4, 512)
 
     def __len__(self) -> int:
         return self._table.length(self._order)
+
+    def first_victim(self, now: float) -> tuple[str | None, str | None]:
+        """The first key of the order that may be evicted (committed, not pinned) and no reader holds,
+        and the first such one a reader holds (None where there is none): one crossing."""
+        return self._table.first_victim(self._order, now)
 
 
 class Objects(Mapping[str, ObjectMeta]):
@@ -254,9 +261,15 @@ class Objects(Mapping[str, ObjectMeta]):
         """Marks the objects committed; returns the bytes they add (every key must be in the table)."""
         return self.table.commit_many(keys)
 
-    def drop(self, meta: ObjectMeta) -> None:
-        """Forgets the object: its view, and every other of it, is dead from now on."""
-        self.table.erase(meta.ref)
+    def drop_key(self, key: str) -> int:
+        """Forgets the object (every view of it is dead from now on); returns the bytes it leaves the
+        stored total (its size if committed, else 0), -1 if there was none."""
+        return self.table.erase_key(key)
+
+    def victim_state(self, key: str, now: float, disk_backed: bool) -> int:
+        """0: it may not be evicted (absent, a put in progress, pinned; with `disk_backed`, without a disk
+        record or a memory copy); 1: it may; 2: it may, but a reader holds it until its lease ends."""
+        return self.table.victim_state(key, now, disk_backed)
 
     def add_replica(self, meta: ObjectMeta, r: Replica) -> None:
         self.table.add_copy(meta.ref, r.segment.id, r.offset, r.slot, r.gen)

@@ -32,7 +32,8 @@ class StateCore:
         polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         # The one writer of the segment, object, space and fence tables (kvstore.master.ledger).
         self.ledger = Ledger(FenceBook(clock, polls.wake))
-        memory_order = make_policy(config.eviction_policy, TableOrder(self.ledger.objects, MEMORY_ORDER))
+        self.memory_order = TableOrder(self.ledger.objects, MEMORY_ORDER)
+        memory_order = make_policy(config.eviction_policy, self.memory_order)
         self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.clients: dict[str, Client] = {}
@@ -45,7 +46,12 @@ class StateCore:
         self.tiers: tuple[TierSpace[Any, Any], ...] = (self.space, self.disk.disk_space)
         self.disk.on_lost = self._delete
         self.victims = VictimPlanner(
-            self.objects, self.policy, self.disk, clock, lambda urgent: self.plan_demotions(urgent)
+            self.ledger.objects,
+            self.policy,
+            self.memory_order,
+            self.disk,
+            clock,
+            lambda urgent: self.plan_demotions(urgent),
         )
         # Per segment being restored: (generation, key) of the copies it named, for the eviction order.
         self.restored_order: dict[int, list[tuple[int, str]]] = {}
@@ -89,13 +95,14 @@ class StateCore:
     def _delete(self, meta: ObjectMeta) -> None:
         # An unfinished put's writer may still be writing; a finished object's readers may hold its
         # locations while their lease lasts. Either way the node fences the allocations off first.
-        writing = not meta.complete
-        read_until = meta.lease_until if meta.complete else 0.0
+        complete = meta.complete
+        writing = not complete
+        read_until = meta.lease_until if complete else 0.0
         for r in meta.replicas:
             self.space.free(meta.key, r, hold=writing, read_until=read_until)
         self.disk.drop_record(meta)
         self.policy.on_remove(meta.key)  # (while it is in the table: the policy's order is the table's)
-        if self.objects.get(meta.key) == meta:
+        if meta.alive:  # (the same object still: not dropped meanwhile)
             self.ledger.apply([ObjectDropped(meta.key)])
         self._pending.pop(meta.key)
         self.replicator.forget(meta.key)

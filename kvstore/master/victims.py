@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from kvstore.master.disk_tier import DiskTier
-from kvstore.master.eviction import EvictionPolicy
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.eviction import EvictionPolicy, KeyOrder
+from kvstore.master.objects import ObjectMeta, Objects, TableOrder
 
 
 class RoomComing(Exception):
@@ -25,20 +25,12 @@ class RoomComing(Exception):
         self.when_ready = when_ready
 
 
-def evictable_at_all(meta: ObjectMeta) -> bool:
-    return meta.complete and not meta.pinned
-
-
-def on_disk(meta: ObjectMeta) -> bool:
-    """Evictable, with a memory copy to drop and a disk record that keeps the object."""
-    return meta.complete and not meta.pinned and meta.disk is not None and bool(meta.replicas)
-
-
 class VictimPlanner:
     def __init__(
         self,
-        objects: Mapping[str, ObjectMeta],
+        objects: Objects,
         policy: EvictionPolicy,
+        order: KeyOrder,
         disk: DiskTier,
         clock: Callable[[], float],
         plan_demotions: Callable[[bool], None],
@@ -46,6 +38,7 @@ class VictimPlanner:
         """`plan_demotions(urgent)`: gives disk records to the next victims (the state's)."""
         self.objects = objects
         self.policy = policy
+        self.order = order  # the policy's, first to go first
         self.disk = disk
         self.clock = clock
         self.plan_demotions = plan_demotions
@@ -68,7 +61,7 @@ class VictimPlanner:
             # has disk records too, demoted long ago).
             scan = 1024 if disk_backed_only else 64
             for keys in (self.disk.transient, itertools.islice(self.policy.candidates(), scan)):
-                victim, held = self._pick(keys, now, on_disk)
+                victim, held = self._pick(keys, now, disk_backed=True)
                 leased = leased or held
                 if victim is not None:
                     break
@@ -77,7 +70,13 @@ class VictimPlanner:
         if victim is None and disk_backed_only:
             return None
         if victim is None:
-            victim, leased = self._pick(self.policy.candidates(), now, evictable_at_all)
+            candidates = self.policy.candidates()  # (asked: an adaptive policy learns the cache is full)
+            if isinstance(self.order, TableOrder):  # the master's: the walk is the table's, in C++
+                free_key, held_key = self.order.first_victim(now)
+                victim = None if free_key is None else self.objects[free_key]
+                leased = None if held_key is None else self.objects[held_key]
+            else:
+                victim, leased = self._pick(candidates, now, disk_backed=False)
             victim = victim or (leased if leased_too else None)
         if victim is not None and wait_for_room and victim.disk is None and self.disk.working():
             self._wait_for_demotion(victim)
@@ -95,16 +94,17 @@ class VictimPlanner:
             raise RoomComing("demotion", functools.partial(self.disk.when_demoted, pending))
 
     def _pick(
-        self, keys: Iterable[str], now: float, accept: Callable[[ObjectMeta], bool]
+        self, keys: Iterable[str], now: float, disk_backed: bool
     ) -> tuple[ObjectMeta | None, ObjectMeta | None]:
-        """The first of `keys` that `accept` takes and no reader holds; and the first taken one a reader
-        holds (a fallback: evicting it is fenced like a forced removal)."""
+        """The first of `keys` that may be evicted (committed, not pinned; with `disk_backed`, with a
+        disk record and a memory copy to drop) and no reader holds; and the first such one a reader holds
+        (a fallback: evicting it is fenced like a forced removal). One crossing into the table per key."""
         leased = None
+        state = self.objects.victim_state
         for key in keys:
-            meta = self.objects.get(key)
-            if meta is None or not accept(meta):
-                continue
-            if meta.lease_until <= now:
-                return meta, leased
-            leased = leased or meta
+            may = state(key, now, disk_backed)
+            if may == 1:
+                return self.objects[key], leased
+            if may == 2 and leased is None:
+                leased = self.objects[key]
         return None, leased
