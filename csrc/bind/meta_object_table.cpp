@@ -51,6 +51,15 @@ void field(py::class_<ObjectTable>& c, const std::string& name, T Object::* memb
         py::arg("value"));
 }
 
+// A key of a list passed in: a str, read as its UTF-8 (cached in the str for ASCII keys).
+std::string_view key_of(PyObject* item) {
+  if (!PyUnicode_Check(item)) throw py::type_error("keys must be str");
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(item, &size);
+  if (data == nullptr) throw py::error_already_set();
+  return {data, static_cast<size_t>(size)};
+}
+
 py::object ref_or_none(const ObjectTable& t, Row row) {
   return row == meta::kNoRow ? py::none() : py::object(py::int_(ref_of(t, row)));
 }
@@ -174,11 +183,11 @@ void register_object_table(py::module_& m) {
           py::arg("order"), py::arg("key"), "Moves a linked object last; False if not linked.")
       .def(
           "order_touch_many",
-          [](ObjectTable& t, int o, const std::vector<std::string_view>& keys) {
+          [](ObjectTable& t, int o, const py::list& keys) {
             const Order order = order_of(o);
-            std::vector<bool> out(keys.size());
-            for (size_t i = 0; i < keys.size(); ++i) {
-              const Row row = t.find(keys[i]);
+            std::vector<bool> out(static_cast<size_t>(PyList_GET_SIZE(keys.ptr())));
+            for (size_t i = 0; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i) {
+              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
               out[i] = row != meta::kNoRow && t.linked(order, row);
               if (out[i]) t.push_back(order, row);
             }
@@ -306,12 +315,13 @@ void register_object_table(py::module_& m) {
           py::arg("key"))
       .def(
           "commit_many",
-          [](ObjectTable& t, const std::vector<std::string_view>& keys) {
+          [](ObjectTable& t, const py::list& keys) {
             // All or nothing: every key is checked before any is marked.
-            std::vector<Row> rows(keys.size());
-            for (size_t i = 0; i < keys.size(); ++i) {
-              rows[i] = t.find(keys[i]);
-              if (rows[i] == meta::kNoRow) throw py::key_error(std::string(keys[i]));
+            std::vector<Row> rows(static_cast<size_t>(PyList_GET_SIZE(keys.ptr())));
+            for (size_t i = 0; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i) {
+              rows[i] = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
+              if (rows[i] == meta::kNoRow)
+                throw py::key_error(std::string(key_of(PyList_GET_ITEM(keys.ptr(), i))));
             }
             uint64_t added = 0;
             for (Row row : rows) {
@@ -324,8 +334,8 @@ void register_object_table(py::module_& m) {
           py::arg("keys"), "Marks the objects committed; the bytes of those that were not yet.")
       .def(
           "locate_many",
-          [](ObjectTable& t, const std::vector<std::string_view>& keys, bool prefix, double now,
-             double lease_until, double half_life, double hot_heat, const py::dict& places) {
+          [](ObjectTable& t, const py::list& keys, bool prefix, double now, double lease_until,
+             double half_life, double hot_heat, const py::dict& places) {
             // A reader's lookup of a batch: per key None (a miss; with `prefix`, every key after the first
             // miss too) or (reference, location, disk segment, attention). `location` is the reply's
             // record, (size, checksum, [(tier, host, engine, region, offset, slot, gen, "")]) from `places`
@@ -335,10 +345,10 @@ void register_object_table(py::module_& m) {
             // below its replicas, or with a count set by change_replica).
             if (!(half_life > 0)) throw std::invalid_argument("half_life must be positive");
             const py::str no_path("");  // a Location's last field: a memory copy is read through its engine
-            py::list out(keys.size());
+            py::list out(static_cast<size_t>(PyList_GET_SIZE(keys.ptr())));
             size_t i = 0;
-            for (; i < keys.size(); ++i) {
-              const Row row = t.find(keys[i]);
+            for (; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i) {
+              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
               if (row == meta::kNoRow || !t.at(row).complete) {
                 out[i] = py::none();
                 if (prefix) break;
@@ -369,18 +379,22 @@ void register_object_table(py::module_& m) {
               const bool attention = o.heat >= hot_heat || n < o.base_replicas || o.target_replicas != 0;
               out[i] = py::make_tuple(ref_of(t, row), std::move(location), o.disk_segment, attention);
             }
-            for (++i; i < keys.size(); ++i) out[i] = py::none();  // after a prefix's first miss
+            for (++i; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i)
+              out[i] = py::none();  // after a prefix's first miss
             return out;
           },
           py::arg("keys"), py::arg("prefix"), py::arg("now"), py::arg("lease_until"), py::arg("half_life"),
           py::arg("hot_heat"), py::arg("places"))
       .def(
           "complete_many",
-          [](const ObjectTable& t, const std::vector<std::string_view>& keys) {
-            std::vector<bool> out(keys.size());
-            for (size_t i = 0; i < keys.size(); ++i) {
-              const Row row = t.find(keys[i]);
-              out[i] = row != meta::kNoRow && t.at(row).complete;
+          [](const ObjectTable& t, const py::list& keys) {
+            // Straight off the list (pybind's conversion to a vector of views cost more than the lookups).
+            const Py_ssize_t n = PyList_GET_SIZE(keys.ptr());
+            py::list out(n);
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
+              PyList_SET_ITEM(out.ptr(), i,
+                              py::bool_(row != meta::kNoRow && t.at(row).complete).release().ptr());
             }
             return out;
           },

@@ -84,6 +84,8 @@ def test_the_index_keeps_every_key_while_it_grows_and_shrinks() -> None:
     assert t.complete_many(["key-1", "key-0", "nope"]) == [False, False, False]
     t.set_complete(refs["key-1"], True)
     assert t.complete_many(["key-1", "key-0"]) == [True, False]
+    with pytest.raises(TypeError):
+        t.complete_many(["key-1", 7])  # type: ignore[list-item]
     assert t.memory_bytes > 0
 
 
