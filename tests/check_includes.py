@@ -24,7 +24,7 @@ ALLOWED = {
     "engine": {"common", "cuda", "core", "transport", "engine"},
     "bind": {"common", "cuda", "core", "transport", "engine", "bind", "storage", "meta"},
     "storage": {"common", "storage"},
-    "meta": {"common", "meta"},  # the master's object table: beside storage, no data plane
+    "meta": {"common", "storage", "meta"},  # the master's tables, over storage's allocator; no data plane
     "tools": {"common", "core", "transport", "bind", "tools"},
 }
 # Headers of transport/ that name no concrete transport: the interface and the registration list.

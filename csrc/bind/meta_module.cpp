@@ -3,7 +3,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
+
 #include "bind/meta_hash_order.h"
+#include "bind/meta_memory_space.h"
 #include "bind/meta_object_table.h"
 #include "bind/status_error.h"
 #include "storage/offset_allocator.h"
@@ -11,11 +14,13 @@
 namespace py = pybind11;
 
 PYBIND11_MODULE(_meta, m) {
-  m.doc() = "kvstore metadata helpers: the segment offset allocator, the master's object table";
+  m.doc() =
+      "kvstore metadata helpers: the segment offset allocator, the master's object table and memory space";
   kvs::bind::register_status_translator();
   using kvs::AllocatorStats;
   using kvs::OffsetAllocator;
-  py::class_<OffsetAllocator>(m, "OffsetAllocator", "Best-fit allocator of offsets inside a segment.")
+  py::class_<OffsetAllocator, std::shared_ptr<OffsetAllocator>>(
+      m, "OffsetAllocator", "Best-fit allocator of offsets inside a segment.")
       .def(py::init<uint64_t, uint64_t>(), py::arg("capacity"), py::arg("alignment") = 64)
       .def(
           "allocate",
@@ -45,8 +50,8 @@ PYBIND11_MODULE(_meta, m) {
       .def("block_size", &OffsetAllocator::block_size, py::arg("offset"))
       .def_property_readonly("capacity", &OffsetAllocator::capacity)
       .def_property_readonly("alignment", &OffsetAllocator::alignment)
+      .def_property_readonly("largest_free", &OffsetAllocator::largest_free)
       .def_property_readonly("used", [](const OffsetAllocator& a) { return a.stats().used; })
-      .def_property_readonly("largest_free", [](const OffsetAllocator& a) { return a.stats().largest_free; })
       .def("stats", [](const OffsetAllocator& a) {
         const AllocatorStats s = a.stats();
         py::dict d;
@@ -61,4 +66,5 @@ PYBIND11_MODULE(_meta, m) {
       });
   kvs::bind::register_object_table(m);
   kvs::bind::register_hash_order(m);
+  kvs::bind::register_memory_space(m);
 }

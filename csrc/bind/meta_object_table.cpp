@@ -399,6 +399,16 @@ void register_object_table(py::module_& m) {
             return out;
           },
           py::arg("keys"), "Per key: stored and committed.")
+      .def(
+          "first_present",
+          [](const ObjectTable& t, const py::list& keys) {
+            const Py_ssize_t n = PyList_GET_SIZE(keys.ptr());
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              if (t.find(key_of(PyList_GET_ITEM(keys.ptr(), i))) != meta::kNoRow) return i;
+            }
+            return n;
+          },
+          py::arg("keys"), "The index of the first key in the table (committed or not), else len(keys).")
       .def_property_readonly("memory_bytes", &ObjectTable::memory_bytes);
   field(c, "size", &Object::size);
   field(c, "checksum", &Object::checksum);

@@ -41,6 +41,7 @@ class OffsetAllocator {
   AllocatorStats stats() const;
   uint64_t capacity() const { return capacity_; }
   uint64_t alignment() const { return alignment_; }
+  uint64_t largest_free() const { return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first; }
 
  private:
   void insert_free(uint64_t offset, uint64_t size);

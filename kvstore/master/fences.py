@@ -60,6 +60,12 @@ class FenceBook:
         self._gen += 1
         return self._gen
 
+    def generations(self, count: int) -> int:
+        """`count` new generations in a row; returns the first."""
+        first = self._gen + 1
+        self._gen += count
+        return first
+
     def observe(self, gen: int) -> None:
         """A node holds an allocation of generation `gen` (from an earlier master, whose clock may have
         run ahead of ours): every generation handed out from now on is above it."""
@@ -108,6 +114,10 @@ class FenceBook:
         if sent:
             return next(iter(sent))
         return queued[0].id if queued else None
+
+    def fencing_any(self) -> bool:
+        """Some key is fencing (O(1): a batch of puts checks its keys only then)."""
+        return bool(self._fencing)
 
     def fencing(self, key: str) -> bool:
         return key in self._fencing

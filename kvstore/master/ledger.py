@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kvstore.allocator import MemorySpace
 from kvstore.master.changes import (
     DiskRecordDropped,
     DiskRecordSet,
@@ -45,6 +46,9 @@ class Ledger:
         self.fences = fences
         self.objects = Objects()  # read by everyone, written here only (a C++ table: kvstore.master.objects)
         self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
+        # Their allocators and slots as placement walks them, in C++ (csrc/meta/memory_space): a batch of
+        # puts is placed in one call (likewise written here only).
+        self.memory = MemorySpace()
         self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
         self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
         # One method per record type, and who watches each type: a dictionary lookup per record (the
@@ -98,6 +102,8 @@ class Ledger:
         if isinstance(seg, Segment):  # the table names replicas' segments by id
             self.objects.segments[seg.id] = seg
             self.objects.places[seg.id] = (seg.tier, seg.host_id, seg.engine, seg.region_id)
+            self.memory.add(seg.id, seg.host_id, seg.size, seg.allocator, seg.slots)
+            self.memory.set_placeable(seg.id, seg.placeable)
         else:
             self.objects.disks[seg.id] = seg
 
@@ -106,6 +112,7 @@ class Ledger:
         if table.get(seg.id) is seg:
             del table[seg.id]
             if isinstance(seg, Segment):
+                self.memory.remove(seg.id)
                 self.fences.drop_segment(seg)  # nothing of it is read or written again
 
     def _restore_ended(self, r: RestoreEnded) -> None:
@@ -117,8 +124,13 @@ class Ledger:
         if taken is None:
             return
         seg.restoring = None
-        seg.next_slot = max(taken, default=-1) + 1
-        seg.free_slots = [s for s in range(seg.next_slot - 1, -1, -1) if s not in taken]
+        seg.slots.restart(taken)
+        self.placeable_changed(seg)
+
+    def placeable_changed(self, seg: Segment) -> None:
+        """Whether new replicas may go to `seg` changed (it was suspected, trusted, or restored)."""
+        if self.segments.get(seg.id) is seg:
+            self.memory.set_placeable(seg.id, seg.placeable)
 
     def _puts_started(self, r: PutsStarted) -> None:
         add = self.objects.add
@@ -158,19 +170,53 @@ class Ledger:
     def take(self, seg: Segment, key: str, size: int) -> Replica:
         """Carves `size` bytes and a fence slot of `seg` for `key`, in a new generation (SpaceTaken). The
         caller saw room for it (largest_free, has_slot): the master is single-threaded."""
-        offset = seg.allocator.allocate(size)
-        if offset is None or not (seg.free_slots or seg.next_slot < seg.fence_slots):
-            raise AssertionError(f"take() without room on segment {seg.id}")  # has_slot, inlined
-        if seg.free_slots:
-            slot = seg.free_slots.pop()
-        else:
-            slot = seg.next_slot
-            seg.next_slot += 1
+        if not seg.slots.has_slot or (offset := seg.allocator.allocate(size)) is None:
+            raise AssertionError(f"take() without room on segment {seg.id}")
+        slot = seg.slots.take()
         seg.allocations += 1
         replica = Replica(seg, offset, slot, self.fences.generation())
         if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches
             self._tell([SpaceTaken(key, replica)])
         return replica
+
+    def place(
+        self, key: str, size: int, count: int, exclude: list[int], spread_from: list[str]
+    ) -> list[Replica] | None:
+        """Carves `count` replicas of `key` where placement's rule puts them (kvstore.master.placement:
+        the rule runs in C++, over self.memory); None, and nothing carved, when they do not fit now."""
+        placed = self.memory.place(size, count, exclude, spread_from)
+        if placed is None:
+            return None
+        return self._carved([key], *placed)
+
+    def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
+        """Carves `count` replicas of each key in turn, as `place` would one at a time: `count` per key,
+        for the keys placed, which stop before the first that does not fit now."""
+        placed, columns = self.memory.place_many(sizes, count)
+        return self._carved(keys[:placed], *columns) if placed else []
+
+    def _carved(
+        self, keys: list[str], segment_ids: list[int], offsets: list[int], slots: list[int]
+    ) -> list[Replica]:
+        """The replicas the memory space carved (each segment's count of allocations grows), in new
+        generations; SpaceTaken for each when watched."""
+        segments = self.segments
+        first = self.fences.generations(len(offsets))
+        replicas = list(
+            map(
+                Replica,
+                map(segments.__getitem__, segment_ids),
+                offsets,
+                slots,
+                range(first, first + len(offsets)),
+            )
+        )
+        for seg_id in segment_ids:
+            segments[seg_id].allocations += 1
+        if SpaceTaken in self._watchers:
+            count = len(replicas) // len(keys)
+            self._tell([SpaceTaken(keys[i // count], r) for i, r in enumerate(replicas)])
+        return replicas
 
     def take_back(
         self, seg: Segment, key: str, offset: int, slot: int, gen: int, size: int
@@ -218,7 +264,7 @@ class Ledger:
             seg = k.segment
             if self.segments.get(seg.id) is not seg:
                 continue
-            seg.free_slots.append(k.slot)
+            seg.slots.give_back(k.slot)
             if k.held_offset is not None:
                 self.fences.held_bytes -= seg.allocator.block_size(k.held_offset)
                 seg.allocator.free(k.held_offset)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from kvstore.allocator import OffsetAllocator
+from kvstore.allocator import OffsetAllocator, SlotPool
 from kvstore.rpc.records import DISK, MEMORY
 
 
@@ -23,13 +23,15 @@ class Segment:
     fence_slots: int  # entries of the node's fence table: one per live allocation
     allocations: int = 0  # carved here and not freed (the keys: Objects.keys_on, a walk of the table)
     suspect_since: float = 0.0  # a client could not reach it (0: trusted); its node's heartbeat clears it
-    free_slots: list[int] = field(default_factory=list)  # fence slots given back
-    next_slot: int = 0  # slots below it have been handed out at least once
     restoring: set[int] | None = None  # while its node names what it holds: the slots taken back so far
+    slots: SlotPool = field(init=False)  # its fence slots (placement takes them in C++ too)
+
+    def __post_init__(self) -> None:
+        self.slots = SlotPool(self.fence_slots)
 
     @property
     def has_slot(self) -> bool:
-        return bool(self.free_slots) or self.next_slot < self.fence_slots
+        return self.slots.has_slot
 
     @property
     def usable(self) -> bool:

@@ -121,6 +121,7 @@ class SegmentSpace:
             return False
         segment.suspect_since = now
         self._suspects += 1
+        self.ledger.placeable_changed(segment)
         return True
 
     def trust(self, segment: Segment) -> None:
@@ -128,6 +129,7 @@ class SegmentSpace:
         if not segment.usable:
             segment.suspect_since = 0.0
             self._suspects -= 1
+            self.ledger.placeable_changed(segment)
 
     def __iter__(self) -> Iterator[Segment]:
         return iter(self.segments.values())
@@ -172,28 +174,15 @@ class SegmentSpace:
         spread_from: Collection[str] = (),
     ) -> list[Replica] | None:
         """Allocates `count` replicas of `key` on distinct usable segments (none in `exclude`, none suspected
-        unreachable), on hosts other than
-        `spread_from` and each other first, the emptiest segments first. None, and nothing allocated,
-        when they do not fit now (the caller may evict and try again)."""
-        if count == 1 and not spread_from:  # the usual put: the emptiest segment, in one plain loop
-            best, most = None, size - 1  # (placeable and has_slot inlined: this runs once per object)
-            for s in self.segments.values():
-                if (
-                    s.suspect_since == 0.0
-                    and s.restoring is None
-                    and (s.free_slots or s.next_slot < s.fence_slots)
-                    and s.id not in exclude
-                ):
-                    free = s.allocator.largest_free
-                    if free > most:
-                        best, most = s, free
-            chosen = None if best is None else [best]
-        else:
-            chosen = self._spread(self.candidates(size, exclude), count, spread_from)
-        if chosen is None:
-            return None
-        take = self.ledger.take  # largest_free and has_slot were checked above
-        return [take(seg, key, size) for seg in chosen]
+        unreachable), on hosts other than `spread_from` and each other first, the emptiest segments
+        first. None, and nothing allocated, when they do not fit now (the caller may evict and try
+        again). The rule runs in C++ (csrc/meta/memory_space), carving as it goes (through the ledger)."""
+        return self.ledger.place(key, size, count, list(exclude), list(spread_from))
+
+    def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
+        """`place` for each key in turn (no exclusions), in one call: `count` replicas per key placed;
+        the keys placed stop before the first that does not fit now."""
+        return self.ledger.place_many(keys, sizes, count)
 
     def candidates(self, size: int, exclude: Collection[int] = ()) -> list[Segment]:
         fits = [
@@ -210,21 +199,6 @@ class SegmentSpace:
         if not segment.has_slot or segment.allocator.largest_free < size or not self.mounted(segment):
             return None
         return self.ledger.take(segment, key, size)
-
-    @staticmethod
-    def _spread(order: list[Segment], count: int, spread_from: Collection[str]) -> list[Segment] | None:
-        """`count` of `order` (emptiest first), on hosts other than `spread_from` and each other first."""
-        chosen: list[Segment] = []
-        hosts = set(spread_from)
-        for distinct_host in (True, False):
-            for seg in order:
-                if len(chosen) == count:
-                    break
-                if seg in chosen or (distinct_host and seg.host_id in hosts):
-                    continue
-                chosen.append(seg)
-                hosts.add(seg.host_id)
-        return chosen if len(chosen) == count else None
 
     def free(self, key: str, copy: Replica, *, hold: bool = False, read_until: float = 0.0) -> None:
         """Gives a replica's allocation back and has its node fence it off (Ledger.free: `hold` keeps its

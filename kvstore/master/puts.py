@@ -3,8 +3,10 @@ client writes), end (commit a batch in one ledger record) or revoke."""
 
 from __future__ import annotations
 
+import bisect
 import functools
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -41,7 +43,12 @@ class Puts(Removal):  # puts evict for room
         started: dict[str, NewObject] = {}
         start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
         try:
-            for key, size, checksum in items[len(out) :]:
+            while len(out) < len(items):
+                if self._start_run(
+                    client_id, items, replicas, pin, min_replicas, wait_for_room, started, out
+                ):
+                    continue
+                key, size, checksum = items[len(out)]  # one at a time: it fails, waits or evicts
                 try:
                     out.append(start(key, size, checksum))
                 except KVStoreError as exc:
@@ -49,6 +56,87 @@ class Puts(Removal):  # puts evict for room
         finally:
             if started:
                 self._record_started(list(started.values()))
+
+    def _start_run(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        started: dict[str, NewObject],
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> bool:
+        """Starts the run of items from len(out) on that are new puts within the client's limits (keys
+        neither stored, started nor fencing): one placement call for those that fit now, evicting for
+        the rest one by one (RoomComing as _place raises it). Appends each one's replicas or error to
+        `out`. False when the first item is not one of those: _start takes it alone. Each item ends as
+        it would in _start."""
+        if not 1 <= replicas <= self.config.max_replicas:
+            return False
+        rest = items[len(out) :]
+        keys = [item[0] for item in rest]
+        sizes = [item[1] for item in rest]
+        count = replicas
+        if 0 < min_replicas < replicas:  # as many as usable segments allow: one count for the run
+            count = max(min_replicas, min(replicas, self.space.usable_for(max(sizes))))
+            if count != max(min_replicas, min(replicas, self.space.usable_for(min(sizes)))):
+                return False
+        n = min(len(keys), self._within_limits(client_id, sizes, count))
+        n = self.ledger.objects.table.first_present(keys[:n])
+        if started:
+            n = _first_where(keys, n, started.__contains__)
+        fences = self.space.fences
+        if fences.fencing_any():
+            n = _first_where(keys, n, fences.fencing)
+        if len(set(keys[:n])) < n:  # a key twice: the second is a put in progress (_start says so)
+            seen: set[str] = set()
+            n = _first_where(keys, n, lambda k: k in seen or bool(seen.add(k)))
+        if n == 0:
+            return False
+        try:
+            self.space.check_fits(max(sizes[:n]), count)
+        except KVStoreError:
+            return False
+        placed = self.space.place_many(keys[:n], sizes[:n], count)
+        now = self.clock()
+        for i in range(n):
+            if i * count < len(placed):
+                copies = placed[i * count : (i + 1) * count]
+            else:  # no room for it now: evict for it (or wait), as _start would
+                try:
+                    copies = self._place(keys[i], sizes[i], count, wait_for_room)
+                except KVStoreError as exc:
+                    out.append(exc)
+                    continue
+            key, size, checksum = rest[i]
+            new = started[key] = NewObject(
+                key,
+                size,
+                checksum,
+                copies,
+                client_id,
+                False,
+                pin,
+                now + self.config.put_timeout,
+                now,
+                replicas,
+            )
+            self._pending.add(new)
+            new.hold_seq = self.space.holds.hold_all(new, copies)
+            out.append(copies)
+        return True
+
+    def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
+        """How many of the next puts of `sizes` (`count` replicas each) _check_put_limits lets through."""
+        objects, held = self._pending.held(client_id)
+        space = self.space
+        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
+        most_bytes = self.config.client_put_bytes or space.capacity // 2
+        room = bisect.bisect_right(list(itertools.accumulate(sizes)), (most_bytes - held) // count)
+        fits = min(most_objects - objects, room)
+        return max(fits, 1 if objects == 0 else 0)  # a client with none in progress may start one
 
     def _record_started(self, news: list[NewObject]) -> None:
         self.ledger.apply([PutsStarted(news)])
@@ -220,3 +308,11 @@ class Puts(Removal):  # puts evict for room
                     raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
             if not self._evict_one(wait_for_room=wait_for_room):
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
+
+
+def _first_where(keys: list[str], n: int, test: Callable[[str], object]) -> int:
+    """The index of the first of keys[:n] that passes `test`, else n."""
+    for i, key in enumerate(keys[:n]):
+        if test(key):
+            return i
+    return n

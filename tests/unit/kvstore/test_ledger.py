@@ -81,7 +81,7 @@ def _agrees(state: MasterState, journal: Journal) -> None:
         offsets = journal.space[seg.id]
         assert all(seg.allocator.block_size(o) > 0 for o in offsets)
         assert sum(seg.allocator.block_size(o) for o in offsets) == seg.allocator.used
-        in_use = set(range(seg.next_slot)) - set(seg.free_slots)
+        in_use = set(range(seg.slots.next)) - set(seg.slots.free_slots)
         assert journal.slots[seg.id] == in_use
 
 

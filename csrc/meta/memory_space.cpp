@@ -1,0 +1,136 @@
+#include "meta/memory_space.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kvs::meta {
+
+std::optional<uint32_t> SlotPool::take() {
+  if (!free_.empty()) {
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  if (next_ < capacity_) return next_++;
+  return std::nullopt;
+}
+
+bool SlotPool::give_back(uint32_t slot) {
+  if (slot >= next_) return false;
+  free_.push_back(slot);
+  return true;
+}
+
+void SlotPool::restart(const std::vector<uint32_t>& taken) {
+  uint32_t next = 0;
+  for (uint32_t s : taken) next = std::max(next, s + 1);
+  std::vector<bool> held(next, false);
+  for (uint32_t s : taken) held[s] = true;
+  free_.clear();
+  for (uint32_t s = next; s-- > 0;) {  // highest first: the lowest free slot is reused first
+    if (!held[s]) free_.push_back(s);
+  }
+  next_ = next;
+}
+
+void MemorySpace::add(uint32_t id, std::string_view host, uint64_t size,
+                      std::shared_ptr<OffsetAllocator> allocator, std::shared_ptr<SlotPool> slots) {
+  for (const Entry& e : segments_) {
+    if (e.id == id) throw std::invalid_argument("segment " + std::to_string(id) + " is placed already");
+  }
+  if (!allocator || !slots) throw std::invalid_argument("a segment needs an allocator and a slot pool");
+  segments_.push_back({id, host_number(host), size, true, std::move(allocator), std::move(slots)});
+}
+
+void MemorySpace::remove(uint32_t id) {
+  segments_.erase(
+      std::remove_if(segments_.begin(), segments_.end(), [id](const Entry& e) { return e.id == id; }),
+      segments_.end());
+}
+
+void MemorySpace::set_placeable(uint32_t id, bool placeable) {
+  for (Entry& e : segments_) {
+    if (e.id == id) e.placeable = placeable;
+  }
+}
+
+uint32_t MemorySpace::host_number(std::string_view host) {
+  auto [it, added] = hosts_.try_emplace(std::string(host), static_cast<uint32_t>(hosts_.size()));
+  return it->second;
+}
+
+bool MemorySpace::fits(const Entry& e, uint64_t size) const {
+  // The allocator rounds a block up to its alignment: room is counted for what it will carve.
+  const uint64_t align = e.allocator->alignment();
+  const uint64_t rounded = (size + align - 1) / align * align;
+  return e.placeable && rounded >= size && e.slots->has_slot() && e.allocator->largest_free() >= rounded;
+}
+
+void MemorySpace::carve(Entry& e, uint64_t size, std::vector<Placed>& out) {
+  const auto offset = e.allocator->allocate(size);
+  const auto slot = e.slots->take();
+  if (!offset || !slot) throw std::logic_error("carved a segment placement found no room in");
+  out.push_back({e.id, *slot, *offset});
+}
+
+bool MemorySpace::place_one(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
+                            const std::vector<uint32_t>& avoid_hosts, std::vector<Placed>& out) {
+  auto excluded = [&exclude](uint32_t id) {
+    return std::find(exclude.begin(), exclude.end(), id) != exclude.end();
+  };
+  if (count == 1 && avoid_hosts.empty()) {  // the usual put: the emptiest segment, in one pass
+    Entry* best = nullptr;
+    uint64_t most = 0;
+    for (Entry& e : segments_) {
+      if (!fits(e, size) || excluded(e.id)) continue;
+      const uint64_t free = e.allocator->largest_free();
+      if (best == nullptr || free > most) best = &e, most = free;
+    }
+    if (best == nullptr) return false;
+    carve(*best, size, out);
+    return true;
+  }
+  ranked_.clear();
+  for (uint32_t i = 0; i < segments_.size(); ++i) {
+    const Entry& e = segments_[i];
+    if (fits(e, size) && !excluded(e.id)) ranked_.emplace_back(e.allocator->largest_free(), i);
+  }
+  if (ranked_.size() < count) return false;
+  std::stable_sort(ranked_.begin(), ranked_.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  chosen_.clear();
+  std::vector<uint32_t> hosts(avoid_hosts);
+  for (bool distinct_host : {true, false}) {
+    for (const auto& [free, i] : ranked_) {
+      if (chosen_.size() == count) break;
+      const uint32_t host = segments_[i].host;
+      if (std::find(chosen_.begin(), chosen_.end(), i) != chosen_.end()) continue;
+      if (distinct_host && std::find(hosts.begin(), hosts.end(), host) != hosts.end()) continue;
+      chosen_.push_back(i);
+      hosts.push_back(host);
+    }
+  }
+  if (chosen_.size() < count) return false;
+  for (uint32_t i : chosen_) carve(segments_[i], size, out);
+  return true;
+}
+
+size_t MemorySpace::place_many(const std::vector<uint64_t>& sizes, uint32_t count, std::vector<Placed>& out) {
+  static const std::vector<uint32_t> kNone;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!place_one(sizes[i], count, kNone, kNone, out)) return i;
+  }
+  return sizes.size();
+}
+
+bool MemorySpace::place(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
+                        const std::vector<std::string>& spread_from, std::vector<Placed>& out) {
+  std::vector<uint32_t> avoid;
+  for (const std::string& host : spread_from) {
+    auto it = hosts_.find(host);
+    if (it != hosts_.end()) avoid.push_back(it->second);
+  }
+  return place_one(size, count, exclude, avoid, out);
+}
+
+}  // namespace kvs::meta

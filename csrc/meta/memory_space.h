@@ -1,0 +1,89 @@
+// The master's memory tier as placement sees it: every mounted segment's allocator and fence slots, and
+// the rule that picks segments for new replicas (distinct segments, distinct hosts first, the emptiest
+// first). A batch of puts is placed in one call, and carved as it is placed: the master's loop owns it (not
+// thread-safe), and kvstore.master.ledger is its only writer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "storage/offset_allocator.h"
+
+namespace kvs::meta {
+
+// A segment's fence slots: one per live allocation, in the node's fence table. A slot given back is reused
+// last-in first-out; slots never handed out are taken in order.
+class SlotPool {
+ public:
+  explicit SlotPool(uint32_t capacity) : capacity_(capacity) {}
+  bool has_slot() const { return !free_.empty() || next_ < capacity_; }
+  std::optional<uint32_t> take();
+  // A slot handed out comes back (false, nothing changes, for one never handed out).
+  bool give_back(uint32_t slot);
+  // After a restore: the slots in `taken` are held, every other one below the highest of them is free.
+  void restart(const std::vector<uint32_t>& taken);
+  uint32_t capacity() const { return capacity_; }
+  uint32_t next() const { return next_; }
+  const std::vector<uint32_t>& free_slots() const { return free_; }
+  // How many slots are handed out and not given back.
+  uint32_t in_use() const { return next_ - static_cast<uint32_t>(free_.size()); }
+
+ private:
+  uint32_t capacity_;
+  uint32_t next_ = 0;  // slots below it were handed out at least once
+  std::vector<uint32_t> free_;
+};
+
+// One replica placed: where its bytes go and the fence slot it is known by.
+struct Placed {
+  uint32_t segment = 0;
+  uint32_t slot = 0;
+  uint64_t offset = 0;
+};
+
+class MemorySpace {
+ public:
+  void add(uint32_t id, std::string_view host, uint64_t size, std::shared_ptr<OffsetAllocator> allocator,
+           std::shared_ptr<SlotPool> slots);
+  void remove(uint32_t id);
+  // New replicas may go to it (usable, not being restored).
+  void set_placeable(uint32_t id, bool placeable);
+  size_t size() const { return segments_.size(); }
+
+  // Places `count` replicas of each of `sizes` in turn, carving each as it goes; appends them to `out`
+  // (count per object) and returns how many objects were placed: fewer than sizes.size() when the next
+  // does not fit now (nothing is carved for it: the caller may evict and go on from it).
+  size_t place_many(const std::vector<uint64_t>& sizes, uint32_t count, std::vector<Placed>& out);
+  // Places `count` replicas of one object on segments not in `exclude`, on hosts not in `spread_from` and
+  // each other first; false (nothing carved) when they do not fit now.
+  bool place(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
+             const std::vector<std::string>& spread_from, std::vector<Placed>& out);
+
+ private:
+  struct Entry {
+    uint32_t id;
+    uint32_t host;
+    uint64_t size;
+    bool placeable;
+    std::shared_ptr<OffsetAllocator> allocator;
+    std::shared_ptr<SlotPool> slots;
+  };
+  bool fits(const Entry& e, uint64_t size) const;
+  void carve(Entry& e, uint64_t size, std::vector<Placed>& out);
+  bool place_one(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
+                 const std::vector<uint32_t>& avoid_hosts, std::vector<Placed>& out);
+  uint32_t host_number(std::string_view host);
+
+  std::vector<Entry> segments_;  // in mount order: ties go to the first mounted
+  std::unordered_map<std::string, uint32_t> hosts_;
+  std::vector<uint32_t> chosen_;                       // scratch: entries chosen for one object
+  std::vector<std::pair<uint64_t, uint32_t>> ranked_;  // scratch: (largest free, entry) of candidates
+};
+
+}  // namespace kvs::meta
