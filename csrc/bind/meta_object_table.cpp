@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "meta/object_table.h"
@@ -172,6 +173,21 @@ void register_object_table(py::module_& m) {
           },
           py::arg("order"), py::arg("key"), py::arg("front"),
           "Links the object first or last (moved if linked).")
+      .def(
+          "order_add_many",
+          [](ObjectTable& t, int o, const py::list& keys, bool front) {
+            const Order order = order_of(o);
+            const Py_ssize_t n = PyList_GET_SIZE(keys.ptr());
+            std::vector<Row> rows(static_cast<size_t>(n));
+            for (Py_ssize_t i = 0; i < n; ++i) {  // all or nothing: every key is found first
+              const std::string_view key = key_of(PyList_GET_ITEM(keys.ptr(), i));
+              rows[i] = t.find(key);
+              if (rows[i] == meta::kNoRow) throw py::key_error(std::string(key));
+            }
+            for (Row row : rows) front ? t.push_front(order, row) : t.push_back(order, row);
+          },
+          py::arg("order"), py::arg("keys"), py::arg("front"),
+          "order_add of each key, in order (one crossing).")
       .def(
           "order_touch",
           [](ObjectTable& t, int o, std::string_view key) {
@@ -399,6 +415,65 @@ void register_object_table(py::module_& m) {
             return out;
           },
           py::arg("keys"), "Per key: stored and committed.")
+      .def(
+          "short_of_copies",
+          [](const ObjectTable& t, const py::list& keys) {
+            py::list out;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              const Row row = t.find(key_of(key));
+              if (row != meta::kNoRow && t.copy_count(row) < t.at(row).base_replicas)
+                out.append(py::reinterpret_borrow<py::object>(key));
+            }
+            return out;
+          },
+          py::arg("keys"),
+          "The keys (of these, in the table) with fewer memory copies than their put asked for.")
+      .def(
+          "add_many",
+          [](ObjectTable& t, const py::list& news, const py::dict& writers) {
+            // NewObjects (kvstore.master.objects) read in C++: one crossing per put batch. All or nothing:
+            // every key is checked first.
+            static const py::str a_key("key"), a_size("size"), a_checksum("checksum"), a_writer("writer"),
+                a_complete("complete"), a_pinned("pinned"), a_last("last_access"), a_base("base_replicas"),
+                a_hold("hold_seq"), a_replicas("replicas"), a_disk("disk"), a_segment("segment"), a_id("id"),
+                a_offset("offset"), a_slot("slot"), a_gen("gen");
+            const Py_ssize_t n = PyList_GET_SIZE(news.ptr());
+            std::vector<std::string_view> keys(static_cast<size_t>(n));
+            std::unordered_set<std::string_view> seen;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              py::handle obj(PyList_GET_ITEM(news.ptr(), i));
+              keys[i] = key_of(obj.attr(a_key).ptr());  // (the str lives as long as the object)
+              if (t.find(keys[i]) != meta::kNoRow || !seen.insert(keys[i]).second)
+                throw py::value_error("a key is in the table already, or twice in the batch");
+            }
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              py::handle obj(PyList_GET_ITEM(news.ptr(), i));
+              const Row row = t.insert(keys[i]);
+              Object& o = t.at(row);
+              o.size = obj.attr(a_size).cast<uint64_t>();
+              o.checksum = obj.attr(a_checksum).cast<uint64_t>();
+              o.writer = writers[obj.attr(a_writer)].cast<uint32_t>();
+              o.complete = obj.attr(a_complete).cast<bool>();
+              o.pinned = obj.attr(a_pinned).cast<bool>();
+              o.last_access = obj.attr(a_last).cast<double>();
+              o.base_replicas = obj.attr(a_base).cast<uint8_t>();
+              o.hold_seq = obj.attr(a_hold).cast<uint64_t>();
+              for (const py::handle r : obj.attr(a_replicas)) {
+                t.add_copy(row, MemoryCopy{r.attr(a_segment).attr(a_id).cast<uint32_t>(),
+                                           r.attr(a_slot).cast<uint32_t>(), r.attr(a_offset).cast<uint64_t>(),
+                                           r.attr(a_gen).cast<uint64_t>()});
+              }
+              const py::object disk = obj.attr(a_disk);
+              if (!disk.is_none()) {
+                o.disk_segment = disk.attr(a_segment).attr(a_id).cast<uint32_t>();
+                o.disk_offset = disk.attr(a_offset).cast<uint64_t>();
+              }
+            }
+          },
+          py::arg("news"), py::arg("writers"),
+          "Adds new objects (NewObject: key, size, checksum, writer, complete, pinned, last_access, "
+          "base_replicas, hold_seq, replicas, disk), `writers` numbering their writers.")
       .def(
           "first_present",
           [](const ObjectTable& t, const py::list& keys) {

@@ -55,6 +55,25 @@ class HoldBook:
             self._wake(seg.client_id)
         return self._seq
 
+    def hold_many(self, news: list[NewObject]) -> None:
+        """hold_all of each new object's replicas, setting its hold_seq; each node is woken once."""
+        queued, seq, nodes = self._queued, self._seq, set()
+        for new in news:
+            for replica in new.replicas:
+                seg = replica.segment
+                seq += 1
+                queue = queued.get(seg.client_id)
+                if queue is None:
+                    queue = queued[seg.client_id] = {}
+                nodes.add(seg.client_id)
+                where = (seg.region_id, replica.slot)
+                queue.pop(where, None)  # (see hold_all)
+                queue[where] = (seq, new, replica)
+            new.hold_seq = seq
+        self._seq = seq
+        for node in nodes:
+            self._wake(node)
+
     def when_held(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """`marks`: per node, the number of a hold (hold_all's). False when each node acknowledged every
         hold numbered up to its mark; else `waiter()` runs once they have (or those holds were

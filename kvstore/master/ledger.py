@@ -133,9 +133,7 @@ class Ledger:
             self.memory.set_placeable(seg.id, seg.placeable)
 
     def _puts_started(self, r: PutsStarted) -> None:
-        add = self.objects.add
-        for new in r.metas:
-            add(new)
+        self.objects.add_many(r.metas)
 
     def _object_restored(self, r: ObjectRestored) -> None:
         r.meta.complete = True

@@ -136,6 +136,9 @@ class TableOrder:
     def add(self, key: str, front: bool = False) -> None:
         self._table.order_add(self._order, key, front)
 
+    def add_many(self, keys: list[str], front: bool = False) -> None:
+        self._table.order_add_many(self._order, keys, front)
+
     def touch(self, key: str) -> bool:
         return self._table.order_touch(self._order, key)
 
@@ -249,6 +252,11 @@ class Objects(Mapping[str, ObjectMeta]):
         )
         if ref is None:
             raise ValueError(f"{new.key!r} is in the table already")
+
+    def add_many(self, news: list[NewObject]) -> None:
+        """add() of each, in one crossing (ValueError, nothing added, when a key is present already)."""
+        writers = {w: self._writer_number(w) for w in {new.writer for new in news}}
+        self.table.add_many(news, writers)
 
     def _writer_number(self, client_id: str) -> int:
         number = self._writers.get(client_id)

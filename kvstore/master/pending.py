@@ -43,6 +43,24 @@ class PutsInProgress:
         held[1] -= new.size * len(new.replicas)
         return new
 
+    def end_many(self, client_id: str, keys: list[str]) -> tuple[list[NewObject], list[int]]:
+        """Ends this client's puts of `keys` (pop of each): the puts as they started, and the positions
+        of the keys it had no put of in progress (a key twice: the second)."""
+        by_key = self._by_key
+        ended, missing = [], []
+        for i, key in enumerate(keys):
+            entry = by_key.get(key)
+            if entry is None or entry[0].writer != client_id:
+                missing.append(i)
+                continue
+            del by_key[key]
+            ended.append(entry[0])
+        if ended:
+            held = self._held[client_id]
+            held[0] -= len(ended)
+            held[1] -= sum([new.size * len(new.replicas) for new in ended])
+        return ended, missing
+
     def credit(self, seconds: float) -> None:
         """The master did not run for `seconds`: every put in progress has that much longer (O(1))."""
         self._credit += seconds

@@ -101,31 +101,35 @@ class Puts(Removal):  # puts evict for room
             return False
         placed = self.space.place_many(keys[:n], sizes[:n], count)
         now = self.clock()
-        for i in range(n):
-            if i * count < len(placed):
-                copies = placed[i * count : (i + 1) * count]
-            else:  # no room for it now: evict for it (or wait), as _start would
-                try:
-                    copies = self._place(keys[i], sizes[i], count, wait_for_room)
-                except KVStoreError as exc:
-                    out.append(exc)
-                    continue
-            key, size, checksum = rest[i]
-            new = started[key] = NewObject(
-                key,
-                size,
-                checksum,
-                copies,
-                client_id,
-                False,
-                pin,
-                now + self.config.put_timeout,
-                now,
-                replicas,
-            )
-            self._pending.add(new)
-            new.hold_seq = self.space.holds.hold_all(new, copies)
-            out.append(copies)
+        news: list[NewObject] = []
+        try:
+            for i in range(n):
+                if i * count < len(placed):
+                    copies = placed[i * count : (i + 1) * count]
+                else:  # no room for it now: evict for it (or wait), as _start would
+                    try:
+                        copies = self._place(keys[i], sizes[i], count, wait_for_room)
+                    except KVStoreError as exc:
+                        out.append(exc)
+                        continue
+                key, size, checksum = rest[i]
+                new = started[key] = NewObject(
+                    key,
+                    size,
+                    checksum,
+                    copies,
+                    client_id,
+                    False,
+                    pin,
+                    now + self.config.put_timeout,
+                    now,
+                    replicas,
+                )
+                self._pending.add(new)
+                news.append(new)
+                out.append(copies)
+        finally:  # (a RoomComing above leaves those before it started: held, and recorded by the caller)
+            self.space.holds.hold_many(news)
         return True
 
     def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
@@ -228,34 +232,26 @@ class Puts(Removal):  # puts evict for room
         acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
         them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
         part of memory)."""
-        pending, table = self._pending, self.ledger.objects.table
-        errors: list[NotFoundError | None] = []
-        commits: list[str] = []
+        ended, missing = self._pending.end_many(client_id, keys)
+        errors: list[NotFoundError | None] = [None] * len(keys)
+        for i in missing:
+            errors[i] = NotFoundError(f"no put of {keys[i]!r} in progress by this client")
+        commits = [new.key for new in ended] if missing else keys
+        # The nodes they were placed on (a hold on one whose segment was lost since is cancelled, which
+        # when_held counts as acknowledged); how many replicas are left is the table's.
         marks: dict[str, int] = {}
-        policy, counters, touched = self.policy, self.counters, self.replicator.touched
-        for key in keys:
-            if pending.writer(key) != client_id:
-                errors.append(NotFoundError(f"no put of {key!r} in progress by this client"))
-                continue
-            errors.append(None)
-            commits.append(key)
-            new = pending.pop(key)
-            assert new is not None
-            # The nodes it was placed on (a hold on one whose segment was lost since is cancelled, which
-            # when_held counts as acknowledged); how many replicas are left is the table's.
+        for new in ended:
             seq = new.hold_seq
             for replica in new.replicas:
                 node = replica.segment.client_id
                 if marks.get(node, 0) < seq:
                     marks[node] = seq
-            ref = table.find(key)
-            assert ref is not None  # (recorded at its start, and its put is still in progress)
-            if table.copy_count(ref) < new.base_replicas:
-                touched.add(key)  # degraded: the next plan adds copies where room appears
-            size = new.size
-            policy.on_insert(key, size)
-            counters.puts += 1
-            counters.put_bytes += size
+        if commits:
+            # degraded: the next plan adds copies where room appears
+            self.replicator.touched.update(self.ledger.objects.table.short_of_copies(commits))
+            self.policy.on_insert_many(commits)
+            self.counters.puts += len(ended)
+            self.counters.put_bytes += sum([new.size for new in ended])
         if commits:
             self.ledger.apply([PutsCommitted(commits)])
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
