@@ -61,6 +61,19 @@ std::string_view key_of(PyObject* item) {
   return {data, static_cast<size_t>(size)};
 }
 
+// An attribute of an object the master made (NewObject, Replica), as a new reference.
+py::object attr_of(PyObject* obj, const py::str& name) {
+  PyObject* value = PyObject_GetAttr(obj, name.ptr());
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+uint64_t u64_of(const py::object& value) {
+  const unsigned long long v = PyLong_AsUnsignedLongLong(value.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
 py::object ref_or_none(const ObjectTable& t, Row row) {
   return row == meta::kNoRow ? py::none() : py::object(py::int_(ref_of(t, row)));
 }
@@ -434,7 +447,7 @@ void register_object_table(py::module_& m) {
           [](ObjectTable& t, const py::list& news, const py::dict& writers) {
             // NewObjects (kvstore.master.objects) read in C++: one crossing per put batch. All or nothing:
             // every key is checked first.
-            static const py::str a_key("key"), a_size("size"), a_checksum("checksum"), a_writer("writer"),
+            const py::str a_key("key"), a_size("size"), a_checksum("checksum"), a_writer("writer"),
                 a_complete("complete"), a_pinned("pinned"), a_last("last_access"), a_base("base_replicas"),
                 a_hold("hold_seq"), a_replicas("replicas"), a_disk("disk"), a_segment("segment"), a_id("id"),
                 a_offset("offset"), a_slot("slot"), a_gen("gen");
@@ -442,32 +455,39 @@ void register_object_table(py::module_& m) {
             std::vector<std::string_view> keys(static_cast<size_t>(n));
             std::unordered_set<std::string_view> seen;
             for (Py_ssize_t i = 0; i < n; ++i) {
-              py::handle obj(PyList_GET_ITEM(news.ptr(), i));
-              keys[i] = key_of(obj.attr(a_key).ptr());  // (the str lives as long as the object)
+              keys[i] =
+                  key_of(attr_of(PyList_GET_ITEM(news.ptr(), i), a_key).ptr());  // (the object keeps it)
               if (t.find(keys[i]) != meta::kNoRow || !seen.insert(keys[i]).second)
                 throw py::value_error("a key is in the table already, or twice in the batch");
             }
             for (Py_ssize_t i = 0; i < n; ++i) {
-              py::handle obj(PyList_GET_ITEM(news.ptr(), i));
+              PyObject* obj = PyList_GET_ITEM(news.ptr(), i);
+              PyObject* writer = PyDict_GetItem(writers.ptr(), attr_of(obj, a_writer).ptr());  // borrowed
+              if (writer == nullptr) throw py::key_error("a writer without a number");
               const Row row = t.insert(keys[i]);
               Object& o = t.at(row);
-              o.size = obj.attr(a_size).cast<uint64_t>();
-              o.checksum = obj.attr(a_checksum).cast<uint64_t>();
-              o.writer = writers[obj.attr(a_writer)].cast<uint32_t>();
-              o.complete = obj.attr(a_complete).cast<bool>();
-              o.pinned = obj.attr(a_pinned).cast<bool>();
-              o.last_access = obj.attr(a_last).cast<double>();
-              o.base_replicas = obj.attr(a_base).cast<uint8_t>();
-              o.hold_seq = obj.attr(a_hold).cast<uint64_t>();
-              for (const py::handle r : obj.attr(a_replicas)) {
-                t.add_copy(row, MemoryCopy{r.attr(a_segment).attr(a_id).cast<uint32_t>(),
-                                           r.attr(a_slot).cast<uint32_t>(), r.attr(a_offset).cast<uint64_t>(),
-                                           r.attr(a_gen).cast<uint64_t>()});
+              o.size = u64_of(attr_of(obj, a_size));
+              o.checksum = u64_of(attr_of(obj, a_checksum));
+              o.writer = static_cast<uint32_t>(u64_of(py::reinterpret_borrow<py::object>(writer)));
+              o.complete = attr_of(obj, a_complete).ptr() == Py_True;
+              o.pinned = attr_of(obj, a_pinned).ptr() == Py_True;
+              o.last_access = PyFloat_AsDouble(attr_of(obj, a_last).ptr());
+              o.base_replicas = static_cast<uint8_t>(u64_of(attr_of(obj, a_base)));
+              o.hold_seq = u64_of(attr_of(obj, a_hold));
+              const py::object replicas = attr_of(obj, a_replicas);
+              if (!PyList_Check(replicas.ptr())) throw py::type_error("replicas must be a list");
+              for (Py_ssize_t c = 0; c < PyList_GET_SIZE(replicas.ptr()); ++c) {
+                PyObject* r = PyList_GET_ITEM(replicas.ptr(), c);
+                t.add_copy(
+                    row, MemoryCopy{static_cast<uint32_t>(u64_of(attr_of(attr_of(r, a_segment).ptr(), a_id))),
+                                    static_cast<uint32_t>(u64_of(attr_of(r, a_slot))),
+                                    u64_of(attr_of(r, a_offset)), u64_of(attr_of(r, a_gen))});
               }
-              const py::object disk = obj.attr(a_disk);
+              const py::object disk = attr_of(obj, a_disk);
               if (!disk.is_none()) {
-                o.disk_segment = disk.attr(a_segment).attr(a_id).cast<uint32_t>();
-                o.disk_offset = disk.attr(a_offset).cast<uint64_t>();
+                o.disk_segment =
+                    static_cast<uint32_t>(u64_of(attr_of(attr_of(disk.ptr(), a_segment).ptr(), a_id)));
+                o.disk_offset = u64_of(attr_of(disk.ptr(), a_offset));
               }
             }
           },

@@ -14,7 +14,6 @@ from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master import node_work, reads
 from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
-from kvstore.master.placement import placement_of
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
 
@@ -186,12 +185,20 @@ class Handlers:
             coming.when_ready(reply.ready)
             return reply
         results = []
+        new_tuple, item, placement = tuple.__new__, m.ItemResult, m.Placement
         for outcome in started:
-            if isinstance(outcome, KVStoreError):
+            if (
+                type(outcome) is list
+            ):  # where it writes each replica (placement_of, inlined: thousands a reply)
+                where = [
+                    new_tuple(placement, (r.segment.engine, r.segment.region_id, r.offset, r.slot, r.gen))
+                    for r in outcome
+                ]
+                results.append(new_tuple(item, (0, "", where)))
+            elif outcome is None:  # already stored with the same bytes
+                results.append(m.ItemResult(0, "", None))
+            else:
                 results.append(m.ItemResult(outcome.code, str(outcome), None))
-            else:  # None: already stored with the same bytes
-                placed = None if outcome is None else [placement_of(p) for p in outcome]
-                results.append(m.ItemResult(0, "", placed))
         return results
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:

@@ -108,11 +108,29 @@ def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
     return [key(k) for k in value]
 
 
+def _plain_items(value: list[Any]) -> list[tuple[str, int, int]] | None:
+    """The items when every one is [plain key, int size in range, int checksum in range]: checked in C
+    loops over the batch, as _plain_keys; None when any is not (put_items then finds which, and why)."""
+    if not value or set(map(type, value)) != {list} or set(map(len, value)) != {3}:
+        return None
+    keys, sizes, checksums = zip(*value, strict=True)
+    if set(map(type, sizes)) != {int} or set(map(type, checksums)) != {int}:  # (bool is not int here)
+        return None
+    if min(sizes) <= 0 or max(sizes) >= 2**63 or min(checksums) < 0 or max(checksums) >= 2**64:
+        return None
+    if not _plain_keys(list(keys)):
+        return None
+    return list(zip(keys, sizes, checksums, strict=True))
+
+
 def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
     """[[key, size, checksum], ...] with 0 < size < 2^63 and a 64-bit checksum."""
     value = field(params, "items")
     if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
         raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
+    plain = _plain_items(value)
+    if plain is not None:
+        return plain
     items = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3):

@@ -31,3 +31,36 @@ def test_one_bad_key_fails_the_batch(bad: object, where: int) -> None:
 def test_good_keys_pass_as_they_are() -> None:
     assert v.all_keys_ok(GOOD) and v.all_keys_ok([])
     assert v.keys({"keys": GOOD}) == GOOD and v.keys({"keys": []}) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["", 1, 1],
+        ["k", 0, 1],
+        ["k", 2**63, 1],
+        ["k", True, 1],
+        ["k", 1.0, 1],
+        ["k", 1, -1],
+        ["k", 1, 2**64],
+        ["k", 1, None],
+        ["k", 1],
+        ("k", 1, 1),
+        "k",
+    ],
+)
+@pytest.mark.parametrize("where", [0, 2, 4])
+def test_one_bad_put_item_fails_the_batch_as_it_fails_alone(bad: object, where: int) -> None:
+    batch: list[object] = [["x", 1, 0], ["y", 2, 2**64 - 1], ["z", 2**63 - 1, 5], ["w", 4, 7]]
+    batch.insert(where, bad)
+    with pytest.raises(InvalidArgumentError) as alone:
+        v.put_items({"items": [bad]})
+    with pytest.raises(InvalidArgumentError) as in_batch:
+        v.put_items({"items": batch})
+    assert str(in_batch.value) == str(alone.value)
+
+
+def test_plain_put_items_pass_as_tuples() -> None:
+    items = [[k, i + 1, i] for i, k in enumerate(GOOD)]
+    assert v.put_items({"items": items}) == [tuple(item) for item in items]
+    assert v.put_items({"items": []}) == []

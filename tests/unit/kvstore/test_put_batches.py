@@ -1,0 +1,99 @@
+"""A batch of puts starts exactly as its items would one at a time: put_start places a run of new keys in
+one call (kvstore.master.puts._start_run), and every item that is not a plain new put (stored already,
+in progress, twice in the batch, fencing, past its client's limits, needing eviction or not fitting at
+all) ends with the same outcome, the same placement, the same error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvstore.config import MasterConfig
+from kvstore.errors import KVStoreError
+from kvstore.master.state import MasterState
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _state(prelude: bool = True, **config: object) -> MasterState:
+    state = MasterState(MasterConfig.load(**config), clock=Clock())
+    for i, (host, size) in enumerate([("a", 4 * MiB), ("a", 3 * MiB), ("b", 2 * MiB)]):
+        state.register_client(f"c{i}", host)
+        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, size, host)
+    if not prelude:
+        return state
+    # Before the batch: stored objects (to be offered again, or evicted), one put left in progress, and a
+    # key removed while a reader held it (fencing).
+    for i in range(6):
+        state.put_start("c0", f"old{i}", 512 * KiB, i, 1, False)
+        state.put_end("c0", f"old{i}")
+    state.put_start("c0", "busy", KiB, 1, 1, False)
+    state.put_start("c0", "leased", KiB, 1, 1, False)
+    state.put_end("c0", "leased")
+    state.get_replicas("leased")
+    state.remove("leased", force=True)
+    return state
+
+
+def _outcome(result: Any) -> Any:
+    if isinstance(result, KVStoreError):
+        return type(result).__name__, str(result)
+    if result is None:
+        return None
+    return [(r.segment.id, r.offset, r.slot) for r in result]
+
+
+ITEMS = (
+    [(f"new{i}", 64 * KiB, i) for i in range(20)]
+    + [("old0", 512 * KiB, 0), ("old1", 512 * KiB, 99), ("busy", KiB, 1), ("new3", 64 * KiB, 3)]
+    + [("leased", KiB, 1), ("huge", 64 * MiB, 1)]
+    + [(f"big{i}", 1 * MiB, i) for i in range(8)]  # past free room: evicts the old objects
+    + [(f"late{i}", 32 * KiB, i) for i in range(10)]
+)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize(
+    "limits",
+    [{}, {"client_put_bytes": 64 * MiB}, {"client_put_bytes": 6 * MiB}, {"client_put_objects": 12}],
+)
+def test_a_batch_starts_as_its_items_would_one_at_a_time(replicas: int, limits: dict[str, int]) -> None:
+    batched, single = _state(**limits), _state(**limits)
+    out: list[Any] = []
+    batched.start_puts("c0", ITEMS, replicas, False, 0, False, out)
+    one_by_one = []
+    for key, size, checksum in ITEMS:
+        try:
+            one_by_one.append(single.put_start("c0", key, size, checksum, replicas, False))
+        except KVStoreError as exc:
+            one_by_one.append(exc)
+    assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
+    assert any(isinstance(r, list) for r in out) and any(isinstance(r, KVStoreError) for r in out)
+    assert sorted(batched.objects) == sorted(single.objects)
+    assert batched.counters.evictions == single.counters.evictions
+    if limits.get("client_put_bytes") == 64 * MiB:  # no limit in the way: the big ones evicted
+        assert batched.counters.evictions > 0
+    # Every started one ends, and holds the same replicas, in both.
+    keys = [key for (key, _, _), r in zip(ITEMS, out, strict=True) if isinstance(r, list)]
+    assert batched.put_end_many("c0", keys) == single.put_end_many("c0", keys) == [None] * len(keys)
+    for key in keys:
+        assert _outcome(batched.objects[key].replicas) == _outcome(single.objects[key].replicas)
+
+
+def test_fewer_replicas_when_segments_are_short_the_same_way() -> None:
+    batched, single = _state(False, client_put_bytes=64 * MiB), _state(False, client_put_bytes=64 * MiB)
+    items = [(f"k{i}", 64 * KiB, i) for i in range(5)] + [("wide", 5 * MiB // 2, 1)]  # 2 segments hold it
+    out: list[Any] = []
+    batched.start_puts("c0", items, 3, False, 2, False, out)
+    one_by_one = [single.put_start("c0", k, s, c, 3, False, min_replicas=2) for k, s, c in items]
+    assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
+    assert [len(r) for r in out] == [3] * 5 + [2]
