@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "meta/crc32.h"
 #include "meta/hash_order.h"
 #include "meta/key_hash.h"
 
@@ -51,6 +52,20 @@ void register_hash_order(py::module_& m) {
             return h ? py::object(py::int_(*h)) : py::none();
           },
           "Removes the first entry; its hash, or None when empty.")
+      .def(
+          "sampled",
+          [](const PyHashOrder& o, const py::list& keys, uint64_t sample) {
+            // The CRC-32 of the key's UTF-8 (zlib.crc32's) picks the sample: the one the policy was tuned
+            // with.
+            if (sample == 0) throw py::value_error("sample must be positive");
+            py::list out;
+            for (const py::handle key : keys) {
+              if (meta::crc32(key.cast<std::string_view>()) % sample == 0) out.append(key);
+            }
+            return out;
+          },
+          py::arg("keys"), py::arg("sample"),
+          "The keys of a 1/`sample` sample (CRC-32 of the key's UTF-8 divisible by it), in order.")
       .def("__len__", [](const PyHashOrder& o) { return o.order.size(); })
       .def_property_readonly("memory_bytes", [](const PyHashOrder& o) { return o.order.memory_bytes(); });
 }

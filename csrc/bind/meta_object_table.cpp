@@ -9,9 +9,11 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "meta/msgpack_writer.h"
 #include "meta/object_table.h"
 
 namespace py = pybind11;
@@ -364,22 +366,41 @@ void register_object_table(py::module_& m) {
       .def(
           "locate_many",
           [](ObjectTable& t, const py::list& keys, bool prefix, double now, double lease_until,
-             double half_life, double hot_heat, const py::dict& places) {
-            // A reader's lookup of a batch: per key None (a miss; with `prefix`, every key after the first
-            // miss too) or (reference, location, disk segment, attention). `location` is the reply's
-            // record, (size, checksum, [(tier, host, engine, region, offset, slot, gen, "")]) from `places`
-            // (segment id -> its (tier, host, engine, region)), or None when no copy is in memory. Each
-            // hit is a use: its lease reaches at least `lease_until`, its heat (decayed with `half_life`)
-            // grows by one; `attention` is True when replication must look at it (as hot as `hot_heat`,
-            // below its replicas, or with a count set by change_replica).
+             double half_life, double hot_heat, const py::dict& places, bool transient) {
+            // A reader's lookup of a batch. Each hit is a use: its lease reaches at least `lease_until`, its
+            // heat (decayed with `half_life`) grows by one. Returns (reply, hits, notes):
+            //  - reply: the get_replicas reply, msgpack-encoded: per key nil (a miss; with `prefix`, every
+            //    key after the first miss too; also a hit with no copy in memory, which the caller fills)
+            //    or [size, checksum, [[tier, host, engine, region, offset, slot, gen, ""], ...]], each copy's
+            //    first four fields from `places` (segment id -> (tier, host, engine, region));
+            //  - hits: the keys found, in order;
+            //  - notes: (index, key, in memory, disk segment, attention) of the hits the caller must look
+            //    at: with no copy in memory, on a disk (every one in memory too when `transient`), or
+            //    needing replication's attention (as hot as `hot_heat`, below its replicas, or with a count
+            //    set by change_replica).
             if (!(half_life > 0)) throw std::invalid_argument("half_life must be positive");
-            const py::str no_path("");  // a Location's last field: a memory copy is read through its engine
-            py::list out(static_cast<size_t>(PyList_GET_SIZE(keys.ptr())));
+            std::unordered_map<uint32_t, std::string> where_of;  // segment id -> its copies' first fields
+            for (const auto& [id, place] : places) {
+              const auto p = place.cast<py::tuple>();
+              if (p.size() != 4) throw std::invalid_argument("a place is (tier, host, engine, region)");
+              meta::MsgpackWriter w;
+              w.uint(p[0].cast<uint64_t>());
+              w.str(p[1].cast<std::string_view>());
+              w.str(p[2].cast<std::string_view>());
+              w.uint(p[3].cast<uint64_t>());
+              where_of.emplace(id.cast<uint32_t>(), w.data());
+            }
+            const size_t n = static_cast<size_t>(PyList_GET_SIZE(keys.ptr()));
+            meta::MsgpackWriter reply;
+            reply.reserve(n * 64);
+            reply.array(static_cast<uint32_t>(n));
+            py::list hits, notes;
             size_t i = 0;
-            for (; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i) {
-              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
+            for (; i < n; ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              const Row row = t.find(key_of(key));
               if (row == meta::kNoRow || !t.at(row).complete) {
-                out[i] = py::none();
+                reply.nil();
                 if (prefix) break;
                 continue;
               }
@@ -390,30 +411,37 @@ void register_object_table(py::module_& m) {
               const double idle = now > o.heat_time ? now - o.heat_time : 0.0;
               o.heat = o.heat * std::exp2(-idle / half_life) + 1.0;
               o.heat_time = now;
-              const size_t n = t.copy_count(row);
-              py::object location = py::none();
-              if (n > 0) {
-                py::list where(n);
-                for (size_t c = 0; c < n; ++c) {
+              hits.append(py::handle(key));
+              const size_t copies = t.copy_count(row);
+              if (copies == 0) {
+                reply.nil();
+              } else {
+                reply.array(3);
+                reply.uint(o.size);
+                reply.uint(o.checksum);
+                reply.array(static_cast<uint32_t>(copies));
+                for (size_t c = 0; c < copies; ++c) {
                   const MemoryCopy& m = t.copy(row, c);
-                  PyObject* place = PyDict_GetItem(places.ptr(), py::int_(m.segment).ptr());  // borrowed
-                  if (place == nullptr || !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 4) {
-                    throw std::logic_error("a copy's segment has no place");
-                  }
-                  const auto p = py::reinterpret_borrow<py::tuple>(place);
-                  where[c] = py::make_tuple(p[0], p[1], p[2], p[3], m.offset, m.slot, m.gen, no_path);
+                  const auto place = where_of.find(m.segment);
+                  if (place == where_of.end()) throw std::logic_error("a copy's segment has no place");
+                  reply.array(8);
+                  reply.raw(place->second);
+                  reply.uint(m.offset);
+                  reply.uint(m.slot);
+                  reply.uint(m.gen);
+                  reply.str("");  // a memory copy is read through its engine: no path
                 }
-                location = py::make_tuple(o.size, o.checksum, std::move(where));
               }
-              const bool attention = o.heat >= hot_heat || n < o.base_replicas || o.target_replicas != 0;
-              out[i] = py::make_tuple(ref_of(t, row), std::move(location), o.disk_segment, attention);
+              const bool attention = o.heat >= hot_heat || copies < o.base_replicas || o.target_replicas != 0;
+              if (attention || copies == 0 || o.disk_segment != 0 || transient) {
+                notes.append(py::make_tuple(i, py::handle(key), copies > 0, o.disk_segment, attention));
+              }
             }
-            for (++i; i < static_cast<size_t>(PyList_GET_SIZE(keys.ptr())); ++i)
-              out[i] = py::none();  // after a prefix's first miss
-            return out;
+            for (++i; i < n; ++i) reply.nil();  // after a prefix's first miss
+            return py::make_tuple(py::bytes(reply.data()), hits, notes);
           },
           py::arg("keys"), py::arg("prefix"), py::arg("now"), py::arg("lease_until"), py::arg("half_life"),
-          py::arg("hot_heat"), py::arg("places"))
+          py::arg("hot_heat"), py::arg("places"), py::arg("transient"))
       .def(
           "complete_many",
           [](const ObjectTable& t, const py::list& keys) {

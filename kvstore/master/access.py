@@ -4,15 +4,13 @@ change_replica."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
 from kvstore.master.objects import ObjectMeta
 from kvstore.master.state_core import StateCore
 
-# A hit of ObjectTable.locate_many: (reference, its location as the reply carries it (an ObjectLocation's
-# fields) or None when no copy is in memory, disk segment (0: none), attention).
-Located = tuple[int, Any, int, bool]
+# A hit the caller of locate_many completes: (its index in the batch, key, whether a copy is in memory,
+# disk segment (0: none), attention).
+Note = tuple[int, str, bool, int, bool]
 
 
 class Access(StateCore):
@@ -28,15 +26,16 @@ class Access(StateCore):
         self._read(meta, now)
         return meta
 
-    def locate_many(self, keys: list[str], prefix: bool) -> list[Located | None]:
+    def locate_many(self, keys: list[str], prefix: bool) -> tuple[bytes, list[Note]]:
         """get_replicas of a batch in one crossing into the table (ObjectTable.locate_many: leases,
-        accesses and heat are updated there, and the reply's record of each object in memory is built
-        there), then what the eviction orders, replication and the disk tier see of each hit. Per key None
-        (a miss; with `prefix`, every key after the first miss) or (reference, location or None when no
-        copy is in memory, disk segment, attention). Not while a segment is suspect: its replicas must not
-        be offered (get_replicas filters them)."""
-        cfg, now, objects = self.config, self.clock(), self.ledger.objects
-        found = objects.table.locate_many(
+        accesses and heat are updated there, and the reply is encoded there), then what the eviction
+        orders, replication and the disk tier see of the hits. Returns the reply, msgpack-encoded (per key
+        its ObjectLocation, or nil: a miss, with `prefix` every key after the first miss; also a hit with
+        no copy in memory), and the notes of the hits with no copy in memory (index, key, False, disk
+        segment, attention) among others. Not while a segment is suspect: its replicas must not be
+        offered (get_replicas filters them)."""
+        cfg, now, objects, disk = self.config, self.clock(), self.ledger.objects, self.disk
+        reply, hit_keys, notes = objects.table.locate_many(
             keys,
             prefix,
             now,
@@ -44,15 +43,11 @@ class Access(StateCore):
             cfg.heat_half_life,
             self.replicator.hot_heat,
             objects.places,
+            bool(disk.transient),
         )
-        disk, replicator = self.disk, self.replicator
-        hit_keys = [key for key, hit in zip(keys, found, strict=True) if hit is not None]
         self.policy.on_access_many(hit_keys)
-        hits = len(hit_keys)
-        for key, hit in zip(keys, found, strict=True):
-            if hit is None:
-                continue
-            _, in_memory, on_disk, attention = hit
+        replicator = self.replicator
+        for _, key, in_memory, on_disk, attention in notes:
             if attention:
                 replicator.note_attention(key)
             if on_disk or (disk.transient and in_memory):  # the disk tier's part of a use (_used)
@@ -63,10 +58,11 @@ class Access(StateCore):
                     disk.reread(meta)
                 if on_disk:
                     disk.policy.on_access(key)
+        hits = len(hit_keys)
         self.counters.hits += hits
         asked = len(keys) if not prefix or hits == len(keys) else hits + 1
         self.counters.misses += asked - hits
-        return found
+        return reply, [note for note in notes if not note[2]]
 
     def touch(self, keys: list[str]) -> None:
         """Reads a client served itself (from a leased location): they count as accesses."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import math
 import secrets
-import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -230,22 +229,20 @@ class AdaptivePolicy(EvictionPolicy):
         return self._full and lead > self._confidence * math.sqrt(bip.hits + lru.hits)
 
     def _reference(self, key: str) -> None:
-        if zlib.crc32(key.encode()) % self._sample:
-            return
+        """A reference of a sampled key (HashOrder.sampled picks them) replayed in both shadows."""
         capacity = max(1, len(self._order) // self._sample)
         for shadow in self._shadows:
             shadow.hits *= self._decay
             shadow.reference(key, capacity)
 
     def on_insert(self, key: str, size: int) -> None:
-        self._reference(key)
+        if self._ghost.sampled([key], self._sample):
+            self._reference(key)
         _insert(self._order, self._ghost, key, self.bimodal)
 
     def on_insert_many(self, keys: list[str]) -> None:
-        sample, crc32 = self._sample, zlib.crc32
-        for key in keys:
-            if not crc32(key.encode()) % sample:  # (_reference's test, inlined: 7 keys in 8 stop here)
-                self._reference(key)
+        for key in self._ghost.sampled(keys, self._sample):
+            self._reference(key)
         if not self.bimodal:  # LRU insertion, the usual state: every key last, in one call
             self._order.add_many(keys)
             return
@@ -253,14 +250,13 @@ class AdaptivePolicy(EvictionPolicy):
             _insert(self._order, self._ghost, key, True)
 
     def on_access(self, key: str) -> None:
-        if self._order.touch(key):
+        if self._order.touch(key) and self._ghost.sampled([key], self._sample):
             self._reference(key)
 
     def on_access_many(self, keys: list[str]) -> None:
-        sample, crc32 = self._sample, zlib.crc32
-        for key in itertools.compress(keys, self._order.touch_many(keys)):
-            if not crc32(key.encode()) % sample:  # (_reference's test, inlined: 7 keys in 8 stop here)
-                self._reference(key)
+        touched = list(itertools.compress(keys, self._order.touch_many(keys)))
+        for key in self._ghost.sampled(touched, self._sample):
+            self._reference(key)
 
     def on_remove(self, key: str) -> None:
         if self._order.discard(key):

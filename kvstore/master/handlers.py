@@ -16,6 +16,7 @@ from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
+from kvstore.rpc.framing import Packed
 
 
 class Deferred:
@@ -187,9 +188,7 @@ class Handlers:
         results = []
         new_tuple, item, placement = tuple.__new__, m.ItemResult, m.Placement
         for outcome in started:
-            if (
-                type(outcome) is list
-            ):  # where it writes each replica (placement_of, inlined: thousands a reply)
+            if isinstance(outcome, list):  # where it writes each replica (placement_of, inlined)
                 where = [
                     new_tuple(placement, (r.segment.engine, r.segment.region_id, r.offset, r.slot, r.gen))
                     for r in outcome
@@ -216,7 +215,7 @@ class Handlers:
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
 
-    def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Deferred:
+    def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Packed | Deferred:
         """Per key its location with a lease (kvstore.master.reads); the reply waits for objects only on
         disk that must be loaded into memory for this reader (at most disk_read_wait)."""
         found = reads.look_up(self.state, r.keys, r.host_id, r.prefix)

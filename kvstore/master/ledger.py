@@ -171,6 +171,7 @@ class Ledger:
         if not seg.slots.has_slot or (offset := seg.allocator.allocate(size)) is None:
             raise AssertionError(f"take() without room on segment {seg.id}")
         slot = seg.slots.take()
+        assert slot is not None  # (has_slot)
         seg.allocations += 1
         replica = Replica(seg, offset, slot, self.fences.generation())
         if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches

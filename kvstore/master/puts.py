@@ -91,8 +91,7 @@ class Puts(Removal):  # puts evict for room
         if fences.fencing_any():
             n = _first_where(keys, n, fences.fencing)
         if len(set(keys[:n])) < n:  # a key twice: the second is a put in progress (_start says so)
-            seen: set[str] = set()
-            n = _first_where(keys, n, lambda k: k in seen or bool(seen.add(k)))
+            n = _first_repeat(keys, n)
         if n == 0:
             return False
         try:
@@ -311,4 +310,14 @@ def _first_where(keys: list[str], n: int, test: Callable[[str], object]) -> int:
     for i, key in enumerate(keys[:n]):
         if test(key):
             return i
+    return n
+
+
+def _first_repeat(keys: list[str], n: int) -> int:
+    """The index of the first of keys[:n] seen before it, else n."""
+    seen: set[str] = set()
+    for i, key in enumerate(keys[:n]):
+        if key in seen:
+            return i
+        seen.add(key)
     return n

@@ -14,15 +14,17 @@ from kvstore.master.locations import disk_location, memory_location
 from kvstore.master.objects import ObjectMeta
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.framing import Packed, unpack
 
 
 @dataclass
 class Lookup:
-    # per key asked: its location already (in memory: an ObjectLocation, or a tuple of its fields), the
+    # per key asked: its location already (in memory: an ObjectLocation, or a list of its fields), the
     # object (only on disk), or None (a miss)
-    metas: list[m.ObjectLocation | tuple[Any, ...] | ObjectMeta | None]
+    metas: list[m.ObjectLocation | list[Any] | ObjectMeta | None]
     from_file: dict[str, str] = field(default_factory=dict)  # key -> "here" | "served" (disk_location)
     loading: list[ObjectMeta] = field(default_factory=list)  # to load into memory before answering
+    reply: Packed | None = None  # the whole reply, encoded in the table: every hit was in memory
 
 
 def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
@@ -32,17 +34,13 @@ def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> 
         return _look_up_each(state, keys, host_id, prefix)
     # The usual case: one crossing into the table for the batch; objects in memory are located at once
     # (their lease keeps the locations good until the reply is sent, loads or not).
-    found = Lookup([])
-    metas = found.metas
-    for key, hit in zip(keys, state.locate_many(keys, prefix), strict=True):
-        if hit is None:
-            metas.append(None)
-        elif hit[1] is not None:  # in memory: the reply's record, built in the table (ObjectLocation's shape)
-            metas.append(hit[1])
-        else:
-            meta = state.objects[key]
-            metas.append(meta)
-            _read_disk_only(state, meta, host_id, found)
+    reply, not_in_memory = state.locate_many(keys, prefix)
+    if not not_in_memory:
+        return Lookup([], reply=Packed(reply))
+    found = Lookup(unpack(reply))  # (rare: some hit is only on disk; its entry is nil, the object goes there)
+    for i, key, *_ in not_in_memory:
+        meta = found.metas[i] = state.objects[key]
+        _read_disk_only(state, meta, host_id, found)
     return found
 
 
@@ -84,13 +82,15 @@ def load_all(state: MasterState, loading: list[ObjectMeta], done: Callable[[], o
             one_done()  # no memory for it now: a miss
 
 
-def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None]:
+def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None] | Packed:
     """What readers are told: per key its locations (memory replicas offered, else its disk record when
-    it is read from the file), or None."""
+    it is read from the file), or None; encoded already when the table encoded it."""
+    if found.reply is not None:  # (the usual case: every hit in memory, the reply encoded in the table)
+        return found.reply
     offered = state.offered
     out: list[m.ObjectLocation | None] = []
     for meta in found.metas:
-        if meta is None or isinstance(meta, tuple):  # (an ObjectLocation is a tuple, and packs as one)
+        if meta is None or isinstance(meta, (list, tuple)):  # a location (an ObjectLocation is a tuple)
             out.append(cast(m.ObjectLocation | None, meta))
             continue
         where = [memory_location(x) for x in offered(meta)]

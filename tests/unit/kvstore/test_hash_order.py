@@ -59,3 +59,10 @@ def test_many_keys_through_growth_and_removal() -> None:
         assert order.discard(f"key-{i}")
     assert len(order) == 50_000 and "key-1" in order and "key-0" not in order and 123 not in order
     assert order.memory_bytes < 100_000 * 40
+
+
+def test_the_sample_is_the_keys_whose_crc32_divides_by_it() -> None:
+    import zlib
+
+    keys = [f"block/{i}" for i in range(2000)] + ["é/ключ", ""]
+    assert HashOrder(3).sampled(keys, 8) == [k for k in keys if zlib.crc32(k.encode()) % 8 == 0]

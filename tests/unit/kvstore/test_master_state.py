@@ -257,11 +257,11 @@ def test_prefix_lookup_stops_at_the_first_miss(clock: Clock) -> None:
     put(state, "a")
     put(state, "c")  # stored, but its prefix ("b") is not
     handlers = Handlers(state)
-    found = handlers.handle("get_replicas", {"keys": ["a", "b", "c"], "prefix": True})
+    found = handlers.handle("get_replicas", {"keys": ["a", "b", "c"], "prefix": True}).value()  # (Packed)
     assert found[0] is not None and found[1:] == [None, None]
     c = state.objects["c"]
     assert c.lease_until == 0 and c.access_count == 0  # not looked up: no lease, no read counted
-    assert handlers.handle("get_replicas", {"keys": ["a", "b", "c"]})[2] is not None
+    assert handlers.handle("get_replicas", {"keys": ["a", "b", "c"]}).value()[2] is not None
     assert state.objects["c"].access_count == 1
 
 

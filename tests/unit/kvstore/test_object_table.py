@@ -178,3 +178,41 @@ class TableModel(RuleBasedStateMachine):
 
 TestTableModel = TableModel.TestCase
 TestTableModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_batch_lookup_encodes_the_reply_as_msgpack_python_would() -> None:
+    """locate_many writes the get_replicas reply itself (csrc/meta/msgpack_writer.h): byte for byte what
+    msgpack-python packs for the same records, across the integer, string and array widths."""
+    import msgpack
+
+    t = ObjectTable(seed=5)
+    places = {1: (0, "h", "127.0.0.1:7000", 1), 2: (0, "h" * 40, "e" * 300, 70000)}
+    expected: list[object] = []
+    keys = []
+    for i in range(40):  # > 15 keys: an array16 header
+        key = f"k{i}"
+        keys.append(key)
+        if i % 7 == 3:
+            expected.append(None)  # a miss
+            continue
+        ref = t.insert(key)
+        size, checksum = 1 << (i % 64) if i % 64 else 127, (1 << 64) - 1 - i
+        t.set_size(ref, size)
+        t.set_checksum(ref, checksum)
+        t.set_complete(ref, i % 11 != 5)  # a put in progress is a miss too
+        copies = [(1 + c % 2, (1 << (c * 3)) + i, c * 300 + i, (1 << 63) + c) for c in range(i % 18 + 1)]
+        for seg, offset, slot, gen in copies:
+            t.add_copy(ref, seg, offset, slot, gen)
+        where = [[*places[seg], offset, slot, gen, ""] for seg, offset, slot, gen in copies]
+        expected.append([size, checksum, where] if i % 11 != 5 else None)
+    reply, hits, notes = t.locate_many(keys, False, 10.0, 20.0, 60.0, 1e9, places, False)
+    assert reply == msgpack.packb(expected)
+    assert hits == [k for k, e in zip(keys, expected, strict=True) if e is not None]
+    assert notes == []  # none to look at: not hot, not short of copies, not on a disk
+    t.set_base_replicas(t.find("k0"), 30)  # short of copies: replication must look at it
+    t.set_disk_segment(t.find("k1"), 4)
+    _, _, notes = t.locate_many(keys[:2], False, 10.0, 20.0, 60.0, 1e9, places, False)
+    assert notes == [(0, "k0", True, 0, True), (1, "k1", True, 4, False)]
+    # With `prefix`, every key after the first miss is nil, and not a use.
+    reply, hits, _ = t.locate_many(keys, True, 10.0, 20.0, 60.0, 1e9, places, False)
+    assert msgpack.unpackb(reply) == expected[:3] + [None] * 37 and hits == keys[:3]
