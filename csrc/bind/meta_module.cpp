@@ -2,6 +2,7 @@
 // table). It links none of the data plane.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 
@@ -44,6 +45,18 @@ PYBIND11_MODULE(_meta, m) {
             return out;
           },
           py::arg("sizes"))
+      .def(
+          "reserve_many",
+          [](OffsetAllocator& a, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& sizes) {
+            // One crossing for a batch of blocks a node names back, in order (a later one may overlap an
+            // earlier one: refused, as it would be alone).
+            if (offsets.size() != sizes.size()) throw py::value_error("one size per offset");
+            std::vector<bool> out(offsets.size());
+            for (size_t i = 0; i < offsets.size(); ++i) out[i] = a.reserve(offsets[i], sizes[i]);
+            return out;
+          },
+          py::arg("offsets"), py::arg("sizes"),
+          "reserve of each block in turn; per block whether it was taken.")
       .def("reserve", &OffsetAllocator::reserve, py::arg("offset"), py::arg("size"),
            "Takes exactly [offset, offset+size) if free (rebuilding a segment's map); False otherwise.")
       .def("free", &OffsetAllocator::free, py::arg("offset"), "Frees a block; False if none starts there.")

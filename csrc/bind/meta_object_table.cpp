@@ -457,6 +457,19 @@ void register_object_table(py::module_& m) {
           },
           py::arg("keys"), "Per key: stored and committed.")
       .def(
+          "in_memory",
+          [](const ObjectTable& t, const py::list& keys) {
+            py::list out;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              const Row row = t.find(key_of(key));
+              if (row != meta::kNoRow && t.at(row).complete && t.copy_count(row) > 0)
+                out.append(py::reinterpret_borrow<py::object>(key));
+            }
+            return out;
+          },
+          py::arg("keys"), "The keys (of these, in order) of committed objects with a copy in memory.")
+      .def(
           "short_of_copies",
           [](const ObjectTable& t, const py::list& keys) {
             py::list out;

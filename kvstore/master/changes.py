@@ -60,9 +60,10 @@ class ReplicaDropped(NamedTuple):
 
 
 class ObjectRestored(NamedTuple):
-    """A node named an object this master did not know (after a restart or a failover): committed."""
+    """Nodes named objects this master did not know (after a restart or a failover), a batch of them (one
+    record per request that named them): committed."""
 
-    meta: NewObject
+    metas: list[NewObject]
 
 
 class ReplicaRestored(NamedTuple):

@@ -136,9 +136,10 @@ class Ledger:
         self.objects.add_many(r.metas)
 
     def _object_restored(self, r: ObjectRestored) -> None:
-        r.meta.complete = True
-        self.objects.add(r.meta)
-        self.stored_bytes += r.meta.size
+        for meta in r.metas:
+            meta.complete = True
+        self.objects.add_many(r.metas)
+        self.stored_bytes += sum([meta.size for meta in r.metas])
 
     def _puts_committed(self, r: PutsCommitted) -> None:
         self.stored_bytes += self.objects.commit_many(r.keys)
@@ -233,6 +234,33 @@ class Ledger:
         replica = Replica(seg, offset, slot, gen)
         self._tell([SpaceTaken(key, replica)])
         return replica
+
+    def take_back_many(
+        self, seg: Segment, records: list[tuple[str, int, int, int, int]]
+    ) -> list[Replica | None]:
+        """take_back of each (key, offset, slot, gen, size), in order, with one allocator call: per record
+        its replica, or None where take_back would refuse it."""
+        taken = seg.restoring
+        slots = [r[2] for r in records]
+        if taken is None or len(set(slots)) < len(slots):  # a slot named twice: one at a time
+            return [
+                self.take_back(seg, key, offset, slot, gen, size) for key, offset, slot, gen, size in records
+            ]
+        free = [i for i, slot in enumerate(slots) if slot < seg.fence_slots and slot not in taken]
+        reserved = seg.allocator.reserve_many([records[i][1] for i in free], [records[i][4] for i in free])
+        out: list[Replica | None] = [None] * len(records)
+        for i, ok in zip(free, reserved, strict=True):
+            if ok:
+                _, offset, slot, gen, _ = records[i]
+                out[i] = Replica(seg, offset, slot, gen)
+                taken.add(slot)
+        adopted = [r for r in out if r is not None]
+        if adopted:
+            seg.allocations += len(adopted)
+            self.fences.observe(max([r.gen for r in adopted]))  # every later generation is above them
+            if SpaceTaken in self._watchers:
+                self._tell([SpaceTaken(records[i][0], r) for i, r in enumerate(out) if r is not None])
+        return out
 
     def end_restore(self, seg: Segment | DiskSegment) -> None:
         self.apply([RestoreEnded(seg)])

@@ -97,6 +97,12 @@ class SegmentSpace:
         exactly [offset, offset + size) and its fence slot. None when either is not free."""
         return self.ledger.take_back(segment, key, offset, slot, gen, size)
 
+    def adopt_many(
+        self, segment: Segment, records: list[tuple[str, int, int, int, int]]
+    ) -> list[Replica | None]:
+        """adopt of each (key, offset, slot, gen, size), in order: per record its replica or None."""
+        return self.ledger.take_back_many(segment, records)
+
     def end_restore(self, segment: Segment) -> None:
         """Its node named everything it holds: the slots it did not name are free, and placing begins."""
         self.ledger.end_restore(segment)

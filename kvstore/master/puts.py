@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -17,6 +17,7 @@ from kvstore.errors import (
     ObjectExistsError,
     TooManyPutsError,
 )
+from kvstore.master.batches import first_repeat, first_where
 from kvstore.master.changes import PutsCommitted, PutsStarted
 from kvstore.master.model import Replica
 from kvstore.master.objects import NewObject, ObjectMeta
@@ -86,12 +87,11 @@ class Puts(Removal):  # puts evict for room
         n = min(len(keys), self._within_limits(client_id, sizes, count))
         n = self.ledger.objects.table.first_present(keys[:n])
         if started:
-            n = _first_where(keys, n, started.__contains__)
+            n = first_where(keys, n, started.__contains__)
         fences = self.space.fences
         if fences.fencing_any():
-            n = _first_where(keys, n, fences.fencing)
-        if len(set(keys[:n])) < n:  # a key twice: the second is a put in progress (_start says so)
-            n = _first_repeat(keys, n)
+            n = first_where(keys, n, fences.fencing)
+        n = first_repeat(keys, n)  # a key twice: the second is a put in progress (_start says so)
         if n == 0:
             return False
         try:
@@ -303,21 +303,3 @@ class Puts(Removal):  # puts evict for room
                     raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
             if not self._evict_one(wait_for_room=wait_for_room):
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
-
-
-def _first_where(keys: list[str], n: int, test: Callable[[str], object]) -> int:
-    """The index of the first of keys[:n] that passes `test`, else n."""
-    for i, key in enumerate(keys[:n]):
-        if test(key):
-            return i
-    return n
-
-
-def _first_repeat(keys: list[str], n: int) -> int:
-    """The index of the first of keys[:n] seen before it, else n."""
-    seen: set[str] = set()
-    for i, key in enumerate(keys[:n]):
-        if key in seen:
-            return i
-        seen.add(key)
-    return n

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvstore.errors import InvalidArgumentError
+from kvstore.master.batches import first_repeat, first_where
 from kvstore.master.changes import DiskRecordSet, ObjectRestored, ReplicaRestored
 from kvstore.master.model import DiskSegment, Segment
 from kvstore.master.objects import NewObject
@@ -30,11 +31,18 @@ def restore_segment(
     if seg.restoring is None:
         raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
     now = state.clock()
-    refused = []
+    refused: list[int] = []
     # Memory's eviction order learns of them once the restore ends, oldest allocation first (they come
     # newest first): the order they were put in, not the reverse, and none is evicted half-restored.
     to_order = state.restored_order.setdefault(seg.id, [])
-    for offset, slot, gen, key, size, checksum, pinned, base in records:
+    start = 0
+    while start < len(records):
+        taken = _restore_unknown(state, seg, records, start, refused, to_order, now)
+        if taken:
+            start += taken
+            continue
+        offset, slot, gen, key, size, checksum, pinned, base = records[start]
+        start += 1
         known = state.objects.get(key)
         if known is None:
             ok = not state.space.fences.fencing(key)
@@ -65,16 +73,55 @@ def restore_segment(
             last_access=now,
             base_replicas=min(base, state.config.max_replicas),
         )
-        state.ledger.apply([ObjectRestored(meta)])
+        state.ledger.apply([ObjectRestored([meta])])
         to_order.append((gen, key))
         state.counters.restored_objects += 1
     if last:
         state.space.end_restore(seg)
-        for _, key in sorted(state.restored_order.pop(seg.id)):
-            restored = state.objects.get(key)
-            if restored is not None and restored.complete and restored.replicas:
-                state.policy.on_insert(key, restored.size)
+        restored = [key for _, key in sorted(state.restored_order.pop(seg.id))]
+        state.policy.on_insert_many(state.ledger.objects.table.in_memory(restored))
     return refused
+
+
+def _restore_unknown(
+    state: StateCore,
+    seg: Segment,
+    records: list[tuple[int, int, int, str, int, int, bool, int]],
+    start: int,
+    refused: list[int],
+    to_order: list[tuple[int, str]],
+    now: float,
+) -> int:
+    """Takes back the run of records from `start` on whose keys this master does not know (nor fences,
+    nor sees twice in the run): what a restarted master's table is made of, a batch at a time (one
+    allocator call, one ledger record). Returns how many records it took or refused; 0 when the first
+    is not one of those (restore_segment takes it alone)."""
+    rest = records[start:]
+    keys = [r[3] for r in rest]
+    n = state.ledger.objects.table.first_present(keys)
+    fences = state.space.fences
+    if fences.fencing_any():
+        n = first_where(keys, n, fences.fencing)
+    n = first_repeat(keys, n)
+    if n == 0:
+        return 0
+    run = rest[:n]
+    replicas = state.space.adopt_many(seg, [(key, o, slot, gen, size) for o, slot, gen, key, size, *_ in run])
+    most = state.config.max_replicas
+    metas = []
+    for (_, slot, gen, key, size, checksum, pinned, base), replica in zip(run, replicas, strict=True):
+        if replica is None:
+            refused.append(slot)
+            continue
+        metas.append(
+            NewObject(key, size, checksum, [replica], seg.client_id, True, pinned, 0.0, now, min(base, most))
+        )
+        to_order.append((gen, key))
+    if metas:
+        state.ledger.apply([ObjectRestored(metas)])
+        state.counters.restored_replicas += len(metas)
+        state.counters.restored_objects += len(metas)
+    return n
 
 
 def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int]]) -> int:
@@ -99,7 +146,7 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
             meta = NewObject(
                 key, size, checksum, [], seg.client_id, complete=True, last_access=now, disk=record
             )
-            state.ledger.apply([ObjectRestored(meta)])
+            state.ledger.apply([ObjectRestored([meta])])
         disk.policy.on_insert(key, size)
         taken += 1
     disk.restored += taken

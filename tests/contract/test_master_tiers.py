@@ -135,7 +135,7 @@ def test_the_eviction_order_is_the_tiers_own_and_follows_use(tier: Tier) -> None
     policy = space.policy
     assert [t.policy for t in tier.state.tiers].count(policy) == 1  # each tier orders its own copies
     for key in ("a", "b", "c"):  # (a tier orders objects of the master's table)
-        tier.state.ledger.apply([ObjectRestored(NewObject(key, MiB, 1, [], "c0"))])
+        tier.state.ledger.apply([ObjectRestored([NewObject(key, MiB, 1, [], "c0")])])
         policy.on_insert(key, MiB)
     policy.on_access("a")
     assert next(iter(policy.candidates())) == "b"

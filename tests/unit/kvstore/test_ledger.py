@@ -30,8 +30,8 @@ class Journal:
             if kind is c.PutsStarted:
                 self.objects.update(meta.key for meta in r.metas)
             elif kind is c.ObjectRestored:
-                self.objects.add(r.meta.key)
-                self.committed.add(r.meta.key)
+                self.objects.update(meta.key for meta in r.metas)
+                self.committed.update(meta.key for meta in r.metas)
             elif kind is c.PutsCommitted:
                 self.committed.update(r.keys)
             elif kind is c.ObjectDropped:

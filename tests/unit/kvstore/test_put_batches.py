@@ -97,3 +97,38 @@ def test_fewer_replicas_when_segments_are_short_the_same_way() -> None:
     one_by_one = [single.put_start("c0", k, s, c, 3, False, min_replicas=2) for k, s, c in items]
     assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
     assert [len(r) for r in out] == [3] * 5 + [2]
+
+
+def test_a_restore_takes_back_a_batch_as_it_would_one_record_at_a_time() -> None:
+    """A node names what it holds after the master restarted; the records of keys the master does not
+    know are taken in one run (kvstore.master.restore._restore_unknown). Conflicts inside the batch (a
+    key named twice, a slot named twice, overlapping space, a slot past the table) end as they would one
+    record at a time: the first wins, the rest are refused."""
+    records = [(i * 64 * KiB, i, 100 + i, f"k{i}", 64 * KiB, i, False, 1) for i in range(12)]
+    records += [
+        (40 * 64 * KiB, 40, 140, "k3", 64 * KiB, 3, False, 1),  # k3 again: one replica per segment
+        (41 * 64 * KiB, 5, 141, "x41", 64 * KiB, 1, False, 1),  # slot 5 taken by k5
+        (2 * 64 * KiB + KiB, 42, 142, "x42", 64 * KiB, 1, False, 1),  # overlaps k2's space
+        (43 * 64 * KiB, 1 << 20, 143, "x43", 64 * KiB, 1, False, 1),  # past the fence table
+        (44 * 64 * KiB, 44, 144, "x44", 64 * KiB, 1, True, 9),  # pinned, asked for more replicas
+    ]
+
+    def restored(batch_size: int) -> tuple[list[int], dict[str, object]]:
+        state = MasterState(MasterConfig.load(), clock=Clock())
+        state.register_client("n", "h")
+        seg = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+        refused: list[int] = []
+        for start in range(0, len(records), batch_size):
+            batch = records[start : start + batch_size]
+            refused += state.restore_segment("n", seg, batch, last=start + batch_size >= len(records))
+        table = {
+            key: (_outcome(meta.replicas), meta.complete, meta.pinned, meta.base_replicas)
+            for key, meta in ((k, state.objects[k]) for k in state.objects)
+        }
+        return refused, table
+
+    assert restored(len(records)) == restored(1)
+    refused, table = restored(len(records))
+    assert sorted(refused) == [5, 40, 42, 1 << 20]
+    assert table["x44"][2:] == (True, min(9, MasterConfig.load().max_replicas))
+    assert table["k3"][0] == [(1, 3 * 64 * KiB, 3)] and len(table) == 13
