@@ -5,6 +5,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -535,6 +536,60 @@ void register_object_table(py::module_& m) {
           py::arg("news"), py::arg("writers"),
           "Adds new objects (NewObject: key, size, checksum, writer, complete, pinned, last_access, "
           "base_replicas, hold_seq, replicas, disk), `writers` numbering their writers.")
+      .def(
+          "adopt_many",
+          [](ObjectTable& t, uint32_t segment, const py::list& records, uint32_t writer, double last_access,
+             uint8_t most_replicas) {
+            // Objects a node named back (RestoreSegment's records: offset, slot, gen, key, size, checksum,
+            // pinned, replicas), each committed with its one copy on `segment`; no Python object per
+            // record. All or nothing: every record is read and every key checked first. Returns their bytes.
+            struct Adopted {
+              std::string_view key;
+              uint64_t offset, gen, size, checksum;
+              uint32_t slot;
+              bool pinned;
+              uint8_t base;
+            };
+            const Py_ssize_t n = PyList_GET_SIZE(records.ptr());
+            std::vector<Adopted> rows(static_cast<size_t>(n));
+            std::unordered_set<std::string_view> seen;
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              PyObject* r = PyList_GET_ITEM(records.ptr(), i);
+              if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8)
+                throw py::type_error("a record is an 8-tuple");
+              auto field = [r](Py_ssize_t f) {
+                return py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(r, f));
+              };
+              Adopted& a = rows[i];
+              a.offset = u64_of(field(0));
+              a.slot = static_cast<uint32_t>(u64_of(field(1)));
+              a.gen = u64_of(field(2));
+              a.key = key_of(PyTuple_GET_ITEM(r, 3));
+              a.size = u64_of(field(4));
+              a.checksum = u64_of(field(5));
+              a.pinned = PyTuple_GET_ITEM(r, 6) == Py_True;
+              a.base = static_cast<uint8_t>(std::min<uint64_t>(u64_of(field(7)), most_replicas));
+              if (t.find(a.key) != meta::kNoRow || !seen.insert(a.key).second)
+                throw py::value_error("a key is in the table already, or twice in the batch");
+            }
+            uint64_t added = 0;
+            for (const Adopted& a : rows) {
+              const Row row = t.insert(a.key);
+              Object& o = t.at(row);
+              o.size = a.size;
+              o.checksum = a.checksum;
+              o.writer = writer;
+              o.complete = true;
+              o.pinned = a.pinned;
+              o.last_access = last_access;
+              o.base_replicas = a.base;
+              t.add_copy(row, MemoryCopy{segment, a.slot, a.offset, a.gen});
+              added += a.size;
+            }
+            return added;
+          },
+          py::arg("segment"), py::arg("records"), py::arg("writer"), py::arg("last_access"),
+          py::arg("most_replicas"), "Adds the objects nodes named back on a segment; returns their bytes.")
       .def(
           "first_present",
           [](const ObjectTable& t, const py::list& keys) {

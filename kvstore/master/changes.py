@@ -66,6 +66,18 @@ class ObjectRestored(NamedTuple):
     metas: list[NewObject]
 
 
+class ObjectsAdopted(NamedTuple):
+    """Nodes named objects this master did not know, each with its one replica on `segment`, a batch of
+    them: the records as RestoreSegment names them (offset, slot, gen, key, size, checksum, pinned,
+    replicas), no object per record. Committed, last used at `last_access`, asking for at most
+    `most_replicas` replicas."""
+
+    segment: Segment
+    records: list[tuple[int, int, int, str, int, int, bool, int]]
+    last_access: float
+    most_replicas: int
+
+
 class ReplicaRestored(NamedTuple):
     """A node named a replica of an object this master knows."""
 
@@ -131,6 +143,7 @@ Record = (
     | ReplicaAdded
     | ReplicaDropped
     | ObjectRestored
+    | ObjectsAdopted
     | ReplicaRestored
     | DiskRecordSet
     | DiskRecordDropped

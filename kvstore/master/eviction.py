@@ -241,13 +241,16 @@ class AdaptivePolicy(EvictionPolicy):
         _insert(self._order, self._ghost, key, self.bimodal)
 
     def on_insert_many(self, keys: list[str]) -> None:
-        for key in self._ghost.sampled(keys, self._sample):
-            self._reference(key)
+        """The insertion rule is read once for the batch; the shadows then replay its sampled keys at
+        the cache's size with the batch in it (replayed first, from an empty cache, a batch would find
+        shadows of one key)."""
         if not self.bimodal:  # LRU insertion, the usual state: every key last, in one call
             self._order.add_many(keys)
-            return
-        for key in keys:
-            _insert(self._order, self._ghost, key, True)
+        else:
+            for key in keys:
+                _insert(self._order, self._ghost, key, True)
+        for key in self._ghost.sampled(keys, self._sample):
+            self._reference(key)
 
     def on_access(self, key: str) -> None:
         if self._order.touch(key) and self._ghost.sampled([key], self._sample):

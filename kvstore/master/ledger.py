@@ -19,6 +19,7 @@ from kvstore.master.changes import (
     FencesAcknowledged,
     ObjectDropped,
     ObjectRestored,
+    ObjectsAdopted,
     PutsCommitted,
     PutsStarted,
     Record,
@@ -58,6 +59,7 @@ class Ledger:
             SegmentDropped: self._segment_dropped,
             PutsStarted: self._puts_started,
             ObjectRestored: self._object_restored,
+            ObjectsAdopted: self._objects_adopted,
             PutsCommitted: self._puts_committed,
             ObjectDropped: self._object_dropped,
             ReplicaAdded: self._replica_added,
@@ -140,6 +142,12 @@ class Ledger:
             meta.complete = True
         self.objects.add_many(r.metas)
         self.stored_bytes += sum([meta.size for meta in r.metas])
+
+    def _objects_adopted(self, r: ObjectsAdopted) -> None:
+        writer = self.objects.writer_number(r.segment.client_id)
+        self.stored_bytes += self.objects.table.adopt_many(
+            r.segment.id, r.records, writer, r.last_access, r.most_replicas
+        )
 
     def _puts_committed(self, r: PutsCommitted) -> None:
         self.stored_bytes += self.objects.commit_many(r.keys)
@@ -236,30 +244,26 @@ class Ledger:
         return replica
 
     def take_back_many(
-        self, seg: Segment, records: list[tuple[str, int, int, int, int]]
-    ) -> list[Replica | None]:
-        """take_back of each (key, offset, slot, gen, size), in order, with one allocator call: per record
-        its replica, or None where take_back would refuse it."""
+        self, seg: Segment, records: list[tuple[int, int, int, str, int, int, bool, int]]
+    ) -> list[bool]:
+        """take_back of each record a node names (RestoreSegment's: offset, slot, gen, key, size, ...), in
+        order, with one allocator call: per record whether it was taken."""
         taken = seg.restoring
-        slots = [r[2] for r in records]
+        slots = [r[1] for r in records]
         if taken is None or len(set(slots)) < len(slots):  # a slot named twice: one at a time
-            return [
-                self.take_back(seg, key, offset, slot, gen, size) for key, offset, slot, gen, size in records
-            ]
+            return [self.take_back(seg, r[3], r[0], r[1], r[2], r[4]) is not None for r in records]
         free = [i for i, slot in enumerate(slots) if slot < seg.fence_slots and slot not in taken]
-        reserved = seg.allocator.reserve_many([records[i][1] for i in free], [records[i][4] for i in free])
-        out: list[Replica | None] = [None] * len(records)
-        for i, ok in zip(free, reserved, strict=True):
-            if ok:
-                _, offset, slot, gen, _ = records[i]
-                out[i] = Replica(seg, offset, slot, gen)
-                taken.add(slot)
-        adopted = [r for r in out if r is not None]
+        reserved = seg.allocator.reserve_many([records[i][0] for i in free], [records[i][4] for i in free])
+        out = [False] * len(records)
+        adopted = [i for i, ok in zip(free, reserved, strict=True) if ok]
+        for i in adopted:
+            out[i] = True
         if adopted:
+            taken.update([slots[i] for i in adopted])
             seg.allocations += len(adopted)
-            self.fences.observe(max([r.gen for r in adopted]))  # every later generation is above them
+            self.fences.observe(max([records[i][2] for i in adopted]))  # every later generation is above
             if SpaceTaken in self._watchers:
-                self._tell([SpaceTaken(records[i][0], r) for i, r in enumerate(out) if r is not None])
+                self._tell([SpaceTaken(records[i][3], Replica(seg, *records[i][:3])) for i in adopted])
         return out
 
     def end_restore(self, seg: Segment | DiskSegment) -> None:

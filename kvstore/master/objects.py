@@ -258,6 +258,10 @@ class Objects(Mapping[str, ObjectMeta]):
         writers = {w: self._writer_number(w) for w in {new.writer for new in news}}
         self.table.add_many(news, writers)
 
+    def writer_number(self, client_id: str) -> int:
+        """The table's number for a client that writes objects (numbered as first seen, never reused)."""
+        return self._writer_number(client_id)
+
     def _writer_number(self, client_id: str) -> int:
         number = self._writers.get(client_id)
         if number is None:

@@ -98,9 +98,9 @@ class SegmentSpace:
         return self.ledger.take_back(segment, key, offset, slot, gen, size)
 
     def adopt_many(
-        self, segment: Segment, records: list[tuple[str, int, int, int, int]]
-    ) -> list[Replica | None]:
-        """adopt of each (key, offset, slot, gen, size), in order: per record its replica or None."""
+        self, segment: Segment, records: list[tuple[int, int, int, str, int, int, bool, int]]
+    ) -> list[bool]:
+        """adopt of each record a node names (RestoreSegment's), in order: per record whether it was."""
         return self.ledger.take_back_many(segment, records)
 
     def end_restore(self, segment: Segment) -> None:

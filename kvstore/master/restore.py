@@ -7,11 +7,12 @@ slot taken) is refused, never merged.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.batches import first_repeat, first_where
-from kvstore.master.changes import DiskRecordSet, ObjectRestored, ReplicaRestored
+from kvstore.master.changes import DiskRecordSet, ObjectRestored, ObjectsAdopted, ReplicaRestored
 from kvstore.master.model import DiskSegment, Segment
 from kvstore.master.objects import NewObject
 
@@ -106,21 +107,14 @@ def _restore_unknown(
     if n == 0:
         return 0
     run = rest[:n]
-    replicas = state.space.adopt_many(seg, [(key, o, slot, gen, size) for o, slot, gen, key, size, *_ in run])
-    most = state.config.max_replicas
-    metas = []
-    for (_, slot, gen, key, size, checksum, pinned, base), replica in zip(run, replicas, strict=True):
-        if replica is None:
-            refused.append(slot)
-            continue
-        metas.append(
-            NewObject(key, size, checksum, [replica], seg.client_id, True, pinned, 0.0, now, min(base, most))
-        )
-        to_order.append((gen, key))
-    if metas:
-        state.ledger.apply([ObjectRestored(metas)])
-        state.counters.restored_replicas += len(metas)
-        state.counters.restored_objects += len(metas)
+    taken = state.space.adopt_many(seg, run)
+    adopted = list(itertools.compress(run, taken))
+    refused += [r[1] for r, ok in zip(run, taken, strict=True) if not ok]
+    if adopted:
+        state.ledger.apply([ObjectsAdopted(seg, adopted, now, state.config.max_replicas)])
+        to_order += [(r[2], r[3]) for r in adopted]
+        state.counters.restored_replicas += len(adopted)
+        state.counters.restored_objects += len(adopted)
     return n
 
 

@@ -148,6 +148,17 @@ class MountSegment(Request):
 
 
 RESTORE_FIELDS = ("offset", "slot", "gen", "key", "size", "checksum", "pinned", "replicas")
+# Per field: (low, high) of an integer, "key", or "flag" (what RestoreSegment.parse checks one by one).
+RESTORE_BOUNDS: tuple[tuple[int, int] | str, ...] = (
+    (0, 2**62),
+    (0, 2**26),
+    (1, 2**63),
+    "key",
+    (1, 2**62),
+    (0, U64),
+    "flag",
+    (1, 64),
+)
 
 
 @dataclass
@@ -167,6 +178,9 @@ class RestoreSegment(Request):
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreSegment:
         raw = v.bounded_list(p, "records", "")
+        plain = v.plain_records(raw, RESTORE_BOUNDS)
+        if plain is not None:  # the usual case, checked in C loops over the batch
+            return cls(v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64), plain, v.flag(p, "last"))
         records = []
         for r in raw:
             if not isinstance(r, (list, tuple)) or len(r) != len(RESTORE_FIELDS):

@@ -108,19 +108,30 @@ def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
     return [key(k) for k in value]
 
 
-def _plain_items(value: list[Any]) -> list[tuple[str, int, int]] | None:
-    """The items when every one is [plain key, int size in range, int checksum in range]: checked in C
-    loops over the batch, as _plain_keys; None when any is not (put_items then finds which, and why)."""
-    if not value or set(map(type, value)) != {list} or set(map(len, value)) != {3}:
+def plain_records(
+    value: list[Any], bounds: tuple[tuple[int, int] | str, ...]
+) -> list[tuple[Any, ...]] | None:
+    """The records when every one is a list of len(bounds) fields, each in its bound: (low, high) for an
+    int (not a bool), "key" for a plain key (_plain_keys), "flag" for a bool. Checked in C loops over the
+    batch; None when any record is not (the caller then checks one by one, and names the error)."""
+    if not value:
+        return []
+    if set(map(type, value)) != {list} or set(map(len, value)) != {len(bounds)}:
         return None
-    keys, sizes, checksums = zip(*value, strict=True)
-    if set(map(type, sizes)) != {int} or set(map(type, checksums)) != {int}:  # (bool is not int here)
-        return None
-    if min(sizes) <= 0 or max(sizes) >= 2**63 or min(checksums) < 0 or max(checksums) >= 2**64:
-        return None
-    if not _plain_keys(list(keys)):
-        return None
-    return list(zip(keys, sizes, checksums, strict=True))
+    columns = list(zip(*value, strict=True))
+    for column, bound in zip(columns, bounds, strict=True):
+        if bound == "key":
+            if not _plain_keys(list(column)):
+                return None
+        elif bound == "flag":
+            if set(map(type, column)) != {bool}:
+                return None
+        elif set(map(type, column)) != {int} or min(column) < bound[0] or max(column) > bound[1]:
+            return None
+    return list(zip(*columns, strict=True))
+
+
+PUT_ITEM_BOUNDS: tuple[tuple[int, int] | str, ...] = ("key", (1, 2**63 - 1), (0, 2**64 - 1))
 
 
 def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -128,7 +139,7 @@ def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
     value = field(params, "items")
     if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
         raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
-    plain = _plain_items(value)
+    plain = plain_records(value, PUT_ITEM_BOUNDS)
     if plain is not None:
         return plain
     items = []

@@ -64,3 +64,27 @@ def test_plain_put_items_pass_as_tuples() -> None:
     items = [[k, i + 1, i] for i, k in enumerate(GOOD)]
     assert v.put_items({"items": items}) == [tuple(item) for item in items]
     assert v.put_items({"items": []}) == []
+
+
+GOOD_RECORD = [0, 1, 2, "k", 4096, 2**64 - 1, False, 3]
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [(0, -1), (1, 2**26 + 1), (2, 0), (3, ""), (4, 0), (5, 2**64), (6, 1), (7, 65), (0, True), (4, 1.5)],
+)
+def test_one_bad_restore_record_fails_the_batch_as_it_fails_alone(field: int, bad: object) -> None:
+    from kvstore.rpc import messages as m
+
+    record = list(GOOD_RECORD)
+    record[field] = bad
+    params = {"client_id": "n", "segment_id": 1, "last": True}
+    with pytest.raises(InvalidArgumentError) as alone:
+        m.RestoreSegment.parse({**params, "records": [record]})
+    with pytest.raises(InvalidArgumentError) as in_batch:
+        m.RestoreSegment.parse({**params, "records": [GOOD_RECORD, record, GOOD_RECORD]})
+    assert str(in_batch.value) == str(alone.value)
+    good = m.RestoreSegment.parse(
+        {**params, "records": [GOOD_RECORD, [*GOOD_RECORD[:3], "é", *GOOD_RECORD[4:]]]}
+    )
+    assert good.records == [tuple(GOOD_RECORD), (*GOOD_RECORD[:3], "é", *GOOD_RECORD[4:])]

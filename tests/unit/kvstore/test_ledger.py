@@ -32,6 +32,9 @@ class Journal:
             elif kind is c.ObjectRestored:
                 self.objects.update(meta.key for meta in r.metas)
                 self.committed.update(meta.key for meta in r.metas)
+            elif kind is c.ObjectsAdopted:
+                self.objects.update(record[3] for record in r.records)
+                self.committed.update(record[3] for record in r.records)
             elif kind is c.PutsCommitted:
                 self.committed.update(r.keys)
             elif kind is c.ObjectDropped:
@@ -65,6 +68,7 @@ def _watched(state: MasterState) -> Journal:
         c.PutsCommitted,
         c.ObjectDropped,
         c.ObjectRestored,
+        c.ObjectsAdopted,
         c.SpaceTaken,
         c.SpaceFreed,
         c.SpaceReleased,
