@@ -17,7 +17,7 @@ constexpr size_t kMovesPerInsert = 8;  // old slots scanned per insert while the
 }  // namespace
 
 ObjectTable::ObjectTable(uint64_t seed) : seed_(seed ^ 0x9E3779B97F4A7C15ull) {
-  index_.slots.assign(kFirstIndexSlots, kNoRow);
+  index_.reset(kFirstIndexSlots);
 }
 
 ObjectTable::~ObjectTable() {
@@ -30,9 +30,11 @@ uint64_t ObjectTable::hash(std::string_view key) const {
 
 Row ObjectTable::lookup(const Index& ix, std::string_view key, uint64_t h, size_t* where) const {
   const bool moving = &ix == &old_;
+  const uint8_t tag = tag_of(h);
   for (size_t pos = h & ix.mask();; pos = (pos + 1) & ix.mask()) {
     const Row r = ix.slots[pos];
     if (r == kNoRow) return kNoRow;
+    if (ix.tags[pos] != tag) continue;                               // another key: its row is not read
     if (r == kTombstone || (moving && pos < old_cursor_)) continue;  // erased, or moved already
     const Slot& s = slot(r);
     if (s.hash == h && s.key_len == key.size() && std::memcmp(s.key, key.data(), key.size()) == 0) {
@@ -50,9 +52,11 @@ Row ObjectTable::find(std::string_view key) const {
 }
 
 void ObjectTable::place(Index& ix, Row row) {
-  size_t pos = slot(row).hash & ix.mask();
+  const uint64_t h = slot(row).hash;
+  size_t pos = h & ix.mask();
   while (ix.slots[pos] != kNoRow) pos = (pos + 1) & ix.mask();
   ix.slots[pos] = row;
+  ix.tags[pos] = tag_of(h);
   ++ix.used;
 }
 
@@ -69,6 +73,7 @@ void ObjectTable::remove_at(Index& ix, size_t where) {
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!stays) {
       ix.slots[hole] = r;
+      ix.tags[hole] = ix.tags[j];
       hole = j;
     }
   }
@@ -100,7 +105,7 @@ Row ObjectTable::insert(std::string_view key) {
     old_ = std::move(index_);
     old_cursor_ = 0;
     index_ = Index();
-    index_.slots.assign(old_.slots.size() * 2, kNoRow);
+    index_.reset(old_.slots.size() * 2);
     migrate(kMovesPerInsert);
   }
   Row row;
@@ -273,7 +278,7 @@ size_t ObjectTable::memory_bytes() const {
   // Rows with spare copies are counted at a vector of two (the usual case: 2 or 3 replicas), not walked.
   const size_t spare = extra_copies_.size() * (48 + 2 * sizeof(MemoryCopy));
   return chunks_.size() * kChunkRows * sizeof(Slot) +
-         (index_.slots.size() + old_.slots.size()) * sizeof(Row) + key_bytes_ +
+         (index_.slots.size() + old_.slots.size()) * (sizeof(Row) + sizeof(uint8_t)) + key_bytes_ +
          count_ * 16 /* malloc's header per key */ + free_rows_.capacity() * sizeof(Row) + spare;
 }
 

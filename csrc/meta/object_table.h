@@ -128,13 +128,21 @@ class ObjectTable {
   const Links& links(Order o, Row row) const;
 
   // The index: a power-of-two array of rows (kNoRow: empty), linear probing, deletion by backward shift.
-  // While it grows, `old_` still holds entries not yet moved: lookups look in both; every insert moves a
-  // bounded number of them.
+  // Beside each entry, 8 bits of its key's hash: a probe reads a row only when they match (a probe that
+  // read every row it passed took a cache miss a step: most of an insert's time). While it grows, `old_`
+  // still holds entries not yet moved: lookups look in both; every insert moves a bounded number of them.
   struct Index {
     std::vector<Row> slots;
+    std::vector<uint8_t> tags;
     size_t used = 0;
     size_t mask() const { return slots.size() - 1; }
+    void reset(size_t n) {
+      slots.assign(n, kNoRow);
+      tags.assign(n, 0);
+      used = 0;
+    }
   };
+  static uint8_t tag_of(uint64_t h) { return static_cast<uint8_t>(h >> 56); }  // (positions use low bits)
   Row lookup(const Index& ix, std::string_view key, uint64_t h, size_t* where) const;
   void place(Index& ix, Row row);
   void remove_at(Index& ix, size_t where);
