@@ -169,6 +169,12 @@ def _add_master_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=_positive_int, default=1, help="load processes, run at once")
     p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists (put first)")
     p.add_argument(
+        "--pipeline",
+        type=_positive_int,
+        default=1,
+        help="requests each load process keeps in flight (threads, a connection each; default 1)",
+    )
+    p.add_argument(
         "--mooncake",
         metavar="PYTHON",
         help="also measure Mooncake's master in the same shape, with this Python (of a virtual environment "
@@ -190,6 +196,7 @@ def _run_master_bench(args: argparse.Namespace) -> int:
         value_size=args.value_size,
         clients=args.clients,
         ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+        pipeline=args.pipeline,
     )
     cfg.validate()
     if args.mode == "client":

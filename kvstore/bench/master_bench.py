@@ -8,6 +8,10 @@ get_replicas (a get's: locate), then exists. A process reports per op its rate (
 latency of each request (a put: its start and end together); rates of concurrent processes add up. The
 master's resident memory is read from /proc before the puts and after all ops: the growth per object
 stored.
+
+With `pipeline` above 1, each load process keeps that many requests in flight: as many threads, each on a
+connection of its own, take the batches in turn (a thread packs its next request while the others wait
+for replies), so one load process keeps the master busy instead of waiting a round trip per batch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from kvstore.rpc import messages as m
 from kvstore.rpc.validate import MAX_KEYS, MAX_PUT_ITEMS
 
 OPS = ("put", "get", "exists")
+MAX_PIPELINE = 64
 
 
 @dataclass
@@ -42,6 +47,8 @@ class MasterBenchConfig:
     value_size: int = 1024
     clients: int = 1
     ops: tuple[str, ...] = OPS
+    pipeline: int = 1
+    """Requests each load process keeps in flight (threads, each on its own connection)."""
 
     def validate(self) -> None:
         if not self.ops or not set(self.ops) <= set(OPS):
@@ -50,6 +57,8 @@ class MasterBenchConfig:
             raise InvalidArgumentError("--ops must include put: get and exists read what the puts stored")
         if min(self.objects, self.batch_size, self.value_size, self.clients) <= 0:
             raise InvalidArgumentError("objects, batch size, value size and clients must be positive")
+        if not 1 <= self.pipeline <= MAX_PIPELINE:
+            raise InvalidArgumentError(f"--pipeline is 1..{MAX_PIPELINE}")
         if self.batch_size > min(MAX_PUT_ITEMS, MAX_KEYS):
             raise InvalidArgumentError(
                 f"--batch-size is at most {min(MAX_PUT_ITEMS, MAX_KEYS)} (a request's bound)"
@@ -70,6 +79,7 @@ class OpRate:
     p50_us: float
     p99_us: float
     errors: int = 0
+    pipeline: int = 1  # requests each load process kept in flight
 
 
 @dataclass
@@ -123,6 +133,8 @@ def run(
             str(cfg.value_size),
             "--ops",
             ",".join(cfg.ops),
+            "--pipeline",
+            str(cfg.pipeline),
             "--json",
         ]
         per_client = load_procs.gather(args, cfg.clients, OpRate, progress)
@@ -159,6 +171,7 @@ def run_mooncake(cfg: MasterBenchConfig, python: str) -> tuple[list[OpRate], Mem
         str(cfg.clients),
     ]
     args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
+    args += ["--pipeline", str(cfg.pipeline)]
     try:
         done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -186,6 +199,7 @@ def combine(per_client: list[list[OpRate]]) -> list[OpRate]:
             max(r.p50_us for r in rows),
             max(r.p99_us for r in rows),
             sum(r.errors for r in rows),
+            rows[0].pipeline,
         )
         for rows in zip(*per_client, strict=True)
     ]
@@ -199,14 +213,16 @@ def client_main(cfg: MasterBenchConfig, address: str) -> int:
 
 def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
     client_id = f"bench-master-{uuid.uuid4().hex[:12]}"
-    master = MasterClient(address)
+    # Threads of a pipeline wait for replies asleep: a thread's busy poll would hold the GIL the others need.
+    master = MasterClient(address, busy_poll_us=100 if cfg.pipeline == 1 else 0)
     try:
         with _registered(master, client_id):
             keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
             batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
             ops = {"put": _put, "get": _get, "exists": _exists}
             for op in cfg.ops:
-                yield ops[op](master, client_id, batches, cfg.value_size)
+                one = ops[op](master, client_id, cfg.value_size)
+                yield _measure(op, batches, one, cfg.pipeline)
     finally:
         master.close()
 
@@ -236,25 +252,43 @@ def _registered(master: MasterClient, client_id: str) -> Iterator[None]:
             master.call(m.CloseClient(client_id=client_id), timeout=2.0)
 
 
-def _measure(op: str, batches: Sequence[list[str]], one: Callable[[list[str]], int]) -> OpRate:
-    """Runs `one` per batch (it returns the batch's failures); keys per second over the whole run."""
+def _measure(
+    op: str, batches: Sequence[list[str]], one: Callable[[list[str]], int], pipeline: int = 1
+) -> OpRate:
+    """Runs `one` per batch (it returns the batch's failures), `pipeline` at a time (threads taking the
+    batches in turn); keys per second over the whole run."""
     latencies = np.empty(len(batches))
-    errors = 0
+    errors = [0] * pipeline
+    failed: list[BaseException] = []
+
+    def stream(first: int) -> None:
+        try:
+            for i in range(first, len(batches), pipeline):
+                t = time.perf_counter()
+                errors[first] += one(batches[i])
+                latencies[i] = time.perf_counter() - t
+        except BaseException as exc:  # (re-raised by the caller: a thread's failure fails the run)
+            failed.append(exc)
+
     started = time.perf_counter()
-    for i, batch in enumerate(batches):
-        t = time.perf_counter()
-        errors += one(batch)
-        latencies[i] = time.perf_counter() - t
+    threads = [threading.Thread(target=stream, args=(t,), name=f"bench-{op}-{t}") for t in range(1, pipeline)]
+    for thread in threads:
+        thread.start()
+    stream(0)
+    for thread in threads:
+        thread.join()
     elapsed = time.perf_counter() - started
+    if failed:
+        raise failed[0]
     keys = sum(len(b) for b in batches)
     p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
-    return OpRate(op, 1, keys / elapsed, float(p50), float(p99), errors)
+    return OpRate(op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline)
 
 
 # The load processes read replies raw (MasterClient.call(raw=True)): decoding 1,000 locations into typed
 # records cost the load process as much as the master spent answering, and the load must not be the
 # bottleneck. An item result is [code, message, value]; a location None on a miss.
-def _put(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+def _put(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
     def one(batch: list[str]) -> int:
         items = [m.PutItem(key, size, i + 1) for i, key in enumerate(batch)]
         started = master.call(m.PutStart(client_id=client_id, items=items, replicas=1), raw=True)
@@ -262,19 +296,19 @@ def _put(master: MasterClient, client_id: str, batches: Sequence[list[str]], siz
         ended = master.call(m.PutEnd(client_id=client_id, keys=placed), raw=True) if placed else []
         return len(batch) - sum(1 for r in ended if r[0] == 0)
 
-    return _measure("put", batches, one)
+    return one
 
 
-def _get(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+def _get(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
     def one(batch: list[str]) -> int:
         found = master.call(m.GetReplicas(keys=batch), raw=True)
         return sum(1 for loc in found if loc is None)
 
-    return _measure("get", batches, one)
+    return one
 
 
-def _exists(master: MasterClient, client_id: str, batches: Sequence[list[str]], size: int) -> OpRate:
+def _exists(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
     def one(batch: list[str]) -> int:
         return sum(1 for there in master.call(m.Exists(keys=batch), raw=True) if not there)
 
-    return _measure("exists", batches, one)
+    return one

@@ -13,7 +13,8 @@ batch of keys: put = batch_put_session_start + batch_put_session_end (Mooncake's
 bytes move), get = batch_get_replica_desc (the locate), exists = batch_is_exist. It prints the same JSON
 lines as `kvstore bench master --json`: per op {"op", "clients", "per_s", "p50_us", "p99_us", "errors"}
 (rates of the load processes add up, latency is the worst one's), then {"objects",
-"rss_bytes_per_object"} (the master's resident memory growth per object).
+"rss_bytes_per_object"} (the master's resident memory growth per object). `--pipeline N`: each load
+process runs N threads that take the batches in turn, as ours do.
 """
 
 from __future__ import annotations
@@ -63,7 +64,30 @@ def storage_main(master: str, segment: int) -> None:
     s.close()
 
 
-def load_main(master: str, objects: int, batch: int, size: int) -> None:
+def timed(one: Any, batches: list[list[str]], pipeline: int) -> tuple[list[float], int, float]:
+    """Runs `one` per batch, `pipeline` threads taking the batches in turn: (latencies, failures,
+    seconds)."""
+    import threading
+
+    latencies, errors = [0.0] * len(batches), [0] * pipeline
+
+    def stream(first: int) -> None:
+        for i in range(first, len(batches), pipeline):
+            t = time.perf_counter()
+            errors[first] += one(batches[i])
+            latencies[i] = time.perf_counter() - t
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=stream, args=(t,)) for t in range(1, pipeline)]
+    for thread in threads:
+        thread.start()
+    stream(0)
+    for thread in threads:
+        thread.join()
+    return latencies, sum(errors), time.perf_counter() - began
+
+
+def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -> None:
     import numpy as np
 
     s = store(master, 0)
@@ -84,13 +108,7 @@ def load_main(master: str, objects: int, batch: int, size: int) -> None:
         return sum(1 for there in s.batch_is_exist(b) if there != 1)
 
     for op, one in (("put", put), ("get", get), ("exists", exists)):
-        latencies, errors = [], 0
-        began = time.perf_counter()
-        for b in batches:
-            t = time.perf_counter()
-            errors += one(b)
-            latencies.append(time.perf_counter() - t)
-        elapsed = time.perf_counter() - began
+        latencies, errors, elapsed = timed(one, batches, pipeline)
         p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
         row = {
             "op": op,
@@ -99,6 +117,7 @@ def load_main(master: str, objects: int, batch: int, size: int) -> None:
             "p50_us": p50,
             "p99_us": p99,
             "errors": errors,
+            "pipeline": pipeline,
         }
         print(json.dumps(row), flush=True)
     s.close()
@@ -133,6 +152,7 @@ def orchestrate(args: argparse.Namespace) -> int:
             before = rss_bytes(master.pid)
             load = [*me, "--role", "load", "--master", address, "--objects", str(args.objects)]
             load += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
+            load += ["--pipeline", str(args.pipeline)]
             procs = [
                 subprocess.Popen(load, stdout=subprocess.PIPE, text=True, **quiet)  # type: ignore[call-overload]
                 for _ in range(args.clients)
@@ -156,6 +176,7 @@ def orchestrate(args: argparse.Namespace) -> int:
                     "p50_us": max(r["p50_us"] for r in rows),
                     "p99_us": max(r["p99_us"] for r in rows),
                     "errors": sum(r["errors"] for r in rows),
+                    "pipeline": args.pipeline,
                 }
             )
         )
@@ -170,17 +191,18 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--value-size", type=int, default=1024)
     p.add_argument("--clients", type=int, default=1)
+    p.add_argument("--pipeline", type=int, default=1, help="threads per load process, batches in turn")
     p.add_argument("--role", choices=["orchestrator", "storage", "load"], default="orchestrator")
     p.add_argument("--master", default="")
     p.add_argument("--segment", type=int, default=0)
     args = p.parse_args()
-    if min(args.objects, args.batch_size, args.value_size, args.clients) <= 0:
-        p.error("objects, batch size, value size and clients must be positive")
+    if min(args.objects, args.batch_size, args.value_size, args.clients, args.pipeline) <= 0:
+        p.error("objects, batch size, value size, clients and pipeline must be positive")
     if args.role == "storage":
         storage_main(args.master, args.segment)
         return 0
     if args.role == "load":
-        load_main(args.master, args.objects, args.batch_size, args.value_size)
+        load_main(args.master, args.objects, args.batch_size, args.value_size, args.pipeline)
         return 0
     return orchestrate(args)
 
