@@ -31,6 +31,12 @@ void register_hash_order(py::module_& m) {
           "add", [](PyHashOrder& o, std::string_view key, bool front) { o.order.add(o.hash(key), front); },
           py::arg("key"), py::arg("front") = false, "Puts the key last (or first), moving it if present.")
       .def(
+          "add_many",
+          [](PyHashOrder& o, const py::list& keys) {
+            for (const py::handle key : keys) o.order.add(o.hash(key.cast<std::string_view>()), false);
+          },
+          py::arg("keys"), "add() of each key, last, in order.")
+      .def(
           "add_hash", [](PyHashOrder& o, uint64_t h) { o.order.add(h, false); }, py::arg("h"),
           "Puts a hash last (one pop_first returned, from an order with the same seed).")
       .def(

@@ -163,6 +163,33 @@ void register_object_table(py::module_& m) {
           },
           py::arg("ref"), py::arg("segment"), py::arg("offset"), py::arg("slot"), py::arg("gen"))
       .def(
+          "drop_copies_on",
+          [](ObjectTable& t, uint32_t segment, const py::list& keys, bool tell) {
+            // A segment is gone: the copies on it of these objects go. Returns (dropped, bare, disk only):
+            // with `tell`, per copy dropped (key, offset, slot, gen), else nothing; the keys left with no
+            // copy and no disk record; the keys left with no copy in memory but a disk record.
+            py::list dropped, bare, disk_only;
+            std::vector<MemoryCopy> on_it;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              const Row row = t.find(key_of(key));
+              if (row == meta::kNoRow) continue;
+              on_it.clear();
+              for (size_t c = 0; c < t.copy_count(row); ++c) {
+                if (t.copy(row, c).segment == segment) on_it.push_back(t.copy(row, c));
+              }
+              if (on_it.empty()) continue;
+              const py::handle k(key);
+              for (const MemoryCopy& c : on_it) {
+                t.drop_copy(row, c);
+                if (tell) dropped.append(py::make_tuple(k, c.offset, c.slot, c.gen));
+              }
+              if (t.copy_count(row) == 0) (t.at(row).disk_segment == 0 ? bare : disk_only).append(k);
+            }
+            return py::make_tuple(dropped, bare, disk_only);
+          },
+          py::arg("segment"), py::arg("keys"), py::arg("tell"))
+      .def(
           "clear_copies", [](ObjectTable& t, Ref ref) { t.clear_copies(row_of(t, ref)); }, py::arg("ref"))
       .def(
           "linked",
@@ -235,6 +262,21 @@ void register_object_table(py::module_& m) {
             return true;
           },
           py::arg("order"), py::arg("key"), "Unlinks the object; False if it was not linked.")
+      .def(
+          "order_remove_many",
+          [](ObjectTable& t, int o, const py::list& keys) {
+            const Order order = order_of(o);
+            py::list removed;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              const Row row = t.find(key_of(key));
+              if (row == meta::kNoRow || !t.linked(order, row)) continue;
+              t.unlink(order, row);
+              removed.append(py::handle(key));
+            }
+            return removed;
+          },
+          py::arg("order"), py::arg("keys"), "order_remove of each key; the keys that were linked.")
       .def(
           "order_has",
           [](const ObjectTable& t, int o, std::string_view key) {
@@ -345,6 +387,20 @@ void register_object_table(py::module_& m) {
             return freed;
           },
           py::arg("key"))
+      .def(
+          "erase_many",
+          [](ObjectTable& t, const py::list& keys) {
+            // erase_key of each; the bytes they leave the stored total (absent keys count nothing).
+            uint64_t freed = 0;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
+              if (row == meta::kNoRow) continue;
+              if (t.at(row).complete) freed += t.at(row).size;
+              t.erase(row);
+            }
+            return freed;
+          },
+          py::arg("keys"))
       .def(
           "commit_many",
           [](ObjectTable& t, const py::list& keys) {

@@ -399,6 +399,12 @@ class DiskTier:
         if task is not None:
             self._finish(task, ok=False)
 
+    def forget_many(self, keys: list[str]) -> None:
+        """forget() of each key (only those it holds anything of are looked at)."""
+        gone = set(keys)
+        for key in (self.transient.keys() | self._by_key.keys()) & gone:
+            self.forget(key)
+
     def expire(self) -> None:
         now = self.clock()
         for task in [t for t in self.tasks.values() if t.deadline < now]:

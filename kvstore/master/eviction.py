@@ -36,6 +36,9 @@ class KeyOrder(Protocol):
     def discard(self, key: str) -> bool:
         """Removes the key; False if absent."""
 
+    def discard_many(self, keys: list[str]) -> list[str]:
+        """discard() of each key; the keys that were present."""
+
     def __contains__(self, key: object) -> bool: ...
 
     def __iter__(self) -> Iterator[str]: ...
@@ -68,6 +71,9 @@ class DictOrder:
 
     def discard(self, key: str) -> bool:
         return self._keys.pop(key, 0) is None
+
+    def discard_many(self, keys: list[str]) -> list[str]:
+        return [key for key in keys if self.discard(key)]
 
     def pop_first(self) -> str:
         return self._keys.popitem(last=False)[0]
@@ -106,6 +112,11 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def on_remove(self, key: str) -> None: ...
 
+    def on_remove_many(self, keys: list[str]) -> None:
+        """on_remove of each key (a lost segment's objects: one call for thousands)."""
+        for key in keys:
+            self.on_remove(key)
+
     @abstractmethod
     def candidates(self) -> Iterator[str]:
         """Keys, first to evict first. The caller stops iterating before it removes anything."""
@@ -136,6 +147,9 @@ class LRUPolicy(EvictionPolicy):
 
     def on_remove(self, key: str) -> None:
         self._order.discard(key)
+
+    def on_remove_many(self, keys: list[str]) -> None:
+        self._order.discard_many(keys)
 
     def candidates(self) -> Iterator[str]:
         return iter(self._order)
@@ -265,6 +279,10 @@ class AdaptivePolicy(EvictionPolicy):
         if self._order.discard(key):
             self._ghost.add(key)
             _trim(self._ghost, len(self._order))
+
+    def on_remove_many(self, keys: list[str]) -> None:
+        self._ghost.add_many(self._order.discard_many(keys))
+        _trim(self._ghost, len(self._order))
 
     def candidates(self) -> Iterator[str]:
         if not self._full:  # asked to evict: the cache is full, the shadows are now its size

@@ -173,6 +173,25 @@ class Ledger:
     def drop_replicas(self, key: str, replicas: Iterable[Replica]) -> None:
         self.apply([ReplicaDropped(key, r) for r in list(replicas)])
 
+    def drop_copies_on(self, seg: Segment, keys: list[str]) -> tuple[list[str], list[str]]:
+        """`seg` is gone (SegmentDropped): its copies of these objects go (ReplicaDropped each, in one
+        table crossing). Returns the keys left with no copy and no disk record, and those left on disk
+        only."""
+        tell = ReplicaDropped in self._watchers
+        dropped, bare, disk_only = self.objects.table.drop_copies_on(seg.id, keys, tell)
+        if dropped:
+            self._tell(
+                [ReplicaDropped(key, Replica(seg, offset, slot, gen)) for key, offset, slot, gen in dropped]
+            )
+        return bare, disk_only
+
+    def drop_objects(self, keys: list[str]) -> None:
+        """ObjectDropped of each key, applied in one table crossing (the records are made only for those
+        who watch them)."""
+        self.stored_bytes -= self.objects.table.erase_many(keys)
+        if ObjectDropped in self._watchers and keys:
+            self._tell([ObjectDropped(key) for key in keys])
+
     # -- space inside segments: the allocator picks an offset as it carves, so these make the records ---
     def take(self, seg: Segment, key: str, size: int) -> Replica:
         """Carves `size` bytes and a fence slot of `seg` for `key`, in a new generation (SpaceTaken). The

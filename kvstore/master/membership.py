@@ -8,6 +8,8 @@ from kvstore.master import restore
 from kvstore.master.model import Client, Segment
 from kvstore.master.state_core import StateCore
 
+DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
+
 
 class Membership(StateCore):
     def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
@@ -121,15 +123,11 @@ class Membership(StateCore):
         """Every replica on the segment disappears; objects left without a replica disappear too."""
         self.replicator.drop_segment(seg)
         self.restored_order.pop(seg.id, None)
-        for key in self.space.unmount(seg):
-            meta = self.objects.get(key)
-            if meta is None:
-                continue
-            self.ledger.drop_replicas(key, [r for r in meta.replicas if r.segment is seg])
-            if not meta.replicas and meta.disk is None:
-                self._delete(meta)
-            elif not meta.replicas:
-                self.policy.on_remove(key)  # on disk only now
+        keys = self.space.unmount(seg)
+        for at in range(0, len(keys), DROP_CHUNK):
+            bare, disk_only = self.ledger.drop_copies_on(seg, keys[at : at + DROP_CHUNK])
+            self._delete_bare(bare)
+            self.policy.on_remove_many(disk_only)  # on disk only now
         client = self.clients.get(seg.client_id)
         if client:
             client.segments.discard(seg.id)

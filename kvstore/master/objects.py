@@ -148,6 +148,9 @@ class TableOrder:
     def discard(self, key: str) -> bool:
         return self._table.order_remove(self._order, key)
 
+    def discard_many(self, keys: list[str]) -> list[str]:
+        return self._table.order_remove_many(self._order, keys)
+
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._table.order_has(self._order, key)
 

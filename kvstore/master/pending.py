@@ -61,6 +61,11 @@ class PutsInProgress:
             held[1] -= sum([new.size * len(new.replicas) for new in ended])
         return ended, missing
 
+    def pop_many(self, keys: list[str]) -> None:
+        """pop() of each of these keys that has a put in progress."""
+        for key in self._by_key.keys() & set(keys):
+            self.pop(key)
+
     def credit(self, seconds: float) -> None:
         """The master did not run for `seconds`: every put in progress has that much longer (O(1))."""
         self._credit += seconds

@@ -203,6 +203,14 @@ class Replicator:
         self.extra.discard(key)
         self.touched.discard(key)
 
+    def forget_many(self, keys: list[str]) -> None:
+        """forget() of each key (only those it holds anything of are looked at)."""
+        gone = set(keys)
+        for key in self._by_key.keys() & gone:
+            self.forget(key)
+        self.extra -= gone
+        self.touched -= gone
+
     def drop_segment(self, segment: Segment) -> None:
         """Copies to or from a vanished segment are cancelled (its space goes with it)."""
         for task in [t for t in self.tasks.values() if segment in (t.segment, t.source.segment)]:

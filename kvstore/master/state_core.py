@@ -108,6 +108,15 @@ class StateCore:
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
 
+    def _delete_bare(self, keys: list[str]) -> None:
+        """_delete of objects left with no replica and no disk record (their segment is gone: nothing
+        to fence), a batch at a time."""
+        self.policy.on_remove_many(keys)  # (while they are in the table: the policy's order is the table's)
+        self.ledger.drop_objects(keys)
+        self._pending.pop_many(keys)
+        self.replicator.forget_many(keys)
+        self.disk.forget_many(keys)
+
     @property
     def capacity(self) -> int:
         """Bytes of all mounted segments."""

@@ -214,6 +214,44 @@ def test_silent_client_is_dropped_with_its_replicas(clock: Clock) -> None:
     assert state.heartbeat("c1") is False
 
 
+def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
+    """A node's segment goes (its node dropped): objects with no other replica go with it (out of the table,
+    the eviction order, the stored bytes, the puts in progress), the others keep their other replica;
+    many at a time (kvstore.master.membership.DROP_CHUNK), each as _delete would."""
+    from kvstore.master import membership
+
+    state = make_state(clock, [("h0", 64 * MiB), ("h1", 64 * MiB)])
+    state.register_client("w", "h2")
+    chunk, membership.DROP_CHUNK = membership.DROP_CHUNK, 7  # several chunks
+    try:
+        on_c1 = []
+        for i in range(40):
+            placed = state.put_start("w", f"k{i}", 64 << 10, i, 2 if i % 4 == 0 else 1, False)
+            assert placed is not None
+            if i % 5 == 4:
+                continue  # left in progress
+            state.put_end("w", f"k{i}")
+            if len(placed) == 1 and placed[0].segment.client_id == "c1":
+                on_c1.append(f"k{i}")
+        stored = state.ledger.stored_bytes
+        in_progress_on_c1 = [
+            m.key for m in state._pending.values() if {r.segment.client_id for r in m.replicas} == {"c1"}
+        ]
+        state.drop_client("c1")
+    finally:
+        membership.DROP_CHUNK = chunk
+    assert on_c1 and in_progress_on_c1
+    for key in on_c1 + in_progress_on_c1:
+        assert key not in state.objects and key not in state.memory_order
+    assert state.ledger.stored_bytes == stored - len(on_c1) * (64 << 10)
+    assert state._pending.held("w")[0] == len(state._pending) == 8 - len(in_progress_on_c1)
+    for i in range(0, 40, 4):  # two replicas: the one on c0 stays, readable
+        meta = state.get_replicas(f"k{i}")
+        if i % 5 != 4:
+            assert meta is not None and [r.segment.client_id for r in meta.replicas] == ["c0"]
+    assert len(state.memory_order) == sum(1 for k in state.objects if state.objects[k].complete)
+
+
 def test_abandoned_put_is_reclaimed(clock: Clock) -> None:
     state = make_state(clock, [("h0", 2 * MiB)], put_timeout=30.0)
     state.put_start("c0", "k", 2 * MiB, 1, 1, False)
