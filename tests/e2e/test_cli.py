@@ -207,11 +207,24 @@ def test_bench_master_json() -> None:
     *rates, memory = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [r["op"] for r in rates] == ["put", "get", "exists"]
     for r in rates:
-        assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors"}
+        assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors", "pipeline"}
         assert r["clients"] == 2 and r["per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0 and r["errors"] == 0
+        assert r["pipeline"] == 1
     assert memory["objects"] == 6000 and isinstance(memory["rss_bytes_per_object"], float)
     # How long the master's loop was held: its longest turn, and its periodic and scrape tasks'.
     assert memory["loop_turn_max_ms"] > 0 and {"expire", "scrape_stats"} <= set(memory["task_max_ms"])
+
+
+def test_bench_master_pipelined() -> None:
+    """--pipeline: each load process keeps that many requests in flight; every key is still put once,
+    then found."""
+    args = ("--objects", "3000", "--batch-size", "250", "--pipeline", "3", "--ops", "put,get", "--json")
+    result = kvstore("bench", "master", *args, timeout=180)
+    assert result.returncode == 0, result.stderr
+    *rates, _ = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [(r["op"], r["pipeline"], r["errors"]) for r in rates] == [("put", 3, 0), ("get", 3, 0)]
+    refused = kvstore("bench", "master", "--pipeline", "65", timeout=60)
+    assert refused.returncode != 0 and "--pipeline is 1..64" in refused.stderr
 
 
 MOONCAKE_PYTHON = os.environ.get("MOONCAKE_PYTHON", "")
