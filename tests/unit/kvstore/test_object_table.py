@@ -216,3 +216,38 @@ def test_a_batch_lookup_encodes_the_reply_as_msgpack_python_would() -> None:
     # With `prefix`, every key after the first miss is nil, and not a use.
     reply, hits, _ = t.locate_many(keys, True, 10.0, 20.0, 60.0, 1e9, places, False)
     assert msgpack.unpackb(reply) == expected[:3] + [None] * 37 and hits == keys[:3]
+
+
+def test_batch_entry_points_are_all_or_nothing_and_agree_with_single_calls() -> None:
+    t = ObjectTable(seed=11)
+    rec = [(i * 64, i, 100 + i, f"r{i}", 64, i, i % 2 == 0, 9) for i in range(5)]
+    assert t.adopt_many(3, rec, 7, 1.5, 4) == 5 * 64  # the bytes added
+    ref = t.find("r2")
+    assert ref is not None and t.copies(ref) == [(3, 128, 2, 102)]
+    assert (t.complete(ref), t.pinned(ref), t.base_replicas(ref), t.writer(ref)) == (True, True, 4, 7)
+    with pytest.raises(ValueError):  # r0 is present: nothing of the batch is added
+        t.adopt_many(3, [(0, 9, 1, "new", 64, 1, False, 1), rec[0]], 7, 1.5, 4)
+    with pytest.raises(ValueError):  # a key twice in one batch
+        t.adopt_many(3, [(0, 9, 1, "x", 64, 1, False, 1), (64, 10, 1, "x", 64, 1, False, 1)], 7, 1.5, 4)
+    assert t.find("new") is None and t.find("x") is None and len(t) == 5
+    assert t.first_present(["a", "b", "r3", "r1"]) == 2 and t.first_present(["a"]) == 1
+    assert t.in_memory(["r0", "nope", "r4"]) == ["r0", "r4"]
+    # Copies on a lost segment: dropped; objects left with nothing, or on a disk only, named apart.
+    t.add_copy(t.find("r1"), 8, 0, 0, 1)
+    t.set_disk_segment(t.find("r3"), 2)
+    dropped, bare, disk_only = t.drop_copies_on(3, ["r0", "r1", "r3", "gone"], True)
+    assert sorted(dropped) == [("r0", 0, 0, 100), ("r1", 64, 1, 101), ("r3", 192, 3, 103)]
+    assert (bare, disk_only) == (["r0"], ["r3"]) and t.copies(t.find("r1")) == [(8, 0, 0, 1)]
+    assert t.drop_copies_on(3, ["r0", "r2"], False) == ([], ["r2"], [])  # (r0's went already; untold)
+    # Orders: added and removed in batches as one at a time; erase_many's bytes are the committed ones'.
+    t.order_add_many(EVICTION, ["r4", "r2", "r0"], False)
+    assert keys_in(t, EVICTION) == ["r4", "r2", "r0"]
+    assert t.order_remove_many(EVICTION, ["r2", "r1", "r2"]) == ["r2"] and keys_in(t, EVICTION) == [
+        "r4",
+        "r0",
+    ]
+    with pytest.raises(KeyError):
+        t.order_add_many(EVICTION, ["r1", "absent"], False)
+    assert keys_in(t, EVICTION) == ["r4", "r0"]  # (nothing linked: all or nothing)
+    assert t.erase_many(["r0", "r4", "absent"]) == 128 and len(t) == 3 and keys_in(t, EVICTION) == []
+    assert t.short_of_copies(["r1", "r2", "absent"]) == ["r1", "r2"]  # base 4, one copy each
