@@ -436,17 +436,23 @@ void register_object_table(py::module_& m) {
             //    needing replication's attention (as hot as `hot_heat`, below its replicas, or with a count
             //    set by change_replica).
             if (!(half_life > 0)) throw std::invalid_argument("half_life must be positive");
-            std::unordered_map<uint32_t, std::string> where_of;  // segment id -> its copies' first fields
-            for (const auto& [id, place] : places) {
-              const auto p = place.cast<py::tuple>();
-              if (p.size() != 4) throw std::invalid_argument("a place is (tier, host, engine, region)");
+            // Segment id -> its copies' first fields, encoded once per call for the segments the batch
+            // meets (`places` names every segment ever mounted: hundreds in a fleet).
+            std::unordered_map<uint32_t, std::string> where_of;
+            auto where = [&where_of, &places](uint32_t segment) -> const std::string& {
+              auto it = where_of.find(segment);
+              if (it != where_of.end()) return it->second;
+              PyObject* place = PyDict_GetItem(places.ptr(), py::int_(segment).ptr());  // borrowed
+              if (place == nullptr || !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 4)
+                throw std::logic_error("a copy's segment has no place (tier, host, engine, region)");
+              const auto p = py::reinterpret_borrow<py::tuple>(place);
               meta::MsgpackWriter w;
               w.uint(p[0].cast<uint64_t>());
               w.str(p[1].cast<std::string_view>());
               w.str(p[2].cast<std::string_view>());
               w.uint(p[3].cast<uint64_t>());
-              where_of.emplace(id.cast<uint32_t>(), w.data());
-            }
+              return where_of.emplace(segment, w.data()).first->second;
+            };
             const size_t n = static_cast<size_t>(PyList_GET_SIZE(keys.ptr()));
             meta::MsgpackWriter reply;
             reply.reserve(n * 64);
@@ -479,10 +485,8 @@ void register_object_table(py::module_& m) {
                 reply.array(static_cast<uint32_t>(copies));
                 for (size_t c = 0; c < copies; ++c) {
                   const MemoryCopy& m = t.copy(row, c);
-                  const auto place = where_of.find(m.segment);
-                  if (place == where_of.end()) throw std::logic_error("a copy's segment has no place");
                   reply.array(8);
-                  reply.raw(place->second);
+                  reply.raw(where(m.segment));
                   reply.uint(m.offset);
                   reply.uint(m.slot);
                   reply.uint(m.gen);
