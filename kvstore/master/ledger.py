@@ -314,7 +314,10 @@ class Ledger:
             seg = k.segment
             if self.segments.get(seg.id) is not seg:
                 continue
-            seg.slots.give_back(k.slot)
+            if seg.restoring is not None:  # being restored: the slot is not among those taken back
+                seg.restoring.discard(k.slot)
+            else:
+                seg.slots.give_back(k.slot)
             if k.held_offset is not None:
                 self.fences.held_bytes -= seg.allocator.block_size(k.held_offset)
                 seg.allocator.free(k.held_offset)

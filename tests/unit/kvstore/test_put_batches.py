@@ -132,3 +132,19 @@ def test_a_restore_takes_back_a_batch_as_it_would_one_record_at_a_time() -> None
     assert sorted(refused) == [5, 40, 42, 1 << 20]
     assert table["x44"][2:] == (True, min(9, MasterConfig.load().max_replicas))
     assert table["k3"][0] == [(1, 3 * 64 * KiB, 3)] and len(table) == 13
+
+
+def test_a_slot_freed_while_its_segment_is_restored_is_free_once_the_restore_ends() -> None:
+    """An object taken back is removed before its segment's restore ends: its node applies the kill, and
+    its fence slot is free afterwards (the restore's end once counted it as taken for good)."""
+    state = MasterState(MasterConfig.load(), clock=Clock())
+    state.register_client("n", "h")
+    seg_id = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+    records = [(i * 64 * KiB, i, 100 + i, f"k{i}", 64 * KiB, i, False, 1) for i in range(3, -1, -1)]
+    assert state.restore_segment("n", seg_id, records, last=False) == []
+    state.remove("k3", force=True)
+    kills = [k.id for k in state.space.fences.take("n", 1 << 20)]
+    state.space.acknowledge("n", kills)  # the node applied the kill of slot 3
+    assert state.restore_segment("n", seg_id, [], last=True) == []
+    seg = state.segments[seg_id]
+    assert seg.slots.in_use == seg.allocations == 3  # (slot 3 was the highest: it is handed out anew)
