@@ -24,6 +24,8 @@ from kvstore.master.objects import NewObject, ObjectMeta
 from kvstore.master.removal import Removal
 from kvstore.master.victims import RoomComing
 
+RUN_FIRST, MAX_RUN = 16, 4096  # items the first run of a put_start looks at; the most any looks at
+
 
 class Puts(Removal):  # puts evict for room
     def start_puts(
@@ -43,11 +45,14 @@ class Puts(Removal):  # puts evict for room
         self._client(client_id)  # only registered clients may write: the request fails, not each item
         started: dict[str, NewObject] = {}
         start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
-        try:
+        window = RUN_FIRST  # items a run looks at: twice the last run's, so a batch whose plain puts
+        try:  # are few and scattered costs O(items), not O(items^2)
             while len(out) < len(items):
-                if self._start_run(
-                    client_id, items, replicas, pin, min_replicas, wait_for_room, started, out
-                ):
+                taken = self._start_run(
+                    client_id, items, window, replicas, pin, min_replicas, wait_for_room, started, out
+                )
+                if taken:
+                    window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
                     continue
                 key, size, checksum = items[len(out)]  # one at a time: it fails, waits or evicts
                 try:
@@ -62,28 +67,32 @@ class Puts(Removal):  # puts evict for room
         self,
         client_id: str,
         items: Sequence[tuple[str, int, int]],
+        window: int,
         replicas: int,
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
         started: dict[str, NewObject],
         out: list[list[Replica] | KVStoreError | None],
-    ) -> bool:
-        """Starts the run of items from len(out) on that are new puts within the client's limits (keys
-        neither stored, started nor fencing): one placement call for those that fit now, evicting for
-        the rest one by one (RoomComing as _place raises it). Appends each one's replicas or error to
-        `out`. False when the first item is not one of those: _start takes it alone. Each item ends as
-        it would in _start."""
+    ) -> int:
+        """Starts the run of items from len(out) on (at most `window`) that are new puts within the
+        client's limits (keys neither stored, started nor fencing): one placement call for those that
+        fit now, evicting for the rest one by one (RoomComing as _place raises it). Appends each one's
+        replicas or error to `out`; returns how many. 0 when the first item is not one of those: _start
+        takes it alone. Each item ends as it would in _start."""
         if not 1 <= replicas <= self.config.max_replicas:
-            return False
-        rest = items[len(out) :]
+            return 0
+        first = items[len(out)][0]
+        if first in started or first in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
+            return 0
+        rest = items[len(out) : len(out) + window]
         keys = [item[0] for item in rest]
         sizes = [item[1] for item in rest]
         count = replicas
         if 0 < min_replicas < replicas:  # as many as usable segments allow: one count for the run
             count = max(min_replicas, min(replicas, self.space.usable_for(max(sizes))))
             if count != max(min_replicas, min(replicas, self.space.usable_for(min(sizes)))):
-                return False
+                return 0
         n = min(len(keys), self._within_limits(client_id, sizes, count))
         n = self.ledger.objects.table.first_present(keys[:n])
         if started:
@@ -93,11 +102,11 @@ class Puts(Removal):  # puts evict for room
             n = first_where(keys, n, fences.fencing)
         n = first_repeat(keys, n)  # a key twice: the second is a put in progress (_start says so)
         if n == 0:
-            return False
+            return 0
         try:
             self.space.check_fits(max(sizes[:n]), count)
         except KVStoreError:
-            return False
+            return 0
         placed = self.space.place_many(keys[:n], sizes[:n], count)
         now = self.clock()
         news: list[NewObject] = []
@@ -129,7 +138,7 @@ class Puts(Removal):  # puts evict for room
                 out.append(copies)
         finally:  # (a RoomComing above leaves those before it started: held, and recorded by the caller)
             self.space.holds.hold_many(news)
-        return True
+        return n
 
     def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
         """How many of the next puts of `sizes` (`count` replicas each) _check_put_limits lets through."""

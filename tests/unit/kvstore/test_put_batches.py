@@ -148,3 +148,17 @@ def test_a_slot_freed_while_its_segment_is_restored_is_free_once_the_restore_end
     assert state.restore_segment("n", seg_id, [], last=True) == []
     seg = state.segments[seg_id]
     assert seg.slots.in_use == seg.allocations == 3  # (slot 3 was the highest: it is handed out anew)
+
+
+def test_a_long_batch_of_scattered_new_puts_starts_as_one_at_a_time() -> None:
+    """Runs look at a window of items that doubles while runs fill it (kvstore.master.puts.RUN_FIRST):
+    a long batch, new keys among stored ones, starts exactly as its items would one at a time."""
+    batched, single = _state(client_put_bytes=64 * MiB), _state(client_put_bytes=64 * MiB)
+    stored = [(f"old{i % 6}", 512 * KiB, i % 6) for i in range(300)]  # offered again, the same bytes
+    items = [stored[i] if i % 3 == 1 else (f"n{i}", 4 * KiB, i) for i in range(300)]
+    items += [(f"m{i}", 4 * KiB, i) for i in range(700)]  # then a long run of new ones: windows 16, 32, ...
+    out: list[Any] = []
+    batched.start_puts("c0", items, 1, False, 0, False, out)
+    one_by_one = [single.put_start("c0", k, s, c, 1, False) for k, s, c in items]
+    assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
+    assert sum(1 for r in out if r is None) == 100  # the stored ones, offered again with the same bytes
