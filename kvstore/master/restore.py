@@ -16,6 +16,8 @@ from kvstore.master.changes import DiskRecordSet, ObjectRestored, ObjectsAdopted
 from kvstore.master.model import DiskSegment, Segment
 from kvstore.master.objects import NewObject
 
+RUN_FIRST, MAX_RUN = 16, 16384  # records the first run of a request looks at; the most any looks at
+
 if TYPE_CHECKING:
     from kvstore.master.state_core import StateCore
 
@@ -36,11 +38,12 @@ def restore_segment(
     # Memory's eviction order learns of them once the restore ends, oldest allocation first (they come
     # newest first): the order they were put in, not the reverse, and none is evicted half-restored.
     to_order = state.restored_order.setdefault(seg.id, [])
-    start = 0
+    start, window = 0, RUN_FIRST  # a run looks at twice the last one's records: O(records) whatever mix
     while start < len(records):
-        taken = _restore_unknown(state, seg, records, start, refused, to_order, now)
+        taken = _restore_unknown(state, seg, records[start : start + window], refused, to_order, now)
         if taken:
             start += taken
+            window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
             continue
         offset, slot, gen, key, size, checksum, pinned, base = records[start]
         start += 1
@@ -87,17 +90,17 @@ def restore_segment(
 def _restore_unknown(
     state: StateCore,
     seg: Segment,
-    records: list[tuple[int, int, int, str, int, int, bool, int]],
-    start: int,
+    rest: list[tuple[int, int, int, str, int, int, bool, int]],
     refused: list[int],
     to_order: list[tuple[int, str]],
     now: float,
 ) -> int:
-    """Takes back the run of records from `start` on whose keys this master does not know (nor fences,
-    nor sees twice in the run): what a restarted master's table is made of, a batch at a time (one
-    allocator call, one ledger record). Returns how many records it took or refused; 0 when the first
-    is not one of those (restore_segment takes it alone)."""
-    rest = records[start:]
+    """Takes back the leading run of `rest` whose keys this master does not know (nor fences, nor sees
+    twice in the run): what a restarted master's table is made of, a batch at a time (one allocator
+    call, one ledger record). Returns how many records it took or refused; 0 when the first is not one
+    of those (restore_segment takes it alone)."""
+    if rest[0][3] in state.ledger.objects:  # (a node back to a master that kept its table: cheap)
+        return 0
     keys = [r[3] for r in rest]
     n = state.ledger.objects.table.first_present(keys)
     fences = state.space.fences
