@@ -572,13 +572,13 @@ def test_status_without_a_master_is_a_clear_error() -> None:
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
-    """`kvstore bench master --json | head -1`: the next line finds the pipe closed; no traceback."""
+    """`kvstore bench master --json | head -1`: a line finds the pipe closed; no traceback. (The reader
+    goes before the first line: a reader that takes one line may still be there for the rest.)"""
     args = [sys.executable, "-m", "kvstore.cli", "bench", "master", "--objects", "2000", "--json"]
     with subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
-        assert proc.stdout.readline().startswith('{"op": "put"')
         proc.stdout.close()
         err = proc.stderr.read()
         assert proc.wait(timeout=120) == 1 and "Traceback" not in err, err
