@@ -9,6 +9,7 @@ A client opens with ``Hello``: a master speaking another PROTOCOL_VERSION refuse
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
@@ -44,6 +45,7 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 PROTOCOL_VERSION = 7
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
+_FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -261,14 +263,17 @@ class AwaitWork(Request):
         epoch, fences, holds, copies, drops, orders = _record(NodeWork, obj)
         if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders)):
             raise ProtocolError("master sent a malformed await_work reply")
-        # One hold per put object: checked in one pass (the catalog checks every field it reads back)
-        held = [
-            HeldReplica._make(h)
-            for h in holds
-            if type(h) is list and len(h) == HOLD_FIELDS and type(h[0]) is int and type(h[5]) is str
-        ]
-        if len(held) != len(holds):
+        # One hold per put object: checked in C loops over the batch (the catalog checks every field it
+        # reads back), made records by tuple.__new__ in one (a Python call each was a fifth of a node's
+        # work per put)
+        if holds and not (
+            set(map(type, holds)) == {list}
+            and set(map(len, holds)) == {HOLD_FIELDS}
+            and set(map(type, map(_FIRST, holds))) == {int}
+            and set(map(type, map(_KEY, holds))) == {str}
+        ):
             raise ProtocolError("master sent a malformed HeldReplica")
+        held = list(map(tuple.__new__, itertools.repeat(HeldReplica), holds))
         tasks = []
         for t in copies:
             task = _record(CopyTask, t)
