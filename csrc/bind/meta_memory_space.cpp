@@ -68,8 +68,7 @@ void register_memory_space(py::module_& m) {
                           "Every mounted memory segment's allocator and slots, and where new replicas go: "
                           "distinct segments, distinct hosts first, the emptiest first.")
       .def(py::init<>())
-      .def("add", &MemorySpace::add, py::arg("id"), py::arg("host"), py::arg("size"), py::arg("allocator"),
-           py::arg("slots"))
+      .def("add", &MemorySpace::add, py::arg("id"), py::arg("host"), py::arg("allocator"), py::arg("slots"))
       .def("remove", &MemorySpace::remove, py::arg("id"))
       .def("set_placeable", &MemorySpace::set_placeable, py::arg("id"), py::arg("placeable"))
       .def("__len__", &MemorySpace::size)

@@ -77,6 +77,18 @@ uint64_t u64_of(const py::object& value) {
   return v;
 }
 
+// The keys (of `keys`, in order) found in the table whose row passes `test` (which may change it).
+template <typename Test>
+py::list keys_where(const ObjectTable& t, const py::list& keys, Test test) {
+  py::list out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+    const Row row = t.find(key_of(key));
+    if (row != meta::kNoRow && test(row)) out.append(py::handle(key));
+  }
+  return out;
+}
+
 py::object ref_or_none(const ObjectTable& t, Row row) {
   return row == meta::kNoRow ? py::none() : py::object(py::int_(ref_of(t, row)));
 }
@@ -266,15 +278,11 @@ void register_object_table(py::module_& m) {
           "order_remove_many",
           [](ObjectTable& t, int o, const py::list& keys) {
             const Order order = order_of(o);
-            py::list removed;
-            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
-              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
-              const Row row = t.find(key_of(key));
-              if (row == meta::kNoRow || !t.linked(order, row)) continue;
+            return keys_where(t, keys, [&t, order](Row row) {
+              if (!t.linked(order, row)) return false;
               t.unlink(order, row);
-              removed.append(py::handle(key));
-            }
-            return removed;
+              return true;
+            });
           },
           py::arg("order"), py::arg("keys"), "order_remove of each key; the keys that were linked.")
       .def(
@@ -520,27 +528,13 @@ void register_object_table(py::module_& m) {
       .def(
           "in_memory",
           [](const ObjectTable& t, const py::list& keys) {
-            py::list out;
-            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
-              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
-              const Row row = t.find(key_of(key));
-              if (row != meta::kNoRow && t.at(row).complete && t.copy_count(row) > 0)
-                out.append(py::reinterpret_borrow<py::object>(key));
-            }
-            return out;
+            return keys_where(t, keys, [&t](Row row) { return t.at(row).complete && t.copy_count(row) > 0; });
           },
           py::arg("keys"), "The keys (of these, in order) of committed objects with a copy in memory.")
       .def(
           "short_of_copies",
           [](const ObjectTable& t, const py::list& keys) {
-            py::list out;
-            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
-              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
-              const Row row = t.find(key_of(key));
-              if (row != meta::kNoRow && t.copy_count(row) < t.at(row).base_replicas)
-                out.append(py::reinterpret_borrow<py::object>(key));
-            }
-            return out;
+            return keys_where(t, keys, [&t](Row row) { return t.copy_count(row) < t.at(row).base_replicas; });
           },
           py::arg("keys"),
           "The keys (of these, in the table) with fewer memory copies than their put asked for.")

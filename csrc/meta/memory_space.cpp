@@ -33,13 +33,13 @@ void SlotPool::restart(const std::vector<uint32_t>& taken) {
   next_ = next;
 }
 
-void MemorySpace::add(uint32_t id, std::string_view host, uint64_t size,
-                      std::shared_ptr<OffsetAllocator> allocator, std::shared_ptr<SlotPool> slots) {
+void MemorySpace::add(uint32_t id, std::string_view host, std::shared_ptr<OffsetAllocator> allocator,
+                      std::shared_ptr<SlotPool> slots) {
   for (const Entry& e : segments_) {
     if (e.id == id) throw std::invalid_argument("segment " + std::to_string(id) + " is placed already");
   }
   if (!allocator || !slots) throw std::invalid_argument("a segment needs an allocator and a slot pool");
-  segments_.push_back({id, host_number(host), size, true, std::move(allocator), std::move(slots)});
+  segments_.push_back({id, host_number(host), true, std::move(allocator), std::move(slots)});
 }
 
 void MemorySpace::remove(uint32_t id) {

@@ -49,7 +49,7 @@ struct Placed {
 
 class MemorySpace {
  public:
-  void add(uint32_t id, std::string_view host, uint64_t size, std::shared_ptr<OffsetAllocator> allocator,
+  void add(uint32_t id, std::string_view host, std::shared_ptr<OffsetAllocator> allocator,
            std::shared_ptr<SlotPool> slots);
   void remove(uint32_t id);
   // New replicas may go to it (usable, not being restored).
@@ -69,7 +69,6 @@ class MemorySpace {
   struct Entry {
     uint32_t id;
     uint32_t host;
-    uint64_t size;
     bool placeable;
     std::shared_ptr<OffsetAllocator> allocator;
     std::shared_ptr<SlotPool> slots;

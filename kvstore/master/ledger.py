@@ -104,7 +104,7 @@ class Ledger:
         if isinstance(seg, Segment):  # the table names replicas' segments by id
             self.objects.segments[seg.id] = seg
             self.objects.places[seg.id] = (seg.tier, seg.host_id, seg.engine, seg.region_id)
-            self.memory.add(seg.id, seg.host_id, seg.size, seg.allocator, seg.slots)
+            self.memory.add(seg.id, seg.host_id, seg.allocator, seg.slots)
             self.memory.set_placeable(seg.id, seg.placeable)
         else:
             self.objects.disks[seg.id] = seg

@@ -143,9 +143,7 @@ class Puts(Removal):  # puts evict for room
     def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
         """How many of the next puts of `sizes` (`count` replicas each) _check_put_limits lets through."""
         objects, held = self._pending.held(client_id)
-        space = self.space
-        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
-        most_bytes = self.config.client_put_bytes or space.capacity // 2
+        most_objects, most_bytes = self._put_limits()
         room = bisect.bisect_right(list(itertools.accumulate(sizes)), (most_bytes - held) // count)
         fits = min(most_objects - objects, room)
         return max(fits, 1 if objects == 0 else 0)  # a client with none in progress may start one
@@ -276,9 +274,7 @@ class Puts(Removal):  # puts evict for room
         objects, held = self._pending.held(client_id)
         if objects == 0:
             return
-        space = self.space
-        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
-        most_bytes = self.config.client_put_bytes or space.capacity // 2
+        most_objects, most_bytes = self._put_limits()
         if objects < most_objects and held + nbytes <= most_bytes:
             return
         if objects >= most_objects:
@@ -290,6 +286,13 @@ class Puts(Removal):  # puts evict for room
                 f"this client's puts in progress hold {held} bytes; {nbytes} more would pass its limit of "
                 f"{most_bytes}: end or revoke some first"
             )
+
+    def _put_limits(self) -> tuple[int, int]:
+        """(objects, bytes) a client's puts in progress may hold: objects at most half of all fence slots,
+        whatever the setting; bytes half the capacity unless set."""
+        space = self.space
+        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
+        return most_objects, self.config.client_put_bytes or space.capacity // 2
 
     def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
         if self._pending.writer(key) != client_id:

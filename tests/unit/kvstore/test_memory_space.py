@@ -32,7 +32,7 @@ def test_a_restart_frees_every_slot_below_the_highest_taken_back_but_those() -> 
 def _space(*segments: tuple[int, str, int], alignment: int = 64, slots: int = 1 << 10) -> MemorySpace:
     space = MemorySpace()
     for seg_id, host, size in segments:
-        space.add(seg_id, host, size, OffsetAllocator(size, alignment), SlotPool(slots))
+        space.add(seg_id, host, OffsetAllocator(size, alignment), SlotPool(slots))
     return space
 
 
@@ -63,7 +63,7 @@ def test_room_is_counted_as_the_allocator_rounds_it() -> None:
 def test_a_batch_stops_before_the_first_object_that_does_not_fit_and_carves_nothing_for_it() -> None:
     alloc, slots = OffsetAllocator(4 * KiB, 64), SlotPool(2)
     space = MemorySpace()
-    space.add(1, "a", 4 * KiB, alloc, slots)
+    space.add(1, "a", alloc, slots)
     placed, (segments, offsets, _) = space.place_many([KiB, KiB, KiB], 1)
     assert placed == 2 and segments == [1, 1] and offsets == [0, KiB]  # the third: no slot left
     assert alloc.used == 2 * KiB and slots.in_use == 2
@@ -79,4 +79,4 @@ def test_segments_not_placeable_or_removed_get_nothing() -> None:
     space.set_placeable(1, True)
     assert space.place(KiB, 1)[0] == [1]
     with pytest.raises(ValueError):
-        space.add(1, "a", KiB, OffsetAllocator(KiB, 64), SlotPool(1))
+        space.add(1, "a", OffsetAllocator(KiB, 64), SlotPool(1))
