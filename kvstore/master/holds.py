@@ -17,6 +17,7 @@ after its kill.
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import Callable
 
 from kvstore.master.model import Replica
@@ -30,8 +31,10 @@ class HoldBook:
     def __init__(self, wake: Callable[[str], None], clock: Callable[[], float]) -> None:
         self._wake = wake  # wakes the node's parked work poll (a dictionary miss when none is parked)
         self._seq = 0
-        # client -> (region, slot) -> (seq, object, replica), oldest first
-        self._queued: dict[str, dict[tuple[int, int], tuple[int, ObjectMeta | NewObject, Replica]]] = {}
+        # client -> (region, slot) -> (seq, object, replica), oldest first. OrderedDicts: a plain dict
+        # emptied from the front finds its first entry by scanning the deleted ones before it, which made
+        # acknowledging a node's holds quadratic in the holds queued since the dict last compacted.
+        self._queued: dict[str, OrderedDict[tuple[int, int], tuple[int, ObjectMeta | NewObject, Replica]]] = {}
         self._acks = AckWaiters(self._lowest, clock)
         self.sent = 0
 
@@ -44,7 +47,7 @@ class HoldBook:
             self._seq += 1
             queue = queued.get(seg.client_id)
             if queue is None:
-                queue = queued[seg.client_id] = {}
+                queue = queued[seg.client_id] = OrderedDict()
             # What the node is told is built when it is sent (take): the put path only queues. The queue
             # stays in the order of the numbers (a slot held again goes to the end): see _lowest.
             where = (seg.region_id, replica.slot)
@@ -64,7 +67,7 @@ class HoldBook:
                 seq += 1
                 queue = queued.get(seg.client_id)
                 if queue is None:
-                    queue = queued[seg.client_id] = {}
+                    queue = queued[seg.client_id] = OrderedDict()
                 nodes.add(seg.client_id)
                 where = (seg.region_id, replica.slot)
                 queue.pop(where, None)  # (see hold_all)
@@ -120,10 +123,10 @@ class HoldBook:
         """The node has every hold numbered up to `through`."""
         queue = self._queued.get(client_id)
         while queue:
-            first = next(iter(queue))
-            if queue[first][0] > through:
+            where, held = next(iter(queue.items()))
+            if held[0] > through:
                 break
-            del queue[first]
+            del queue[where]
         self._acks.check(client_id)
 
     def drop_client(self, client_id: str) -> None:
