@@ -31,6 +31,7 @@ import msgpack
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
 from kvstore.master.handlers import Handlers
+from kvstore.master.process import settle_collector
 from kvstore.master.state import MasterState
 from kvstore.rpc import messages as m
 
@@ -62,7 +63,7 @@ def main() -> int:
     state.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
     holds = state.space.holds
     gc.collect()
-    gc.freeze()  # as the master process does once started (kvstore.master.process)
+    settle_collector()  # as the master process does once started
     before = rss_bytes()
     began = time.perf_counter()
     for start in range(0, n, args.batch_size):
@@ -123,6 +124,7 @@ def readmit(state: MasterState, n: int) -> float:
         frames.append(msgpack.packb([1, "restore_segment", params]))
     del records
     gc.collect()
+    settle_collector()  # as a master that just started: what came before is out of the collector's way
     began = time.perf_counter()
     for frame in frames:
         msg_id, method, params = rpc.parse_request(rpc.unpack(frame))
