@@ -49,6 +49,7 @@ core = extension(
         "csrc/cuda/*.cpp",
         "csrc/transport/**/*.cpp",
         "csrc/engine/*.cpp",
+        "csrc/topology/*.cpp",
         "csrc/bind/module.cpp",
         "csrc/bind/bind_*.cpp",
     ),

@@ -681,6 +681,27 @@ def _run_config(args: argparse.Namespace) -> int:
     return print_config(args.component, args.variables, args.json)
 
 
+def _add_topology(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "topology", help="this host's NICs, GPUs and NUMA nodes, and the NICs per location"
+    )
+    p.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree (default: /sys)")
+    p.add_argument("--nics", help="NICs to use, as KVSTORE_NICS (default: that variable)")
+    p.add_argument("--json", action="store_true", help="one JSON object keyed by location")
+
+
+def _run_topology(args: argparse.Namespace) -> int:
+    from transfer_engine import EngineConfig
+    from transfer_engine.topology import discover
+    from transfer_engine.topology_report import print_topology
+
+    if not os.path.isdir(args.sysfs_root):
+        raise InvalidArgumentError(f"--sysfs-root {args.sysfs_root!r} is not a directory")
+    nics = args.nics if args.nics is not None else EngineConfig.load().nics
+    print_topology(discover(args.sysfs_root, nics), args.json)
+    return 0
+
+
 def _run_default_bench(args: argparse.Namespace) -> int:
     """`kvstore bench`: the store and transfer benches on the embedded default, one summary table."""
     from kvstore.bench import report
@@ -707,6 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node(commands)
     _add_status(commands)
     _add_config(commands)
+    _add_topology(commands)
     return parser
 
 
@@ -726,6 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("node", None): _run_node,
         ("status", None): _run_status,
         ("config", None): _run_config,
+        ("topology", None): _run_topology,
     }
     runner = runners.get((args.command, getattr(args, "bench", None)))
     try:

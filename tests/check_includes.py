@@ -20,12 +20,13 @@ ALLOWED = {
         "cuda",
     },  # the run-time-loaded CUDA driver: below core, which pins and (later) moves GPU memory
     "core": {"common", "cuda", "core"},
-    "transport": {"common", "cuda", "core", "transport"},
-    "engine": {"common", "cuda", "core", "transport", "engine"},
-    "bind": {"common", "cuda", "core", "transport", "engine", "bind", "storage", "meta"},
+    "topology": {"common", "topology"},  # the host's NICs, GPUs and NUMA nodes, read from sysfs
+    "transport": {"common", "cuda", "core", "topology", "transport"},
+    "engine": {"common", "cuda", "core", "topology", "transport", "engine"},
+    "bind": {"common", "cuda", "core", "topology", "transport", "engine", "bind", "storage", "meta"},
     "storage": {"common", "storage"},
     "meta": {"common", "storage", "meta"},  # the master's tables, over storage's allocator; no data plane
-    "tools": {"common", "core", "transport", "bind", "tools"},
+    "tools": {"common", "core", "topology", "transport", "bind", "tools"},
 }
 # Headers of transport/ that name no concrete transport: the interface and the registration list.
 TRANSPORT_API = {

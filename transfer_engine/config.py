@@ -20,6 +20,7 @@ from typing import Any
 from transfer_engine import _core
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.settings import CODE, DEFAULT, Origin, SettingInfo, Settings, coerce, setting
+from transfer_engine.topology import NicSelection
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,12 @@ class EngineConfig(Settings):
     peer_pin_timeout: float = setting(
         5.0, "How long unregistering a region waits for same-host peers' copies to finish.", "seconds"
     )
+    nics: str = setting(
+        "",
+        "NICs this host's transfers may use: net devices, RDMA devices or PCI addresses, comma-separated "
+        "(only those), or the same after ^ (all but those); empty: every NIC with a PCI device. "
+        "`kvstore topology` shows the choice.",
+    )
     transports: dict[str, TransportSettings] = field(
         default_factory=lambda: {spec.name: TransportSettings(spec) for spec in transport_specs()}
     )
@@ -182,6 +189,7 @@ class EngineConfig(Settings):
             )
         if self.transport != "auto" and not self.transports[self.transport]["enabled"]:
             raise InvalidArgumentError(f"transport {self.transport!r} is chosen but disabled")
+        NicSelection.parse(self.nics)
         if not 1 <= self.copy_threads <= 64:
             raise InvalidArgumentError(f"copy_threads must be 1..64, got {self.copy_threads}")
         for name in ("transfer_timeout", "handshake_timeout", "peer_pin_timeout"):

@@ -12,6 +12,7 @@ void bind_transports(py::module_& m);
 void bind_checksum(py::module_& m);
 void bind_disk(py::module_& m);
 void bind_cuda(py::module_& m);
+void bind_topology(py::module_& m);
 }  // namespace kvs::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -25,4 +26,5 @@ PYBIND11_MODULE(_core, m) {
   kvs::bind::bind_checksum(m);
   kvs::bind::bind_disk(m);
   kvs::bind::bind_cuda(m);
+  kvs::bind::bind_topology(m);
 }

@@ -47,6 +47,7 @@ EXTENSION_GATES = {
         "transfer_engine.checksum",
         "transfer_engine.disk",
         "transfer_engine.cuda",
+        "transfer_engine.topology",
     },
     "transfer_engine._tools": {"transfer_engine.bench"},
     "kvstore._meta": {"kvstore.allocator", "kvstore.master.objects", "kvstore.master.eviction"},
