@@ -22,9 +22,23 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
 "$python" --version
 
-step "build and install (offline: the build needs setuptools and pybind11 already present)"
+step "build and install (offline: scikit-build-core, pybind11, cmake and ninja come from the machine or .whl/)"
 "$python" -m venv --system-site-packages "$work/venv" || exit 1
 py="$work/venv/bin/python"
+# What the machine lacks of the build's tools comes from .whl/ (bench/gpu_wheels.sh fills it; carry it).
+missing() {  # whether build tool $1 is missing here
+  case "$1" in
+    cmake | ninja) ! command -v "$1" >/dev/null ;;
+    *) ! "$py" -c "import ${1//-/_}" 2>/dev/null ;;
+  esac
+}
+export PATH="$work/venv/bin:$PATH"  # (cmake and ninja installed from .whl/ land there)
+for tool in scikit-build-core pybind11 cmake ninja; do
+  if missing "$tool"; then
+    "$py" -m pip install -q --no-index --find-links "$root/.whl" "$tool" ||
+      { echo "no $tool here and none in .whl/: run bench/gpu_wheels.sh and carry .whl"; exit 1; }
+  fi
+done
 "$py" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$work/dist" "$root" || exit 1
 "$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore-*.whl || exit 1
 "$py" -c "from transfer_engine import cuda; cuda.require(); print('CUDA driver loaded,', cuda.device_count(), 'GPU(s)')" ||
