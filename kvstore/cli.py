@@ -685,7 +685,7 @@ def _add_topology(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "topology", help="this host's NICs, GPUs and NUMA nodes, and the NICs per location"
     )
-    p.add_argument("--sysfs-root", default="/sys", help="read this sysfs tree (default: /sys)")
+    p.add_argument("--sysfs-root", help="read this sysfs tree (default: KVSTORE_SYSFS_ROOT, else /sys)")
     p.add_argument("--nics", help="NICs to use, as KVSTORE_NICS (default: that variable)")
     p.add_argument("--json", action="store_true", help="one JSON object keyed by location")
 
@@ -695,10 +695,11 @@ def _run_topology(args: argparse.Namespace) -> int:
     from transfer_engine.topology import discover
     from transfer_engine.topology_report import print_topology
 
-    if not os.path.isdir(args.sysfs_root):
-        raise InvalidArgumentError(f"--sysfs-root {args.sysfs_root!r} is not a directory")
-    nics = args.nics if args.nics is not None else EngineConfig.load().nics
-    print_topology(discover(args.sysfs_root, nics), args.json)
+    config = EngineConfig.load()
+    root = args.sysfs_root or config.sysfs_root
+    if not os.path.isdir(root):
+        raise InvalidArgumentError(f"sysfs root {root!r} is not a directory")
+    print_topology(discover(root, args.nics if args.nics is not None else config.nics), args.json)
     return 0
 
 

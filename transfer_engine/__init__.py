@@ -3,6 +3,7 @@
 from transfer_engine.config import EngineConfig, TransportSettings, transport_names
 from transfer_engine.engine import (
     BatchHandle,
+    NicAddress,
     Op,
     Peer,
     Region,
@@ -32,6 +33,7 @@ __all__ = [
     "EngineConfig",
     "InvalidArgumentError",
     "KVStoreError",
+    "NicAddress",
     "NoMemoryError",
     "NotFoundError",
     "NotSupportedError",

@@ -126,9 +126,12 @@ class EngineConfig(Settings):
     )
     nics: str = setting(
         "",
-        "NICs this host's transfers may use: net devices, RDMA devices or PCI addresses, comma-separated "
-        "(only those), or the same after ^ (all but those); empty: every NIC with a PCI device. "
-        "`kvstore topology` shows the choice.",
+        "NICs this engine may use and advertises to peers: net devices, RDMA devices or PCI addresses, "
+        "comma-separated (only those), or the same after ^ (all but those); empty: every NIC with a PCI "
+        "device. `kvstore topology` shows the choice.",
+    )
+    sysfs_root: str = setting(
+        "/sys", "Where this host's sysfs is read (NICs, GPUs, NUMA nodes); tests point it at fake trees."
     )
     transports: dict[str, TransportSettings] = field(
         default_factory=lambda: {spec.name: TransportSettings(spec) for spec in transport_specs()}
@@ -198,6 +201,7 @@ class EngineConfig(Settings):
 
     def to_core(self) -> dict[str, Any]:
         """Keyword arguments of the C++ engine."""
+        selection = NicSelection.parse(self.nics)
         return {
             "host": self.host,
             "port": self.port,
@@ -206,4 +210,7 @@ class EngineConfig(Settings):
             "handshake_timeout_ms": round(self.handshake_timeout * 1000),
             "peer_pin_timeout_ms": round(self.peer_pin_timeout * 1000),
             "transport_options": {name: block.to_core() for name, block in self.transports.items()},
+            "nics": list(selection.names),
+            "nics_exclude": selection.exclude,
+            "sysfs_root": self.sysfs_root,
         }

@@ -75,6 +75,22 @@ class RemoteRegion:
 
 
 @dataclass(frozen=True)
+class NicAddress:
+    """One address of a NIC an engine may use (KVSTORE_NICS), as its descriptor advertises it."""
+
+    name: str  # net device
+    rdma_device: str  # "" when it has none
+    address: str
+    prefix_len: int
+    numa_node: int  # -1: unknown
+    speed_mbps: int  # -1: unknown
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> NicAddress:
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
 class Peer:
     """An opened peer: another engine, in this process, on this host or on another one."""
 
@@ -86,6 +102,7 @@ class Peer:
     # `transport`, then any dearer one carrying memory kinds it cannot move (cuda_ipc: a same-host peer's
     # GPU memory); each request goes by the first that moves its pair of kinds
     transports: tuple[str, ...] = ()
+    nics: tuple[NicAddress, ...] = ()  # the NICs of its host it may use, per address
 
     def region(self, region_id: int | None = None) -> RemoteRegion:
         """The region with this id, or the first (largest-first is not implied) when id is None."""
@@ -206,6 +223,12 @@ class TransferEngine:
     def host_id(self) -> str:
         """Same value on every engine that can reach this one by shared memory (host + network namespace)."""
         return str(self._core_engine().descriptor()["host_id"])
+
+    @property
+    def nics(self) -> list[NicAddress]:
+        """The NICs of this host the engine may use (KVSTORE_NICS), once per address: what its
+        descriptor advertises to peers (`kvstore topology` shows how they were chosen)."""
+        return [NicAddress.of(n) for n in self._core_engine().descriptor()["nics"]]
 
     # -- memory ----------------------------------------------------------------------------------
     @property
@@ -375,6 +398,7 @@ class TransferEngine:
                 RemoteRegion(r["id"], r["length"], r["kind"], r["shareable"], r["base"])
                 for r in info["regions"]
             ),
+            nics=tuple(NicAddress.of(n) for n in info["nics"]),
         )
         return peer
 

@@ -60,6 +60,11 @@ class Nic:
     pci_chain: tuple[str, ...]  # its PCI ancestors and itself, the root port first
 
     @property
+    def usable(self) -> bool:
+        """Not down (a virtual device's "unknown" counts as up)."""
+        return self.state != "down"
+
+    @property
     def label(self) -> str:
         return self.name or self.rdma_device
 

@@ -40,6 +40,18 @@ py::dict descriptor_dict(const Engine& engine, const EngineDescriptor& s) {
   py::dict sections;  // what each transport offers, as far as this engine can read it
   for (const auto& [name, body] : s.sections) sections[py::str(name)] = engine.describe_section(name, body);
   d["transports"] = sections;
+  py::list nics;
+  for (const auto& n : s.nics) {
+    py::dict nic;
+    nic["name"] = n.name;
+    nic["rdma_device"] = n.rdma_device;
+    nic["address"] = n.address;
+    nic["prefix_len"] = n.prefix_len;
+    nic["numa_node"] = n.numa_node;
+    nic["speed_mbps"] = n.speed_mbps;
+    nics.append(nic);
+  }
+  d["nics"] = nics;
   return d;
 }
 
@@ -92,7 +104,9 @@ void bind_engine(py::module_& m) {
   py::class_<Engine>(m, "Engine", "The transfer engine core.")
       .def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
                        int handshake_timeout_ms, int peer_pin_timeout_ms,
-                       const std::map<std::string, std::map<std::string, int64_t>>& transport_options) {
+                       const std::map<std::string, std::map<std::string, int64_t>>& transport_options,
+                       const std::vector<std::string>& nics, bool nics_exclude,
+                       const std::string& sysfs_root) {
              EngineConfig c;
              c.host = host;
              c.port = port;
@@ -101,10 +115,16 @@ void bind_engine(py::module_& m) {
              c.handshake_timeout_ms = handshake_timeout_ms;
              c.peer_pin_timeout_ms = peer_pin_timeout_ms;
              c.transport_options = transport_options;
+             c.nic_names = nics;
+             c.nic_exclude = nics_exclude;
+             c.sysfs_root = sysfs_root;
              return std::make_unique<Engine>(c);
            }),
            py::arg("host"), py::arg("port"), py::arg("transport"), py::arg("copy_threads"),
            py::arg("handshake_timeout_ms"), py::arg("peer_pin_timeout_ms"), py::arg("transport_options"),
+           py::arg("nics") = std::vector<std::string>{}, py::arg("nics_exclude") = false,
+           py::arg("sysfs_root") = "/sys",
+           "nics: the NICs to use (or, with nics_exclude, to leave out); "
            "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())

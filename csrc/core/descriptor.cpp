@@ -13,6 +13,8 @@ constexpr uint32_t kMaxRegions = 1u << 16;
 constexpr uint32_t kMaxSections = 64;
 constexpr uint32_t kMaxString = 4096;
 constexpr uint32_t kMaxSection = 1u << 16;
+constexpr uint32_t kMaxNics = 1024;
+constexpr uint32_t kMaxName = 256;
 }  // namespace
 
 const RegionInfo* EngineDescriptor::find_region(uint64_t id) const {
@@ -49,6 +51,15 @@ std::vector<char> encode_descriptor(const EngineDescriptor& d) {
   for (const auto& [name, body] : d.sections) {
     w.put_string(name);
     w.put_string(std::string(body.begin(), body.end()));
+  }
+  w.put<uint32_t>(static_cast<uint32_t>(d.nics.size()));
+  for (const auto& nic : d.nics) {
+    w.put_string(nic.name);
+    w.put_string(nic.rdma_device);
+    w.put_string(nic.address);
+    w.put<uint8_t>(nic.prefix_len);
+    w.put<int32_t>(nic.numa_node);
+    w.put<int64_t>(nic.speed_mbps);
   }
   return std::move(w.bytes());
 }
@@ -91,6 +102,19 @@ StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size) {
     std::string name = r.get_string(kMaxString);
     std::string body = r.get_string(kMaxSection);
     d.sections[name] = std::vector<char>(body.begin(), body.end());
+  }
+  const auto nics = r.get<uint32_t>();
+  if (!r.ok() || nics > kMaxNics) return Status(Code::kProtocolError, "malformed descriptor NIC list");
+  for (uint32_t i = 0; i < nics && r.ok(); ++i) {
+    NicAddress nic;
+    nic.name = r.get_string(kMaxName);
+    nic.rdma_device = r.get_string(kMaxName);
+    nic.address = r.get_string(kMaxName);
+    nic.prefix_len = r.get<uint8_t>();
+    nic.numa_node = r.get<int32_t>();
+    nic.speed_mbps = r.get<int64_t>();
+    if (nic.prefix_len > 128) return Status(Code::kProtocolError, "descriptor NIC prefix length over 128");
+    d.nics.push_back(std::move(nic));
   }
   if (!r.ok() || !r.at_end()) return Status(Code::kProtocolError, "malformed descriptor body");
   return d;

@@ -13,7 +13,18 @@
 
 namespace kvs {
 
-constexpr uint16_t kDescriptorVersion = 2;
+constexpr uint16_t kDescriptorVersion = 3;  // 3: the NICs of the engine's host
+
+// One address of a NIC of the engine's host (a NIC with two addresses is listed twice): what a peer needs
+// to pick the remote end of a path (same subnet or rail first) and to weigh it.
+struct NicAddress {
+  std::string name;         // net device
+  std::string rdma_device;  // "" when it has none
+  std::string address;      // "10.0.0.2", "fd00::2"
+  uint8_t prefix_len = 0;
+  int32_t numa_node = -1;
+  int64_t speed_mbps = -1;
+};
 
 struct EngineDescriptor {
   uint64_t engine_id = 0;           // random per engine; equal ids mean the same process
@@ -21,6 +32,7 @@ struct EngineDescriptor {
   std::string name;                 // "host:port" of the engine's handshake endpoint
   std::vector<RegionInfo> regions;  // exported regions only
   std::map<std::string, std::vector<char>> sections;  // transport name -> its own encoded data
+  std::vector<NicAddress> nics;  // the host's NICs this engine may use (KVSTORE_NICS), per address
 
   const RegionInfo* find_region(uint64_t id) const;
   const std::vector<char>* section(const std::string& transport) const;

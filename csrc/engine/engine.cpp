@@ -4,6 +4,8 @@
 #include <unordered_map>
 
 #include "engine/bootstrap.h"
+#include "topology/addresses.h"
+#include "topology/topology.h"
 #include "transport/registration.h"
 
 namespace kvs {
@@ -68,6 +70,19 @@ Clock::duration backoff(int failures) {
   return std::chrono::milliseconds(std::min<int64_t>(2000, int64_t{50} << std::min(failures - 1, 6)));
 }
 
+// The NICs of this host the engine may use, once per address, as its descriptor advertises them.
+std::vector<NicAddress> host_nics(const EngineConfig& config) {
+  const topology::Topology t =
+      topology::discover(config.sysfs_root, topology::NicSelection{config.nic_names, config.nic_exclude});
+  std::vector<NicAddress> out;
+  for (const auto& a : topology::advertised(t, topology::interface_addresses())) {
+    out.push_back(NicAddress{a.nic->name, a.nic->rdma_device, a.address.address,
+                             static_cast<uint8_t>(a.address.prefix_len), a.nic->numa_node,
+                             a.nic->speed_mbps});
+  }
+  return out;
+}
+
 }  // namespace
 
 Engine::Engine(EngineConfig config)
@@ -116,6 +131,7 @@ Status Engine::start() {
                                                 : "unknown transport '" + config_.transport + "'");
     }
   }
+  nics_ = host_nics(config_);
   bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
                                                  config_.handshake_timeout_ms);
   Status st = bootstrap_->start(config_.host, config_.port);
@@ -165,6 +181,7 @@ EngineDescriptor Engine::descriptor() const {
     if (!section.empty()) d.sections[t.entry->name] = std::move(section);
   }
   d.regions = registry_->exported();
+  d.nics = nics_;
   return d;
 }
 

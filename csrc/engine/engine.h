@@ -31,6 +31,10 @@ struct EngineConfig {
   int copy_threads = 2;            // workers for memory-to-memory copies
   int handshake_timeout_ms = 5000;
   int peer_pin_timeout_ms = 5000;  // how long unregister waits for same-host peers' copies
+  // The NICs it may use and advertises (KVSTORE_NICS): those named, or all but those with nic_exclude.
+  std::vector<std::string> nic_names;
+  bool nic_exclude = false;
+  std::string sysfs_root = "/sys";
   // Per-transport settings, by transport name then setting name (see transport_options()).
   std::map<std::string, std::map<std::string, int64_t>> transport_options;
 };
@@ -114,6 +118,7 @@ class Engine {
   uint64_t id_;
   std::string name_;
   std::string host_id_;
+  std::vector<NicAddress> nics_;  // found at start
   std::shared_ptr<MemoryRegistry> registry_;
   std::unique_ptr<CopyPool> pool_;
   std::vector<Running> transports_;  // sorted by cost

@@ -183,6 +183,28 @@ def test_kvstore_topology_prints_json_keyed_by_location_and_tables(
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_an_engine_advertises_the_addresses_of_the_nics_it_may_use(tmp_path: Path) -> None:
+    """Its descriptor lists each chosen, usable NIC once per address (no loopback, no link-local); a
+    peer reads the same list; KVSTORE_NICS leaving every NIC out leaves it empty."""
+    from transfer_engine import TransferEngine
+
+    names = [nic.name for nic in discover().nics if nic.usable and nic.name]
+    with TransferEngine() as engine, TransferEngine(transport="tcp") as reader:
+        nics = engine.nics
+        assert {nic.name for nic in nics} <= set(names)
+        for nic in nics:
+            assert nic.address and not nic.address.startswith(("127.", "fe80")) and nic.address != "::1"
+            assert 0 < nic.prefix_len <= 128
+        assert reader.open_peer(engine.name).nics == tuple(nics)
+    if names:
+        with TransferEngine(nics="^" + ",".join(names)) as engine:
+            assert engine.nics == []
+    fake = FakeSysfs(tmp_path)  # a tree with no NIC: nothing to advertise, whatever the host has
+    fake.numa_node(0, "0")
+    with TransferEngine(sysfs_root=str(tmp_path)) as engine:
+        assert engine.nics == []
+
+
 def test_this_hosts_own_topology_is_read_without_error() -> None:
     t = discover()
     assert isinstance(t, Topology) and t.locations
