@@ -33,7 +33,9 @@ missing() {  # whether build tool $1 is missing here
   esac
 }
 export PATH="$work/venv/bin:$PATH"  # (cmake and ninja installed from .whl/ land there)
-for tool in scikit-build-core pybind11 cmake ninja; do
+# (and so do the runtime and test packages the machine's Python lacks)
+for tool in scikit-build-core pybind11 cmake ninja numpy msgpack xxhash rich prometheus-client pytest \
+  pytest-timeout hypothesis; do
   if missing "$tool"; then
     "$py" -m pip install -q --no-index --find-links "$root/.whl" "$tool" ||
       { echo "no $tool here and none in .whl/: run bench/gpu_wheels.sh and carry .whl"; exit 1; }
@@ -41,12 +43,12 @@ for tool in scikit-build-core pybind11 cmake ninja; do
 done
 "$py" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$work/dist" "$root" || exit 1
 "$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore-*.whl || exit 1
+cd "$work" || exit 1  # (from the checkout, its own transfer_engine/ would shadow the installed one)
 "$py" -c "from transfer_engine import cuda; cuda.require(); print('CUDA driver loaded,', cuda.device_count(), 'GPU(s)')" ||
   exit 1
 
 step "tests: gpu-marked, pinned memory"
 ln -s "$root/tests" "$work/tests"
-cd "$work" || exit 1
 export KVSTORE_TEST_INSTALLED=1 KVSTORE_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1
 timeout 300 "$py" -m pytest -c "$root/pyproject.toml" --rootdir "$work" -p no:cacheprovider -q \
   -m "gpu or not gpu" tests/unit/transfer_engine/test_cuda.py tests/unit/transfer_engine/test_pinned.py \
