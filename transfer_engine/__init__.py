@@ -4,6 +4,7 @@ from transfer_engine.config import EngineConfig, TransportSettings, transport_na
 from transfer_engine.engine import (
     BatchHandle,
     NicAddress,
+    PathInfo,
     Op,
     Peer,
     Region,
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidArgumentError",
     "KVStoreError",
     "NicAddress",
+    "PathInfo",
     "NoMemoryError",
     "NotFoundError",
     "NotSupportedError",

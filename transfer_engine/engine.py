@@ -56,6 +56,7 @@ class Region:
     array: np.ndarray | None = None
     owner: Any = None  # keeps a registered Python buffer alive while registered
     pinned_by: str = "none"  # allocated pinned: how it was page-locked ("cuda" or "mlock")
+    numa_node: int = -1  # host memory's NUMA node (picks the NICs its transfers leave on); -1: unknown
 
     def address(self, offset: int = 0) -> int:
         if not 0 <= offset <= self.length:
@@ -88,6 +89,31 @@ class NicAddress:
     @classmethod
     def of(cls, raw: dict[str, Any]) -> NicAddress:
         return cls(**raw)
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """One path of a link to a peer (local NIC -> the peer's NIC) and what it carried."""
+
+    transport: str
+    local_nic: str  # "" when the kernel chooses the route (no NIC shares a subnet with the peer)
+    local_address: str
+    remote_nic: str
+    remote_address: str  # "host:port"
+    up: bool
+    connections: int  # live ones
+    bytes: int  # moved by slices that completed on it
+    slices: int
+    failures: int  # times it went down
+    failovers: int  # slices it lost that were sent again on another path
+
+
+def _numa_node(node: int | None) -> int:
+    if node is None:
+        return -1
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < 4096:
+        raise InvalidArgumentError(f"numa_node must be a NUMA node number (0-4095), not {node!r}")
+    return node
 
 
 @dataclass(frozen=True)
@@ -236,13 +262,18 @@ class TransferEngine:
         """The transports this engine runs (enabled ones), cheapest first."""
         return list(self._core_engine().transports())
 
-    def register(self, buffer: Any, *, kind: str = "host", export: bool = False) -> Region:
+    def register(
+        self, buffer: Any, *, kind: str = "host", export: bool = False, numa_node: int | None = None
+    ) -> Region:
         """Registers a numpy array, bytearray, memoryview or other contiguous host buffer.
 
         `export=True` lets peers read and write it (by region id and key); by default only this engine's
         own transfers use it. A read-only buffer (bytes, a read-only array) is registered read-only:
-        transfers may read it, never write into it, and it cannot be exported.
+        transfers may read it, never write into it, and it cannot be exported. `numa_node` says which
+        NUMA node the memory is on (its transfers leave on the NICs near it: Mooncake's "cpu:N"
+        location); by default the kernel is asked where its first page lies.
         """
+        node = _numa_node(numa_node)
         try:
             array = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
         except (TypeError, ValueError) as exc:
@@ -254,19 +285,28 @@ class TransferEngine:
             raise InvalidArgumentError("a read-only buffer cannot be exported: peers could write into it")
         flat = array.reshape(-1).view(np.uint8)
         info = self._core_engine().register(
-            flat.ctypes.data, flat.nbytes, self._host_kind(kind), export, read_only
+            flat.ctypes.data, flat.nbytes, self._host_kind(kind), export, read_only, node
         )
         return self._add(info, array=flat, owner=buffer)
 
     def register_ptr(
-        self, ptr: int, length: int, *, kind: str = "host", export: bool = False, read_only: bool = False
+        self,
+        ptr: int,
+        length: int,
+        *,
+        kind: str = "host",
+        export: bool = False,
+        read_only: bool = False,
+        numa_node: int | None = None,
     ) -> Region:
         """Registers raw memory by address, of any memory kind (host, host-pinned, gpu:N, file). The
         caller keeps it valid until :meth:`unregister`; host memory must be mapped. Transports that
-        cannot reach a kind refuse requests on it at submit (NOT_SUPPORTED). Not exported unless asked."""
+        cannot reach a kind refuse requests on it at submit (NOT_SUPPORTED). Not exported unless asked.
+        `numa_node`: as for :meth:`register`."""
         if not 0 < ptr < 2**64 or not 0 < length < 2**63:
             raise InvalidArgumentError("ptr and length must be positive (and fit in 64 bits)")
-        return self._add(self._core_engine().register(ptr, length, kind, export, read_only))
+        node = _numa_node(numa_node)
+        return self._add(self._core_engine().register(ptr, length, kind, export, read_only, node))
 
     def register_file(self, path: str, *, export: bool = True) -> Region:
         """Registers a file or block device (opened read-only with O_DIRECT) as a region of kind file:
@@ -362,6 +402,7 @@ class TransferEngine:
             array=array,
             owner=owner,
             pinned_by=info.get("pinned_by", "none"),
+            numa_node=info.get("numa_node", -1),
         )
         self._regions[region.id] = region
         return region
@@ -380,6 +421,11 @@ class TransferEngine:
         """Connects to a peer engine ("host:port"), learning its regions in a handshake. `transport`
         forces one (default: the engine's setting, usually auto)."""
         return self._peer(self._core_engine().open_peer(name, transport or self.config.transport))
+
+    def paths(self, peer: Peer) -> list[PathInfo]:
+        """The paths this engine's links to `peer` use (one per pair of NICs on a shared subnet, else
+        one) and what each carried: bytes, slices, times it went down, slices moved off it."""
+        return [PathInfo(**raw) for raw in self._core_engine().peer_paths(peer.handle)]
 
     def refresh_peer(self, peer: Peer) -> Peer:
         """Re-reads a peer's regions (after it registered more) and reconnects."""

@@ -26,6 +26,7 @@ py::dict region_dict(const RegionInfo& r) {
   d["exported"] = r.exported;
   d["read_only"] = r.read_only;
   d["shareable"] = r.shareable;
+  d["numa_node"] = r.numa_node;
   return d;
 }
 
@@ -132,13 +133,14 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("id", &Engine::id)
       .def(
           "register",
-          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported,
-             bool read_only) {
+          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported, bool read_only,
+             int32_t numa_node) {
             const MemoryLocation location = value_or_throw(parse_location(kind));
-            return region_dict(value_or_throw(e.registry().add(addr, length, location, exported, read_only)));
+            return region_dict(
+                value_or_throw(e.registry().add(addr, length, location, exported, read_only, numa_node)));
           },
-          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"),
-          py::arg("read_only") = false)
+          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"), py::arg("read_only") = false,
+          py::arg("numa_node") = -1, "numa_node: host memory's NUMA node (-1: found from the memory itself).")
       .def(
           "register_file",
           [](Engine& e, const std::string& path, bool exported) {
@@ -281,6 +283,28 @@ void bind_engine(py::module_& m) {
             return d;
           },
           py::arg("handle"))
+      .def(
+          "peer_paths",
+          [](Engine& e, uint32_t handle) {
+            py::list out;
+            for (const auto& [transport, p] : value_or_throw(e.peer_paths(handle))) {
+              py::dict d;
+              d["transport"] = transport;
+              d["local_nic"] = p.local_nic;
+              d["local_address"] = p.local_address;
+              d["remote_nic"] = p.remote_nic;
+              d["remote_address"] = p.remote_address;
+              d["up"] = p.up;
+              d["connections"] = p.connections;
+              d["bytes"] = p.bytes;
+              d["slices"] = p.slices;
+              d["failures"] = p.failures;
+              d["failovers"] = p.failovers;
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("handle"), "The paths of the peer's links and what each carried.")
       .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
            py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"), py::arg("fence_slots") = py::none(),
            py::arg("fence_gens") = py::none(),

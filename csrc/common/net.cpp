@@ -80,7 +80,7 @@ StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound
   return fd;
 }
 
-StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms) {
+StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms, const std::string& source) {
   auto resolved = resolve(host, port, false);
   if (!resolved.ok()) return resolved.status();
   addrinfo* ai = resolved.value();
@@ -88,6 +88,22 @@ StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms
   if (fd < 0) {
     freeaddrinfo(ai);
     return errno_status(Code::kIoError, "socket");
+  }
+  if (!source.empty()) {
+    // Leave from this address (a path's local NIC), on any free port.
+    auto local = resolve(source, 0, true);
+    Status st = local.ok() ? Status::OK() : local.status();
+    if (st.ok()) {
+      if (bind(fd, local.value()->ai_addr, local.value()->ai_addrlen) != 0) {
+        st = errno_status(Code::kConnectionFailed, "bind to " + source);
+      }
+      freeaddrinfo(local.value());
+    }
+    if (!st.ok()) {
+      freeaddrinfo(ai);
+      close(fd);
+      return st;
+    }
   }
   int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
   freeaddrinfo(ai);
@@ -99,7 +115,11 @@ StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms
   }
   if (rc != 0) {
     pollfd pfd{fd, POLLOUT, 0};
-    rc = poll(&pfd, 1, timeout_ms);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    do {  // (again when a signal cuts the wait short)
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      rc = poll(&pfd, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    } while (rc < 0 && errno == EINTR);
     int err = 0;
     socklen_t len = sizeof(err);
     if (rc == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);

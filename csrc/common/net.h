@@ -3,12 +3,24 @@
 
 #include <sys/uio.h>
 
+#include <cerrno>
+
 #include <cstdint>
 #include <string>
 
 #include "common/status.h"
 
 namespace kvs {
+
+// Runs a system call again while a signal interrupts it: a signal handler installed by Python (or any
+// library in the process) makes whichever thread it lands on return EINTR from a blocking call.
+template <typename Call>
+auto retry_on_signal(Call call) {
+  for (;;) {
+    auto result = call();
+    if (result >= 0 || errno != EINTR) return result;
+  }
+}
 
 struct HostPort {
   std::string host;
@@ -17,7 +29,8 @@ struct HostPort {
 
 StatusOr<HostPort> parse_host_port(const std::string& text);
 StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port);
-StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms);
+// source: the local address to leave from ("" lets the kernel choose).
+StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms, const std::string& source = "");
 // No delay, the poll interval as send/receive timeout, and socket buffers of buffer_bytes (0 leaves the
 // kernel's autotuning; larger buffers lift loopback throughput ~15-20% here).
 void tune_data_socket(int fd, int poll_ms, int buffer_bytes);

@@ -1,6 +1,16 @@
 #include "core/memory.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace kvs {
+
+int numa_node_of(const void* addr) {
+  constexpr unsigned long kNodeOfAddress = 1 | 2;  // MPOL_F_NODE | MPOL_F_ADDR (no libnuma needed)
+  int node = -1;
+  if (syscall(SYS_get_mempolicy, &node, nullptr, 0, const_cast<void*>(addr), kNodeOfAddress) != 0) return -1;
+  return node;
+}
 
 const char* kind_name(MemoryKind kind) {
   switch (kind) {

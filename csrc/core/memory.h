@@ -31,6 +31,9 @@ struct MemoryLocation {
   bool operator==(const MemoryLocation& o) const { return kind == o.kind && device == o.device; }
 };
 
+// The NUMA node holding the page at addr (faulted in if it was not yet), -1 when the kernel cannot say.
+int numa_node_of(const void* addr);
+
 // "host", "host-pinned", "gpu:N", "file".
 StatusOr<MemoryLocation> parse_location(const std::string& text);
 std::string location_name(const MemoryLocation& location);

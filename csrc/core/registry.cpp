@@ -70,6 +70,8 @@ StatusOr<RegionInfo> MemoryRegistry::add_file(const std::string& path, bool expo
   std::lock_guard<std::mutex> lock(mu_);
   info.id = next_id_++;
   info.key = random_u64();
+  const bool host = info.location.kind == MemoryKind::kHost || info.location.kind == MemoryKind::kHostPinned;
+  if (host && info.numa_node < 0) info.numa_node = numa_node_of(reinterpret_cast<const void*>(info.base));
   auto region = std::make_shared<Region>(info, -1, false);
   region->file_ = std::move(file.value());
   by_id_[info.id] = region;  // no address: never in by_base_ (no local transfer can name it)
@@ -116,7 +118,7 @@ bool mapped(uint64_t base, uint64_t length) {
 }  // namespace
 
 StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryLocation location,
-                                         bool exported, bool read_only) {
+                                         bool exported, bool read_only, int32_t numa_node) {
   if (base == 0 || length == 0) return Status(Code::kInvalidArgument, "null or empty region");
   if (base + length < base) return Status(Code::kInvalidArgument, "region wraps the address space");
   if (read_only && exported) {
@@ -142,6 +144,7 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
   info.location = location;
   info.exported = exported;
   info.read_only = read_only;
+  info.numa_node = numa_node;
   return insert(std::move(info), -1, false);
 }
 

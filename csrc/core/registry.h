@@ -30,6 +30,9 @@ struct RegionInfo {
   bool read_only = false;   // transfers may read it, never write it (never exported)
   bool shareable = false;   // backed by a memfd that same-host peers may map
   uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
+  // Host memory's NUMA node (given at registration, else where its first page lies); -1: unknown. Local
+  // only (not in the descriptor): it picks the NICs a transfer from this memory leaves on.
+  int32_t numa_node = -1;
 };
 
 class Region {
@@ -94,9 +97,10 @@ class MemoryRegistry {
   MemoryRegistry& operator=(const MemoryRegistry&) = delete;
 
   // Registers caller-owned memory. Ranges may not overlap an existing region; host memory must be
-  // mapped. A read-only region is never exported and never the destination of a transfer.
+  // mapped. A read-only region is never exported and never the destination of a transfer. numa_node -1:
+  // found from the memory itself.
   StatusOr<RegionInfo> add(uint64_t base, uint64_t length, MemoryLocation location, bool exported,
-                           bool read_only = false);
+                           bool read_only = false, int32_t numa_node = -1);
   // Allocates pre-faulted memfd-backed host memory owned by the registry (shareable with same-host peers).
   // With fence_slots > 0 the region is carved into fenced allocations (see core/fence.h). `pinned`
   // page-locks it (kind host-pinned; see core/host_pinning.h) or fails saying why.

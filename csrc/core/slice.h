@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/batch.h"
+#include "core/memory.h"
 
 namespace kvs {
 
@@ -19,6 +20,10 @@ struct Slice {
   uint64_t length = 0;
   uint32_t fence_slot = 0;  // the allocation the request names in a fenced region (core/fence.h)
   uint64_t fence_gen = 0;   // 0: none named
+  // Where the local memory is (which NICs are near it): gpu:N, else host memory on local_numa (-1: unknown).
+  MemoryLocation local_location;
+  int32_t local_numa = -1;
+  uint8_t attempts = 0;  // paths it was already sent on and lost with (a transport's failover bound)
 
   void done(const Status& status) const { batch->slice_done(request, status); }
 };

@@ -17,6 +17,7 @@ struct Engine::Waiting {
   TransferOp op = TransferOp::kRead;
   uint64_t local = 0;
   MemoryLocation local_location;
+  int32_t local_numa = -1;
   uint64_t region_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
@@ -71,9 +72,7 @@ Clock::duration backoff(int failures) {
 }
 
 // The NICs of this host the engine may use, once per address, as its descriptor advertises them.
-std::vector<NicAddress> host_nics(const EngineConfig& config) {
-  const topology::Topology t =
-      topology::discover(config.sysfs_root, topology::NicSelection{config.nic_names, config.nic_exclude});
+std::vector<NicAddress> host_nics(const topology::Topology& t) {
   std::vector<NicAddress> out;
   for (const auto& a : topology::advertised(t, topology::interface_addresses())) {
     out.push_back(NicAddress{a.nic->name, a.nic->rdma_device, a.address.address,
@@ -96,7 +95,10 @@ Engine::Engine(EngineConfig config)
     if (find_transport(name) == nullptr)
       config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");
   }
-  TransportContext context{id_, host_id_, config_.host, registry_, pool_.get()};
+  auto host = std::make_shared<const topology::Topology>(
+      topology::discover(config_.sysfs_root, topology::NicSelection{config_.nic_names, config_.nic_exclude}));
+  nics_ = host_nics(*host);
+  TransportContext context{id_, host_id_, config_.host, registry_, pool_.get(), nics_, host};
   for (const TransportEntry* entry : registered_transports()) {
     auto it = config_.transport_options.find(entry->name);
     auto options =
@@ -131,7 +133,6 @@ Status Engine::start() {
                                                 : "unknown transport '" + config_.transport + "'");
     }
   }
-  nics_ = host_nics(config_);
   bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
                                                  config_.handshake_timeout_ms);
   Status st = bootstrap_->start(config_.host, config_.port);
@@ -320,6 +321,21 @@ StatusOr<std::vector<std::string>> Engine::peer_transports(uint32_t handle) {
   return names;
 }
 
+StatusOr<std::vector<std::pair<std::string, PathStats>>> Engine::peer_paths(uint32_t handle) {
+  auto peer = peer_at(handle);
+  if (!peer.ok()) return peer.status();
+  std::vector<Link> links;
+  {
+    std::lock_guard<std::mutex> lock(peer.value()->mu);
+    links = peer.value()->links;
+  }
+  std::vector<std::pair<std::string, PathStats>> out;
+  for (const auto& link : links) {
+    for (auto& path : link.channel->paths()) out.emplace_back(link.transport->entry->name, std::move(path));
+  }
+  return out;
+}
+
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   auto batch = std::make_shared<Batch>(b.count, deadline);
@@ -343,9 +359,10 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       continue;
     }
     const MemoryLocation location = pin.value().info().location;
+    const int32_t numa = pin.value().info().numa_node;
     batch->hold_pin(std::move(pin.value()));
     by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
-                                          b.local_addrs[i], location, b.region_ids[i], b.offsets[i],
+                                          b.local_addrs[i], location, numa, b.region_ids[i], b.offsets[i],
                                           b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
                                           b.fence_gens ? b.fence_gens[i] : 0});
   }
@@ -492,6 +509,8 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       s.length = std::min(step, w.length - done);
       s.fence_slot = w.fence_slot;
       s.fence_gen = w.fence_gen;
+      s.local_location = w.local_location;
+      s.local_numa = w.local_numa;
       slices[chosen].push_back(std::move(s));
     }
   }

@@ -81,6 +81,8 @@ class Engine {
   StatusOr<EngineDescriptor> peer_descriptor(uint32_t handle);
   // The peer's transports, its own first, then any dearer one carrying kinds the first cannot move.
   StatusOr<std::vector<std::string>> peer_transports(uint32_t handle);
+  // The paths of each of the peer's links (transport name, path) and what each carried.
+  StatusOr<std::vector<std::pair<std::string, PathStats>>> peer_paths(uint32_t handle);
 
   // Returns at once. Requests for a peer whose link is down (or that names a region this engine has
   // not heard of yet) wait for a reconnection made on another thread; its failure fails them.
@@ -118,7 +120,7 @@ class Engine {
   uint64_t id_;
   std::string name_;
   std::string host_id_;
-  std::vector<NicAddress> nics_;  // found at start
+  std::vector<NicAddress> nics_;  // found when constructed
   std::shared_ptr<MemoryRegistry> registry_;
   std::unique_ptr<CopyPool> pool_;
   std::vector<Running> transports_;  // sorted by cost

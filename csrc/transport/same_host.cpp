@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/bytes.h"
+#include "common/net.h"
 
 namespace kvs {
 namespace {
@@ -63,7 +64,7 @@ bool send_grant(int fd, uint64_t id, const Grant& grant) {
     cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
     std::memcpy(CMSG_DATA(cm), grant.fds, sizeof(int) * nfds);
   }
-  return sendmsg(fd, &msg, MSG_NOSIGNAL) >= 0;
+  return retry_on_signal([&] { return sendmsg(fd, &msg, MSG_NOSIGNAL); }) >= 0;
 }
 
 Status receive_grant(int sock, uint64_t expected_id, Grant* grant) {
@@ -75,7 +76,7 @@ Status receive_grant(int sock, uint64_t expected_id, Grant* grant) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  const ssize_t n = retry_on_signal([&] { return recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); });
   cmsghdr* cm = n >= 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
   if (cm != nullptr && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
     const size_t count = std::min<size_t>(2, (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
@@ -133,7 +134,7 @@ void GrantServer::loop() {
 
 void GrantServer::serve(int fd) {
   std::vector<char> request(4 + 16 * kMaxGrantsPerRequest);
-  const ssize_t n = recv(fd, request.data(), request.size(), 0);
+  const ssize_t n = retry_on_signal([&] { return recv(fd, request.data(), request.size(), 0); });
   if (n < 4) return;
   ByteReader r(request.data(), static_cast<size_t>(n));
   const auto count = r.get<uint32_t>();
@@ -197,8 +198,10 @@ StatusOr<PeerGrants> request_grants(const std::string& socket_name,
   if (sock < 0) return errno_status(Code::kIoError, "unix socket");
   set_timeouts(sock, 2);
   Status st;
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL) < 0) {
+  // (a connect cut short by a signal goes on in the background: a second call says it is done)
+  const int connected = retry_on_signal([&] { return connect(sock, reinterpret_cast<sockaddr*>(&addr), len); });
+  if ((connected != 0 && errno != EISCONN) ||
+      retry_on_signal([&] { return send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL); }) < 0) {
     st = errno_status(Code::kConnectionFailed, "same-host handshake with " + peer_name);
   }
   PeerGrants out;
@@ -271,7 +274,7 @@ PeerProcess::~PeerProcess() {
 
 bool PeerProcess::alive() const {
   pollfd pfd{fd_, POLLIN, 0};  // a pidfd turns readable when the process exits
-  return poll(&pfd, 1, 0) == 0;
+  return retry_on_signal([&] { return poll(&pfd, 1, 0); }) == 0;
 }
 
 SameHostTransport::SameHostTransport(std::string name, uint8_t version, const TransportContext& context,

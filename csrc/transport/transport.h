@@ -17,6 +17,7 @@
 #include "core/options.h"
 #include "core/registry.h"
 #include "core/slice.h"
+#include "topology/topology.h"
 
 namespace kvs {
 
@@ -41,6 +42,22 @@ struct TransportContext {
   std::string listen_host;  // address the engine serves on; transports that listen use it too
   std::shared_ptr<MemoryRegistry> registry;
   CopyPool* pool = nullptr;
+  std::vector<NicAddress> nics;  // this host's NICs the engine may use (KVSTORE_NICS), per address
+  std::shared_ptr<const topology::Topology> topology;  // which of them are near which memory
+};
+
+// One path of a channel (local NIC -> remote NIC) and what it carried, for stats and tests.
+struct PathStats {
+  std::string local_nic;  // "" when the kernel chooses (one path, no NIC in common)
+  std::string local_address;
+  std::string remote_nic;
+  std::string remote_address;  // "host:port"
+  bool up = true;
+  int connections = 0;       // live ones
+  uint64_t bytes = 0;        // moved by slices that completed on it
+  uint64_t slices = 0;       // completed on it
+  uint64_t failures = 0;     // times it went down
+  uint64_t failovers = 0;    // slices it lost that were sent again on another path
 };
 
 // A transport's link to one peer engine. Thread-safe.
@@ -51,6 +68,8 @@ class Channel {
   virtual void submit(std::vector<Slice>&& slices) = 0;
   // False once the link is broken for good; the engine then opens a new one.
   virtual bool healthy() const = 0;
+  // Its paths; empty for a transport without NIC paths (same-host ones).
+  virtual std::vector<PathStats> paths() const { return {}; }
 };
 
 class Transport {

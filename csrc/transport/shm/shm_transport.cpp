@@ -46,6 +46,7 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
     iovec remote{reinterpret_cast<void*>(remote_base + slice.offset + done), slice.length - done};
     const ssize_t n = slice.op == TransferOp::kRead ? process_vm_readv(pid, &local, 1, &remote, 1, 0)
                                                     : process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       st = errno == ESRCH ? Status(Code::kConnectionFailed, "peer process is gone")
                           : errno_status(Code::kIoError, "process_vm_readv/writev");

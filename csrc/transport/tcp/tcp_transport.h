@@ -1,82 +1,9 @@
-// Initiator side of the TCP transport: per peer, several connections; each has a sender thread
-// (requests, write payloads) and a receiver thread (replies, read payloads straight into the
-// destination), so slices are pipelined on every connection.
+// The TCP transport: per peer, one path per pair of NICs on a shared subnet (else one path), each with
+// its own connections (tcp_channel.h); the target serves every request through the registry's checks
+// (tcp_server.h).
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
-#include <vector>
-
-#include "transport/tcp/tcp_config.h"
-#include "transport/tcp/wire.h"
 #include "transport/transport.h"
-
-namespace kvs::tcp {
-
-// Connects, says HELLO and checks the peer is still the engine `engine_id`; returns the socket.
-StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
-                              const TcpConfig& config);
-
-class TcpConnection {
- public:
-  TcpConnection(int fd, const TcpConfig& config);
-  ~TcpConnection();
-  TcpConnection(const TcpConnection&) = delete;
-  TcpConnection& operator=(const TcpConnection&) = delete;
-
-  void enqueue(std::vector<Slice>&& slices, uint64_t bytes);
-  bool dead() const { return dead_.load(); }
-  // It died because the peer stopped answering (not a reset): the peer as a whole is unresponsive.
-  bool unresponsive() const { return unresponsive_.load(); }
-  uint64_t load() const { return load_bytes_.load(); }
-
- private:
-  void send_loop();
-  void recv_loop();
-  // Registers a slice as outstanding and sends it; the caller holds send_mu_.
-  void dispatch(Slice&& slice);
-  Status send_slice(const Slice& slice, uint64_t request_id);
-  Status receive_reply(const FrameHeader& header);
-  void fail(const Status& status);
-  void finish(const Slice& slice, const Status& status);
-
-  int fd_;
-  TcpConfig config_;
-  std::atomic<bool> unresponsive_{false};
-  std::atomic<bool> dead_{false};
-  std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> load_bytes_{0};  // queued + outstanding, for choosing a connection
-
-  std::mutex send_mu_;  // whoever writes to the socket: the sender thread or an inline submitter
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Slice> queue_;
-
-  std::mutex outstanding_mu_;
-  std::unordered_map<uint64_t, Slice> outstanding_;
-  uint64_t next_request_id_ = 1;
-  std::atomic<int64_t> last_progress_ns_{0};
-
-  std::thread sender_;
-  std::thread receiver_;
-};
-
-class TcpChannel : public Channel {
- public:
-  explicit TcpChannel(std::vector<std::unique_ptr<TcpConnection>> connections);
-  void submit(std::vector<Slice>&& slices) override;
-  bool healthy() const override;
-
- private:
-  std::vector<std::unique_ptr<TcpConnection>> conns_;
-};
-
-}  // namespace kvs::tcp
 
 namespace kvs {
 const TransportEntry& tcp_transport_entry();

@@ -1,0 +1,287 @@
+#include "transport/tcp/tcp_connection.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/net.h"
+
+namespace kvs::tcp {
+namespace {
+
+constexpr uint64_t kInlineWriteBytes = 256 << 10;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+Status recv_payload(int fd, char* dst, uint64_t length, const TcpConfig& config) {
+  int stalled = 0;
+  return recv_exact(fd, dst, length, [&](size_t) { return ++stalled < config.max_stalls(); });
+}
+
+}  // namespace
+
+StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
+                              const TcpConfig& config, const std::string& source) {
+  auto fd = tcp_connect(host, port, config.connect_timeout_ms, source);
+  if (!fd.ok()) return fd.status();
+  tune_data_socket(fd.value(), config.poll_ms, config.socket_buffer);
+  char raw[kHeaderSize];
+  FrameHeader hello;
+  hello.opcode = Opcode::kHello;
+  encode_header(hello, raw);
+  Status st = send_all(fd.value(), raw, kHeaderSize, config.max_stalls());
+  int stalled = 0;
+  auto keep_waiting = [&](size_t) { return ++stalled < config.max_stalls(); };
+  if (st.ok()) st = recv_exact(fd.value(), raw, kHeaderSize, keep_waiting);
+  if (st.ok()) {
+    auto header = decode_header(raw, kHeaderSize, config.max_payload);
+    uint64_t peer_id = 0;
+    if (!header.ok()) {
+      st = header.status();
+    } else if (header.value().opcode != Opcode::kHelloAck || header.value().length != sizeof(peer_id)) {
+      st = Status(Code::kProtocolError, "peer did not answer HELLO with its engine id");
+    } else {
+      st = recv_exact(fd.value(), &peer_id, sizeof(peer_id), keep_waiting);
+      if (st.ok() && peer_id != engine_id) {
+        st = Status(Code::kConnectionFailed, "peer " + host + ":" + std::to_string(port) + " restarted");
+      }
+    }
+  }
+  if (!st.ok()) {
+    close(fd.value());
+    return st;
+  }
+  return fd.value();
+}
+
+TcpConnection::TcpConnection(int fd, const TcpConfig& config, std::shared_ptr<PathCounters> counters,
+                             LostSlices on_lost)
+    : fd_(fd), config_(config), counters_(std::move(counters)), on_lost_(std::move(on_lost)) {
+  last_progress_ns_.store(now_ns());
+  sender_ = std::thread([this] { send_loop(); });
+  receiver_ = std::thread([this] { recv_loop(); });
+}
+
+TcpConnection::~TcpConnection() {
+  stopping_.store(true);
+  fail(Status(Code::kClosed, "engine closed"));
+  queue_cv_.notify_all();
+  sender_.join();
+  receiver_.join();
+  close(fd_);
+}
+
+void TcpConnection::enqueue(std::vector<Slice>&& slices, uint64_t bytes) {
+  load_bytes_.fetch_add(bytes);
+  // Small work on an idle connection is sent from the submitting thread: no wake-up on the way out.
+  uint64_t write_bytes = 0;
+  for (const auto& s : slices) write_bytes += s.op == TransferOp::kWrite ? s.length : 0;
+  if (write_bytes <= kInlineWriteBytes) {
+    std::unique_lock<std::mutex> send_lock(send_mu_, std::try_to_lock);
+    bool idle = false;
+    if (send_lock.owns_lock()) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      idle = queue_.empty();
+    }
+    if (idle) {
+      for (auto& s : slices) dispatch(std::move(s));
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!dead_.load()) {
+      for (auto& s : slices) queue_.push_back(std::move(s));
+      slices.clear();
+    }
+  }
+  lose(std::move(slices), Status(Code::kConnectionFailed, "connection is down"));
+  queue_cv_.notify_one();
+}
+
+void TcpConnection::finish(const Slice& slice, const Status& status) {
+  load_bytes_.fetch_sub(slice.length);
+  if (status.ok() && counters_) {
+    counters_->bytes.fetch_add(slice.length, std::memory_order_relaxed);
+    counters_->slices.fetch_add(1, std::memory_order_relaxed);
+  }
+  slice.done(status);
+}
+
+void TcpConnection::lose(std::vector<Slice>&& slices, const Status& status) {
+  if (slices.empty()) return;
+  if (!on_lost_ || stopping_.load()) {
+    for (auto& s : slices) finish(s, status);
+    return;
+  }
+  for (auto& s : slices) load_bytes_.fetch_sub(s.length);
+  on_lost_(std::move(slices), status);
+}
+
+void TcpConnection::fail(const Status& status) {
+  std::deque<Slice> queued;
+  std::unordered_map<uint64_t, Slice> outstanding;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    dead_.store(true);
+    queued.swap(queue_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    outstanding.swap(outstanding_);
+  }
+  shutdown(fd_, SHUT_RDWR);
+  queue_cv_.notify_all();
+  std::vector<Slice> lost;
+  lost.reserve(queued.size() + outstanding.size());
+  for (auto& s : queued) lost.push_back(std::move(s));
+  for (auto& [id, s] : outstanding) lost.push_back(std::move(s));
+  lose(std::move(lost), status);
+}
+
+void TcpConnection::send_loop() {
+  for (;;) {
+    Slice slice;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return dead_.load() || !queue_.empty(); });
+      if (dead_.load()) return;
+      slice = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    dispatch(std::move(slice));
+  }
+}
+
+void TcpConnection::dispatch(Slice&& slice) {
+  if (!slice.batch->pending(slice.request)) {
+    return finish(slice, Status(Code::kTimedOut, "request already over"));
+  }
+  uint64_t request_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    if (!dead_.load()) {
+      request_id = next_request_id_++;
+      if (outstanding_.empty()) last_progress_ns_.store(now_ns());
+      outstanding_.emplace(request_id, slice);
+    }
+  }
+  if (request_id == 0) {
+    std::vector<Slice> lost;
+    lost.push_back(std::move(slice));
+    return lose(std::move(lost), Status(Code::kConnectionFailed, "connection is down"));
+  }
+  Status st = send_slice(slice, request_id);
+  if (!st.ok()) fail(st);
+}
+
+Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
+  FrameHeader h;
+  h.opcode = slice.op == TransferOp::kRead ? Opcode::kRead : Opcode::kWrite;
+  h.request_id = request_id;
+  h.region_id = slice.region_id;
+  h.key = slice.key;
+  h.offset = slice.offset;
+  h.length = slice.length;
+  h.fence_slot = slice.fence_slot;
+  h.fence_gen = slice.fence_gen;
+  char raw[kHeaderSize];
+  encode_header(h, raw);
+  if (slice.op == TransferOp::kRead) return send_all(fd_, raw, kHeaderSize, config_.max_stalls());
+  // A write's payload is read from the caller's memory: only while the request is still live.
+  if (!slice.batch->begin_copy(slice.request)) {
+    // The header is not sent yet, so the stream stays in step; the slice is finished here.
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    if (outstanding_.erase(request_id) != 0) {
+      load_bytes_.fetch_sub(slice.length);
+      slice.done(Status(Code::kTimedOut, "request already over"));
+    }
+    return Status::OK();
+  }
+  iovec iov[2] = {{raw, kHeaderSize}, {slice.local, slice.length}};
+  Status st = send_iov(fd_, iov, 2, config_.max_stalls());
+  slice.batch->end_copy();
+  return st;
+}
+
+void TcpConnection::recv_loop() {
+  char raw[kHeaderSize];
+  while (!dead_.load()) {
+    bool waiting_for_reply;
+    {
+      std::lock_guard<std::mutex> lock(outstanding_mu_);
+      waiting_for_reply = !outstanding_.empty();
+    }
+    if (waiting_for_reply) spin_until_readable(fd_, config_.busy_poll_us);
+    Status st = recv_exact(fd_, raw, kHeaderSize, [&](size_t got) {
+      if (dead_.load()) return false;
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(outstanding_mu_);
+        idle = outstanding_.empty();
+      }
+      if (idle && got == 0) return true;
+      return now_ns() - last_progress_ns_.load() < int64_t{config_.io_timeout_ms} * 1000000;
+    });
+    if (st.ok()) {
+      auto header = decode_header(raw, kHeaderSize, config_.max_payload);
+      st = header.ok() ? receive_reply(header.value()) : header.status();
+    }
+    if (!st.ok()) {
+      if (st.code() == Code::kTimedOut) {
+        st = Status(Code::kTimedOut, "peer stopped answering");
+        unresponsive_.store(true);
+      }
+      fail(st);
+      return;
+    }
+    last_progress_ns_.store(now_ns());
+  }
+}
+
+Status TcpConnection::receive_reply(const FrameHeader& h) {
+  Slice slice;
+  {
+    std::lock_guard<std::mutex> lock(outstanding_mu_);
+    auto it = outstanding_.find(h.request_id);
+    if (it == outstanding_.end()) return Status(Code::kProtocolError, "reply to an unknown request");
+    slice = std::move(it->second);
+    outstanding_.erase(it);
+  }
+  Status result;
+  Status stream;  // a failure here breaks the connection, not only this slice
+  switch (h.opcode) {
+    case Opcode::kError: result = Status(static_cast<Code>(h.status), "refused by peer"); break;
+    case Opcode::kWriteAck:
+      if (slice.op != TransferOp::kWrite) stream = Status(Code::kProtocolError, "write ack for a read");
+      break;
+    case Opcode::kReadData:
+      if (slice.op != TransferOp::kRead || h.length != slice.length) {
+        stream = Status(Code::kProtocolError, "read data does not match the request");
+      } else if (slice.batch->begin_copy(slice.request)) {
+        stream = recv_payload(fd_, slice.local, h.length, config_);
+        slice.batch->end_copy();
+      } else {
+        thread_local std::vector<char> scratch(1 << 16);
+        for (uint64_t left = h.length; left > 0 && stream.ok();) {
+          const size_t n = std::min<uint64_t>(left, scratch.size());
+          stream = recv_payload(fd_, scratch.data(), n, config_);
+          left -= n;
+        }
+      }
+      break;
+    default: stream = Status(Code::kProtocolError, "unexpected reply opcode");
+  }
+  if (stream.ok()) {
+    finish(slice, result);
+  } else {
+    std::vector<Slice> lost;
+    lost.push_back(std::move(slice));
+    lose(std::move(lost), stream);
+  }
+  return stream;
+}
+
+}  // namespace kvs::tcp
