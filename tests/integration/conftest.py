@@ -23,6 +23,63 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
+@dataclass
+class SecondNic:
+    """A second veth pair between the root namespace and the netns fixture's, on another subnet."""
+
+    outside: str  # its end in the root namespace
+    inside: str
+    local_addr: str
+    peer_addr: str
+
+
+@pytest.fixture
+def second_nic(netns: Namespace) -> Iterator[SecondNic]:
+    tag = netns.name.removeprefix("kvs")
+    nic = SecondNic(
+        f"kva{tag}",
+        f"kvb{tag}",
+        netns.local_addr.replace("10.231.", "10.232."),
+        netns.peer_addr.replace("10.231.", "10.232."),
+    )
+    _ip("link", "add", nic.outside, "type", "veth", "peer", "name", nic.inside)
+    try:
+        _ip("link", "set", nic.inside, "netns", netns.name)
+        _ip("addr", "add", f"{nic.local_addr}/30", "dev", nic.outside)
+        _ip("link", "set", nic.outside, "up")
+        _ip("-n", netns.name, "addr", "add", f"{nic.peer_addr}/30", "dev", nic.inside)
+        _ip("-n", netns.name, "link", "set", nic.inside, "up")
+        yield nic
+    finally:
+        subprocess.run(["ip", "link", "del", nic.outside], capture_output=True, timeout=10)
+
+
+def limit_rate(device: str, rate: str, namespace: str = "") -> None:
+    """Caps a device's egress with a token bucket (tc tbf), as a slower NIC would."""
+    where = ["-n", namespace] if namespace else []
+    subprocess.run(
+        [
+            "tc",
+            *where,
+            "qdisc",
+            "replace",
+            "dev",
+            device,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            "64kb",
+            "latency",
+            "100ms",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
+
+
 @pytest.fixture
 def netns() -> Iterator[Namespace]:
     if os.geteuid() != 0:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import start_target, stop_target
 from tests.helpers.target_process import pattern
-from tests.integration.conftest import Namespace
+from tests.integration.conftest import Namespace, SecondNic
 from transfer_engine import Op, RequestState, TransferEngine
 
 pytestmark = pytest.mark.root
@@ -57,30 +57,20 @@ def test_shm_is_refused_across_hosts(netns: Namespace) -> None:
         stop_target(target)
 
 
-def test_a_peer_on_another_host_advertises_every_nic_address_it_has(netns: Namespace) -> None:
-    """The namespace gets a second veth NIC on another subnet: a peer opened there lists both NICs with
+def test_a_peer_on_another_host_advertises_every_nic_address_it_has(
+    netns: Namespace, second_nic: SecondNic
+) -> None:
+    """The namespace has a second veth NIC on another subnet: a peer opened there lists both NICs with
     their addresses (its host has no PCI NIC, so its virtual ones are its NICs)."""
-    import subprocess
-
     tag = netns.name.removeprefix("kvs")
-    outside, inside = f"kva{tag}", f"kvb{tag}"
-    second = netns.peer_addr.replace("10.231.", "10.232.")
-    subprocess.run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside], check=True)
+    target = start_target(host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
-        for cmd in (
-            ["ip", "link", "set", inside, "netns", netns.name],
-            ["ip", "-n", netns.name, "addr", "add", f"{second}/30", "dev", inside],
-            ["ip", "-n", netns.name, "link", "set", inside, "up"],
-            ["ip", "link", "set", outside, "up"],
-        ):
-            subprocess.run(cmd, check=True, capture_output=True, timeout=10)
-        target = start_target(host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
-        try:
-            with TransferEngine(host=netns.local_addr) as engine:
-                peer = engine.open_peer(target.name)
-                found = {(nic.name, nic.address, nic.prefix_len) for nic in peer.nics}
-                assert found == {(f"kvn{tag}", netns.peer_addr, 30), (inside, second, 30)}
-        finally:
-            stop_target(target)
+        with TransferEngine(host=netns.local_addr) as engine:
+            peer = engine.open_peer(target.name)
+            found = {(nic.name, nic.address, nic.prefix_len) for nic in peer.nics}
+            assert found == {
+                (f"kvn{tag}", netns.peer_addr, 30),
+                (second_nic.inside, second_nic.peer_addr, 30),
+            }
     finally:
-        subprocess.run(["ip", "link", "del", outside], capture_output=True, timeout=10)
+        stop_target(target)

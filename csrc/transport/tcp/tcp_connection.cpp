@@ -131,6 +131,17 @@ void TcpConnection::fail(const Status& status) {
     std::lock_guard<std::mutex> lock(outstanding_mu_);
     outstanding.swap(outstanding_);
   }
+  if (!outstanding.empty() || !queued.empty() || status.code() != Code::kClosed) {
+    // Reset now and drop what the kernel still holds to send: a write payload queued on a path that went
+    // down must not reach the peer after its request ended (it may have been sent again on another path,
+    // and the caller may have written the place again since). connect(AF_UNSPEC) resets a TCP socket and
+    // keeps the descriptor valid for the threads still using it.
+    const linger reset{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    connect(fd_, &unspecified, sizeof(unspecified));
+  }
   shutdown(fd_, SHUT_RDWR);
   queue_cv_.notify_all();
   std::vector<Slice> lost;
