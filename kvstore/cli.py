@@ -90,6 +90,11 @@ def _add_transfer_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=_port, default=0, help="target mode: port to listen on")
     p.add_argument("--no-baseline", action="store_true", help="skip the baseline measurement")
     p.add_argument(
+        "--nics",
+        help="NICs this side may use: names (eth0,eth1) or ^names to leave out (default: KVSTORE_NICS); "
+        "with several, the JSON and the table give what each path moved",
+    )
+    p.add_argument(
         "--gpu",
         action="store_true",
         help="both sides in GPU 0 memory (same host: cuda_ipc), beside device-to-device cuMemcpyAsync",
@@ -113,6 +118,7 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
         host=args.host,
         baseline=not args.no_baseline,
         gpu=args.gpu,
+        nics=args.nics,
     )
     return bench.main(cfg, args.mode, args.port, args.json)
 

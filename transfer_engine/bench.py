@@ -12,7 +12,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from transfer_engine import _tools
-from transfer_engine.engine import Op, Peer, Region, RequestState, TransferEngine
+from transfer_engine.engine import Op, PathInfo, Peer, Region, RequestState, TransferEngine
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
 from transfer_engine.units import format_size
@@ -49,6 +49,8 @@ class TransferBenchConfig:
     gpu: bool = False
     """Both sides' memory on GPU 0 (a same-host peer's GPU is reached by cuda_ipc); the baseline is then
     batched device-to-device cuMemcpyAsync of the same shape."""
+    nics: str | None = None
+    """The NICs this side may use (KVSTORE_NICS syntax); None: the engine's setting."""
 
     def validate(self) -> None:
         if self.op not in ("read", "write"):
@@ -64,7 +66,12 @@ class TransferBenchConfig:
 
     def engine_settings(self) -> dict[str, Any]:
         """What this bench sets on its engine in code (everything else: environment, then defaults)."""
-        given = {"host": self.host, "transport": self.transport, "tcp_connections": self.connections}
+        given = {
+            "host": self.host,
+            "transport": self.transport,
+            "tcp_connections": self.connections,
+            "nics": self.nics,
+        }
         return {k: v for k, v in given.items() if v is not None}
 
 
@@ -87,6 +94,35 @@ class TransferBenchResult:
     ratio: float | None
     failed_requests: int
     peer: str
+    paths: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Per path of the link (local NIC -> peer NIC): what it moved while measured (bytes, gbps, share)
+    and its failures and failovers; one entry for a single path."""
+
+
+def path_shares(before: list[PathInfo], after: list[PathInfo], seconds: float) -> list[dict[str, Any]]:
+    """What each path moved between two snapshots of TransferEngine.paths."""
+    start = {(p.transport, p.local_nic, p.remote_address): p for p in before}
+    rows = []
+    for p in after:
+        first = start.get((p.transport, p.local_nic, p.remote_address))
+        moved = p.bytes - (first.bytes if first else 0)
+        rows.append(
+            {
+                "transport": p.transport,
+                "local_nic": p.local_nic,
+                "remote_nic": p.remote_nic,
+                "remote_address": p.remote_address,
+                "bytes": moved,
+                "gbps": moved / seconds / 1e9,
+                "up": p.up,
+                "failures": p.failures,
+                "failovers": p.failovers,
+            }
+        )
+    total = sum(r["bytes"] for r in rows)
+    for r in rows:
+        r["share"] = r["bytes"] / total if total else 0.0
+    return rows
 
 
 # -- target ---------------------------------------------------------------------------------------
@@ -211,9 +247,11 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         ]
         for w in workers:
             w.start()
-        _progress(cfg, workers, console)
+        measured_from: list[PathInfo] = []
+        _progress(cfg, workers, console, on_measuring=lambda: measured_from.extend(engine.paths(peer)))
         for w in workers:
             w.join()
+        paths = path_shares(measured_from, engine.paths(peer), cfg.duration)
         elapsed = cfg.duration
         requests = sum(w.requests for w in workers)
         lat = np.array([x for w in workers for x in w.latencies]) * 1e6
@@ -250,11 +288,18 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         ratio=(gbps / baseline_gbps) if baseline_gbps else None,
         failed_requests=sum(w.failed for w in workers),
         peer=address,
+        paths=paths,
     )
 
 
-def _progress(cfg: TransferBenchConfig, workers: list[_Worker], console: Console | None) -> None:
-    """Shows a progress bar during warm-up and measurement; flips workers into measuring mode."""
+def _progress(
+    cfg: TransferBenchConfig,
+    workers: list[_Worker],
+    console: Console | None,
+    on_measuring: Callable[[], None] = lambda: None,
+) -> None:
+    """Shows a progress bar during warm-up and measurement; flips workers into measuring mode (and calls
+    `on_measuring` then)."""
     total = cfg.warmup + cfg.duration
     start = time.perf_counter()
     columns = [TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn()]
@@ -264,6 +309,7 @@ def _progress(cfg: TransferBenchConfig, workers: list[_Worker], console: Console
         while any(w.is_alive() for w in workers):
             now = time.perf_counter() - start
             if not measuring and now >= cfg.warmup:
+                on_measuring()
                 for w in workers:
                     w.measuring = True
                 measuring = True
@@ -345,6 +391,14 @@ def render(result: TransferBenchResult, console: Console) -> None:
     if result.baseline_gbps is not None:
         rows.append((f"baseline ({result.baseline_kind})", f"{result.baseline_gbps:.2f} GB/s"))
         rows.append(("ratio to baseline", f"{result.ratio:.2f}"))
+    if len(result.paths) > 1:
+        for path in result.paths:
+            name = f"path {path['local_nic'] or '(kernel route)'} -> {path['remote_address']}"
+            state = "" if path["up"] else ", down"
+            value = f"{path['gbps']:.2f} GB/s ({path['share']:.0%}{state})"
+            if path["failures"] or path["failovers"]:
+                value += f", {path['failures']} failures, {path['failovers']} failovers"
+            rows.append((name, value))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
