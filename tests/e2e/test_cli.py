@@ -72,6 +72,11 @@ def test_bench_transfer_json(transport: str, op: str) -> None:
     assert data["bytes"] > 0 and data["gbps"] > 0 and data["baseline_gbps"] > 0
     assert data["ratio"] == pytest.approx(data["gbps"] / data["baseline_gbps"])
     assert data["p99_us"] >= data["p50_us"] > 0
+    if data["transport"] == "tcp":  # loopback: one path, where the kernel routes
+        (path,) = data["paths"]
+        assert path["local_nic"] == "" and path["share"] == 1.0 and path["bytes"] > 0 and path["up"]
+    else:
+        assert data["paths"] == []
 
 
 def test_bench_transfer_table() -> None:
