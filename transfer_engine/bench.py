@@ -102,7 +102,7 @@ class TransferBenchResult:
 def path_shares(before: list[PathInfo], after: list[PathInfo], seconds: float) -> list[dict[str, Any]]:
     """What each path moved between two snapshots of TransferEngine.paths."""
     start = {(p.transport, p.local_nic, p.remote_address): p for p in before}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in after:
         first = start.get((p.transport, p.local_nic, p.remote_address))
         moved = p.bytes - (first.bytes if first else 0)

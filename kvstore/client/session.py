@@ -65,6 +65,7 @@ class Session:
             self.node_id = f"{self.host_id}/{node_name}" if node_name else ""
             self.engine = engine
             self.terms = self._register()
+            self.on_heartbeat(self._nic_paths)
         except BaseException:
             self.master.close()
             if engine is not None:
@@ -94,6 +95,24 @@ class Session:
     def on_heartbeat(self, report: Callable[[], dict[str, Any]]) -> None:
         """`report()` adds fields to every heartbeat (e.g. reads served from leased locations)."""
         self._reporters.append(report)
+
+    def _nic_paths(self) -> dict[str, Any]:
+        """The engine's paths to the peers this session opened, summed per local NIC (for the master's
+        /metrics): bytes, slices, failures, failovers, and how many are up or down."""
+        with self._peers_lock:
+            peers = list(self._peers.values())
+        totals: dict[str, list[int]] = {}
+        for peer in peers:
+            try:
+                paths = self.engine.paths(peer)
+            except KVStoreError:
+                continue  # closed or replaced meanwhile
+            for p in paths:
+                row = totals.setdefault(p.local_nic or "default", [0] * 6)
+                for i, value in enumerate((p.bytes, p.slices, p.failures, p.failovers, p.up, not p.up)):
+                    row[i] += int(value)
+        rows = [[nic, *row] for nic, row in sorted(totals.items())][: m.MAX_NICS]
+        return {"paths": rows} if rows else {}
 
     def on_rejoin(self, handler: Callable[[], None]) -> None:
         """`handler()` runs after the master forgot this process and it registered again."""

@@ -14,6 +14,7 @@ from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.master import node_work, reads
 from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
+from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
 from kvstore.rpc.framing import Packed
@@ -56,12 +57,14 @@ class Handlers:
         describe: Callable[[], dict[str, Any]] | None = None,
         epoch: int = 0,
         watch: LoopWatch | None = None,
+        paths: PathReports | None = None,
     ) -> None:
         """`describe()`: the cluster status (the server's: it knows its address and rates). `epoch`: this
         master's term as its cluster's leader (0: no HA), told to every client in Hello. `watch`: the
         server's loop watch (stats carry it; the scrape-time requests are timed by it)."""
         self.state = state
         self.watch = watch or LoopWatch()
+        self.paths = paths if paths is not None else PathReports(state.config.client_ttl)
         self.describe = describe
         self.epoch = epoch
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
@@ -122,6 +125,8 @@ class Handlers:
         known = self.state.heartbeat(r.client_id)
         if r.touched:  # reads the client served from leased locations
             self.state.touch(r.touched)
+        if known and r.paths is not None:
+            self.paths.report(r.client_id, r.paths)
         return m.HeartbeatReply(known)
 
     def change_replica(self, r: m.ChangeReplica) -> None:

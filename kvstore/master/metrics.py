@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvstore.master.loop_watch import LoopWatch
+from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState
 
 _GAUGES = {
@@ -93,11 +94,51 @@ class LoopCollector(Collector):
         yield longest
 
 
+_PATH_COUNTERS = {
+    "bytes": "Bytes moved by transfer slices that completed on paths leaving on this NIC",
+    "slices": "Transfer slices completed on paths leaving on this NIC",
+    "failures": "Times a path leaving on this NIC went down",
+    "failovers": "Slices a path leaving on this NIC lost and another path carried",
+}
+
+
+class PathCollector(Collector):
+    """Each process's transfer paths per local NIC, as its heartbeats report them ("default": the
+    kernel's route). Counters restart when a process reconnects a peer."""
+
+    def __init__(self, reports: PathReports) -> None:
+        self.reports = reports
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["client", "nic"]
+        counters = {
+            name: CounterMetricFamily(f"kvstore_path_{name}", doc, labels=labels)
+            for name, doc in _PATH_COUNTERS.items()
+        }
+        up = GaugeMetricFamily("kvstore_paths_up", "Paths leaving on this NIC that are up", labels=labels)
+        down = GaugeMetricFamily(
+            "kvstore_paths_down", "Paths leaving on this NIC that are down (probed until back)", labels=labels
+        )
+        for client, row in self.reports.current():
+            for name, family in counters.items():
+                family.add_metric([client, row.nic], getattr(row, name))
+            up.add_metric([client, row.nic], row.up)
+            down.add_metric([client, row.nic], row.down)
+        yield from counters.values()
+        yield up
+        yield down
+
+
 class MasterMetrics:
-    def __init__(self, state: MasterState, watch: LoopWatch | None = None) -> None:
+    def __init__(
+        self, state: MasterState, watch: LoopWatch | None = None, paths: PathReports | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(state))
         self.registry.register(LoopCollector(watch or LoopWatch()))
+        self.registry.register(
+            PathCollector(paths if paths is not None else PathReports(state.config.client_ttl))
+        )
         self.rpc_seconds = Histogram(
             "kvstore_rpc_seconds",
             "Master RPC handling time",

@@ -25,6 +25,7 @@ from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.loop_watch import LoopTurns, LoopWatch
 from kvstore.master.metrics import MasterMetrics
+from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
 from kvstore.rpc.messages import REQUESTS
@@ -51,9 +52,10 @@ class Master:
         self.started = time.monotonic()
         self.epoch, self.election, self._sock = epoch, election, sock
         self.watch = LoopWatch()  # how long the loop is held (its turns, each periodic or scrape task)
-        self.handlers = Handlers(self.state, self.describe, epoch, self.watch)
+        self.paths = PathReports(self.config.client_ttl)  # the clients' NIC paths, for /metrics
+        self.handlers = Handlers(self.state, self.describe, epoch, self.watch, self.paths)
         self.connections: set[_RpcProtocol] = set()
-        self.metrics = MasterMetrics(self.state, self.watch)
+        self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._ready: list[Callable[[], None]] = []  # deferred replies ready to send (run_ready)

@@ -42,7 +42,8 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # 6: nodes are told what they hold (FenceWork.holds) and name it to a master that lost it (RestoreSegment)
 # 7: one Location record for every tier (memory replicas and disk records alike); one channel of node
 # work (AwaitWork: fences, holds, copies, disk orders, and their results), which carries the epoch
-PROTOCOL_VERSION = 7
+# 8: heartbeats carry the NIC paths of the process's transfer engine (Heartbeat.paths)
+PROTOCOL_VERSION = 8
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
 _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
@@ -98,16 +99,52 @@ class RegisterClient(Request):
         return _record(RegisterReply, obj)
 
 
+class NicPaths(NamedTuple):
+    """A process's paths that leave on one local NIC ("default": where the kernel routes), summed over
+    its peers: what they carried and how many are up or down (for the master's /metrics)."""
+
+    nic: str
+    bytes: int
+    slices: int
+    failures: int
+    failovers: int
+    up: int
+    down: int
+
+
+MAX_NICS = 64
+
+
+def _nic_paths(p: dict[str, Any]) -> list[NicPaths]:
+    rows = v.bounded_list(p, "paths", "NICs", MAX_NICS)
+    out = []
+    for row in rows:
+        if (
+            not isinstance(row, list)
+            or len(row) != len(NicPaths._fields)
+            or not isinstance(row[0], str)
+            or not 0 < len(row[0].encode()) <= 64
+            or not all(type(n) is int and 0 <= n < 2**63 for n in row[1:])
+        ):
+            raise InvalidArgumentError(
+                "each of 'paths' is [nic, bytes, slices, failures, failovers, up, down]"
+            )
+        out.append(NicPaths(*row))
+    return out
+
+
 @dataclass
 class Heartbeat(Request):
     METHOD: ClassVar[str] = "heartbeat"
     client_id: str
     touched: list[str] | None = None  # keys this client read from leased locations since the last one
+    paths: list[NicPaths] | None = None  # its engine's NIC paths (telemetry)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> Heartbeat:
         touched = v.keys(p, "touched") if p.get("touched") is not None else None
-        return cls(v.text(p, "client_id"), touched)
+        paths = _nic_paths(p) if p.get("paths") is not None else None
+        return cls(v.text(p, "client_id"), touched, paths)
 
     @staticmethod
     def decode_reply(obj: Any) -> HeartbeatReply:

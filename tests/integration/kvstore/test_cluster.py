@@ -235,6 +235,31 @@ def test_metrics_and_health(cluster: Cluster) -> None:
     assert stats["loop_turn_max_ms"] > 0 and stats["expire_max_ms"] >= 0 and "scrape_stats_max_ms" in stats
 
 
+def test_metrics_show_each_clients_transfer_paths_per_nic(cluster: Cluster) -> None:
+    """A client's heartbeats carry its engine's paths summed per local NIC (loopback over TCP: one path
+    per node, where the kernel routes: "default"); /metrics shows their bytes, slices and states."""
+    with Store.connect(cluster.master, transport="tcp") as store:
+        wait_for_mounts(store, 2)
+        value = np.arange(1 << 20, dtype=np.uint8)
+        for i in range(8):
+            store.put(f"path{i}", value)
+            assert store.get(f"path{i}") is not MISS
+        labels = f'{{client="{store.client_id}",nic="default"}}'
+        deadline = time.monotonic() + 10
+        while True:
+            metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+            found = {
+                line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if labels in line
+            }
+            if found.get(f"kvstore_path_bytes_total{labels}", 0) >= 16 << 20:  # 8 puts and 8 gets of 1 MiB
+                break
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        assert found[f"kvstore_path_slices_total{labels}"] >= 16
+        assert found[f"kvstore_paths_up{labels}"] >= 1 and found[f"kvstore_paths_down{labels}"] == 0
+        assert found[f"kvstore_path_failures_total{labels}"] == 0
+
+
 def test_raw_pointer_buffers(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         memory = np.zeros(1 << 20, np.uint8)
