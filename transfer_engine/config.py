@@ -33,6 +33,9 @@ class TransportSpec:
     local_kinds: tuple[str, ...]
     remote_kinds: tuple[str, ...]
     options: tuple[dict[str, Any], ...]
+    # Peers reach memory without the target's checks (UCX RMA): no allocation fences, and an unregistered
+    # region is refused only to peers that refresh their view of it (RDMA deregisters it at once).
+    one_sided: bool = False
 
 
 @cache
@@ -46,6 +49,7 @@ def transport_specs() -> tuple[TransportSpec, ...]:
             tuple(t["local_kinds"]),
             tuple(t["remote_kinds"]),
             tuple(t["options"]),
+            bool(t["one_sided"]),
         )
         for t in _core.transports()
     )
@@ -132,6 +136,11 @@ class EngineConfig(Settings):
     )
     sysfs_root: str = setting(
         "/sys", "Where this host's sysfs is read (NICs, GPUs, NUMA nodes); tests point it at fake trees."
+    )
+    ucx_library: str = setting(
+        "",
+        "The libucp the ucx transport loads (a system UCX with verbs on an RDMA host); empty: the libucx "
+        "wheel's (the ucx extra), else the dynamic linker's. One per process.",
     )
     transports: dict[str, TransportSettings] = field(
         default_factory=lambda: {spec.name: TransportSettings(spec) for spec in transport_specs()}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from transfer_engine import _core
+from transfer_engine import _core, ucx
 from transfer_engine.config import EngineConfig
 from transfer_engine.errors import (
     CODE_NAMES,
@@ -213,6 +213,7 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
+        ucx.preload(config.ucx_library)
         self._core: Any = _core.Engine(**config.to_core())
         self._core.start()
         self._regions: dict[int, Region] = {}
@@ -261,6 +262,11 @@ class TransferEngine:
     def transports(self) -> list[str]:
         """The transports this engine runs (enabled ones), cheapest first."""
         return list(self._core_engine().transports())
+
+    @property
+    def unavailable_transports(self) -> dict[str, str]:
+        """Enabled transports that serve and reach nobody here, and why (e.g. ucx without UCX)."""
+        return dict(self._core_engine().unavailable_transports())
 
     def register(
         self, buffer: Any, *, kind: str = "host", export: bool = False, numa_node: int | None = None

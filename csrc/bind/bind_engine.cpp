@@ -129,18 +129,21 @@ void bind_engine(py::module_& m) {
            "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
+      .def("unavailable_transports", &Engine::unavailable_transports,
+           "Enabled transports that serve and reach nobody here, and why.")
       .def_property_readonly("name", &Engine::name)
       .def_property_readonly("id", &Engine::id)
       .def(
           "register",
-          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported, bool read_only,
-             int32_t numa_node) {
+          [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported,
+             bool read_only, int32_t numa_node) {
             const MemoryLocation location = value_or_throw(parse_location(kind));
             return region_dict(
                 value_or_throw(e.registry().add(addr, length, location, exported, read_only, numa_node)));
           },
-          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"), py::arg("read_only") = false,
-          py::arg("numa_node") = -1, "numa_node: host memory's NUMA node (-1: found from the memory itself).")
+          py::arg("addr"), py::arg("length"), py::arg("kind"), py::arg("exported"),
+          py::arg("read_only") = false, py::arg("numa_node") = -1,
+          "numa_node: host memory's NUMA node (-1: found from the memory itself).")
       .def(
           "register_file",
           [](Engine& e, const std::string& path, bool exported) {

@@ -44,6 +44,7 @@ void bind_transports(py::module_& m) {
           if (entry->capabilities.reach & kReachSameHost) reach.append("same-host");
           if (entry->capabilities.reach & kReachRemote) reach.append("remote");
           d["reach"] = reach;
+          d["one_sided"] = entry->capabilities.one_sided;
           d["local_kinds"] = kinds(entry->capabilities.local_kinds);
           d["remote_kinds"] = kinds(entry->capabilities.remote_kinds);
           py::list options;

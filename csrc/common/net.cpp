@@ -117,7 +117,8 @@ StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms
     pollfd pfd{fd, POLLOUT, 0};
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     do {  // (again when a signal cuts the wait short)
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       rc = poll(&pfd, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     } while (rc < 0 && errno == EINTR);
     int err = 0;

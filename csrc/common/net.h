@@ -4,7 +4,6 @@
 #include <sys/uio.h>
 
 #include <cerrno>
-
 #include <cstdint>
 #include <string>
 
@@ -30,7 +29,8 @@ struct HostPort {
 StatusOr<HostPort> parse_host_port(const std::string& text);
 StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port);
 // source: the local address to leave from ("" lets the kernel choose).
-StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms, const std::string& source = "");
+StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms,
+                          const std::string& source = "");
 // No delay, the poll interval as send/receive timeout, and socket buffers of buffer_bytes (0 leaves the
 // kernel's autotuning; larger buffers lift loopback throughput ~15-20% here).
 void tune_data_socket(int fd, int poll_ms, int buffer_bytes);

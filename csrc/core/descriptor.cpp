@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <unordered_set>
 
 #include "common/bytes.h"
 
@@ -27,6 +28,14 @@ const RegionInfo* EngineDescriptor::find_region(uint64_t id) const {
 const std::vector<char>* EngineDescriptor::section(const std::string& transport) const {
   auto it = sections.find(transport);
   return it == sections.end() ? nullptr : &it->second;
+}
+
+const std::vector<char>* EngineDescriptor::region_section(uint64_t region,
+                                                          const std::string& transport) const {
+  auto it = region_sections.find(region);
+  if (it == region_sections.end()) return nullptr;
+  auto found = it->second.find(transport);
+  return found == it->second.end() ? nullptr : &found->second;
 }
 
 std::vector<char> encode_descriptor(const EngineDescriptor& d) {
@@ -60,6 +69,17 @@ std::vector<char> encode_descriptor(const EngineDescriptor& d) {
     w.put<uint8_t>(nic.prefix_len);
     w.put<int32_t>(nic.numa_node);
     w.put<int64_t>(nic.speed_mbps);
+  }
+  uint32_t pieces = 0;
+  for (const auto& [id, by_transport] : d.region_sections)
+    pieces += static_cast<uint32_t>(by_transport.size());
+  w.put<uint32_t>(pieces);
+  for (const auto& [id, by_transport] : d.region_sections) {
+    for (const auto& [name, body] : by_transport) {
+      w.put<uint64_t>(id);
+      w.put_string(name);
+      w.put_string(std::string(body.begin(), body.end()));
+    }
   }
   return std::move(w.bytes());
 }
@@ -115,6 +135,19 @@ StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size) {
     nic.speed_mbps = r.get<int64_t>();
     if (nic.prefix_len > 128) return Status(Code::kProtocolError, "descriptor NIC prefix length over 128");
     d.nics.push_back(std::move(nic));
+  }
+  const auto pieces = r.get<uint32_t>();
+  if (!r.ok() || pieces > uint64_t{kMaxRegions} * kMaxSections) {
+    return Status(Code::kProtocolError, "malformed descriptor region sections");
+  }
+  std::unordered_set<uint64_t> ids;
+  for (const auto& region : d.regions) ids.insert(region.id);
+  for (uint32_t i = 0; i < pieces && r.ok(); ++i) {
+    const auto id = r.get<uint64_t>();
+    std::string name = r.get_string(kMaxString);
+    std::string body = r.get_string(kMaxSection);
+    if (r.ok() && ids.count(id) == 0) return Status(Code::kProtocolError, "a region section names no region");
+    d.region_sections[id][name] = std::vector<char>(body.begin(), body.end());
   }
   if (!r.ok() || !r.at_end()) return Status(Code::kProtocolError, "malformed descriptor body");
   return d;

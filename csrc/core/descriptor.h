@@ -13,7 +13,7 @@
 
 namespace kvs {
 
-constexpr uint16_t kDescriptorVersion = 3;  // 3: the NICs of the engine's host
+constexpr uint16_t kDescriptorVersion = 4;  // 3: the NICs of the engine's host; 4: per-region sections
 
 // One address of a NIC of the engine's host (a NIC with two addresses is listed twice): what a peer needs
 // to pick the remote end of a path (same subnet or rail first) and to weigh it.
@@ -33,9 +33,13 @@ struct EngineDescriptor {
   std::vector<RegionInfo> regions;  // exported regions only
   std::map<std::string, std::vector<char>> sections;  // transport name -> its own encoded data
   std::vector<NicAddress> nics;  // the host's NICs this engine may use (KVSTORE_NICS), per address
+  // Per exported region, what a transport needs to reach it (UCX: the packed remote key), by region id
+  // then transport name; only that transport parses it.
+  std::map<uint64_t, std::map<std::string, std::vector<char>>> region_sections;
 
   const RegionInfo* find_region(uint64_t id) const;
   const std::vector<char>* section(const std::string& transport) const;
+  const std::vector<char>* region_section(uint64_t region, const std::string& transport) const;
 };
 
 std::vector<char> encode_descriptor(const EngineDescriptor& d);

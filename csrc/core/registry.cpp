@@ -78,8 +78,20 @@ StatusOr<RegionInfo> MemoryRegistry::add_file(const std::string& path, bool expo
   return info;
 }
 
+void MemoryRegistry::set_export_hooks(ExportHooks hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hooks_ = std::move(hooks);
+}
+
 StatusOr<RegionInfo> MemoryRegistry::insert(RegionInfo info, int memfd, bool owned,
                                             std::shared_ptr<FenceTable> fence, PinMethod pin_method) {
+  auto added = insert_locked(std::move(info), memfd, owned, std::move(fence), pin_method);
+  if (added.ok() && added.value().exported && hooks_.exported) hooks_.exported(added.value());
+  return added;
+}
+
+StatusOr<RegionInfo> MemoryRegistry::insert_locked(RegionInfo info, int memfd, bool owned,
+                                                   std::shared_ptr<FenceTable> fence, PinMethod pin_method) {
   std::lock_guard<std::mutex> lock(mu_);
   // Reject overlap: the region containing an address must be unique.
   auto next = by_base_.lower_bound(info.base);
@@ -261,6 +273,8 @@ Status MemoryRegistry::remove(uint64_t id) {
   if (region->info().slot != kNoSlot) pin_table_.revoke(region->info().slot, peer_pin_timeout_ms_);
   lock.lock();
   unpinned_.wait(lock, [&] { return region->pins_.load() == 0; });
+  lock.unlock();
+  if (region->info().exported && hooks_.revoked) hooks_.revoked(region->info());
   return Status::OK();
 }
 

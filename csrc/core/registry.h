@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,8 +90,15 @@ class RegionPin {
   std::shared_ptr<Region> region_;
 };
 
+// Told of every exported region as it is added, and again before it is removed (after its last pin).
+struct ExportHooks {
+  std::function<void(const RegionInfo&)> exported;
+  std::function<void(const RegionInfo&)> revoked;
+};
+
 class MemoryRegistry {
  public:
+  void set_export_hooks(ExportHooks hooks);
   MemoryRegistry() = default;
   ~MemoryRegistry();
   MemoryRegistry(const MemoryRegistry&) = delete;
@@ -145,9 +153,12 @@ class MemoryRegistry {
   StatusOr<RegionInfo> insert(RegionInfo info, int memfd, bool owned,
                               std::shared_ptr<FenceTable> fence = nullptr,
                               PinMethod pin_method = PinMethod::kNone);
+  StatusOr<RegionInfo> insert_locked(RegionInfo info, int memfd, bool owned,
+                                     std::shared_ptr<FenceTable> fence, PinMethod pin_method);
 
   PinTable pin_table_;
   int peer_pin_timeout_ms_ = 5000;
+  ExportHooks hooks_;  // set before any region is added
   mutable std::mutex mu_;
   std::condition_variable unpinned_;
   uint64_t next_id_ = 1;

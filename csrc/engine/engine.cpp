@@ -98,7 +98,8 @@ Engine::Engine(EngineConfig config)
   auto host = std::make_shared<const topology::Topology>(
       topology::discover(config_.sysfs_root, topology::NicSelection{config_.nic_names, config_.nic_exclude}));
   nics_ = host_nics(*host);
-  TransportContext context{id_, host_id_, config_.host, registry_, pool_.get(), nics_, host};
+  TransportContext context{id_,         host_id_, config_.host, registry_,
+                           pool_.get(), nics_,    host,         config_.transport};
   for (const TransportEntry* entry : registered_transports()) {
     auto it = config_.transport_options.find(entry->name);
     auto options =
@@ -112,12 +113,21 @@ Engine::Engine(EngineConfig config)
     transports_.push_back(Running{entry, entry->make(context, options.value())});
   }
   std::stable_sort(transports_.begin(), transports_.end(), [](const Running& a, const Running& b) {
-    return a.entry->capabilities.cost < b.entry->capabilities.cost;
+    return a.transport->cost(a.entry->capabilities.cost) < b.transport->cost(b.entry->capabilities.cost);
+  });
+  registry_->set_export_hooks(ExportHooks{
+      [this](const RegionInfo& r) {
+        for (auto& t : transports_) t.transport->on_region_exported(r);
+      },
+      [this](const RegionInfo& r) {
+        for (auto& t : transports_) t.transport->on_region_revoked(r);
+      },
   });
 }
 
 Engine::~Engine() {
   stop();
+  registry_->set_export_hooks({});
   pool_.reset();
 }
 
@@ -131,6 +141,12 @@ Status Engine::start() {
       return Status(Code::kInvalidArgument, find_transport(config_.transport)
                                                 ? "transport '" + config_.transport + "' is disabled"
                                                 : "unknown transport '" + config_.transport + "'");
+    }
+  }
+  for (auto& t : transports_) {
+    if (config_.transport == t.entry->name && !t.transport->unavailable().empty()) {
+      return Status(Code::kNotSupported,
+                    "transport '" + config_.transport + "' is unavailable: " + t.transport->unavailable());
     }
   }
   bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
@@ -183,6 +199,12 @@ EngineDescriptor Engine::descriptor() const {
   }
   d.regions = registry_->exported();
   d.nics = nics_;
+  for (const auto& r : d.regions) {
+    for (const auto& t : transports_) {
+      auto section = t.transport->region_section(r.id);
+      if (!section.empty()) d.region_sections[r.id][t.entry->name] = std::move(section);
+    }
+  }
   return d;
 }
 
@@ -190,6 +212,15 @@ std::vector<std::string> Engine::transports() const {
   std::vector<std::string> names;
   for (const auto& t : transports_) names.emplace_back(t.entry->name);
   return names;
+}
+
+std::map<std::string, std::string> Engine::unavailable_transports() const {
+  std::map<std::string, std::string> out;
+  for (const auto& t : transports_) {
+    std::string why = t.transport->unavailable();
+    if (!why.empty()) out[t.entry->name] = std::move(why);
+  }
+  return out;
 }
 
 std::map<std::string, std::string> Engine::describe_section(const std::string& transport,
@@ -209,11 +240,15 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
   const uint32_t wanted = kind_pairs(exported);
   std::vector<Link> links;
   uint32_t covered = 0;
+  bool fenced = false;  // a link so far checks allocation fences
   for (const auto& t : transports_) {
     if (transport != "auto" && transport != t.entry->name) continue;
     if (!t.transport->reachable(peer)) continue;
     const uint32_t pairs = kind_pairs(t.entry->capabilities);
-    if (!links.empty() && (pairs & wanted & ~covered) == 0) continue;
+    // A dearer transport joins for kinds none before moves, or to carry requests naming a fenced
+    // allocation when the links before cannot check fences (one-sided RMA).
+    const bool fences_now = !fenced && !t.entry->capabilities.one_sided;
+    if (!links.empty() && (pairs & wanted & ~covered) == 0 && !fences_now) continue;
     auto channel = t.transport->connect(peer);
     if (!channel.ok()) {
       if (links.empty()) return channel.status();  // the peer's own transport must connect
@@ -223,6 +258,7 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
     }
     links.push_back(Link{const_cast<Running*>(&t), std::move(channel.value())});
     covered |= pairs;
+    fenced |= !t.entry->capabilities.one_sided;
   }
   if (!links.empty()) return links;
   if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
@@ -482,14 +518,15 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     while (chosen < links.size()) {
       const Capabilities& caps = links[chosen].transport->entry->capabilities;
       if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
-          (caps.remote_kinds & kind_bit(region->location.kind))) {
+          (caps.remote_kinds & kind_bit(region->location.kind)) && (w.fence_gen == 0 || !caps.one_sided)) {
         break;
       }
       ++chosen;
     }
     if (chosen == links.size()) {
       std::string why = "no transport to " + peer.name + " moves " + location_name(w.local_location) +
-                        " <-> " + location_name(region->location) + " memory (" +
+                        " <-> " + location_name(region->location) + " memory" +
+                        (w.fence_gen != 0 ? " checking allocation fences" : "") + " (" +
                         links.front().transport->entry->name + " cannot";
       why += unlinked.ok() ? ")" : "; " + unlinked.message() + ")";
       w.batch->reject(w.request, Status(Code::kNotSupported, why));

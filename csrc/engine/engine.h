@@ -69,6 +69,8 @@ class Engine {
   EngineDescriptor descriptor() const;
   // The transports this engine runs, cheapest first.
   std::vector<std::string> transports() const;
+  // Enabled transports that serve and reach nobody here, and why.
+  std::map<std::string, std::string> unavailable_transports() const;
   // A peer section in readable form, by the transport that owns it.
   std::map<std::string, std::string> describe_section(const std::string& transport,
                                                       const std::vector<char>& section) const;

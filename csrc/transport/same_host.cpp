@@ -199,7 +199,8 @@ StatusOr<PeerGrants> request_grants(const std::string& socket_name,
   set_timeouts(sock, 2);
   Status st;
   // (a connect cut short by a signal goes on in the background: a second call says it is done)
-  const int connected = retry_on_signal([&] { return connect(sock, reinterpret_cast<sockaddr*>(&addr), len); });
+  const int connected =
+      retry_on_signal([&] { return connect(sock, reinterpret_cast<sockaddr*>(&addr), len); });
   if ((connected != 0 && errno != EISCONN) ||
       retry_on_signal([&] { return send(sock, req.bytes().data(), req.bytes().size(), MSG_NOSIGNAL); }) < 0) {
     st = errno_status(Code::kConnectionFailed, "same-host handshake with " + peer_name);

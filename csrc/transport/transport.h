@@ -33,6 +33,11 @@ struct Capabilities {
   uint32_t reach = 0;         // Reach mask
   KindMask local_kinds = 0;   // memory kinds it reads/writes on the initiator's side
   KindMask remote_kinds = 0;  // memory kinds it serves on the target's side
+  // Peers reach the target's memory without its checks (UCX RMA): no allocation fences (requests naming
+  // one go over another transport), and a region unregistered at the target stays reachable by a peer
+  // that kept its key until the memory is deregistered (at once over RDMA, never over UCX's software
+  // transports: only peers that refresh their view are refused).
+  bool one_sided = false;
 };
 
 // What the engine hands each of its transports.
@@ -44,6 +49,7 @@ struct TransportContext {
   CopyPool* pool = nullptr;
   std::vector<NicAddress> nics;  // this host's NICs the engine may use (KVSTORE_NICS), per address
   std::shared_ptr<const topology::Topology> topology;  // which of them are near which memory
+  std::string transport = "auto";  // the one transport the engine is told to use for every peer, or auto
 };
 
 // One path of a channel (local NIC -> remote NIC) and what it carried, for stats and tests.
@@ -53,11 +59,11 @@ struct PathStats {
   std::string remote_nic;
   std::string remote_address;  // "host:port"
   bool up = true;
-  int connections = 0;       // live ones
-  uint64_t bytes = 0;        // moved by slices that completed on it
-  uint64_t slices = 0;       // completed on it
-  uint64_t failures = 0;     // times it went down
-  uint64_t failovers = 0;    // slices it lost that were sent again on another path
+  int connections = 0;     // live ones
+  uint64_t bytes = 0;      // moved by slices that completed on it
+  uint64_t slices = 0;     // completed on it
+  uint64_t failures = 0;   // times it went down
+  uint64_t failovers = 0;  // slices it lost that were sent again on another path
 };
 
 // A transport's link to one peer engine. Thread-safe.
@@ -84,6 +90,17 @@ class Transport {
   virtual std::vector<char> descriptor_section() const = 0;
   // A peer's section in readable form (e.g. {"address": "host:port"}), for tools and tests.
   virtual std::map<std::string, std::string> describe_section(const std::vector<char>& section) const = 0;
+
+  // Per-region state (UCX maps each exported region and packs its remote key): told of each region when
+  // it is exported (before start() too) and before its memory goes away (once no request touches it
+  // through the registry). region_section: what the descriptor carries for it ("" : nothing).
+  virtual void on_region_exported(const RegionInfo&) {}
+  virtual void on_region_revoked(const RegionInfo&) {}
+  virtual std::vector<char> region_section(uint64_t /*region*/) const { return {}; }
+  // Why it serves and reaches nobody here ("" when it works): e.g. UCX not installed.
+  virtual std::string unavailable() const { return ""; }
+  // Its place among transports that reach a peer (lower first); `declared` is its entry's cost.
+  virtual int cost(int declared) const { return declared; }
 
   // Initiator side.
   virtual uint64_t slice_size() const = 0;  // largest slice moved as one unit

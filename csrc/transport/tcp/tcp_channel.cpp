@@ -52,7 +52,8 @@ TcpChannel::TcpChannel(const TcpConfig& config, uint64_t peer_engine_id, std::ve
                        const topology::Topology* topology)
     : config_(config), peer_engine_id_(peer_engine_id), multipath_(plans.size() > 1) {
   const int total = std::max(1, config.connections);
-  conns_per_path_ = std::max<int>(1, (total + static_cast<int>(plans.size()) - 1) / static_cast<int>(plans.size()));
+  conns_per_path_ =
+      std::max<int>(1, (total + static_cast<int>(plans.size()) - 1) / static_cast<int>(plans.size()));
   for (auto& plan : plans) {
     Path p;
     p.weight = static_cast<double>(plan.speed_mbps > 0 ? plan.speed_mbps : kUnknownSpeedMbps);
@@ -115,7 +116,8 @@ Status TcpChannel::connect_path(size_t i) {
   }
   std::vector<std::shared_ptr<TcpConnection>> fresh;
   for (size_t k = 0; k < missing.size(); ++k) {
-    auto fd = open_connection(plan.remote.host, plan.remote.port, peer_engine_id_, config_, plan.local_address);
+    auto fd =
+        open_connection(plan.remote.host, plan.remote.port, peer_engine_id_, config_, plan.local_address);
     if (!fd.ok()) return fd.status();  // (the connections opened so far close with `fresh`)
     fresh.push_back(std::make_shared<TcpConnection>(fd.value(), config_, counters, report));
   }

@@ -73,8 +73,8 @@ std::vector<PathPlan> plan_paths(const std::vector<NicAddress>& local, const std
   std::vector<PathPlan> plans;
   std::vector<int> used(remote.size(), 0);  // paths already ending at each endpoint
   for (const auto& nic : local) {
-    const bool planned = std::any_of(plans.begin(), plans.end(),
-                                     [&](const PathPlan& p) { return p.local_nic == nic.name; });
+    const bool planned =
+        std::any_of(plans.begin(), plans.end(), [&](const PathPlan& p) { return p.local_nic == nic.name; });
     if (planned) continue;  // one path per local NIC (its first address that reaches the peer)
     size_t best = remote.size();
     for (size_t i = 0; i < remote.size(); ++i) {

@@ -48,7 +48,9 @@ bool is_loopback(const std::string& host) {
   return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
 }
 
-bool is_wildcard(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
+bool is_wildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::";
+}
 
 std::string bracketed(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;

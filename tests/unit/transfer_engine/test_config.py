@@ -59,7 +59,7 @@ def test_transports_come_from_the_registration_list() -> None:
     from transfer_engine.config import transport_choices
 
     names = [t["name"] for t in _core.transports()]
-    assert names == ["local", "shm", "tcp", "cuda_ipc"]
+    assert names == ["local", "shm", "tcp", "cuda_ipc", "ucx"]
     assert transport_choices() == ("auto", *names)
     settings = {s.variable for s in EngineConfig.settings()}
     for t in _core.transports():

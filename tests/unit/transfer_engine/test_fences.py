@@ -14,8 +14,9 @@ from transfer_engine import (
     _core,
 )
 
-# Fenced regions are allocated host memory: transports that serve only GPU memory have none to fence.
-TRANSPORTS = [t["name"] for t in _core.transports() if "host" in t["remote_kinds"]]
+# Fenced regions are allocated host memory: transports that serve only GPU memory have none to fence, and
+# one-sided ones (UCX RMA) cannot check fences (below: the engine sends fenced requests another way).
+TRANSPORTS = [t["name"] for t in _core.transports() if "host" in t["remote_kinds"] and not t["one_sided"]]
 STALE, DENIED, UNSUPPORTED = StaleLocationError.code, 3, 9
 
 
@@ -65,3 +66,35 @@ def test_fence_arguments_are_checked() -> None:
             engine.allocate(4096, fence_slots=1 << 27)
         with pytest.raises(InvalidArgumentError, match="fence"):  # slots without generations
             engine.submit([0], [0], [0], [1], [0], [4096], fence_slots=[0])
+
+
+def test_fenced_requests_go_over_a_transport_that_checks_fences_not_a_one_sided_one() -> None:
+    """UCX first (same-host transports off, ucx preferred): the link to the peer is ucx then tcp, which
+    joins because ucx cannot check fences. Plain requests go over ucx; a request naming an allocation goes
+    over tcp, where a killed one is refused. Forced to ucx alone, a fenced request is refused outright."""
+    reason = TransferEngine().unavailable_transports.get("ucx", "")
+    if "not installed" in reason or "needs UCX" in reason:
+        pytest.skip(f"ucx: {reason}")
+    settings = {"ucx_prefer": True, "shm_enabled": False, "local_enabled": False, "cuda_ipc_enabled": False}
+    with TransferEngine(**settings) as a, TransferEngine(**settings) as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        plain = b.allocate(1 << 16)
+        buf = a.allocate(1 << 16, export=False)
+        assert buf.array is not None and plain.array is not None
+        peer = a.open_peer(b.name)
+        assert peer.transports == ("ucx", "tcp")
+        buf.array[:] = 9
+        assert a.transfer_one(Op.WRITE, buf.addr, peer, plain.id, 0, 4096) == (RequestState.COMPLETED, 0)
+        assert (plain.array[:4096] == 9).all()
+        fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
+        assert fenced == (RequestState.COMPLETED, 0)
+        assert b.kill_allocations(segment, [3], [5])
+        fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
+        assert fenced == (RequestState.FAILED, STALE)
+    with TransferEngine(transport="ucx", ucx_prefer=True) as a, TransferEngine(ucx_prefer=True) as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        buf = a.allocate(1 << 16, export=False)
+        peer = a.open_peer(b.name)
+        assert peer.transports == ("ucx",)
+        fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
+        assert fenced == (RequestState.FAILED, UNSUPPORTED)

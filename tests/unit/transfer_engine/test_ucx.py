@@ -1,0 +1,70 @@
+"""The ucx transport's loading and its place among transports (the contract suite covers what it moves;
+tests/integration/test_two_processes.py and test_netns.py cover it across processes and hosts)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from transfer_engine import TransferEngine
+
+NO_UCX = """
+import sys
+sys.modules["libucx"] = None  # as without the ucx extra
+from transfer_engine import TransferEngine, NotSupportedError
+print(TransferEngine().unavailable_transports.get("ucx", ""))
+try:
+    TransferEngine(transport="ucx")
+except NotSupportedError as exc:
+    print("refused:", exc)
+"""
+
+
+def installed() -> str:
+    """Why UCX cannot load here ("" when it can)."""
+    reason = TransferEngine().unavailable_transports.get("ucx", "")
+    return reason if "not installed" in reason or "needs UCX" in reason else ""
+
+
+def test_without_ucx_the_transport_says_why_and_a_forced_one_refuses_to_start() -> None:
+    env = {"PATH": "/usr/bin"}  # (no LD_LIBRARY_PATH: no UCX but a system one)
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    out = subprocess.run([sys.executable, "-c", NO_UCX], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    reason, refused = out.stdout.splitlines()
+    if "not installed" not in reason:
+        pytest.skip(f"a system UCX is found here without the wheel: {reason or 'usable'}")
+    assert "pip install 'kvstore[ucx]'" in reason and "KVSTORE_UCX_LIBRARY" in reason
+    assert refused.startswith("refused: transport 'ucx' is unavailable: UCX is not installed")
+
+
+def test_a_named_ucx_library_that_is_missing_is_a_clear_error() -> None:
+    code = (
+        "from transfer_engine import TransferEngine\nTransferEngine(ucx_library='/nonexistent/libucp.so.0')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert (
+        "KVSTORE_UCX_LIBRARY=/nonexistent/libucp.so.0" in out.stderr and "InvalidArgumentError" in out.stderr
+    )
+
+
+def test_without_an_rdma_nic_ucx_stays_off_unless_asked() -> None:
+    """UCX's tcp is slower than kvstore's: an engine starts UCX only with an RDMA NIC selected, when told
+    to use it, or with ucx_prefer; then it reaches a peer that serves it too."""
+    if why := installed():
+        pytest.skip(f"ucx: {why}")
+    with TransferEngine() as plain:
+        assert plain.unavailable_transports["ucx"].startswith("not started: no RDMA NIC selected here")
+    with (
+        TransferEngine(ucx_prefer=True, shm_enabled=False, local_enabled=False) as a,
+        TransferEngine(ucx_prefer=True) as b,
+    ):
+        assert "ucx" not in a.unavailable_transports
+        assert a.open_peer(b.name).transport == "ucx"  # preferred: before tcp
+    with TransferEngine(shm_enabled=False, local_enabled=False) as a, TransferEngine(ucx_prefer=True) as b:
+        assert a.open_peer(b.name).transport == "tcp"  # this side did not start it
