@@ -108,6 +108,7 @@ struct Ucp {
 
   ucs_status_t (*config_read)(const char*, const char*, ucp_config**) = nullptr;
   void (*config_release)(ucp_config*) = nullptr;
+  ucs_status_t (*config_modify)(ucp_config*, const char*, const char*) = nullptr;
   ucs_status_t (*init_version)(unsigned, unsigned, const ucp_params_t*, const ucp_config*,
                                ucp_context_h*) = nullptr;
   void (*cleanup)(ucp_context_h) = nullptr;

@@ -120,7 +120,7 @@ class UcxTransport : public Transport {
           "not started: no RDMA NIC selected here (KVSTORE_TRANSPORT=ucx or ucx_prefer=1 start it)";
       return Status::OK();
     }
-    auto worker = UcxWorker::start(api_, config_.busy_poll_us);
+    auto worker = UcxWorker::start(api_, config_.busy_poll_us, net_devices());
     if (!worker.ok()) {
       start_error_ = worker.status().message();
       return Status::OK();
@@ -238,6 +238,21 @@ class UcxTransport : public Transport {
   }
   // Worker thread: every endpoint whose oldest operation waited past io_timeout is closed.
   void time_out();
+  // The engine's NICs (KVSTORE_NICS) as UCX devices: each RDMA device's port 1 and each net device (UCX's
+  // tcp would otherwise leave from any interface, with an address the peer may not route back to).
+  std::string net_devices() const {
+    std::vector<std::string> names;
+    auto add = [&](const std::string& name) {
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    };
+    for (const auto& nic : context_.nics) {
+      if (!nic.rdma_device.empty()) add(nic.rdma_device + ":1");
+      add(nic.name);
+    }
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
+  }
 
   TransportContext context_;
   UcxConfig config_;

@@ -4,15 +4,24 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 
 namespace kvs::ucx {
 
-StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::start(const Ucp& api, int busy_poll_us) {
+StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::start(const Ucp& api, int busy_poll_us,
+                                                      const std::string& net_devices) {
   if (!api.status.ok()) return api.status;
   std::unique_ptr<UcxWorker> w(new UcxWorker(api, busy_poll_us));
   ucp_config* config = nullptr;
   ucs_status_t s = api.config_read(nullptr, nullptr, &config);  // (UCX_* settings from the environment)
   if (s != kOk) return Status(Code::kNotSupported, "ucp_config_read: " + api.describe(s));
+  if (!net_devices.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    s = api.config_modify(config, "NET_DEVICES", net_devices.c_str());
+    if (s != kOk) {
+      api.config_release(config);
+      return Status(Code::kInvalidArgument, "UCX_NET_DEVICES=" + net_devices + ": " + api.describe(s));
+    }
+  }
   ucp_params_t params{kParamFieldFeatures, kFeatureRma | kFeatureWakeup};
   s = api.init_version(kApiMajor, kMinMinor, &params, config, &w->context_);
   api.config_release(config);

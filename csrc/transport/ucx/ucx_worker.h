@@ -22,7 +22,9 @@ namespace kvs::ucx {
 
 class UcxWorker {
  public:
-  static StatusOr<std::unique_ptr<UcxWorker>> start(const Ucp& api, int busy_poll_us);
+  // net_devices: UCX_NET_DEVICES for this context ("" : UCX's own choice; the environment's wins).
+  static StatusOr<std::unique_ptr<UcxWorker>> start(const Ucp& api, int busy_poll_us,
+                                                    const std::string& net_devices);
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
