@@ -108,9 +108,8 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
     try:
         nic = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, nic, target.name, str(target.shared_region), str(target.numpy_region)]
-        root = Path(__file__).parents[
-            2
-        ]  # (not resolved: under tests/run it is the run folder, not the checkout)
+        # (not resolved: under tests/run this is the run folder, not the checkout)
+        root = Path(__file__).parents[2]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
