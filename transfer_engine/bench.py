@@ -2,7 +2,8 @@
 
 With no peer given, a target process is started on this host (the embedded default); the initiator
 runs here. The baseline is measured in the same invocation: a memcpy over a working set as large as
-the bench's own for shm/local, a raw TCP stream with the same number of connections for tcp.
+the bench's own for shm/local, a raw TCP stream with the same number of connections for tcp, a raw UCP
+loop of the same operations (same UCX, same sizes and batches) for ucx.
 """
 
 from __future__ import annotations
@@ -157,9 +158,11 @@ def in_process_target(host: str, working_set: int, gpu: bool) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def spawned_target(host: str, working_set: int, gpu: bool) -> Iterator[str]:
-    """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its engine name."""
-    args = ["--host", host, "--working-set", str(working_set)] + (["--gpu"] if gpu else [])
+def spawned_target(host: str, working_set: int, gpu: bool, transport: str = "auto") -> Iterator[str]:
+    """Starts a bench target (`python -m transfer_engine.bench`) as a child; yields its engine name. It
+    runs the initiator's transport (ucx, for one, is started only where it is asked for)."""
+    args = ["--host", host, "--working-set", str(working_set), "--transport", transport]
+    args += ["--gpu"] if gpu else []
     with module_process("transfer_engine.bench", args) as (_, ready):
         yield ready.split()[0]
 
@@ -232,7 +235,9 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         elif engine.config.transport == "local":
             address = stack.enter_context(in_process_target(host, cfg.working_set, cfg.gpu))
         else:
-            address = stack.enter_context(spawned_target(host, cfg.working_set, cfg.gpu))
+            address = stack.enter_context(
+                spawned_target(host, cfg.working_set, cfg.gpu, engine.config.transport)
+            )
         peer = engine.open_peer(address)
         remote = max(peer.regions, key=lambda r: r.length)
         working_set = min(cfg.working_set, remote.length)
@@ -335,6 +340,12 @@ def measure_baseline(
     if transport == "tcp":
         r = _tools.tcp_stream_baseline(host, connections, cfg.block_size, working_set, seconds, socket_buffer)
         return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
+    if transport == "ucx":
+        call = "ucp_put_nbx + flush" if cfg.op == "write" else "ucp_get_nbx"
+        r = _tools.ucx_rma_baseline(cfg.op == "write", cfg.block_size, cfg.batch_size, working_set, seconds)
+        return float(
+            r["gbps"]
+        ), f"raw UCP {call} loop, batches of {cfg.batch_size}, over {format_size(working_set)}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)
     gbps = memcpy_gbps(cfg.block_size, working_set, seconds, threads)
@@ -430,5 +441,6 @@ if __name__ == "__main__":  # the target side, as spawned_target starts it
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--working-set", type=int, required=True)
     parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--transport", default="auto")
     options = parser.parse_args()
-    run_target(options.port, options.working_set, options.gpu, host=options.host)
+    run_target(options.port, options.working_set, options.gpu, host=options.host, transport=options.transport)

@@ -2,6 +2,7 @@
 
 #include "bind/status_error.h"
 #include "tools/baseline.h"
+#include "tools/ucx_baseline.h"
 
 namespace py = pybind11;
 
@@ -47,6 +48,20 @@ void bind_baseline(py::module_& m) {
       py::arg("host"), py::arg("connections"), py::arg("block_size"), py::arg("working_set"),
       py::arg("duration_s"), py::arg("socket_buffer") = 4 << 20,
       "Raw socket stream over loopback cycling a working set on each side; returns {bytes, seconds, gbps}.");
+  m.def(
+      "ucx_rma_baseline",
+      [](bool write, uint64_t block_size, int batch, uint64_t working_set, double duration_s) {
+        StatusOr<bench::Throughput> r = Status();
+        {
+          py::gil_scoped_release release;
+          r = bench::ucx_rma_baseline(write, block_size, batch, working_set, duration_s);
+        }
+        return to_dict(value_or_throw(std::move(r)));
+      },
+      py::arg("write"), py::arg("block_size"), py::arg("batch"), py::arg("working_set"),
+      py::arg("duration_s"),
+      "A raw UCP get (or put + flush) loop between two workers of this process over a working set; returns "
+      "{bytes, seconds, gbps}.");
 }
 
 }  // namespace kvs::tools

@@ -436,9 +436,13 @@ StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor&
   UcxWorker* worker = worker_.get();
   if (worker == nullptr) return Status(Code::kNotSupported, "ucx is unavailable: " + unavailable());
   auto endpoint = std::make_shared<Endpoint>();
+  // A peer on another host: UCX reports its failure (rc, dc, tcp can). On this host UCX's shared-memory
+  // transports cannot, and asking for it would leave only tcp's software emulation of RMA: a dead
+  // same-host peer is found by the I/O timeout instead.
+  const bool same_host = peer.host_id == context_.host_id;
   Status st = worker->call([&]() -> Status {
     ucp_ep_params_t params{
-        kEpParamFieldRemoteAddress | kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler,
+        kEpParamFieldRemoteAddress | (same_host ? 0 : kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler),
         reinterpret_cast<const ucp_address*>(address.value().data()), kErrHandlingModePeer, on_endpoint_error,
         endpoint.get()};
     const ucs_status_t s = api_.ep_create(worker->worker(), &params, &endpoint->ep);
