@@ -159,3 +159,10 @@ def target() -> Iterator[TargetProcess]:
 def engine() -> Iterator[TransferEngine]:
     with TransferEngine(tcp_io_timeout=2.0) as e:
         yield e
+
+
+def ucx_missing() -> str:
+    """Why the ucx transport cannot run here ("" when it can), asked of an engine that starts it (by
+    default an engine without an RDMA NIC does not even load UCX)."""
+    with TransferEngine(ucx_prefer=True) as probe:
+        return probe.unavailable_transports.get("ucx", "")

@@ -26,3 +26,6 @@ def tcp_stream_baseline(
     duration_s: float,
     socket_buffer: int = ...,
 ) -> dict[str, float]: ...
+def ucx_rma_baseline(
+    write: bool, block_size: int, batch: int, working_set: int, duration_s: float
+) -> dict[str, float]: ...

@@ -213,7 +213,8 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
-        ucx.preload(config.ucx_library)
+        if ucx.wanted(config):
+            ucx.preload(config.ucx_library)
         self._core: Any = _core.Engine(**config.to_core())
         self._core.start()
         self._regions: dict[int, Region] = {}

@@ -143,12 +143,6 @@ Status Engine::start() {
                                                 : "unknown transport '" + config_.transport + "'");
     }
   }
-  for (auto& t : transports_) {
-    if (config_.transport == t.entry->name && !t.transport->unavailable().empty()) {
-      return Status(Code::kNotSupported,
-                    "transport '" + config_.transport + "' is unavailable: " + t.transport->unavailable());
-    }
-  }
   bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
                                                  config_.handshake_timeout_ms);
   Status st = bootstrap_->start(config_.host, config_.port);
@@ -156,6 +150,14 @@ Status Engine::start() {
     st = transports_[i].transport->start();
     if (!st.ok()) {
       for (size_t j = 0; j < i; ++j) transports_[j].transport->stop();
+    }
+  }
+  for (size_t i = 0; st.ok() && i < transports_.size(); ++i) {
+    // The one transport this engine is told to use must work here (e.g. ucx with UCX installed).
+    const std::string why = transports_[i].transport->unavailable();
+    if (config_.transport == transports_[i].entry->name && !why.empty()) {
+      st = Status(Code::kNotSupported, "transport '" + config_.transport + "' is unavailable: " + why);
+      for (auto& t : transports_) t.transport->stop();
     }
   }
   if (!st.ok()) {

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import ucx_missing
 from transfer_engine import (
     NotSupportedError,
     Op,
@@ -106,8 +107,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         overrides.update(short_settings(other))
     if transport == "ucx":
         overrides["ucx_prefer"] = True  # (a target in auto mode starts UCX only with an RDMA NIC)
-        reason = TransferEngine().unavailable_transports.get("ucx", "")
-        if "not installed" in reason or "needs UCX" in reason:
+        if reason := ucx_missing():
             pytest.skip(f"ucx: {reason}")
     with TransferEngine(**overrides) as target, TransferEngine(transport=transport, **overrides) as initiator:
         local = initiator.allocate(4 << 20)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import start_target, stop_target
+from tests.conftest import start_target, stop_target, ucx_missing
 from tests.helpers.target_process import pattern
 from tests.integration.conftest import Namespace
 from transfer_engine import Op, RequestState, TransferEngine
@@ -24,8 +24,7 @@ SIZE = 8 << 20
 
 @pytest.fixture
 def ucx_engine() -> Iterator[TransferEngine]:
-    reason = TransferEngine().unavailable_transports.get("ucx", "")
-    if "not installed" in reason or "needs UCX" in reason:
+    if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
     with TransferEngine(transport="ucx", ucx_io_timeout=2.0) as engine:
         yield engine
@@ -99,8 +98,7 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
     """The initiator runs in a process of its own: UCX caches the routing table when a process first uses
     it, so a NIC made after that (the fixture's veth) would look unreachable to this one. The engine's NIC
     is named: UCX's tcp leaves only from the engine's NICs, and veth ones are used only when named."""
-    reason = TransferEngine().unavailable_transports.get("ucx", "")
-    if "not installed" in reason or "needs UCX" in reason:
+    if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
     target = start_target(
         size=16 << 20, transport="ucx", host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name]

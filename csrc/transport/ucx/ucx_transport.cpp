@@ -105,22 +105,22 @@ class UcxChannel;
 class UcxTransport : public Transport {
  public:
   UcxTransport(const TransportContext& context, const Options& options)
-      : context_(context), config_(UcxConfig::from(options)), api_(ucp()) {  // (never fails; status says)
-    rdma_here_ = std::any_of(context.nics.begin(), context.nics.end(),
-                             [](const NicAddress& n) { return !n.rdma_device.empty(); });
+      : context_(context), config_(UcxConfig::from(options)) {
+    if (context.topology) {
+      rdma_here_ = std::any_of(context.topology->nics.begin(), context.topology->nics.end(),
+                               [](const topology::Nic& n) { return n.usable() && !n.rdma_device.empty(); });
+    }
+    // UCX is loaded (~0.4 s) and started (a context, a worker thread) only where it pays, or when asked:
+    // UCX's tcp is slower than kvstore's.
+    wanted_ = rdma_here_ || config_.over_tcp || context.transport == "ucx";
   }
   ~UcxTransport() override { stop(); }
 
   Status start() override {
-    if (!api_.status.ok()) return Status::OK();  // unavailable: offers nothing, reaches nobody
-    if (!rdma_here_ && !config_.over_tcp && context_.transport != "ucx") {
-      // A UCX context and worker thread per engine buys nothing without RDMA (UCX's tcp is slower than
-      // kvstore's): started only where it is the way to go, or asked for.
-      start_error_ =
-          "not started: no RDMA NIC selected here (KVSTORE_TRANSPORT=ucx or ucx_prefer=1 start it)";
-      return Status::OK();
-    }
-    auto worker = UcxWorker::start(api_, config_.busy_poll_us, net_devices());
+    if (!wanted_) return Status::OK();  // (unavailable() says why)
+    api_ = &ucp();
+    if (!api_->status.ok()) return Status::OK();  // unavailable: offers nothing, reaches nobody
+    auto worker = UcxWorker::start(*api_, config_.busy_poll_us, net_devices());
     if (!worker.ok()) {
       start_error_ = worker.status().message();
       return Status::OK();
@@ -139,7 +139,7 @@ class UcxTransport : public Transport {
       // Endpoints a channel still holds are closed here (their operations fail), then the regions.
       worker_->call([this] {
         for (auto& weak : endpoints_) {
-          if (auto e = weak.lock()) close_endpoint(api_, *e, Status(Code::kClosed, "engine closed"));
+          if (auto e = weak.lock()) close_endpoint(*api_, *e, Status(Code::kClosed, "engine closed"));
         }
         endpoints_.clear();
       });
@@ -149,7 +149,10 @@ class UcxTransport : public Transport {
     worker.reset();  // (its thread runs what channels posted last, then ends)
   }
   std::string unavailable() const override {
-    if (!api_.status.ok()) return api_.status.message();
+    if (!wanted_)
+      return "not started: no RDMA NIC selected here (KVSTORE_TRANSPORT=ucx or ucx_prefer=1 start it)";
+    if (api_ == nullptr) return "not started yet";
+    if (!api_->status.ok()) return api_->status.message();
     return start_error_;
   }
   int cost(int declared) const override { return rdma_here_ || config_.over_tcp ? declared : 150; }
@@ -215,15 +218,15 @@ class UcxTransport : public Transport {
           0,
           kMemoryTypeHost};
       ucp_mem_h memh = nullptr;
-      if (api_.mem_map(worker_->context(), &params, &memh) != kOk) return {nullptr, {}};
+      if (api_->mem_map(worker_->context(), &params, &memh) != kOk) return {nullptr, {}};
       void* packed = nullptr;
       size_t size = 0;
-      if (api_.rkey_pack(worker_->context(), memh, &packed, &size) != kOk) {
-        api_.mem_unmap(worker_->context(), memh);
+      if (api_->rkey_pack(worker_->context(), memh, &packed, &size) != kOk) {
+        api_->mem_unmap(worker_->context(), memh);
         return {nullptr, {}};
       }
       std::vector<char> rkey(static_cast<char*>(packed), static_cast<char*>(packed) + size);
-      api_.rkey_buffer_release(packed);
+      api_->rkey_buffer_release(packed);
       return {memh, std::move(rkey)};
     });
     region.memh = mapped.first;
@@ -232,7 +235,7 @@ class UcxTransport : public Transport {
   void unmap(Region& region) {
     if (region.memh == nullptr) return;
     ucp_mem_h memh = region.memh;
-    worker_->call([&] { api_.mem_unmap(worker_->context(), memh); });
+    worker_->call([&] { api_->mem_unmap(worker_->context(), memh); });
     region.memh = nullptr;
     region.rkey.clear();
   }
@@ -256,8 +259,9 @@ class UcxTransport : public Transport {
 
   TransportContext context_;
   UcxConfig config_;
-  const Ucp& api_;
+  const Ucp* api_ = nullptr;  // loaded by start(), when wanted_
   bool rdma_here_ = false;
+  bool wanted_ = false;
   std::string start_error_;
   mutable std::mutex mu_;
   std::unique_ptr<UcxWorker> worker_;
@@ -275,7 +279,7 @@ void UcxTransport::time_out() {
       continue;
     }
     if (!e->in_flight.empty() && now - e->in_flight.front().at > limit) {
-      close_endpoint(api_, *e, Status(Code::kTimedOut, "peer stopped answering (ucx)"));
+      close_endpoint(*api_, *e, Status(Code::kTimedOut, "peer stopped answering (ucx)"));
     }
     ++it;
   }
@@ -445,8 +449,8 @@ StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor&
         kEpParamFieldRemoteAddress | (same_host ? 0 : kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler),
         reinterpret_cast<const ucp_address*>(address.value().data()), kErrHandlingModePeer, on_endpoint_error,
         endpoint.get()};
-    const ucs_status_t s = api_.ep_create(worker->worker(), &params, &endpoint->ep);
-    if (s != kOk) return Status(Code::kConnectionFailed, "ucp_ep_create: " + api_.describe(s));
+    const ucs_status_t s = api_->ep_create(worker->worker(), &params, &endpoint->ep);
+    if (s != kOk) return Status(Code::kConnectionFailed, "ucp_ep_create: " + api_->describe(s));
     endpoints_.push_back(endpoint);
     return Status::OK();
   });

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import ucx_missing
 from transfer_engine import (
     InvalidArgumentError,
     Op,
@@ -72,8 +73,7 @@ def test_fenced_requests_go_over_a_transport_that_checks_fences_not_a_one_sided_
     """UCX first (same-host transports off, ucx preferred): the link to the peer is ucx then tcp, which
     joins because ucx cannot check fences. Plain requests go over ucx; a request naming an allocation goes
     over tcp, where a killed one is refused. Forced to ucx alone, a fenced request is refused outright."""
-    reason = TransferEngine().unavailable_transports.get("ucx", "")
-    if "not installed" in reason or "needs UCX" in reason:
+    if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
     settings = {"ucx_prefer": True, "shm_enabled": False, "local_enabled": False, "cuda_ipc_enabled": False}
     with TransferEngine(**settings) as a, TransferEngine(**settings) as b:

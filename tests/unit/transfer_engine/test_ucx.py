@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
+from tests.conftest import ucx_missing
 from transfer_engine import TransferEngine
 
 NO_UCX = """
 import sys
 sys.modules["libucx"] = None  # as without the ucx extra
 from transfer_engine import TransferEngine, NotSupportedError
-print(TransferEngine().unavailable_transports.get("ucx", ""))
+print(TransferEngine(ucx_prefer=True).unavailable_transports.get("ucx", ""))
 try:
     TransferEngine(transport="ucx")
 except NotSupportedError as exc:
@@ -23,10 +24,12 @@ except NotSupportedError as exc:
 """
 
 
-def installed() -> str:
-    """Why UCX cannot load here ("" when it can)."""
-    reason = TransferEngine().unavailable_transports.get("ucx", "")
-    return reason if "not installed" in reason or "needs UCX" in reason else ""
+NOT_LOADED = """
+from transfer_engine import TransferEngine
+TransferEngine().close()
+maps = open("/proc/self/maps").read()
+print("loaded" if "libucp" in maps or "libucs" in maps else "not-loaded")
+"""
 
 
 def test_without_ucx_the_transport_says_why_and_a_forced_one_refuses_to_start() -> None:
@@ -44,7 +47,8 @@ def test_without_ucx_the_transport_says_why_and_a_forced_one_refuses_to_start() 
 
 def test_a_named_ucx_library_that_is_missing_is_a_clear_error() -> None:
     code = (
-        "from transfer_engine import TransferEngine\nTransferEngine(ucx_library='/nonexistent/libucp.so.0')"
+        "from transfer_engine import TransferEngine\n"
+        "TransferEngine(ucx_library='/nonexistent/libucp.so.0', ucx_prefer=True)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
@@ -55,9 +59,14 @@ def test_a_named_ucx_library_that_is_missing_is_a_clear_error() -> None:
 
 def test_without_an_rdma_nic_ucx_stays_off_unless_asked() -> None:
     """UCX's tcp is slower than kvstore's: an engine starts UCX only with an RDMA NIC selected, when told
-    to use it, or with ucx_prefer; then it reaches a peer that serves it too."""
-    if why := installed():
+    to use it, or with ucx_prefer; then it reaches a peer that serves it too. Otherwise the process does
+    not even load UCX (~0.4 s)."""
+    if why := ucx_missing():
         pytest.skip(f"ucx: {why}")
+    probe = subprocess.run(
+        [sys.executable, "-c", NOT_LOADED], capture_output=True, text=True, timeout=60, env=dict(os.environ)
+    )
+    assert probe.returncode == 0 and probe.stdout.split() == ["not-loaded"], probe.stderr + probe.stdout
     with TransferEngine() as plain:
         assert plain.unavailable_transports["ucx"].startswith("not started: no RDMA NIC selected here")
     with (
