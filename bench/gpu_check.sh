@@ -6,7 +6,8 @@
 #      contract suite (cuda_ipc on device memory) and the cross-process CUDA IPC tests,
 #   2. `kvstore bench tier --tier gpu` (1 MiB and 128 KiB values; 128 MiB batches pipelined in 32 MiB
 #      chunks and whole, KVSTORE_GPU_PIPELINE_CHUNK=0) and `--tier pinned` for reference,
-#   3. `kvstore bench transfer --gpu` (GPU to GPU between two processes, cuda_ipc) read and write,
+#   3. `kvstore bench transfer --gpu` (GPU to GPU between two processes, cuda_ipc) read and write, and
+#      over ucx where the machine has a UCX with CUDA support (the gpu-marked tests cover ucx too),
 # printing every figure. Exit status: non-zero when a test or a bench failed.
 #
 #   bench/gpu_check.sh [PYTHON]      (default python3; the device tool: bash bench/gpu_check.sh)
@@ -76,4 +77,8 @@ for op in read write; do
   step "kvstore bench transfer --gpu --op $op (GPU to GPU across two processes: cuda_ipc)"
   timeout 60 "$kvstore" bench transfer --gpu --op "$op" --duration 3 </dev/null || status=1
 done
+step "kvstore bench transfer --gpu --transport ucx (GPU to GPU across two processes over UCX, where it has CUDA support)"
+# (informational: a UCX without CUDA support refuses GPU memory; the gpu-marked test says so as a skip)
+timeout 60 "$kvstore" bench transfer --gpu --transport ucx --op read --duration 3 </dev/null ||
+  echo "(the ucx GPU bench did not run: no UCX here, or one without CUDA support)"
 exit "$status"

@@ -110,7 +110,7 @@ Engine::Engine(EngineConfig config)
       continue;
     }
     if (options.value().get("enabled") == 0) continue;
-    transports_.push_back(Running{entry, entry->make(context, options.value())});
+    transports_.push_back(Running{entry, entry->make(context, options.value()), entry->capabilities});
   }
   std::stable_sort(transports_.begin(), transports_.end(), [](const Running& a, const Running& b) {
     return a.transport->cost(a.entry->capabilities.cost) < b.transport->cost(b.entry->capabilities.cost);
@@ -152,6 +152,7 @@ Status Engine::start() {
       for (size_t j = 0; j < i; ++j) transports_[j].transport->stop();
     }
   }
+  for (auto& t : transports_) t.caps = t.transport->capabilities(t.entry->capabilities);
   for (size_t i = 0; st.ok() && i < transports_.size(); ++i) {
     // The one transport this engine is told to use must work here (e.g. ucx with UCX installed).
     const std::string why = transports_[i].transport->unavailable();
@@ -246,10 +247,10 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
   for (const auto& t : transports_) {
     if (transport != "auto" && transport != t.entry->name) continue;
     if (!t.transport->reachable(peer)) continue;
-    const uint32_t pairs = kind_pairs(t.entry->capabilities);
+    const uint32_t pairs = kind_pairs(t.caps);
     // A dearer transport joins for kinds none before moves, or to carry requests naming a fenced
     // allocation when the links before cannot check fences (one-sided RMA).
-    const bool fences_now = !fenced && !t.entry->capabilities.one_sided;
+    const bool fences_now = !fenced && !t.caps.one_sided;
     if (!links.empty() && (pairs & wanted & ~covered) == 0 && !fences_now) continue;
     auto channel = t.transport->connect(peer);
     if (!channel.ok()) {
@@ -260,7 +261,7 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
     }
     links.push_back(Link{const_cast<Running*>(&t), std::move(channel.value())});
     covered |= pairs;
-    fenced |= !t.entry->capabilities.one_sided;
+    fenced |= !t.caps.one_sided;
   }
   if (!links.empty()) return links;
   if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
@@ -518,7 +519,7 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     }
     size_t chosen = 0;
     while (chosen < links.size()) {
-      const Capabilities& caps = links[chosen].transport->entry->capabilities;
+      const Capabilities& caps = links[chosen].transport->caps;
       if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
           (caps.remote_kinds & kind_bit(region->location.kind)) && (w.fence_gen == 0 || !caps.one_sided)) {
         break;

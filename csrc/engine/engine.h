@@ -101,6 +101,7 @@ class Engine {
   struct Running {
     const TransportEntry* entry;
     std::unique_ptr<Transport> transport;
+    Capabilities caps;  // what it can do here: its entry's, as the started transport narrows them
   };
   struct Link {
     Running* transport;

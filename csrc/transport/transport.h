@@ -101,6 +101,8 @@ class Transport {
   virtual std::string unavailable() const { return ""; }
   // Its place among transports that reach a peer (lower first); `declared` is its entry's cost.
   virtual int cost(int declared) const { return declared; }
+  // What it can do here, once started (UCX moves GPU memory only where its CUDA support loaded).
+  virtual Capabilities capabilities(const Capabilities& declared) const { return declared; }
 
   // Initiator side.
   virtual uint64_t slice_size() const = 0;  // largest slice moved as one unit

@@ -119,3 +119,34 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
         assert target.check("numpy", 0, 16 << 20, 5)
     finally:
         stop_target(target)
+
+
+@pytest.mark.gpu
+def test_gpu_memory_moves_over_ucx_across_processes(ucx_engine: TransferEngine) -> None:
+    """GPU to GPU and host to GPU between two processes over UCX (its CUDA transports: cuda_ipc on one
+    host, GPUDirect RDMA between hosts), where the loaded UCX has CUDA support."""
+    from transfer_engine import cuda
+    from transfer_engine.errors import NotSupportedError
+
+    cuda.require()
+    target = start_target(size=SIZE, transport="ucx")
+    try:
+        assert target.gpu_region, "the target registers a GPU region where a GPU is usable"
+        peer = ucx_engine.open_peer(target.name)
+        with cuda.DeviceMemory(SIZE) as memory:
+            region = ucx_engine.register_ptr(memory.ptr, SIZE, kind="gpu:0")
+            try:
+                ucx_engine.read(region.addr, peer, target.gpu_region, 0, SIZE)
+            except NotSupportedError as exc:
+                pytest.skip(f"this UCX does not move GPU memory: {exc}")
+            host = np.empty(SIZE, np.uint8)
+            cuda.copy_to_host(0, [memory.ptr], [host.ctypes.data], [SIZE])
+            assert np.array_equal(host, pattern(SIZE))
+            local = ucx_engine.allocate(SIZE)
+            assert local.array is not None
+            local.array[:] = pattern(SIZE, 3)
+            ucx_engine.write(local.addr, peer, target.gpu_region, 0, SIZE)
+            assert target.check("gpu", 0, SIZE, 3)
+            ucx_engine.unregister(region)
+    finally:
+        stop_target(target)

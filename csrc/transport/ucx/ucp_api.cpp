@@ -14,8 +14,8 @@ bool find(void* handle, const char* name, F& out) {
 bool resolve(void* h, Ucp& u) {
   return find(h, "ucp_config_read", u.config_read) && find(h, "ucp_config_release", u.config_release) &&
          find(h, "ucp_config_modify", u.config_modify) && find(h, "ucp_init_version", u.init_version) &&
-         find(h, "ucp_cleanup", u.cleanup) && find(h, "ucp_worker_create", u.worker_create) &&
-         find(h, "ucp_worker_destroy", u.worker_destroy) &&
+         find(h, "ucp_context_query", u.context_query) && find(h, "ucp_cleanup", u.cleanup) &&
+         find(h, "ucp_worker_create", u.worker_create) && find(h, "ucp_worker_destroy", u.worker_destroy) &&
          find(h, "ucp_worker_get_address", u.worker_get_address) &&
          find(h, "ucp_worker_release_address", u.worker_release_address) &&
          find(h, "ucp_worker_progress", u.worker_progress) &&

@@ -100,6 +100,14 @@ struct ucp_request_param_t {
   void* user_data;
 };
 
+constexpr uint64_t kAttrFieldMemoryTypes = 4;
+struct ucp_context_attr_t {
+  uint64_t field_mask;
+  size_t request_size;
+  int thread_mode;
+  uint64_t memory_types;  // bit per memory type the context supports (1 << kMemoryTypeCuda: CUDA)
+};
+
 // The entry points, resolved once.
 struct Ucp {
   Status status = Status(Code::kNotSupported, "UCX not loaded");
@@ -112,6 +120,7 @@ struct Ucp {
   ucs_status_t (*init_version)(unsigned, unsigned, const ucp_params_t*, const ucp_config*,
                                ucp_context_h*) = nullptr;
   void (*cleanup)(ucp_context_h) = nullptr;
+  ucs_status_t (*context_query)(ucp_context_h, ucp_context_attr_t*) = nullptr;
   ucs_status_t (*worker_create)(ucp_context_h, const ucp_worker_params_t*, ucp_worker_h*) = nullptr;
   void (*worker_destroy)(ucp_worker_h) = nullptr;
   ucs_status_t (*worker_get_address)(ucp_worker_h, ucp_address**, size_t*) = nullptr;

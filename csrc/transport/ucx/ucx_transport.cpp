@@ -13,7 +13,8 @@ namespace {
 
 constexpr uint8_t kSectionVersion = 1;  // u8 version, string worker address
 constexpr uint8_t kRegionVersion = 1;   // u8 version, string packed rkey
-constexpr KindMask kUcxKinds = kAllHostKinds;
+// Host memory everywhere; GPU memory where the loaded UCX has CUDA support (capabilities() narrows it).
+constexpr KindMask kUcxKinds = kAllHostKinds | kind_bit(MemoryKind::kGpu);
 
 struct UcxConfig {
   uint64_t slice_size = 4ull << 20;
@@ -155,6 +156,15 @@ class UcxTransport : public Transport {
     if (!api_->status.ok()) return api_->status.message();
     return start_error_;
   }
+  Capabilities capabilities(const Capabilities& declared) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Capabilities c = declared;
+    if (!worker_ || !worker_->cuda()) {
+      c.local_kinds &= ~kind_bit(MemoryKind::kGpu);
+      c.remote_kinds &= ~kind_bit(MemoryKind::kGpu);
+    }
+    return c;
+  }
   int cost(int declared) const override { return rdma_here_ || config_.over_tcp ? declared : 150; }
 
   std::vector<char> descriptor_section() const override {
@@ -209,6 +219,8 @@ class UcxTransport : public Transport {
   // mu_ held. UCP calls run on the worker thread.
   void map(Region& region) {
     const RegionInfo info = region.info;
+    const bool gpu = info.location.kind == MemoryKind::kGpu;
+    if (gpu && !worker_->cuda()) return;  // (its requests are refused: this UCX cannot reach GPU memory)
     auto mapped = worker_->call([&]() -> std::pair<ucp_mem_h, std::vector<char>> {
       ucp_mem_map_params_t params{
           kMemMapParamFieldAddress | kMemMapParamFieldLength | kMemMapParamFieldMemoryType,
@@ -216,7 +228,7 @@ class UcxTransport : public Transport {
           info.length,
           0,
           0,
-          kMemoryTypeHost};
+          gpu ? kMemoryTypeCuda : kMemoryTypeHost};
       ucp_mem_h memh = nullptr;
       if (api_->mem_map(worker_->context(), &params, &memh) != kOk) return {nullptr, {}};
       void* packed = nullptr;
@@ -369,6 +381,8 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
         refused = Status(Code::kConnectionFailed, e.error.ok() ? "ucx endpoint closed" : e.error.message());
       } else if (s.fence_gen != 0) {
         refused = Status(Code::kNotSupported, "ucx cannot check allocation fences");
+      } else if (s.local_location.kind == MemoryKind::kGpu && !transport_->worker()->cuda()) {
+        refused = Status(Code::kNotSupported, "this UCX has no CUDA support");
       } else if (key == nullptr) {
         refused = Status(Code::kNotSupported, "the peer's region is not mapped for ucx");
       } else if (!s.batch->begin_copy(s.request)) {

@@ -26,6 +26,8 @@ StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::start(const Ucp& api, int busy_p
   s = api.init_version(kApiMajor, kMinMinor, &params, config, &w->context_);
   api.config_release(config);
   if (s != kOk) return Status(Code::kNotSupported, "ucp_init: " + api.describe(s));
+  ucp_context_attr_t attr{kAttrFieldMemoryTypes, 0, 0, 0};
+  w->cuda_ = api.context_query(w->context_, &attr) == kOk && (attr.memory_types >> kMemoryTypeCuda & 1) != 0;
   ucp_worker_params_t worker_params{kWorkerParamFieldThreadMode, kThreadModeSingle};
   s = api.worker_create(w->context_, &worker_params, &w->worker_);
   if (s != kOk) return Status(Code::kNotSupported, "ucp_worker_create: " + api.describe(s));

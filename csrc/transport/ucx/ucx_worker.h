@@ -33,6 +33,8 @@ class UcxWorker {
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   const std::vector<char>& address() const { return address_; }
+  // The loaded UCX moves CUDA device memory (its cuda modules load and see a GPU).
+  bool cuda() const { return cuda_; }
 
   // Runs `task` on the worker's thread, soon. Tasks posted after stop() are dropped (run with stopping()).
   void post(std::function<void()> task);
@@ -61,6 +63,7 @@ class UcxWorker {
   int worker_fd_ = -1;
   int wake_fd_ = -1;
   std::vector<char> address_;
+  bool cuda_ = false;
   std::vector<std::function<void()>> ticks_;  // (worker thread only)
 
   std::mutex mu_;
