@@ -9,6 +9,16 @@
 
 namespace kvs {
 
+struct Slice;
+
+// Another link to the same peer that moves a slice's kinds, for slices its own transport lost (every path
+// down, endpoint closed): set by the engine, null when the peer has no such link.
+class SliceFallback {
+ public:
+  virtual ~SliceFallback() = default;
+  virtual void take(Slice&& slice) = 0;
+};
+
 struct Slice {
   std::shared_ptr<Batch> batch;
   uint32_t request = 0;
@@ -24,8 +34,21 @@ struct Slice {
   MemoryLocation local_location;
   int32_t local_numa = -1;
   uint8_t attempts = 0;  // paths it was already sent on and lost with (a transport's failover bound)
+  std::shared_ptr<SliceFallback> fallback;
 
   void done(const Status& status) const { batch->slice_done(request, status); }
+  // Its transport lost it (the link failed, not the request): another link takes it, once, if there is
+  // one; else it fails with `status`.
+  void lost(const Status& status) const {
+    if (fallback && status.code() != Code::kClosed && batch->pending(request)) {
+      Slice again = *this;
+      again.fallback.reset();
+      again.attempts = 0;
+      fallback->take(std::move(again));
+      return;
+    }
+    done(status);
+  }
 };
 
 }  // namespace kvs

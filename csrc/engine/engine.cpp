@@ -42,12 +42,24 @@ struct Engine::Peer {
   int failures = 0;
   Clock::time_point retry_after{};
   Status last_error;
+  // Some links died and others live (ucx gone, tcp up): requests keep going (a dead link hands its
+  // slices to the next that moves their kinds) while the dead ones are opened again in the background.
+  bool relinking = false;
+  int relinks = 0;
+  Clock::time_point relink_after{};
 
+  // Usable while one of its links is.
   bool healthy() const {
     for (const auto& link : links) {
-      if (!link.channel->healthy()) return false;
+      if (link.channel->healthy()) return true;
     }
-    return !links.empty();
+    return false;
+  }
+  bool degraded() const {
+    for (const auto& link : links) {
+      if (!link.channel->healthy()) return true;
+    }
+    return false;
   }
 };
 
@@ -423,8 +435,13 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     for (size_t j = 0; ready && j < requests.size(); ++j)
       ready = s.descriptor->find_region(requests[j].region_id);
     if (ready) {
+      const bool degraded = s.degraded();
+      const bool relink = degraded && !s.relinking && Clock::now() >= s.relink_after;
+      s.relinking |= relink;
+      if (!degraded) s.relinks = 0;
       lock.unlock();
       slice_and_send(s, requests);
+      if (relink) relink_async(peer.value());
       continue;
     }
     if (!s.links.empty() && !s.healthy() && !s.connecting && s.failures == 0) {
@@ -456,7 +473,38 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   return batch;
 }
 
-void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
+void Engine::relink_async(std::shared_ptr<Peer> peer) {
+  launch_connector([this, peer] {
+    std::shared_ptr<const EngineDescriptor> descriptor;
+    std::vector<std::pair<size_t, Running*>> dead;
+    {
+      std::lock_guard<std::mutex> lock(peer->mu);
+      descriptor = peer->descriptor;
+      for (size_t i = 0; i < peer->links.size(); ++i) {
+        if (!peer->links[i].channel->healthy()) dead.emplace_back(i, peer->links[i].transport);
+      }
+    }
+    std::vector<std::pair<size_t, std::shared_ptr<Channel>>> fresh;
+    for (auto& [i, t] : dead) {
+      if (!running_.load()) break;
+      auto channel = t->transport->connect(*descriptor);
+      if (channel.ok()) fresh.emplace_back(i, std::move(channel.value()));
+    }
+    std::vector<std::shared_ptr<Channel>> replaced;  // dropped outside the lock (their threads end)
+    std::lock_guard<std::mutex> lock(peer->mu);
+    for (auto& [i, channel] : fresh) {
+      if (i < peer->links.size() && !peer->links[i].channel->healthy()) {
+        replaced.push_back(std::move(peer->links[i].channel));
+        peer->links[i].channel = std::move(channel);
+      }
+    }
+    peer->relinking = false;
+    peer->relinks += 1;  // (a link that dies again soon waits longer: 50 ms doubling to 2 s)
+    peer->relink_after = Clock::now() + backoff(peer->relinks);
+  });
+}
+
+void Engine::launch_connector(std::function<void()> work) {
   std::lock_guard<std::mutex> lock(connectors_mu_);
   for (auto it = connectors_.begin(); it != connectors_.end();) {
     if (it->finished->load()) {
@@ -466,8 +514,20 @@ void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
       ++it;
     }
   }
+  if (!running_.load()) {  // stop() has taken (or is about to take) the list: do not add a thread to it
+    work();
+    return;
+  }
   auto finished = std::make_shared<std::atomic<bool>>(false);
-  auto work = [this, peer, finished] {
+  connectors_.push_back(Connector{std::thread([work = std::move(work), finished] {
+                                    work();
+                                    finished->store(true);
+                                  }),
+                                  finished});
+}
+
+void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
+  launch_connector([this, peer] {
     Status st = running_.load() ? connect_peer(*peer) : Status(Code::kClosed, "engine is not running");
     std::vector<Waiting> waiting;
     {
@@ -487,14 +547,26 @@ void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
     } else {
       for (auto& w : waiting) w.batch->reject(w.request, st);
     }
-    finished->store(true);
-  };
-  if (!running_.load()) {  // stop() has taken (or is about to take) the list: do not add a thread to it
-    work();
-    return;
-  }
-  connectors_.push_back(Connector{std::thread(work), finished});
+  });
 }
+
+namespace {
+
+// Sends a slice another link lost over this one.
+class LinkFallback : public SliceFallback {
+ public:
+  explicit LinkFallback(std::shared_ptr<Channel> channel) : channel_(std::move(channel)) {}
+  void take(Slice&& slice) override {
+    std::vector<Slice> one;
+    one.push_back(std::move(slice));
+    channel_->submit(std::move(one));
+  }
+
+ private:
+  std::shared_ptr<Channel> channel_;
+};
+
+}  // namespace
 
 void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
   std::shared_ptr<const EngineDescriptor> descriptor;
@@ -507,6 +579,7 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     unlinked = peer.unlinked;
   }
   std::vector<std::vector<Slice>> slices(links.size());
+  std::vector<std::shared_ptr<SliceFallback>> fallbacks(links.size());
   for (auto& w : requests) {
     const RegionInfo* region = descriptor->find_region(w.region_id);
     if (region == nullptr) {
@@ -535,6 +608,16 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       w.batch->reject(w.request, Status(Code::kNotSupported, why));
       continue;
     }
+    // The next link that moves the same kinds takes what this one loses (ucx over RDMA -> tcp).
+    std::shared_ptr<SliceFallback> fallback;
+    for (size_t next = chosen + 1; next < links.size() && !fallback; ++next) {
+      const Capabilities& caps = links[next].transport->caps;
+      if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
+          (caps.remote_kinds & kind_bit(region->location.kind)) && (w.fence_gen == 0 || !caps.one_sided)) {
+        if (!fallbacks[next]) fallbacks[next] = std::make_shared<LinkFallback>(links[next].channel);
+        fallback = fallbacks[next];
+      }
+    }
     const uint64_t step = std::max<uint64_t>(links[chosen].transport->transport->slice_size(), 4096);
     w.batch->set_slices(w.request, (w.length + step - 1) / step);
     for (uint64_t done = 0; done < w.length; done += step) {
@@ -551,6 +634,7 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       s.fence_gen = w.fence_gen;
       s.local_location = w.local_location;
       s.local_numa = w.local_numa;
+      s.fallback = fallback;
       slices[chosen].push_back(std::move(s));
     }
   }

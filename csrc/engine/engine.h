@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,6 +118,10 @@ class Engine {
   StatusOr<std::vector<Link>> connect_links(const EngineDescriptor& peer, const std::string& transport,
                                             Status* unlinked);
   void reconnect_async(std::shared_ptr<Peer> peer);
+  // Opens again, in the background, the links of a peer that died while others live.
+  void relink_async(std::shared_ptr<Peer> peer);
+  // Runs `work` on a connector thread (joined when finished or at stop), or here once the engine stopped.
+  void launch_connector(std::function<void()> work);
   void slice_and_send(Peer& peer, std::vector<Waiting>& requests);
 
   EngineConfig config_;

@@ -151,8 +151,10 @@ void TcpChannel::mark_down(Path& path) {
 
 void TcpChannel::on_lost(size_t path, std::vector<Slice>&& slices, const Status& status) {
   std::vector<Slice> failed;
+  bool closing = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    closing = closing_;
     if (closing_) {
       failed = std::move(slices);
     } else {
@@ -170,7 +172,13 @@ void TcpChannel::on_lost(size_t path, std::vector<Slice>&& slices, const Status&
     }
   }
   wake_.notify_all();
-  for (auto& s : failed) s.done(status);
+  for (auto& s : failed) {
+    if (closing) {
+      s.done(status);
+    } else {
+      s.lost(status);  // every path tried: another transport's link may take it
+    }
+  }
 }
 
 const std::vector<size_t>& TcpChannel::near(const Slice& slice) const {
@@ -251,7 +259,7 @@ void TcpChannel::submit(std::vector<Slice>&& slices) {
   for (auto& c : conns) {
     if (!c.slices.empty()) c.conn->enqueue(std::move(c.slices), c.bytes);
   }
-  for (auto& s : unroutable) s.done(Status(Code::kConnectionFailed, "every path to the peer is down"));
+  for (auto& s : unroutable) s.lost(Status(Code::kConnectionFailed, "every path to the peer is down"));
 }
 
 bool TcpChannel::healthy() const {

@@ -111,8 +111,15 @@ void TcpConnection::finish(const Slice& slice, const Status& status) {
 
 void TcpConnection::lose(std::vector<Slice>&& slices, const Status& status) {
   if (slices.empty()) return;
-  if (!on_lost_ || stopping_.load()) {
+  if (stopping_.load()) {
     for (auto& s : slices) finish(s, status);
+    return;
+  }
+  if (!on_lost_) {  // (one path: another transport's link may take them)
+    for (auto& s : slices) {
+      load_bytes_.fetch_sub(s.length);
+      s.lost(status);
+    }
     return;
   }
   for (auto& s : slices) load_bytes_.fetch_sub(s.length);

@@ -301,7 +301,13 @@ void finish_operation(Operation* op) {
   if (op->endpoint) op->endpoint->in_flight.erase(op->started);
   for (size_t i = 0; i < op->slices.size(); ++i) {
     if (op->copying[i]) op->slices[i].batch->end_copy();
-    op->slices[i].done(op->status);
+    // (a failed endpoint: another transport's link may take the slice; once its RMA ended here)
+    const Code code = op->status.code();
+    if (code == Code::kConnectionFailed || code == Code::kTimedOut) {
+      op->slices[i].lost(op->status);
+    } else {
+      op->slices[i].done(op->status);
+    }
   }
   delete op;
 }
@@ -356,7 +362,7 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
 
  private:
   // Worker thread.
-  ucp_rkey_h rkey(uint64_t region) {
+  ucp_rkey_h rkey(uint64_t region) {  // (the endpoint is open)
     Endpoint& e = *endpoint_;
     auto it = e.rkeys.find(region);
     if (it != e.rkeys.end()) return it->second;
@@ -376,7 +382,7 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
     for (auto& s : slices) {
       Status refused;
       const RegionInfo* region = peer_.find_region(s.region_id);
-      ucp_rkey_h key = region ? rkey(s.region_id) : nullptr;
+      ucp_rkey_h key = region && e.ep != nullptr ? rkey(s.region_id) : nullptr;  // (none on a closed one)
       if (e.ep == nullptr) {
         refused = Status(Code::kConnectionFailed, e.error.ok() ? "ucx endpoint closed" : e.error.message());
       } else if (s.fence_gen != 0) {
@@ -389,7 +395,11 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
         refused = Status(Code::kTimedOut, "request already over");
       }
       if (!refused.ok()) {
-        s.done(refused);
+        if (refused.code() == Code::kConnectionFailed) {
+          s.lost(refused);
+        } else {
+          s.done(refused);
+        }
         continue;
       }
       const uint64_t remote = region->base + s.offset;
