@@ -42,6 +42,9 @@ for tool in scikit-build-core pybind11 cmake ninja numpy msgpack xxhash rich pro
       { echo "no $tool here and none in .whl/: run bench/gpu_wheels.sh and carry .whl"; exit 1; }
   fi
 done
+# UCX's wheel (CUDA transports) where carried: the ucx GPU test and bench then use it, not the machine's UCX.
+"$py" -m pip install -q --no-index --find-links "$root/.whl" libucx-cu12 2>/dev/null ||
+  echo "no libucx-cu12 in .whl: ucx uses this machine's UCX, if it has one"
 "$py" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$work/dist" "$root" || exit 1
 "$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore-*.whl || exit 1
 cd "$work" || exit 1  # (from the checkout, its own transfer_engine/ would shadow the installed one)
