@@ -54,7 +54,6 @@ std::vector<char> encode_descriptor(const EngineDescriptor& d) {
     w.put<uint8_t>(static_cast<uint8_t>(r.location.kind));
     w.put<int32_t>(r.location.device);
     w.put<uint8_t>(r.shareable ? 1 : 0);
-    w.put<uint32_t>(r.slot);
   }
   w.put<uint32_t>(static_cast<uint32_t>(d.sections.size()));
   for (const auto& [name, body] : d.sections) {
@@ -110,7 +109,6 @@ StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size) {
     const auto kind = r.get<uint8_t>();
     info.location.device = r.get<int32_t>();
     info.shareable = r.get<uint8_t>() != 0;
-    info.slot = r.get<uint32_t>();
     if (kind >= kMemoryKinds) return Status(Code::kProtocolError, "unknown memory kind in descriptor");
     info.location.kind = static_cast<MemoryKind>(kind);
     info.exported = true;

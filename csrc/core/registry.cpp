@@ -107,7 +107,6 @@ StatusOr<RegionInfo> MemoryRegistry::insert_locked(RegionInfo info, int memfd, b
   }
   info.id = next_id_++;
   info.key = random_u64();
-  if (info.exported) info.slot = pin_table_.publish(info.id);
   auto region = std::make_shared<Region>(info, memfd, owned);
   region->fence_ = std::move(fence);
   region->pin_method_ = pin_method;
@@ -268,12 +267,10 @@ Status MemoryRegistry::remove(uint64_t id) {
   by_id_.erase(it);
   if (region->file() == nullptr) by_base_.erase(region->info().base);
   region->removed_ = true;
-  // Same-host peers copy without asking: revoke their access and wait for their copies first.
-  lock.unlock();
-  if (region->info().slot != kNoSlot) pin_table_.revoke(region->info().slot, peer_pin_timeout_ms_);
-  lock.lock();
   unpinned_.wait(lock, [&] { return region->pins_.load() == 0; });
   lock.unlock();
+  // Transports whose peers reach the memory without asking (same-host copies, one-sided RMA) revoke that
+  // and wait for what is running before the memory goes.
   if (region->info().exported && hooks_.revoked) hooks_.revoked(region->info());
   return Status::OK();
 }

@@ -17,7 +17,6 @@
 #include "core/fence.h"
 #include "core/host_pinning.h"
 #include "core/memory.h"
-#include "core/pin_table.h"
 
 namespace kvs {
 
@@ -30,7 +29,6 @@ struct RegionInfo {
   bool exported = false;    // listed in the engine descriptor, reachable by peers
   bool read_only = false;   // transfers may read it, never write it (never exported)
   bool shareable = false;   // backed by a memfd that same-host peers may map
-  uint32_t slot = kNoSlot;  // PinTable slot guarding same-host direct access (exported regions)
   // Host memory's NUMA node (given at registration, else where its first page lies); -1: unknown. Local
   // only (not in the descriptor): it picks the NICs a transfer from this memory leaves on.
   int32_t numa_node = -1;
@@ -142,10 +140,6 @@ class MemoryRegistry {
   int dup_memfd(uint64_t id, uint64_t key) const;
   // Duplicated memfd of its fence table; -1 if refused or the region has none.
   int dup_fence_fd(uint64_t id, uint64_t key) const;
-  // The cross-process pin table same-host peers map; -1 if it could not be created.
-  int pin_table_fd() const { return pin_table_.ok() ? pin_table_.fd() : -1; }
-  // How long unregister waits for same-host peers to finish copies on a region.
-  void set_peer_pin_timeout_ms(int ms) { peer_pin_timeout_ms_ = ms; }
 
  private:
   friend class RegionPin;
@@ -156,8 +150,6 @@ class MemoryRegistry {
   StatusOr<RegionInfo> insert_locked(RegionInfo info, int memfd, bool owned,
                                      std::shared_ptr<FenceTable> fence, PinMethod pin_method);
 
-  PinTable pin_table_;
-  int peer_pin_timeout_ms_ = 5000;
   ExportHooks hooks_;  // set before any region is added
   mutable std::mutex mu_;
   std::condition_variable unpinned_;

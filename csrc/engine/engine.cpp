@@ -102,7 +102,6 @@ Engine::Engine(EngineConfig config)
       host_id_(local_host_id()),
       registry_(std::make_shared<MemoryRegistry>()),
       pool_(std::make_unique<CopyPool>(std::max(1, config_.copy_threads))) {
-  registry_->set_peer_pin_timeout_ms(config_.peer_pin_timeout_ms);
   for (const auto& [name, values] : config_.transport_options) {
     if (find_transport(name) == nullptr)
       config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");
@@ -110,8 +109,16 @@ Engine::Engine(EngineConfig config)
   auto host = std::make_shared<const topology::Topology>(
       topology::discover(config_.sysfs_root, topology::NicSelection{config_.nic_names, config_.nic_exclude}));
   nics_ = host_nics(*host);
-  TransportContext context{id_,         host_id_, config_.host, registry_,
-                           pool_.get(), nics_,    host,         config_.transport};
+  TransportContext context;
+  context.engine_id = id_;
+  context.host_id = host_id_;
+  context.listen_host = config_.host;
+  context.registry = registry_;
+  context.pool = pool_.get();
+  context.nics = nics_;
+  context.topology = host;
+  context.transport = config_.transport;
+  context.peer_pin_timeout_ms = config_.peer_pin_timeout_ms;
   for (const TransportEntry* entry : registered_transports()) {
     auto it = config_.transport_options.find(entry->name);
     auto options =

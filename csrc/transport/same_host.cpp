@@ -292,11 +292,10 @@ SameHostTransport::~SameHostTransport() {
 
 Status SameHostTransport::start() {
   if (!offered()) return Status::OK();  // no server, no section: peers never pick it
-  MemoryRegistry* registry = context_.registry.get();
-  server_ = std::make_unique<GrantServer>([this, registry](uint64_t id, uint64_t key) {
+  server_ = std::make_unique<GrantServer>([this](uint64_t id, uint64_t key) {
     if (id != 0) return grant(id, key);
     Grant table;
-    const int fd = registry->pin_table_fd();
+    const int fd = pins_.ok() ? pins_.fd() : -1;
     table.fds[0] = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
     table.granted = table.fds[0] >= 0;
     return table;
@@ -324,6 +323,43 @@ std::map<std::string, std::string> SameHostTransport::describe_section(
 
 StatusOr<SameHostSection> SameHostTransport::decode(const std::vector<char>* section) const {
   return decode_same_host_section(section, version_, name_);
+}
+
+void SameHostTransport::on_region_exported(const RegionInfo& info) {
+  if (!serves(info) || !pins_.ok()) return;
+  const uint32_t slot = pins_.publish(info.id);
+  if (slot == kNoSlot) return;  // (the table is full: this region is reached through tcp only)
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  slots_[info.id] = slot;
+}
+
+void SameHostTransport::on_region_revoked(const RegionInfo& info) {
+  uint32_t slot = kNoSlot;
+  {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    auto it = slots_.find(info.id);
+    if (it == slots_.end()) return;
+    slot = it->second;
+    slots_.erase(it);
+  }
+  pins_.revoke(slot, context_.peer_pin_timeout_ms);  // (peers copy without asking: wait for them)
+}
+
+std::vector<char> SameHostTransport::region_section(uint64_t region) const {
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  auto it = slots_.find(region);
+  if (it == slots_.end()) return {};
+  ByteWriter w;
+  w.put<uint32_t>(it->second);
+  return std::move(w.bytes());
+}
+
+uint32_t peer_slot(const EngineDescriptor& peer, uint64_t region, const std::string& transport) {
+  const std::vector<char>* section = peer.region_section(region, transport);
+  if (section == nullptr) return kNoSlot;
+  ByteReader r(section->data(), section->size());
+  const auto slot = r.get<uint32_t>();
+  return r.ok() && r.at_end() ? slot : kNoSlot;
 }
 
 bool SameHostTransport::reachable(const EngineDescriptor& peer) const {

@@ -11,8 +11,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -121,6 +123,9 @@ class PeerProcess {
 // The Transport both same-host transports are: a grant server on an abstract socket (the pin table granted
 // here, regions by the transport), its section (version, pid, socket), reachability (same host id and a
 // section it reads) and connect (the peer's process watched, its grants taken, the channel built on them).
+// Each owns the pin table of the regions it serves: a slot published when a region is exported (carried in
+// the descriptor as the region's section: u32 slot), revoked before the region's memory goes (waiting for
+// peers' copies, KVSTORE_PEER_PIN_TIMEOUT at most).
 class SameHostTransport : public Transport {
  public:
   SameHostTransport(std::string name, uint8_t version, const TransportContext& context, uint64_t slice_size);
@@ -133,6 +138,9 @@ class SameHostTransport : public Transport {
   uint64_t slice_size() const override { return slice_size_; }
   bool reachable(const EngineDescriptor& peer) const override;
   StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override;
+  void on_region_exported(const RegionInfo& info) override;
+  void on_region_revoked(const RegionInfo& info) override;
+  std::vector<char> region_section(uint64_t region) const override;
 
  protected:
   const TransportContext& context() const { return context_; }
@@ -140,6 +148,8 @@ class SameHostTransport : public Transport {
   virtual bool offered() const { return true; }
   // The peer's regions this transport asks grants for.
   virtual bool wants(const RegionInfo& region) const = 0;
+  // This engine's regions its peers reach through it (each gets a slot in the pin table).
+  virtual bool serves(const RegionInfo& region) const = 0;
   // What a peer presenting (id, key) gets for that region (never the pin table: granted here).
   virtual Grant grant(uint64_t id, uint64_t key) const = 0;
   // The channel over what the peer granted.
@@ -156,21 +166,29 @@ class SameHostTransport : public Transport {
   uint64_t slice_size_;
   std::string socket_name_;
   std::unique_ptr<GrantServer> server_;
+  PinTable pins_;
+  mutable std::mutex slots_mu_;
+  std::unordered_map<uint64_t, uint32_t> slots_;  // region id -> its slot in pins_
 };
+
+// The slot a same-host transport published for a peer's region (its region section), kNoSlot if none.
+uint32_t peer_slot(const EngineDescriptor& peer, uint64_t region, const std::string& transport);
 
 // Runs `copy(region)` for a slice against a peer's exported region: known region and key, inside it,
 // pinned in the peer's table for the copy, inside a live allocation when the region is fenced.
+// `slot`: the region's slot in the peer's table for this transport (peer_slot).
 template <typename Copy>
-Status pinned_copy(const EngineDescriptor& peer, PinSlot* table, FenceTable* fence, const Slice& slice,
-                   Copy copy) {
+Status pinned_copy(const EngineDescriptor& peer, PinSlot* table, uint32_t slot, FenceTable* fence,
+                   const Slice& slice, Copy copy) {
   const RegionInfo* region = peer.find_region(slice.region_id);
   if (region == nullptr || region->key != slice.key) return Status(Code::kNotFound, "unknown region");
   if (!in_bounds(slice.offset, slice.length, region->length)) {
     return Status(Code::kOutOfRange, "request outside the region");
   }
-  if (region->slot == kNoSlot)
+  if (slot == kNoSlot || slot >= PinTable::kSlots) {
     return Status(Code::kNotSupported, "region is not reachable by this transport");
-  if (!PinTable::pin(table, region->slot, region->id)) {
+  }
+  if (!PinTable::pin(table, slot, region->id)) {
     return Status(Code::kNotFound, "region was unregistered by the peer");
   }
   Status st;
@@ -179,7 +197,7 @@ Status pinned_copy(const EngineDescriptor& peer, PinSlot* table, FenceTable* fen
     st = entry.status();
     if (st.ok()) st = copy(*region);
   }
-  PinTable::unpin(table, region->slot);
+  PinTable::unpin(table, slot);
   return st;
 }
 

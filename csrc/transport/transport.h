@@ -50,6 +50,7 @@ struct TransportContext {
   std::vector<NicAddress> nics;  // this host's NICs the engine may use (KVSTORE_NICS), per address
   std::shared_ptr<const topology::Topology> topology;  // which of them are near which memory
   std::string transport = "auto";  // the one transport the engine is told to use for every peer, or auto
+  int peer_pin_timeout_ms = 5000;  // how long unregistering waits for same-host peers' copies
 };
 
 // One path of a channel (local NIC -> remote NIC) and what it carried, for stats and tests.

@@ -64,7 +64,8 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
     auto it = memory_.regions.find(slice.region_id);
     if (it == memory_.regions.end()) return Status(Code::kNotFound, "peer did not share that GPU region");
     const OpenedRegion& opened = it->second;
-    return pinned_copy(peer_, memory_.table.slots(), opened.fence.get(), slice, [&](const RegionInfo&) {
+    const uint32_t slot = peer_slot(peer_, slice.region_id, "cuda_ipc");
+    return pinned_copy(peer_, memory_.table.slots(), slot, opened.fence.get(), slice, [&](const RegionInfo&) {
       if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
       const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
       const uint64_t remote = opened.base + slice.offset;
@@ -121,6 +122,7 @@ class CudaIpcTransport : public SameHostTransport {
  protected:
   bool offered() const override { return cuda::ipc_available().ok(); }
   bool wants(const RegionInfo& region) const override { return region.location.kind == MemoryKind::kGpu; }
+  bool serves(const RegionInfo& region) const override { return wants(region); }
 
   // The IPC handle of the region's allocation and the region's offset in it, and its fence table.
   Grant grant(uint64_t id, uint64_t key) const override {

@@ -78,8 +78,8 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
     if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
     auto it = memory_.regions.find(slice.region_id);
     const Mapping* mapped = it != memory_.regions.end() ? &it->second : nullptr;
-    return pinned_copy(peer_, memory_.table.slots(), mapped ? mapped->fence.get() : nullptr, slice,
-                       [&](const RegionInfo& region) {
+    return pinned_copy(peer_, memory_.table.slots(), peer_slot(peer_, slice.region_id, "shm"),
+                       mapped ? mapped->fence.get() : nullptr, slice, [&](const RegionInfo& region) {
                          return mapped ? copy_slice(slice, mapped->base + slice.offset)
                                        : cma_copy(slice, process_->pid(), region.base);
                        });
@@ -104,6 +104,9 @@ class ShmTransport : public SameHostTransport {
 
  protected:
   bool wants(const RegionInfo& region) const override { return region.shareable; }
+  bool serves(const RegionInfo& region) const override {  // (memfd regions mapped, the rest by CMA)
+    return (kAllHostKinds & kind_bit(region.location.kind)) != 0;
+  }
 
   // A region's memfd, and its fence table's when it has one.
   Grant grant(uint64_t id, uint64_t key) const override {
