@@ -213,9 +213,9 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
-        if ucx.wanted(config):
-            ucx.preload(config.ucx_library)
         self._core: Any = _core.Engine(**config.to_core())
+        if self._core.transport_starts("ucx"):  # (the core decides; UCX must be loaded before it starts)
+            ucx.preload(config.ucx_library)
         self._core.start()
         self._regions: dict[int, Region] = {}
 

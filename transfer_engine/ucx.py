@@ -1,4 +1,4 @@
-"""Which libucp the ucx transport uses. The C++ side opens libucp.so.0 the first time an engine is made and
+"""Which libucp the ucx transport uses. The C++ side opens libucp.so.0 when an engine starts ucx and
 takes a library already loaded under that name, so this module loads the chosen one first:
 KVSTORE_UCX_LIBRARY (a system UCX with verbs, on an RDMA host: e.g. /usr/lib/x86_64-linux-gnu/libucp.so.0),
 else the libucx wheel's (`pip install 'kvstore[ucx]'`: tcp, shared memory and CUDA transports, no verbs),
@@ -9,29 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import TYPE_CHECKING
 
 from transfer_engine.errors import InvalidArgumentError
 
-if TYPE_CHECKING:
-    from transfer_engine.config import EngineConfig
-
 _lock = threading.Lock()
 _chosen: str | None = None  # what was loaded ("" : nothing named, the wheel's if present)
-
-
-def wanted(config: EngineConfig) -> bool:
-    """Whether an engine of this config starts its ucx transport (as the C++ side decides): when told to
-    use it, with ucx_prefer, or with an RDMA NIC among those it may use. Loading UCX costs ~0.4 s: a
-    process that will not use it does not pay."""
-    settings = config.transport_settings("ucx")
-    if not settings["enabled"]:
-        return False
-    if config.transport == "ucx" or settings["prefer"]:
-        return True
-    from transfer_engine.topology import discover
-
-    return any(nic.usable and nic.rdma_device for nic in discover(config.sysfs_root, config.nics).nics)
 
 
 def preload(library: str = "") -> None:

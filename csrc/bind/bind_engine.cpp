@@ -129,6 +129,8 @@ void bind_engine(py::module_& m) {
            "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
+      .def("transport_starts", &Engine::transport_starts, py::arg("name"),
+           "Whether start() will bring that transport up (ucx: only where it pays, or when asked).")
       .def("unavailable_transports", &Engine::unavailable_transports,
            "Enabled transports that serve and reach nobody here, and why.")
       .def_property_readonly("name", &Engine::name)

@@ -54,6 +54,11 @@ StatusOr<addrinfo*> resolve(const std::string& host, uint16_t port, bool passive
 
 }  // namespace
 
+std::string format_host_port(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port) {
   auto resolved = resolve(host, port, true);
   if (!resolved.ok()) return resolved.status();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "common/net.h"
 #include "engine/bootstrap.h"
 #include "topology/addresses.h"
 #include "topology/topology.h"
@@ -48,19 +49,21 @@ struct Engine::Peer {
   int relinks = 0;
   Clock::time_point relink_after{};
 
-  // Usable while one of its links is.
-  bool healthy() const {
+  // Usable while one of its links is; degraded while another is not (one pass: each asks its channel).
+  struct Health {
+    bool usable = false;
+    bool degraded = false;
+  };
+  Health health() const {
+    Health h;
     for (const auto& link : links) {
-      if (link.channel->healthy()) return true;
+      const bool up = link.channel->healthy();
+      h.usable |= up;
+      h.degraded |= !up;
     }
-    return false;
+    return h;
   }
-  bool degraded() const {
-    for (const auto& link : links) {
-      if (!link.channel->healthy()) return true;
-    }
-    return false;
-  }
+  bool healthy() const { return health().usable; }
 };
 
 namespace {
@@ -184,8 +187,7 @@ Status Engine::start() {
     bootstrap_->stop();
     return st;
   }
-  const bool v6 = config_.host.find(':') != std::string::npos;
-  name_ = (v6 ? "[" + config_.host + "]" : config_.host) + ":" + std::to_string(bootstrap_->port());
+  name_ = format_host_port(config_.host, bootstrap_->port());
   running_.store(true);
   return Status::OK();
 }
@@ -234,6 +236,13 @@ std::vector<std::string> Engine::transports() const {
   std::vector<std::string> names;
   for (const auto& t : transports_) names.emplace_back(t.entry->name);
   return names;
+}
+
+bool Engine::transport_starts(const std::string& name) const {
+  for (const auto& t : transports_) {
+    if (name == t.entry->name) return t.transport->starts();
+  }
+  return false;
 }
 
 std::map<std::string, std::string> Engine::unavailable_transports() const {
@@ -438,20 +447,20 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       for (auto& w : requests) batch->reject(w.request, st);
       continue;
     }
-    bool ready = s.healthy() && !s.connecting;
+    const Peer::Health health = s.health();
+    bool ready = health.usable && !s.connecting;
     for (size_t j = 0; ready && j < requests.size(); ++j)
       ready = s.descriptor->find_region(requests[j].region_id);
     if (ready) {
-      const bool degraded = s.degraded();
-      const bool relink = degraded && !s.relinking && Clock::now() >= s.relink_after;
+      const bool relink = health.degraded && !s.relinking && Clock::now() >= s.relink_after;
       s.relinking |= relink;
-      if (!degraded) s.relinks = 0;
+      if (!health.degraded) s.relinks = 0;
       lock.unlock();
       slice_and_send(s, requests);
       if (relink) relink_async(peer.value());
       continue;
     }
-    if (!s.links.empty() && !s.healthy() && !s.connecting && s.failures == 0) {
+    if (!s.links.empty() && !health.usable && !s.connecting && s.failures == 0) {
       // The link just died (a reset, or a peer that stopped answering): treat the peer as bad at once,
       // so callers do not queue behind a reconnection that may take the whole handshake timeout.
       s.failures = 1;
@@ -559,6 +568,13 @@ void Engine::reconnect_async(std::shared_ptr<Peer> peer) {
 
 namespace {
 
+// Whether a transport of these capabilities moves a request between these kinds of memory, checking the
+// allocation it names (if any).
+bool moves(const Capabilities& caps, MemoryKind local, MemoryKind remote, bool fenced) {
+  return (caps.local_kinds & kind_bit(local)) && (caps.remote_kinds & kind_bit(remote)) &&
+         (!fenced || !caps.one_sided);
+}
+
 // Sends a slice another link lost over this one.
 class LinkFallback : public SliceFallback {
  public:
@@ -597,19 +613,16 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       w.batch->reject(w.request, Status(Code::kOutOfRange, "request outside the peer region"));
       continue;
     }
+    const bool fenced = w.fence_gen != 0;
+    auto can = [&](size_t link) {
+      return moves(links[link].transport->caps, w.local_location.kind, region->location.kind, fenced);
+    };
     size_t chosen = 0;
-    while (chosen < links.size()) {
-      const Capabilities& caps = links[chosen].transport->caps;
-      if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
-          (caps.remote_kinds & kind_bit(region->location.kind)) && (w.fence_gen == 0 || !caps.one_sided)) {
-        break;
-      }
-      ++chosen;
-    }
+    while (chosen < links.size() && !can(chosen)) ++chosen;
     if (chosen == links.size()) {
       std::string why = "no transport to " + peer.name + " moves " + location_name(w.local_location) +
                         " <-> " + location_name(region->location) + " memory" +
-                        (w.fence_gen != 0 ? " checking allocation fences" : "") + " (" +
+                        (fenced ? " checking allocation fences" : "") + " (" +
                         links.front().transport->entry->name + " cannot";
       why += unlinked.ok() ? ")" : "; " + unlinked.message() + ")";
       w.batch->reject(w.request, Status(Code::kNotSupported, why));
@@ -618,12 +631,9 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     // The next link that moves the same kinds takes what this one loses (ucx over RDMA -> tcp).
     std::shared_ptr<SliceFallback> fallback;
     for (size_t next = chosen + 1; next < links.size() && !fallback; ++next) {
-      const Capabilities& caps = links[next].transport->caps;
-      if ((caps.local_kinds & kind_bit(w.local_location.kind)) &&
-          (caps.remote_kinds & kind_bit(region->location.kind)) && (w.fence_gen == 0 || !caps.one_sided)) {
-        if (!fallbacks[next]) fallbacks[next] = std::make_shared<LinkFallback>(links[next].channel);
-        fallback = fallbacks[next];
-      }
+      if (!can(next)) continue;
+      if (!fallbacks[next]) fallbacks[next] = std::make_shared<LinkFallback>(links[next].channel);
+      fallback = fallbacks[next];
     }
     const uint64_t step = std::max<uint64_t>(links[chosen].transport->transport->slice_size(), 4096);
     w.batch->set_slices(w.request, (w.length + step - 1) / step);

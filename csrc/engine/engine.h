@@ -72,6 +72,8 @@ class Engine {
   std::vector<std::string> transports() const;
   // Enabled transports that serve and reach nobody here, and why.
   std::map<std::string, std::string> unavailable_transports() const;
+  // Whether start() will bring transport `name` up (false when it is disabled, or stays down here).
+  bool transport_starts(const std::string& name) const;
   // A peer section in readable form, by the transport that owns it.
   std::map<std::string, std::string> describe_section(const std::string& transport,
                                                       const std::vector<char>& section) const;

@@ -100,6 +100,8 @@ class Transport {
   virtual std::vector<char> region_section(uint64_t /*region*/) const { return {}; }
   // Why it serves and reaches nobody here ("" when it works): e.g. UCX not installed.
   virtual std::string unavailable() const { return ""; }
+  // Whether start() brings it up here (ucx only where it pays, or when asked); known before start().
+  virtual bool starts() const { return true; }
   // Its place among transports that reach a peer (lower first); `declared` is its entry's cost.
   virtual int cost(int declared) const { return declared; }
   // What it can do here, once started (UCX moves GPU memory only where its CUDA support loaded).

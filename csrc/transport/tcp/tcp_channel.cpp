@@ -5,6 +5,8 @@
 #include <set>
 #include <string>
 
+#include "common/net.h"
+
 namespace kvs::tcp {
 namespace {
 
@@ -284,9 +286,7 @@ std::vector<PathStats> TcpChannel::paths() const {
     s.local_nic = p.plan.local_nic;
     s.local_address = p.plan.local_address;
     s.remote_nic = p.plan.remote.nic;
-    const bool v6 = p.plan.remote.host.find(':') != std::string::npos;
-    s.remote_address =
-        (v6 ? "[" + p.plan.remote.host + "]" : p.plan.remote.host) + ":" + std::to_string(p.plan.remote.port);
+    s.remote_address = format_host_port(p.plan.remote.host, p.plan.remote.port);
     for (const auto& c : p.conns) s.connections += c && !c->dead() ? 1 : 0;
     s.up = p.up && s.connections > 0;
     s.bytes = p.counters->bytes.load(std::memory_order_relaxed);

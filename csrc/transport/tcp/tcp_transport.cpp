@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/net.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_paths.h"
 #include "transport/tcp/tcp_server.h"
@@ -52,10 +53,6 @@ bool is_wildcard(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "::";
 }
 
-std::string bracketed(const std::string& host) {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
 // Serves peers on the engine's address and, unless that is loopback, on every other address of the NICs
 // it may use (one server each, or the one wildcard server): each is an endpoint in the descriptor, so a
 // peer with NICs on the same subnets opens a path per NIC.
@@ -99,11 +96,10 @@ class TcpTransport : public Transport {
     if (!endpoints.ok()) return {{"error", endpoints.status().message()}};
     std::string all;
     for (const auto& e : endpoints.value()) {
-      all += (all.empty() ? "" : ",") + (e.nic.empty() ? "" : e.nic + "=") + bracketed(e.host) + ":" +
-             std::to_string(e.port);
+      all += (all.empty() ? "" : ",") + (e.nic.empty() ? "" : e.nic + "=") + format_host_port(e.host, e.port);
     }
     const Endpoint& main = endpoints.value().front();
-    return {{"address", bracketed(main.host) + ":" + std::to_string(main.port)}, {"endpoints", all}};
+    return {{"address", format_host_port(main.host, main.port)}, {"endpoints", all}};
   }
 
   uint64_t slice_size() const override { return config_.slice_size; }

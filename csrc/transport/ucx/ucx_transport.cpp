@@ -20,7 +20,7 @@ struct UcxConfig {
   uint64_t slice_size = 4ull << 20;
   int io_timeout_ms = 5000;
   int busy_poll_us = 50;
-  bool over_tcp = false;
+  bool prefer = false;
 
   static std::vector<OptionSpec> specs() {
     const int64_t gib = int64_t{1} << 30;
@@ -41,7 +41,7 @@ struct UcxConfig {
     c.slice_size = static_cast<uint64_t>(o.get("slice_size"));
     c.io_timeout_ms = static_cast<int>(o.get("io_timeout"));
     c.busy_poll_us = static_cast<int>(o.get("busy_poll_us"));
-    c.over_tcp = o.get("prefer") != 0;
+    c.prefer = o.get("prefer") != 0;
     return c;
   }
 };
@@ -71,20 +71,14 @@ struct Endpoint {
   std::atomic<bool> dead{false};
   Status error;
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys;
-  struct Started {
-    Clock::time_point at;
-    uint64_t serial;
-  };
-  std::list<Started> in_flight;  // oldest first, for the timeout
-  uint64_t next_serial = 0;
+  std::list<Clock::time_point> in_flight;  // when each operation in flight started, oldest first
 };
 
 // Operations in flight, completed by UCX's callbacks on the worker thread.
 struct Operation {
   std::shared_ptr<Endpoint> endpoint;
-  std::list<Endpoint::Started>::iterator started;
-  std::vector<Slice> slices;  // a get: one; puts of a batch: all, ended by their flush
-  std::vector<bool> copying;  // begin_copy held for slice i
+  std::list<Clock::time_point>::iterator started;
+  std::vector<Slice> slices;  // a get: one; puts of a batch: all, ended by their flush (begin_copy held)
   int waiting = 0;            // callbacks still due
   Status status;
 };
@@ -113,7 +107,7 @@ class UcxTransport : public Transport {
     }
     // UCX is loaded (~0.4 s) and started (a context, a worker thread) only where it pays, or when asked:
     // UCX's tcp is slower than kvstore's.
-    wanted_ = rdma_here_ || config_.over_tcp || context.transport == "ucx";
+    wanted_ = rdma_here_ || config_.prefer || context.transport == "ucx";
   }
   ~UcxTransport() override { stop(); }
 
@@ -149,6 +143,7 @@ class UcxTransport : public Transport {
     }
     worker.reset();  // (its thread runs what channels posted last, then ends)
   }
+  bool starts() const override { return wanted_; }
   std::string unavailable() const override {
     if (!wanted_)
       return "not started: no RDMA NIC selected here (KVSTORE_TRANSPORT=ucx or ucx_prefer=1 start it)";
@@ -165,7 +160,7 @@ class UcxTransport : public Transport {
     }
     return c;
   }
-  int cost(int declared) const override { return rdma_here_ || config_.over_tcp ? declared : 150; }
+  int cost(int declared) const override { return rdma_here_ || config_.prefer ? declared : 150; }
 
   std::vector<char> descriptor_section() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,7 +202,6 @@ class UcxTransport : public Transport {
   StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override;
 
   UcxWorker* worker() { return worker_.get(); }
-  const UcxConfig& config() const { return config_; }
 
  private:
   struct Region {
@@ -290,7 +284,7 @@ void UcxTransport::time_out() {
       it = endpoints_.erase(it);
       continue;
     }
-    if (!e->in_flight.empty() && now - e->in_flight.front().at > limit) {
+    if (!e->in_flight.empty() && now - e->in_flight.front() > limit) {
       close_endpoint(*api_, *e, Status(Code::kTimedOut, "peer stopped answering (ucx)"));
     }
     ++it;
@@ -300,7 +294,7 @@ void UcxTransport::time_out() {
 void finish_operation(Operation* op) {
   if (op->endpoint) op->endpoint->in_flight.erase(op->started);
   for (size_t i = 0; i < op->slices.size(); ++i) {
-    if (op->copying[i]) op->slices[i].batch->end_copy();
+    op->slices[i].batch->end_copy();
     // (a failed endpoint: another transport's link may take the slice; once its RMA ended here)
     const Code code = op->status.code();
     if (code == Code::kConnectionFailed || code == Code::kTimedOut) {
@@ -406,7 +400,6 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
       if (s.op == TransferOp::kRead) {
         auto* op = start(e);
         op->slices.push_back(std::move(s));
-        op->copying.push_back(true);
         op->waiting = 1;
         Slice& slice = op->slices.back();
         ucp_request_param_t param{
@@ -418,7 +411,6 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
           puts->waiting = 1;  // the flush, posted after the last put
         }
         puts->slices.push_back(std::move(s));
-        puts->copying.push_back(true);
         puts->waiting += 1;
         Slice& slice = puts->slices.back();
         ucp_request_param_t param{
@@ -441,7 +433,7 @@ class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChanne
   Operation* start(Endpoint& e) {
     auto* op = new Operation;
     op->endpoint = endpoint_;
-    e.in_flight.push_back(Endpoint::Started{Clock::now(), e.next_serial++});
+    e.in_flight.push_back(Clock::now());
     op->started = std::prev(e.in_flight.end());
     return op;
   }
