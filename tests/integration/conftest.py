@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -52,6 +54,21 @@ def second_nic(netns: Namespace) -> Iterator[SecondNic]:
         yield nic
     finally:
         subprocess.run(["ip", "link", "del", nic.outside], capture_output=True, timeout=10)
+
+
+def flap_link(device: str, after: float, down_for: float) -> threading.Thread:
+    """Takes `device` down `after` seconds from now and up again `down_for` seconds later, on a thread of
+    its own (started; join it)."""
+
+    def flap() -> None:
+        time.sleep(after)
+        subprocess.run(["ip", "link", "set", device, "down"], check=True, capture_output=True, timeout=10)
+        time.sleep(down_for)
+        subprocess.run(["ip", "link", "set", device, "up"], check=True, capture_output=True, timeout=10)
+
+    thread = threading.Thread(target=flap)
+    thread.start()
+    return thread
 
 
 def limit_rate(device: str, rate: str, namespace: str = "") -> None:

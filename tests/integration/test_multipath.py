@@ -6,8 +6,6 @@ memory on a NUMA node leave on the NIC near it."""
 
 from __future__ import annotations
 
-import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from tests.conftest import start_target, stop_target
 from tests.helpers.target_process import pattern
-from tests.integration.conftest import Namespace, SecondNic, limit_rate
+from tests.integration.conftest import Namespace, SecondNic, flap_link, limit_rate
 from tests.unit.transfer_engine.sysfs_trees import FakeSysfs
 from transfer_engine import Op, PathInfo, RequestState, TransferEngine
 
@@ -112,14 +110,7 @@ def test_a_nic_that_goes_down_mid_transfer_loses_no_request_and_comes_back(
             offsets = np.arange(0, size, 256 << 10, dtype=np.uint64)
             expected = pattern(size)
 
-            def flap() -> None:
-                time.sleep(1.0)
-                subprocess.run(["ip", "link", "set", second_nic.outside, "down"], check=True, timeout=10)
-                time.sleep(1.5)
-                subprocess.run(["ip", "link", "set", second_nic.outside, "up"], check=True, timeout=10)
-
-            flapper = threading.Thread(target=flap)
-            flapper.start()
+            flapper = flap_link(second_nic.outside, after=1.0, down_for=1.5)
             start = time.monotonic()
             batches, slowest = 0, 0.0
             try:
@@ -225,14 +216,7 @@ def test_writes_through_a_nic_flap_all_land_and_nothing_stale_lands_after(
                 handle.wait()
                 assert (handle.states() == RequestState.COMPLETED).all(), handle.errors()
 
-            def flap() -> None:
-                time.sleep(1.0)
-                subprocess.run(["ip", "link", "set", second_nic.outside, "down"], check=True, timeout=10)
-                time.sleep(0.8)
-                subprocess.run(["ip", "link", "set", second_nic.outside, "up"], check=True, timeout=10)
-
-            flapper = threading.Thread(target=flap)
-            flapper.start()
+            flapper = flap_link(second_nic.outside, after=1.0, down_for=0.8)
             seed = 0
             try:
                 while flapper.is_alive():

@@ -153,9 +153,10 @@ def test_gpu_memory_moves_over_ucx_across_processes(ucx_engine: TransferEngine) 
 
 
 FAILOVER = """
-import subprocess, sys, threading, time
+import sys, time
 import numpy as np
 from tests.helpers.target_process import pattern
+from tests.integration.conftest import flap_link
 from transfer_engine import Op, RequestState, TransferEngine
 host, nics, name, shared, flapped = sys.argv[1:6]
 size = 16 << 20
@@ -166,14 +167,7 @@ with TransferEngine(host=host, nics=nics, ucx_prefer=True, ucx_io_timeout=0.5, t
     offsets = np.arange(0, size, 256 << 10, dtype=np.uint64)
     expected = pattern(size)
 
-    def flap():
-        time.sleep(1.0)
-        subprocess.run(["ip", "link", "set", flapped, "down"], check=True)
-        time.sleep(1.5)
-        subprocess.run(["ip", "link", "set", flapped, "up"], check=True)
-
-    flapper = threading.Thread(target=flap)
-    flapper.start()
+    flapper = flap_link(flapped, after=1.0, down_for=1.5)
     start, batches, slowest = time.monotonic(), 0, 0.0
     while time.monotonic() - start < 4.0:
         local.array[:] = 0
