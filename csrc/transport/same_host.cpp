@@ -354,12 +354,14 @@ std::vector<char> SameHostTransport::region_section(uint64_t region) const {
   return std::move(w.bytes());
 }
 
-uint32_t peer_slot(const EngineDescriptor& peer, uint64_t region, const std::string& transport) {
-  const std::vector<char>* section = peer.region_section(region, transport);
-  if (section == nullptr) return kNoSlot;
-  ByteReader r(section->data(), section->size());
-  const auto slot = r.get<uint32_t>();
-  return r.ok() && r.at_end() ? slot : kNoSlot;
+PeerSlots::PeerSlots(const EngineDescriptor& peer, const std::string& transport) {
+  for (const auto& [region, sections] : peer.region_sections) {
+    auto it = sections.find(transport);
+    if (it == sections.end()) continue;
+    ByteReader r(it->second.data(), it->second.size());
+    const auto slot = r.get<uint32_t>();
+    if (r.ok() && r.at_end()) slots_[region] = slot;
+  }
 }
 
 bool SameHostTransport::reachable(const EngineDescriptor& peer) const {

@@ -171,12 +171,23 @@ class SameHostTransport : public Transport {
   std::unordered_map<uint64_t, uint32_t> slots_;  // region id -> its slot in pins_
 };
 
-// The slot a same-host transport published for a peer's region (its region section), kNoSlot if none.
-uint32_t peer_slot(const EngineDescriptor& peer, uint64_t region, const std::string& transport);
+// The slots a same-host transport published for a peer's regions (their region sections), read once per
+// channel: of() is a lookup on the copy path, kNoSlot for a region without one.
+class PeerSlots {
+ public:
+  PeerSlots(const EngineDescriptor& peer, const std::string& transport);
+  uint32_t of(uint64_t region) const {
+    auto it = slots_.find(region);
+    return it == slots_.end() ? kNoSlot : it->second;
+  }
+
+ private:
+  std::unordered_map<uint64_t, uint32_t> slots_;
+};
 
 // Runs `copy(region)` for a slice against a peer's exported region: known region and key, inside it,
 // pinned in the peer's table for the copy, inside a live allocation when the region is fenced.
-// `slot`: the region's slot in the peer's table for this transport (peer_slot).
+// `slot`: the region's slot in the peer's table for this transport (PeerSlots).
 template <typename Copy>
 Status pinned_copy(const EngineDescriptor& peer, PinSlot* table, uint32_t slot, FenceTable* fence,
                    const Slice& slice, Copy copy) {

@@ -46,7 +46,11 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
  public:
   CudaIpcChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process,
                  PeerGpuMemory memory)
-      : pool_(pool), peer_(std::move(peer)), process_(std::move(process)), memory_(std::move(memory)) {}
+      : pool_(pool),
+        peer_(std::move(peer)),
+        slots_(peer_, "cuda_ipc"),
+        process_(std::move(process)),
+        memory_(std::move(memory)) {}
   bool healthy() const override { return process_->alive(); }
 
   void submit(std::vector<Slice>&& slices) override {
@@ -64,7 +68,7 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
     auto it = memory_.regions.find(slice.region_id);
     if (it == memory_.regions.end()) return Status(Code::kNotFound, "peer did not share that GPU region");
     const OpenedRegion& opened = it->second;
-    const uint32_t slot = peer_slot(peer_, slice.region_id, "cuda_ipc");
+    const uint32_t slot = slots_.of(slice.region_id);
     return pinned_copy(peer_, memory_.table.slots(), slot, opened.fence.get(), slice, [&](const RegionInfo&) {
       if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
       const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
@@ -79,6 +83,7 @@ class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaI
 
   CopyPool* pool_;
   EngineDescriptor peer_;
+  PeerSlots slots_;
   std::unique_ptr<PeerProcess> process_;
   PeerGpuMemory memory_;
 };

@@ -61,7 +61,11 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
 class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChannel> {
  public:
   ShmChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process, PeerMemory memory)
-      : pool_(pool), peer_(std::move(peer)), process_(std::move(process)), memory_(std::move(memory)) {}
+      : pool_(pool),
+        peer_(std::move(peer)),
+        slots_(peer_, "shm"),
+        process_(std::move(process)),
+        memory_(std::move(memory)) {}
   bool healthy() const override { return process_->alive(); }
 
   void submit(std::vector<Slice>&& slices) override {
@@ -78,7 +82,7 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
     if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
     auto it = memory_.regions.find(slice.region_id);
     const Mapping* mapped = it != memory_.regions.end() ? &it->second : nullptr;
-    return pinned_copy(peer_, memory_.table.slots(), peer_slot(peer_, slice.region_id, "shm"),
+    return pinned_copy(peer_, memory_.table.slots(), slots_.of(slice.region_id),
                        mapped ? mapped->fence.get() : nullptr, slice, [&](const RegionInfo& region) {
                          return mapped ? copy_slice(slice, mapped->base + slice.offset)
                                        : cma_copy(slice, process_->pid(), region.base);
@@ -87,6 +91,7 @@ class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChanne
 
   CopyPool* pool_;
   EngineDescriptor peer_;
+  PeerSlots slots_;
   std::unique_ptr<PeerProcess> process_;
   PeerMemory memory_;
 };
