@@ -25,6 +25,24 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
 
+def wait_carrier(device: str, namespace: str = "", timeout: float = 5.0) -> None:
+    """Waits until `device` is running (UP and LOWER_UP). The kernel may report a veth's carrier some time
+    after `ip link set up` returns (its link watcher runs deferred), and UCX opens only running devices: a
+    process started in between would leave that NIC out of its address for good."""
+    where = ["-n", namespace] if namespace else []
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(
+            ["ip", *where, "-o", "link", "show", "dev", device], capture_output=True, text=True, timeout=10
+        ).stdout
+        flags = shown.partition("<")[2].partition(">")[0].split(",")
+        if "UP" in flags and "LOWER_UP" in flags and "state UP" in shown:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{device} is not running {timeout} s after it was set up: {shown.strip()}")
+        time.sleep(0.02)
+
+
 @dataclass
 class SecondNic:
     """A second veth pair between the root namespace and the netns fixture's, on another subnet."""
@@ -51,6 +69,8 @@ def second_nic(netns: Namespace) -> Iterator[SecondNic]:
         _ip("link", "set", nic.outside, "up")
         _ip("-n", netns.name, "addr", "add", f"{nic.peer_addr}/30", "dev", nic.inside)
         _ip("-n", netns.name, "link", "set", nic.inside, "up")
+        wait_carrier(nic.outside)
+        wait_carrier(nic.inside, netns.name)
         yield nic
     finally:
         subprocess.run(["ip", "link", "del", nic.outside], capture_output=True, timeout=10)
@@ -65,6 +85,7 @@ def flap_link(device: str, after: float, down_for: float) -> threading.Thread:
         subprocess.run(["ip", "link", "set", device, "down"], check=True, capture_output=True, timeout=10)
         time.sleep(down_for)
         subprocess.run(["ip", "link", "set", device, "up"], check=True, capture_output=True, timeout=10)
+        wait_carrier(device)
 
     thread = threading.Thread(target=flap)
     thread.start()
@@ -119,6 +140,8 @@ def netns() -> Iterator[Namespace]:
         _ip("-n", ns, "addr", "add", f"{peer}/30", "dev", veth_ns)
         _ip("-n", ns, "link", "set", veth_ns, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
+        wait_carrier(veth_host)
+        wait_carrier(veth_ns, ns)
         yield Namespace(ns, local, peer, veth_host)
     finally:
         subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)

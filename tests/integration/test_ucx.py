@@ -214,7 +214,9 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
             timeout=120,
             env=env,
         )
-        assert out.returncode == 0 and out.stdout.startswith("OK"), out.stderr[-3000:] + out.stdout
+        if out.returncode != 0 or not out.stdout.startswith("OK"):
+            links = subprocess.run(["ip", "-n", netns.name, "-o", "addr"], capture_output=True, text=True)
+            pytest.fail(f"{out.stderr[-3000:]}{out.stdout}\nthe target's addresses:\n{links.stdout}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
         print(f"\n{batches} batches, the slowest {slowest_ms} ms; tcp carried {int(moved_by_tcp) >> 20} MiB")
         assert int(moved_by_tcp) > 0  # what ucx lost went over tcp
