@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "core/batch.h"
 #include "core/memory.h"
@@ -50,5 +52,8 @@ struct Slice {
     done(status);
   }
 };
+
+// Takes the slices a dead connection still held (queued, or sent and unanswered) and why it died.
+using LostSlices = std::function<void(std::vector<Slice>&&, const Status&)>;
 
 }  // namespace kvs

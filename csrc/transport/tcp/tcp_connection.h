@@ -32,9 +32,6 @@ struct PathCounters {
   std::atomic<uint64_t> slices{0};
 };
 
-// Takes the slices a dead connection still held (queued, or sent and unanswered) and why it died.
-using LostSlices = std::function<void(std::vector<Slice>&&, const Status&)>;
-
 class TcpConnection {
  public:
   // on_lost may be empty: the slices then fail with the connection's error.

@@ -1,7 +1,5 @@
-// Which paths reach a TCP peer: its endpoints (one per NIC address it serves on, as its descriptor
-// section lists them) paired with this host's NICs. A local NIC that shares a subnet with an endpoint
-// gets a path to it (a different endpoint per local NIC where there are enough: rails); without any
-// shared subnet there is one path, to the peer's main address, and the kernel picks the route.
+// A TCP peer's endpoints (one per NIC address it serves on, as its descriptor section lists them) and the
+// paths to them from this host's NICs (transport/path/path_plan.h pairs them).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +28,6 @@ struct PathPlan {
   Endpoint remote;
   int64_t speed_mbps = -1;  // the local NIC's link speed (-1: unknown)
 };
-
-// Whether a and b (numeric IPv4 or IPv6) share their first prefix_len bits; false across families.
-bool same_subnet(const std::string& a, const std::string& b, int prefix_len);
 
 std::vector<PathPlan> plan_paths(const std::vector<NicAddress>& local, const std::vector<Endpoint>& remote);
 
