@@ -4,6 +4,7 @@ is not installed (the ucx extra, or KVSTORE_UCX_LIBRARY)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -216,9 +217,99 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
         )
         if out.returncode != 0 or not out.stdout.startswith("OK"):
             links = subprocess.run(["ip", "-n", netns.name, "-o", "addr"], capture_output=True, text=True)
-            pytest.fail(f"{out.stderr[-3000:]}{out.stdout}\nthe target's addresses:\n{links.stdout}")
+            pytest.fail(f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}\nthe target's addresses:\n{links.stdout}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
         print(f"\n{batches} batches, the slowest {slowest_ms} ms; tcp carried {int(moved_by_tcp) >> 20} MiB")
         assert int(moved_by_tcp) > 0  # what ucx lost went over tcp
+    finally:
+        stop_target(target)
+
+
+RAILS = """
+import json, sys, time
+import numpy as np
+from tests.helpers.target_process import pattern
+from tests.integration.conftest import flap_link
+from transfer_engine import Op, RequestState, TransferEngine
+host, nics, name, shared, flapped = sys.argv[1:6]
+size, piece = 16 << 20, 256 << 10
+with TransferEngine(host=host, nics=nics, transport="ucx", ucx_io_timeout=0.5) as engine:
+    peer = engine.open_peer(name)
+    local = engine.allocate(size)
+    offsets = np.arange(0, size, piece, dtype=np.uint64)
+    expected = pattern(size)
+
+    def read_all():
+        local.array[:] = 0
+        handle = engine.submit(Op.READ, local.addr + offsets, peer, int(shared), offsets, piece, timeout=30)
+        handle.wait()
+        assert (handle.states() == RequestState.COMPLETED).all(), handle.errors()
+        assert np.array_equal(local.array, expected)
+
+    def paths():
+        return {p.local_nic: p for p in engine.paths(peer)}
+
+    read_all()
+    report = {"transports": list(peer.transports), "striped": {n: p.bytes for n, p in paths().items()}}
+    flapper = flap_link(flapped, after=0.5, down_for=1.5)
+    start, batches = time.monotonic(), 0
+    while time.monotonic() - start < 3.0:
+        read_all()
+        batches += 1
+    flapper.join()
+    report["batches"] = batches
+    report["failures"] = {n: p.failures for n, p in paths().items()}
+    report["failovers"] = {n: p.failovers for n, p in paths().items()}
+    deadline, report["came_back"] = time.monotonic() + 15, False
+    while time.monotonic() < deadline and not report["came_back"]:
+        before = paths()[flapped].bytes
+        read_all()
+        report["came_back"] = paths()[flapped].up and paths()[flapped].bytes > before
+        time.sleep(0.1)
+print("OK", json.dumps(report))
+"""
+
+
+@pytest.mark.root
+def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
+    netns: Namespace, second_nic: SecondNic
+) -> None:
+    """Both sides have two NICs, so each runs a UCX worker per NIC (a rail) and a peer link has a path per
+    pair of rails on one subnet: a batch's reads go over both. The second NIC goes down for 1.5 s mid-
+    transfer: its path's operations time out, their slices go to the other UCX path (ucx is the only
+    transport here), every request completes with the right bytes, and the path comes back after `up`."""
+    if reason := ucx_missing():
+        pytest.skip(f"ucx: {reason}")
+    target = start_target(
+        size=16 << 20, transport="ucx", host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name]
+    )
+    try:
+        first = "kvh" + netns.name.removeprefix("kvs")
+        args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
+        args.append(second_nic.outside)
+        root = Path(__file__).parents[2]  # (not resolved: see above)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        }
+        env.pop("UCX_NET_DEVICES", None)
+        out = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", RAILS, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        # (UCX logs to stdout: the report is the last line)
+        last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+        assert out.returncode == 0 and last.startswith("OK"), f"exit {out.returncode}: {out.stderr[-3000:]}"
+        report = json.loads(last.removeprefix("OK"))
+        print(f"\n{report}")
+        assert report["transports"] == ["ucx"]
+        assert set(report["striped"]) == {first, second_nic.outside}
+        assert all(moved >= 4 << 20 for moved in report["striped"].values()), report  # each a fair share
+        assert report["failures"][second_nic.outside] >= 1, report
+        assert report["failovers"][second_nic.outside] >= 1, report
+        assert report["came_back"], report
     finally:
         stop_target(target)

@@ -90,24 +90,19 @@ void MultiPathChannel::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(lost_);
   }
-  for (auto& s : left) s.done(Status(Code::kClosed, "engine closed"));
+  // (the engine replaced the link, or is closing: another transport's link may take them)
+  for (auto& s : left) s.lost(Status(Code::kConnectionFailed, "link closed"));
 }
 
 LostSlices MultiPathChannel::lost_handler(size_t path) {
   return [sink = sink_, path](std::vector<Slice>&& slices, const Status& status) {
-    bool gone = true;
     {
       std::lock_guard<std::mutex> lock(sink->mu);
-      if (sink->channel != nullptr) gone = !sink->channel->lost(path, slices);
+      if (sink->channel != nullptr) sink->channel->lost(path, slices);
     }
-    // (outside the lock: a slice's end may drop the last reference to the channel)
-    for (auto& s : slices) {
-      if (gone) {
-        s.done(status);  // the channel is closing
-      } else {
-        s.lost(status);  // every path tried: another transport's link may take it
-      }
-    }
+    // Those every path lost, or all when the channel is gone (the engine replaced or closed it): another
+    // transport's link may take them. (Outside the lock: a slice's end may drop the channel.)
+    for (auto& s : slices) s.lost(status);
   };
 }
 
@@ -130,11 +125,11 @@ void MultiPathChannel::mark_down(Path& path) {
   path.next_probe = now + path.cooldown;
 }
 
-bool MultiPathChannel::lost(size_t path, std::vector<Slice>& slices) {
+void MultiPathChannel::lost(size_t path, std::vector<Slice>& slices) {
   std::vector<Slice> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closing_) return false;
+    if (closing_) return;
     Path& p = paths_[path];
     mark_down(p);
     for (auto& s : slices) {
@@ -149,7 +144,6 @@ bool MultiPathChannel::lost(size_t path, std::vector<Slice>& slices) {
   }
   wake_.notify_all();
   slices = std::move(left);
-  return true;
 }
 
 const std::vector<size_t>& MultiPathChannel::near(const Slice& slice) const {

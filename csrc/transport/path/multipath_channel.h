@@ -45,11 +45,11 @@ class MultiPathChannel : public Channel {
   // Opens every path; one that cannot open starts down (and is probed) as long as another opened.
   // Fails with the first error when none did. Starts the worker with two or more paths.
   Status open_paths();
-  // Stops the worker; slices still waiting to be resent fail, and lost_handler's calls from now on fail
-  // theirs. The derived destructor calls it first (the worker calls its methods).
+  // Stops the worker; slices still waiting to be resent, and those lost_handler is given from now on, go
+  // back to the engine. The derived destructor calls it first (the worker calls its methods).
   void stop();
   // What path `path`'s connections call with the slices they lost. Safe to call after the channel is
-  // gone (the slices then fail).
+  // gone (the slices then go back to the engine).
   LostSlices lost_handler(size_t path);
   bool multipath() const { return multipath_; }
 
@@ -83,9 +83,9 @@ class MultiPathChannel : public Channel {
     MultiPathChannel* channel = nullptr;
   };
 
-  // Queues the slices that have a path left to try and leaves in `slices` those that tried every path.
-  // False when closing (nothing taken).
-  bool lost(size_t path, std::vector<Slice>& slices);
+  // Queues the slices that have a path left to try and leaves in `slices` those that tried every path
+  // (all of them when closing).
+  void lost(size_t path, std::vector<Slice>& slices);
   void mark_down(Path& path);  // mu_ held
   void mark_up(size_t path);
   void work();

@@ -1,18 +1,19 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <algorithm>
-#include <list>
 #include <mutex>
 #include <unordered_map>
 
-#include "common/bytes.h"
+#include <cstdlib>
+
+#include "transport/path/path_plan.h"
+#include "transport/ucx/ucx_channel.h"
+#include "transport/ucx/ucx_sections.h"
 #include "transport/ucx/ucx_worker.h"
 
 namespace kvs::ucx {
 namespace {
 
-constexpr uint8_t kSectionVersion = 1;  // u8 version, string worker address
-constexpr uint8_t kRegionVersion = 1;   // u8 version, string packed rkey
 // Host memory everywhere; GPU memory where the loaded UCX has CUDA support (capabilities() narrows it).
 constexpr KindMask kUcxKinds = kAllHostKinds | kind_bit(MemoryKind::kGpu);
 
@@ -46,58 +47,25 @@ struct UcxConfig {
   }
 };
 
-StatusOr<std::string> decode_versioned(const std::vector<char>* bytes, uint8_t version, const char* what) {
-  if (bytes == nullptr) return Status(Code::kNotSupported, std::string("peer offers no ucx ") + what);
-  ByteReader r(bytes->data(), bytes->size());
-  if (r.get<uint8_t>() != version)
-    return Status(Code::kProtocolError, std::string("another version of ucx ") + what);
-  std::string body = r.get_string(1u << 16);
-  if (!r.ok() || !r.at_end() || body.empty())
-    return Status(Code::kProtocolError, std::string("bad ucx ") + what);
-  return body;
+// A NIC as UCX devices: its RDMA device's port 1 and its net device.
+std::string devices_of(const std::vector<NicAddress>& nics) {
+  std::vector<std::string> names;
+  auto add = [&](const std::string& name) {
+    if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  for (const auto& nic : nics) {
+    if (!nic.rdma_device.empty()) add(nic.rdma_device + ":1");
+    add(nic.name);
+  }
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
 }
 
-std::vector<char> encode_versioned(uint8_t version, const char* data, size_t size) {
-  ByteWriter w;
-  w.put<uint8_t>(version);
-  w.put_string(std::string(data, size));
-  return std::move(w.bytes());
-}
-
-// One endpoint to a peer's worker and the remote keys unpacked on it. Lives on the worker thread; the
-// channel reads only `dead`.
-struct Endpoint {
-  ucp_ep_h ep = nullptr;
-  std::atomic<bool> dead{false};
-  Status error;
-  std::unordered_map<uint64_t, ucp_rkey_h> rkeys;
-  std::list<Clock::time_point> in_flight;  // when each operation in flight started, oldest first
-};
-
-// Operations in flight, completed by UCX's callbacks on the worker thread.
-struct Operation {
-  std::shared_ptr<Endpoint> endpoint;
-  std::list<Clock::time_point>::iterator started;
-  std::vector<Slice> slices;  // a get: one; puts of a batch: all, ended by their flush (begin_copy held)
-  int waiting = 0;            // callbacks still due
-  Status status;
-};
-
-void close_endpoint(const Ucp& api, Endpoint& e, const Status& why) {
-  if (e.ep == nullptr) return;
-  for (auto& [id, rkey] : e.rkeys) api.rkey_destroy(rkey);
-  e.rkeys.clear();
-  if (e.error.ok()) e.error = why;
-  e.dead.store(true);
-  ucp_request_param_t param{kOpAttrFieldFlags, kEpCloseFlagForce, nullptr, nullptr, 0, nullptr};
-  ucs_status_ptr_t request = api.ep_close_nbx(e.ep, &param);
-  e.ep = nullptr;
-  if (request != nullptr && !is_error_ptr(request)) api.request_free(request);  // (completes on its own)
-}
-
-class UcxChannel;
-
-class UcxTransport : public Transport {
+// Where the engine has two or more NICs, a UCX context and worker per NIC (a rail), so that a path names
+// its local NIC and MultiPathChannel can stripe and fail over; else (or with UCX_NET_DEVICES set: the
+// user's choice wins) one for every device UCX picks.
+class UcxTransport : public Transport, public Rails {
  public:
   UcxTransport(const TransportContext& context, const Options& options)
       : context_(context), config_(UcxConfig::from(options)) {
@@ -105,8 +73,8 @@ class UcxTransport : public Transport {
       rdma_here_ = std::any_of(context.topology->nics.begin(), context.topology->nics.end(),
                                [](const topology::Nic& n) { return n.usable() && !n.rdma_device.empty(); });
     }
-    // UCX is loaded (~0.4 s) and started (a context, a worker thread) only where it pays, or when asked:
-    // UCX's tcp is slower than kvstore's.
+    // UCX is loaded (~0.4 s) and started (a context, a worker thread per rail) only where it pays, or when
+    // asked: UCX's tcp is slower than kvstore's.
     wanted_ = rdma_here_ || config_.prefer || context.transport == "ucx";
   }
   ~UcxTransport() override { stop(); }
@@ -115,33 +83,44 @@ class UcxTransport : public Transport {
     if (!wanted_) return Status::OK();  // (unavailable() says why)
     api_ = &ucp();
     if (!api_->status.ok()) return Status::OK();  // unavailable: offers nothing, reaches nobody
-    auto worker = UcxWorker::start(*api_, config_.busy_poll_us, net_devices());
-    if (!worker.ok()) {
-      start_error_ = worker.status().message();
-      return Status::OK();
+    std::vector<std::unique_ptr<Rail>> started;
+    for (auto& rail : plan_rails()) {
+      auto worker = UcxWorker::start(*api_, config_.busy_poll_us, rail->net_devices);
+      if (!worker.ok()) {
+        // (a NIC UCX has no device for: the others still make rails)
+        if (start_error_.empty()) start_error_ = worker.status().message();
+        continue;
+      }
+      rail->worker = std::move(worker.value());
+      started.push_back(std::move(rail));
     }
+    if (started.empty()) return Status::OK();
+    start_error_.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    worker_ = std::move(worker.value());
-    worker_->on_tick([this] { time_out(); });
+    rails_ = std::move(started);
+    for (auto& rail : rails_) rail->worker->on_tick([this, r = rail.get()] { time_out(*r); });
     for (auto& [id, region] : regions_) map(region);
     return Status::OK();
   }
   void stop() override {
-    std::unique_ptr<UcxWorker> worker;
+    std::vector<std::unique_ptr<Rail>> rails;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!worker_) return;
-      // Endpoints a channel still holds are closed here (their operations fail), then the regions.
-      worker_->call([this] {
-        for (auto& weak : endpoints_) {
-          if (auto e = weak.lock()) close_endpoint(*api_, *e, Status(Code::kClosed, "engine closed"));
-        }
-        endpoints_.clear();
-      });
+      if (rails_.empty()) return;
+      for (auto& rail : rails_) {
+        // Endpoints a channel still holds are closed here (their operations fail), then the regions.
+        rail->worker->call([&] {
+          for (auto& weak : rail->endpoints) {
+            if (auto e = weak.lock()) close_endpoint(*api_, *e, Status(Code::kClosed, "engine closed"));
+          }
+          rail->endpoints.clear();
+        });
+      }
       for (auto& [id, region] : regions_) unmap(region);
-      worker = std::move(worker_);
+      rails = std::move(rails_);
+      rails_.clear();
     }
-    worker.reset();  // (its thread runs what channels posted last, then ends)
+    rails.clear();  // (each worker's thread runs what channels posted last, then ends)
   }
   bool starts() const override { return wanted_; }
   std::string unavailable() const override {
@@ -154,7 +133,7 @@ class UcxTransport : public Transport {
   Capabilities capabilities(const Capabilities& declared) const override {
     std::lock_guard<std::mutex> lock(mu_);
     Capabilities c = declared;
-    if (!worker_ || !worker_->cuda()) {
+    if (!cuda()) {
       c.local_kinds &= ~kind_bit(MemoryKind::kGpu);
       c.remote_kinds &= ~kind_bit(MemoryKind::kGpu);
     }
@@ -164,13 +143,20 @@ class UcxTransport : public Transport {
 
   std::vector<char> descriptor_section() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!worker_) return {};
-    return encode_versioned(kSectionVersion, worker_->address().data(), worker_->address().size());
+    if (rails_.empty()) return {};
+    std::vector<RailAddress> out;
+    for (const auto& rail : rails_) {
+      const auto& address = rail->worker->address();
+      out.push_back(RailAddress{rail->nic, std::string(address.begin(), address.end())});
+    }
+    return encode_rails(out);
   }
   std::map<std::string, std::string> describe_section(const std::vector<char>& section) const override {
-    auto address = decode_versioned(&section, kSectionVersion, "section");
-    if (!address.ok()) return {{"error", address.status().message()}};
-    return {{"worker_address_bytes", std::to_string(address.value().size())}};
+    auto rails = decode_rails(&section);
+    if (!rails.ok()) return {{"error", rails.status().message()}};
+    std::string nics;
+    for (const auto& rail : rails.value()) nics += (nics.empty() ? "" : ",") + (rail.nic.empty() ? "*" : rail.nic);
+    return {{"rails", std::to_string(rails.value().size())}, {"nics", nics}};
   }
 
   void on_region_exported(const RegionInfo& info) override {
@@ -178,90 +164,129 @@ class UcxTransport : public Transport {
     std::lock_guard<std::mutex> lock(mu_);
     Region& region = regions_[info.id];
     region.info = info;
-    if (worker_) map(region);
+    if (!rails_.empty()) map(region);
   }
   void on_region_revoked(const RegionInfo& info) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = regions_.find(info.id);
     if (it == regions_.end()) return;
-    if (worker_) unmap(it->second);
+    if (!rails_.empty()) unmap(it->second);
     regions_.erase(it);
   }
   std::vector<char> region_section(uint64_t id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = regions_.find(id);
-    if (it == regions_.end() || it->second.rkey.empty()) return {};
-    return encode_versioned(kRegionVersion, it->second.rkey.data(), it->second.rkey.size());
+    if (it == regions_.end() || it->second.mapped.empty()) return {};
+    std::vector<std::string> keys;
+    bool any = false;
+    for (const auto& m : it->second.mapped) {
+      keys.push_back(m.rkey);
+      any |= !m.rkey.empty();
+    }
+    return any ? encode_rkeys(keys) : std::vector<char>{};
   }
 
   uint64_t slice_size() const override { return config_.slice_size; }
   bool reachable(const EngineDescriptor& peer) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return worker_ && decode_versioned(peer.section("ucx"), kSectionVersion, "section").ok();
+    return !rails_.empty() && decode_rails(peer.section("ucx")).ok();
   }
   StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override;
 
-  UcxWorker* worker() { return worker_.get(); }
+  Rail* rail(size_t index) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return index < rails_.size() ? rails_[index].get() : nullptr;
+  }
 
  private:
+  struct Mapping {
+    ucp_mem_h memh = nullptr;
+    std::string rkey;  // packed; empty when mapping failed
+  };
   struct Region {
     RegionInfo info;
-    ucp_mem_h memh = nullptr;
-    std::vector<char> rkey;  // packed; empty when mapping failed
+    std::vector<Mapping> mapped;  // by rail
   };
 
-  // mu_ held. UCP calls run on the worker thread.
+  std::vector<std::unique_ptr<Rail>> plan_rails() const {
+    std::vector<std::unique_ptr<Rail>> rails;
+    std::vector<std::string> names;
+    for (const auto& nic : context_.nics) {
+      if (std::find(names.begin(), names.end(), nic.name) == names.end()) names.push_back(nic.name);
+    }
+    const char* chosen = std::getenv("UCX_NET_DEVICES");
+    if (names.size() < 2 || chosen != nullptr) {
+      auto all = std::make_unique<Rail>();
+      all->nic = names.size() == 1 ? names.front() : "";
+      all->net_devices = devices_of(context_.nics);
+      // Paths are planned from the NICs UCX was told to use (UCX_NET_DEVICES names net devices and
+      // RDMA ports), all of the engine's when it names none of them.
+      const std::string listed = chosen != nullptr ? "," + std::string(chosen) + "," : "";
+      for (const auto& nic : context_.nics) {
+        const bool named = listed.find("," + nic.name + ",") != std::string::npos ||
+                           (!nic.rdma_device.empty() && listed.find("," + nic.rdma_device + ":") != std::string::npos);
+        if (named) all->addresses.push_back(nic);
+      }
+      if (all->addresses.empty()) all->addresses = context_.nics;
+      rails.push_back(std::move(all));
+      return rails;
+    }
+    for (const auto& name : names) {
+      auto rail = std::make_unique<Rail>();
+      rail->nic = name;
+      for (const auto& nic : context_.nics) {
+        if (nic.name == name) rail->addresses.push_back(nic);
+      }
+      rail->net_devices = devices_of(rail->addresses);
+      rails.push_back(std::move(rail));
+    }
+    return rails;
+  }
+
+  // The loaded UCX moves CUDA memory (every rail's context is of the same UCX). mu_ held.
+  bool cuda() const { return !rails_.empty() && rails_.front()->worker->cuda(); }
+
+  // mu_ held. UCP calls run on each rail's worker thread.
   void map(Region& region) {
     const RegionInfo info = region.info;
     const bool gpu = info.location.kind == MemoryKind::kGpu;
-    if (gpu && !worker_->cuda()) return;  // (its requests are refused: this UCX cannot reach GPU memory)
-    auto mapped = worker_->call([&]() -> std::pair<ucp_mem_h, std::vector<char>> {
-      ucp_mem_map_params_t params{
-          kMemMapParamFieldAddress | kMemMapParamFieldLength | kMemMapParamFieldMemoryType,
-          reinterpret_cast<void*>(info.base),
-          info.length,
-          0,
-          0,
-          gpu ? kMemoryTypeCuda : kMemoryTypeHost};
-      ucp_mem_h memh = nullptr;
-      if (api_->mem_map(worker_->context(), &params, &memh) != kOk) return {nullptr, {}};
-      void* packed = nullptr;
-      size_t size = 0;
-      if (api_->rkey_pack(worker_->context(), memh, &packed, &size) != kOk) {
-        api_->mem_unmap(worker_->context(), memh);
-        return {nullptr, {}};
-      }
-      std::vector<char> rkey(static_cast<char*>(packed), static_cast<char*>(packed) + size);
-      api_->rkey_buffer_release(packed);
-      return {memh, std::move(rkey)};
-    });
-    region.memh = mapped.first;
-    region.rkey = std::move(mapped.second);
+    region.mapped.assign(rails_.size(), Mapping{});
+    if (gpu && !cuda()) return;  // (its requests are refused: this UCX cannot reach GPU memory)
+    for (size_t r = 0; r < rails_.size(); ++r) {
+      UcxWorker& worker = *rails_[r]->worker;
+      region.mapped[r] = worker.call([&]() -> Mapping {
+        ucp_mem_map_params_t params{
+            kMemMapParamFieldAddress | kMemMapParamFieldLength | kMemMapParamFieldMemoryType,
+            reinterpret_cast<void*>(info.base),
+            info.length,
+            0,
+            0,
+            gpu ? kMemoryTypeCuda : kMemoryTypeHost};
+        Mapping m;
+        if (api_->mem_map(worker.context(), &params, &m.memh) != kOk) return Mapping{};
+        void* packed = nullptr;
+        size_t size = 0;
+        if (api_->rkey_pack(worker.context(), m.memh, &packed, &size) != kOk) {
+          api_->mem_unmap(worker.context(), m.memh);
+          return Mapping{};
+        }
+        m.rkey.assign(static_cast<char*>(packed), size);
+        api_->rkey_buffer_release(packed);
+        return m;
+      });
+    }
   }
   void unmap(Region& region) {
-    if (region.memh == nullptr) return;
-    ucp_mem_h memh = region.memh;
-    worker_->call([&] { api_->mem_unmap(worker_->context(), memh); });
-    region.memh = nullptr;
-    region.rkey.clear();
-  }
-  // Worker thread: every endpoint whose oldest operation waited past io_timeout is closed.
-  void time_out();
-  // The engine's NICs (KVSTORE_NICS) as UCX devices: each RDMA device's port 1 and each net device (UCX's
-  // tcp would otherwise leave from any interface, with an address the peer may not route back to).
-  std::string net_devices() const {
-    std::vector<std::string> names;
-    auto add = [&](const std::string& name) {
-      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    };
-    for (const auto& nic : context_.nics) {
-      if (!nic.rdma_device.empty()) add(nic.rdma_device + ":1");
-      add(nic.name);
+    for (size_t r = 0; r < region.mapped.size() && r < rails_.size(); ++r) {
+      ucp_mem_h memh = region.mapped[r].memh;
+      if (memh == nullptr) continue;
+      UcxWorker& worker = *rails_[r]->worker;
+      worker.call([&] { api_->mem_unmap(worker.context(), memh); });
     }
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
-    return out;
+    region.mapped.clear();
   }
+  // A rail's worker thread: every endpoint whose oldest operation waited past io_timeout is closed.
+  void time_out(Rail& rail);
 
   TransportContext context_;
   UcxConfig config_;
@@ -270,18 +295,18 @@ class UcxTransport : public Transport {
   bool wanted_ = false;
   std::string start_error_;
   mutable std::mutex mu_;
-  std::unique_ptr<UcxWorker> worker_;
+  std::vector<std::unique_ptr<Rail>> rails_;
   std::unordered_map<uint64_t, Region> regions_;
-  std::vector<std::weak_ptr<Endpoint>> endpoints_;  // (worker thread only) for time_out
 };
 
-void UcxTransport::time_out() {
+void UcxTransport::time_out(Rail& rail) {
   const auto now = Clock::now();
   const auto limit = std::chrono::milliseconds(config_.io_timeout_ms);
-  for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+  auto& endpoints = rail.endpoints;
+  for (auto it = endpoints.begin(); it != endpoints.end();) {
     auto e = it->lock();
-    if (!e) {
-      it = endpoints_.erase(it);
+    if (!e || e->ep == nullptr) {
+      it = endpoints.erase(it);
       continue;
     }
     if (!e->in_flight.empty() && now - e->in_flight.front() > limit) {
@@ -291,187 +316,62 @@ void UcxTransport::time_out() {
   }
 }
 
-void finish_operation(Operation* op) {
-  if (op->endpoint) op->endpoint->in_flight.erase(op->started);
-  for (size_t i = 0; i < op->slices.size(); ++i) {
-    op->slices[i].batch->end_copy();
-    // (a failed endpoint: another transport's link may take the slice; once its RMA ended here)
-    const Code code = op->status.code();
-    if (code == Code::kConnectionFailed || code == Code::kTimedOut) {
-      op->slices[i].lost(op->status);
-    } else {
-      op->slices[i].done(op->status);
-    }
-  }
-  delete op;
-}
-
-void on_completed(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<Operation*>(user_data);
-  if (status != kOk && op->status.ok()) {
-    op->status = Status(
-        status == kErrCanceled ? Code::kTimedOut : Code::kConnectionFailed,
-        op->endpoint && !op->endpoint->error.ok() ? op->endpoint->error.message() : "ucx operation failed");
-  }
-  if (request != nullptr) ucp().request_free(request);
-  if (--op->waiting == 0) finish_operation(op);
-}
-
-// One of the callbacks an operation waits for will not come: it completed at once, or failed (`why`).
-void settle_now(Operation* op, const Status& why) {
-  if (!why.ok() && op->status.ok()) op->status = why;
-  if (--op->waiting == 0) finish_operation(op);
-}
-
-// A returned request (its callback comes later), an immediate completion, or an immediate error.
-void settle(const Ucp& api, Operation* op, ucs_status_ptr_t result) {
-  if (result == nullptr) {
-    settle_now(op, Status::OK());
-  } else if (is_error_ptr(result)) {
-    settle_now(op, Status(Code::kConnectionFailed, api.describe(ptr_status(result))));
-  }
-}
-
-class UcxChannel : public Channel, public std::enable_shared_from_this<UcxChannel> {
- public:
-  UcxChannel(UcxTransport* transport, std::shared_ptr<Endpoint> endpoint, EngineDescriptor peer)
-      : transport_(transport), endpoint_(std::move(endpoint)), peer_(std::move(peer)) {}
-  ~UcxChannel() override {
-    UcxWorker* worker = transport_->worker();
-    if (worker == nullptr) return;
-    worker->post(
-        [api = &worker->api(), e = endpoint_] { close_endpoint(*api, *e, Status(Code::kClosed, "closed")); });
-  }
-  bool healthy() const override { return !endpoint_->dead.load(); }
-
-  void submit(std::vector<Slice>&& slices) override {
-    UcxWorker* worker = transport_->worker();
-    if (worker == nullptr) {
-      for (auto& s : slices) s.done(Status(Code::kClosed, "engine closed"));
-      return;
-    }
-    auto taken = std::make_shared<std::vector<Slice>>(std::move(slices));
-    worker->post([self = shared_from_this(), taken] { self->post_operations(*taken); });
-  }
-
- private:
-  // Worker thread.
-  ucp_rkey_h rkey(uint64_t region) {  // (the endpoint is open)
-    Endpoint& e = *endpoint_;
-    auto it = e.rkeys.find(region);
-    if (it != e.rkeys.end()) return it->second;
-    auto packed = decode_versioned(peer_.region_section(region, "ucx"), kRegionVersion, "remote key");
-    if (!packed.ok()) return nullptr;
-    ucp_rkey_h unpacked = nullptr;
-    if (transport_->worker()->api().ep_rkey_unpack(e.ep, packed.value().data(), &unpacked) != kOk)
-      return nullptr;
-    e.rkeys[region] = unpacked;
-    return unpacked;
-  }
-
-  void post_operations(std::vector<Slice>& slices) {
-    const Ucp& api = transport_->worker()->api();
-    Endpoint& e = *endpoint_;
-    Operation* puts = nullptr;
-    for (auto& s : slices) {
-      Status refused;
-      const RegionInfo* region = peer_.find_region(s.region_id);
-      ucp_rkey_h key = region && e.ep != nullptr ? rkey(s.region_id) : nullptr;  // (none on a closed one)
-      if (e.ep == nullptr) {
-        refused = Status(Code::kConnectionFailed, e.error.ok() ? "ucx endpoint closed" : e.error.message());
-      } else if (s.fence_gen != 0) {
-        refused = Status(Code::kNotSupported, "ucx cannot check allocation fences");
-      } else if (s.local_location.kind == MemoryKind::kGpu && !transport_->worker()->cuda()) {
-        refused = Status(Code::kNotSupported, "this UCX has no CUDA support");
-      } else if (key == nullptr) {
-        refused = Status(Code::kNotSupported, "the peer's region is not mapped for ucx");
-      } else if (!s.batch->begin_copy(s.request)) {
-        refused = Status(Code::kTimedOut, "request already over");
-      }
-      if (!refused.ok()) {
-        if (refused.code() == Code::kConnectionFailed) {
-          s.lost(refused);
-        } else {
-          s.done(refused);
-        }
-        continue;
-      }
-      const uint64_t remote = region->base + s.offset;
-      if (s.op == TransferOp::kRead) {
-        auto* op = start(e);
-        op->slices.push_back(std::move(s));
-        op->waiting = 1;
-        Slice& slice = op->slices.back();
-        ucp_request_param_t param{
-            kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, op};
-        settle(api, op, api.get_nbx(e.ep, slice.local, slice.length, remote, key, &param));
-      } else {
-        if (puts == nullptr) {
-          puts = start(e);
-          puts->waiting = 1;  // the flush, posted after the last put
-        }
-        puts->slices.push_back(std::move(s));
-        puts->waiting += 1;
-        Slice& slice = puts->slices.back();
-        ucp_request_param_t param{
-            kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
-        settle(api, puts, api.put_nbx(e.ep, slice.local, slice.length, remote, key, &param));
-      }
-    }
-    if (puts != nullptr) {
-      // A put completes locally; the flush says it reached the peer's memory.
-      if (e.ep == nullptr) {
-        settle_now(puts, Status(Code::kConnectionFailed, "ucx endpoint closed"));
-        return;
-      }
-      ucp_request_param_t param{
-          kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
-      settle(api, puts, api.ep_flush_nbx(e.ep, &param));
-    }
-  }
-
-  Operation* start(Endpoint& e) {
-    auto* op = new Operation;
-    op->endpoint = endpoint_;
-    e.in_flight.push_back(Clock::now());
-    op->started = std::prev(e.in_flight.end());
-    return op;
-  }
-
-  UcxTransport* transport_;
-  std::shared_ptr<Endpoint> endpoint_;
-  const EngineDescriptor peer_;
-};
-
-void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
-  auto* e = static_cast<Endpoint*>(arg);
-  if (e->error.ok())
-    e->error = Status(Code::kConnectionFailed, "peer unreachable: " + ucp().describe(status));
-  e->dead.store(true);
-}
-
 StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor& peer) {
-  auto address = decode_versioned(peer.section("ucx"), kSectionVersion, "section");
-  if (!address.ok()) return address.status();
-  UcxWorker* worker = worker_.get();
-  if (worker == nullptr) return Status(Code::kNotSupported, "ucx is unavailable: " + unavailable());
-  auto endpoint = std::make_shared<Endpoint>();
-  // A peer on another host: UCX reports its failure (rc, dc, tcp can). On this host UCX's shared-memory
-  // transports cannot, and asking for it would leave only tcp's software emulation of RMA: a dead
-  // same-host peer is found by the I/O timeout instead.
+  auto remote = decode_rails(peer.section("ucx"));
+  if (!remote.ok()) return remote.status();
+  std::vector<UcxPath> paths;
+  struct Here {
+    std::string nic;
+    std::vector<NicAddress> addresses;
+  };
+  std::vector<Here> rails_here;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rails_.empty()) return Status(Code::kNotSupported, "ucx is unavailable: " + unavailable());
+    for (const auto& rail : rails_) rails_here.push_back(Here{rail->nic, rail->addresses});
+  }
+  // The peer's rails by address (the NIC addresses its descriptor lists), paired with ours by subnet.
+  std::vector<std::string> remote_hosts;
+  std::vector<std::string> remote_nics;
+  for (const auto& rail : remote.value()) {
+    std::string host;
+    for (const auto& nic : peer.nics) {
+      if (!rail.nic.empty() && nic.name == rail.nic) {
+        host = nic.address;
+        break;
+      }
+    }
+    remote_hosts.push_back(host);
+    remote_nics.push_back(rail.nic);
+  }
   const bool same_host = peer.host_id == context_.host_id;
-  Status st = worker->call([&]() -> Status {
-    ucp_ep_params_t params{
-        kEpParamFieldRemoteAddress | (same_host ? 0 : kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler),
-        reinterpret_cast<const ucp_address*>(address.value().data()), kErrHandlingModePeer, on_endpoint_error,
-        endpoint.get()};
-    const ucs_status_t s = api_->ep_create(worker->worker(), &params, &endpoint->ep);
-    if (s != kOk) return Status(Code::kConnectionFailed, "ucp_ep_create: " + api_->describe(s));
-    endpoints_.push_back(endpoint);
-    return Status::OK();
-  });
-  if (!st.ok()) return st;
-  return std::shared_ptr<Channel>(std::make_shared<UcxChannel>(this, std::move(endpoint), peer));
+  std::vector<NicAddress> local;
+  for (const auto& rail : rails_here) local.insert(local.end(), rail.addresses.begin(), rail.addresses.end());
+  std::vector<PlannedPath> planned =
+      same_host ? std::vector<PlannedPath>{PlannedPath{}} : plan_paths(local, remote_hosts);
+  for (const auto& p : planned) {
+    UcxPath path;
+    if (rails_here.size() > 1) {
+      for (size_t r = 0; r < rails_here.size(); ++r) {
+        if (rails_here[r].nic == p.local_nic) path.local_rail = r;
+      }
+    }
+    path.remote_rail = p.remote;
+    const bool seen = std::any_of(paths.begin(), paths.end(), [&](const UcxPath& q) {
+      return q.local_rail == path.local_rail && q.remote_rail == path.remote_rail;
+    });
+    if (seen) continue;
+    path.local_nic = rails_here[path.local_rail].nic;
+    path.local_address = p.local_address;
+    path.remote_nic = remote_nics[path.remote_rail];
+    path.remote_address = remote_hosts[path.remote_rail];
+    path.speed_mbps = p.speed_mbps;
+    paths.push_back(std::move(path));
+  }
+  auto channel = UcxChannel::open(this, peer, std::move(remote.value()), std::move(paths), same_host,
+                                  context_.topology.get());
+  if (!channel.ok()) return channel.status();
+  return std::shared_ptr<Channel>(std::move(channel.value()));
 }
 
 }  // namespace
