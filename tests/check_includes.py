@@ -1,6 +1,7 @@
 """The C++ layers point down only: bind -> engine -> transport -> core -> cuda -> common (storage, meta and
 tools aside). Transports never include engine or binding headers, nor each other; the engine and the binding
-never include a concrete transport (they learn transports from transport/registration.h).
+never include a concrete transport (they learn transports from transport/registration.h); what several
+transports share lives in transport/path/.
 
     python tests/check_includes.py CSRC_DIR      exit 1 and one line per offending #include
 """
@@ -35,6 +36,8 @@ TRANSPORT_API = {
     "transport/copy.h",
     "transport/same_host.h",
 }
+# Folders of transport/ that are no transport but what several share (path planning, MultiPathChannel).
+TRANSPORT_SHARED = {"path"}
 
 
 def violations(csrc: Path) -> list[str]:
@@ -57,7 +60,12 @@ def violations(csrc: Path) -> list[str]:
                 found.append(f"{where} ({layer} may include only {', '.join(sorted(ALLOWED[layer]))})")
             elif layer == "tools":
                 continue  # bench/test support: it may reach a transport's wire codec to fuzz it
-            elif top == "transport" and target not in TRANSPORT_API and target != "transport/transports.def":
+            elif (
+                top == "transport"
+                and target not in TRANSPORT_API
+                and target != "transport/transports.def"
+                and target.split("/")[1] not in TRANSPORT_SHARED
+            ):
                 own = rel.parts[1] if layer == "transport" and len(rel.parts) > 2 else None
                 if target.split("/")[1] != own:
                     found.append(f"{where} (only a transport's own files and the registration list name it)")

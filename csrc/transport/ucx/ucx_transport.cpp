@@ -330,19 +330,22 @@ StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor&
     if (rails_.empty()) return Status(Code::kNotSupported, "ucx is unavailable: " + unavailable());
     for (const auto& rail : rails_) rails_here.push_back(Here{rail->nic, rail->addresses});
   }
-  // The peer's rails by address (the NIC addresses its descriptor lists), paired with ours by subnet.
+  // The peer's rails by address (its NICs' addresses, as its descriptor lists them; a rail of UCX's own
+  // choice of devices stands for all of them), paired with ours by subnet.
   std::vector<std::string> remote_hosts;
-  std::vector<std::string> remote_nics;
-  for (const auto& rail : remote.value()) {
-    std::string host;
+  std::vector<size_t> remote_rail_of;  // by entry of remote_hosts
+  for (size_t r = 0; r < remote.value().size(); ++r) {
+    const std::string& nic_name = remote.value()[r].nic;
     for (const auto& nic : peer.nics) {
-      if (!rail.nic.empty() && nic.name == rail.nic) {
-        host = nic.address;
-        break;
+      if (nic_name.empty() || nic.name == nic_name) {
+        remote_hosts.push_back(nic.address);
+        remote_rail_of.push_back(r);
       }
     }
-    remote_hosts.push_back(host);
-    remote_nics.push_back(rail.nic);
+  }
+  if (remote_hosts.empty()) {  // (no address listed: one path to its first rail)
+    remote_hosts.push_back("");
+    remote_rail_of.push_back(0);
   }
   const bool same_host = peer.host_id == context_.host_id;
   std::vector<NicAddress> local;
@@ -356,15 +359,15 @@ StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor&
         if (rails_here[r].nic == p.local_nic) path.local_rail = r;
       }
     }
-    path.remote_rail = p.remote;
+    path.remote_rail = remote_rail_of[p.remote];
     const bool seen = std::any_of(paths.begin(), paths.end(), [&](const UcxPath& q) {
       return q.local_rail == path.local_rail && q.remote_rail == path.remote_rail;
     });
     if (seen) continue;
     path.local_nic = rails_here[path.local_rail].nic;
     path.local_address = p.local_address;
-    path.remote_nic = remote_nics[path.remote_rail];
-    path.remote_address = remote_hosts[path.remote_rail];
+    path.remote_nic = remote.value()[path.remote_rail].nic;
+    path.remote_address = remote_hosts[p.remote];
     path.speed_mbps = p.speed_mbps;
     paths.push_back(std::move(path));
   }
