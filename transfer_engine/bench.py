@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +26,7 @@ from rich.table import Table
 
 from transfer_engine import _tools
 from transfer_engine.engine import Op, PathInfo, Peer, Region, RequestState, TransferEngine
-from transfer_engine.errors import InvalidArgumentError
+from transfer_engine.errors import InvalidArgumentError, NotSupportedError
 from transfer_engine.procs import READY_PREFIX, module_process, wait_for_stop_request
 from transfer_engine.units import format_size
 
@@ -274,6 +276,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             connections,
             host,
             tcp["socket_buffer"],
+            engine.config.ucx_library,
         )
     return TransferBenchResult(
         transport=transport,
@@ -322,6 +325,48 @@ def _progress(
             time.sleep(0.05)
 
 
+_UCX_TARGET = """
+import sys
+from transfer_engine import _tools, ucx
+ucx.preload(sys.argv[2])
+_tools.ucx_rma_serve(int(sys.argv[1]), 1, 0)
+"""
+
+
+def ucx_rma_across_processes(
+    cfg: TransferBenchConfig, working_set: int, seconds: float, ucx_library: str
+) -> dict[str, Any]:
+    """The raw UCP loop against a target in a process of its own, as an engine's peer is (UCX's
+    same-host copies cost more across processes than within one)."""
+    target = subprocess.Popen(
+        [sys.executable, "-c", _UCX_TARGET, str(working_set), ucx_library],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert target.stdin is not None and target.stdout is not None and target.stderr is not None
+    try:
+        header = target.stdout.read(4)
+        blob = target.stdout.read(int.from_bytes(header, "little")) if len(header) == 4 else b""
+        if not blob:
+            target.kill()
+            raise NotSupportedError(
+                f"the ucx baseline's target did not start: {target.stderr.read().decode()[-2000:]}"
+            )
+        return dict(
+            _tools.ucx_rma_baseline(
+                cfg.op == "write", cfg.block_size, cfg.batch_size, working_set, seconds, target=blob
+            )
+        )
+    finally:
+        target.stdin.close()  # (its end of file: the target stops serving)
+        try:
+            target.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            target.kill()
+            target.wait()
+
+
 def measure_baseline(
     cfg: TransferBenchConfig,
     transport: str,
@@ -330,6 +375,7 @@ def measure_baseline(
     connections: int,
     host: str,
     socket_buffer: int,
+    ucx_library: str = "",
 ) -> tuple[float, str]:
     """The machine's own ceiling for what `transport` does: a raw socket stream for a network transport,
     memcpy for the memory-to-memory ones."""
@@ -342,10 +388,11 @@ def measure_baseline(
         return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
     if transport == "ucx":
         call = "ucp_put_nbx + flush" if cfg.op == "write" else "ucp_get_nbx"
-        r = _tools.ucx_rma_baseline(cfg.op == "write", cfg.block_size, cfg.batch_size, working_set, seconds)
+        r = ucx_rma_across_processes(cfg, working_set, seconds, ucx_library)
+        over = format_size(working_set)
         return float(
             r["gbps"]
-        ), f"raw UCP {call} loop, batches of {cfg.batch_size}, over {format_size(working_set)}"
+        ), f"raw UCP {call} loop to another process, batches of {cfg.batch_size}, over {over}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
     threads = max(cfg.threads, copy_threads)
     gbps = memcpy_gbps(cfg.block_size, working_set, seconds, threads)

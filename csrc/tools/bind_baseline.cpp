@@ -7,6 +7,7 @@
 namespace py = pybind11;
 
 namespace kvs::tools {
+using bind::throw_if_error;
 using bind::value_or_throw;
 namespace {
 
@@ -50,18 +51,33 @@ void bind_baseline(py::module_& m) {
       "Raw socket stream over loopback cycling a working set on each side; returns {bytes, seconds, gbps}.");
   m.def(
       "ucx_rma_baseline",
-      [](bool write, uint64_t block_size, int batch, uint64_t working_set, double duration_s) {
+      [](bool write, uint64_t block_size, int batch, uint64_t working_set, double duration_s,
+         py::bytes target) {
+        const std::string blob = target;
         StatusOr<bench::Throughput> r = Status();
         {
           py::gil_scoped_release release;
-          r = bench::ucx_rma_baseline(write, block_size, batch, working_set, duration_s);
+          r = bench::ucx_rma_baseline(write, block_size, batch, working_set, duration_s, blob);
         }
         return to_dict(value_or_throw(std::move(r)));
       },
       py::arg("write"), py::arg("block_size"), py::arg("batch"), py::arg("working_set"),
-      py::arg("duration_s"),
-      "A raw UCP get (or put + flush) loop between two workers of this process over a working set; returns "
-      "{bytes, seconds, gbps}.");
+      py::arg("duration_s"), py::arg("target") = py::bytes(),
+      "A raw UCP get (or put + flush) loop over a working set, to the target ucx_rma_serve runs in another "
+      "process (its blob), or to a second worker of this process (no blob); returns {bytes, seconds, gbps}.");
+  m.def(
+      "ucx_rma_serve",
+      [](uint64_t working_set, int out_fd, int in_fd) {
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = bench::ucx_rma_serve(working_set, out_fd, in_fd);
+        }
+        throw_if_error(st);
+      },
+      py::arg("working_set"), py::arg("out_fd"), py::arg("in_fd"),
+      "The raw UCP loop's target: maps working_set bytes, writes its blob (u32 length + bytes) to out_fd, "
+      "serves until in_fd reads end of file.");
 }
 
 }  // namespace kvs::tools

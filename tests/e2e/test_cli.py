@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ucx_missing
+
 ROOT = Path(__file__).resolve().parents[2]
 JSON_FIELDS = {
     "transport",
@@ -43,9 +45,19 @@ def kvstore(*args: str, timeout: float = 120, **env: str) -> subprocess.Complete
 
 
 @pytest.mark.parametrize(
-    ("transport", "op"), [("tcp", "read"), ("shm", "write"), ("local", "read"), ("auto", "read")]
+    ("transport", "op"),
+    [
+        ("tcp", "read"),
+        ("shm", "write"),
+        ("local", "read"),
+        ("auto", "read"),
+        ("ucx", "read"),
+        ("ucx", "write"),
+    ],
 )
 def test_bench_transfer_json(transport: str, op: str) -> None:
+    if transport == "ucx" and (reason := ucx_missing()):
+        pytest.skip(f"ucx: {reason}")
     result = kvstore(
         "bench",
         "transfer",
@@ -71,8 +83,10 @@ def test_bench_transfer_json(transport: str, op: str) -> None:
     assert data["transport"] == ("shm" if transport == "auto" else transport)
     assert data["bytes"] > 0 and data["gbps"] > 0 and data["baseline_gbps"] > 0
     assert data["ratio"] == pytest.approx(data["gbps"] / data["baseline_gbps"])
+    if transport == "ucx":  # (its baseline: a raw UCP loop to a target process of its own)
+        assert "to another process" in data["baseline_kind"]
     assert data["p99_us"] >= data["p50_us"] > 0
-    if data["transport"] == "tcp":  # loopback: one path, where the kernel routes
+    if data["transport"] in ("tcp", "ucx"):  # loopback: one path, where the kernel (or UCX) routes
         (path,) = data["paths"]
         assert path["local_nic"] == "" and path["share"] == 1.0 and path["bytes"] > 0 and path["up"]
     else:

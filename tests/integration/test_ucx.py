@@ -217,7 +217,8 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
         )
         if out.returncode != 0 or not out.stdout.startswith("OK"):
             links = subprocess.run(["ip", "-n", netns.name, "-o", "addr"], capture_output=True, text=True)
-            pytest.fail(f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}\nthe target's addresses:\n{links.stdout}")
+            failed = f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}"
+            pytest.fail(f"{failed}\nthe target's addresses:\n{links.stdout}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
         print(f"\n{batches} batches, the slowest {slowest_ms} ms; tcp carried {int(moved_by_tcp) >> 20} MiB")
         assert int(moved_by_tcp) > 0  # what ucx lost went over tcp

@@ -52,7 +52,9 @@ MultiPathChannel::MultiPathChannel(const std::vector<PathSpec>& specs, const top
   }
 }
 
-MultiPathChannel::~MultiPathChannel() { stop(); }
+MultiPathChannel::~MultiPathChannel() {
+  stop();
+}
 
 Status MultiPathChannel::open_paths() {
   Status first;

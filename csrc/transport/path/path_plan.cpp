@@ -33,12 +33,13 @@ bool same_subnet(const std::string& a, const std::string& b, int prefix_len) {
   return (x[whole] & mask) == (y[whole] & mask);
 }
 
-std::vector<PlannedPath> plan_paths(const std::vector<NicAddress>& local, const std::vector<std::string>& remote) {
+std::vector<PlannedPath> plan_paths(const std::vector<NicAddress>& local,
+                                    const std::vector<std::string>& remote) {
   std::vector<PlannedPath> plans;
   std::vector<int> used(remote.size(), 0);  // paths already ending at each remote address
   for (const auto& nic : local) {
-    const bool planned =
-        std::any_of(plans.begin(), plans.end(), [&](const PlannedPath& p) { return p.local_nic == nic.name; });
+    const bool planned = std::any_of(plans.begin(), plans.end(),
+                                     [&](const PlannedPath& p) { return p.local_nic == nic.name; });
     if (planned) continue;  // one path per local NIC (its first address that reaches the peer)
     size_t best = remote.size();
     for (size_t i = 0; i < remote.size(); ++i) {

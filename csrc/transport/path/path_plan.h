@@ -25,6 +25,7 @@ struct PlannedPath {
 bool same_subnet(const std::string& a, const std::string& b, int prefix_len);
 
 // `remote`: the peer's addresses (numeric hosts), in its order of preference. Empty when it has none.
-std::vector<PlannedPath> plan_paths(const std::vector<NicAddress>& local, const std::vector<std::string>& remote);
+std::vector<PlannedPath> plan_paths(const std::vector<NicAddress>& local,
+                                    const std::vector<std::string>& remote);
 
 }  // namespace kvs

@@ -49,7 +49,8 @@ std::vector<PathPlan> plan_paths(const std::vector<NicAddress>& local, const std
   for (const auto& e : remote) hosts.push_back(e.host);
   std::vector<PathPlan> plans;
   for (auto& p : kvs::plan_paths(local, hosts)) {
-    plans.push_back(PathPlan{std::move(p.local_nic), std::move(p.local_address), remote[p.remote], p.speed_mbps});
+    plans.push_back(
+        PathPlan{std::move(p.local_nic), std::move(p.local_address), remote[p.remote], p.speed_mbps});
   }
   return plans;
 }

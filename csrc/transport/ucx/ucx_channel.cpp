@@ -3,8 +3,9 @@
 namespace kvs::ucx {
 
 StatusOr<std::shared_ptr<UcxChannel>> UcxChannel::open(Rails* rails, EngineDescriptor peer,
-                                                       std::vector<RailAddress> remote, std::vector<UcxPath> paths,
-                                                       bool same_host, const topology::Topology* topology) {
+                                                       std::vector<RailAddress> remote,
+                                                       std::vector<UcxPath> paths, bool same_host,
+                                                       const topology::Topology* topology) {
   if (paths.empty()) return Status(Code::kInvalidArgument, "no path to the peer");
   std::shared_ptr<UcxChannel> channel(
       new UcxChannel(rails, std::move(peer), std::move(remote), std::move(paths), same_host, topology));
@@ -39,7 +40,9 @@ UcxChannel::~UcxChannel() {
     if (rail == nullptr || !endpoints_[i]) continue;
     UcxWorker* worker = rail->worker.get();
     // (what is in flight fails; lost_handler sends it to no channel now)
-    worker->post([api = &worker->api(), e = endpoints_[i]] { close_endpoint(*api, *e, Status(Code::kClosed, "closed")); });
+    worker->post([api = &worker->api(), e = endpoints_[i]] {
+      close_endpoint(*api, *e, Status(Code::kClosed, "closed"));
+    });
   }
 }
 
@@ -63,9 +66,10 @@ Status UcxChannel::open_path(size_t i) {
   Status st = worker->call([&]() -> Status {
     const Ucp& api = worker->api();
     if (old) close_endpoint(api, *old, Status(Code::kConnectionFailed, "reopened"));
-    ucp_ep_params_t params{
-        kEpParamFieldRemoteAddress | (same_host_ ? 0 : kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler),
-        reinterpret_cast<const ucp_address*>(address.data()), kErrHandlingModePeer, on_endpoint_error, e.get()};
+    ucp_ep_params_t params{kEpParamFieldRemoteAddress |
+                               (same_host_ ? 0 : kEpParamFieldErrHandlingMode | kEpParamFieldErrHandler),
+                           reinterpret_cast<const ucp_address*>(address.data()), kErrHandlingModePeer,
+                           on_endpoint_error, e.get()};
     const ucs_status_t s = api.ep_create(worker->worker(), &params, &e->ep);
     if (s != kOk) return Status(Code::kConnectionFailed, "ucp_ep_create: " + api.describe(s));
     rail->endpoints.push_back(e);
@@ -101,7 +105,9 @@ void UcxChannel::send(size_t i, std::vector<Slice>&& slices) {
   e->load.fetch_add(bytes);
   auto taken = std::make_shared<std::vector<Slice>>(std::move(slices));
   const bool cuda = worker->cuda();
-  worker->post([api = &worker->api(), e, peer = peer_, taken, cuda] { post_operations(*api, e, *peer, cuda, *taken); });
+  worker->post([api = &worker->api(), e, peer = peer_, taken, cuda] {
+    post_operations(*api, e, *peer, cuda, *taken);
+  });
 }
 
 void UcxChannel::describe_path(size_t i, PathStats& s) const {

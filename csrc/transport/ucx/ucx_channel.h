@@ -49,8 +49,9 @@ class UcxChannel : public MultiPathChannel {
   // `remote`: the peer's rails; `same_host`: no error handling on the endpoints (UCX's shared-memory
   // transports cannot report a peer's failure, and asking for it leaves only tcp's software RMA).
   static StatusOr<std::shared_ptr<UcxChannel>> open(Rails* rails, EngineDescriptor peer,
-                                                    std::vector<RailAddress> remote, std::vector<UcxPath> paths,
-                                                    bool same_host, const topology::Topology* topology);
+                                                    std::vector<RailAddress> remote,
+                                                    std::vector<UcxPath> paths, bool same_host,
+                                                    const topology::Topology* topology);
   ~UcxChannel() override;
 
  private:
@@ -70,8 +71,8 @@ class UcxChannel : public MultiPathChannel {
   const std::vector<RailAddress> remote_;
   const std::vector<UcxPath> paths_;
   const bool same_host_;
-  mutable std::mutex mu_;                           // guards endpoints_
-  std::vector<std::shared_ptr<Endpoint>> endpoints_;  // by path; null until opened
+  mutable std::mutex mu_;                                // guards endpoints_
+  std::vector<std::shared_ptr<Endpoint>> endpoints_;     // by path; null until opened
   std::vector<std::shared_ptr<PathCounters>> counters_;  // by path
 };
 

@@ -106,7 +106,8 @@ void close_endpoint(const Ucp& api, Endpoint& e, const Status& why) {
 
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* e = static_cast<Endpoint*>(arg);
-  if (e->error.ok()) e->error = Status(Code::kConnectionFailed, "peer unreachable: " + ucp().describe(status));
+  if (e->error.ok())
+    e->error = Status(Code::kConnectionFailed, "peer unreachable: " + ucp().describe(status));
   e->dead.store(true);
 }
 
@@ -157,7 +158,8 @@ void post_operations(const Ucp& api, const std::shared_ptr<Endpoint>& endpoint, 
       puts->slices.push_back(std::move(s));
       puts->waiting += 1;
       Slice& slice = puts->slices.back();
-      ucp_request_param_t param{kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
+      ucp_request_param_t param{
+          kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
       settle(api, puts, api.put_nbx(e.ep, slice.local, slice.length, remote, key, &param));
     }
   }
@@ -166,11 +168,13 @@ void post_operations(const Ucp& api, const std::shared_ptr<Endpoint>& endpoint, 
     if (e.ep == nullptr) {
       settle_now(puts, Status(Code::kConnectionFailed, "ucx endpoint closed"));
     } else {
-      ucp_request_param_t param{kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
+      ucp_request_param_t param{
+          kOpAttrFieldCallback | kOpAttrFieldUserData, 0, nullptr, on_completed, 0, puts};
       settle(api, puts, api.ep_flush_nbx(e.ep, &param));
     }
   }
-  lose(e, std::move(lost), Status(Code::kConnectionFailed, e.error.ok() ? "ucx endpoint closed" : e.error.message()));
+  lose(e, std::move(lost),
+       Status(Code::kConnectionFailed, e.error.ok() ? "ucx endpoint closed" : e.error.message()));
 }
 
 }  // namespace kvs::ucx

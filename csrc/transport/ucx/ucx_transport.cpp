@@ -1,10 +1,9 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
-
-#include <cstdlib>
 
 #include "transport/path/path_plan.h"
 #include "transport/ucx/ucx_channel.h"
@@ -155,7 +154,8 @@ class UcxTransport : public Transport, public Rails {
     auto rails = decode_rails(&section);
     if (!rails.ok()) return {{"error", rails.status().message()}};
     std::string nics;
-    for (const auto& rail : rails.value()) nics += (nics.empty() ? "" : ",") + (rail.nic.empty() ? "*" : rail.nic);
+    for (const auto& rail : rails.value())
+      nics += (nics.empty() ? "" : ",") + (rail.nic.empty() ? "*" : rail.nic);
     return {{"rails", std::to_string(rails.value().size())}, {"nics", nics}};
   }
 
@@ -223,8 +223,9 @@ class UcxTransport : public Transport, public Rails {
       // RDMA ports), all of the engine's when it names none of them.
       const std::string listed = chosen != nullptr ? "," + std::string(chosen) + "," : "";
       for (const auto& nic : context_.nics) {
-        const bool named = listed.find("," + nic.name + ",") != std::string::npos ||
-                           (!nic.rdma_device.empty() && listed.find("," + nic.rdma_device + ":") != std::string::npos);
+        const bool named =
+            listed.find("," + nic.name + ",") != std::string::npos ||
+            (!nic.rdma_device.empty() && listed.find("," + nic.rdma_device + ":") != std::string::npos);
         if (named) all->addresses.push_back(nic);
       }
       if (all->addresses.empty()) all->addresses = context_.nics;
@@ -364,10 +365,12 @@ StatusOr<std::shared_ptr<Channel>> UcxTransport::connect(const EngineDescriptor&
       return q.local_rail == path.local_rail && q.remote_rail == path.remote_rail;
     });
     if (seen) continue;
-    path.local_nic = rails_here[path.local_rail].nic;
-    path.local_address = p.local_address;
-    path.remote_nic = remote.value()[path.remote_rail].nic;
-    path.remote_address = remote_hosts[p.remote];
+    if (!same_host) {  // (on one host UCX copies memory to memory: no NIC)
+      path.local_nic = rails_here[path.local_rail].nic;
+      path.local_address = p.local_address;
+      path.remote_nic = remote.value()[path.remote_rail].nic;
+      path.remote_address = remote_hosts[p.remote];
+    }
     path.speed_mbps = p.speed_mbps;
     paths.push_back(std::move(path));
   }
