@@ -561,6 +561,20 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--cluster", help="the cluster this master is a candidate of (default: default)")
     p.add_argument("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)")
+    _add_insecure(p)
+
+
+def _add_insecure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen beyond loopback with no cluster secret (KVSTORE_INSECURE=1): anyone may use it",
+    )
+
+
+def _apply_insecure(args: argparse.Namespace) -> None:
+    if args.insecure:  # (the variable, so that the processes this one starts are told too)
+        os.environ["KVSTORE_INSECURE"] = "1"
 
 
 _MASTER_FLAGS = (
@@ -592,6 +606,7 @@ def _run_master(args: argparse.Namespace) -> int:
     from kvstore.config import MasterConfig
     from kvstore.master.process import run_master
 
+    _apply_insecure(args)
     run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
     return 0
 
@@ -633,6 +648,7 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
         help="shared-memory directory of the segment's file, kept for a restart (KVSTORE_NODE_MEMORY_DIR, "
         "else /dev/shm; empty: anonymous memory)",
     )
+    _add_insecure(p)
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -644,6 +660,7 @@ def _run_node(args: argparse.Namespace) -> int:
     # Warnings on stderr, and what the node itself says as it starts (how far its memory is ready).
     logging.basicConfig(format="kvstore node: %(message)s", level=logging.WARNING)
     logging.getLogger("kvstore.node").setLevel(logging.INFO)
+    _apply_insecure(args)
     settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]
     run_node(
         NodeConfig.load(**_given(args, settings)),
@@ -676,7 +693,9 @@ def _run_status(args: argparse.Namespace) -> int:
 
 def _add_config(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("config", help="print the effective settings and where each came from")
-    p.add_argument("--component", choices=["engine", "client", "node", "master"], help="default: all")
+    p.add_argument(
+        "--component", choices=["engine", "client", "node", "master", "security"], help="default: all"
+    )
     p.add_argument("--variables", action="store_true", help="list every KVSTORE_* variable and what it sets")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
@@ -709,6 +728,25 @@ def _run_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_secret(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("secret", help="make a cluster secret: `kvstore secret new PATH`")
+    p.add_argument("action", choices=["new"], help="new: write a fresh random secret to PATH (mode 0600)")
+    p.add_argument("path", help="the file to write (KVSTORE_CLUSTER_SECRET_FILE names it to every process)")
+    p.add_argument("--force", action="store_true", help="replace the file if it exists")
+
+
+def _run_secret(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from transfer_engine.security import new_secret_file
+
+    path = Path(args.path).absolute()
+    new_secret_file(path, overwrite=args.force)
+    print(f"wrote a new cluster secret to {path}; give it to every master, node and client:")
+    print(f"  export KVSTORE_CLUSTER_SECRET_FILE={path}")
+    return 0
+
+
 def _run_default_bench(args: argparse.Namespace) -> int:
     """`kvstore bench`: the store and transfer benches on the embedded default, one summary table."""
     from kvstore.bench import report
@@ -736,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_config(commands)
     _add_topology(commands)
+    _add_secret(commands)
     return parser
 
 
@@ -756,6 +795,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("status", None): _run_status,
         ("config", None): _run_config,
         ("topology", None): _run_topology,
+        ("secret", None): _run_secret,
     }
     runner = runners.get((args.command, getattr(args, "bench", None)))
     try:

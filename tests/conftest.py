@@ -17,6 +17,10 @@ from transfer_engine import TransferEngine
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SCRIPT = ROOT / "tests" / "helpers" / "target_process.py"
 
+# The suite runs as a secured cluster: every master, node and client it starts (in this process or a
+# child) proves this secret. Tests of a cluster without one take it out of their environment.
+os.environ.setdefault("KVSTORE_CLUSTER_SECRET", "tests-" + os.urandom(16).hex())
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under tests/run (KVSTORE_TEST_INSTALLED=1) the suite must test the installed wheel: importing the

@@ -27,6 +27,7 @@ from transfer_engine.errors import (
     TransferTimeoutError,
     error_for_code,
 )
+from transfer_engine.security import SecurityConfig
 
 
 class Op(enum.IntEnum):
@@ -213,6 +214,8 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
+        # (its handshake does not ask for the cluster secret yet: without one it serves loopback only)
+        SecurityConfig.load().check_listen(config.host, "the transfer engine")
         self._core: Any = _core.Engine(**config.to_core())
         if self._core.transport_starts("ucx"):  # (the core decides; UCX must be loaded before it starts)
             ucx.preload(config.ucx_library)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.units import parse_size
 
-KINDS = ("int", "size", "seconds", "bool", "str", "float", "port")
+KINDS = ("int", "size", "seconds", "bool", "str", "float", "port", "secret")  # secret: a str never printed
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,8 @@ def coerce(name: str, raw: Any, kind: str, optional: bool = False) -> Any:
             raise TypeError(raw)
         return raw
     except (TypeError, ValueError, InvalidArgumentError) as exc:
-        raise InvalidArgumentError(f"bad value for {name}: {raw!r} (expected {_describe(kind)})") from exc
+        shown = "(hidden)" if kind == "secret" else repr(raw)
+        raise InvalidArgumentError(f"bad value for {name}: {shown} (expected {_describe(kind)})") from exc
 
 
 def _describe(kind: str) -> str:
@@ -108,6 +109,7 @@ def _describe(kind: str) -> str:
         "port": "a port number 0..65535",
         "int": "an integer",
         "float": "a number",
+        "secret": "a string (never printed)",
     }.get(kind, "a string")
 
 

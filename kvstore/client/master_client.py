@@ -14,8 +14,16 @@ from typing import Any
 
 from kvstore import rpc
 from kvstore.client.leader import AddressList, Locator
-from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, error_for_code
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    MasterUnavailableError,
+    PermissionDeniedError,
+    error_for_code,
+)
+from kvstore.rpc.auth import client_handshake
 from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
+from transfer_engine.security import SecurityConfig
 
 CONNECT_SECONDS = 1.0
 """How long a connection may take to open: a master that is down on a host that is cut off never refuses,
@@ -23,9 +31,17 @@ and a client must not wait its whole reply timeout on it before asking for the n
 
 
 class MasterClient:
-    def __init__(self, address: str | Locator, timeout: float = 10.0, busy_poll_us: int = 100) -> None:
+    def __init__(
+        self,
+        address: str | Locator,
+        timeout: float = 10.0,
+        busy_poll_us: int = 100,
+        secret: bytes | None = None,
+    ) -> None:
         """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
-        Locator (kvstore.client.leader: the leader etcd names). Each connection opened asks it again."""
+        Locator (kvstore.client.leader: the leader etcd names). Each connection opened asks it again.
+        `secret`: the cluster secret each connection proves it knows (from the environment if None)."""
+        self.secret = SecurityConfig.load().secret() if secret is None else secret
         self.locator = address if isinstance(address, Locator) else AddressList(address)
         self.address = self.locator.describe()  # the master last connected to, once there is one
         self.timeout = timeout
@@ -117,10 +133,14 @@ class MasterClient:
         try:
             sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client_handshake(sock, self.secret, address)
             _, code, message, result = _exchange(sock, 0, Hello(PROTOCOL_VERSION))
             if code:
                 raise error_for_code(code, message)
             reply: HelloReply = Hello.decode_reply(result)
+        except PermissionDeniedError:  # (an OSError too: the secrets differ, and it says so)
+            sock.close()
+            raise
         except (OSError, EOFError, rpc.FrameError) as exc:  # not a master that speaks our framing
             sock.close()
             raise MasterUnavailableError(f"master {address}: hello: {exc}") from exc

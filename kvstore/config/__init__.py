@@ -12,6 +12,7 @@ from kvstore.config.environment import check_environment, known_variables
 from kvstore.config.master import MasterConfig
 from kvstore.config.node import NodeConfig
 from transfer_engine.config import EngineConfig
+from transfer_engine.security import SecurityConfig
 from transfer_engine.settings import Settings
 
 # Component name -> its config class (the order `kvstore config` prints them in).
@@ -20,6 +21,7 @@ COMPONENTS: dict[str, type[Settings]] = {
     "client": StoreConfig,
     "node": NodeConfig,
     "master": MasterConfig,
+    "security": SecurityConfig,
 }
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "EngineConfig",
     "MasterConfig",
     "NodeConfig",
+    "SecurityConfig",
     "StoreConfig",
     "check_environment",
     "known_variables",

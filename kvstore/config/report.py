@@ -19,10 +19,11 @@ def effective(component: str) -> list[dict[str, Any]]:
         ]
     else:
         rows = config.describe()
+    secret = {s.name for s in COMPONENTS[component].settings() if s.kind == "secret"}
     return [
         {
             "setting": name,
-            "value": value,
+            "value": "(set)" if name in secret and value else value,
             "source": str(origin),
             "variable": variables.get(name, ""),
             "doc": doc,

@@ -67,7 +67,10 @@ async def _single(config: MasterConfig, done: asyncio.Event) -> None:
     await master.start()
     try:
         print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
-        print(f"kvstore master listening on {master.address}", flush=True)
+        print(
+            f"kvstore master listening on {master.address} (authentication: {master.authentication()})",
+            flush=True,
+        )
         if master.http_address:
             print(f"metrics on http://{master.http_address}/metrics", flush=True)
         await done.wait()

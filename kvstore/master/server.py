@@ -28,7 +28,9 @@ from kvstore.master.metrics import MasterMetrics
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
+from kvstore.rpc import auth
 from kvstore.rpc.messages import REQUESTS
+from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.master")
 
@@ -43,10 +45,15 @@ class Master:
         epoch: int = 0,
         sock: socket.socket | None = None,
         election: Election | None = None,
+        security: SecurityConfig | None = None,
     ) -> None:
         """`epoch`, `election`: this master leads its cluster (kvstore.master.election) in that term;
-        `sock`: the RPC socket, bound already (a candidate holds its address while it waits to lead)."""
+        `sock`: the RPC socket, bound already (a candidate holds its address while it waits to lead);
+        `security`: the cluster secret every connection proves it knows (from the environment if None)."""
         self.config = config or MasterConfig.load()
+        self.security = security or SecurityConfig.load()
+        self.security.check_listen(self.config.host, "the master")
+        self.secret = self.security.secret()
         self.state = MasterState(self.config)
         self.rates = RateWindow()
         self.started = time.monotonic()
@@ -137,9 +144,16 @@ class Master:
             label = method if method in REQUESTS else "unknown"  # peers must not grow the label set
             self.metrics.rpc_seconds.labels(label).observe(time.perf_counter() - start)
 
+    def authentication(self) -> str:
+        """How connections are admitted, as `kvstore status` and the start-up line say it."""
+        if self.secret:
+            return "cluster secret"
+        return "none (insecure)" if self.security.insecure else "none (loopback only)"
+
     def describe(self) -> dict[str, Any]:
         """The cluster as this master sees it (`kvstore status`)."""
         status = cluster_status(self.state, self.rates, self.address, self.started)
+        status["master"]["authentication"] = self.authentication()
         if self.election is not None:
             status["master"].update(role="leader", epoch=self.epoch, cluster=self.election.cluster)
             status["standbys"] = list(self.election.standbys)
@@ -210,9 +224,11 @@ class Master:
 
     # -- embedding -----------------------------------------------------------------------------------
     @classmethod
-    def start_in_thread(cls, config: MasterConfig | None = None) -> EmbeddedMaster:
+    def start_in_thread(
+        cls, config: MasterConfig | None = None, security: SecurityConfig | None = None
+    ) -> EmbeddedMaster:
         """A master in a thread of this process, on a free port unless `config` names one."""
-        return EmbeddedMaster(cls(config or MasterConfig.load(port=0)))
+        return EmbeddedMaster(cls(config or MasterConfig.load(port=0), security=security))
 
 
 class EmbeddedMaster:
@@ -263,16 +279,54 @@ class _RpcProtocol(asyncio.Protocol):
         self.master = master
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
+        self.handshake: auth.ServerHandshake | None = auth.ServerHandshake(
+            master.secret
+        )  # None: it proved itself
+        self.auth_timer: asyncio.TimerHandle | None = None
+        self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
         self.master.connections.add(self)
+        loop = asyncio.get_running_loop()
+        self.auth_timer = loop.call_later(auth.TIMEOUT_SECONDS, self._refuse, "did not authenticate in time")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.master.connections.discard(self)
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+
+    def _refuse(self, why: str) -> None:
+        if self.handshake is None or self.transport is None or self.transport.is_closing():
+            return
+        log.warning("refused a connection from %s: %s", self.peer, why)
+        self.transport.abort()  # nothing it sent is read
+
+    def _authenticate(self, data: bytes) -> bytes:
+        """Feeds the handshake; the bytes past it once the peer proved itself (b"" until then)."""
+        assert self.handshake is not None and self.transport is not None
+        try:
+            reply = self.handshake.feed(data)
+        except KVStoreError as exc:
+            self._refuse(str(exc))
+            return b""
+        if reply:
+            self.transport.write(reply)
+        if not self.handshake.done:
+            return b""
+        rest, self.handshake = self.handshake.rest(), None
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+        return rest
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.handshake is not None:
+            data = self._authenticate(data)
+            if not data:
+                return
         self.buffer += data
         replies = []
         while len(self.buffer) >= rpc.HEADER_SIZE:

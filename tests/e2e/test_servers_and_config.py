@@ -138,8 +138,12 @@ def test_config_prints_effective_settings_and_their_sources() -> None:
     result = kvstore("config", "--json", KVSTORE_TCP_CONNECTIONS="4", KVSTORE_MASTER_PORT="7000")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"engine", "client", "node", "master"}
+    assert set(report) == {"engine", "client", "node", "master", "security"}
     rows = {(c, r["setting"]): r for c, rows in report.items() for r in rows}
+    # The suite's cluster secret is in the environment: said to be set, never printed.
+    secret = rows["security", "cluster_secret"]
+    assert secret["value"] == "(set)" and secret["source"] == "environment KVSTORE_CLUSTER_SECRET"
+    assert os.environ["KVSTORE_CLUSTER_SECRET"] not in result.stdout
     assert rows["engine", "tcp_connections"]["value"] == 4
     assert rows["engine", "tcp_connections"]["source"] == "environment KVSTORE_TCP_CONNECTIONS"
     assert rows["master", "port"]["value"] == 7000

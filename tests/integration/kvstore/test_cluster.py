@@ -14,7 +14,9 @@ import pytest
 
 from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
 from kvstore.rpc import messages as m
+from kvstore.rpc.auth import client_handshake
 from tests.integration.kvstore.conftest import Cluster, wait_for_mounts
+from transfer_engine.security import SecurityConfig
 
 rng = np.random.default_rng(11)
 
@@ -163,8 +165,10 @@ def test_remove_waits_for_leases(cluster: Cluster) -> None:
 
 
 def _raw_call(address: str, payload: bytes) -> object:
+    """Sends `payload` on a connection that passed the authentication (the suite's cluster secret)."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
+        client_handshake(s, SecurityConfig.load().secret(), address)
         s.sendall(payload)
         header = s.recv(4, socket.MSG_WAITALL)
         if len(header) < 4:

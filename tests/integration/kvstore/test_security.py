@@ -1,0 +1,153 @@
+"""The cluster secret on the master RPC (issue: nobody outside the cluster gets in): a client without it,
+or with another one, and a raw socket speaking anything but the handshake are refused before any request
+is read, and change nothing; a client with it works; no secret means loopback only unless insecure."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from kvstore import Store, rpc
+from kvstore.client.master_client import MasterClient
+from kvstore.config import MasterConfig
+from kvstore.errors import PermissionDeniedError
+from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.rpc import auth
+from kvstore.rpc import messages as m
+from transfer_engine.security import SecurityConfig
+
+SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py): clients use it too
+
+
+@pytest.fixture
+def master() -> Iterator[EmbeddedMaster]:
+    embedded = Master.start_in_thread(security=SecurityConfig(cluster_secret=SECRET))
+    yield embedded
+    embedded.close()
+
+
+def _objects(address: str) -> int:
+    client = MasterClient(address, secret=SECRET.encode())
+    try:
+        return int(client.call(m.Stats())["objects"])
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("secret", [b"", b"another-secret-of-the-same-length!!"])
+def test_a_client_without_the_secret_is_refused_and_changes_nothing(
+    master: EmbeddedMaster, secret: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kvstore.master")
+    with Store.connect(master.address, segment_size=8 << 20) as store:
+        store.put("kept", b"x" * 1000)
+        outsider = MasterClient(master.address, timeout=5, secret=secret)
+        with pytest.raises(PermissionDeniedError, match="cluster secret"):
+            outsider.call(m.RemoveAll(force=True))
+        outsider.close()
+        assert _objects(master.address) == 1
+        assert store.get("kept") == b"x" * 1000
+    deadline = time.monotonic() + 5  # (the master logs on its own thread)
+    while not any("refused a connection from 127.0.0.1:" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+        time.sleep(0.02)
+
+
+def test_a_master_with_another_secret_is_refused_by_the_client(master: EmbeddedMaster) -> None:
+    client = MasterClient(master.address, timeout=5, secret=b"not-the-secret-the-master-knows")
+    with pytest.raises(PermissionDeniedError, match="does not share this cluster secret"):
+        client.hello()
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        rpc.pack([1, "remove_all", {"force": True}]),  # a well-formed request with no handshake
+        b"GET /metrics HTTP/1.1\r\n\r\n",
+        auth.MAGIC + b"\x00" * 31,  # a hello cut short, then nothing
+        auth.MAGIC + b"\x00" * auth.NONCE_SIZE + b"\x00" * auth.MAC_SIZE,  # a made-up proof
+        b"\xff" * 4096,
+    ],
+)
+def test_a_raw_socket_speaking_anything_else_gets_no_reply(master: EmbeddedMaster, garbage: bytes) -> None:
+    host, port = rpc.parse_address(master.address)
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(garbage)
+        s.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := s.recv(4096):
+            received += chunk
+    # At most the master's challenge (its nonce and proof): never a reply to a request.
+    assert len(received) in (0, auth.CHALLENGE_SIZE)
+    assert _objects(master.address) == 0
+
+
+def test_a_silent_connection_is_cut_off(master: EmbeddedMaster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "TIMEOUT_SECONDS", 0.3)
+    host, port = rpc.parse_address(master.address)
+    with socket.create_connection((host, port), timeout=10) as s:
+        start = time.monotonic()
+        assert s.recv(1) == b""  # closed by the master, not by this side
+        assert time.monotonic() - start < 5
+    assert _objects(master.address) == 0
+
+
+def test_no_secret_means_loopback_only_unless_insecure() -> None:
+    wide = MasterConfig.load(host="0.0.0.0", port=0)
+    with pytest.raises(PermissionDeniedError, match="KVSTORE_INSECURE"):
+        Master(wide, security=SecurityConfig())
+    insecure = Master.start_in_thread(wide, security=SecurityConfig(insecure=True))
+    try:
+        assert insecure.master.describe()["master"]["authentication"] == "none (insecure)"
+    finally:
+        insecure.close()
+    loopback = Master.start_in_thread(security=SecurityConfig())
+    try:
+        assert loopback.master.describe()["master"]["authentication"] == "none (loopback only)"
+        client = MasterClient(loopback.address, secret=b"")
+        client.hello()
+        client.close()
+    finally:
+        loopback.close()
+
+
+def test_the_secret_file_and_kvstore_secret_new(tmp_path: object, master: EmbeddedMaster) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "cluster.secret"
+    made = subprocess.run(
+        [sys.executable, "-m", "kvstore.cli", "secret", "new", str(path)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_text().strip()) == 64
+    again = subprocess.run(
+        [sys.executable, "-m", "kvstore.cli", "secret", "new", str(path)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert again.returncode == 1 and "exists" in again.stderr
+    from_file = SecurityConfig(cluster_secret_file=str(path))
+    served = Master.start_in_thread(security=from_file)
+    try:
+        client = MasterClient(served.address, secret=from_file.secret())
+        client.hello()
+        client.close()
+    finally:
+        served.close()
+    path.chmod(0o644)
+    with pytest.raises(PermissionDeniedError, match="chmod 600"):
+        SecurityConfig(cluster_secret_file=str(path)).secret()

@@ -1,0 +1,120 @@
+"""The cluster secret: every kvstore process of a cluster proves it knows it when it connects to another
+(challenge-response over nonces from both sides; the secret never crosses the wire). Without one, a
+process listens on loopback only, unless told it may be reached insecurely.
+
+    KVSTORE_CLUSTER_SECRET        the secret itself
+    KVSTORE_CLUSTER_SECRET_FILE   a file holding it (readable by its owner only; `kvstore secret new`)
+    KVSTORE_INSECURE=1            listen beyond loopback with no secret (said at start and in status)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from transfer_engine.errors import InvalidArgumentError, PermissionDeniedError
+from transfer_engine.settings import Settings, setting
+
+MIN_SECRET_CHARS = 16
+NONCE_SIZE = 32
+MAC_SIZE = 32
+
+
+@dataclass
+class SecurityConfig(Settings):
+    """Who may connect: the cluster secret, or an explicit choice to run without one."""
+
+    cluster_secret: str = setting(
+        "", "The cluster secret (prefer cluster_secret_file: the environment leaks).", "secret"
+    )
+    cluster_secret_file: str = setting("", "A file holding the cluster secret, readable by its owner only.")
+    insecure: bool = setting(
+        False, "Listen beyond loopback with no cluster secret: anyone who reaches a port may use it."
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.cluster_secret and self.cluster_secret_file:
+            raise InvalidArgumentError(
+                "KVSTORE_CLUSTER_SECRET and KVSTORE_CLUSTER_SECRET_FILE are both set: name the secret once"
+            )
+        if self.cluster_secret and len(self.cluster_secret) < MIN_SECRET_CHARS:
+            raise InvalidArgumentError(
+                f"KVSTORE_CLUSTER_SECRET is shorter than {MIN_SECRET_CHARS} characters (`kvstore secret new`)"
+            )
+
+    def secret(self) -> bytes:
+        """The secret's bytes; b"" when none is configured."""
+        self.validate()
+        if self.cluster_secret:
+            return self.cluster_secret.encode()
+        if not self.cluster_secret_file:
+            return b""
+        return read_secret_file(Path(self.cluster_secret_file))
+
+    def check_listen(self, host: str, what: str) -> None:
+        """Refuses to serve on `host` beyond loopback with no secret, unless insecure is chosen."""
+        if self.secret() or self.insecure or is_loopback(host):
+            return
+        raise PermissionDeniedError(
+            f"{what} would listen on {host} with no cluster secret, so anyone who reaches it could use "
+            "it: set KVSTORE_CLUSTER_SECRET_FILE (`kvstore secret new`), or allow it with "
+            "KVSTORE_INSECURE=1 / --insecure"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or "localhost" ("" and 0.0.0.0 are every address)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_secret_file(path: Path) -> bytes:
+    try:
+        info = path.stat()
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise InvalidArgumentError(f"KVSTORE_CLUSTER_SECRET_FILE={path}: {exc.strerror or exc}") from exc
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionDeniedError(
+            f"KVSTORE_CLUSTER_SECRET_FILE={path} is readable by others (mode {stat.filemode(info.st_mode)}): "
+            f"chmod 600 {path}"
+        )
+    if len(text) < MIN_SECRET_CHARS:
+        raise InvalidArgumentError(
+            f"KVSTORE_CLUSTER_SECRET_FILE={path} holds fewer than {MIN_SECRET_CHARS} characters"
+        )
+    return text.encode()
+
+
+def new_secret_file(path: Path, overwrite: bool = False) -> None:
+    """Writes a fresh random secret (256 bits, hex) to `path`, readable by its owner only."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError as exc:
+        raise InvalidArgumentError(f"{path} exists (--force replaces it)") from exc
+    except OSError as exc:
+        raise InvalidArgumentError(f"{path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)
+        out.write(secrets.token_hex(32) + "\n")
+
+
+def mac(secret: bytes, label: bytes, first: bytes, second: bytes) -> bytes:
+    """HMAC-SHA256 of label + first + second: what one side proves over both sides' nonces."""
+    return hmac.new(secret, label + first + second, hashlib.sha256).digest()
+
+
+def same(a: bytes, b: bytes) -> bool:
+    return hmac.compare_digest(a, b)
