@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,14 +109,17 @@ def start_target(
     host: str = "127.0.0.1",
     prefix: Sequence[str] = (),
     port: int = 0,
+    stderr: Any = None,
 ) -> TargetProcess:
-    """Starts tests/helpers/target_process.py; `prefix` wraps it (e.g. `ip netns exec NS`)."""
+    """Starts tests/helpers/target_process.py; `prefix` wraps it (e.g. `ip netns exec NS`); `stderr`: where
+    its stderr goes (a file; default: this process's)."""
     cmd = [sys.executable, str(TARGET_SCRIPT), "--size", str(size), "--transport", transport, "--host", host]
     cmd += ["--port", str(port)]
     proc = subprocess.Popen(
         [*prefix, *cmd],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
     assert proc.stdout is not None

@@ -22,6 +22,10 @@ class Engine:
         handshake_timeout_ms: int,
         peer_pin_timeout_ms: int,
         transport_options: dict[str, dict[str, int]],
+        nics: list[str] = ...,
+        nics_exclude: bool = ...,
+        sysfs_root: str = ...,
+        cluster_secret: bytes = ...,
     ) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...

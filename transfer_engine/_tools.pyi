@@ -3,6 +3,7 @@
 FRAME_HEADER_SIZE: int
 
 def decode_frame_header(data: bytes, max_payload: int = ...) -> dict[str, int]: ...
+def hmac_sha256(key: bytes, message: bytes) -> bytes: ...
 def encode_frame_header(
     opcode: int,
     status: int = 0,

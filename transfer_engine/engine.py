@@ -214,9 +214,9 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
-        # (its handshake does not ask for the cluster secret yet: without one it serves loopback only)
-        SecurityConfig.load().check_listen(config.host, "the transfer engine")
-        self._core: Any = _core.Engine(**config.to_core())
+        security = SecurityConfig.load()
+        security.check_listen(config.host, "the transfer engine")
+        self._core: Any = _core.Engine(**config.to_core(), cluster_secret=security.secret())
         if self._core.transport_starts("ucx"):  # (the core decides; UCX must be loaded before it starts)
             ucx.preload(config.ucx_library)
         self._core.start()

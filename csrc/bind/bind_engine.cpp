@@ -106,8 +106,8 @@ void bind_engine(py::module_& m) {
       .def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
                        int handshake_timeout_ms, int peer_pin_timeout_ms,
                        const std::map<std::string, std::map<std::string, int64_t>>& transport_options,
-                       const std::vector<std::string>& nics, bool nics_exclude,
-                       const std::string& sysfs_root) {
+                       const std::vector<std::string>& nics, bool nics_exclude, const std::string& sysfs_root,
+                       py::bytes cluster_secret) {
              EngineConfig c;
              c.host = host;
              c.port = port;
@@ -119,13 +119,15 @@ void bind_engine(py::module_& m) {
              c.nic_names = nics;
              c.nic_exclude = nics_exclude;
              c.sysfs_root = sysfs_root;
+             c.cluster_secret = cluster_secret;
              return std::make_unique<Engine>(c);
            }),
            py::arg("host"), py::arg("port"), py::arg("transport"), py::arg("copy_threads"),
            py::arg("handshake_timeout_ms"), py::arg("peer_pin_timeout_ms"), py::arg("transport_options"),
            py::arg("nics") = std::vector<std::string>{}, py::arg("nics_exclude") = false,
-           py::arg("sysfs_root") = "/sys",
-           "nics: the NICs to use (or, with nics_exclude, to leave out); "
+           py::arg("sysfs_root") = "/sys", py::arg("cluster_secret") = py::bytes(),
+           "cluster_secret: what peers prove they know at the handshake; nics: the NICs to use (or, with "
+           "nics_exclude, to leave out); "
            "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())

@@ -1,20 +1,29 @@
 #include "engine/bootstrap.h"
 
+#include <arpa/inet.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/bytes.h"
+#include "common/hmac.h"
 #include "common/net.h"
 
 namespace kvs {
 namespace {
 
-// Hello: u32 magic, u16 version, u16 zero. Reply: u32 magic, u32 length, then the descriptor.
+// Hello: u32 magic, u16 version, u16 zero, the peer's nonce. Challenge: u32 magic, the engine's nonce,
+// its proof. Then the peer's proof; then u32 magic, u32 length, the descriptor.
 constexpr uint32_t kHelloMagic = 0x4b565342;  // "KVSB"
-constexpr uint16_t kHelloVersion = 1;
-constexpr size_t kHelloSize = 8;
+constexpr uint16_t kHelloVersion = 2;         // 2: challenge-response first
+constexpr size_t kNonceSize = 32;
+constexpr size_t kHelloSize = 8 + kNonceSize;
+constexpr size_t kChallengeSize = 4 + kNonceSize + 32;
 constexpr uint32_t kMaxDescriptor = 64u << 20;
 constexpr size_t kMaxConnections = 64;
 constexpr int kPollMs = 100;
@@ -23,24 +32,81 @@ bool keep_waiting_until(int* stalled, int timeout_ms) {
   return ++*stalled * kPollMs < timeout_ms;
 }
 
+std::string nonce() {
+  std::string out(kNonceSize, '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = getrandom(out.data() + got, out.size() - got, 0);
+    if (n > 0)
+      got += static_cast<size_t>(n);
+    else if (errno != EINTR)
+      std::abort();  // (no kernel randomness: nothing safe to do)
+  }
+  return out;
+}
+
+// What one side proves: HMAC(secret, label + first nonce + second nonce).
+Digest proof(const std::string& secret, const char* label, const std::string& first,
+             const std::string& second) {
+  return hmac_sha256(secret, std::string(label) + first + second);
+}
+
+std::string peer_of(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  }
+  return format_host_port(host, port);
+}
+
 }  // namespace
 
-BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms)
+BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms, std::string secret)
     : descriptor_(std::move(descriptor)),
       timeout_ms_(timeout_ms),
+      secret_(std::move(secret)),
       acceptor_([this](int fd, const std::atomic<bool>& stopping) { serve(fd, stopping); },
                 AcceptorConfig{kPollMs, 0, kMaxConnections}) {}
 
 void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping) {
   char hello[kHelloSize];
   int stalled = 0;
-  Status st = recv_exact(fd, hello, kHelloSize, [&](size_t) {
-    return !stopping.load() && keep_waiting_until(&stalled, timeout_ms_);
-  });
+  auto keep_waiting = [&](size_t) { return !stopping.load() && keep_waiting_until(&stalled, timeout_ms_); };
+  Status st = recv_exact(fd, hello, kHelloSize, keep_waiting);
   if (!st.ok()) return;
   ByteReader r(hello, kHelloSize);
-  if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0)
+  if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0) {
+    std::fprintf(stderr,
+                 "kvstore engine: refused a handshake from %s: not a kvstore engine of this version\n",
+                 peer_of(fd).c_str());
     return;
+  }
+  const std::string theirs(hello + 8, kNonceSize);
+  const std::string ours = nonce();
+  ByteWriter challenge;
+  challenge.put<uint32_t>(kHelloMagic);
+  challenge.bytes().insert(challenge.bytes().end(), ours.begin(), ours.end());
+  const Digest mine = proof(secret_, "engine", theirs, ours);
+  challenge.bytes().insert(challenge.bytes().end(), mine.begin(), mine.end());
+  st = send_all(fd, challenge.bytes().data(), challenge.bytes().size(), timeout_ms_ / kPollMs + 1);
+  Digest answer{};
+  if (st.ok()) st = recv_exact(fd, answer.data(), answer.size(), keep_waiting);
+  if (!st.ok()) return;
+  if (!same_mac(answer, proof(secret_, "peer", ours, theirs))) {
+    std::fprintf(stderr, "kvstore engine: refused a handshake from %s: wrong cluster secret\n",
+                 peer_of(fd).c_str());
+    return;  // (nothing of this engine is sent)
+  }
   const std::vector<char> body = descriptor_();
   ByteWriter w;
   w.put<uint32_t>(kHelloMagic);
@@ -49,21 +115,50 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping) {
   (void)send_all(fd, w.bytes().data(), w.bytes().size(), timeout_ms_ / kPollMs + 1);
 }
 
-StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout_ms) {
+StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout_ms,
+                                            const std::string& secret) {
   auto hp = parse_host_port(name);
   if (!hp.ok()) return hp.status();
   auto fd = tcp_connect(hp.value().host, hp.value().port, timeout_ms);
   if (!fd.ok()) return fd.status();
   tune_data_socket(fd.value(), kPollMs, 0);
+  const std::string ours = nonce();
   ByteWriter hello;
   hello.put<uint32_t>(kHelloMagic);
   hello.put<uint16_t>(kHelloVersion);
   hello.put<uint16_t>(0);
+  hello.bytes().insert(hello.bytes().end(), ours.begin(), ours.end());
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return keep_waiting_until(&stalled, timeout_ms); };
   Status st = send_all(fd.value(), hello.bytes().data(), hello.bytes().size(), timeout_ms / kPollMs + 1);
+  char challenge[kChallengeSize];
+  if (st.ok()) st = recv_exact(fd.value(), challenge, sizeof(challenge), keep_waiting);
+  if (st.ok()) {
+    ByteReader r(challenge, 4);
+    const std::string theirs(challenge + 4, kNonceSize);
+    Digest claimed;
+    std::memcpy(claimed.data(), challenge + 4 + kNonceSize, claimed.size());
+    // (our proof goes even to an engine that failed its own: it then refuses us too, and logs who came)
+    const Digest mine = proof(secret, "peer", theirs, ours);
+    if (r.get<uint32_t>() != kHelloMagic) {
+      st = Status(Code::kProtocolError,
+                  name + " is not a kvstore engine of this version (bad handshake reply)");
+    } else {
+      st = send_all(fd.value(), mine.data(), mine.size(), timeout_ms / kPollMs + 1);
+      if (st.ok() && !same_mac(claimed, proof(secret, "engine", ours, theirs))) {
+        st =
+            Status(Code::kPermissionDenied,
+                   "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
+      }
+    }
+  }
   char head[8];
-  if (st.ok()) st = recv_exact(fd.value(), head, sizeof(head), keep_waiting);
+  if (st.ok()) {
+    st = recv_exact(fd.value(), head, sizeof(head), keep_waiting);
+    if (st.code() == Code::kConnectionFailed) {  // (closed after our proof: it refused it)
+      st = Status(Code::kPermissionDenied, "engine " + name + " refused this process's cluster secret");
+    }
+  }
   StatusOr<EngineDescriptor> result = st;
   if (st.ok()) {
     ByteReader r(head, sizeof(head));

@@ -166,7 +166,7 @@ Status Engine::start() {
     }
   }
   bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
-                                                 config_.handshake_timeout_ms);
+                                                 config_.handshake_timeout_ms, config_.cluster_secret);
   Status st = bootstrap_->start(config_.host, config_.port);
   for (size_t i = 0; st.ok() && i < transports_.size(); ++i) {
     st = transports_[i].transport->start();
@@ -301,7 +301,7 @@ Status Engine::connect_peer(Peer& peer) {
   if (peer.name == name_) {
     fetched = descriptor();
   } else {
-    auto d = fetch_descriptor(peer.name, config_.handshake_timeout_ms);
+    auto d = fetch_descriptor(peer.name, config_.handshake_timeout_ms, config_.cluster_secret);
     if (!d.ok()) return d.status();
     fetched = std::move(d.value());
   }

@@ -36,6 +36,7 @@ struct EngineConfig {
   std::vector<std::string> nic_names;
   bool nic_exclude = false;
   std::string sysfs_root = "/sys";
+  std::string cluster_secret;  // what peers prove they know at the handshake ("" : none, loopback only)
   // Per-transport settings, by transport name then setting name (see transport_options()).
   std::map<std::string, std::map<std::string, int64_t>> transport_options;
 };

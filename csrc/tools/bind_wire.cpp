@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bind/status_error.h"
+#include "common/hmac.h"
 #include "core/descriptor.h"
 #include "transport/tcp/wire.h"
 
@@ -12,6 +13,13 @@ using bind::value_or_throw;
 
 void bind_wire(py::module_& m) {
   m.attr("FRAME_HEADER_SIZE") = tcp::kHeaderSize;
+  m.def(
+      "hmac_sha256",
+      [](py::bytes key, py::bytes message) {
+        const Digest d = hmac_sha256(std::string(key), std::string(message));
+        return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
+      },
+      py::arg("key"), py::arg("message"), "The engines' HMAC-SHA256 (common/hmac.h), for tests.");
   m.def(
       "decode_frame_header",
       [](py::bytes data, uint64_t max_payload) {

@@ -54,6 +54,7 @@ def run_scenario(
     is never imported) and returns the JSON it prints last."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTORE_") and k != "PYTHONPATH"}
     env["KVSTORE_MASTER"] = master
+    env["KVSTORE_CLUSTER_SECRET"] = os.environ["KVSTORE_CLUSTER_SECRET"]  # (the suite's cluster)
     run = subprocess.run(
         [str(python), str(HERE / "scenarios" / f"{name}.py"), *(args or [])],
         capture_output=True,

@@ -51,3 +51,18 @@ def test_a_descriptor_of_another_version_is_a_clear_error(version: int) -> None:
     raw = struct.pack("<IH", 0x4B565344, version) + bytes(64)  # "KVSD", then a version we do not speak
     with pytest.raises(ProtocolError, match=f"version {version} is not supported"):
         _tools.decode_descriptor(raw)
+
+
+def test_the_engines_hmac_is_hmac_sha256() -> None:
+    """The engine handshake's HMAC (common/hmac.h, no crypto library) agrees with Python's on keys and
+    messages around the block size."""
+    import hashlib
+    import hmac
+    import os
+
+    from transfer_engine import _tools
+
+    for size in (0, 1, 55, 56, 63, 64, 65, 119, 1000):
+        for key in (b"", b"k", os.urandom(64), os.urandom(65), os.urandom(200)):
+            message = os.urandom(size)
+            assert _tools.hmac_sha256(key, message) == hmac.new(key, message, hashlib.sha256).digest()

@@ -1,0 +1,34 @@
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), for the engines' challenge-response: small, no crypto
+// library to find at build or run time. Not constant-time in the data (only the MAC comparison needs to
+// be: same_mac).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvs {
+
+using Digest = std::array<uint8_t, 32>;
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t size);
+  Digest finish();
+
+ private:
+  void block(const uint8_t* p);
+  std::array<uint32_t, 8> h_;
+  std::array<uint8_t, 64> buffer_{};
+  size_t buffered_ = 0;
+  uint64_t length_ = 0;  // bytes hashed
+};
+
+Digest hmac_sha256(const std::string& key, const std::string& message);
+
+// Whether two MACs are equal, in time that does not depend on where they differ.
+bool same_mac(const Digest& a, const Digest& b);
+
+}  // namespace kvs
