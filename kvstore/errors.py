@@ -63,6 +63,13 @@ class TooManyPutsError(KVStoreError):
     code = 106
 
 
+class TooManyConnectionsError(KVStoreError):
+    """The master holds as many connections from this host as it allows
+    (MasterConfig.max_connections_per_peer): close some, or raise the limit."""
+
+    code = 107
+
+
 _STORE_ERRORS: dict[int, type[KVStoreError]] = {
     cls.code: cls
     for cls in (
@@ -73,6 +80,7 @@ _STORE_ERRORS: dict[int, type[KVStoreError]] = {
         ObjectNotFoundError,
         NotEnoughSegmentsError,
         TooManyPutsError,
+        TooManyConnectionsError,
     )
 }
 
@@ -99,6 +107,7 @@ __all__ = [
     "PermissionDeniedError",
     "ProtocolError",
     "StaleLocationError",
+    "TooManyConnectionsError",
     "TooManyPutsError",
     "TransferConnectionError",
     "TransferFailedError",

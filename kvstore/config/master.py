@@ -83,6 +83,14 @@ class MasterConfig(Component):
         "size",
     )
     max_replicas: int = setting(8, "Most replicas one object may have.")
+    max_unauthenticated: int = setting(
+        256,
+        "Connections still proving the cluster secret held at once; a new one beyond it evicts the oldest "
+        "(a flood of idle sockets never locks out a peer that authenticates).",
+    )
+    max_connections_per_peer: int = setting(
+        4096, "Authenticated connections from one host at once; beyond it, TooManyConnectionsError."
+    )
     allocation_alignment: int = setting(64, "Replica offsets are multiples of this.")
     hot_access_rate: float = setting(20.0, "Accesses per second above which a key gains replicas.")
     cool_access_rate: float = setting(2.0, "Accesses per second below which a key's extra replicas go.")
@@ -133,6 +141,8 @@ class MasterConfig(Component):
             raise InvalidArgumentError("heartbeat_interval must be shorter than client_ttl")
         if self.client_put_objects < 1 or self.client_put_bytes < 0:
             raise InvalidArgumentError("client_put_objects must be positive, client_put_bytes not negative")
+        if self.max_unauthenticated < 1 or self.max_connections_per_peer < 1:
+            raise InvalidArgumentError("max_unauthenticated and max_connections_per_peer must be at least 1")
         if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
             raise InvalidArgumentError("bad max_replicas or allocation_alignment")
         if not 0 <= self.cool_access_rate <= self.hot_access_rate or self.heat_half_life <= 0:

@@ -4,6 +4,7 @@ for heartbeat expiry, abandoned puts and watermark eviction. One asyncio loop ow
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import json
@@ -19,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
-from kvstore.errors import InternalError, KVStoreError
+from kvstore.errors import InternalError, KVStoreError, TooManyConnectionsError
 from kvstore.master.busy_poll import BusyPoll
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
@@ -62,6 +63,10 @@ class Master:
         self.paths = PathReports(self.config.client_ttl)  # the clients' NIC paths, for /metrics
         self.handlers = Handlers(self.state, self.describe, epoch, self.watch, self.paths)
         self.connections: set[_RpcProtocol] = set()
+        # Connections still proving the secret, oldest first (evicted past max_unauthenticated), and the
+        # authenticated ones per peer host (refused past max_connections_per_peer).
+        self.unauthenticated: dict[_RpcProtocol, None] = {}
+        self.per_peer: collections.Counter[str] = collections.Counter()
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -283,22 +288,35 @@ class _RpcProtocol(asyncio.Protocol):
             master.secret
         )  # None: it proved itself
         self.auth_timer: asyncio.TimerHandle | None = None
-        self.peer = "?"
+        self.peer = self.host = "?"
+        self.counted = False  # in master.per_peer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
         self.master.connections.add(self)
         loop = asyncio.get_running_loop()
         self.auth_timer = loop.call_later(auth.TIMEOUT_SECONDS, self._refuse, "did not authenticate in time")
+        waiting = self.master.unauthenticated
+        waiting[self] = None
+        if len(waiting) > self.master.config.max_unauthenticated:
+            oldest = next(iter(waiting))
+            oldest._refuse("evicted: too many connections waiting to authenticate (max_unauthenticated)")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.master.connections.discard(self)
+        self.master.unauthenticated.pop(self, None)
+        if self.counted:
+            self.master.per_peer[self.host] -= 1
+            if self.master.per_peer[self.host] <= 0:
+                del self.master.per_peer[self.host]
         if self.auth_timer is not None:
             self.auth_timer.cancel()
 
     def _refuse(self, why: str) -> None:
+        self.master.unauthenticated.pop(self, None)
         if self.handshake is None or self.transport is None or self.transport.is_closing():
             return
         log.warning("refused a connection from %s: %s", self.peer, why)
@@ -319,6 +337,20 @@ class _RpcProtocol(asyncio.Protocol):
         rest, self.handshake = self.handshake.rest(), None
         if self.auth_timer is not None:
             self.auth_timer.cancel()
+        self.master.unauthenticated.pop(self, None)
+        limit = self.master.config.max_connections_per_peer
+        if self.master.per_peer[self.host] >= limit:
+            log.warning(
+                "refused a connection from %s: %d connections from that host already", self.peer, limit
+            )
+            error = TooManyConnectionsError(
+                f"the master holds {limit} connections from {self.host} already (max_connections_per_peer)"
+            )
+            self.transport.write(rpc.pack([0, error.code, str(error), None]))
+            self.transport.close()
+            return b""
+        self.master.per_peer[self.host] += 1
+        self.counted = True
         return rest
 
     def data_received(self, data: bytes) -> None:

@@ -151,3 +151,54 @@ def test_the_secret_file_and_kvstore_secret_new(tmp_path: object, master: Embedd
     path.chmod(0o644)
     with pytest.raises(PermissionDeniedError, match="chmod 600"):
         SecurityConfig(cluster_secret_file=str(path)).secret()
+
+
+def test_a_flood_of_unauthenticated_sockets_never_locks_out_a_client() -> None:
+    """Authenticate first, then count: sockets that never prove the secret are evicted oldest first once
+    more than max_unauthenticated wait, so a client that authenticates always gets in."""
+    config = MasterConfig.load(port=0, max_unauthenticated=8)
+    flooded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    host, port = rpc.parse_address(flooded.address)
+    idle = [socket.create_connection((host, port), timeout=10) for _ in range(40)]
+    try:
+        client = MasterClient(flooded.address, timeout=5, secret=SECRET.encode())
+        client.hello()  # (its connection is the newest: it evicts an idle one, never the other way)
+        client.close()
+        closed = 0
+        for s in idle:
+            s.settimeout(5)
+            try:
+                closed += s.recv(1) == b""
+            except OSError:
+                closed += 1
+        assert closed >= 40 - 8
+    finally:
+        for s in idle:
+            s.close()
+        flooded.close()
+
+
+def test_connections_per_host_are_bounded_with_a_clear_error() -> None:
+    from kvstore.errors import TooManyConnectionsError
+
+    config = MasterConfig.load(port=0, max_connections_per_peer=2)
+    bounded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    clients = [MasterClient(bounded.address, timeout=5, secret=SECRET.encode()) for _ in range(4)]
+    try:
+        clients[0].hello()
+        clients[1].hello()
+        with pytest.raises(TooManyConnectionsError, match="max_connections_per_peer"):
+            clients[2].hello()
+        clients[0].close()
+        deadline = time.monotonic() + 5  # (the master counts the closed one out when it sees it go)
+        while True:
+            try:
+                clients[3].hello()
+                break
+            except TooManyConnectionsError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        for c in clients:
+            c.close()
+        bounded.close()
