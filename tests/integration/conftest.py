@@ -43,6 +43,25 @@ def wait_carrier(device: str, namespace: str = "", timeout: float = 5.0) -> None
         time.sleep(0.02)
 
 
+def wait_route(address: str, device: str, namespace: str = "", timeout: float = 5.0) -> None:
+    """Waits until the kernel routes `address` through `device`. A NIC made right after one of the same
+    name and subnet was deleted (the previous test's) may lack its connected route for a moment, and UCX
+    reads the routing table once per process: a process started then finds "no route" for good."""
+    where = ["-n", namespace] if namespace else []
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(
+            ["ip", *where, "route", "get", address], capture_output=True, text=True, timeout=10
+        ).stdout
+        if f" dev {device} " in f" {shown} ":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no route to {address} through {device} {timeout} s after it was set up: {shown!r}"
+            )
+        time.sleep(0.02)
+
+
 @dataclass
 class SecondNic:
     """A second veth pair between the root namespace and the netns fixture's, on another subnet."""
@@ -71,6 +90,8 @@ def second_nic(netns: Namespace) -> Iterator[SecondNic]:
         _ip("-n", netns.name, "link", "set", nic.inside, "up")
         wait_carrier(nic.outside)
         wait_carrier(nic.inside, netns.name)
+        wait_route(nic.peer_addr, nic.outside)
+        wait_route(nic.local_addr, nic.inside, netns.name)
         yield nic
     finally:
         subprocess.run(["ip", "link", "del", nic.outside], capture_output=True, timeout=10)
@@ -142,6 +163,8 @@ def netns() -> Iterator[Namespace]:
         _ip("-n", ns, "link", "set", "lo", "up")
         wait_carrier(veth_host)
         wait_carrier(veth_ns, ns)
+        wait_route(peer, veth_host)
+        wait_route(local, veth_ns, ns)
         yield Namespace(ns, local, peer, veth_host)
     finally:
         subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)

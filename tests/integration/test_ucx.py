@@ -153,6 +153,16 @@ def test_gpu_memory_moves_over_ucx_across_processes(ucx_engine: TransferEngine) 
         stop_target(target)
 
 
+def _network(netns: Namespace) -> str:
+    """Both sides' addresses and routes, for a failure message."""
+    shown = []
+    for where in ([], ["-n", netns.name]):
+        for what in (["-o", "addr"], ["route"]):
+            run = subprocess.run(["ip", *where, *what], capture_output=True, text=True)
+            shown.append(f"$ ip {' '.join(where + what)}\n{run.stdout}")
+    return "\n".join(shown)
+
+
 FAILOVER = """
 import sys, time
 import numpy as np
@@ -216,9 +226,7 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
             env=env,
         )
         if out.returncode != 0 or not out.stdout.startswith("OK"):
-            links = subprocess.run(["ip", "-n", netns.name, "-o", "addr"], capture_output=True, text=True)
-            failed = f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}"
-            pytest.fail(f"{failed}\nthe target's addresses:\n{links.stdout}")
+            pytest.fail(f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}\n{_network(netns)}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
         print(f"\n{batches} batches, the slowest {slowest_ms} ms; tcp carried {int(moved_by_tcp) >> 20} MiB")
         assert int(moved_by_tcp) > 0  # what ucx lost went over tcp
@@ -303,12 +311,14 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
         )
         # (UCX logs to stdout: the report is the last line)
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-        assert out.returncode == 0 and last.startswith("OK"), f"exit {out.returncode}: {out.stderr[-3000:]}"
+        assert out.returncode == 0 and last.startswith("OK"), (
+            f"exit {out.returncode}: {out.stderr[-3000:]}\n{_network(netns)}"
+        )
         report = json.loads(last.removeprefix("OK"))
         print(f"\n{report}")
         assert report["transports"] == ["ucx"]
         assert set(report["striped"]) == {first, second_nic.outside}
-        assert all(moved >= 4 << 20 for moved in report["striped"].values()), report  # each a fair share
+        assert all(moved >= 4 << 20 for moved in report["striped"].values()), f"{report}\n{_network(netns)}"
         assert report["failures"][second_nic.outside] >= 1, report
         assert report["failovers"][second_nic.outside] >= 1, report
         assert report["came_back"], report
