@@ -77,6 +77,27 @@ def test_a_killed_peer_fails_what_was_in_flight_within_the_timeout(ucx_engine: T
         stop_target(target)
 
 
+def run_script(script: str, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """Runs `script` in a fresh interpreter (UCX caches the routing table when a process first uses it, so
+    a NIC made after that, the fixture's veth, would look unreachable to this one), with the tests
+    importable and `env` added (an empty value removes that variable)."""
+    # (not resolved: under tests/run this is the run folder, not the checkout)
+    root = Path(__file__).parents[2]
+    full = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        **env,
+    }
+    full = {k: v for k, v in full.items() if v}
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full,
+    )
+
+
 INITIATOR = """
 import sys
 import numpy as np
@@ -107,15 +128,7 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
     try:
         nic = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, nic, target.name, str(target.shared_region), str(target.numpy_region)]
-        # (not resolved: under tests/run this is the run folder, not the checkout)
-        root = Path(__file__).parents[2]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-        }
-        out = subprocess.run(
-            [sys.executable, "-c", INITIATOR, *args], capture_output=True, text=True, timeout=120, env=env
-        )
+        out = run_script(INITIATOR, args)
         assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
         assert target.check("numpy", 0, 16 << 20, 5)
     finally:
@@ -212,19 +225,7 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
         first = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
-        root = Path(__file__).parents[2]  # (not resolved: see above)
-        env = {
-            **os.environ,
-            "UCX_NET_DEVICES": second_nic.outside,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-        }
-        out = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-c", FAILOVER, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        out = run_script(FAILOVER, args, UCX_NET_DEVICES=second_nic.outside)
         if out.returncode != 0 or not out.stdout.startswith("OK"):
             pytest.fail(f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}\n{_network(netns)}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
@@ -296,19 +297,7 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
         first = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
-        root = Path(__file__).parents[2]  # (not resolved: see above)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-        }
-        env.pop("UCX_NET_DEVICES", None)
-        out = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-c", RAILS, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        out = run_script(RAILS, args, UCX_NET_DEVICES="")  # (a rail per NIC: UCX is not told)
         # (UCX logs to stdout: the report is the last line)
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
         assert out.returncode == 0 and last.startswith("OK"), (

@@ -123,22 +123,20 @@ def test_the_secret_file_and_kvstore_secret_new(tmp_path: object, master: Embedd
     from pathlib import Path
 
     path = Path(str(tmp_path)) / "cluster.secret"
-    made = subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", "secret", "new", str(path)],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
+
+    def secret_new() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kvstore.cli", "secret", "new", str(path)],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    made = secret_new()
     assert made.returncode == 0, made.stderr
     assert path.stat().st_mode & 0o777 == 0o600 and len(path.read_text().strip()) == 64
-    again = subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", "secret", "new", str(path)],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-    )
+    again = secret_new()
     assert again.returncode == 1 and "exists" in again.stderr
     from_file = SecurityConfig(cluster_secret_file=str(path))
     served = Master.start_in_thread(security=from_file)
