@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import socket
 import threading
@@ -22,26 +21,12 @@ from typing import Any
 from kvstore.config.master import MasterConfig
 from kvstore.master.election import Election
 from kvstore.master.server import Master, new_event_loop
+from kvstore.procs import settle_collector
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
 
 WATCH_SECONDS = 0.05  # how often a leader checks it may still serve
-
-
-GC_YOUNG_THRESHOLD = 100_000
-
-
-def settle_collector() -> None:
-    """The garbage collector as the master runs it (bench/master_memory.py runs its state so too)."""
-    # What was made while starting (modules, functions: ~34k objects) lives as long as the process: out
-    # of the collector's way, a full collection walks only what serving made (was 15-18 ms a time, on
-    # the loop).
-    gc.freeze()
-    # A put batch makes ~10 container objects a key that live until its reply is written: collected every
-    # 700 allocations (the default), each batch's were walked and promoted many times over while still in
-    # use (6-7% of the master's time under puts). Every 100,000, most are already freed by their counts.
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def run_master(config: MasterConfig) -> None:

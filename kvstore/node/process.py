@@ -11,6 +11,7 @@ from kvstore.node.identity import NodeIdentity
 from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.segment_memory import SegmentFiles
 from kvstore.node.storage import StorageNode
+from kvstore.procs import settle_collector
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
 
@@ -44,6 +45,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
         kept = f" kept={storage.kept}"
         engine, client = session.engine.name, session.client_id
+        settle_collector()
         print(f"{READY_PREFIX}{engine} client={client}{kept}{pinned}{disk}", flush=True)
         wait_for_stop_request()
         storage.close(forget=True)  # a clean stop: the master forgets our objects, the memory goes
