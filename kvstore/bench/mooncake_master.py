@@ -20,6 +20,7 @@ process runs N threads that take the batches in turn, as ours do.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -93,6 +94,8 @@ def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -
     s = store(master, 0)
     keys = [f"bm/{os.getpid()}/{i}" for i in range(objects)]
     batches = [keys[i : i + batch] for i in range(0, objects, batch)]
+    gc.freeze()  # the collector as kvstore's load processes run it (kvstore.procs.settle_collector)
+    gc.set_threshold(100_000, *gc.get_threshold()[1:])
 
     def put(b: list[str]) -> int:
         started = s.batch_put_session_start(b, [size] * len(b))
