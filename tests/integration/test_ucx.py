@@ -104,7 +104,7 @@ def run_ucx_script(script: str, args: list[str], **env: str) -> subprocess.Compl
     a veth's connected route that `ip route` showed at the same time, never twice in a row here)."""
     out = run_script(script, args, **env)
     if "no route to" in out.stdout + out.stderr:
-        print(f"\nUCX found no route; ran again in a new process. The first try's stderr:\n{out.stderr[-1500:]}")
+        print(f"\nUCX found no route; ran again in a new process. The first try said:\n{out.stderr[-1500:]}")
         out = run_script(script, args, **env)
     return out
 
