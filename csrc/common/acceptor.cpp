@@ -1,12 +1,33 @@
 #include "common/acceptor.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "common/net.h"
 
 namespace kvs {
+namespace {
+
+std::string peer_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (addr.ss_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof(host));
+    } else if (addr.ss_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof(host));
+    }
+  }
+  return host;
+}
+
+}  // namespace
 
 Status Acceptor::start(const std::string& host, uint16_t port) {
   auto fd = tcp_listen(host, port, &port_);
@@ -43,27 +64,96 @@ void Acceptor::reap_finished() {
   }
 }
 
+void Acceptor::cut(Conn& conn, const char* why) {
+  conn.cut = true;
+  shutdown(conn.fd, SHUT_RDWR);  // its handler's reads end; the thread finishes and is reaped
+  refuse(conn.peer, why);
+}
+
+void Acceptor::refuse(const std::string& peer, const char* why) {
+  ++refused_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_logged_ >= std::chrono::seconds(1)) {  // (a flood logs a line a second, not a line each)
+    last_logged_ = now;
+    std::fprintf(stderr, "kvstore engine: cut a connection from %s: %s\n", peer.c_str(), why);
+  }
+}
+
+void Acceptor::cut_unproved_past_deadline() {
+  if (config_.prove_ms <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(config_.prove_ms);
+  for (auto& c : conns_) {
+    if (!c.cut && !c.proved.load() && !c.finished.load() && c.accepted < deadline) {
+      cut(c, "it did not speak the protocol in time");
+    }
+  }
+}
+
+bool Acceptor::cut_oldest_unproved(const std::string* peer) {
+  for (auto& c : conns_) {  // (in the order accepted)
+    if (!c.cut && !c.proved.load() && !c.finished.load() && (peer == nullptr || c.peer == *peer)) {
+      cut(c, "a new connection needed its place and it had not spoken the protocol yet");
+      return true;
+    }
+  }
+  return false;
+}
+
+void Acceptor::admit(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reap_finished();
+  cut_unproved_past_deadline();
+  const std::string peer = peer_address(fd);
+  size_t live = 0, from_peer = 0;
+  for (const auto& c : conns_) {
+    if (c.cut || c.finished.load()) continue;
+    ++live;
+    from_peer += c.peer == peer;
+  }
+  // Full: an unproved connection (idle, half-open, or still speaking) gives its place, so a flood of them
+  // never locks out a peer that speaks the protocol; only proved ones are a hard bound.
+  const char* refusal = nullptr;
+  if (stopping_.load()) {
+    refusal = "";
+  } else if (from_peer >= config_.max_per_peer) {
+    if (cut_oldest_unproved(&peer)) {
+      --live;
+    } else {
+      refusal = "too many connections from it";
+    }
+  }
+  if (refusal == nullptr && live >= config_.max_connections && !cut_oldest_unproved(nullptr)) {
+    refusal = "the server is full";
+  }
+  if (refusal != nullptr) {
+    close(fd);
+    if (*refusal != '\0') refuse(peer, refusal);
+    return;
+  }
+  conns_.emplace_back();
+  Conn* conn = &conns_.back();
+  conn->fd = fd;
+  conn->peer = peer;
+  conn->accepted = std::chrono::steady_clock::now();
+  conn->thread = std::thread([this, conn] {
+    handler_(conn->fd, stopping_, conn->proved);
+    shutdown(conn->fd, SHUT_RDWR);
+    conn->finished.store(true);
+  });
+}
+
 void Acceptor::accept_loop() {
   while (!stopping_.load()) {
     pollfd pfd{listen_fd_, POLLIN, 0};
-    if (poll(&pfd, 1, config_.poll_ms) <= 0) continue;
+    if (poll(&pfd, 1, config_.poll_ms) <= 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cut_unproved_past_deadline();
+      continue;
+    }
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     tune_data_socket(fd, config_.poll_ms, config_.socket_buffer);
-    std::lock_guard<std::mutex> lock(mu_);
-    reap_finished();
-    if (stopping_.load() || conns_.size() >= config_.max_connections) {
-      close(fd);  // a flood of idle connections costs the flooder, not this server
-      continue;
-    }
-    conns_.emplace_back();
-    Conn* conn = &conns_.back();
-    conn->fd = fd;
-    conn->thread = std::thread([this, conn] {
-      handler_(conn->fd, stopping_);
-      shutdown(conn->fd, SHUT_RDWR);
-      conn->finished.store(true);
-    });
+    admit(fd);
   }
 }
 

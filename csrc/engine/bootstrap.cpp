@@ -25,7 +25,8 @@ constexpr size_t kNonceSize = 32;
 constexpr size_t kHelloSize = 8 + kNonceSize;
 constexpr size_t kChallengeSize = 4 + kNonceSize + 32;
 constexpr uint32_t kMaxDescriptor = 64u << 20;
-constexpr size_t kMaxConnections = 64;
+constexpr size_t kMaxConnections = 64;  // handshakes at once (each takes a round trip, then closes)
+constexpr size_t kMaxConnectionsPerPeer = 16;
 constexpr int kPollMs = 100;
 
 bool keep_waiting_until(int* stalled, int timeout_ms) {
@@ -75,10 +76,11 @@ BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms, std::s
     : descriptor_(std::move(descriptor)),
       timeout_ms_(timeout_ms),
       secret_(std::move(secret)),
-      acceptor_([this](int fd, const std::atomic<bool>& stopping) { serve(fd, stopping); },
-                AcceptorConfig{kPollMs, 0, kMaxConnections}) {}
+      acceptor_([this](int fd, const std::atomic<bool>& stopping,
+                       std::atomic<bool>& proved) { serve(fd, stopping, proved); },
+                AcceptorConfig{kPollMs, 0, kMaxConnections, kMaxConnectionsPerPeer, timeout_ms}) {}
 
-void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping) {
+void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved) {
   char hello[kHelloSize];
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return !stopping.load() && keep_waiting_until(&stalled, timeout_ms_); };
@@ -107,6 +109,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping) {
                  peer_of(fd).c_str());
     return;  // (nothing of this engine is sent)
   }
+  proved.store(true);
   const std::vector<char> body = descriptor_();
   ByteWriter w;
   w.put<uint32_t>(kHelloMagic);

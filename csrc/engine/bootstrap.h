@@ -29,7 +29,7 @@ class BootstrapServer {
   uint16_t port() const { return acceptor_.port(); }
 
  private:
-  void serve(int fd, const std::atomic<bool>& stopping);
+  void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
 
   DescriptorFn descriptor_;
   int timeout_ms_;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -13,9 +14,12 @@ struct TcpConfig {
   uint64_t max_payload = 64ull << 20;  // largest frame payload accepted from a peer
   int io_timeout_ms = 5000;            // no progress for this long on a busy connection: it is dead
   int connect_timeout_ms = 3000;
-  int poll_ms = 100;            // socket timeout granularity
-  int socket_buffer = 4 << 20;  // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
-  int busy_poll_us = 50;        // spin this long for a due reply/request before sleeping (0: never)
+  int poll_ms = 100;                      // socket timeout granularity
+  int socket_buffer = 4 << 20;            // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
+  int busy_poll_us = 50;                  // spin this long for a due reply/request before sleeping (0: never)
+  size_t max_connections = 1024;          // the server's connections at once
+  size_t max_connections_per_peer = 256;  // ... from one address
+  int prove_ms = 10000;                   // a connection without a well-formed frame by then is cut
   int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
 
   static std::vector<OptionSpec> specs();

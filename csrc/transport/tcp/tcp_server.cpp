@@ -18,10 +18,12 @@ TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig con
     : registry_(registry),
       engine_id_(engine_id),
       config_(config),
-      acceptor_([this](int fd, const std::atomic<bool>& stopping) { serve(fd, stopping); },
-                AcceptorConfig{config.poll_ms, config.socket_buffer, 1024}) {}
+      acceptor_([this](int fd, const std::atomic<bool>& stopping,
+                       std::atomic<bool>& proved) { serve(fd, stopping, proved); },
+                AcceptorConfig{config.poll_ms, config.socket_buffer, config.max_connections,
+                               config.max_connections_per_peer, config.prove_ms}) {}
 
-void TcpServer::serve(int fd, const std::atomic<bool>& stopping) {
+void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved) {
   char raw[kHeaderSize];
   for (;;) {
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
@@ -37,6 +39,7 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping) {
       (void)reply_error(fd, FrameHeader{}, header.status());
       break;
     }
+    proved.store(true);  // (a well-formed frame: a peer engine, not an idle or half-open socket)
     if (!handle(fd, header.value()).ok()) break;
   }
 }

@@ -25,7 +25,7 @@ class TcpServer {
   uint16_t port() const { return acceptor_.port(); }
 
  private:
-  void serve(int fd, const std::atomic<bool>& stopping);
+  void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
   Status handle(int fd, const FrameHeader& header);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);

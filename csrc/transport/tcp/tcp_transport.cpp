@@ -27,6 +27,14 @@ std::vector<OptionSpec> TcpConfig::specs() {
       {"busy_poll_us", OptionKind::kInt, 50, 0, 10000,
        "Microseconds to spin for a due reply or request before sleeping (a sleeping thread takes tens of "
        "microseconds to wake on a VM)."},
+      {"max_connections", OptionKind::kInt, 1024, 1, 65536,
+       "Connections this engine's tcp server serves at once; when full, the oldest one that has not sent a "
+       "well-formed frame yet is cut for a new one, else the new one is closed."},
+      {"max_connections_per_peer", OptionKind::kInt, 256, 1, 65536,
+       "Connections the tcp server takes from one address; beyond this a new one is closed at once (no peer "
+       "can fill the server for the others)."},
+      {"first_frame_timeout", OptionKind::kDuration, 10000, 1, 3600000,
+       "A connection that sends no well-formed frame within this is cut (idle and half-open sockets)."},
   };
 }
 
@@ -39,6 +47,9 @@ TcpConfig TcpConfig::from(const Options& options) {
   c.connect_timeout_ms = static_cast<int>(options.get("connect_timeout"));
   c.socket_buffer = static_cast<int>(options.get("socket_buffer"));
   c.busy_poll_us = static_cast<int>(options.get("busy_poll_us"));
+  c.max_connections = static_cast<size_t>(options.get("max_connections"));
+  c.max_connections_per_peer = static_cast<size_t>(options.get("max_connections_per_peer"));
+  c.prove_ms = static_cast<int>(options.get("first_frame_timeout"));
   c.poll_ms = std::max(1, std::min(100, c.io_timeout_ms / 4));
   return c;
 }
