@@ -232,8 +232,10 @@ def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
 def _registered(master: MasterClient, client_id: str) -> Iterator[None]:
     """Registered as a client, with heartbeats on a thread of their own (as a Store's session sends
     them: a client that stops is dropped, its puts in progress revoked), closed at the end."""
+    token = m.new_token()
+    master.identify(client_id, token)  # (its puts, heartbeats and close are in its own name)
     terms: m.RegisterReply = master.call(
-        m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}")
+        m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}", token=token)
     )
     stop = threading.Event()
 

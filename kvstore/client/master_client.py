@@ -22,7 +22,7 @@ from kvstore.errors import (
     error_for_code,
 )
 from kvstore.rpc.auth import client_handshake
-from kvstore.rpc.messages import PROTOCOL_VERSION, Hello, HelloReply, Request
+from kvstore.rpc.messages import OWN_NAME, PROTOCOL_VERSION, Hello, HelloReply, Request
 from transfer_engine.security import SecurityConfig
 
 CONNECT_SECONDS = 1.0
@@ -54,6 +54,7 @@ class MasterClient:
         self._all: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._identity: tuple[str, str] | None = None  # (client id, token): see identify()
 
     def call(
         self, request: Request, timeout: float | None = None, long_poll: bool = False, raw: bool = False
@@ -62,6 +63,9 @@ class MasterClient:
         code. `long_poll`: the master answers when it has something to say, not at once, so polling for
         the reply would only burn a core the master and the other processes need. `raw`: the reply as
         msgpack decoded it, not checked nor made typed records (a load generator that only counts)."""
+        identity = self._identity
+        if identity and request.__class__ in OWN_NAME and getattr(request, "client_id", None) == identity[0]:
+            request.token = request.token or identity[1]  # type: ignore[attr-defined]
         msg_id = next(self._ids)
         method = request.METHOD
         sock, poller = self._connection()
@@ -80,6 +84,10 @@ class MasterClient:
         if code:
             raise error_for_code(code, message)
         return result if raw else request.decode_reply(result)
+
+    def identify(self, client_id: str, token: str) -> None:
+        """Requests made in `client_id`'s name carry `token` from now on (kvstore.rpc.messages.OWN_NAME)."""
+        self._identity = (client_id, token)
 
     def hello(self) -> None:
         """Checks the master answers and speaks this client's protocol version (a clear error if not):

@@ -61,6 +61,8 @@ class Session:
             if before_join is not None:
                 before_join(engine)
             self.client_id = uuid.uuid4().hex
+            self.token = m.new_token()  # requests in this process's name carry it
+            self.master.identify(self.client_id, self.token)
             self.host_id = engine.host_id
             self.node_id = f"{self.host_id}/{node_name}" if node_name else ""
             self.engine = engine
@@ -88,7 +90,9 @@ class Session:
 
     def _register(self) -> m.RegisterReply:
         return self.master.call(
-            m.RegisterClient(client_id=self.client_id, host_id=self.host_id, node_id=self.node_id)
+            m.RegisterClient(
+                client_id=self.client_id, host_id=self.host_id, node_id=self.node_id, token=self.token
+            )
         )
 
     # -- what rides on the heartbeat ----------------------------------------------------------------

@@ -39,6 +39,7 @@ from transfer_engine import Op, TransferEngine
 log = logging.getLogger("kvstore.client")
 
 MISS = -ObjectNotFoundError.code
+AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
 """Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
 
 
@@ -83,6 +84,9 @@ class Store:
         self.session = session
         self.config = session.config
         self.stats_local = ClientStats()
+        # engines this process failed to reach -> until when its reads try their replicas last: the master
+        # acts on one client's report only once another client or the node's silence confirms it
+        self._unreachable: dict[str, float] = {}
         self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
         self._after: list[Closable] = []
         self.buffers = BufferManager(
@@ -485,6 +489,7 @@ class Store:
         todo: list[int] = []
         on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself
         choices: dict[int, list[Any]] = {}
+        avoid = self._engines_to_avoid()
         for i, entry in enumerate(found):
             if entry is None:
                 continue
@@ -499,7 +504,12 @@ class Store:
                 continue
             # Same-host copies first (shared memory), then the others; ties in random order, so
             # reads of a hot key spread over its replicas.
-            choices[i] = sorted(served, key=lambda x: (x.host_id != self.host_id, random.random()))
+            if avoid:  # (engines this process could not reach lately: last)
+                choices[i] = sorted(
+                    served, key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random())
+                )
+            else:
+                choices[i] = sorted(served, key=lambda x: (x.host_id != self.host_id, random.random()))
             todo.append(i)
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []
@@ -570,11 +580,26 @@ class Store:
                 failed.append(i)
         return failed
 
+    def _engines_to_avoid(self) -> set[str]:
+        if not self._unreachable:
+            return set()
+        now = time.monotonic()
+        avoid = set()
+        for engine, until in list(self._unreachable.items()):  # (a copy: other threads report meanwhile)
+            if until > now:
+                avoid.add(engine)
+            else:
+                self._unreachable.pop(engine, None)
+        return avoid
+
     def _report(self, unreachable: set[str], corrupt: list[m.CorruptReplica]) -> None:
         """Tells the master what this read or write found (best effort: the call's results stand)."""
         if not unreachable and not corrupt:
             return
-        report = m.ReportReplicas(client_id=self.client_id, unreachable=sorted(unreachable), corrupt=corrupt)
+        until = time.monotonic() + AVOID_UNREACHABLE_SECONDS
+        self._unreachable.update(dict.fromkeys(unreachable, until))
+        engines = sorted(unreachable)
+        report = m.ReportReplicas(self.client_id, engines, corrupt)
         try:
             self.master.call(report)
         except KVStoreError as exc:

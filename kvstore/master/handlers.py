@@ -103,6 +103,8 @@ class Handlers:
                     f"this master speaks RPC protocol {m.PROTOCOL_VERSION}; the client is older: upgrade it"
                 ) from None
             raise NotSupportedError(f"unknown method {method!r}") from None
+        if type(request) in m.OWN_NAME:  # (an unknown client is left to the handler: most say "register")
+            self.state.check_token(request.client_id, request.token)  # type: ignore[attr-defined]
         return self.by_type[type(request)](request)
 
     def hello(self, r: m.Hello) -> m.HelloReply:
@@ -114,7 +116,7 @@ class Handlers:
         return m.HelloReply(m.PROTOCOL_VERSION, self.epoch)
 
     def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
-        self.state.register_client(r.client_id, r.host_id, r.node_id)
+        self.state.register_client(r.client_id, r.host_id, r.node_id, r.token)
         c = self.state.config
         return m.RegisterReply(
             c.heartbeat_interval, c.client_ttl, c.lease_ttl, self.state.space.fences.current
@@ -251,8 +253,10 @@ class Handlers:
         return self.state.exists_many(r.keys)
 
     def report_replicas(self, r: m.ReportReplicas) -> None:
+        """Only from a registered client (and in its own name: handle() checked its token)."""
+        self.state.check_client(r.client_id)
         for engine in r.unreachable:
-            self.state.report_unreachable(engine)
+            self.state.report_unreachable(engine, r.client_id)
         for c in r.corrupt:
             self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 

@@ -3,28 +3,34 @@ names back), suspicion of unreachable nodes, and dropping a client with everythi
 
 from __future__ import annotations
 
-from kvstore.errors import NotFoundError
+import hmac
+
+from kvstore.errors import NotFoundError, PermissionDeniedError
 from kvstore.master import restore
 from kvstore.master.model import Client, Segment
 from kvstore.master.state_core import StateCore
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
+REPORT_WINDOW = 2  # heartbeat intervals a client's report of an unreachable node counts for
 
 
 class Membership(StateCore):
-    def register_client(self, client_id: str, host_id: str, node_id: str = "") -> None:
+    def register_client(self, client_id: str, host_id: str, node_id: str = "", token: str = "") -> None:
         """Registers a client (again). A storage node that registers with the identity of an older
         registration is that node restarted: the old one is dropped at once (its process is gone), so
-        what the node offers back (disk records) is taken, not deleted when the old TTL runs out."""
+        what the node offers back (disk records) is taken, not deleted when the old TTL runs out.
+        `token`: the process's own secret, chosen by it; a registration (again) of a known client with
+        another one is refused, so no process can take over another's name."""
         client = self.clients.get(client_id)
         if client is not None:
+            self.check_token(client_id, token)
             client.last_seen = self.clock()
             return
         old = self._by_node.get(node_id) if node_id else None
         if old is not None and old != client_id:
             self.counters.superseded_clients += 1
             self.drop_client(old)
-        self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id)
+        self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id, token=token)
         if node_id:
             self._by_node[node_id] = client_id
 
@@ -35,8 +41,13 @@ class Membership(StateCore):
         if client is None:
             return False
         now = client.last_seen = self.clock()
+        interval = self.config.heartbeat_interval
         for seg_id in client.segments:
             seg = self.space.segments.get(seg_id)
+            reports = self._unreachable_reports.get(seg.engine) if seg is not None else None
+            if reports:  # what was found well before this heartbeat is disproved by it
+                for reporter in [c for c, when in reports.items() if now - when >= interval]:
+                    del reports[reporter]
             if (
                 seg is not None
                 and not seg.usable
@@ -45,13 +56,45 @@ class Membership(StateCore):
                 self.space.trust(seg)
         return True
 
-    def report_unreachable(self, engine: str) -> None:
-        """A client failed to reach this node: its segments are suspect — not placed on, their replicas
-        not offered while another exists — until the node heartbeats again."""
+    def check_token(self, client_id: str, token: str) -> None:
+        """PermissionDeniedError when the client is registered with another token (a request in its name
+        from another process); an unknown client passes (what it asked decides: most need registration)."""
+        client = self.clients.get(client_id)
+        if client is not None and not hmac.compare_digest(client.token.encode(), token.encode()):
+            raise PermissionDeniedError(f"client {client_id!r} is registered by another process")
+
+    def report_unreachable(self, engine: str, reporter: str = "") -> None:
+        """A client (`reporter`) failed to reach this node. One client's word is not enough (it may be cut
+        off alone, or lie): the node's segments become suspect — not placed on, their replicas not offered
+        while another exists — once a second client found the same within REPORT_WINDOW heartbeats, or
+        once the node itself missed a heartbeat (judged again by expire()); until the node heartbeats
+        again. The reporter's own reads go to other replicas first meanwhile (kvstore.client.store)."""
         now = self.clock()
-        for seg in list(self.space):
-            if seg.engine == engine and self.space.suspect(seg, now):
+        self._unreachable_reports.setdefault(engine, {})[reporter] = now
+        self._judge_unreachable(engine, now)
+
+    def _judge_unreachable(self, engine: str, now: float) -> None:
+        reports = self._unreachable_reports.get(engine, {})
+        interval = self.config.heartbeat_interval
+        for reporter in [c for c, when in reports.items() if now - when > REPORT_WINDOW * interval]:
+            del reports[reporter]
+        if not reports:
+            self._unreachable_reports.pop(engine, None)
+            return
+        segments = [seg for seg in self.space if seg.engine == engine]
+        owners = [self.clients.get(seg.client_id) for seg in segments]
+        silent = any(c is None or now - c.last_seen > interval for c in owners)
+        if len(reports) < 2 and not silent:
+            return
+        for seg in segments:
+            if self.space.suspect(seg, now):
                 self.counters.suspected_segments += 1
+
+    def judge_unreachable_reports(self) -> None:
+        """Reports of one client are confirmed once the node misses a heartbeat (O(reported engines))."""
+        now = self.clock()
+        for engine in list(self._unreachable_reports):
+            self._judge_unreachable(engine, now)
 
     def mount_segment(
         self,

@@ -49,6 +49,7 @@ class MasterState(Membership, Puts, Access):
         for meta in self._pending.expired(now):
             self.counters.reclaimed_puts += 1
             self._delete(meta)
+        self.judge_unreachable_reports()
         self.replicator.expire()
         self.disk.expire()
         self.ledger.lapse_fences()

@@ -38,6 +38,8 @@ class StateCore:
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
+        # engine -> reporting client -> when it last found that engine unreachable (kvstore.master.membership)
+        self._unreachable_reports: dict[str, dict[str, float]] = {}
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)

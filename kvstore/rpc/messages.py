@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
@@ -43,10 +44,16 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # 7: one Location record for every tier (memory replicas and disk records alike); one channel of node
 # work (AwaitWork: fences, holds, copies, disk orders, and their results), which carries the epoch
 # 8: heartbeats carry the NIC paths of the process's transfer engine (Heartbeat.paths)
-PROTOCOL_VERSION = 8
+# 9: a client registers with a token of its own, and reports (ReportReplicas) carry it
+PROTOCOL_VERSION = 9
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
 _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
+
+
+def new_token() -> str:
+    """A registration token (RegisterClient.token): 128 random bits."""
+    return secrets.token_hex(16)
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -88,11 +95,14 @@ class RegisterClient(Request):
     client_id: str
     host_id: str
     node_id: str = ""  # a storage node's identity: it supersedes an older registration with the same one
+    # The process's secret for its registration (new_token()): a report in its name must carry it, and
+    # registering its id again takes the same one. Chosen by the client: it never crosses back.
+    token: str = ""
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RegisterClient:
         node_id = v.text(p, "node_id") if p.get("node_id") else ""
-        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id)
+        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id, v.token(p, "token"))
 
     @staticmethod
     def decode_reply(obj: Any) -> RegisterReply:
@@ -139,6 +149,7 @@ class Heartbeat(Request):
     client_id: str
     touched: list[str] | None = None  # keys this client read from leased locations since the last one
     paths: list[NicPaths] | None = None  # its engine's NIC paths (telemetry)
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> Heartbeat:
@@ -156,6 +167,7 @@ class Heartbeat(Request):
 class CloseClient(Request):
     METHOD: ClassVar[str] = "close_client"
     client_id: str
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> CloseClient:
@@ -172,6 +184,7 @@ class MountSegment(Request):
     host_id: str
     fence_slots: int  # entries of the region's fence table: at most this many live allocations
     restoring: bool = False  # RestoreSegment calls follow: nothing is placed on it until the last one
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountSegment:
@@ -213,6 +226,7 @@ class RestoreSegment(Request):
     segment_id: int
     records: list[tuple[int, int, int, str, int, int, bool, int]]
     last: bool
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreSegment:
@@ -282,6 +296,7 @@ class AwaitWork(Request):
     held_through: int = 0  # the node has every hold numbered up to this (NodeWork.holds)
     copied: list[tuple[int, bool]] = field(default_factory=list)  # (copy task, ok)
     disk_done: list[tuple[int, bool]] = field(default_factory=list)  # (disk order, ok)
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitWork:
@@ -340,6 +355,7 @@ class MountDisk(Request):
     engine: str = ""
     file_region: int = 0
     restoring: bool = False  # RestoreDisk calls follow: nothing is demoted to it until the last one
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> MountDisk:
@@ -369,6 +385,7 @@ class RestoreDisk(Request):
     client_id: str
     records: list[tuple[int, str, int, int]]
     last: bool = True
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreDisk:
@@ -397,6 +414,7 @@ class DiskDegraded(Request):
     METHOD: ClassVar[str] = "disk_degraded"
     client_id: str
     reason: str
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> DiskDegraded:
@@ -411,6 +429,7 @@ class UnmountSegment(Request):
     METHOD: ClassVar[str] = "unmount_segment"
     client_id: str
     segment_id: int
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> UnmountSegment:
@@ -434,6 +453,7 @@ class PutStart(Request):
     replicas: int
     pin: bool = False
     min_replicas: int = 0  # accept down to this many when fewer distinct segments are usable (0: all)
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> PutStart:
@@ -454,6 +474,7 @@ class PutEnd(Request):
     METHOD: ClassVar[str] = "put_end"
     client_id: str
     keys: list[str]
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> PutEnd:
@@ -620,6 +641,7 @@ class ReportReplicas(Request):
     client_id: str
     unreachable: list[str]
     corrupt: list[CorruptReplica]
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> ReportReplicas:
@@ -692,4 +714,16 @@ def parse_request(method: str, params: dict[str, Any]) -> Request:
     if not cls.FIELDS.issuperset(params):  # no set is built on the common path
         unknown = sorted(params.keys() - cls.FIELDS)
         raise InvalidArgumentError(f"{method}: unknown parameter(s) {', '.join(unknown)}")
-    return cls.parse(params)
+    request = cls.parse(params)
+    if cls in OWN_NAME:
+        request.token = v.token(params, "token") if params.get("token") else ""  # type: ignore[attr-defined]
+    return request
+
+
+# Requests a client makes in its own name: each carries the token it registered with (RegisterClient
+# .token), stamped by its MasterClient, and the master refuses one whose token is not the registered
+# client's (kvstore.master.handlers): no process acts in another's name (reports, acknowledgements of
+# kills and holds, puts, mounts, closing its session).
+OWN_NAME: frozenset[type[Request]] = frozenset(
+    c for c in REQUESTS.values() if "token" in c.FIELDS and c is not RegisterClient
+)

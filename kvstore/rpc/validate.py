@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError
@@ -14,6 +15,7 @@ MAX_KEYS = 16384
 MAX_PUT_ITEMS = 4096
 """Items per put_start (each allocates replicas, and may evict)."""
 MAX_NAME = 512
+_HEX = re.compile("[0-9a-f]+")
 MAX_REPORT = 4096
 
 
@@ -44,6 +46,14 @@ def text(params: dict[str, Any], name: str, max_len: int = MAX_NAME) -> str:
     value = field(params, name)
     if not isinstance(value, str) or not value or len(value.encode()) > max_len:
         raise InvalidArgumentError(f"{name!r} must be a non-empty string of at most {max_len} bytes")
+    return value
+
+
+def token(params: dict[str, Any], name: str) -> str:
+    """A client's registration token: 32 to 128 hex digits (kvstore.rpc.messages.new_token)."""
+    value = field(params, name)
+    if not isinstance(value, str) or not 32 <= len(value) <= 128 or not _HEX.fullmatch(value):
+        raise InvalidArgumentError(f"{name!r} must be 32 to 128 hex digits")
     return value
 
 

@@ -333,7 +333,11 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     assert only1 is not None
     state.put_end("c1", "only-on-1")
     dead = only1[0].segment
-    state.report_unreachable(dead.engine)
+    state.report_unreachable(dead.engine, "c1")  # one client's word, and its node heartbeats: noted only
+    assert dead.usable and state.counters.suspected_segments == 0
+    state.report_unreachable(dead.engine, "c1")  # the same client again is no second witness
+    assert dead.usable
+    state.report_unreachable(dead.engine, "c2")  # a second client: suspect
     assert not dead.usable and state.counters.suspected_segments == 1
     assert state.offered(state.objects["both"]) == [r for r in both if r.segment is not dead]
     assert state.exists("both") and not state.exists("only-on-1") and state.get_replicas("only-on-1") is None
@@ -347,7 +351,10 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     clock.now += 1.0
     state.heartbeat(dead.client_id)  # its node is alive after all
     assert dead.usable and state.exists("only-on-1") and not state.space.any_suspect()
-    state.report_unreachable(dead.engine)
+    state.report_unreachable(dead.engine, "c1")  # older reports were disproved by the heartbeat: one
+    assert not state.space.any_suspect()
+    clock.now += 1.5  # ... until the node misses a heartbeat (the housekeeping judges the reports again)
+    state.expire()
     assert state.space.any_suspect()
     state.drop_client(dead.client_id)  # a suspect segment that goes away leaves no suspicion behind
     assert not state.space.any_suspect() and state.exists("both")

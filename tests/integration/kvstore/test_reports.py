@@ -1,0 +1,78 @@
+"""Reports are checked (issue 22, section 2): a client reports and acknowledges only in its own name
+(the token it registered with), and one client's report of an unreachable node, while the node heartbeats, makes it
+suspect for nobody else: the attack of a made-up client reporting a live node, which made most puts and
+gets fail for everyone, changes nothing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from kvstore import Store
+from kvstore.client.master_client import MasterClient
+from kvstore.errors import PermissionDeniedError
+from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.rpc import messages as m
+from transfer_engine.security import SecurityConfig
+
+SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
+TOKEN = m.new_token()  # the made-up client's own
+
+
+@pytest.fixture
+def master() -> Iterator[EmbeddedMaster]:
+    embedded = Master.start_in_thread(security=SecurityConfig(cluster_secret=SECRET))
+    yield embedded
+    embedded.close()
+
+
+@pytest.fixture
+def outsider(master: EmbeddedMaster) -> Iterator[MasterClient]:
+    """A process of the cluster (it has the secret) that registered a client of its own."""
+    client = MasterClient(master.address, secret=SECRET.encode())
+    client.call(m.RegisterClient(client_id="made-up", host_id="elsewhere", token=TOKEN))
+    yield client
+    client.close()
+
+
+def test_a_report_in_another_clients_name_is_refused(master: EmbeddedMaster, outsider: MasterClient) -> None:
+    with Store.connect(master.address, segment_size=8 << 20) as store:
+        store.put("kept", b"x" * 4096)
+        engine = store.session.engine.name
+        (found,) = store.master.call(m.GetReplicas(keys=["kept"]))
+        _size, checksum, (where, *_) = found
+        corrupt = [m.CorruptReplica("kept", engine, where.region_id, where.offset, checksum)]
+        forged = m.ReportReplicas(store.client_id, [engine], corrupt, token=m.new_token())
+        with pytest.raises(PermissionDeniedError, match="registered by another process"):
+            outsider.call(forged)
+        with pytest.raises(PermissionDeniedError, match="registered by another process"):  # nor its name
+            outsider.call(m.RegisterClient(client_id=store.client_id, host_id="h", token=m.new_token()))
+        for other in (  # nothing else in its name either: acknowledgements of kills and holds, its close
+            m.AwaitWork(store.client_id, 0.0, acked=[1], held_through=1 << 40),
+            m.CloseClient(store.client_id),
+            m.PutEnd(store.client_id, ["kept"]),
+        ):
+            with pytest.raises(PermissionDeniedError, match="registered by another process"):
+                outsider.call(other)
+        assert store.get("kept") == b"x" * 4096  # the forged corrupt report dropped nothing
+        stats = outsider.call(m.Stats())
+        assert stats["suspected_segments"] == 0 and stats["corrupt_replicas"] == 0
+
+
+def test_one_clients_reports_of_a_live_node_change_nothing_for_the_others(
+    master: EmbeddedMaster, outsider: MasterClient
+) -> None:
+    with (
+        Store.connect(master.address, segment_size=8 << 20) as first,
+        Store.connect(master.address, segment_size=8 << 20) as second,
+    ):
+        target = first.session.engine.name
+        for _ in range(20):  # in its own name, as often as it likes
+            outsider.call(m.ReportReplicas("made-up", [target], [], token=TOKEN))
+        keys = [f"k{i}" for i in range(20)]
+        assert second.batch_put_from(keys, [b"v" * 4096] * 20, replicas=2) == [0] * 20  # both nodes
+        assert second.batch_get(keys) == [b"v" * 4096] * 20
+        assert all(second.batch_exists(keys))
+        assert outsider.call(m.Stats())["suspected_segments"] == 0
