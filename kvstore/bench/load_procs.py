@@ -1,10 +1,12 @@
 """Bench load processes (`kvstore bench ... --mode client`) and how their parent reads them: the child
-prints READY, then one JSON object per op as it finishes, then {"done": true}."""
+prints READY, then, each time its parent writes "go" (to every child once all reported the last op: they
+run each op together), one JSON object for its next op, and {"done": true} after the last."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any, TypeVar
@@ -15,9 +17,13 @@ Row = TypeVar("Row")
 
 
 def report(rows: Iterable[Any]) -> int:
-    """The child's side: READY, each row (a dataclass) as it comes, then done."""
+    """The child's side: READY, then a row (a dataclass) per "go" on stdin, then done."""
     print(f"{READY_PREFIX}client", flush=True)
-    for row in rows:
+    ops = iter(rows)
+    while sys.stdin.readline():  # (EOF: the parent went away)
+        row = next(ops, None)
+        if row is None:
+            break
         print(json.dumps(asdict(row)), flush=True)
     print(json.dumps({"done": True}), flush=True)
     return 0
@@ -26,19 +32,29 @@ def report(rows: Iterable[Any]) -> int:
 def gather(
     args: Sequence[str], count: int, row: Callable[..., Row], progress: Callable[[str], None] | None = None
 ) -> list[list[Row]]:
-    """Starts `count` processes of `kvstore ARGS` at once and returns each one's rows (`row(**fields)`)."""
-    per_process: list[list[Row]] = []
+    """Starts `count` processes of `kvstore ARGS` and returns each one's rows (`row(**fields)`); each op
+    starts in all of them at once (they start one after another: without it the first ones would run
+    theirs alone while the last ones still start)."""
+    per_process: list[list[Row]] = [[] for _ in range(count)]
     with contextlib.ExitStack() as stack:
         procs = [stack.enter_context(kvstore_process(args)) for _ in range(count)]
-        for proc, _ in procs:
-            assert proc.stdout is not None
-            rows = []
-            for line in proc.stdout:
-                data = json.loads(line)
+        running = list(range(count))
+        while running:
+            for i in running:
+                stdin = procs[i][0].stdin
+                assert stdin is not None
+                stdin.write("go\n")
+                stdin.flush()
+            op = None
+            for i in list(running):
+                stdout = procs[i][0].stdout
+                assert stdout is not None
+                data = json.loads(stdout.readline() or '{"done": true}')
                 if "done" in data:
-                    break
-                rows.append(row(**data))
-                if progress:
-                    progress(data["op"])
-            per_process.append(rows)
+                    running.remove(i)
+                    continue
+                per_process[i].append(row(**data))
+                op = data["op"]
+            if progress and op is not None:
+                progress(op)
     return per_process

@@ -17,6 +17,7 @@ for replies), so one load process keeps the master busy instead of waiting a rou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -80,6 +81,9 @@ class OpRate:
     p99_us: float
     errors: int = 0
     pipeline: int = 1  # requests each load process kept in flight
+    keys: int = 0  # (how the rates of several load processes combine: keys over their common span)
+    started: float = 0.0  # wall clock
+    ended: float = 0.0
 
 
 @dataclass
@@ -188,21 +192,31 @@ def run_mooncake(cfg: MasterBenchConfig, python: str) -> tuple[list[OpRate], Mem
 
 
 def combine(per_client: list[list[OpRate]]) -> list[OpRate]:
-    """Concurrent clients: rates add up, latency is the worst client's."""
+    """Concurrent clients: their keys over the span from the first one's start to the last one's end (a
+    sum of each one's rate would count a client that ran alone for a while as if all had); latency is
+    the worst client's."""
     if not per_client or any(len(rows) != len(per_client[0]) for rows in per_client) or not per_client[0]:
         raise KVStoreError("bench clients reported different ops, or none")
-    return [
-        OpRate(
-            rows[0].op,
-            len(rows),
-            sum(r.per_s for r in rows),
-            max(r.p50_us for r in rows),
-            max(r.p99_us for r in rows),
-            sum(r.errors for r in rows),
-            rows[0].pipeline,
+    combined = []
+    for rows in zip(*per_client, strict=True):
+        started, ended = min(r.started for r in rows), max(r.ended for r in rows)
+        keys = sum(r.keys for r in rows)
+        timed = all(r.keys and r.ended > r.started for r in rows)
+        combined.append(
+            OpRate(
+                rows[0].op,
+                len(rows),
+                keys / (ended - started) if timed else sum(r.per_s for r in rows),
+                max(r.p50_us for r in rows),
+                max(r.p99_us for r in rows),
+                sum(r.errors for r in rows),
+                rows[0].pipeline,
+                keys,
+                started,
+                ended,
+            )
         )
-        for rows in zip(*per_client, strict=True)
-    ]
+    return combined
 
 
 # -- one load process ---------------------------------------------------------------------------------
@@ -273,7 +287,7 @@ def _measure(
         except BaseException as exc:  # (re-raised by the caller: a thread's failure fails the run)
             failed.append(exc)
 
-    started = time.perf_counter()
+    wall, started = time.time(), time.perf_counter()
     threads = [threading.Thread(target=stream, args=(t,), name=f"bench-{op}-{t}") for t in range(1, pipeline)]
     for thread in threads:
         thread.start()
@@ -285,7 +299,8 @@ def _measure(
         raise failed[0]
     keys = sum(len(b) for b in batches)
     p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
-    return OpRate(op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline)
+    rate = OpRate(op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline)
+    return dataclasses.replace(rate, keys=keys, started=wall, ended=wall + elapsed)
 
 
 # The load processes read replies raw (MasterClient.call(raw=True)): decoding 1,000 locations into typed

@@ -110,7 +110,10 @@ def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -
     def exists(b: list[str]) -> int:
         return sum(1 for there in s.batch_is_exist(b) if there != 1)
 
+    print("READY", flush=True)
     for op, one in (("put", put), ("get", get), ("exists", exists)):
+        sys.stdin.readline()  # each op starts in every load process at once (as kvstore's: load_procs)
+        wall = time.time()
         latencies, errors, elapsed = timed(one, batches, pipeline)
         p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
         row = {
@@ -121,6 +124,9 @@ def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -
             "p99_us": p99,
             "errors": errors,
             "pipeline": pipeline,
+            "keys": objects,
+            "started": wall,
+            "ended": wall + elapsed,
         }
         print(json.dumps(row), flush=True)
     s.close()
@@ -157,10 +163,22 @@ def orchestrate(args: argparse.Namespace) -> int:
             load += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
             load += ["--pipeline", str(args.pipeline)]
             procs = [
-                subprocess.Popen(load, stdout=subprocess.PIPE, text=True, **quiet)  # type: ignore[call-overload]
+                subprocess.Popen(
+                    load, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                )
                 for _ in range(args.clients)
             ]
-            per_client = [[json.loads(line) for line in p.communicate()[0].splitlines()] for p in procs]
+            if any(p.stdout.readline().strip() != "READY" for p in procs):  # type: ignore[union-attr]
+                raise RuntimeError("a Mooncake load process did not start")
+            per_client: list[list[dict[str, Any]]] = [[] for _ in procs]
+            for _ in OPS:
+                for p in procs:
+                    p.stdin.write("go\n")  # type: ignore[union-attr]
+                    p.stdin.flush()  # type: ignore[union-attr]
+                for rows, p in zip(per_client, procs, strict=True):
+                    rows.append(json.loads(p.stdout.readline()))  # type: ignore[union-attr]
+            for p in procs:
+                p.communicate()
             after = rss_bytes(master.pid)
         finally:
             if storage.stdin:
@@ -175,7 +193,9 @@ def orchestrate(args: argparse.Namespace) -> int:
                 {
                     "op": rows[0]["op"],
                     "clients": len(rows),
-                    "per_s": sum(r["per_s"] for r in rows),
+                    # (as kvstore's: the keys over the span from the first start to the last end)
+                    "per_s": sum(r["keys"] for r in rows)
+                    / (max(r["ended"] for r in rows) - min(r["started"] for r in rows)),
                     "p50_us": max(r["p50_us"] for r in rows),
                     "p99_us": max(r["p99_us"] for r in rows),
                     "errors": sum(r["errors"] for r in rows),

@@ -226,8 +226,13 @@ def test_bench_master_json() -> None:
     *rates, memory = [json.loads(line) for line in result.stdout.strip().splitlines()]
     assert [r["op"] for r in rates] == ["put", "get", "exists"]
     for r in rates:
-        assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors", "pipeline"}
+        assert r.keys() == {"op", "clients", "per_s", "p50_us", "p99_us", "errors", "pipeline"} | {
+            "keys",  # (since the load processes run each op together: the keys over their common span)
+            "started",
+            "ended",
+        }
         assert r["clients"] == 2 and r["per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0 and r["errors"] == 0
+        assert r["keys"] == 6000 and r["per_s"] == pytest.approx(6000 / (r["ended"] - r["started"]))
         assert r["pipeline"] == 1
     assert memory["objects"] == 6000 and isinstance(memory["rss_bytes_per_object"], float)
     # How long the master's loop was held: its longest turn, and its periodic and scrape tasks'.
