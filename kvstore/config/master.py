@@ -91,6 +91,18 @@ class MasterConfig(Component):
     max_connections_per_peer: int = setting(
         4096, "Authenticated connections from one host at once; beyond it, TooManyConnectionsError."
     )
+    frame_timeout: float = setting(
+        10.0,
+        "A request frame begun must arrive whole within this; a connection that leaves one half-sent longer "
+        "is cut (its buffered bytes freed).",
+        "seconds",
+    )
+    max_buffered: int = setting(
+        256 << 20,
+        "Bytes of request frames still arriving the master holds over all connections; a connection that "
+        "would take it past this is cut (with frame_timeout, no peer holds the master's memory for long).",
+        "size",
+    )
     allocation_alignment: int = setting(64, "Replica offsets are multiples of this.")
     hot_access_rate: float = setting(20.0, "Accesses per second above which a key gains replicas.")
     cool_access_rate: float = setting(2.0, "Accesses per second below which a key's extra replicas go.")
@@ -143,6 +155,8 @@ class MasterConfig(Component):
             raise InvalidArgumentError("client_put_objects must be positive, client_put_bytes not negative")
         if self.max_unauthenticated < 1 or self.max_connections_per_peer < 1:
             raise InvalidArgumentError("max_unauthenticated and max_connections_per_peer must be at least 1")
+        if self.frame_timeout <= 0 or self.max_buffered < 1 << 20:
+            raise InvalidArgumentError("frame_timeout must be positive and max_buffered at least 1 MiB")
         if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
             raise InvalidArgumentError("bad max_replicas or allocation_alignment")
         if not 0 <= self.cool_access_rate <= self.hot_access_rate or self.heat_half_life <= 0:

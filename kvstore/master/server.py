@@ -67,6 +67,7 @@ class Master:
         # authenticated ones per peer host (refused past max_connections_per_peer).
         self.unauthenticated: dict[_RpcProtocol, None] = {}
         self.per_peer: collections.Counter[str] = collections.Counter()
+        self.buffered = 0  # bytes of request frames still arriving, over all connections (max_buffered)
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -290,6 +291,8 @@ class _RpcProtocol(asyncio.Protocol):
         self.auth_timer: asyncio.TimerHandle | None = None
         self.peer = self.host = "?"
         self.counted = False  # in master.per_peer
+        self.frame_timer: asyncio.TimerHandle | None = None  # runs while a frame is half-arrived
+        self.held = 0  # bytes of it buffered (in master.buffered)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -306,6 +309,7 @@ class _RpcProtocol(asyncio.Protocol):
             oldest._refuse("evicted: too many connections waiting to authenticate (max_unauthenticated)")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._hold(0)
         self.master.connections.discard(self)
         self.master.unauthenticated.pop(self, None)
         if self.counted:
@@ -360,7 +364,53 @@ class _RpcProtocol(asyncio.Protocol):
             if not data:
                 return
         self.buffer += data
-        replies = []
+        replies: list[bytes] = []
+        answered = self._answer(replies)
+        self.master.run_ready()
+        if replies:
+            self.transport.write(b"".join(replies))
+        if not self.transport.is_closing():
+            self._hold(len(self.buffer), answered)
+
+    def _hold(self, pending: int, progressed: bool = False) -> None:
+        """`pending` bytes of a frame still arriving stay buffered: counted against max_buffered (cut past
+        it), and given frame_timeout from the last whole frame to complete."""
+        master, config = self.master, self.master.config
+        master.buffered += pending - self.held
+        self.held = pending
+        if (pending == 0 or progressed) and self.frame_timer is not None:
+            self.frame_timer.cancel()
+            self.frame_timer = None
+        if pending == 0:
+            return
+        if master.buffered > config.max_buffered:
+            self._cut(f"the master holds {config.max_buffered} bytes of frames still arriving (max_buffered)")
+        elif self.frame_timer is None:
+            why = f"a request frame was not whole within {config.frame_timeout} s (frame_timeout)"
+            self.frame_timer = asyncio.get_running_loop().call_later(config.frame_timeout, self._cut, why)
+
+    def _cut(self, why: str) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            log.warning("cut a connection from %s: %s", self.peer, why)
+            self.transport.abort()
+        self.buffer = bytearray()
+        self._hold(0)
+
+    # Back-pressure: a peer that does not read its replies is not read from either (asyncio's transport
+    # calls these around its write buffer's high-water mark), so its replies never pile up here.
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _answer(self, replies: list[bytes]) -> bool:
+        """Answers every whole frame in the buffer (into `replies`; deferred ones later); whether there
+        was one."""
+        assert self.transport is not None
+        answered = False
         while len(self.buffer) >= rpc.HEADER_SIZE:
             try:
                 n = rpc.frame_length(bytes(self.buffer[: rpc.HEADER_SIZE]))
@@ -372,16 +422,17 @@ class _RpcProtocol(asyncio.Protocol):
             except rpc.FrameError as exc:
                 replies.append(rpc.pack([0, exc.code, str(exc), None]))
                 self.transport.write(b"".join(replies))
+                replies.clear()
                 self.transport.close()  # the stream cannot be trusted any more
-                return
+                self.buffer.clear()
+                return answered
+            answered = True
             reply = self.master._dispatch(msg_id, method, params)
             if isinstance(reply, Deferred):
                 self._later(msg_id, reply)
             else:
                 replies.append(rpc.pack(reply))
-        self.master.run_ready()
-        if replies:
-            self.transport.write(b"".join(replies))
+        return answered
 
     def _later(self, msg_id: int, deferred: Deferred) -> None:
         """Sends a deferred reply when it is ready (once the requests that made it so are done: one

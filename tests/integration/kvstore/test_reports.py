@@ -1,7 +1,7 @@
 """Reports are checked (issue 22, section 2): a client reports and acknowledges only in its own name
-(the token it registered with), and one client's report of an unreachable node, while the node heartbeats, makes it
-suspect for nobody else: the attack of a made-up client reporting a live node, which made most puts and
-gets fail for everyone, changes nothing."""
+(the token it registered with), and one client's report of an unreachable node, while the node
+heartbeats, makes it suspect for nobody else: the attack of a made-up client reporting a live node,
+which made most puts and gets fail for everyone, changes nothing."""
 
 from __future__ import annotations
 

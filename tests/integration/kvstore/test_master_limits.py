@@ -1,0 +1,122 @@
+"""The master bounds what one authenticated peer can make it hold (issue 22, section 3): a frame left
+half-sent is cut after frame_timeout, the bytes of frames still arriving over all connections are capped
+(max_buffered), and a peer that does not read its replies is not read from (back-pressure); the master
+keeps serving the others meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+import msgpack
+import pytest
+
+from kvstore import rpc
+from kvstore.client.master_client import MasterClient
+from kvstore.config import MasterConfig
+from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.rpc import auth
+from kvstore.rpc import messages as m
+from transfer_engine.security import SecurityConfig
+
+SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
+
+
+@pytest.fixture
+def master() -> Iterator[EmbeddedMaster]:
+    config = MasterConfig.load(port=0, frame_timeout=0.5, max_buffered=1 << 20)
+    embedded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    yield embedded
+    embedded.close()
+
+
+def authenticated(address: str) -> socket.socket:
+    host, port = rpc.parse_address(address)
+    s = socket.create_connection((host, port), timeout=5)
+    auth.client_handshake(s, SECRET.encode(), address)
+    return s
+
+
+def half_frame(announced: int, sent: int) -> bytes:
+    return struct.pack("<I", announced) + b"\x00" * sent
+
+
+def cut_within(s: socket.socket, seconds: float) -> bool:
+    s.settimeout(seconds)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def serves(address: str) -> bool:
+    client = MasterClient(address, timeout=5, secret=SECRET.encode())
+    try:
+        return isinstance(client.call(m.Stats()), dict)
+    finally:
+        client.close()
+
+
+def test_a_half_sent_frame_is_cut_after_the_frame_timeout(
+    master: EmbeddedMaster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kvstore.master")
+    with authenticated(master.address) as s:
+        s.sendall(half_frame(512 << 10, 100 << 10))
+        started = time.monotonic()
+        assert cut_within(s, 5) and time.monotonic() - started < 3
+    assert serves(master.address) and master.master.buffered == 0
+    assert any("frame_timeout" in r.getMessage() for r in caplog.records)
+
+
+def test_frames_still_arriving_are_capped_over_all_connections(master: EmbeddedMaster) -> None:
+    with authenticated(master.address) as first, authenticated(master.address) as second:
+        first.sendall(half_frame(900 << 10, 600 << 10))
+        time.sleep(0.1)
+        second.sendall(half_frame(900 << 10, 600 << 10))  # 1.2 MiB held in all: past max_buffered (1 MiB)
+        assert cut_within(second, 0.3)
+        assert serves(master.address)  # (a whole small request still gets in)
+    deadline = time.monotonic() + 5
+    while master.master.buffered:  # the first one's bytes go with it
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_peer_that_reads_no_replies_is_not_read_from(master: EmbeddedMaster) -> None:
+    request = rpc.pack([1, "stats", {}])
+    (reply_size,) = struct.unpack("<I", _one_reply(master.address, request)[:4])
+    count = 40_000  # ~30 MB of replies if it were all answered
+    with authenticated(master.address) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        sent = 0
+        s.setblocking(False)
+        deadline = time.monotonic() + 5
+        while sent < count and time.monotonic() < deadline:
+            try:
+                s.send(request)
+                sent += 1
+            except BlockingIOError:  # the master stopped reading us: its buffers and ours are full
+                time.sleep(0.01)
+        time.sleep(0.3)
+        protocols = [c for c in list(master.master.connections) if c.transport]
+        buffers = [c.transport.get_write_buffer_size() for c in protocols]  # type: ignore[union-attr]
+        assert max(buffers) < 4 << 20 < reply_size * sent / 4, (buffers, reply_size, sent)
+        assert serves(master.address)
+
+
+def _one_reply(address: str, request: bytes) -> bytes:
+    with authenticated(address) as s:
+        s.sendall(request)
+        s.settimeout(5)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack("<I", data[:4])[0]:
+            data += s.recv(65536)
+        msgpack.unpackb(data[4:])
+        return data
