@@ -251,6 +251,18 @@ class TransferEngine:
         return int(self._core_engine().id)
 
     @property
+    def owner(self) -> str:
+        """Who this engine's process is to its master (set_owner; "" until then): in its descriptor, which
+        the master checks a mount of this engine's regions against."""
+        return str(self._core_engine().descriptor()["owner"])
+
+    def set_owner(self, owner: str) -> None:
+        """Names the client this process registered as with its master (at most 256 bytes)."""
+        if len(owner.encode()) > 256:
+            raise InvalidArgumentError("an engine's owner is at most 256 bytes")
+        self._core_engine().set_owner(owner)
+
+    @property
     def host_id(self) -> str:
         """Same value on every engine that can reach this one by shared memory (host + network namespace)."""
         return str(self._core_engine().descriptor()["host_id"])
@@ -600,3 +612,11 @@ def _as_column(values: Any, dtype: Any) -> np.ndarray:
         raise InvalidArgumentError(
             f"a batch column holds a value that is not a {np.dtype(dtype).name}: {exc}"
         ) from None
+
+
+def peer_owned_regions(name: str, timeout: float, secret: bytes) -> tuple[str, dict[int, int]]:
+    """(owner, {region id: length}) of the engine at `name` ("host:port"), through its authenticated
+    handshake (`secret`: the cluster's): what a master checks a segment's mount against
+    (TransferEngine.set_owner). Raises the engine's errors (unreachable, PermissionDenied)."""
+    owner, lengths = _core.fetch_owned_regions(name, max(1, int(timeout * 1000)), secret)
+    return str(owner), {int(k): int(v) for k, v in lengths.items()}

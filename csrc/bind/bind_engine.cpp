@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "bind/status_error.h"
+#include "engine/bootstrap.h"
 #include "engine/engine.h"
 
 namespace py = pybind11;
@@ -53,6 +54,7 @@ py::dict descriptor_dict(const Engine& engine, const EngineDescriptor& s) {
     nics.append(nic);
   }
   d["nics"] = nics;
+  d["owner"] = s.owner;
   return d;
 }
 
@@ -92,6 +94,21 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
 }  // namespace
 
 void bind_engine(py::module_& m) {
+  m.def(
+      "fetch_owned_regions",
+      [](const std::string& name, int timeout_ms, const std::string& secret) {
+        auto d = [&] {
+          py::gil_scoped_release unlocked;
+          return fetch_descriptor(name, timeout_ms, secret);
+        }();
+        throw_if_error(d.status());
+        std::map<uint64_t, uint64_t> lengths;
+        for (const auto& r : d.value().regions) lengths[r.id] = r.length;
+        return std::make_pair(d.value().owner, lengths);
+      },
+      py::arg("name"), py::arg("timeout_ms"), py::arg("secret"),
+      "(owner, {region id: length}) of the engine at `name` (\"host:port\"), through its authenticated "
+      "handshake: what a master checks a segment's mount against.");
   py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", "Handle of a submitted batch.")
       .def_property_readonly("size", &Batch::size)
       .def("done", &Batch::done, "True once every request is final (applies the deadline).")
@@ -257,6 +274,8 @@ void bind_engine(py::module_& m) {
              return out;
            })
       .def("descriptor", [](Engine& e) { return descriptor_dict(e, e.descriptor()); })
+      .def("set_owner", &Engine::set_owner, py::arg("owner"),
+           "Names the client this engine's process registered as (its descriptor's owner).")
       .def("transports", &Engine::transports, "The transports this engine runs, cheapest first.")
       .def(
           "open_peer",

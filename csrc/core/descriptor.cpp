@@ -80,6 +80,7 @@ std::vector<char> encode_descriptor(const EngineDescriptor& d) {
       w.put_string(std::string(body.begin(), body.end()));
     }
   }
+  w.put_string(d.owner);
   return std::move(w.bytes());
 }
 
@@ -147,6 +148,7 @@ StatusOr<EngineDescriptor> decode_descriptor(const char* data, size_t size) {
     if (r.ok() && ids.count(id) == 0) return Status(Code::kProtocolError, "a region section names no region");
     d.region_sections[id][name] = std::vector<char>(body.begin(), body.end());
   }
+  d.owner = r.get_string(kMaxName);
   if (!r.ok() || !r.at_end()) return Status(Code::kProtocolError, "malformed descriptor body");
   return d;
 }

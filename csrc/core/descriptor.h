@@ -13,7 +13,7 @@
 
 namespace kvs {
 
-constexpr uint16_t kDescriptorVersion = 4;  // 3: the NICs of the engine's host; 4: per-region sections
+constexpr uint16_t kDescriptorVersion = 5;  // 3: host NICs; 4: per-region sections; 5: the owner
 
 // One address of a NIC of the engine's host (a NIC with two addresses is listed twice): what a peer needs
 // to pick the remote end of a path (same subnet or rail first) and to weigh it.
@@ -36,6 +36,9 @@ struct EngineDescriptor {
   // Per exported region, what a transport needs to reach it (UCX: the packed remote key), by region id
   // then transport name; only that transport parses it.
   std::map<uint64_t, std::map<std::string, std::vector<char>>> region_sections;
+  // Who the engine's process is to its master (the client id its session registered; "" before): the
+  // master mounts a segment of this engine only for that client (a mount names its engine and region).
+  std::string owner;
 
   const RegionInfo* find_region(uint64_t id) const;
   const std::vector<char>* section(const std::string& transport) const;

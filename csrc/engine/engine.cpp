@@ -212,11 +212,20 @@ void Engine::stop() {
   registry_->remove_all();
 }
 
+void Engine::set_owner(std::string owner) {
+  std::lock_guard<std::mutex> lock(owner_mu_);
+  owner_ = std::move(owner);
+}
+
 EngineDescriptor Engine::descriptor() const {
   EngineDescriptor d;
   d.engine_id = id_;
   d.host_id = host_id_;
   d.name = name_;
+  {
+    std::lock_guard<std::mutex> lock(owner_mu_);
+    d.owner = owner_;
+  }
   for (const auto& t : transports_) {
     auto section = t.transport->descriptor_section();
     if (!section.empty()) d.sections[t.entry->name] = std::move(section);

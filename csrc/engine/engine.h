@@ -69,6 +69,8 @@ class Engine {
   uint64_t id() const { return id_; }
   MemoryRegistry& registry() { return *registry_; }
   EngineDescriptor descriptor() const;
+  // Names the client this engine's process registered as (EngineDescriptor::owner).
+  void set_owner(std::string owner);
   // The transports this engine runs, cheapest first.
   std::vector<std::string> transports() const;
   // Enabled transports that serve and reach nobody here, and why.
@@ -131,6 +133,8 @@ class Engine {
   uint64_t id_;
   std::string name_;
   std::string host_id_;
+  mutable std::mutex owner_mu_;
+  std::string owner_;
   std::vector<NicAddress> nics_;  // found when constructed
   std::shared_ptr<MemoryRegistry> registry_;
   std::unique_ptr<CopyPool> pool_;

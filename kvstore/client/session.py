@@ -63,6 +63,7 @@ class Session:
             self.client_id = uuid.uuid4().hex
             self.token = m.new_token()  # requests in this process's name carry it
             self.master.identify(self.client_id, self.token)
+            engine.set_owner(self.client_id)  # (the master mounts this engine's regions for us only)
             self.host_id = engine.host_id
             self.node_id = f"{self.host_id}/{node_name}" if node_name else ""
             self.engine = engine

@@ -91,6 +91,12 @@ class MasterConfig(Component):
     max_connections_per_peer: int = setting(
         4096, "Authenticated connections from one host at once; beyond it, TooManyConnectionsError."
     )
+    verify_mounts: bool = setting(
+        True,
+        "Check each segment mount against the engine it names (through its authenticated handshake: the "
+        "mounting client owns it and it exports the region, at least that size) before placing on it; "
+        "off only where the master cannot reach the nodes' handshake ports.",
+    )
     frame_timeout: float = setting(
         10.0,
         "A request frame begun must arrive whole within this; a connection that leaves one half-sent longer "

@@ -10,10 +10,17 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    MasterUnavailableError,
+    NotSupportedError,
+    PermissionDeniedError,
+)
 from kvstore.master import node_work, reads
 from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
+from kvstore.master.mount_check import MountCheck
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import messages as m
@@ -58,11 +65,15 @@ class Handlers:
         epoch: int = 0,
         watch: LoopWatch | None = None,
         paths: PathReports | None = None,
+        mounts: MountCheck | None = None,
     ) -> None:
         """`describe()`: the cluster status (the server's: it knows its address and rates). `epoch`: this
         master's term as its cluster's leader (0: no HA), told to every client in Hello. `watch`: the
-        server's loop watch (stats carry it; the scrape-time requests are timed by it)."""
+        server's loop watch (stats carry it; the scrape-time requests are timed by it). `mounts`: checks
+        each segment mount against its engine (None: mounts are taken as said)."""
         self.state = state
+        self.mounts = mounts
+        self.mounts_timeout = mounts.timeout if mounts is not None else 0.0
         self.watch = watch or LoopWatch()
         self.paths = paths if paths is not None else PathReports(state.config.client_ttl)
         self.describe = describe
@@ -137,7 +148,31 @@ class Handlers:
     def close_client(self, r: m.CloseClient) -> None:
         self.state.drop_client(r.client_id)
 
-    def mount_segment(self, r: m.MountSegment) -> int:
+    def mount_segment(self, r: m.MountSegment) -> int | Deferred:
+        """Mounts once the engine it names confirmed it (kvstore.master.mount_check), when checked."""
+        if self.mounts is None:
+            return self._mount(r)
+        self.state.check_client(r.client_id)  # (before a handshake is spent on it)
+        refusal: list[str | None] = []
+
+        def mounted() -> int:
+            if not refusal:
+                took = f"the check of engine {r.engine} took over {self.mounts_timeout} s"
+                raise MasterUnavailableError(took)
+            if refusal[0] is not None:
+                raise PermissionDeniedError(f"segment not mounted: {refusal[0]}")
+            return self._mount(r)
+
+        reply = Deferred(mounted, self.mounts_timeout + 1.0)
+
+        def checked(why: str | None) -> None:
+            refusal.append(why)
+            reply.ready()
+
+        self.mounts.check(r.client_id, r.engine, r.region_id, r.size, checked)
+        return reply
+
+    def _mount(self, r: m.MountSegment) -> int:
         return self.state.mount_segment(
             r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots, r.restoring
         )

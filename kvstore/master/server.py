@@ -26,6 +26,7 @@ from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.loop_watch import LoopTurns, LoopWatch
 from kvstore.master.metrics import MasterMetrics
+from kvstore.master.mount_check import MountCheck
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
@@ -34,6 +35,8 @@ from kvstore.rpc.messages import REQUESTS
 from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.master")
+REPLY_FLUSH = 256 << 10  # replies written out at least this often while a read's requests are answered
+MOUNT_CHECK_SECONDS = 5.0  # a mount's check (the engine's handshake) gives up after this
 
 
 class Master:
@@ -80,6 +83,9 @@ class Master:
         loop = asyncio.get_running_loop()
         if isinstance(loop, MasterLoop):
             self.watch.turns = loop.turns
+        if self.config.verify_mounts:
+            self.handlers.mounts = MountCheck(loop, self.secret, MOUNT_CHECK_SECONDS)
+            self.handlers.mounts_timeout = MOUNT_CHECK_SECONDS
         if self._sock is not None:
             rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock)
         else:
@@ -109,6 +115,8 @@ class Master:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.handlers.mounts is not None:
+            self.handlers.mounts.close()
 
     async def serve_forever(self) -> None:
         await self.start()
@@ -293,6 +301,7 @@ class _RpcProtocol(asyncio.Protocol):
         self.counted = False  # in master.per_peer
         self.frame_timer: asyncio.TimerHandle | None = None  # runs while a frame is half-arrived
         self.held = 0  # bytes of it buffered (in master.buffered)
+        self.writing_paused = False  # the peer does not read its replies: no more are made meanwhile
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -364,6 +373,10 @@ class _RpcProtocol(asyncio.Protocol):
             if not data:
                 return
         self.buffer += data
+        self._serve_buffer()
+
+    def _serve_buffer(self) -> None:
+        assert self.transport is not None
         replies: list[bytes] = []
         answered = self._answer(replies)
         self.master.run_ready()
@@ -399,19 +412,24 @@ class _RpcProtocol(asyncio.Protocol):
     # Back-pressure: a peer that does not read its replies is not read from either (asyncio's transport
     # calls these around its write buffer's high-water mark), so its replies never pile up here.
     def pause_writing(self) -> None:
+        self.writing_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+            if self.buffer:  # frames that arrived with the last read and waited
+                asyncio.get_running_loop().call_soon(self._serve_buffer)
 
     def _answer(self, replies: list[bytes]) -> bool:
         """Answers every whole frame in the buffer (into `replies`; deferred ones later); whether there
         was one."""
         assert self.transport is not None
         answered = False
-        while len(self.buffer) >= rpc.HEADER_SIZE:
+        pending = 0  # bytes in `replies`: written out every REPLY_FLUSH, so a full write buffer stops us
+        while len(self.buffer) >= rpc.HEADER_SIZE and not self.writing_paused:
             try:
                 n = rpc.frame_length(bytes(self.buffer[: rpc.HEADER_SIZE]))
                 if len(self.buffer) < rpc.HEADER_SIZE + n:
@@ -432,6 +450,11 @@ class _RpcProtocol(asyncio.Protocol):
                 self._later(msg_id, reply)
             else:
                 replies.append(rpc.pack(reply))
+                pending += len(replies[-1])
+                if pending >= REPLY_FLUSH:
+                    self.transport.write(b"".join(replies))  # (may pause writing: see pause_writing)
+                    replies.clear()
+                    pending = 0
         return answered
 
     def _later(self, msg_id: int, deferred: Deferred) -> None:

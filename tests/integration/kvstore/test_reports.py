@@ -5,6 +5,7 @@ which made most puts and gets fail for everyone, changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from kvstore.client.master_client import MasterClient
 from kvstore.errors import PermissionDeniedError
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m
+from transfer_engine import TransferEngine
 from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
@@ -76,3 +78,40 @@ def test_one_clients_reports_of_a_live_node_change_nothing_for_the_others(
         assert second.batch_get(keys) == [b"v" * 4096] * 20
         assert all(second.batch_exists(keys))
         assert outsider.call(m.Stats())["suspected_segments"] == 0
+
+
+def test_a_mount_is_checked_against_the_engine_it_names(
+    master: EmbeddedMaster, outsider: MasterClient
+) -> None:
+    """The fake-mount attack: a client mounting a region of a real node's engine (or a made-up one) had
+    the master place other clients' objects where nobody could read them."""
+    outsider.identify("made-up", TOKEN)
+    with Store.connect(master.address, segment_size=8 << 20) as node:
+        engine = node.session.engine.name
+        region = max((r for r in node.session.engine.regions() if r.exported), key=lambda r: r.length)
+        cases = {
+            "is not this client's": (engine, region.id, region.length),  # another client's engine
+            "could not reach": ("127.0.0.1:9", 1, 1 << 20),  # (port 9: nothing listens)
+        }
+        for why, (name, region_id, size) in cases.items():
+            with pytest.raises(PermissionDeniedError, match=why):
+                outsider.call(m.MountSegment("made-up", name, region_id, size, "elsewhere", 1024))
+        stats = outsider.call(m.Stats())
+        assert stats["segments"] == 1  # the node's own only
+        keys = [f"k{i}" for i in range(30)]
+        assert node.batch_put_from(keys, [b"v" * 4096] * 30) == [0] * 30
+        assert node.batch_get(keys) == [b"v" * 4096] * 30
+    client = MasterClient(master.address, secret=SECRET.encode())
+    with TransferEngine() as own, contextlib.closing(client):
+        token = m.new_token()
+        client.identify("own-engine", token)
+        client.call(m.RegisterClient(client_id="own-engine", host_id="h", token=token))
+        own.set_owner("own-engine")
+        buffer = own.allocate(1 << 20)  # (exported)
+        for why, (region_id, size) in {
+            "exports no region": (buffer.id + 1000, 1 << 20),
+            "holds 1048576 bytes, not": (buffer.id, 2 << 20),
+        }.items():
+            with pytest.raises(PermissionDeniedError, match=why):
+                client.call(m.MountSegment("own-engine", own.name, region_id, size, "h", 1024))
+        assert client.call(m.MountSegment("own-engine", own.name, buffer.id, 1 << 20, "h", 1024)) >= 1

@@ -44,7 +44,7 @@ def test_unknown_opcode_and_version() -> None:
         _tools.decode_frame_header(bytes(raw))
 
 
-@pytest.mark.parametrize("version", [1, 3, 5, 0xFFFF])  # this engine speaks 4
+@pytest.mark.parametrize("version", [1, 3, 4, 6, 0xFFFF])  # this engine speaks 5
 def test_a_descriptor_of_another_version_is_a_clear_error(version: int) -> None:
     import struct
 
