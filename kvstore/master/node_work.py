@@ -1,6 +1,6 @@
 """A storage node's one channel of work (AwaitWork): what it reports (kills applied, holds received,
-copies and disk orders finished) goes to the parts that wait for it, and what is queued for it (kills,
-holds, copies, disk drops and orders) goes back in one reply."""
+copies, disk orders and checksum checks finished) goes to the parts that wait for it, and what is queued
+for it (kills, holds, copies, disk drops and orders, checks) goes back in one reply."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ def take_reports(state: MasterState, r: m.AwaitWork, epoch: int) -> None:
     if r.disk_done:
         state.disk.complete(r.client_id, [m.DiskResult(order, ok) for order, ok in r.disk_done])
         state.plan_demotions()
+    for check, intact in r.checked:
+        state.confirm_corrupt(r.client_id, check, intact)
 
 
 def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:
@@ -43,8 +45,9 @@ def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:
         state.replicator.tasks_for(client_id, m.RESULTS_BATCH),
         disk.take_drops(client_id),
         disk.take(client_id, m.RESULTS_BATCH),
+        state.corrupt_checks.take(client_id, m.RESULTS_BATCH),
     )
 
 
 def has_work(work: m.NodeWork) -> bool:
-    return bool(work.fences or work.holds or work.copies or work.disk_drops or work.disk_orders)
+    return any((work.fences, work.holds, work.copies, work.disk_drops, work.disk_orders, work.checks))

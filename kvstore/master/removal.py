@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kvstore.errors import ObjectBusyError, ObjectNotFoundError
 from kvstore.master.changes import ReplicaDropped
+from kvstore.master.model import Replica
 from kvstore.master.state_core import StateCore
 from kvstore.master.victims import RoomComing
 
@@ -28,18 +29,23 @@ class Removal(StateCore):
         return [m.key for m in doomed]
 
     def report_corrupt(self, key: str, engine: str, region_id: int, offset: int, checksum: int) -> None:
-        """A reader's checksum failed on this replica: it is dropped (the object goes with its last
-        replica) and the object is planned for re-replication up to the count it was put with. Ignored
-        unless the reader expected this object's checksum (its location may be stale)."""
-        meta = self.objects.get(key)
-        if meta is None or not meta.complete or meta.checksum != checksum:
+        """A reader's checksum failed on this replica: the node holding it is asked to hash its bytes
+        (kvstore.master.corrupt_checks); confirm_corrupt acts on its answer. Ignored unless the reader
+        expected this object's checksum (its location may be stale)."""
+        found = self._replica_at(key, engine, region_id, offset, checksum)
+        if found is not None:
+            self.corrupt_checks.ask(key, found, self.objects[key].size, checksum)
+
+    def confirm_corrupt(self, client_id: str, check_id: int, intact: bool) -> None:
+        """The node's answer to a check: a replica whose bytes failed is dropped (the object goes with its
+        last replica) and the object is planned for re-replication up to the count it was put with."""
+        failed = self.corrupt_checks.answer(client_id, check_id, intact)
+        if failed is None:
             return
-        for replica in meta.replicas:
-            seg = replica.segment
-            if (seg.engine, seg.region_id, replica.offset) == (engine, region_id, offset):
-                break
-        else:
-            return  # already dropped, or a stale location
+        key, replica, checksum = failed
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete or meta.checksum != checksum or replica not in meta.replicas:
+            return  # gone, or rewritten, since it was reported
         self.ledger.apply([ReplicaDropped(key, replica)])
         self.space.free(key, replica, read_until=meta.lease_until)
         self.counters.corrupt_replicas += 1
@@ -47,6 +53,18 @@ class Removal(StateCore):
             self._delete(meta)
         else:
             self.replicator.touched.add(key)
+
+    def _replica_at(
+        self, key: str, engine: str, region_id: int, offset: int, checksum: int
+    ) -> Replica | None:
+        meta = self.objects.get(key)
+        if meta is None or not meta.complete or meta.checksum != checksum:
+            return None
+        for replica in meta.replicas:
+            seg = replica.segment
+            if (seg.engine, seg.region_id, replica.offset) == (engine, region_id, offset):
+                return replica
+        return None  # already dropped, or a stale location
 
     def _evict_one(
         self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_room: bool = False

@@ -50,6 +50,7 @@ class MasterState(Membership, Puts, Access):
             self.counters.reclaimed_puts += 1
             self._delete(meta)
         self.judge_unreachable_reports()
+        self.corrupt_checks.expire()
         self.replicator.expire()
         self.disk.expire()
         self.ledger.lapse_fences()
@@ -70,6 +71,8 @@ class MasterState(Membership, Puts, Access):
             "replica_copy_failures": self.replicator.copies_failed,
             "replicas_dropped": self.replicator.dropped,
             "copy_tasks": len(self.replicator.tasks),
+            "corrupt_checks": self.corrupt_checks.pending(),
+            "corrupt_reports_refuted": self.corrupt_checks.refuted,
             **self.space.fences.stats(),
             **self.space.holds.stats(),
             **self.disk.stats(),

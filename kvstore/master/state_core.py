@@ -11,6 +11,7 @@ from typing import Any
 from kvstore.config.master import MasterConfig
 from kvstore.errors import NotFoundError
 from kvstore.master.changes import ObjectDropped, ReplicaAdded
+from kvstore.master.corrupt_checks import CorruptChecks
 from kvstore.master.disk_tier import DiskTier
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.fences import FenceBook
@@ -43,6 +44,7 @@ class StateCore:
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
+        self.corrupt_checks = CorruptChecks(polls.wake, clock)  # reported corrupt: its node checks first
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
         # Every tier's space, one interface (kvstore.master.tiers): memory, then disk.
         self.tiers: tuple[TierSpace[Any, Any], ...] = (self.space, self.disk.disk_space)

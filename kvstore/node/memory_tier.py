@@ -119,6 +119,19 @@ class MemoryTier:
     def hold(self, holds: list[m.HeldReplica]) -> None:
         self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
 
+    def check(self, checks: list[m.ChecksumCheck]) -> list[tuple[int, bool]]:
+        """(check, whether the allocation's bytes still match the checksum) for each: the master drops a
+        replica a reader reported corrupt only on this node's word. One of another region, or outside the
+        segment, is answered intact (a doubt never drops a replica)."""
+        array, out = self.segment.array, []
+        for c in checks:
+            if array is None or c.region_id != self.segment.id or c.offset + c.size > array.size:
+                out.append((c.check, True))
+                continue
+            digest = xxhash.xxh3_64_intdigest(array[c.offset : c.offset + c.size].data)
+            out.append((c.check, digest == c.checksum))
+        return out
+
     def copy_in(self, task: m.CopyTask) -> bool:
         """Writes a copy into this tier: reads the replica from its source into our allocation and
         verifies it (its checksum) before it is reported."""

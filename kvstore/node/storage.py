@@ -55,7 +55,8 @@ class StorageNode:
             threading.Thread(target=self._copy_loop, name=f"kvstore-copy-{i}", daemon=True)
             for i in range(config.copy_workers)
         ]
-        self.work = WorkChannel(session, self.memory.apply_fences, self.memory.hold, self._queue_copies)
+        memory = self.memory
+        self.work = WorkChannel(session, memory.apply_fences, memory.hold, self._queue_copies, memory.check)
         self.disk: DiskWorker | None = None
         if config.disk:
             self.disk = DiskWorker(

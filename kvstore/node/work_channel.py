@@ -1,5 +1,6 @@
 """A storage node's one channel of work from the master (AwaitWork): a long poll on a thread of its own
-that brings kills, holds, replica copies and disk orders, and carries back what the node did.
+that brings kills, holds, replica copies, disk orders and checksum checks, and carries back what the node
+did.
 
 Results are reported as they come (a finished copy or disk batch sends them at once, in a call that does
 not wait) and every other call carries what is left: each report goes out in bounded chunks, so a large
@@ -26,21 +27,28 @@ POLL_SECONDS = 2.0  # how long one AwaitWork waits for work before asking again
 FenceHandler = Callable[[list[m.FenceOrder]], list[int]]  # applies kills; returns the ids applied
 HoldHandler = Callable[[list[m.HeldReplica]], None]
 CopyHandler = Callable[[list[m.CopyTask]], None]
+CheckHandler = Callable[[list[m.ChecksumCheck]], list[tuple[int, bool]]]  # (check, bytes intact)
 DiskHandler = Callable[[list[m.DiskDrop], list[m.DiskOrder]], None]
 
 
 class WorkChannel:
     def __init__(
-        self, session: Session, fences: FenceHandler, holds: HoldHandler, copies: CopyHandler
+        self,
+        session: Session,
+        fences: FenceHandler,
+        holds: HoldHandler,
+        copies: CopyHandler,
+        checks: CheckHandler,
     ) -> None:
         self.session = session
-        self._fences, self._holds, self._copies = fences, holds, copies
+        self._fences, self._holds, self._copies, self._checks = fences, holds, copies, checks
         self.disk: DiskHandler | None = None  # set by the node's disk worker, if it has one
         self._lock = threading.Lock()  # the outbox below
         self._acked: list[int] = []  # kills applied, to acknowledge
         self._held_through = 0  # the last hold received and kept
         self._copied: list[tuple[int, bool]] = []
         self._disk_done: list[tuple[int, bool]] = []
+        self._checked: list[tuple[int, bool]] = []
         self._dispatching = threading.Lock()  # replies are handled one at a time, in arrival order
         self._thread = threading.Thread(target=self._poll_loop, name="kvstore-work", daemon=True)
 
@@ -93,7 +101,7 @@ class WorkChannel:
 
     def _backlog(self) -> bool:
         with self._lock:
-            return bool(self._acked or self._copied or self._disk_done)
+            return bool(self._acked or self._copied or self._disk_done or self._checked)
 
     def _exchange(self, wait: float) -> bool:
         """One AwaitWork; True when reports are waiting to go still (held back by the bounds, or made by
@@ -103,6 +111,7 @@ class WorkChannel:
             acked, self._acked = self._acked[: m.FENCE_BATCH], self._acked[m.FENCE_BATCH :]
             copied, self._copied = self._copied[: m.RESULTS_BATCH], self._copied[m.RESULTS_BATCH :]
             done, self._disk_done = self._disk_done[: m.RESULTS_BATCH], self._disk_done[m.RESULTS_BATCH :]
+            checked, self._checked = self._checked[: m.RESULTS_BATCH], self._checked[m.RESULTS_BATCH :]
             request = m.AwaitWork(
                 client_id=s.client_id,
                 wait=wait,
@@ -111,6 +120,7 @@ class WorkChannel:
                 held_through=self._held_through,
                 copied=copied,
                 disk_done=done,
+                checked=checked,
             )
         try:
             work: m.NodeWork = s.master.call(request, timeout=wait + s.config.rpc_timeout, long_poll=wait > 0)
@@ -119,6 +129,7 @@ class WorkChannel:
         except KVStoreError:
             with self._lock:  # sent again with the next call (a report the master already had is ignored)
                 self._acked[:0], self._copied[:0], self._disk_done[:0] = acked, copied, done
+                self._checked[:0] = checked
             raise
         if work.epoch < s.master.epoch:
             log.warning("dropped work from a deposed leader (epoch %d < %d)", work.epoch, s.master.epoch)
@@ -138,6 +149,10 @@ class WorkChannel:
                     self._acked = list(dict.fromkeys(self._acked + applied))
             if work.copies:
                 self._copies(work.copies)
+            if work.checks:
+                checked = self._checks(work.checks)
+                with self._lock:
+                    self._checked += checked
             if work.disk_drops or work.disk_orders:
                 if self.disk is not None:
                     self.disk(work.disk_drops, work.disk_orders)
@@ -148,3 +163,4 @@ class WorkChannel:
     def _forget(self) -> None:
         with self._lock:
             self._acked, self._copied, self._disk_done, self._held_through = [], [], [], 0
+            self._checked = []

@@ -19,6 +19,7 @@ from kvstore.rpc import validate as v
 from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them messages.X
     DISK,
     MEMORY,
+    ChecksumCheck,
     CopyTask,
     DiskDrop,
     DiskOrder,
@@ -44,7 +45,8 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # 7: one Location record for every tier (memory replicas and disk records alike); one channel of node
 # work (AwaitWork: fences, holds, copies, disk orders, and their results), which carries the epoch
 # 8: heartbeats carry the NIC paths of the process's transfer engine (Heartbeat.paths)
-# 9: a client registers with a token of its own, and reports (ReportReplicas) carry it
+# 9: a client registers with a token of its own, and requests in its name carry it; a node checks a
+# replica reported corrupt before it is dropped (NodeWork.checks, AwaitWork.checked)
 PROTOCOL_VERSION = 9
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
@@ -296,6 +298,7 @@ class AwaitWork(Request):
     held_through: int = 0  # the node has every hold numbered up to this (NodeWork.holds)
     copied: list[tuple[int, bool]] = field(default_factory=list)  # (copy task, ok)
     disk_done: list[tuple[int, bool]] = field(default_factory=list)  # (disk order, ok)
+    checked: list[tuple[int, bool]] = field(default_factory=list)  # (checksum check, the bytes intact)
     token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
@@ -308,12 +311,13 @@ class AwaitWork(Request):
             v.integer(p, "held_through", 0, U64) if "held_through" in p else 0,
             _results(p, "copied") if "copied" in p else [],
             _results(p, "disk_done") if "disk_done" in p else [],
+            _results(p, "checked") if "checked" in p else [],
         )
 
     @staticmethod
     def decode_reply(obj: Any) -> NodeWork:
-        epoch, fences, holds, copies, drops, orders = _record(NodeWork, obj)
-        if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders)):
+        epoch, fences, holds, copies, drops, orders, checks = _record(NodeWork, obj)
+        if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders, checks)):
             raise ProtocolError("master sent a malformed await_work reply")
         # One hold per put object: checked in C loops over the batch (the catalog checks every field it
         # reads back), made records by tuple.__new__ in one (a Python call each was a fifth of a node's
@@ -338,7 +342,10 @@ class AwaitWork(Request):
         if any(not isinstance(d.offset, int) or not isinstance(d.key, str) for d in disk_drops):
             raise ProtocolError("master sent a malformed DiskDrop")
         fence_orders = [_record(FenceOrder, f) for f in fences]
-        return NodeWork(epoch, fence_orders, held, tasks, disk_drops, disk_orders)
+        checksum_checks = [_record(ChecksumCheck, c) for c in checks]
+        if not all(type(x) is int for c in checksum_checks for x in c):
+            raise ProtocolError("master sent a malformed ChecksumCheck")
+        return NodeWork(epoch, fence_orders, held, tasks, disk_drops, disk_orders, checksum_checks)
 
 
 @dataclass

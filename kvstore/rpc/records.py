@@ -93,6 +93,19 @@ class CopyTask(NamedTuple):
     gen: int
 
 
+class ChecksumCheck(NamedTuple):
+    """The master asks a node whether the bytes of one of its allocations match an object's checksum (a
+    reader reported the replica corrupt; kvstore.master.corrupt_checks)."""
+
+    check: int
+    region_id: int
+    offset: int
+    size: int
+    slot: int
+    gen: int
+    checksum: int
+
+
 class RegisterReply(NamedTuple):
     heartbeat_interval: float
     client_ttl: float
@@ -128,7 +141,8 @@ class HeldReplica(NamedTuple):
 class NodeWork(NamedTuple):
     """The reply to a node's AwaitWork, every kind of work for it in one: kills to apply, replicas it now
     holds, replica copies to make, disk records to forget and disk orders to run (in that order: a drop
-    frees space a later order may reuse). `epoch`: the leader's term that sends it (0 without HA)."""
+    frees space a later order may reuse), and replicas to check. `epoch`: the leader's term that sends it
+    (0 without HA)."""
 
     epoch: int
     fences: list[FenceOrder]
@@ -136,6 +150,7 @@ class NodeWork(NamedTuple):
     copies: list[CopyTask]
     disk_drops: list[DiskDrop]
     disk_orders: list[DiskOrder]
+    checks: list[ChecksumCheck]  # replicas reported corrupt, to hash and answer
 
 
 class HeartbeatReply(NamedTuple):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 
 from kvstore import Store
 from kvstore.procs import kvstore_process
@@ -84,6 +85,13 @@ def test_bad_input_fails_alone_and_clearly() -> None:
             engine.submit(Op.READ, [remote.addr], target, remote.id, [2**64], 16)
 
 
+def _eventually(done: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
 def _corrupt(store: Store, location: object) -> None:
     """Overwrites 16 bytes of a replica in place (any peer holding the region's key could)."""
     _tier, _host, engine, region, offset, slot, gen, _path = location  # type: ignore[misc]
@@ -111,8 +119,13 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
             if store.stats_local.checksum_mismatches:
                 break
         assert store.stats_local.checksum_mismatches == 1
-        (after,) = store.master.call(m.GetReplicas(keys=["two"]))
-        assert [r[:5] for r in after.locations] == [found.locations[1][:5]]  # the bad replica was dropped
+
+        def locations() -> list[object]:
+            (after,) = store.master.call(m.GetReplicas(keys=["two"]))
+            return [r[:5] for r in after.locations]
+
+        # the bad replica is dropped once its node confirmed its bytes fail (a check on its work channel)
+        _eventually(lambda: locations() == [found.locations[1][:5]])
         assert store.stats()["master"]["corrupt_replicas"] == 1
 
         store.put("one", payload)
@@ -122,7 +135,7 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
         store.register_buffer(buffer)  # zero-copy: the transfer lands in the caller's memory
         assert store.get_into("one", buffer) == MISS
         assert not buffer.any()  # a miss leaves no corrupt bytes behind (documented)
-        assert not store.exists("one")  # its only replica was bad: the object is gone
+        _eventually(lambda: not store.exists("one"))  # its only replica was bad: the object is gone
 
 
 def test_a_dead_node_is_avoided_within_a_heartbeat_not_after_the_client_ttl() -> None:

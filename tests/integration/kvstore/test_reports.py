@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -61,6 +62,13 @@ def test_a_report_in_another_clients_name_is_refused(master: EmbeddedMaster, out
         assert store.get("kept") == b"x" * 4096  # the forged corrupt report dropped nothing
         stats = outsider.call(m.Stats())
         assert stats["suspected_segments"] == 0 and stats["corrupt_replicas"] == 0
+        # In its own name, a "corrupt" report of a good replica is checked by the node that holds it
+        outsider.call(m.ReportReplicas("made-up", [], corrupt, token=TOKEN))
+        deadline = time.monotonic() + 5
+        while outsider.call(m.Stats())["corrupt_reports_refuted"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert store.get("kept") == b"x" * 4096 and outsider.call(m.Stats())["corrupt_replicas"] == 0
 
 
 def test_one_clients_reports_of_a_live_node_change_nothing_for_the_others(

@@ -212,6 +212,14 @@ def test_a_node_that_never_acknowledges_cannot_grow_the_waiters() -> None:
 )
 def test_a_node_refuses_a_malformed_hold(hold: list[object]) -> None:
     good = [2, 1, 0, 0, 1, "k", 8, 9, False, 1]
-    assert m.AwaitWork.decode_reply([0, [], [good], [], [], []]).holds == [m.HeldReplica(*good)]
+    assert m.AwaitWork.decode_reply([0, [], [good], [], [], [], []]).holds == [m.HeldReplica(*good)]
     with pytest.raises(ProtocolError, match="malformed HeldReplica"):
-        m.AwaitWork.decode_reply([0, [], [good, hold], [], [], []])
+        m.AwaitWork.decode_reply([0, [], [good, hold], [], [], [], []])
+
+
+@pytest.mark.parametrize("check", [[1, 1, 0, 8, 0, 1], [1, 1, 0, 8, 0, 1, "9"], [1, 1, 0, 8, 0, 1, None]])
+def test_a_node_refuses_a_malformed_checksum_check(check: list[object]) -> None:
+    good = [1, 1, 0, 8, 0, 1, 9]
+    assert m.AwaitWork.decode_reply([0, [], [], [], [], [], [good]]).checks == [m.ChecksumCheck(*good)]
+    with pytest.raises(ProtocolError, match="malformed ChecksumCheck"):
+        m.AwaitWork.decode_reply([0, [], [], [], [], [], [good, check]])
