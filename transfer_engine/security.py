@@ -5,6 +5,8 @@ process listens on loopback only, unless told it may be reached insecurely.
     KVSTORE_CLUSTER_SECRET        the secret itself
     KVSTORE_CLUSTER_SECRET_FILE   a file holding it (readable by its owner only; `kvstore secret new`)
     KVSTORE_INSECURE=1            listen beyond loopback with no secret (said at start and in status)
+    KVSTORE_TLS_CERT, _KEY, _CA   TLS for the master RPC (kvstore.rpc.tls): a master with a certificate
+                                  serves TLS; a client with a CA verifies the master against it
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ class SecurityConfig(Settings):
     insecure: bool = setting(
         False, "Listen beyond loopback with no cluster secret: anyone who reaches a port may use it."
     )
+    tls_cert: str = setting(
+        "", "PEM certificate (chain): a master serves its RPC over TLS with it; a client presents it (mTLS)."
+    )
+    tls_key: str = setting("", "PEM private key of tls_cert (readable by its owner only).")
+    tls_ca: str = setting(
+        "",
+        "PEM CA bundle: a client speaks TLS to the master and verifies it against this; a master with a "
+        "certificate also requires clients to present one it signed (mTLS).",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -44,6 +55,12 @@ class SecurityConfig(Settings):
             raise InvalidArgumentError(
                 "KVSTORE_CLUSTER_SECRET and KVSTORE_CLUSTER_SECRET_FILE are both set: name the secret once"
             )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise InvalidArgumentError("KVSTORE_TLS_CERT and KVSTORE_TLS_KEY go together: both or neither")
+        for name in ("tls_cert", "tls_key", "tls_ca"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise InvalidArgumentError(f"KVSTORE_{name.upper()} names no file: {path}")
         if self.cluster_secret and len(self.cluster_secret) < MIN_SECRET_CHARS:
             raise InvalidArgumentError(
                 f"KVSTORE_CLUSTER_SECRET is shorter than {MIN_SECRET_CHARS} characters (`kvstore secret new`)"

@@ -8,9 +8,10 @@ import contextlib
 import itertools
 import select
 import socket
+import ssl
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from kvstore import rpc
 from kvstore.client.leader import AddressList, Locator
@@ -21,6 +22,7 @@ from kvstore.errors import (
     PermissionDeniedError,
     error_for_code,
 )
+from kvstore.rpc import tls
 from kvstore.rpc.auth import client_handshake
 from kvstore.rpc.messages import OWN_NAME, PROTOCOL_VERSION, Hello, HelloReply, Request
 from transfer_engine.security import SecurityConfig
@@ -37,11 +39,15 @@ class MasterClient:
         timeout: float = 10.0,
         busy_poll_us: int = 100,
         secret: bytes | None = None,
+        tls_context: ssl.SSLContext | Literal["env"] | None = "env",
     ) -> None:
         """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
         Locator (kvstore.client.leader: the leader etcd names). Each connection opened asks it again.
-        `secret`: the cluster secret each connection proves it knows (from the environment if None)."""
-        self.secret = SecurityConfig.load().secret() if secret is None else secret
+        `secret`: the cluster secret each connection proves it knows (from the environment if None).
+        `tls_context`: TLS to the master (kvstore.rpc.tls; "env": from KVSTORE_TLS_*; None: plain TCP)."""
+        security = SecurityConfig.load()
+        self.secret = security.secret() if secret is None else secret
+        self.tls = tls.client_context(security) if tls_context == "env" else tls_context
         self.locator = address if isinstance(address, Locator) else AddressList(address)
         self.address = self.locator.describe()  # the master last connected to, once there is one
         self.timeout = timeout
@@ -141,6 +147,12 @@ class MasterClient:
         try:
             sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls is not None:
+                try:
+                    sock = self.tls.wrap_socket(sock, server_hostname=host)
+                except ssl.SSLError as exc:  # (an OSError: said as TLS's, not a lost master)
+                    sock.close()
+                    raise PermissionDeniedError(f"master {address}: TLS: {exc}") from exc
             client_handshake(sock, self.secret, address)
             _, code, message, result = _exchange(sock, 0, Hello(PROTOCOL_VERSION))
             if code:
@@ -203,6 +215,16 @@ def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:
     try:
         if not poller.poll(0):
             return False
+        if isinstance(sock, ssl.SSLSocket):  # (no peeking through TLS: nothing is owed, so any byte is out
+            timeout = sock.gettimeout()  # of step: EOF, a close_notify or not, ends the connection)
+            sock.setblocking(False)
+            try:
+                sock.recv(1)
+            except ssl.SSLWantReadError:
+                return False  # (a TLS record that carried no data, e.g. a session ticket)
+            finally:
+                sock.settimeout(timeout)
+            return True
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except OSError:
         return True

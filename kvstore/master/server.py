@@ -30,7 +30,7 @@ from kvstore.master.mount_check import MountCheck
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
-from kvstore.rpc import auth
+from kvstore.rpc import auth, tls
 from kvstore.rpc.messages import REQUESTS
 from transfer_engine.security import SecurityConfig
 
@@ -58,6 +58,7 @@ class Master:
         self.security = security or SecurityConfig.load()
         self.security.check_listen(self.config.host, "the master")
         self.secret = self.security.secret()
+        self.tls = tls.server_context(self.security)  # None: plain TCP
         self.state = MasterState(self.config)
         self.rates = RateWindow()
         self.started = time.monotonic()
@@ -87,10 +88,10 @@ class Master:
             self.handlers.mounts = MountCheck(loop, self.secret, MOUNT_CHECK_SECONDS)
             self.handlers.mounts_timeout = MOUNT_CHECK_SECONDS
         if self._sock is not None:
-            rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock)
+            rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock, ssl=self.tls)
         else:
             rpc_server = await loop.create_server(
-                lambda: _RpcProtocol(self), self.config.host, self.config.port
+                lambda: _RpcProtocol(self), self.config.host, self.config.port, ssl=self.tls
             )
         self._servers.append(rpc_server)
         self.address = _address(rpc_server)
@@ -161,8 +162,10 @@ class Master:
     def authentication(self) -> str:
         """How connections are admitted, as `kvstore status` and the start-up line say it."""
         if self.secret:
-            return "cluster secret"
-        return "none (insecure)" if self.security.insecure else "none (loopback only)"
+            how = "cluster secret"
+        else:
+            how = "none (insecure)" if self.security.insecure else "none (loopback only)"
+        return how if self.tls is None else f"{how}; TLS {tls.describe(self.tls)}"
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this master sees it (`kvstore status`)."""
