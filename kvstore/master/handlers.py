@@ -150,18 +150,25 @@ class Handlers:
 
     def mount_segment(self, r: m.MountSegment) -> int | Deferred:
         """Mounts once the engine it names confirmed it (kvstore.master.mount_check), when checked."""
+        return self._once_checked(r.client_id, r.engine, r.region_id, r.size, lambda: self._mount(r))
+
+    def _once_checked(
+        self, client_id: str, engine: str, region_id: int, size: int, mount: Callable[[], int]
+    ) -> int | Deferred:
+        """`mount()` once the engine confirmed the client owns it and exports the region with at least
+        `size` bytes; at once when mounts are not checked."""
         if self.mounts is None:
-            return self._mount(r)
-        self.state.check_client(r.client_id)  # (before a handshake is spent on it)
+            return mount()
+        self.state.check_client(client_id)  # (before a handshake is spent on it)
         refusal: list[str | None] = []
 
         def mounted() -> int:
             if not refusal:
-                took = f"the check of engine {r.engine} took over {self.mounts_timeout} s"
+                took = f"the check of engine {engine} took over {self.mounts_timeout} s"
                 raise MasterUnavailableError(took)
             if refusal[0] is not None:
-                raise PermissionDeniedError(f"segment not mounted: {refusal[0]}")
-            return self._mount(r)
+                raise PermissionDeniedError(f"not mounted: {refusal[0]}")
+            return mount()
 
         reply = Deferred(mounted, self.mounts_timeout + 1.0)
 
@@ -169,7 +176,7 @@ class Handlers:
             refusal.append(why)
             reply.ready()
 
-        self.mounts.check(r.client_id, r.engine, r.region_id, r.size, checked)
+        self.mounts.check(client_id, engine, region_id, size, checked)
         return reply
 
     def _mount(self, r: m.MountSegment) -> int:
@@ -267,12 +274,19 @@ class Handlers:
         reads.load_all(self.state, found.loading, reply.ready)
         return reply
 
-    def mount_disk(self, r: m.MountDisk) -> int:
-        self.state.check_client(r.client_id)
-        disk = self.state.disk.mount(
-            r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
-        )
-        return disk.id
+    def mount_disk(self, r: m.MountDisk) -> int | Deferred:
+        """A disk its engine serves (`engine`, `file_region`) is checked as a segment is."""
+
+        def mount() -> int:
+            self.state.check_client(r.client_id)
+            disk = self.state.disk.mount(
+                r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
+            )
+            return disk.id
+
+        if not r.engine:
+            return mount()
+        return self._once_checked(r.client_id, r.engine, r.file_region, r.size, mount)
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
         return self.state.restore_disk(r.client_id, r.records, r.last)
