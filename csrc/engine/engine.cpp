@@ -68,6 +68,21 @@ struct Engine::Peer {
 
 namespace {
 
+// The place of a transport that could not connect while a dearer one did (ucx refused, tcp up): never
+// healthy, so the engine keeps opening it again in the background (relink_async), and whatever reaches it
+// meanwhile is handed on to the next link that moves its kinds.
+class UnconnectedChannel : public Channel {
+ public:
+  explicit UnconnectedChannel(Status why) : why_(std::move(why)) {}
+  void submit(std::vector<Slice>&& slices) override {
+    for (const auto& slice : slices) slice.lost(why_);
+  }
+  bool healthy() const override { return false; }
+
+ private:
+  Status why_;
+};
+
 // Bit (local kind, remote kind) for every pair of memory kinds a transport moves.
 uint32_t kind_pairs(const Capabilities& caps) {
   uint32_t pairs = 0;
@@ -280,7 +295,9 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
   const uint32_t wanted = kind_pairs(exported);
   std::vector<Link> links;
   uint32_t covered = 0;
-  bool fenced = false;  // a link so far checks allocation fences
+  bool fenced = false;     // a link so far checks allocation fences
+  bool connected = false;  // some link is up (a placeholder alone is no link)
+  Status first_failure;
   for (const auto& t : transports_) {
     if (transport != "auto" && transport != t.entry->name) continue;
     if (!t.transport->reachable(peer)) continue;
@@ -291,16 +308,26 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
     if (!links.empty() && (pairs & wanted & ~covered) == 0 && !fences_now) continue;
     auto channel = t.transport->connect(peer);
     if (!channel.ok()) {
-      if (links.empty()) return channel.status();  // the peer's own transport must connect
-      *unlinked =
-          Status(channel.status().code(), std::string(t.entry->name) + ": " + channel.status().message());
+      const Status why(channel.status().code(),
+                       std::string(t.entry->name) + ": " + channel.status().message());
+      if (links.empty()) {  // the peer's own transport: a dearer one may carry its requests meanwhile
+        first_failure = why;
+        links.push_back(Link{const_cast<Running*>(&t), std::make_shared<UnconnectedChannel>(why)});
+      } else {
+        *unlinked = why;
+      }
       continue;
     }
     links.push_back(Link{const_cast<Running*>(&t), std::move(channel.value())});
     covered |= pairs;
     fenced |= !t.caps.one_sided;
+    connected = true;
   }
-  if (!links.empty()) return links;
+  if (connected) {
+    if (!first_failure.ok() && unlinked->ok()) *unlinked = first_failure;
+    return links;
+  }
+  if (!first_failure.ok()) return first_failure;
   if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
   return Status(Code::kNotSupported, "transport '" + transport + "' cannot reach " + peer.name);
 }

@@ -146,6 +146,44 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
         stop_target(target)
 
 
+UNREACHED = """
+import sys
+import numpy as np
+from tests.helpers.target_process import pattern
+from transfer_engine import TransferEngine
+host, nic, name, shared = sys.argv[1:5]
+with TransferEngine(host=host, nics=nic, ucx_prefer=True) as engine:
+    peer = engine.open_peer(name)  # (ucx cannot reach it from lo: its place waits, tcp carries)
+    assert peer.transports == ("ucx", "tcp"), peer.transports
+    local = engine.allocate(16 << 20)
+    for _ in range(3):
+        engine.read(local.addr, peer, int(shared), 0, 16 << 20)
+        assert np.array_equal(local.array, pattern(16 << 20))
+    moved = {p.transport: p.bytes for p in engine.paths(peer)}
+    assert moved.get("tcp", 0) >= 48 << 20 and not moved.get("ucx"), moved
+print("OK")
+"""
+
+
+@pytest.mark.root
+def test_a_peer_ucx_cannot_reach_is_opened_over_tcp(netns: Namespace) -> None:
+    """UCX preferred, but its only device (lo, UCX_NET_DEVICES) cannot reach the peer: the peer opens all
+    the same, tcp carrying every request, while the ucx link is opened again in the background (it had
+    failed open_peer as a whole)."""
+    if reason := ucx_missing():
+        pytest.skip(f"ucx: {reason}")
+    prefix = ["ip", "netns", "exec", netns.name, "env", "KVSTORE_UCX_PREFER=1"]
+    target = start_target(size=16 << 20, host=netns.peer_addr, prefix=prefix)
+    try:
+        nic = "kvh" + netns.name.removeprefix("kvs")
+        out = run_script(
+            UNREACHED, [netns.local_addr, nic, target.name, str(target.shared_region)], UCX_NET_DEVICES="lo"
+        )
+        assert out.returncode == 0 and out.stdout.strip().endswith("OK"), f"{out.stderr[-3000:]}{out.stdout}"
+    finally:
+        stop_target(target)
+
+
 @pytest.mark.gpu
 def test_gpu_memory_moves_over_ucx_across_processes(ucx_engine: TransferEngine) -> None:
     """GPU to GPU and host to GPU between two processes over UCX (its CUDA transports: cuda_ipc on one
