@@ -43,6 +43,15 @@ def wait_carrier(device: str, namespace: str = "", timeout: float = 5.0) -> None
         time.sleep(0.02)
 
 
+def flush_route_cache(namespace: str = "") -> None:
+    """Drops the kernel's cached route exceptions (`ip route show cache`). UCX 1.22 reads them as routes:
+    a PMTU exception for a peer's address via the default route (left by a test that took a veth down
+    while traffic to it was in flight: for 10 minutes) made UCX refuse the veth path ("no route") in the
+    next test on the same subnet, though the kernel routed by the veth."""
+    where = ["-n", namespace] if namespace else []
+    subprocess.run(["ip", *where, "route", "flush", "cache"], check=True, capture_output=True, timeout=10)
+
+
 def wait_route(address: str, device: str, namespace: str = "", timeout: float = 5.0) -> None:
     """Waits until the kernel routes `address` through `device`. A NIC made right after one of the same
     name and subnet was deleted (the previous test's) may lack its connected route for a moment, and UCX
@@ -92,6 +101,8 @@ def second_nic(netns: Namespace) -> Iterator[SecondNic]:
         wait_carrier(nic.inside, netns.name)
         wait_route(nic.peer_addr, nic.outside)
         wait_route(nic.local_addr, nic.inside, netns.name)
+        flush_route_cache()
+        flush_route_cache(netns.name)
         yield nic
     finally:
         subprocess.run(["ip", "link", "del", nic.outside], capture_output=True, timeout=10)
@@ -165,6 +176,8 @@ def netns() -> Iterator[Namespace]:
         wait_carrier(veth_ns, ns)
         wait_route(peer, veth_host)
         wait_route(local, veth_ns, ns)
+        flush_route_cache()
+        flush_route_cache(ns)
         yield Namespace(ns, local, peer, veth_host)
     finally:
         subprocess.run(["ip", "link", "del", veth_host], capture_output=True, timeout=10)

@@ -98,17 +98,6 @@ def run_script(script: str, args: list[str], **env: str) -> subprocess.Completed
     )
 
 
-def run_ucx_script(script: str, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    """run_script, once more if UCX refused a path with "no route to" (its tcp transport checks a peer
-    against a copy of the routing table taken once per process; in clean-clone runs it sometimes lacked
-    a veth's connected route that `ip route` showed at the same time, never twice in a row here)."""
-    out = run_script(script, args, **env)
-    if "no route to" in out.stdout + out.stderr:
-        print(f"\nUCX found no route; ran again in a new process. The first try said:\n{out.stderr[-1500:]}")
-        out = run_script(script, args, **env)
-    return out
-
-
 INITIATOR = """
 import sys
 import numpy as np
@@ -139,7 +128,7 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
     try:
         nic = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, nic, target.name, str(target.shared_region), str(target.numpy_region)]
-        out = run_ucx_script(INITIATOR, args)
+        out = run_script(INITIATOR, args)
         assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
         assert target.check("numpy", 0, 16 << 20, 5)
     finally:
@@ -219,7 +208,7 @@ def _network(netns: Namespace) -> str:
     """Both sides' addresses and routes, for a failure message."""
     shown = []
     for where in ([], ["-n", netns.name]):
-        for what in (["-o", "addr"], ["route"]):
+        for what in (["-o", "addr"], ["route"], ["route", "show", "cache"]):
             run = subprocess.run(["ip", *where, *what], capture_output=True, text=True)
             shown.append(f"$ ip {' '.join(where + what)}\n{run.stdout}")
     return "\n".join(shown)
@@ -274,7 +263,7 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
         first = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
-        out = run_ucx_script(FAILOVER, args, UCX_NET_DEVICES=second_nic.outside)
+        out = run_script(FAILOVER, args, UCX_NET_DEVICES=second_nic.outside)
         if out.returncode != 0 or not out.stdout.startswith("OK"):
             pytest.fail(f"exit {out.returncode}: {out.stderr[-3000:]}{out.stdout}\n{_network(netns)}")
         _, batches, slowest_ms, moved_by_tcp = out.stdout.split()
@@ -346,7 +335,7 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
         first = "kvh" + netns.name.removeprefix("kvs")
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
-        out = run_ucx_script(RAILS, args, UCX_NET_DEVICES="")  # (a rail per NIC: UCX is not told)
+        out = run_script(RAILS, args, UCX_NET_DEVICES="")  # (a rail per NIC: UCX is not told)
         # (UCX logs to stdout: the report is the last line)
         last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
         assert out.returncode == 0 and last.startswith("OK"), (
