@@ -163,7 +163,8 @@ class MasterClient:
             raise
         except (OSError, EOFError, rpc.FrameError) as exc:  # not a master that speaks our framing
             sock.close()
-            raise MasterUnavailableError(f"master {address}: hello: {exc}") from exc
+            hint = "" if self.tls is not None else " (a master that serves TLS needs KVSTORE_TLS_CA here)"
+            raise MasterUnavailableError(f"master {address}: hello: {exc}{hint}") from exc
         except KVStoreError:
             sock.close()
             raise
