@@ -1,7 +1,5 @@
 #include "common/acceptor.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,24 +9,6 @@
 #include "common/net.h"
 
 namespace kvs {
-namespace {
-
-std::string peer_address(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  char host[INET6_ADDRSTRLEN] = "?";
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    if (addr.ss_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof(host));
-    } else if (addr.ss_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof(host));
-    }
-  }
-  return host;
-}
-
-}  // namespace
-
 Status Acceptor::start(const std::string& host, uint16_t port) {
   auto fd = tcp_listen(host, port, &port_);
   if (!fd.ok()) return fd.status();
@@ -103,7 +83,7 @@ void Acceptor::admit(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   reap_finished();
   cut_unproved_past_deadline();
-  const std::string peer = peer_address(fd);
+  const std::string peer = peer_of(fd).host;
   size_t live = 0, from_peer = 0;
   for (const auto& c : conns_) {
     if (c.cut || c.finished.load()) continue;

@@ -59,6 +59,25 @@ std::string format_host_port(const std::string& host, uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+HostPort peer_of(int fd) {
+  HostPort out{"?", 0};
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return out;
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    out.port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    out.port = ntohs(a->sin6_port);
+  }
+  out.host = host;
+  return out;
+}
+
 StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port) {
   auto resolved = resolve(host, port, true);
   if (!resolved.ok()) return resolved.status();

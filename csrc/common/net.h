@@ -29,6 +29,8 @@ struct HostPort {
 StatusOr<HostPort> parse_host_port(const std::string& text);
 // "host:port", an IPv6 host in brackets (what parse_host_port reads).
 std::string format_host_port(const std::string& host, uint16_t port);
+// The connected peer of a socket ("?" and port 0 when it cannot be told), for log lines and limits.
+HostPort peer_of(int fd);
 StatusOr<int> tcp_listen(const std::string& host, uint16_t port, uint16_t* bound_port);
 // source: the local address to leave from ("" lets the kernel choose).
 StatusOr<int> tcp_connect(const std::string& host, uint16_t port, int timeout_ms,

@@ -1,6 +1,5 @@
 #include "engine/bootstrap.h"
 
-#include <arpa/inet.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,22 +51,9 @@ Digest proof(const std::string& secret, const char* label, const std::string& fi
   return hmac_sha256(secret, std::string(label) + first + second);
 }
 
-std::string peer_of(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
-  }
-  return format_host_port(host, port);
+std::string peer_name(int fd) {
+  const HostPort peer = peer_of(fd);
+  return format_host_port(peer.host, peer.port);
 }
 
 }  // namespace
@@ -90,7 +76,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0) {
     std::fprintf(stderr,
                  "kvstore engine: refused a handshake from %s: not a kvstore engine of this version\n",
-                 peer_of(fd).c_str());
+                 peer_name(fd).c_str());
     return;
   }
   const std::string theirs(hello + 8, kNonceSize);
@@ -106,7 +92,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   if (!st.ok()) return;
   if (!same_mac(answer, proof(secret_, "peer", ours, theirs))) {
     std::fprintf(stderr, "kvstore engine: refused a handshake from %s: wrong cluster secret\n",
-                 peer_of(fd).c_str());
+                 peer_name(fd).c_str());
     return;  // (nothing of this engine is sent)
   }
   proved.store(true);

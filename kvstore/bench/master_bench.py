@@ -17,7 +17,6 @@ for replies), so one load process keeps the master busy instead of waiting a rou
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess
@@ -201,12 +200,11 @@ def combine(per_client: list[list[OpRate]]) -> list[OpRate]:
     for rows in zip(*per_client, strict=True):
         started, ended = min(r.started for r in rows), max(r.ended for r in rows)
         keys = sum(r.keys for r in rows)
-        timed = all(r.keys and r.ended > r.started for r in rows)
         combined.append(
             OpRate(
                 rows[0].op,
                 len(rows),
-                keys / (ended - started) if timed else sum(r.per_s for r in rows),
+                keys / (ended - started),
                 max(r.p50_us for r in rows),
                 max(r.p99_us for r in rows),
                 sum(r.errors for r in rows),
@@ -299,8 +297,9 @@ def _measure(
         raise failed[0]
     keys = sum(len(b) for b in batches)
     p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
-    rate = OpRate(op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline)
-    return dataclasses.replace(rate, keys=keys, started=wall, ended=wall + elapsed)
+    return OpRate(
+        op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline, keys, wall, wall + elapsed
+    )
 
 
 # The load processes read replies raw (MasterClient.call(raw=True)): decoding 1,000 locations into typed

@@ -39,8 +39,8 @@ from transfer_engine import Op, TransferEngine
 log = logging.getLogger("kvstore.client")
 
 MISS = -ObjectNotFoundError.code
-AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
 """Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
+AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
 
 
 def result_error(result: int) -> KVStoreError | None:
@@ -502,14 +502,11 @@ class Store:
                 if locations and locations[0].path:
                     on_disk[i] = locations[0]
                 continue
-            # Same-host copies first (shared memory), then the others; ties in random order, so
-            # reads of a hot key spread over its replicas.
-            if avoid:  # (engines this process could not reach lately: last)
-                choices[i] = sorted(
-                    served, key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random())
-                )
-            else:
-                choices[i] = sorted(served, key=lambda x: (x.host_id != self.host_id, random.random()))
+            # Engines this process could not reach lately last; same-host copies first (shared memory), then
+            # the others; ties in random order, so reads of a hot key spread over its replicas.
+            choices[i] = sorted(
+                served, key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random())
+            )
             todo.append(i)
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []

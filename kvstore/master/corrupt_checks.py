@@ -1,8 +1,9 @@
 """A replica a reader found corrupt is dropped only once the node that holds it says its bytes fail the
 object's checksum (issue 22: a forged "corrupt" report deleted another client's object). A report queues a
-check for that node (on its work channel, as copies are); the node hashes the allocation's bytes and
-answers; a check not answered in time is forgotten (the replica stays: a miss for that reader, never a
-loss for everyone)."""
+check for that node (on its work channel, as copies are); the node hashes the bytes there and answers
+(whether the allocation is still the same one the master judges: confirm_corrupt drops only a replica
+the object still has); a check not answered in time is forgotten (the replica stays: a miss for that
+reader, never a loss for everyone)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class CorruptChecks:
             if not c.issued and r.segment.client_id == client_id:
                 c.issued = True
                 region = r.segment.region_id
-                out.append(m.ChecksumCheck(check_id, region, r.offset, c.size, r.slot, r.gen, c.checksum))
+                out.append(m.ChecksumCheck(check_id, region, r.offset, c.size, c.checksum))
         return out
 
     def answer(self, client_id: str, check_id: int, intact: bool) -> tuple[str, Replica, int] | None:

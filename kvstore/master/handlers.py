@@ -73,7 +73,6 @@ class Handlers:
         each segment mount against its engine (None: mounts are taken as said)."""
         self.state = state
         self.mounts = mounts
-        self.mounts_timeout = mounts.timeout if mounts is not None else 0.0
         self.watch = watch or LoopWatch()
         self.paths = paths if paths is not None else PathReports(state.config.client_ttl)
         self.describe = describe
@@ -157,26 +156,26 @@ class Handlers:
     ) -> int | Deferred:
         """`mount()` once the engine confirmed the client owns it and exports the region with at least
         `size` bytes; at once when mounts are not checked."""
-        if self.mounts is None:
+        checks = self.mounts
+        if checks is None:
             return mount()
         self.state.check_client(client_id)  # (before a handshake is spent on it)
         refusal: list[str | None] = []
 
         def mounted() -> int:
             if not refusal:
-                took = f"the check of engine {engine} took over {self.mounts_timeout} s"
-                raise MasterUnavailableError(took)
+                raise MasterUnavailableError(f"the check of engine {engine} took over {checks.timeout} s")
             if refusal[0] is not None:
                 raise PermissionDeniedError(f"not mounted: {refusal[0]}")
             return mount()
 
-        reply = Deferred(mounted, self.mounts_timeout + 1.0)
+        reply = Deferred(mounted, checks.timeout + 1.0)
 
         def checked(why: str | None) -> None:
             refusal.append(why)
             reply.ready()
 
-        self.mounts.check(client_id, engine, region_id, size, checked)
+        checks.check(client_id, engine, region_id, size, checked)
         return reply
 
     def _mount(self, r: m.MountSegment) -> int:

@@ -86,7 +86,6 @@ class Master:
             self.watch.turns = loop.turns
         if self.config.verify_mounts:
             self.handlers.mounts = MountCheck(loop, self.secret, MOUNT_CHECK_SECONDS)
-            self.handlers.mounts_timeout = MOUNT_CHECK_SECONDS
         if self._sock is not None:
             rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock, ssl=self.tls)
         else:

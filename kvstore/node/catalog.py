@@ -38,11 +38,14 @@ _SLOT = operator.itemgetter(1)
 _KIND_HEADER = {kind: b"\x92" + msgpack.packb(kind) for kind in (_HOLD, _DROP)}  # [kind, ...
 
 
-def _array_header(n: int) -> bytes:
-    """msgpack's header of an array of n items."""
+def _batch(kind: int, packed: list[bytes]) -> bytes:
+    """The file record [kind, records] from records packed already (the bytes msgpack.packb writes)."""
+    n = len(packed)
     if n < 16:
-        return bytes((0x90 | n,))
-    return b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
+        header = bytes((0x90 | n,))
+    else:
+        header = b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
+    return _KIND_HEADER[kind] + header + b"".join(packed)
 
 
 def _unpacked(packed: bytes) -> Record:
@@ -92,7 +95,7 @@ class SegmentCatalog:
         packed = list(map(self._pack, records))
         with self._lock:
             self._entries.update(zip(map(_SLOT, records), packed, strict=True))
-            self._append_packed(_HOLD, packed)
+            self._write(_batch(_HOLD, packed))
 
     def drop(self, slots: list[int], gens: list[int]) -> None:
         """The allocations (slot, gen) are killed: what an older or the same generation held is gone."""
@@ -157,10 +160,6 @@ class SegmentCatalog:
     def _append(self, record: list[object]) -> None:
         self._write(msgpack.packb(record))
 
-    def _append_packed(self, kind: int, packed: list[bytes]) -> None:
-        """Appends [kind, records] from records packed already (the bytes msgpack.packb would write)."""
-        self._write(_KIND_HEADER[kind] + _array_header(len(packed)) + b"".join(packed))
-
     def _write(self, data: bytes) -> None:
         if self._fd < 0:
             return
@@ -183,8 +182,7 @@ class SegmentCatalog:
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                held = list(self._entries.values())
-                os.write(fd, _KIND_HEADER[_HOLD] + _array_header(len(held)) + b"".join(held))
+                os.write(fd, _batch(_HOLD, list(self._entries.values())))
             finally:
                 os.close(fd)
             os.replace(temporary, self.path)

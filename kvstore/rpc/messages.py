@@ -97,8 +97,9 @@ class RegisterClient(Request):
     client_id: str
     host_id: str
     node_id: str = ""  # a storage node's identity: it supersedes an older registration with the same one
-    # The process's secret for its registration (new_token()): a report in its name must carry it, and
-    # registering its id again takes the same one. Chosen by the client: it never crosses back.
+    # The process's secret for its registration (new_token()): every request in its name carries it
+    # (OWN_NAME), and registering its id again takes the same one. Chosen by the client: it never crosses
+    # back.
     token: str = ""
 
     @classmethod

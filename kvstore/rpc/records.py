@@ -101,8 +101,6 @@ class ChecksumCheck(NamedTuple):
     region_id: int
     offset: int
     size: int
-    slot: int
-    gen: int
     checksum: int
 
 

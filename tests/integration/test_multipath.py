@@ -21,10 +21,6 @@ from transfer_engine import Op, PathInfo, RequestState, TransferEngine
 MIB = 1 << 20
 
 
-def first_nic(netns: Namespace) -> str:
-    return "kvh" + netns.name.removeprefix("kvs")
-
-
 def read_all(engine: TransferEngine, peer_name: str, region: int, total: int, piece: int = MIB) -> float:
     """Reads `total` bytes of the target's region in `piece` requests, one batch; checks them; seconds."""
     peer = engine.open_peer(peer_name)
@@ -48,11 +44,11 @@ def by_nic(paths: list[PathInfo]) -> dict[str, PathInfo]:
 def test_a_batch_stripes_over_both_nics(netns: Namespace, second_nic: SecondNic) -> None:
     target = start_target(size=32 * MIB, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
-        nics = f"{first_nic(netns)},{second_nic.outside}"
+        nics = f"{netns.link},{second_nic.outside}"
         with TransferEngine(host=netns.local_addr, nics=nics) as engine:
             read_all(engine, target.name, target.shared_region, 32 * MIB)
             paths = by_nic(engine.paths(engine.open_peer(target.name)))
-            assert set(paths) == {first_nic(netns), second_nic.outside}
+            assert set(paths) == {netns.link, second_nic.outside}
             assert {p.remote_address.rsplit(":", 1)[0] for p in paths.values()} == {
                 netns.peer_addr,
                 second_nic.peer_addr,
@@ -70,7 +66,7 @@ def test_two_nics_under_a_rate_limit_move_at_least_1_7_times_one(
 ) -> None:
     """Each NIC capped at 300 Mbit/s both ways (tc tbf): the cap, not this machine's CPU, sets the pace."""
     for device, namespace in [
-        (first_nic(netns), ""),
+        (netns.link, ""),
         (second_nic.outside, ""),
         ("kvn" + netns.name.removeprefix("kvs"), netns.name),
         (second_nic.inside, netns.name),
@@ -79,10 +75,10 @@ def test_two_nics_under_a_rate_limit_move_at_least_1_7_times_one(
     total = 24 * MIB
     target = start_target(size=total, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
-        with TransferEngine(host=netns.local_addr, nics=first_nic(netns)) as one:
+        with TransferEngine(host=netns.local_addr, nics=netns.link) as one:
             assert len(by_nic(one.paths(one.open_peer(target.name)))) == 1
             one_nic = min(read_all(one, target.name, target.shared_region, total) for _ in range(2))
-        nics = f"{first_nic(netns)},{second_nic.outside}"
+        nics = f"{netns.link},{second_nic.outside}"
         with TransferEngine(host=netns.local_addr, nics=nics) as two:
             two_nics = min(read_all(two, target.name, target.shared_region, total) for _ in range(2))
         speedup = one_nic / two_nics
@@ -102,7 +98,7 @@ def test_a_nic_that_goes_down_mid_transfer_loses_no_request_and_comes_back(
     size = 16 * MIB
     target = start_target(size=size, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
-        nics = f"{first_nic(netns)},{second_nic.outside}"
+        nics = f"{netns.link},{second_nic.outside}"
         with TransferEngine(host=netns.local_addr, nics=nics, tcp_io_timeout=0.5) as engine:
             peer = engine.open_peer(target.name)
             local = engine.allocate(size)
@@ -164,15 +160,15 @@ def test_requests_for_memory_on_numa_node_1_leave_on_the_nic_near_it(
     fake = FakeSysfs(tmp_path / "sys")
     fake.numa_node(0, "0")
     fake.numa_node(1, "1")
-    for node, name in [(0, first_nic(netns)), (1, second_nic.outside)]:
+    for node, name in [(0, netns.link), (1, second_nic.outside)]:
         device = fake.pci_device([f"000{node}:00:01.0", f"000{node}:01:00.0"], numa=node)
         fake.net(name, device, speed="10000")
     target = start_target(size=8 * MIB, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
         with TransferEngine(host=netns.local_addr, sysfs_root=str(fake.root)) as engine:
             peer = engine.open_peer(target.name)
-            assert set(by_nic(engine.paths(peer))) == {first_nic(netns), second_nic.outside}
-            for node, nic in [(1, second_nic.outside), (0, first_nic(netns))]:
+            assert set(by_nic(engine.paths(peer))) == {netns.link, second_nic.outside}
+            for node, nic in [(1, second_nic.outside), (0, netns.link)]:
                 buffer = np.zeros(8 * MIB, dtype=np.uint8)
                 local = engine.register(buffer, numa_node=node)
                 assert local.numa_node == node
@@ -200,7 +196,7 @@ def test_writes_through_a_nic_flap_all_land_and_nothing_stale_lands_after(
     size = 16 * MIB
     target = start_target(size=size, host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name])
     try:
-        nics = f"{first_nic(netns)},{second_nic.outside}"
+        nics = f"{netns.link},{second_nic.outside}"
         with TransferEngine(host=netns.local_addr, nics=nics, tcp_io_timeout=0.5) as engine:
             peer = engine.open_peer(target.name)
             local = engine.allocate(size)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import start_target, stop_target, ucx_missing
+from tests.conftest import TargetProcess, start_target, stop_target, ucx_missing
 from tests.helpers.target_process import pattern
 from tests.integration.conftest import Namespace, SecondNic
 from transfer_engine import Op, RequestState, TransferEngine
@@ -126,13 +126,19 @@ def test_another_host_is_reached_over_ucx(netns: Namespace) -> None:
         size=16 << 20, transport="ucx", host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name]
     )
     try:
-        nic = "kvh" + netns.name.removeprefix("kvs")
+        nic = netns.link
         args = [netns.local_addr, nic, target.name, str(target.shared_region), str(target.numpy_region)]
         out = run_script(INITIATOR, args)
         assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr
         assert target.check("numpy", 0, 16 << 20, 5)
     finally:
         stop_target(target)
+
+
+def _ucx_preferring_target(netns: Namespace) -> TargetProcess:
+    """A target in the namespace whose engine links ucx before tcp (KVSTORE_UCX_PREFER)."""
+    prefix = ["ip", "netns", "exec", netns.name, "env", "KVSTORE_UCX_PREFER=1"]
+    return start_target(size=16 << 20, host=netns.peer_addr, prefix=prefix)
 
 
 UNREACHED = """
@@ -161,10 +167,9 @@ def test_a_peer_ucx_cannot_reach_is_opened_over_tcp(netns: Namespace) -> None:
     failed open_peer as a whole)."""
     if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
-    prefix = ["ip", "netns", "exec", netns.name, "env", "KVSTORE_UCX_PREFER=1"]
-    target = start_target(size=16 << 20, host=netns.peer_addr, prefix=prefix)
+    target = _ucx_preferring_target(netns)
     try:
-        nic = "kvh" + netns.name.removeprefix("kvs")
+        nic = netns.link
         out = run_script(
             UNREACHED, [netns.local_addr, nic, target.name, str(target.shared_region)], UCX_NET_DEVICES="lo"
         )
@@ -257,10 +262,9 @@ def test_slices_ucx_loses_go_over_tcp_and_every_request_completes(
     completes with the right bytes, and the dead ucx link is opened again in the background."""
     if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
-    prefix = ["ip", "netns", "exec", netns.name, "env", "KVSTORE_UCX_PREFER=1"]
-    target = start_target(size=16 << 20, host=netns.peer_addr, prefix=prefix)
+    target = _ucx_preferring_target(netns)
     try:
-        first = "kvh" + netns.name.removeprefix("kvs")
+        first = netns.link
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
         out = run_script(FAILOVER, args, UCX_NET_DEVICES=second_nic.outside)
@@ -332,7 +336,7 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
         size=16 << 20, transport="ucx", host=netns.peer_addr, prefix=["ip", "netns", "exec", netns.name]
     )
     try:
-        first = "kvh" + netns.name.removeprefix("kvs")
+        first = netns.link
         args = [netns.local_addr, f"{first},{second_nic.outside}", target.name, str(target.shared_region)]
         args.append(second_nic.outside)
         out = run_script(RAILS, args, UCX_NET_DEVICES="")  # (a rail per NIC: UCX is not told)
