@@ -109,6 +109,27 @@ void bind_engine(py::module_& m) {
       py::arg("name"), py::arg("timeout_ms"), py::arg("secret"),
       "(owner, {region id: length}) of the engine at `name` (\"host:port\"), through its authenticated "
       "handshake: what a master checks a segment's mount against.");
+  m.def(
+      "open_session",
+      [](const std::string& name, int timeout_ms, const std::string& secret) {
+        auto d = [&] {
+          py::gil_scoped_release unlocked;
+          return fetch_descriptor(name, timeout_ms, secret);
+        }();
+        const EngineDescriptor& got = value_or_throw(std::move(d));
+        py::dict keys;
+        for (const auto& r : got.regions) keys[py::int_(r.id)] = r.key;
+        py::dict out;
+        out["engine_id"] = got.engine_id;
+        out["session_id"] = py::bytes(got.session.id);
+        out["session_key"] =
+            py::bytes(reinterpret_cast<const char*>(got.session.key.data()), got.session.key.size());
+        out["keys"] = keys;
+        return out;
+      },
+      py::arg("name"), py::arg("timeout_ms"), py::arg("secret"),
+      "A handshake with the engine at `name`, as a raw test peer needs it: {engine_id, session_id, "
+      "session_key, keys: {region id: its key in this session}}.");
   py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", "Handle of a submitted batch.")
       .def_property_readonly("size", &Batch::size)
       .def("done", &Batch::done, "True once every request is final (applies the deadline).")

@@ -1,6 +1,10 @@
 #include "common/hmac.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace kvs {
@@ -121,6 +125,23 @@ Digest hmac_sha256(const std::string& key, const std::string& message) {
   outer.update(outer_pad.data(), outer_pad.size());
   outer.update(inner_digest.data(), inner_digest.size());
   return outer.finish();
+}
+
+Digest prove(const std::string& key, const char* label, const std::string& first, const std::string& second) {
+  return hmac_sha256(key, std::string(label) + first + second);
+}
+
+std::string random_bytes(size_t size) {
+  std::string out(size, '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = getrandom(out.data() + got, out.size() - got, 0);
+    if (n > 0)
+      got += static_cast<size_t>(n);
+    else if (errno != EINTR)
+      std::abort();
+  }
+  return out;
 }
 
 bool same_mac(const Digest& a, const Digest& b) {

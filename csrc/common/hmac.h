@@ -1,6 +1,6 @@
-// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), for the engines' challenge-response: small, no crypto
-// library to find at build or run time. Not constant-time in the data (only the MAC comparison needs to
-// be: same_mac).
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), and the nonces and proofs of the engines'
+// challenge-response: small, no crypto library to find at build or run time. Not constant-time in the data
+// (only the MAC comparison needs to be: same_mac).
 #pragma once
 
 #include <array>
@@ -27,6 +27,17 @@ class Sha256 {
 };
 
 Digest hmac_sha256(const std::string& key, const std::string& message);
+
+// What one side of a challenge-response proves: HMAC(key, label + first nonce + second nonce).
+Digest prove(const std::string& key, const char* label, const std::string& first, const std::string& second);
+
+// `size` bytes from the kernel's random source (aborts when it has none: nothing safe to do then).
+std::string random_bytes(size_t size);
+
+// A digest as bytes (to key another HMAC with it).
+inline std::string digest_bytes(const Digest& d) {
+  return std::string(d.begin(), d.end());
+}
 
 // Whether two MACs are equal, in time that does not depend on where they differ.
 bool same_mac(const Digest& a, const Digest& b);

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "core/registry.h"
+#include "core/session.h"
 
 namespace kvs {
 
@@ -30,7 +31,7 @@ struct EngineDescriptor {
   uint64_t engine_id = 0;           // random per engine; equal ids mean the same process
   std::string host_id;              // boot id + network namespace: equal means shared memory is reachable
   std::string name;                 // "host:port" of the engine's handshake endpoint
-  std::vector<RegionInfo> regions;  // exported regions only
+  std::vector<RegionInfo> regions;  // exported regions only; their keys are the peer's session's
   std::map<std::string, std::vector<char>> sections;  // transport name -> its own encoded data
   std::vector<NicAddress> nics;  // the host's NICs this engine may use (KVSTORE_NICS), per address
   // Per exported region, what a transport needs to reach it (UCX: the packed remote key), by region id
@@ -39,6 +40,9 @@ struct EngineDescriptor {
   // Who the engine's process is to its master (the client id its session registered; "" before): the
   // master mounts a segment of this engine only for that client (a mount names its engine and region).
   std::string owner;
+  // The session the handshake that fetched it agreed on (never encoded: each end derives it): what the
+  // peer's data connections prove, and what its region keys are valid in.
+  Session session;
 
   const RegionInfo* find_region(uint64_t id) const;
   const std::vector<char>* section(const std::string& transport) const;

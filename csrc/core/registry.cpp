@@ -291,14 +291,15 @@ void MemoryRegistry::unpin(Region* region) {
   }
 }
 
-StatusOr<RegionPin> MemoryRegistry::pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length) {
+StatusOr<RegionPin> MemoryRegistry::pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length,
+                                               const SessionKeys& session) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end() || !it->second->info().exported) {
     return Status(Code::kNotFound, "unknown region " + std::to_string(id));
   }
   const RegionInfo& info = it->second->info();
-  if (info.key != key)
+  if (session.of(info.id, info.key) != key)
     return Status(Code::kPermissionDenied, "wrong access key for region " + std::to_string(id));
   if (!in_bounds(offset, length, info.length)) {
     return Status(Code::kOutOfRange, "request outside region " + std::to_string(id));
@@ -348,22 +349,26 @@ std::vector<RegionInfo> MemoryRegistry::all() const {
   return out;
 }
 
-int MemoryRegistry::dup_memfd(uint64_t id, uint64_t key) const {
+std::shared_ptr<Region> MemoryRegistry::presented(uint64_t id, uint64_t key,
+                                                  const SessionKeys& session) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_id_.find(id);
-  if (it == by_id_.end()) return -1;
-  const Region& region = *it->second;
-  if (!region.info().exported || region.info().key != key || region.memfd() < 0) return -1;
-  return fcntl(region.memfd(), F_DUPFD_CLOEXEC, 0);
+  if (it == by_id_.end()) return nullptr;
+  const RegionInfo& info = it->second->info();
+  if (!info.exported || session.of(info.id, info.key) != key) return nullptr;
+  return it->second;
 }
 
-int MemoryRegistry::dup_fence_fd(uint64_t id, uint64_t key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return -1;
-  const Region& region = *it->second;
-  if (!region.info().exported || region.info().key != key || region.fence() == nullptr) return -1;
-  return fcntl(region.fence()->fd(), F_DUPFD_CLOEXEC, 0);
+int MemoryRegistry::dup_memfd(uint64_t id, uint64_t key, const SessionKeys& session) const {
+  auto region = presented(id, key, session);
+  if (!region || region->memfd() < 0) return -1;
+  return fcntl(region->memfd(), F_DUPFD_CLOEXEC, 0);
+}
+
+int MemoryRegistry::dup_fence_fd(uint64_t id, uint64_t key, const SessionKeys& session) const {
+  auto region = presented(id, key, session);
+  if (!region || region->fence() == nullptr) return -1;
+  return fcntl(region->fence()->fd(), F_DUPFD_CLOEXEC, 0);
 }
 
 }  // namespace kvs

@@ -17,12 +17,13 @@
 #include "core/fence.h"
 #include "core/host_pinning.h"
 #include "core/memory.h"
+#include "core/session.h"
 
 namespace kvs {
 
 struct RegionInfo {
   uint64_t id = 0;
-  uint64_t key = 0;  // random; a peer must present it to touch the region
+  uint64_t key = 0;  // random, never sent: a peer presents its derivation for its session (core/session.h)
   uint64_t base = 0;
   uint64_t length = 0;
   MemoryLocation location;  // host, host-pinned, gpu:N, file
@@ -126,8 +127,10 @@ class MemoryRegistry {
   Status remove(uint64_t id);
   void remove_all();
 
-  // Peer request: region must be exported, key must match, [offset, offset+length) inside it.
-  StatusOr<RegionPin> pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length);
+  // Peer request: region must be exported, key must be its key in the peer's session, [offset,
+  // offset+length) inside it.
+  StatusOr<RegionPin> pin_remote(uint64_t id, uint64_t key, uint64_t offset, uint64_t length,
+                                 const SessionKeys& session);
   // Local side of a transfer: [addr, addr+length) must lie inside one registered region.
   StatusOr<RegionPin> pin_local(uint64_t addr, uint64_t length);
 
@@ -136,10 +139,12 @@ class MemoryRegistry {
   std::shared_ptr<Region> find(uint64_t id) const;
   std::vector<RegionInfo> exported() const;
   std::vector<RegionInfo> all() const;
+  // The exported region `id` when `key` is its key in the peer's session; null otherwise.
+  std::shared_ptr<Region> presented(uint64_t id, uint64_t key, const SessionKeys& session) const;
   // Duplicated memfd of an exported shareable region, for handing to a same-host peer; -1 if refused.
-  int dup_memfd(uint64_t id, uint64_t key) const;
+  int dup_memfd(uint64_t id, uint64_t key, const SessionKeys& session) const;
   // Duplicated memfd of its fence table; -1 if refused or the region has none.
-  int dup_fence_fd(uint64_t id, uint64_t key) const;
+  int dup_fence_fd(uint64_t id, uint64_t key, const SessionKeys& session) const;
 
  private:
   friend class RegionPin;

@@ -1,12 +1,9 @@
 #include "engine/bootstrap.h"
 
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/bytes.h"
@@ -17,10 +14,10 @@ namespace kvs {
 namespace {
 
 // Hello: u32 magic, u16 version, u16 zero, the peer's nonce. Challenge: u32 magic, the engine's nonce,
-// its proof. Then the peer's proof; then u32 magic, u32 length, the descriptor.
+// its proof. Then the peer's proof; then u32 magic, u32 length, the descriptor (its region keys the
+// session's: core/session.h).
 constexpr uint32_t kHelloMagic = 0x4b565342;  // "KVSB"
-constexpr uint16_t kHelloVersion = 2;         // 2: challenge-response first
-constexpr size_t kNonceSize = 32;
+constexpr uint16_t kHelloVersion = 3;         // 2: challenge-response first; 3: session-scoped keys
 constexpr size_t kHelloSize = 8 + kNonceSize;
 constexpr size_t kChallengeSize = 4 + kNonceSize + 32;
 constexpr uint32_t kMaxDescriptor = 64u << 20;
@@ -30,25 +27,6 @@ constexpr int kPollMs = 100;
 
 bool keep_waiting_until(int* stalled, int timeout_ms) {
   return ++*stalled * kPollMs < timeout_ms;
-}
-
-std::string nonce() {
-  std::string out(kNonceSize, '\0');
-  size_t got = 0;
-  while (got < out.size()) {
-    const ssize_t n = getrandom(out.data() + got, out.size() - got, 0);
-    if (n > 0)
-      got += static_cast<size_t>(n);
-    else if (errno != EINTR)
-      std::abort();  // (no kernel randomness: nothing safe to do)
-  }
-  return out;
-}
-
-// What one side proves: HMAC(secret, label + first nonce + second nonce).
-Digest proof(const std::string& secret, const char* label, const std::string& first,
-             const std::string& second) {
-  return hmac_sha256(secret, std::string(label) + first + second);
 }
 
 std::string peer_name(int fd) {
@@ -80,23 +58,23 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
     return;
   }
   const std::string theirs(hello + 8, kNonceSize);
-  const std::string ours = nonce();
+  const std::string ours = random_bytes(kNonceSize);
   ByteWriter challenge;
   challenge.put<uint32_t>(kHelloMagic);
   challenge.bytes().insert(challenge.bytes().end(), ours.begin(), ours.end());
-  const Digest mine = proof(secret_, "engine", theirs, ours);
+  const Digest mine = prove(secret_, "engine", theirs, ours);
   challenge.bytes().insert(challenge.bytes().end(), mine.begin(), mine.end());
   st = send_all(fd, challenge.bytes().data(), challenge.bytes().size(), timeout_ms_ / kPollMs + 1);
   Digest answer{};
   if (st.ok()) st = recv_exact(fd, answer.data(), answer.size(), keep_waiting);
   if (!st.ok()) return;
-  if (!same_mac(answer, proof(secret_, "peer", ours, theirs))) {
+  if (!same_mac(answer, prove(secret_, "peer", ours, theirs))) {
     std::fprintf(stderr, "kvstore engine: refused a handshake from %s: wrong cluster secret\n",
                  peer_name(fd).c_str());
     return;  // (nothing of this engine is sent)
   }
   proved.store(true);
-  const std::vector<char> body = descriptor_();
+  const std::vector<char> body = descriptor_(derive_session(secret_, theirs + ours));
   ByteWriter w;
   w.put<uint32_t>(kHelloMagic);
   w.put<uint32_t>(static_cast<uint32_t>(body.size()));
@@ -111,7 +89,7 @@ StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout
   auto fd = tcp_connect(hp.value().host, hp.value().port, timeout_ms);
   if (!fd.ok()) return fd.status();
   tune_data_socket(fd.value(), kPollMs, 0);
-  const std::string ours = nonce();
+  const std::string ours = random_bytes(kNonceSize);
   ByteWriter hello;
   hello.put<uint32_t>(kHelloMagic);
   hello.put<uint16_t>(kHelloVersion);
@@ -120,21 +98,21 @@ StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return keep_waiting_until(&stalled, timeout_ms); };
   Status st = send_all(fd.value(), hello.bytes().data(), hello.bytes().size(), timeout_ms / kPollMs + 1);
-  char challenge[kChallengeSize];
+  char challenge[kChallengeSize] = {};
   if (st.ok()) st = recv_exact(fd.value(), challenge, sizeof(challenge), keep_waiting);
+  const std::string theirs(challenge + 4, kNonceSize);
   if (st.ok()) {
     ByteReader r(challenge, 4);
-    const std::string theirs(challenge + 4, kNonceSize);
     Digest claimed;
     std::memcpy(claimed.data(), challenge + 4 + kNonceSize, claimed.size());
     // (our proof goes even to an engine that failed its own: it then refuses us too, and logs who came)
-    const Digest mine = proof(secret, "peer", theirs, ours);
+    const Digest mine = prove(secret, "peer", theirs, ours);
     if (r.get<uint32_t>() != kHelloMagic) {
       st = Status(Code::kProtocolError,
                   name + " is not a kvstore engine of this version (bad handshake reply)");
     } else {
       st = send_all(fd.value(), mine.data(), mine.size(), timeout_ms / kPollMs + 1);
-      if (st.ok() && !same_mac(claimed, proof(secret, "engine", ours, theirs))) {
+      if (st.ok() && !same_mac(claimed, prove(secret, "engine", ours, theirs))) {
         st =
             Status(Code::kPermissionDenied,
                    "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
@@ -159,6 +137,7 @@ StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout
       std::vector<char> body(length);
       st = recv_exact(fd.value(), body.data(), body.size(), keep_waiting);
       result = st.ok() ? decode_descriptor(body.data(), body.size()) : StatusOr<EngineDescriptor>(st);
+      if (result.ok()) result.value().session = derive_session(secret, ours + theirs);
     }
   }
   close(fd.value());

@@ -18,7 +18,8 @@ namespace kvs {
 
 class BootstrapServer {
  public:
-  using DescriptorFn = std::function<std::vector<char>()>;
+  // The encoded descriptor for a peer of this session.
+  using DescriptorFn = std::function<std::vector<char>(const Session&)>;
   // `secret`: the cluster secret ("" : none, the engine serves loopback only unless insecure).
   BootstrapServer(DescriptorFn descriptor, int timeout_ms, std::string secret);
   BootstrapServer(const BootstrapServer&) = delete;
@@ -38,7 +39,7 @@ class BootstrapServer {
 };
 
 // Connects to an engine's handshake endpoint, proves the secret, checks the engine's proof and returns
-// its descriptor (PermissionDenied when the secrets differ).
+// its descriptor with the session agreed on (PermissionDenied when the secrets differ).
 StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout_ms,
                                             const std::string& secret);
 

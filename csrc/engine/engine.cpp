@@ -137,6 +137,7 @@ Engine::Engine(EngineConfig config)
   context.topology = host;
   context.transport = config_.transport;
   context.peer_pin_timeout_ms = config_.peer_pin_timeout_ms;
+  context.cluster_secret = config_.cluster_secret;
   for (const TransportEntry* entry : registered_transports()) {
     auto it = config_.transport_options.find(entry->name);
     auto options =
@@ -180,8 +181,9 @@ Status Engine::start() {
                                                 : "unknown transport '" + config_.transport + "'");
     }
   }
-  bootstrap_ = std::make_unique<BootstrapServer>([this] { return encode_descriptor(descriptor()); },
-                                                 config_.handshake_timeout_ms, config_.cluster_secret);
+  bootstrap_ = std::make_unique<BootstrapServer>(
+      [this](const Session& session) { return encode_descriptor(descriptor(session)); },
+      config_.handshake_timeout_ms, config_.cluster_secret);
   Status st = bootstrap_->start(config_.host, config_.port);
   for (size_t i = 0; st.ok() && i < transports_.size(); ++i) {
     st = transports_[i].transport->start();
@@ -233,6 +235,13 @@ void Engine::set_owner(std::string owner) {
 }
 
 EngineDescriptor Engine::descriptor() const {
+  const Session session = local_session(config_.cluster_secret);
+  EngineDescriptor d = descriptor(session);
+  d.session = session;
+  return d;
+}
+
+EngineDescriptor Engine::descriptor(const Session& session) const {
   EngineDescriptor d;
   d.engine_id = id_;
   d.host_id = host_id_;
@@ -246,6 +255,8 @@ EngineDescriptor Engine::descriptor() const {
     if (!section.empty()) d.sections[t.entry->name] = std::move(section);
   }
   d.regions = registry_->exported();
+  const SessionKeys keys(session.key);
+  for (auto& r : d.regions) r.key = keys.of(r.id, r.key);
   d.nics = nics_;
   for (const auto& r : d.regions) {
     for (const auto& t : transports_) {

@@ -68,6 +68,9 @@ class Engine {
   const std::string& name() const { return name_; }
   uint64_t id() const { return id_; }
   MemoryRegistry& registry() { return *registry_; }
+  // What a peer of `session` is handed in the handshake (region keys of that session).
+  EngineDescriptor descriptor(const Session& session) const;
+  // The same for a fresh session of this engine's own (reaching its own regions), carried in it.
   EngineDescriptor descriptor() const;
   // Names the client this engine's process registered as (EngineDescriptor::owner).
   void set_owner(std::string owner);

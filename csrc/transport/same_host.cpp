@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/bytes.h"
+#include "common/hmac.h"
 #include "common/net.h"
 
 namespace kvs {
@@ -133,16 +134,35 @@ void GrantServer::loop() {
 }
 
 void GrantServer::serve(int fd) {
-  std::vector<char> request(4 + 16 * kMaxGrantsPerRequest);
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
+      (peer.uid != geteuid() && peer.uid != 0)) {
+    std::fprintf(stderr, "kvstore engine: refused a same-host peer (pid %d): another user\n", peer.pid);
+    return;
+  }
+  constexpr size_t kHead = 4 + kSessionIdSize + 32;
+  std::vector<char> request(kHead + 16 * kMaxGrantsPerRequest);
   const ssize_t n = retry_on_signal([&] { return recv(fd, request.data(), request.size(), 0); });
-  if (n < 4) return;
+  if (n < static_cast<ssize_t>(kHead)) return;
   ByteReader r(request.data(), static_cast<size_t>(n));
   const auto count = r.get<uint32_t>();
-  if (count > kMaxGrantsPerRequest || static_cast<size_t>(n) != 4 + 16ull * count) return;
+  if (count > kMaxGrantsPerRequest || static_cast<size_t>(n) != kHead + 16ull * count) return;
+  const Session session = derive_session(secret_, std::string(request.data() + 4, kSessionIdSize));
+  Digest claimed;
+  std::memcpy(claimed.data(), request.data() + 4 + kSessionIdSize, claimed.size());
+  const std::string list(request.data() + kHead, 16ull * count);
+  if (!same_mac(claimed, hmac_sha256(digest_bytes(session.key), "grants" + list))) {
+    std::fprintf(stderr, "kvstore engine: refused a same-host peer (pid %d): wrong session proof\n",
+                 peer.pid);
+    return;
+  }
+  const SessionKeys keys(session.key);
+  ByteReader items(list.data(), list.size());
   for (uint32_t i = 0; i <= count; ++i) {
-    const uint64_t id = i == 0 ? 0 : r.get<uint64_t>();
-    const uint64_t key = i == 0 ? 0 : r.get<uint64_t>();
-    Grant grant = grant_(id, key);
+    const uint64_t id = i == 0 ? 0 : items.get<uint64_t>();
+    const uint64_t key = i == 0 ? 0 : items.get<uint64_t>();
+    Grant grant = grant_(id, key, keys);
     if (grant.payload.size() > kMaxGrantPayload) {
       close_grant(grant);
       grant = Grant{};
@@ -183,14 +203,21 @@ PeerGrants::~PeerGrants() {
 
 StatusOr<PeerGrants> request_grants(const std::string& socket_name,
                                     const std::vector<const RegionInfo*>& regions,
-                                    const std::string& peer_name) {
+                                    const std::string& peer_name, const Session& session) {
   if (regions.size() > kMaxGrantsPerRequest) return Status(Code::kInvalidArgument, "too many regions");
+  if (session.id.size() != kSessionIdSize) return Status(Code::kInvalidArgument, "no handshake session");
+  ByteWriter list;
+  for (const auto* r : regions) {
+    list.put<uint64_t>(r->id);
+    list.put<uint64_t>(r->key);
+  }
+  const std::string listed(list.bytes().begin(), list.bytes().end());
+  const Digest proof = hmac_sha256(digest_bytes(session.key), "grants" + listed);
   ByteWriter req;
   req.put<uint32_t>(static_cast<uint32_t>(regions.size()));
-  for (const auto* r : regions) {
-    req.put<uint64_t>(r->id);
-    req.put<uint64_t>(r->key);
-  }
+  req.bytes().insert(req.bytes().end(), session.id.begin(), session.id.end());
+  req.bytes().insert(req.bytes().end(), proof.begin(), proof.end());
+  req.bytes().insert(req.bytes().end(), listed.begin(), listed.end());
   sockaddr_un addr{};
   socklen_t len = 0;
   if (!abstract_address(socket_name, &addr, &len)) return Status(Code::kProtocolError, "bad socket name");
@@ -292,14 +319,16 @@ SameHostTransport::~SameHostTransport() {
 
 Status SameHostTransport::start() {
   if (!offered()) return Status::OK();  // no server, no section: peers never pick it
-  server_ = std::make_unique<GrantServer>([this](uint64_t id, uint64_t key) {
-    if (id != 0) return grant(id, key);
-    Grant table;
-    const int fd = pins_.ok() ? pins_.fd() : -1;
-    table.fds[0] = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
-    table.granted = table.fds[0] >= 0;
-    return table;
-  });
+  server_ = std::make_unique<GrantServer>(
+      [this](uint64_t id, uint64_t key, const SessionKeys& keys) {
+        if (id != 0) return grant(id, key, keys);
+        Grant table;
+        const int fd = pins_.ok() ? pins_.fd() : -1;
+        table.fds[0] = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+        table.granted = table.fds[0] >= 0;
+        return table;
+      },
+      context_.cluster_secret);
   Status st = server_->start(socket_name_);
   if (!st.ok()) server_.reset();
   return st;
@@ -377,7 +406,7 @@ StatusOr<std::shared_ptr<Channel>> SameHostTransport::connect(const EngineDescri
   for (const auto& r : peer.regions) {
     if (wants(r) && wanted.size() < kMaxGrantsPerRequest) wanted.push_back(&r);
   }
-  auto grants = request_grants(section.value().socket, wanted, peer.name);
+  auto grants = request_grants(section.value().socket, wanted, peer.name, peer.session);
   if (!grants.ok()) return grants.status();
   return open_channel(peer, std::move(process.value()), std::move(grants.value()));
 }

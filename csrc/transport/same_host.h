@@ -1,7 +1,9 @@
 // What the same-host transports share (shm, cuda_ipc): their peers copy without asking the target. A peer
 // presents region keys over an abstract unix socket (scoped to this network namespace, like the host id)
 // and gets, per region, what it needs to reach that memory itself (a few bytes, up to two descriptors);
-// every copy then holds a pin in the target's pin table and, for fenced regions, a fence entry.
+// every copy then holds a pin in the target's pin table and, for fenced regions, a fence entry. Only a
+// process of the same user is served (the kernel lets it read this one's memory anyway), naming its
+// handshake session and proving it; its keys are checked against that session.
 #pragma once
 
 #include <sys/types.h>
@@ -37,14 +39,17 @@ struct Grant {
   int fds[2] = {-1, -1};
 };
 
-// What the target grants for (region id, key); region id 0 asks for the pin table (core/pin_table.h).
-using GrantFn = std::function<Grant(uint64_t id, uint64_t key)>;
+// What the target grants for (region id, key in the peer's session); region id 0 asks for the pin table
+// (core/pin_table.h).
+using GrantFn = std::function<Grant(uint64_t id, uint64_t key, const SessionKeys& keys)>;
 
-// Request: u32 count, then count x (u64 region id, u64 key). Reply: one datagram per region, the pin
-// table first as region 0: u64 region id, u8 granted, payload; its descriptors attached (SCM_RIGHTS).
+// Request: u32 count, the session id, HMAC(session key, "grants" + the list), then count x (u64 region id,
+// u64 key). Reply: one datagram per region, the pin table first as region 0: u64 region id, u8 granted,
+// payload; its descriptors attached (SCM_RIGHTS). A refused request is closed unanswered.
 class GrantServer {
  public:
-  explicit GrantServer(GrantFn grant) : grant_(std::move(grant)) {}
+  // `secret`: the cluster secret sessions are derived under.
+  GrantServer(GrantFn grant, std::string secret) : grant_(std::move(grant)), secret_(std::move(secret)) {}
   ~GrantServer() { stop(); }
   GrantServer(const GrantServer&) = delete;
   GrantServer& operator=(const GrantServer&) = delete;
@@ -57,6 +62,7 @@ class GrantServer {
   void serve(int fd);
 
   GrantFn grant_;
+  std::string secret_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
@@ -96,7 +102,7 @@ struct PeerGrants {
   ~PeerGrants();
 };
 StatusOr<PeerGrants> request_grants(const std::string& socket, const std::vector<const RegionInfo*>& regions,
-                                    const std::string& peer_name);
+                                    const std::string& peer_name, const Session& session);
 
 // The descriptor section of a same-host transport: u8 version, u32 pid, string socket name (the abstract
 // socket "kvstore-<transport>-<engine id>").
@@ -150,8 +156,8 @@ class SameHostTransport : public Transport {
   virtual bool wants(const RegionInfo& region) const = 0;
   // This engine's regions its peers reach through it (each gets a slot in the pin table).
   virtual bool serves(const RegionInfo& region) const = 0;
-  // What a peer presenting (id, key) gets for that region (never the pin table: granted here).
-  virtual Grant grant(uint64_t id, uint64_t key) const = 0;
+  // What a peer presenting (id, its session's key) gets for that region (never the pin table: granted here).
+  virtual Grant grant(uint64_t id, uint64_t key, const SessionKeys& keys) const = 0;
   // The channel over what the peer granted.
   virtual StatusOr<std::shared_ptr<Channel>> open_channel(const EngineDescriptor& peer,
                                                           std::unique_ptr<PeerProcess> process,

@@ -51,6 +51,8 @@ struct TransportContext {
   std::shared_ptr<const topology::Topology> topology;  // which of them are near which memory
   std::string transport = "auto";  // the one transport the engine is told to use for every peer, or auto
   int peer_pin_timeout_ms = 5000;  // how long unregistering waits for same-host peers' copies
+  // Derives the session a peer's connection names (core/session.h); "" : no secret (loopback, or insecure).
+  std::string cluster_secret;
 };
 
 // One path of a channel (local NIC -> remote NIC) and what it carried, for stats and tests.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import signal
-import socket
 import time
 
 import numpy as np
 import pytest
 
 from tests.conftest import TargetProcess, freeze, start_target, stop_target
+from tests.helpers.raw_peer import ERROR, PROOF_ACK, READ, READ_DATA, WRITE, RawPeer, open_session
 from tests.helpers.target_process import pattern
 from transfer_engine import Op, RequestState, TransferEngine, _tools
 from transfer_engine.errors import CODE_NAMES
@@ -128,41 +128,6 @@ def test_a_known_bad_peer_fails_fast_and_is_probed_in_the_background() -> None:
         stop_target(target)
 
 
-class RawPeer:
-    """Speaks the TCP wire protocol by hand, as a hostile or buggy peer would."""
-
-    def __init__(self, name: str) -> None:
-        host, port = name.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=5)
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv_header(self) -> dict:
-        data = b""
-        while len(data) < _tools.FRAME_HEADER_SIZE:
-            chunk = self.sock.recv(_tools.FRAME_HEADER_SIZE - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return _tools.decode_frame_header(data)
-
-    def recv_exact(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-HELLO, HELLO_ACK, READ, READ_DATA, WRITE, WRITE_ACK, ERROR = range(1, 8)
-
-
 def _tcp_address(engine: TransferEngine, name: str) -> str:
     """Where the peer's tcp transport listens (its section of the segment descriptor)."""
     segment = engine.open_peer(name, "tcp")
@@ -170,26 +135,60 @@ def _tcp_address(engine: TransferEngine, name: str) -> str:
 
 
 def _region_key(engine: TransferEngine, name: str, region_id: int) -> int:
-    # Keys travel in the descriptor; a test peer reads the real one to make a valid request.
+    """The region's key in `engine`'s own session with the peer (what its descriptor carries)."""
     segment = engine.open_peer(name, "tcp")
     assert any(r.id == region_id for r in segment.regions)
     handle = engine._core_engine().peer_info(segment.handle)
     return next(r["key"] for r in handle["regions"] if r["id"] == region_id)
 
 
-def test_tcp_hello_is_answered_with_the_engine_id(target: TargetProcess, engine: TransferEngine) -> None:
-    peer = RawPeer(_tcp_address(engine, target.name))
-    peer.send(_tools.encode_frame_header(HELLO))
-    header = peer.recv_header()
-    assert header["opcode"] == HELLO_ACK and header["length"] == 8
-    engine_id = int.from_bytes(peer.recv_exact(8), "little")
-    peer.close()
-    assert engine_id == engine.open_peer(target.name).engine_id
+def _refused_then_closed(peer: RawPeer, reply: dict, code: str) -> None:
+    assert reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == code
+    with pytest.raises(ConnectionError):
+        peer.recv_header()
+
+
+def test_a_data_connection_proves_its_session_before_any_request(
+    target: TargetProcess, engine: TransferEngine
+) -> None:
+    """The target proves the session to the peer (RawPeer.authenticate checks it) and admits the peer
+    only on its proof; a request before it, or a wrong proof, is refused and the connection closed."""
+    address = _tcp_address(engine, target.name)
+    session = open_session(target.name)
+    key = session["keys"][target.shared_region]
+    with RawPeer(address) as peer:
+        assert peer.authenticate(session)["opcode"] == PROOF_ACK
+        peer.send(_tools.encode_frame_header(READ, 0, 1, target.shared_region, key, 0, 4096))
+        assert peer.recv_header()["opcode"] == READ_DATA
+    with RawPeer(address) as peer:  # a request as the first frame
+        peer.send(_tools.encode_frame_header(READ, 0, 1, target.shared_region, key, 0, 4096))
+        _refused_then_closed(peer, peer.recv_header(), "PROTOCOL_ERROR")
+    with RawPeer(address) as peer:  # the session's id without its key (it crossed the wire in the clear)
+        _refused_then_closed(peer, peer.authenticate(session, key=bytes(32)), "PERMISSION_DENIED")
+
+
+def test_a_region_key_is_refused_in_another_session(target: TargetProcess, engine: TransferEngine) -> None:
+    """Region keys are scoped to the handshake session that handed them: the engine's own session's key
+    for a region is refused on a connection of another session, whose own key works."""
+    address = _tcp_address(engine, target.name)
+    theirs = _region_key(engine, target.name, target.shared_region)
+    session = open_session(target.name)
+    ours = session["keys"][target.shared_region]
+    assert ours != theirs and open_session(target.name)["keys"][target.shared_region] != ours
+    with RawPeer(address) as peer:
+        peer.authenticate(session)
+        peer.send(_tools.encode_frame_header(READ, 0, 1, target.shared_region, theirs, 0, 4096))
+        reply = peer.recv_header()
+        assert reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == "PERMISSION_DENIED"
+        peer.send(_tools.encode_frame_header(READ, 0, 2, target.shared_region, ours, 0, 4096))
+        assert peer.recv_header()["opcode"] == READ_DATA
 
 
 def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: TransferEngine) -> None:
-    key = _region_key(engine, target.name, target.shared_region)
+    session = open_session(target.name)
+    key = session["keys"][target.shared_region]
     peer = RawPeer(_tcp_address(engine, target.name))
+    peer.authenticate(session)
     cases = [
         (READ, target.shared_region, key ^ 1, 0, 4096, "PERMISSION_DENIED"),
         (READ, target.shared_region, key, SIZE - 100, 4096, "OUT_OF_RANGE"),
@@ -216,14 +215,13 @@ def test_peer_rejects_bad_key_and_bounds(target: TargetProcess, engine: Transfer
 
 def test_malformed_frames_close_only_that_connection(target: TargetProcess, engine: TransferEngine) -> None:
     address = _tcp_address(engine, target.name)
-    for junk in [b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 48, _tools.encode_frame_header(READ_DATA)]:
-        peer = RawPeer(address)
-        peer.send(junk)
-        reply = peer.recv_header()
-        assert reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == "PROTOCOL_ERROR"
-        with pytest.raises(ConnectionError):
-            peer.recv_header()
-        peer.close()
+    junks = [b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n" + b"x" * 48, _tools.encode_frame_header(READ_DATA)]
+    for junk, authenticated in [(j, a) for j in junks for a in (False, True)]:
+        with RawPeer(address) as peer:
+            if authenticated:
+                peer.authenticate(open_session(target.name))
+            peer.send(junk)
+            _refused_then_closed(peer, peer.recv_header(), "PROTOCOL_ERROR")
     segment = engine.open_peer(target.name, "tcp")
     local = engine.allocate(4096)
     engine.read(local.addr, segment, target.shared_region, 0, 4096)

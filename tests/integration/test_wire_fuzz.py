@@ -1,4 +1,5 @@
-"""Fuzzing the TCP wire decoder and a live server with malformed frames: clean errors, no crash.
+"""Fuzzing the TCP wire decoder and a live engine's handshake endpoint and tcp data server with malformed
+frames from a peer that never authenticated: clean errors, no crash, nothing served.
 
 The default run is short; `-m slow` runs the long soak (KVSTORE_FUZZ_EXAMPLES sets its size).
 """
@@ -20,9 +21,10 @@ from transfer_engine import ProtocolError, TransferEngine, _tools
 HEADER = _tools.FRAME_HEADER_SIZE
 MAGIC = struct.pack("<I", 0x5453564B)
 
+WIRE_VERSION = 4
 # Headers that pass the magic/version check most of the time, so fuzzing reaches the field checks.
 plausible_headers = st.builds(
-    lambda opcode, flags, rest: MAGIC + bytes([3, opcode]) + flags + rest,
+    lambda opcode, flags, rest: MAGIC + bytes([WIRE_VERSION, opcode]) + flags + rest,
     st.integers(0, 255),
     st.sampled_from([b"\x00\x00", b"\x01\x00"]),
     st.binary(min_size=HEADER - 8, max_size=HEADER - 8),
@@ -36,7 +38,7 @@ def _decode_is_clean(data: bytes) -> None:
     except ProtocolError:
         return
     # Accepted headers are well-formed: a known opcode and a payload within the limit.
-    assert 1 <= header["opcode"] <= 7
+    assert 1 <= header["opcode"] <= 9
     assert header["length"] <= 1 << 20
     assert len(data) == HEADER
 
@@ -87,10 +89,14 @@ def _still_serves(engine: TransferEngine) -> None:
 
 
 def _live_fuzz(served: TransferEngine, examples: int) -> None:
+    data = served._core_engine().descriptor()["transports"]["tcp"]["address"]
+
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.one_of(plausible_headers, any_bytes), min_size=1, max_size=4))
-    def run(frames: list[bytes]) -> None:
-        _send_junk(served.name, frames)
+    @given(
+        st.sampled_from([served.name, data]), st.lists(st.one_of(plausible_headers, any_bytes), max_size=4)
+    )
+    def run(address: str, frames: list[bytes]) -> None:
+        _send_junk(address, frames)
 
     run()
     _still_serves(served)

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.raw_peer import PROOF_ACK, READ, WRITE, RawPeer, open_session
 from transfer_engine import TransferEngine, _tools
 
 PAGE = 4096
 PAGES = 16
 SIZE = PAGES * PAGE
 HEADER = _tools.FRAME_HEADER_SIZE
-HELLO, READ, WRITE = 1, 3, 5
 FILL = 7
 
 TARGET = f"""
@@ -44,7 +44,7 @@ region_bytes = np.frombuffer(memory, dtype=np.uint8, count=size, offset=page)
 region_bytes[:] = {FILL}
 with TransferEngine(transport="tcp", tcp_io_timeout=0.5) as engine:
     region = engine.register(region_bytes, export=True)
-    print("READY", engine.name, region.id, region.key, flush=True)
+    print("READY", engine.name, region.id, flush=True)
     sys.stdin.read()
     print("SAME" if (region_bytes == {FILL}).all() else "CHANGED", flush=True)
 """
@@ -61,9 +61,9 @@ class Target:
             [sys.executable, "-c", TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
         assert self.proc.stdout is not None
-        ready, self.name, region, key = self.proc.stdout.readline().split()
+        ready, self.name, region = self.proc.stdout.readline().split()
         assert ready == "READY"
-        self.region, self.key = int(region), int(key)  # (a key an authenticated peer learns)
+        self.region = int(region)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -74,8 +74,9 @@ class Target:
 
 
 @pytest.fixture(scope="module")
-def target() -> Iterator[tuple[Target, str, int]]:
-    """The target, its tcp data address and its region's key (as an authenticated peer learns them)."""
+def target() -> Iterator[tuple[Target, str, dict]]:
+    """The target, its tcp data address and a handshake session with it (the region's key in it: what an
+    authenticated peer learns)."""
     t = Target()
     try:
         with TransferEngine(transport="tcp") as engine:
@@ -84,7 +85,7 @@ def target() -> Iterator[tuple[Target, str, int]]:
             engine.read(local.addr, peer, t.region, 0, SIZE)
             assert local.array is not None and (local.array == FILL).all()
             data = engine.paths(peer)[0].remote_address
-        yield t, data, t.key
+        yield t, data, open_session(t.name)
     finally:
         if t.alive():
             t.proc.kill()
@@ -104,12 +105,12 @@ def _frame(op: int, region: int, key: int, offset: int, length: int, slot: int, 
     return header
 
 
-def _send(data_address: str, frames: list[bytes], cut: int | None) -> None:
-    host, port = data_address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=2) as sock:
+def _send(data_address: str, session: dict, frames: list[bytes], cut: int | None) -> None:
+    with RawPeer(data_address, timeout=2) as peer:
+        sock = peer.sock
+        assert peer.authenticate(session)["opcode"] == PROOF_ACK
         sock.settimeout(1.0)
         try:
-            sock.sendall(_tools.encode_frame_header(HELLO, 0, 0, 0, 0, 0, 0, 0, 0))
             stream = b"".join(frames)
             sock.sendall(stream if cut is None else stream[:cut])  # (cut: a frame truncated)
             sock.shutdown(socket.SHUT_WR)
@@ -119,8 +120,9 @@ def _send(data_address: str, frames: list[bytes], cut: int | None) -> None:
             pass  # cut off: an answer to a bad frame
 
 
-def _fuzz(target: tuple[Target, str, int], examples: int) -> None:
-    t, data, key = target
+def _fuzz(target: tuple[Target, str, dict], examples: int) -> None:
+    t, data, session = target
+    key = session["keys"][t.region]
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
@@ -140,7 +142,7 @@ def _fuzz(target: tuple[Target, str, int], examples: int) -> None:
         st.one_of(st.none(), st.integers(0, HEADER * 4)),
     )
     def run(requests: list[tuple[int, int, int, int, int, int, int]], cut: int | None) -> None:
-        _send(data, [_frame(*r) for r in requests], cut)
+        _send(data, session, [_frame(*r) for r in requests], cut)
         assert t.alive(), "the target died: a request reached memory outside its region"
 
     run()
@@ -151,18 +153,19 @@ def _fuzz(target: tuple[Target, str, int], examples: int) -> None:
         assert local.array is not None and np.all(local.array == FILL)
 
 
-def test_hostile_requests_touch_nothing_outside_the_region(target: tuple[Target, str, int]) -> None:
+def test_hostile_requests_touch_nothing_outside_the_region(target: tuple[Target, str, dict]) -> None:
     _fuzz(target, 150)
     assert target[0].alive()
 
 
 @pytest.mark.slow
-def test_hostile_requests_touch_nothing_outside_the_region_long(target: tuple[Target, str, int]) -> None:
+def test_hostile_requests_touch_nothing_outside_the_region_long(target: tuple[Target, str, dict]) -> None:
     _fuzz(target, int(os.environ.get("KVSTORE_FUZZ_EXAMPLES", "5000")))
 
 
-def test_the_guarded_target_is_unchanged_at_the_end(target: tuple[Target, str, int]) -> None:
-    t, data, key = target
-    _send(data, [_frame(WRITE, t.region, key, SIZE - 8, 16, 0, 0)], None)  # straddles the end: refused
+def test_the_guarded_target_is_unchanged_at_the_end(target: tuple[Target, str, dict]) -> None:
+    t, data, session = target
+    key = session["keys"][t.region]
+    _send(data, session, [_frame(WRITE, t.region, key, SIZE - 8, 16, 0, 0)], None)  # straddles the end
     assert t.alive()
     assert t.finish() == "SAME"

@@ -130,11 +130,10 @@ class CudaIpcTransport : public SameHostTransport {
   bool serves(const RegionInfo& region) const override { return wants(region); }
 
   // The IPC handle of the region's allocation and the region's offset in it, and its fence table.
-  Grant grant(uint64_t id, uint64_t key) const override {
+  Grant grant(uint64_t id, uint64_t key, const SessionKeys& keys) const override {
     Grant grant;
-    auto region = context().registry->find(id);
-    if (!region || !region->info().exported || region->info().key != key ||
-        region->info().location.kind != MemoryKind::kGpu) {
+    auto region = context().registry->presented(id, key, keys);
+    if (!region || region->info().location.kind != MemoryKind::kGpu) {
       return grant;
     }
     auto exported = cuda::ipc_export(region->info().base);
@@ -148,7 +147,7 @@ class CudaIpcTransport : public SameHostTransport {
     grant.payload = std::move(w.bytes());
     grant.payload.insert(grant.payload.end(), exported.value().handle,
                          exported.value().handle + cuda::kIpcHandleBytes);
-    grant.fds[1] = context().registry->dup_fence_fd(id, key);
+    grant.fds[1] = context().registry->dup_fence_fd(id, key, keys);
     grant.granted = true;
     return grant;
   }

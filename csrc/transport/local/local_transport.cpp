@@ -24,17 +24,17 @@ std::unordered_map<uint64_t, std::weak_ptr<MemoryRegistry>>& directory() {
 
 class LocalChannel : public Channel {
  public:
-  LocalChannel(CopyPool* pool, std::weak_ptr<MemoryRegistry> target)
-      : pool_(pool), target_(std::move(target)) {}
+  LocalChannel(CopyPool* pool, std::weak_ptr<MemoryRegistry> target, const Session& session)
+      : pool_(pool), target_(std::move(target)), keys_(std::make_shared<SessionKeys>(session.key)) {}
 
   void submit(std::vector<Slice>&& slices) override {
     std::vector<std::function<void()>> tasks;
     tasks.reserve(slices.size());
     for (auto& s : slices) {
-      tasks.emplace_back([slice = std::move(s), target = target_] {
+      tasks.emplace_back([slice = std::move(s), target = target_, keys = keys_] {
         auto registry = target.lock();
         if (!registry) return slice.done(Status(Code::kConnectionFailed, "target engine closed"));
-        auto pin = registry->pin_remote(slice.region_id, slice.key, slice.offset, slice.length);
+        auto pin = registry->pin_remote(slice.region_id, slice.key, slice.offset, slice.length, *keys);
         if (!pin.ok()) return slice.done(pin.status());
         FenceEntry fence(pin.value().fence(), slice.fence_slot, slice.fence_gen);
         if (!fence.status().ok()) return slice.done(fence.status());
@@ -48,6 +48,7 @@ class LocalChannel : public Channel {
  private:
   CopyPool* pool_;
   std::weak_ptr<MemoryRegistry> target_;
+  std::shared_ptr<const SessionKeys> keys_;  // the peer's handshake session (its descriptor's keys)
 };
 
 class LocalTransport : public Transport {
@@ -81,7 +82,7 @@ class LocalTransport : public Transport {
     std::lock_guard<std::mutex> lock(directory_mu());
     auto it = directory().find(peer.engine_id);
     if (it == directory().end()) return Status(Code::kNotFound, "engine is not in this process");
-    return std::shared_ptr<Channel>(std::make_shared<LocalChannel>(context_.pool, it->second));
+    return std::shared_ptr<Channel>(std::make_shared<LocalChannel>(context_.pool, it->second, peer.session));
   }
 
  private:

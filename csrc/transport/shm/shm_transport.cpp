@@ -114,10 +114,10 @@ class ShmTransport : public SameHostTransport {
   }
 
   // A region's memfd, and its fence table's when it has one.
-  Grant grant(uint64_t id, uint64_t key) const override {
+  Grant grant(uint64_t id, uint64_t key, const SessionKeys& keys) const override {
     Grant grant;
-    grant.fds[0] = context().registry->dup_memfd(id, key);
-    if (grant.fds[0] >= 0) grant.fds[1] = context().registry->dup_fence_fd(id, key);
+    grant.fds[0] = context().registry->dup_memfd(id, key, keys);
+    if (grant.fds[0] >= 0) grant.fds[1] = context().registry->dup_fence_fd(id, key, keys);
     grant.granted = grant.fds[0] >= 0;
     return grant;
   }

@@ -9,10 +9,11 @@
 namespace kvs::tcp {
 
 StatusOr<std::shared_ptr<TcpChannel>> TcpChannel::open(const TcpConfig& config, uint64_t peer_engine_id,
-                                                       std::vector<PathPlan> plans,
+                                                       const Session& session, std::vector<PathPlan> plans,
                                                        const topology::Topology* topology) {
   if (plans.empty()) return Status(Code::kInvalidArgument, "no path to the peer");
-  std::shared_ptr<TcpChannel> channel(new TcpChannel(config, peer_engine_id, std::move(plans), topology));
+  std::shared_ptr<TcpChannel> channel(
+      new TcpChannel(config, peer_engine_id, session, std::move(plans), topology));
   Status st = channel->open_paths();
   if (!st.ok()) return st;
   return channel;
@@ -24,9 +25,12 @@ std::vector<MultiPathChannel::PathSpec> TcpChannel::specs(const std::vector<Path
   return out;
 }
 
-TcpChannel::TcpChannel(const TcpConfig& config, uint64_t peer_engine_id, std::vector<PathPlan> plans,
-                       const topology::Topology* topology)
-    : MultiPathChannel(specs(plans), topology), config_(config), peer_engine_id_(peer_engine_id) {
+TcpChannel::TcpChannel(const TcpConfig& config, uint64_t peer_engine_id, const Session& session,
+                       std::vector<PathPlan> plans, const topology::Topology* topology)
+    : MultiPathChannel(specs(plans), topology),
+      config_(config),
+      peer_engine_id_(peer_engine_id),
+      session_(session) {
   const int total = std::max(1, config.connections);
   const int count = static_cast<int>(plans.size());
   const int per_path = std::max<int>(1, (total + count - 1) / count);
@@ -65,8 +69,8 @@ Status TcpChannel::open_path(size_t i) {
   }
   std::vector<std::shared_ptr<TcpConnection>> fresh;
   for (size_t k = 0; k < missing.size(); ++k) {
-    auto fd =
-        open_connection(plan.remote.host, plan.remote.port, peer_engine_id_, config_, plan.local_address);
+    auto fd = open_connection(plan.remote.host, plan.remote.port, peer_engine_id_, session_, config_,
+                              plan.local_address);
     if (!fd.ok()) return fd.status();  // (the connections opened so far close with `fresh`)
     fresh.push_back(std::make_shared<TcpConnection>(fd.value(), config_, counters, lost_handler(i)));
   }

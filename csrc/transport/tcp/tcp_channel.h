@@ -16,9 +16,9 @@ namespace kvs::tcp {
 
 class TcpChannel : public MultiPathChannel {
  public:
-  // Opens every path's connections (MultiPathChannel::open_paths).
+  // Opens every path's connections (MultiPathChannel::open_paths), each proving `session`.
   static StatusOr<std::shared_ptr<TcpChannel>> open(const TcpConfig& config, uint64_t peer_engine_id,
-                                                    std::vector<PathPlan> plans,
+                                                    const Session& session, std::vector<PathPlan> plans,
                                                     const topology::Topology* topology);
   ~TcpChannel() override;
 
@@ -29,8 +29,8 @@ class TcpChannel : public MultiPathChannel {
     std::shared_ptr<PathCounters> counters = std::make_shared<PathCounters>();
   };
 
-  TcpChannel(const TcpConfig& config, uint64_t peer_engine_id, std::vector<PathPlan> plans,
-             const topology::Topology* topology);
+  TcpChannel(const TcpConfig& config, uint64_t peer_engine_id, const Session& session,
+             std::vector<PathPlan> plans, const topology::Topology* topology);
   static std::vector<PathSpec> specs(const std::vector<PathPlan>& plans);
 
   Status open_path(size_t path) override;
@@ -42,6 +42,7 @@ class TcpChannel : public MultiPathChannel {
 
   const TcpConfig config_;
   const uint64_t peer_engine_id_;
+  const Session session_;
   mutable std::mutex mu_;    // guards the connections
   std::vector<Path> paths_;  // (fixed in number)
 };

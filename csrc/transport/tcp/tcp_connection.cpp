@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/net.h"
 
 namespace kvs::tcp {
@@ -14,40 +16,74 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-Status recv_payload(int fd, char* dst, uint64_t length, const TcpConfig& config) {
+Status recv_bytes(int fd, char* dst, uint64_t length, const TcpConfig& config) {
   int stalled = 0;
   return recv_exact(fd, dst, length, [&](size_t) { return ++stalled < config.max_stalls(); });
+}
+
+// The next frame's header, which must be `expected` (an ERROR frame: the peer's refusal, as a status).
+StatusOr<FrameHeader> expect_frame(int fd, Opcode expected, const TcpConfig& config,
+                                   const std::string& peer) {
+  char raw[kHeaderSize];
+  Status st = recv_bytes(fd, raw, kHeaderSize, config);
+  if (!st.ok()) return st;
+  auto header = decode_header(raw, kHeaderSize, config.max_payload);
+  if (!header.ok()) return header.status();
+  if (header.value().opcode == Opcode::kError && header.value().status == int32_t(Code::kPermissionDenied)) {
+    return Status(Code::kPermissionDenied, "peer " + peer + " refused this session's proof");
+  }
+  if (header.value().opcode != expected) {
+    return Status(Code::kProtocolError, "peer " + peer + " broke the connection handshake");
+  }
+  return header;
 }
 
 }  // namespace
 
 StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
-                              const TcpConfig& config, const std::string& source) {
+                              const Session& session, const TcpConfig& config, const std::string& source) {
   auto fd = tcp_connect(host, port, config.connect_timeout_ms, source);
   if (!fd.ok()) return fd.status();
   tune_data_socket(fd.value(), config.poll_ms, config.socket_buffer);
+  const std::string peer = host + ":" + std::to_string(port);
+  const std::string key = digest_bytes(session.key);
+  const std::string ours = random_bytes(kNonce);
   char raw[kHeaderSize];
   FrameHeader hello;
   hello.opcode = Opcode::kHello;
+  hello.length = kHelloPayload;
   encode_header(hello, raw);
-  Status st = send_all(fd.value(), raw, kHeaderSize, config.max_stalls());
-  int stalled = 0;
-  auto keep_waiting = [&](size_t) { return ++stalled < config.max_stalls(); };
-  if (st.ok()) st = recv_exact(fd.value(), raw, kHeaderSize, keep_waiting);
+  iovec iov[3] = {{raw, kHeaderSize},
+                  {const_cast<char*>(session.id.data()), session.id.size()},
+                  {const_cast<char*>(ours.data()), ours.size()}};
+  Status st = session.id.size() == kSessionIdSize
+                  ? send_iov(fd.value(), iov, 3, config.max_stalls())
+                  : Status(Code::kInvalidArgument, "no handshake session for " + peer);
+  char ack[kHelloAckPayload];
+  if (st.ok()) st = expect_frame(fd.value(), Opcode::kHelloAck, config, peer).status();
+  if (st.ok()) st = recv_bytes(fd.value(), ack, sizeof(ack), config);
+  const std::string theirs(ack + 8, kNonce);
   if (st.ok()) {
-    auto header = decode_header(raw, kHeaderSize, config.max_payload);
     uint64_t peer_id = 0;
-    if (!header.ok()) {
-      st = header.status();
-    } else if (header.value().opcode != Opcode::kHelloAck || header.value().length != sizeof(peer_id)) {
-      st = Status(Code::kProtocolError, "peer did not answer HELLO with its engine id");
-    } else {
-      st = recv_exact(fd.value(), &peer_id, sizeof(peer_id), keep_waiting);
-      if (st.ok() && peer_id != engine_id) {
-        st = Status(Code::kConnectionFailed, "peer " + host + ":" + std::to_string(port) + " restarted");
-      }
+    std::memcpy(&peer_id, ack, sizeof(peer_id));
+    Digest claimed;
+    std::memcpy(claimed.data(), ack + 8 + kNonce, claimed.size());
+    if (peer_id != engine_id) {
+      st = Status(Code::kConnectionFailed, "peer " + peer + " restarted");
+    } else if (!same_mac(claimed, prove(key, "tcp target", ours, theirs))) {
+      st = Status(Code::kPermissionDenied, "peer " + peer + " does not know this session (another cluster)");
     }
   }
+  if (st.ok()) {
+    const Digest mine = prove(key, "tcp initiator", theirs, ours);
+    FrameHeader proof;
+    proof.opcode = Opcode::kProof;
+    proof.length = kProofPayload;
+    encode_header(proof, raw);
+    iovec out[2] = {{raw, kHeaderSize}, {const_cast<uint8_t*>(mine.data()), mine.size()}};
+    st = send_iov(fd.value(), out, 2, config.max_stalls());
+  }
+  if (st.ok()) st = expect_frame(fd.value(), Opcode::kProofAck, config, peer).status();
   if (!st.ok()) {
     close(fd.value());
     return st;
@@ -279,13 +315,13 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
       if (slice.op != TransferOp::kRead || h.length != slice.length) {
         stream = Status(Code::kProtocolError, "read data does not match the request");
       } else if (slice.batch->begin_copy(slice.request)) {
-        stream = recv_payload(fd_, slice.local, h.length, config_);
+        stream = recv_bytes(fd_, slice.local, h.length, config_);
         slice.batch->end_copy();
       } else {
         thread_local std::vector<char> scratch(1 << 16);
         for (uint64_t left = h.length; left > 0 && stream.ok();) {
           const size_t n = std::min<uint64_t>(left, scratch.size());
-          stream = recv_payload(fd_, scratch.data(), n, config_);
+          stream = recv_bytes(fd_, scratch.data(), n, config_);
           left -= n;
         }
       }

@@ -15,16 +15,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/session.h"
 #include "core/slice.h"
 #include "transport/tcp/tcp_config.h"
 #include "transport/tcp/wire.h"
 
 namespace kvs::tcp {
 
-// Connects (from `source` when given: a path's local address), says HELLO and checks the peer is still
-// the engine `engine_id`; returns the socket.
+// Connects (from `source` when given: a path's local address), proves `session` and checks the peer's
+// proof (wire.h), and that it is still the engine `engine_id`; returns the socket.
 StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t engine_id,
-                              const TcpConfig& config, const std::string& source = "");
+                              const Session& session, const TcpConfig& config,
+                              const std::string& source = "");
 
 // What the connections of one path carried, summed over the connections it ever had.
 struct PathCounters {

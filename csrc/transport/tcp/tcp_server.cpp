@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -14,9 +15,10 @@
 
 namespace kvs::tcp {
 
-TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig config)
+TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, std::string secret, TcpConfig config)
     : registry_(registry),
       engine_id_(engine_id),
+      secret_(std::move(secret)),
       config_(config),
       acceptor_([this](int fd, const std::atomic<bool>& stopping,
                        std::atomic<bool>& proved) { serve(fd, stopping, proved); },
@@ -24,24 +26,91 @@ TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig con
                                config.max_connections_per_peer, config.prove_ms}) {}
 
 void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved) {
-  char raw[kHeaderSize];
+  auto session = admit(fd, stopping);
+  if (!session.ok()) {
+    const Code code = session.status().code();
+    if (code == Code::kPermissionDenied || code == Code::kProtocolError) {
+      const HostPort peer = peer_of(fd);
+      std::fprintf(stderr, "kvstore engine: refused a data connection from %s: %s\n",
+                   format_host_port(peer.host, peer.port).c_str(), session.status().message().c_str());
+    }
+    return;
+  }
+  proved.store(true);  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
+  const SessionKeys keys(session.value().key);
   for (;;) {
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
     spin_until_readable(fd, config_.busy_poll_us);
-    // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
-    int stalled = 0;
-    Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {
-      return !stopping.load() && (got == 0 || ++stalled < config_.max_stalls());
-    });
-    if (!st.ok()) break;
-    auto header = decode_header(raw, kHeaderSize, config_.max_payload);
-    if (!header.ok()) {
-      (void)reply_error(fd, FrameHeader{}, header.status());
-      break;
-    }
-    proved.store(true);  // (a well-formed frame: a peer engine, not an idle or half-open socket)
-    if (!handle(fd, header.value()).ok()) break;
+    auto header = receive_header(fd, stopping);
+    if (!header.ok()) break;
+    if (!handle(fd, header.value(), keys).ok()) break;
   }
+}
+
+StatusOr<FrameHeader> TcpServer::receive_header(int fd, const std::atomic<bool>& stopping) {
+  char raw[kHeaderSize];
+  // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
+  int stalled = 0;
+  Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {
+    return !stopping.load() && (got == 0 || ++stalled < config_.max_stalls());
+  });
+  if (!st.ok()) return st;
+  auto header = decode_header(raw, kHeaderSize, config_.max_payload);
+  if (!header.ok()) (void)reply_error(fd, FrameHeader{}, header.status());
+  return header;
+}
+
+StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping) {
+  int stalled = 0;
+  auto keep_waiting = [&](size_t) { return !stopping.load() && ++stalled < config_.max_stalls(); };
+  auto hello = receive_header(fd, stopping);
+  if (!hello.ok()) return hello.status();
+  if (hello.value().opcode != Opcode::kHello) {
+    const Status st(Code::kProtocolError,
+                    "it did not open with HELLO (not a kvstore engine of this version)");
+    (void)reply_error(fd, hello.value(), st);
+    return st;
+  }
+  char body[kHelloPayload];
+  Status st = recv_exact(fd, body, sizeof(body), keep_waiting);
+  if (!st.ok()) return st;
+  const Session session = derive_session(secret_, std::string(body, kSessionIdSize));
+  const std::string key = digest_bytes(session.key);
+  const std::string theirs(body + kSessionIdSize, kNonce);
+  const std::string ours = random_bytes(kNonce);
+  const Digest mine = prove(key, "tcp target", theirs, ours);
+  FrameHeader ack;
+  ack.opcode = Opcode::kHelloAck;
+  ack.length = kHelloAckPayload;
+  char raw[kHeaderSize];
+  encode_header(ack, raw);
+  iovec iov[4] = {{raw, kHeaderSize},
+                  {&engine_id_, sizeof(engine_id_)},
+                  {const_cast<char*>(ours.data()), ours.size()},
+                  {const_cast<uint8_t*>(mine.data()), mine.size()}};
+  st = send_iov(fd, iov, 4, config_.max_stalls());
+  if (!st.ok()) return st;
+  auto proof = receive_header(fd, stopping);
+  if (!proof.ok()) return proof.status();
+  if (proof.value().opcode != Opcode::kProof) {
+    st = Status(Code::kProtocolError, "it sent no PROOF after HELLO");
+    (void)reply_error(fd, proof.value(), st);
+    return st;
+  }
+  Digest answer{};
+  st = recv_exact(fd, answer.data(), answer.size(), keep_waiting);
+  if (!st.ok()) return st;
+  if (!same_mac(answer, prove(key, "tcp initiator", ours, theirs))) {
+    st = Status(Code::kPermissionDenied, "wrong session proof (not a peer of this cluster)");
+    (void)reply_error(fd, proof.value(), st);
+    return st;
+  }
+  FrameHeader admitted;
+  admitted.opcode = Opcode::kProofAck;
+  encode_header(admitted, raw);
+  st = send_all(fd, raw, kHeaderSize, config_.max_stalls());
+  if (!st.ok()) return st;
+  return session;
 }
 
 Status TcpServer::reply_error(int fd, const FrameHeader& request, const Status& status) {
@@ -116,21 +185,13 @@ Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t l
 
 }  // namespace
 
-Status TcpServer::handle(int fd, const FrameHeader& h) {
+Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) {
   char raw[kHeaderSize];
   FrameHeader reply;
   reply.request_id = h.request_id;
   switch (h.opcode) {
-    case Opcode::kHello: {
-      uint64_t body = engine_id_;
-      reply.opcode = Opcode::kHelloAck;
-      reply.length = sizeof(body);
-      encode_header(reply, raw);
-      iovec iov[2] = {{raw, kHeaderSize}, {&body, sizeof(body)}};
-      return send_iov(fd, iov, 2, config_.max_stalls());
-    }
     case Opcode::kRead: {
-      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
+      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
       if (!pin.ok()) return reply_error(fd, h, pin.status());
       FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen);
       if (!fence.status().ok()) return reply_error(fd, h, fence.status());
@@ -148,7 +209,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       return send_iov(fd, iov, 2, config_.max_stalls());
     }
     case Opcode::kWrite: {
-      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length);
+      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
       Status refused = pin.ok() ? Status::OK() : pin.status();
       if (refused.ok() && pin.value().info().read_only) {
         refused = Status(Code::kPermissionDenied, "region is read-only");
@@ -179,7 +240,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h) {
       return send_all(fd, raw, kHeaderSize, config_.max_stalls());
     }
     default: {
-      // Reply-only opcodes are not requests: the peer is confused, stop talking to it.
+      // Replies and a second handshake are not requests: the peer is confused, stop talking to it.
       Status st(Code::kProtocolError, "unexpected opcode from initiator");
       (void)reply_error(fd, h, st);
       return st;

@@ -1,6 +1,7 @@
-// Target side of the TCP transport: serves HELLO (answered with the engine id), READ and WRITE against the
-// registry. Every request is checked (region exported, key, bounds) before any byte of memory is touched.
-// Regions of kind file are read from their file (direct I/O) and never written.
+// Target side of the TCP transport: admits a connection once it proved its session (wire.h), then serves
+// READ and WRITE against the registry. Every request is checked (region exported, its key in that session,
+// bounds) before any byte of memory is touched. Regions of kind file are read from their file (direct I/O)
+// and never written.
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,8 @@ namespace kvs::tcp {
 
 class TcpServer {
  public:
-  TcpServer(MemoryRegistry* registry, uint64_t engine_id, TcpConfig config);
+  // `secret`: the cluster secret sessions are derived under ("" : none).
+  TcpServer(MemoryRegistry* registry, uint64_t engine_id, std::string secret, TcpConfig config);
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
 
@@ -26,13 +28,17 @@ class TcpServer {
 
  private:
   void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
-  Status handle(int fd, const FrameHeader& header);
+  // The connection's challenge-response; the session it proved.
+  StatusOr<Session> admit(int fd, const std::atomic<bool>& stopping);
+  StatusOr<FrameHeader> receive_header(int fd, const std::atomic<bool>& stopping);
+  Status handle(int fd, const FrameHeader& header, const SessionKeys& keys);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(int fd, uint64_t length);
 
   MemoryRegistry* registry_;
   uint64_t engine_id_;
+  std::string secret_;
   TcpConfig config_;
   Acceptor acceptor_;  // last: its threads call into the members above, so it stops first
 };

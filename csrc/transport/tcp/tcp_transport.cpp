@@ -75,7 +75,8 @@ class TcpTransport : public Transport {
 
   Status start() override {
     const std::string& host = context_.listen_host;
-    auto main = std::make_unique<TcpServer>(context_.registry.get(), context_.engine_id, config_);
+    auto main = std::make_unique<TcpServer>(context_.registry.get(), context_.engine_id,
+                                            context_.cluster_secret, config_);
     Status st = main->start(host, 0);
     if (!st.ok()) return st;
     const uint16_t port = main->port();
@@ -88,7 +89,8 @@ class TcpTransport : public Transport {
         endpoints_.push_back(Endpoint{nic.name, nic.address, port});
         continue;
       }
-      auto extra = std::make_unique<TcpServer>(context_.registry.get(), context_.engine_id, config_);
+      auto extra = std::make_unique<TcpServer>(context_.registry.get(), context_.engine_id,
+                                               context_.cluster_secret, config_);
       if (!extra->start(nic.address, 0).ok()) continue;  // (an address gone since discovery: not offered)
       endpoints_.push_back(Endpoint{nic.name, nic.address, extra->port()});
       servers_.push_back(std::move(extra));
@@ -120,8 +122,8 @@ class TcpTransport : public Transport {
   StatusOr<std::shared_ptr<Channel>> connect(const EngineDescriptor& peer) override {
     auto endpoints = decode_endpoints(peer.section("tcp"));
     if (!endpoints.ok()) return endpoints.status();
-    auto channel = TcpChannel::open(config_, peer.engine_id, plan_paths(context_.nics, endpoints.value()),
-                                    context_.topology.get());
+    auto channel = TcpChannel::open(config_, peer.engine_id, peer.session,
+                                    plan_paths(context_.nics, endpoints.value()), context_.topology.get());
     if (!channel.ok()) return channel.status();
     return std::shared_ptr<Channel>(std::move(channel.value()));
   }

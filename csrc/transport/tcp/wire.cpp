@@ -5,8 +5,23 @@
 namespace kvs::tcp {
 
 bool carries_payload(Opcode opcode) {
-  return opcode == Opcode::kHelloAck || opcode == Opcode::kWrite || opcode == Opcode::kReadData;
+  return opcode == Opcode::kHello || opcode == Opcode::kHelloAck || opcode == Opcode::kProof ||
+         opcode == Opcode::kWrite || opcode == Opcode::kReadData;
 }
+
+namespace {
+
+// The payload size of a handshake frame; 0 for the others.
+uint64_t handshake_payload(Opcode opcode) {
+  switch (opcode) {
+    case Opcode::kHello: return kHelloPayload;
+    case Opcode::kHelloAck: return kHelloAckPayload;
+    case Opcode::kProof: return kProofPayload;
+    default: return 0;
+  }
+}
+
+}  // namespace
 
 void encode_header(const FrameHeader& h, char out[kHeaderSize]) {
   ByteWriter w;
@@ -31,7 +46,7 @@ StatusOr<FrameHeader> decode_header(const char* data, size_t size, uint64_t max_
   if (r.get<uint32_t>() != kMagic) return Status(Code::kProtocolError, "bad frame magic");
   if (r.get<uint8_t>() != kVersion) return Status(Code::kProtocolError, "unsupported protocol version");
   const auto opcode = r.get<uint8_t>();
-  if (opcode < static_cast<uint8_t>(Opcode::kHello) || opcode > static_cast<uint8_t>(Opcode::kError)) {
+  if (opcode < static_cast<uint8_t>(Opcode::kHello) || opcode > static_cast<uint8_t>(Opcode::kProofAck)) {
     return Status(Code::kProtocolError, "unknown opcode " + std::to_string(opcode));
   }
   if (r.get<uint16_t>() != 0) return Status(Code::kProtocolError, "unknown frame flags");
@@ -53,6 +68,10 @@ StatusOr<FrameHeader> decode_header(const char* data, size_t size, uint64_t max_
     return Status(Code::kProtocolError, "payload larger than the frame limit");
   }
   if (h.opcode == Opcode::kWrite && h.length == 0) return Status(Code::kProtocolError, "empty write");
+  const uint64_t handshake = handshake_payload(h.opcode);
+  if (handshake != 0 && h.length != handshake) {
+    return Status(Code::kProtocolError, "handshake frame of the wrong size");
+  }
   if (!carries_payload(h.opcode) && h.opcode != Opcode::kRead && h.length != 0) {
     return Status(Code::kProtocolError, "length on a frame without payload");
   }

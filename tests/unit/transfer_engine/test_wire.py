@@ -4,7 +4,7 @@ import pytest
 
 from transfer_engine import ProtocolError, _tools
 
-READ, WRITE, HELLO, ERROR = 3, 5, 1, 7
+READ, WRITE, HELLO, ERROR, PROOF, PROOF_ACK = 3, 5, 1, 7, 8, 9
 
 
 def test_roundtrip() -> None:
@@ -24,8 +24,11 @@ def test_roundtrip() -> None:
         (_tools.encode_frame_header(READ, length=1 << 40), "read length"),
         (_tools.encode_frame_header(WRITE, length=0), "empty write"),
         (_tools.encode_frame_header(WRITE, length=(64 << 20) + 1), "payload"),
-        (_tools.encode_frame_header(HELLO, length=5), "without payload"),
+        (_tools.encode_frame_header(HELLO, length=5), "handshake frame of the wrong size"),
+        (_tools.encode_frame_header(HELLO, length=0), "handshake frame of the wrong size"),
+        (_tools.encode_frame_header(PROOF, length=1 << 20), "handshake frame of the wrong size"),
         (_tools.encode_frame_header(ERROR, length=5), "without payload"),
+        (_tools.encode_frame_header(PROOF_ACK, length=5), "without payload"),
     ],
 )
 def test_rejects(raw: bytes, why: str) -> None:
