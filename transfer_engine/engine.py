@@ -47,7 +47,7 @@ class Region:
     """A registered local region. ``array`` is a uint8 view of it when Python can see the memory."""
 
     id: int
-    key: int
+    key: int  # its own access key: never sent (a peer presents its derivation for its session)
     addr: int
     length: int
     kind: str  # memory kind: host, host-pinned, gpu:N or file

@@ -4,8 +4,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "common/net.h"
 
 namespace kvs {
@@ -52,11 +50,12 @@ void Acceptor::cut(Conn& conn, const char* why) {
 
 void Acceptor::refuse(const std::string& peer, const char* why) {
   ++refused_;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_logged_ >= std::chrono::seconds(1)) {  // (a flood logs a line a second, not a line each)
-    last_logged_ = now;
-    std::fprintf(stderr, "kvstore engine: cut a connection from %s: %s\n", peer.c_str(), why);
-  }
+  log_.log("cut a connection from " + peer + ": " + why);
+}
+
+void Acceptor::log_refusal(const std::string& what, int fd, const std::string& why) {
+  const HostPort peer = peer_of(fd);
+  log_.log("refused " + what + " from " + format_host_port(peer.host, peer.port) + ": " + why);
 }
 
 void Acceptor::cut_unproved_past_deadline() {

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/limited_log.h"
 #include "common/status.h"
 
 namespace kvs {
@@ -43,6 +44,9 @@ class Acceptor {
   void stop();
   uint16_t port() const { return port_; }
   uint64_t refused() const { return refused_.load(); }  // connections closed or cut by the bounds
+  // Logs that the handler refused a peer ("refused a handshake from host:port: why"), thread-safe: a flood
+  // of bad peers logs a line a second, with how many went unlogged, not a line each.
+  void log_refusal(const std::string& what, int fd, const std::string& why);
 
  private:
   struct Conn {
@@ -68,7 +72,7 @@ class Acceptor {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};
-  std::chrono::steady_clock::time_point last_logged_{};
+  LimitedLog log_;
   std::thread thread_;
   std::mutex mu_;
   std::list<Conn> conns_;

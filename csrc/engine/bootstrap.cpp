@@ -3,7 +3,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "common/bytes.h"
@@ -29,11 +28,6 @@ bool keep_waiting_until(int* stalled, int timeout_ms) {
   return ++*stalled * kPollMs < timeout_ms;
 }
 
-std::string peer_name(int fd) {
-  const HostPort peer = peer_of(fd);
-  return format_host_port(peer.host, peer.port);
-}
-
 }  // namespace
 
 BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms, std::string secret)
@@ -52,9 +46,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   if (!st.ok()) return;
   ByteReader r(hello, kHelloSize);
   if (r.get<uint32_t>() != kHelloMagic || r.get<uint16_t>() != kHelloVersion || r.get<uint16_t>() != 0) {
-    std::fprintf(stderr,
-                 "kvstore engine: refused a handshake from %s: not a kvstore engine of this version\n",
-                 peer_name(fd).c_str());
+    acceptor_.log_refusal("a handshake", fd, "not a kvstore engine of this version");
     return;
   }
   const std::string theirs(hello + 8, kNonceSize);
@@ -69,8 +61,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   if (st.ok()) st = recv_exact(fd, answer.data(), answer.size(), keep_waiting);
   if (!st.ok()) return;
   if (!same_mac(answer, prove(secret_, "peer", ours, theirs))) {
-    std::fprintf(stderr, "kvstore engine: refused a handshake from %s: wrong cluster secret\n",
-                 peer_name(fd).c_str());
+    acceptor_.log_refusal("a handshake", fd, "wrong cluster secret");
     return;  // (nothing of this engine is sent)
   }
   proved.store(true);

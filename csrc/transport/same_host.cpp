@@ -138,7 +138,7 @@ void GrantServer::serve(int fd) {
   socklen_t size = sizeof(peer);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
       (peer.uid != geteuid() && peer.uid != 0)) {
-    std::fprintf(stderr, "kvstore engine: refused a same-host peer (pid %d): another user\n", peer.pid);
+    log_.log("refused a same-host peer (pid " + std::to_string(peer.pid) + "): another user");
     return;
   }
   constexpr size_t kHead = 4 + kSessionIdSize + 32;
@@ -153,8 +153,7 @@ void GrantServer::serve(int fd) {
   std::memcpy(claimed.data(), request.data() + 4 + kSessionIdSize, claimed.size());
   const std::string list(request.data() + kHead, 16ull * count);
   if (!same_mac(claimed, hmac_sha256(digest_bytes(session.key), "grants" + list))) {
-    std::fprintf(stderr, "kvstore engine: refused a same-host peer (pid %d): wrong session proof\n",
-                 peer.pid);
+    log_.log("refused a same-host peer (pid " + std::to_string(peer.pid) + "): wrong session proof");
     return;
   }
   const SessionKeys keys(session.key);

@@ -2,8 +2,8 @@
 // presents region keys over an abstract unix socket (scoped to this network namespace, like the host id)
 // and gets, per region, what it needs to reach that memory itself (a few bytes, up to two descriptors);
 // every copy then holds a pin in the target's pin table and, for fenced regions, a fence entry. Only a
-// process of the same user is served (the kernel lets it read this one's memory anyway), naming its
-// handshake session and proving it; its keys are checked against that session.
+// process of the same user (or root) is served (the kernel lets it read this one's memory anyway), naming
+// its handshake session and proving it; its keys are checked against that session.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/limited_log.h"
 #include "common/status.h"
 #include "core/descriptor.h"
 #include "core/fence.h"
@@ -63,6 +64,7 @@ class GrantServer {
 
   GrantFn grant_;
   std::string secret_;
+  LimitedLog log_;  // who was refused
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread thread_;

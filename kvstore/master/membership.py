@@ -68,7 +68,11 @@ class Membership(StateCore):
         off alone, or lie): the node's segments become suspect — not placed on, their replicas not offered
         while another exists — once a second client found the same within REPORT_WINDOW heartbeats, or
         once the node itself missed a heartbeat (judged again by expire()); until the node heartbeats
-        again. The reporter's own reads go to other replicas first meanwhile (kvstore.client.store)."""
+        again. The reporter's own reads go to other replicas first meanwhile (kvstore.client.store).
+        An engine with no segment here holds no replica a client was handed: its report is dropped (nor
+        does a client fill the master with reports of made-up engines)."""
+        if not any(seg.engine == engine for seg in self.space):
+            return
         now = self.clock()
         self._unreachable_reports.setdefault(engine, {})[reporter] = now
         self._judge_unreachable(engine, now)

@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -30,9 +29,7 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   if (!session.ok()) {
     const Code code = session.status().code();
     if (code == Code::kPermissionDenied || code == Code::kProtocolError) {
-      const HostPort peer = peer_of(fd);
-      std::fprintf(stderr, "kvstore engine: refused a data connection from %s: %s\n",
-                   format_host_port(peer.host, peer.port).c_str(), session.status().message().c_str());
+      acceptor_.log_refusal("a data connection", fd, session.status().message());
     }
     return;
   }

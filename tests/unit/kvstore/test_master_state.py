@@ -360,6 +360,14 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     assert not state.space.any_suspect() and state.exists("both")
 
 
+def test_reports_of_an_engine_without_segments_are_dropped(clock: Clock) -> None:
+    state = make_state(clock, [("h0", 8 * MiB)], heartbeat_interval=1.0)
+    for i in range(1000):  # a client naming made-up engines holds no memory of them
+        state.report_unreachable(f"10.9.9.9:{i}", "c0")
+        state.report_unreachable(f"10.9.9.9:{i}", "c1")
+    assert not state._unreachable_reports and not state.space.any_suspect()
+
+
 def _answer_checks(state: MasterState, client_id: str, intact: bool) -> int:
     """The node `client_id` answers every check queued for it (as its work channel would)."""
     checks = state.corrupt_checks.take(client_id, 100)
