@@ -104,9 +104,14 @@ StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout
     } else {
       st = send_all(fd.value(), mine.data(), mine.size(), timeout_ms / kPollMs + 1);
       if (st.ok() && !same_mac(claimed, prove(secret, "engine", ours, theirs))) {
-        st =
-            Status(Code::kPermissionDenied,
-                   "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
+        st = Status(
+            Code::kPermissionDenied,
+            secret.empty()
+                ? "engine " + name +
+                      " has a cluster secret and this process none: set "
+                      "KVSTORE_CLUSTER_SECRET_FILE (or KVSTORE_CLUSTER_SECRET) as for the "
+                      "rest of the cluster"
+                : "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
       }
     }
   }

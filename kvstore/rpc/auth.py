@@ -34,6 +34,11 @@ def client_handshake(sock: socket.socket, secret: bytes, address: str) -> None:
     # (sent even to a master that failed its proof: it then refuses this side too, and logs who came)
     sock.sendall(mac(secret, b"client", theirs, nonce))
     if not same(proof, mac(secret, b"master", nonce, theirs)):
+        if not secret:  # (the usual slip: a process started without the cluster's secret)
+            raise PermissionDeniedError(
+                f"master {address} has a cluster secret and this process none: set "
+                "KVSTORE_CLUSTER_SECRET_FILE (or KVSTORE_CLUSTER_SECRET) as for the rest of the cluster"
+            )
         raise PermissionDeniedError(
             f"master {address} does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)"
         )

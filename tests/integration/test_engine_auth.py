@@ -49,6 +49,19 @@ def test_engines_sharing_the_secret_link() -> None:
         stop_target(target)
 
 
+def test_an_engine_started_without_the_secret_is_told_to_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = start_target()
+    try:
+        monkeypatch.delenv("KVSTORE_CLUSTER_SECRET")  # (loopback only: allowed without one)
+        with (
+            TransferEngine() as engine,
+            pytest.raises(PermissionDeniedError, match="this process none: set KVSTORE_CLUSTER_SECRET_FILE"),
+        ):
+            engine.open_peer(target.name)
+    finally:
+        stop_target(target)
+
+
 def _received(target_name: str, payload: bytes) -> bytes:
     host, port = target_name.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:

@@ -65,6 +65,10 @@ def test_a_master_with_another_secret_is_refused_by_the_client(master: EmbeddedM
     with pytest.raises(PermissionDeniedError, match="does not share this cluster secret"):
         client.hello()
     client.close()
+    client = MasterClient(master.address, timeout=5, secret=b"")  # started without the cluster's secret
+    with pytest.raises(PermissionDeniedError, match="this process none: set KVSTORE_CLUSTER_SECRET_FILE"):
+        client.hello()
+    client.close()
 
 
 @pytest.mark.parametrize(
