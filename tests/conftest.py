@@ -21,6 +21,8 @@ TARGET_SCRIPT = ROOT / "tests" / "helpers" / "target_process.py"
 # The suite runs as a secured cluster: every master, node and client it starts (in this process or a
 # child) proves this secret. Tests of a cluster without one take it out of their environment.
 os.environ.setdefault("KVSTORE_CLUSTER_SECRET", "tests-" + os.urandom(16).hex())
+# ... whose (loopback and namespace) fabric is its own: UCX may start (tests of the refusal take it out).
+os.environ.setdefault("KVSTORE_UCX_TRUST_FABRIC", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

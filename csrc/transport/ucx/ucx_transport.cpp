@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -21,6 +22,7 @@ struct UcxConfig {
   int io_timeout_ms = 5000;
   int busy_poll_us = 50;
   bool prefer = false;
+  bool trust_fabric = false;
 
   static std::vector<OptionSpec> specs() {
     const int64_t gib = int64_t{1} << 30;
@@ -34,6 +36,10 @@ struct UcxConfig {
         {"prefer", OptionKind::kBool, 0, 0, 1,
          "Pick ucx before tcp between hosts even with no RDMA NIC here (by default it comes first only "
          "when KVSTORE_NICS selects an RDMA NIC; UCX's own tcp transport is slower than kvstore's)."},
+        {"trust_fabric", OptionKind::kBool, 0, 0, 1,
+         "With a cluster secret, start UCX at all: its transfers are one-sided (remote keys that cannot be "
+         "scoped to a session, endpoints UCX cannot authenticate), so only where the RDMA fabric reaches "
+         "this cluster's hosts alone (partitions / P_Keys). Without a secret (loopback) it needs no leave."},
     };
   }
   static UcxConfig from(const Options& o) {
@@ -42,6 +48,7 @@ struct UcxConfig {
     c.io_timeout_ms = static_cast<int>(o.get("io_timeout"));
     c.busy_poll_us = static_cast<int>(o.get("busy_poll_us"));
     c.prefer = o.get("prefer") != 0;
+    c.trust_fabric = o.get("trust_fabric") != 0;
     return c;
   }
 };
@@ -73,12 +80,17 @@ class UcxTransport : public Transport, public Rails {
                                [](const topology::Nic& n) { return n.usable() && !n.rdma_device.empty(); });
     }
     // UCX is loaded (~0.4 s) and started (a context, a worker thread per rail) only where it pays, or when
-    // asked: UCX's tcp is slower than kvstore's.
-    wanted_ = rdma_here_ || config_.prefer || context.transport == "ucx";
+    // asked: UCX's tcp is slower than kvstore's. In a cluster with a secret, only where the operator says
+    // the fabric is the cluster's own: the rest of the data path is authenticated per session, UCX's
+    // one-sided transfers cannot be.
+    const bool asked = rdma_here_ || config_.prefer || context.transport == "ucx";
+    untrusted_ = asked && !context.cluster_secret.empty() && !config_.trust_fabric;
+    wanted_ = asked && !untrusted_;
   }
   ~UcxTransport() override { stop(); }
 
   Status start() override {
+    if (untrusted_) std::fprintf(stderr, "kvstore engine: ucx %s\n", unavailable().c_str());
     if (!wanted_) return Status::OK();  // (unavailable() says why)
     api_ = &ucp();
     if (!api_->status.ok()) return Status::OK();  // unavailable: offers nothing, reaches nobody
@@ -123,6 +135,11 @@ class UcxTransport : public Transport, public Rails {
   }
   bool starts() const override { return wanted_; }
   std::string unavailable() const override {
+    if (untrusted_) {
+      return "not started: with a cluster secret every data connection is authenticated and every region "
+             "key scoped to a session, which UCX's one-sided transfers cannot be; KVSTORE_UCX_TRUST_FABRIC=1 "
+             "starts it where the RDMA fabric reaches this cluster's hosts alone";
+    }
     if (!wanted_)
       return "not started: no RDMA NIC selected here (KVSTORE_TRANSPORT=ucx or ucx_prefer=1 start it)";
     if (api_ == nullptr) return "not started yet";
@@ -294,6 +311,7 @@ class UcxTransport : public Transport, public Rails {
   const Ucp* api_ = nullptr;  // loaded by start(), when wanted_
   bool rdma_here_ = false;
   bool wanted_ = false;
+  bool untrusted_ = false;  // asked for, but a cluster secret is set and the fabric not declared trusted
   std::string start_error_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Rail>> rails_;

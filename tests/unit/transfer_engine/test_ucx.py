@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ucx_missing
-from transfer_engine import TransferEngine
+from transfer_engine import NotSupportedError, TransferEngine
 
 NO_UCX = """
 import sys
@@ -25,7 +25,7 @@ except NotSupportedError as exc:
 
 
 NOT_LOADED = """
-from transfer_engine import TransferEngine
+from transfer_engine import NotSupportedError, TransferEngine
 TransferEngine().close()
 maps = open("/proc/self/maps").read()
 print("loaded" if "libucp" in maps or "libucs" in maps else "not-loaded")
@@ -77,3 +77,26 @@ def test_without_an_rdma_nic_ucx_stays_off_unless_asked() -> None:
         assert a.open_peer(b.name).transport == "ucx"  # preferred: before tcp
     with TransferEngine(shm_enabled=False, local_enabled=False) as a, TransferEngine(ucx_prefer=True) as b:
         assert a.open_peer(b.name).transport == "tcp"  # this side did not start it
+
+
+def test_with_a_secret_ucx_starts_only_on_a_fabric_declared_the_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every other data path authenticates its connections and scopes keys to a session; UCX's one-sided
+    transfers cannot, so in a cluster with a secret it starts only with KVSTORE_UCX_TRUST_FABRIC=1, and an
+    engine told to use it refuses to start without it, saying why."""
+    if why := ucx_missing():
+        pytest.skip(f"ucx: {why}")
+    monkeypatch.delenv("KVSTORE_UCX_TRUST_FABRIC")
+    with TransferEngine(ucx_prefer=True) as engine:
+        reason = engine.unavailable_transports.get("ucx", "")
+        assert "KVSTORE_UCX_TRUST_FABRIC=1" in reason and "scoped to a session" in reason
+    with pytest.raises(
+        NotSupportedError, match="transport 'ucx' is unavailable: not started: with a cluster"
+    ):
+        TransferEngine(transport="ucx")
+    with TransferEngine(transport="ucx", ucx_trust_fabric=True) as engine:
+        assert "ucx" not in engine.unavailable_transports
+    monkeypatch.delenv("KVSTORE_CLUSTER_SECRET")  # a cluster without one (loopback): no leave needed
+    with TransferEngine(transport="ucx") as engine:
+        assert "ucx" not in engine.unavailable_transports
