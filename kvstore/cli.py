@@ -68,15 +68,23 @@ def _host_ports(text: str) -> str:
     return ",".join(_host_port(p) for p in parts)
 
 
-def _transport_choices() -> list[str]:
+def _transport(value: str) -> str:
+    """A --transport value: auto or a registered transport (checked when given, so that building the
+    parser does not load the transfer engine's extension: the master's process never needs it)."""
     from transfer_engine.config import transport_choices
 
-    return list(transport_choices())
+    if value not in transport_choices():
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {', '.join(transport_choices())})"
+        )
+    return value
 
 
 def _add_transfer_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transfer", help="transfer engine bandwidth and latency vs the machine baseline")
-    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
+    p.add_argument(
+        "--transport", type=_transport, help="auto or a transport; default: KVSTORE_TRANSPORT, else auto"
+    )
     p.add_argument("--op", choices=["read", "write"], default="read")
     p.add_argument("--block-size", type=_size, default=1 << 20, help="bytes per request (e.g. 1MiB)")
     p.add_argument("--batch-size", type=_positive_int, default=16)
@@ -130,7 +138,9 @@ def _add_store_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ops", default="put,get,exists", help="comma list of put, get, exists")
     p.add_argument("--duration", type=_positive_float, default=5.0, help="seconds per op")
     p.add_argument("--clients", type=_positive_int, default=1, help="client processes")
-    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
+    p.add_argument(
+        "--transport", type=_transport, help="auto or a transport; default: KVSTORE_TRANSPORT, else auto"
+    )
     p.add_argument("--master", type=_host_port, help="a running master (default: start a cluster here)")
     p.add_argument("--segment-size", type=_size, default=2 << 30, help="storage node segment")
     p.add_argument(
@@ -228,7 +238,7 @@ def _run_master_bench(args: argparse.Namespace) -> int:
 
 
 def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
-    from kvstore.bench.connector_bench import MODELS
+    from kvstore.bench.models import MODELS
 
     p = sub.add_parser("connector", help="engine connector save/load vs the store's own batch put/get")
     p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
@@ -641,7 +651,9 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--disk-size", type=_size, help="bytes of the disk tier (KVSTORE_NODE_DISK_SIZE)")
     p.add_argument("--disk-backend", choices=["auto", "io_uring", "threads"], help="disk I/O (default auto)")
     p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
-    p.add_argument("--transport", choices=_transport_choices(), help="default: KVSTORE_TRANSPORT, else auto")
+    p.add_argument(
+        "--transport", type=_transport, help="auto or a transport; default: KVSTORE_TRANSPORT, else auto"
+    )
     p.add_argument("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)")
     p.add_argument(
         "--memory-dir",

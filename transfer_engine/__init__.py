@@ -1,17 +1,14 @@
-"""kvstore's transfer engine: registered memory, peer peers, batched READ/WRITE over tcp/shm/local."""
+"""kvstore's transfer engine: registered memory, peer peers, batched READ/WRITE over tcp/shm/local.
 
-from transfer_engine.config import EngineConfig, TransportSettings, transport_names
-from transfer_engine.engine import (
-    BatchHandle,
-    NicAddress,
-    Op,
-    PathInfo,
-    Peer,
-    Region,
-    RemoteRegion,
-    RequestState,
-    TransferEngine,
-)
+Importing the package (or its errors, settings or security) does not load the data-plane extension
+(`_core`): the engine's names are imported on first use, so a master or a tool that only needs the
+errors and settings never carries the engine."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from transfer_engine.errors import (
     EngineClosedError,
     InvalidArgumentError,
@@ -55,3 +52,45 @@ __all__ = [
     "TransportSettings",
     "transport_names",
 ]
+
+# Where each lazily imported name lives.
+_LAZY = {
+    **dict.fromkeys(("EngineConfig", "TransportSettings", "transport_names"), "transfer_engine.config"),
+    **dict.fromkeys(
+        (
+            "BatchHandle",
+            "NicAddress",
+            "Op",
+            "PathInfo",
+            "Peer",
+            "Region",
+            "RemoteRegion",
+            "RequestState",
+            "TransferEngine",
+        ),
+        "transfer_engine.engine",
+    ),
+}
+
+if TYPE_CHECKING:
+    from transfer_engine.config import EngineConfig, TransportSettings, transport_names
+    from transfer_engine.engine import (
+        BatchHandle,
+        NicAddress,
+        Op,
+        PathInfo,
+        Peer,
+        Region,
+        RemoteRegion,
+        RequestState,
+        TransferEngine,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'transfer_engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # (looked up once)
+    return value

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from transfer_engine import _core
 from transfer_engine.errors import InvalidArgumentError
 from transfer_engine.settings import CODE, DEFAULT, Origin, SettingInfo, Settings, coerce, setting
 from transfer_engine.topology import NicSelection
@@ -41,6 +40,8 @@ class TransportSpec:
 @cache
 def transport_specs() -> tuple[TransportSpec, ...]:
     """The registered transports, in registration order (csrc/transport/transports.def)."""
+    from transfer_engine import _core  # (the data-plane extension, loaded only when asked)
+
     return tuple(
         TransportSpec(
             t["name"],

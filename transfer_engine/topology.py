@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from transfer_engine import _core
 from transfer_engine.errors import InvalidArgumentError
 
 _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
@@ -125,6 +124,8 @@ def discover(sysfs_root: str = "/sys", selection: NicSelection | str = "") -> To
     """The topology under `sysfs_root`, with the NICs `selection` (or KVSTORE_NICS-style text) allows."""
     if isinstance(selection, str):
         selection = NicSelection.parse(selection)
+    from transfer_engine import _core  # (the data-plane extension, loaded only when asked)
+
     raw = _core.discover_topology(str(sysfs_root), list(selection.names), selection.exclude)
     nics = tuple(Nic(**{**n, "pci_chain": tuple(n["pci_chain"])}) for n in raw["nics"])
     gpus = tuple(Gpu(**{**g, "pci_chain": tuple(g["pci_chain"])}) for g in raw["gpus"])

@@ -18,15 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvstore.bench.models import MODELS
 from kvstore.integrations.paged import Batch, BlockMover, PagedCache, StoreLink, layer_geometry
 from kvstore.store import Store
-
-# name: (layers, kv heads, head dim, bytes per element, tokens per block)
-MODELS = {
-    "llama3-8b": (32, 8, 128, 2, 16),
-    "llama3-70b": (80, 8, 128, 2, 16),
-    "qwen2.5-7b": (28, 4, 128, 2, 16),
-}
 
 
 @dataclass

@@ -120,3 +120,22 @@ def test_the_object_table_has_one_writer() -> None:
             assert not writes.search(line), (
                 f"{path.name}:{number} writes the object table itself: {line.strip()}"
             )
+
+
+def test_the_master_config_and_errors_never_load_the_data_plane_extension() -> None:
+    """A master (and a tool that needs only errors or settings) runs without the transfer engine's
+    extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import kvstore.errors, kvstore.config, kvstore.master.server, kvstore.rpc.auth\n"
+        "import transfer_engine, transfer_engine.errors, transfer_engine.settings\n"
+        "assert 'transfer_engine._core' not in sys.modules, 'loaded'\n"
+        "from kvstore import Store, MISS\n"
+        "from transfer_engine import TransferEngine\n"
+        "assert 'transfer_engine._core' in sys.modules, 'the lazy names did not load it'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
