@@ -143,9 +143,15 @@ class EngineConfig(Settings):
         "The libucp the ucx transport loads (a system UCX with verbs on an RDMA host); empty: the libucx "
         "wheel's (the ucx extra), else the dynamic linker's. One per process.",
     )
-    transports: dict[str, TransportSettings] = field(
-        default_factory=lambda: {spec.name: TransportSettings(spec) for spec in transport_specs()}
-    )
+    # Each registered transport's settings block, built on first use (`transports`): listing the transports
+    # loads the engine's extension, which a process that only checks its environment (a master) never needs.
+    _transports: dict[str, TransportSettings] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def transports(self) -> dict[str, TransportSettings]:
+        if self._transports is None:
+            self._transports = {spec.name: TransportSettings(spec) for spec in transport_specs()}
+        return self._transports
 
     def transport_settings(self, name: str) -> TransportSettings:
         if name not in self.transports:
@@ -161,6 +167,10 @@ class EngineConfig(Settings):
             yield from TransportSettings(spec).settings()
 
     def apply_all(self, env: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
+        own_names = {i.variable for i in self.field_settings()}
+        if not overrides and all(n in own_names for n in env if n.startswith(self.ENV_PREFIX)):
+            super().apply_all(env, {})  # (no transport option named: the blocks stay unbuilt, at defaults)
+            return
         own = {k: v for k, v in overrides.items() if self._transport_option(k) is None}
         super().apply_all(env, own)
         for block in self.transports.values():
@@ -196,7 +206,7 @@ class EngineConfig(Settings):
         return rows
 
     def validate(self) -> None:
-        if self.transport not in transport_choices():
+        if self.transport != "auto" and self.transport not in transport_choices():
             raise InvalidArgumentError(
                 f"transport must be one of {', '.join(transport_choices())}, got {self.transport!r}"
             )

@@ -72,7 +72,7 @@ class StoreConfig(Component):
         own = {s.name for s in self.field_settings()}
         super().apply_all(env, {k: v for k, v in overrides.items() if k in own})
         rest = {k: v for k, v in overrides.items() if k not in own and k != "engine"}
-        engine_names = {s.name for s in EngineConfig.settings()}
+        engine_names = {s.name for s in EngineConfig.settings()} if rest else set()
         for name in rest:
             if name not in engine_names:
                 raise InvalidArgumentError(
@@ -82,7 +82,8 @@ class StoreConfig(Component):
         if isinstance(engine, EngineConfig):
             self.engine = engine
         else:
-            self.engine.apply_all(env, rest)
+            own_variables = {s.variable for s in self.field_settings()}
+            self.engine.apply_all({k: v for k, v in env.items() if k not in own_variables}, rest)
         self.engine.validate()
 
     def origin(self, name: str) -> Origin:

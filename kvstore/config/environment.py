@@ -27,13 +27,14 @@ RENAMED = {
 }
 
 
-def known_variables() -> dict[str, str]:
-    """Variable -> what it sets ("component.setting", or a description)."""
+def known_variables(blocks: bool = True) -> dict[str, str]:
+    """Variable -> what it sets ("component.setting", or a description). `blocks` False leaves out the
+    settings of nested blocks (the transports' options: listing them loads the engine's extension)."""
     from kvstore.config import COMPONENTS
 
     known: dict[str, str] = {}
     for component, cls in COMPONENTS.items():
-        for info in cls.settings():
+        for info in cls.settings() if blocks else cls.field_settings():
             known.setdefault(info.variable, f"{component}.{info.name}")
     known.update(OTHER_VARIABLES)
     return known
@@ -42,20 +43,25 @@ def known_variables() -> dict[str, str]:
 def check_environment(env: Mapping[str, str]) -> None:
     """Raises InvalidArgumentError naming the first KVSTORE_* variable that nothing reads, or whose value
     the component reading it refuses (every component is checked: a bad value fails any process early,
-    not only the one that happens to read it)."""
-    _check_names(env)
+    not only the one that happens to read it). Each component is handed its own variables and those no
+    component's fields name (transport options): an environment that names no transport option never
+    loads the engine's extension (a master's)."""
     from kvstore.config import COMPONENTS
 
+    names = {n for n in env if n.startswith("KVSTORE_")}
+    fields = known_variables(blocks=False)
+    blocks = names - fields.keys()
+    _check_names(names, known_variables() if blocks else fields)
     for cls in COMPONENTS.values():
+        own = {i.variable for i in cls.field_settings()}
         config = cls()
-        config.apply_all(env, {})
+        config.apply_all({n: env[n] for n in names if n in own or n in blocks}, {})
         config.validate()
 
 
-def _check_names(env: Mapping[str, str]) -> None:
-    known = known_variables()
-    for name in sorted(env):
-        if not name.startswith("KVSTORE_") or name in known:
+def _check_names(names: set[str], known: Mapping[str, str]) -> None:
+    for name in sorted(names):
+        if name in known:
             continue
         hint = ""
         if name in RENAMED:

@@ -124,7 +124,8 @@ def test_the_object_table_has_one_writer() -> None:
 
 def test_the_master_config_and_errors_never_load_the_data_plane_extension() -> None:
     """A master (and a tool that needs only errors or settings) runs without the transfer engine's
-    extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use."""
+    extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use,
+    and checking an environment that names no transport option does not list the transports."""
     import subprocess
     import sys
 
@@ -132,6 +133,10 @@ def test_the_master_config_and_errors_never_load_the_data_plane_extension() -> N
         "import sys\n"
         "import kvstore.errors, kvstore.config, kvstore.master.server, kvstore.rpc.auth\n"
         "import transfer_engine, transfer_engine.errors, transfer_engine.settings\n"
+        "from kvstore.config import MasterConfig\n"
+        "env = {'KVSTORE_MASTER': '127.0.0.1:9', 'KVSTORE_NODE_SEGMENT_SIZE': '1GiB',\n"
+        "       'KVSTORE_COPY_THREADS': '4'}\n"
+        "MasterConfig.load(env)  # (a master checking an environment shared with clients and nodes)\n"
         "assert 'transfer_engine._core' not in sys.modules, 'loaded'\n"
         "from kvstore import Store, MISS\n"
         "from transfer_engine import TransferEngine\n"
