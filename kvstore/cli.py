@@ -689,8 +689,8 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from kvstore.client.leader import locator
     from kvstore.client.status import fetch_status, print_status
+    from kvstore.cluster.leader import locator
     from kvstore.config import StoreConfig
 
     config = StoreConfig.load(**_given(args, ["master", "etcd", "cluster"]))

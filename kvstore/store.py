@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstore.client.session import Session
 from kvstore.client.store import Closable
 from kvstore.client.store import Store as ClientStore
+from kvstore.cluster.session import Session
 from kvstore.config import MasterConfig, NodeConfig, StoreConfig
 from kvstore.master import Master
 from kvstore.node import StorageNode

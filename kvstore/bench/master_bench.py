@@ -2,7 +2,7 @@
 
 The cluster is the one a deployment has: the master in its own process and one storage node process
 (whose segment is sized to hold every object, so nothing is evicted). Each of `clients` load processes
-speaks the RPC directly (kvstore.client.master_client): it registers, then per batch of keys sends
+speaks the RPC directly (kvstore.cluster.master_client): it registers, then per batch of keys sends
 put_start + put_end (a put's metadata work; no bytes are written, the master does not read them), then
 get_replicas (a get's: locate), then exists. A process reports per op its rate (keys per second) and the
 latency of each request (a put: its start and end together); rates of concurrent processes add up. The
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvstore.bench import load_procs
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.procs import kvstore_process, settle_collector
 from kvstore.rpc import messages as m

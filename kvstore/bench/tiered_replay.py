@@ -32,7 +32,7 @@ def replay_real_tiered(
     per 2 KiB of segment, so smaller ones would fill its slots before its bytes and memory would hold
     fewer blocks than `capacity`."""
     from kvstore import Store
-    from kvstore.client.session import Session
+    from kvstore.cluster.session import Session
     from kvstore.config import MasterConfig, NodeConfig, StoreConfig
     from kvstore.master import Master
     from kvstore.node import StorageNode

@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvstore.client.leader import Locator
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.leader import Locator
+from kvstore.cluster.master_client import MasterClient
 from kvstore.rpc import messages as m
 
 

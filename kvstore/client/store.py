@@ -19,9 +19,9 @@ import numpy as np
 from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
-from kvstore.client.master_client import MasterClient
-from kvstore.client.session import Session
 from kvstore.client.transfer_batch import OK, STALE, TransferBatch
+from kvstore.cluster.master_client import MasterClient
+from kvstore.cluster.session import Session
 from kvstore.config import StoreConfig
 from kvstore.errors import (
     InvalidArgumentError,

@@ -7,7 +7,7 @@ that instant, so a standby, which can win only once etcd has let the lease expir
 old leader still serves: no two leaders at any time, even when etcd or the network between them fails.
 
 The epoch of a leadership is the etcd revision that created its leader key: it grows with each new
-leader, and clients refuse to follow a leader older than one they have seen (kvstore.client.master_client).
+leader, and clients refuse to follow a leader older than one they have seen (kvstore.cluster.master_client).
 
 Blocking (gRPC) calls: the server runs these methods on threads of their own.
 """

@@ -1,7 +1,7 @@
 """A segment's mount is checked against the engine it names before anything is placed on it (issue 22:
 a client that mounted a made-up region of a real node made other clients' gets miss): through the
 engine's own authenticated handshake, its descriptor must name the mounting client as its owner (the
-client id its session registered; kvstore.client.session sets it) and export the region with at least
+client id its session registered; kvstore.cluster.session sets it) and export the region with at least
 the size mounted. The handshake runs on a thread of this checker, never on the master's loop."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from kvstore.client.session import Session
+from kvstore.cluster.session import Session
 from kvstore.errors import KVStoreError, StaleLocationError
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.node.work_channel import WorkChannel

@@ -10,7 +10,7 @@ import logging
 
 import xxhash
 
-from kvstore.client.session import Session
+from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError
 from kvstore.node.catalog import SegmentCatalog

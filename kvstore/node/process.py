@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstore.client.session import Session
+from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig, StoreConfig
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity

@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 
-from kvstore.client.session import Session
+from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.disk import DiskWorker

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from kvstore.client.session import Session
+from kvstore.cluster.session import Session
 from kvstore.errors import KVStoreError, NotFoundError
 from kvstore.rpc import messages as m
 

@@ -1,6 +1,6 @@
 """Where a cluster's masters meet in etcd: the leader key (held under the leader's lease, its value the
 leader's RPC address) and one key per candidate. Masters campaign on it (kvstore.master.election);
-clients and nodes read it to find the leader (kvstore.client.leader).
+clients and nodes read it to find the leader (kvstore.cluster.leader).
 
 `etcd3` comes from the `etcd3-fc` distribution (plain etcd3 0.12 breaks on current protobuf); it is
 imported only when a cluster is named.

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from kvstore import Store
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import KVStoreError
 from kvstore.procs import kvstore_process
 from tests.conftest import freeze

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 
 from kvstore import rpc
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import auth

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from kvstore import Store
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import PermissionDeniedError
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvstore import Store, rpc
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from kvstore import Store, rpc
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
 from kvstore.errors import PermissionDeniedError
 from kvstore.master.server import EmbeddedMaster, Master

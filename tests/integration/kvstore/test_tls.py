@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvstore import Store
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import KVStoreError, MasterUnavailableError, PermissionDeniedError
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m

@@ -16,14 +16,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.client.leader import locator
-from kvstore.client.master_client import MasterClient
+from kvstore.cluster.leader import locator
+from kvstore.cluster.master_client import MasterClient
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError
 from kvstore.rpc import messages as m
 from transfer_engine import Peer, TransferEngine
 
-log = logging.getLogger("kvstore.client")
+log = logging.getLogger("kvstore.cluster")
 
 LEADER_POLL_SECONDS = 0.2  # how often a process starting between two leaders asks for the new one
 

@@ -14,7 +14,7 @@ import time
 from typing import Any, Literal
 
 from kvstore import rpc
-from kvstore.client.leader import AddressList, Locator
+from kvstore.cluster.leader import AddressList, Locator
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -42,7 +42,7 @@ class MasterClient:
         tls_context: ssl.SSLContext | Literal["env"] | None = "env",
     ) -> None:
         """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
-        Locator (kvstore.client.leader: the leader etcd names). Each connection opened asks it again.
+        Locator (kvstore.cluster.leader: the leader etcd names). Each connection opened asks it again.
         `secret`: the cluster secret each connection proves it knows (from the environment if None).
         `tls_context`: TLS to the master (kvstore.rpc.tls; "env": from KVSTORE_TLS_*; None: plain TCP)."""
         security = SecurityConfig.load()
