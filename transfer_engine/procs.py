@@ -9,6 +9,7 @@ nohup or systemd, a container without -i would otherwise stop a server at once).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from transfer_engine.errors import InvalidArgumentError, KVStoreError
 
@@ -38,18 +40,49 @@ def module_process(
     # what this process imported. Run it where our own packages live, so it imports the same ones.
     home = Path(__file__).resolve().parent.parent
     env = {**os.environ, LIFELINE_ENV: "stdin"}
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=home)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=home,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    said = _forward(proc.stderr)
     try:
-        assert proc.stdout is not None
         line = proc.stdout.readline()
         if not line.startswith(READY_PREFIX):
             proc.kill()
-            raise KVStoreError(
-                f"`{module} {' '.join(args)}` did not start (exit {proc.wait()}): {line.strip()}"
-            )
+            code = proc.wait()
+            said.join(timeout=5)
+            why = " / ".join([line.strip(), *said.tail]).strip(" /") or "it said nothing"
+            raise KVStoreError(f"`{module} {' '.join(args)}` did not start (exit {code}): {why}")
         yield proc, line[len(READY_PREFIX) :].strip()
     finally:
         stop_process(proc)
+
+
+class _Forwarder(threading.Thread):
+    """Copies a child's stderr to ours as it comes, keeping its last lines (why it did not start)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.tail: collections.deque[str] = collections.deque(maxlen=5)
+
+    def run(self) -> None:
+        for line in self.stream:
+            sys.stderr.write(line)
+            if line.strip():
+                self.tail.append(line.strip())
+
+
+def _forward(stream: IO[str]) -> _Forwarder:
+    forwarder = _Forwarder(stream)
+    forwarder.start()
+    return forwarder
 
 
 def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:

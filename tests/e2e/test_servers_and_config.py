@@ -153,3 +153,16 @@ def test_config_prints_effective_settings_and_their_sources() -> None:
     assert json.loads(listing.stdout)["KVSTORE_SHM_ENABLED"] == "engine.shm_enabled"
     table = kvstore("config", "--component", "engine", KVSTORE_TRANSPORT="tcp")
     assert table.returncode == 0 and "KVSTORE_TRANSPORT" in table.stdout and "environment" in table.stdout
+
+
+def test_a_server_that_does_not_start_says_why() -> None:
+    """A bench's or test's child that exits before READY is reported with what it wrote to stderr (a node
+    that "did not start (exit 1)" and nothing more once cost a connector bench run its reason)."""
+    from transfer_engine.errors import KVStoreError
+    from transfer_engine.procs import module_process
+
+    with (
+        pytest.raises(KVStoreError, match=r"did not start \(exit 1\): .*cannot reach master 127\.0\.0\.1:1"),
+        module_process("kvstore.cli", ["node", "--master", "127.0.0.1:1", "--segment-size", "64MiB"]),
+    ):
+        pass
