@@ -384,8 +384,8 @@ def measure_baseline(
         gbps = device_copy_gbps(cfg.block_size, cfg.batch_size, working_set, seconds)
         return gbps, f"cuMemcpyAsync device->device, batches of {cfg.batch_size}"
     if transport == "tcp":
-        r = _tools.tcp_stream_baseline(host, connections, cfg.block_size, working_set, seconds, socket_buffer)
-        return float(r["gbps"]), f"raw tcp stream x{connections} over {format_size(working_set)}"
+        gbps = tcp_stream_gbps(host, connections, cfg.block_size, working_set, seconds, socket_buffer)
+        return gbps, f"raw tcp stream x{connections} over {format_size(working_set)}"
     if transport == "ucx":
         call = "ucp_put_nbx + flush" if cfg.op == "write" else "ucp_get_nbx"
         r = ucx_rma_across_processes(cfg, working_set, seconds, ucx_library)
@@ -432,6 +432,14 @@ def _carrier(peer: Peer, local_kind: str, remote_kind: str) -> str:
 def memcpy_gbps(block_size: int, working_set: int, seconds: float, threads: int = 1) -> float:
     """This machine's memcpy bandwidth for `block_size` copies cycling over `working_set` bytes."""
     return float(_tools.memcpy_baseline(block_size, working_set, seconds, threads)["gbps"])
+
+
+def tcp_stream_gbps(
+    host: str, connections: int, block_size: int, working_set: int, seconds: float, socket_buffer: int
+) -> float:
+    """A raw TCP stream's bandwidth to `host` (a server of its own there) over `connections` sockets."""
+    r = _tools.tcp_stream_baseline(host, connections, block_size, working_set, seconds, socket_buffer)
+    return float(r["gbps"])
 
 
 def render(result: TransferBenchResult, console: Console) -> None:

@@ -43,11 +43,26 @@ def with_progress(work: Callable[[Callable[[str], None]], T], steps: int, title:
 
 def store_table(results: list[OpResult], console: Console | None = None) -> None:
     table = Table(title=f"kvstore bench store ({results[0].transport}, {results[0].clients} client(s))")
-    for col in ("op", "value", "batch", "keys/s", "GB/s", "p50 µs", "p99 µs", "errors"):
+    for col in (
+        "op",
+        "value",
+        "batch",
+        "keys/s",
+        "GB/s",
+        "p50 µs",
+        "p99 µs",
+        "baseline GB/s",
+        "ratio",
+        "errors",
+    ):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(*describe(r))
-    (console or wide_console()).print(table)
+    out = console or wide_console()
+    out.print(table)
+    kinds = sorted({r.baseline_kind for r in results if r.baseline_kind})
+    if kinds:
+        out.print(f"Baseline (measured by the client in the same run): {'; '.join(kinds)}.")
 
 
 def master_table(
@@ -103,8 +118,8 @@ def summary(duration: float = 3.0) -> int:
                 f"{r.ops_per_s:,.0f}",
                 f"{r.p50_us:.0f}",
                 f"{r.p99_us:.0f}",
-                "-",
-                "-",
+                f"{r.baseline_gbps:.2f}" if r.baseline_gbps else "-",
+                f"{r.ratio:.2f}" if r.ratio else "-",
             ]
         )
     for transport, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
@@ -147,9 +162,9 @@ def summary(duration: float = 3.0) -> int:
     console.print(table)
     console.print(
         "store: master + 1 storage node process + 1 client process; transfer: 2 processes. "
-        "Baselines: memcpy (shm) / raw TCP stream (tcp) over the same working set; O_DIRECT reads of the "
-        "working directory's file system (disk tier). Only successful, verified items are counted."
-        + disk_note
+        "Baselines: memcpy (shm, and the store's same-host node) / raw TCP stream (tcp) over the same "
+        "working set; O_DIRECT reads of the working directory's file system (disk tier). Only successful, "
+        "verified items are counted." + disk_note
     )
     failed = [f"{r.op}: {r.errors}" for r in store if r.errors]
     if failed:

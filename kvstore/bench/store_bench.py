@@ -17,6 +17,7 @@ from kvstore import Store
 from kvstore.bench import load_procs
 from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.procs import kvstore_process
+from transfer_engine.bench import memcpy_gbps, tcp_stream_gbps
 from transfer_engine.config import transport_choices
 from transfer_engine.units import format_size
 
@@ -60,6 +61,11 @@ class OpResult:
     errors: int
     transport: str
     clients: int = 1
+    # The machine's own ceiling for the same bytes, measured in the same run by the client (memcpy for a
+    # same-host node, a raw TCP stream over loopback for tcp); None for exists, or a node out of reach.
+    baseline_gbps: float | None = None
+    baseline_kind: str | None = None
+    ratio: float | None = None
 
 
 def _measure(duration: float, step: Callable[[int], tuple[int, int]]) -> tuple[float, int, int, np.ndarray]:
@@ -88,20 +94,45 @@ def _result(
     measured: tuple[float, int, int, np.ndarray],
     bytes_per_item: int,
     transport: str,
+    baseline: tuple[float, str] | None = None,
 ) -> OpResult:
     seconds, items, errors, lat = measured
     done = items - errors  # only successful, verified items count (a get's bytes passed the checksum)
+    gbps = done * bytes_per_item / seconds / 1e9
     return OpResult(
         op,
         cfg.value_size,
         batch,
         done / seconds,
-        done * bytes_per_item / seconds / 1e9,
+        gbps,
         float(np.percentile(lat, 50)),
         float(np.percentile(lat, 99)),
         errors,
         transport,
+        baseline_gbps=baseline[0] if baseline else None,
+        baseline_kind=baseline[1] if baseline else None,
+        ratio=gbps / baseline[0] if baseline and baseline[0] else None,
     )
+
+
+def _baseline(store: Store, block_size: int, working_set: int, seconds: float) -> tuple[float, str] | None:
+    """The ceiling of what carries the client's bytes to its storage node, on this machine: memcpy when
+    the node is on this host (shm, local), a raw TCP stream over loopback when tcp reaches it there."""
+    peers = store.session.opened_peers()
+    carrier = peers[0].transports[0] if peers and peers[0].transports else ""
+    config = store.engine.config
+    if carrier in ("shm", "local"):
+        threads = config.copy_threads
+        gbps = memcpy_gbps(block_size, working_set, seconds, threads)
+        return gbps, f"memcpy x{threads} over {format_size(working_set)}"
+    if carrier == "tcp" and peers[0].name.startswith("127."):
+        tcp = config.transport_settings("tcp")
+        connections = int(tcp["connections"])
+        gbps = tcp_stream_gbps(
+            "127.0.0.1", connections, block_size, working_set, seconds, int(tcp["socket_buffer"])
+        )
+        return gbps, f"raw tcp stream x{connections} over loopback, {format_size(working_set)}"
+    return None
 
 
 def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
@@ -121,6 +152,7 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
         for start in range(0, resident, n):
             store.batch_put_from(keys[start : start + n], sources)
         batches = [keys[s : s + n] for s in range(0, resident, n)]
+        baseline = _baseline(store, size, resident * size, min(cfg.duration, 2.0))
         if "put" in cfg.ops:
             rounds = [0]
 
@@ -130,7 +162,7 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_put_from(batch, sources)
                 return n, sum(1 for r in results if r != 0)
 
-            yield _result(cfg, "put", n, _measure(cfg.duration, put), size, transport)
+            yield _result(cfg, "put", n, _measure(cfg.duration, put), size, transport, baseline)
             # Clean up only what this client wrote (other clients' resident sets stay), then restore
             # whatever of its resident set the puts evicted.
             written = [f"bench/{store.client_id}/put/{i}/{j}" for i in range(rounds[0]) for j in range(n)]
@@ -144,14 +176,14 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_get_into(batches[i % len(batches)], dests)
                 return n, sum(1 for r in results if r != size)
 
-            yield _result(cfg, "get", n, _measure(cfg.duration, get), size, transport)
+            yield _result(cfg, "get", n, _measure(cfg.duration, get), size, transport, baseline)
             if cfg.single_gets:
 
                 def get_one(i: int) -> tuple[int, int]:
                     return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
 
                 yield _result(
-                    cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size, transport
+                    cfg, "get_single", 1, _measure(min(cfg.duration, 3.0), get_one), size, transport, baseline
                 )
 
             # The same reads when every key's location must be asked of the master (no valid lease).
@@ -160,7 +192,9 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                 results = store.batch_get_into(batches[i % len(batches)], dests)
                 return n, sum(1 for r in results if r != size)
 
-            yield _result(cfg, "get_uncached", n, _measure(min(cfg.duration, 3.0), get_cold), size, transport)
+            yield _result(
+                cfg, "get_uncached", n, _measure(min(cfg.duration, 3.0), get_cold), size, transport, baseline
+            )
             if cfg.single_gets:
 
                 def get_one_cold(i: int) -> tuple[int, int]:
@@ -168,7 +202,7 @@ def run_client(cfg: StoreBenchConfig, master: str) -> Iterator[OpResult]:
                     return 1, int(store.get_into(keys[i % resident], dests[0]) != size)
 
                 cold = _measure(min(cfg.duration, 3.0), get_one_cold)
-                yield _result(cfg, "get_single_uncached", 1, cold, size, transport)
+                yield _result(cfg, "get_single_uncached", 1, cold, size, transport, baseline)
         if "exists" in cfg.ops:
             m = cfg.exists_batch
             probe = [keys[j % resident] for j in range(m)]
@@ -229,18 +263,24 @@ def _combine(per_client: list[list[OpResult]]) -> list[OpResult]:
     combined = []
     for rows in zip(*per_client, strict=True):
         first = rows[0]
+        gbps = sum(r.gbps for r in rows)
+        # (each client measured the ceiling before its ops, maybe beside others: the highest is the truest)
+        ceiling = max(rows, key=lambda r: r.baseline_gbps or 0.0)
         combined.append(
             OpResult(
                 first.op,
                 first.value_size,
                 first.batch_size,
                 sum(r.ops_per_s for r in rows),
-                sum(r.gbps for r in rows),
+                gbps,
                 max(r.p50_us for r in rows),
                 max(r.p99_us for r in rows),
                 sum(r.errors for r in rows),
                 first.transport,
                 len(rows),
+                ceiling.baseline_gbps,
+                ceiling.baseline_kind,
+                gbps / ceiling.baseline_gbps if ceiling.baseline_gbps else None,
             )
         )
     return combined
@@ -260,5 +300,7 @@ def describe(r: OpResult) -> list[str]:
         f"{r.gbps:.2f}" if r.op != "exists" else "-",
         f"{r.p50_us:.0f}",
         f"{r.p99_us:.0f}",
+        f"{r.baseline_gbps:.2f}" if r.baseline_gbps else "-",
+        f"{r.ratio:.2f}" if r.ratio else "-",
         str(r.errors),
     ]

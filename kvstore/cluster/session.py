@@ -104,10 +104,8 @@ class Session:
     def _nic_paths(self) -> dict[str, Any]:
         """The engine's paths to the peers this session opened, summed per local NIC (for the master's
         /metrics): bytes, slices, failures, failovers, and how many are up or down."""
-        with self._peers_lock:
-            peers = list(self._peers.values())
         totals: dict[str, list[int]] = {}
-        for peer in peers:
+        for peer in self.opened_peers():
             try:
                 paths = self.engine.paths(peer)
             except KVStoreError:
@@ -155,6 +153,11 @@ class Session:
                 rejoin()
 
     # -- peers ----------------------------------------------------------------------------------------
+    def opened_peers(self) -> list[Peer]:
+        """The peer engines this session opened so far."""
+        with self._peers_lock:
+            return list(self._peers.values())
+
     def peer(self, name: str) -> Peer | None:
         """The opened peer engine `name` (opened on first use); None when it cannot be reached."""
         with self._peers_lock:

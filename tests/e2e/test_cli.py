@@ -183,7 +183,10 @@ def test_block_larger_than_working_set() -> None:
     assert result.returncode == 1 and "working set" in result.stderr
 
 
-STORE_FIELDS = {"op", "value_size", "batch_size", "ops_per_s", "gbps", "p50_us", "p99_us"}
+STORE_FIELDS = {"op", "value_size", "batch_size", "ops_per_s", "gbps", "p50_us", "p99_us"} | {
+    "baseline_gbps",  # (new: the same run's ceiling for the same bytes, and the ratio to it)
+    "ratio",
+}
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
@@ -217,6 +220,11 @@ def test_bench_store_json(transport: str) -> None:
     for r in rows:
         assert r.keys() >= STORE_FIELDS and r["ops_per_s"] > 0 and r["errors"] == 0
         assert r["transport"] == transport
+        if r["op"] == "exists":  # (keys, not bytes: no ceiling)
+            assert r["baseline_gbps"] is None and r["ratio"] is None
+        else:  # the node is on this host: memcpy (auto: shm) or a raw tcp stream over loopback
+            assert r["baseline_gbps"] > 0 and r["ratio"] == pytest.approx(r["gbps"] / r["baseline_gbps"])
+            assert r["baseline_kind"].startswith("memcpy" if transport == "auto" else "raw tcp stream")
 
 
 def test_bench_master_json() -> None:
