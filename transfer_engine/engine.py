@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from transfer_engine import _core, ucx
+from transfer_engine import _core, checksum, ucx
 from transfer_engine.config import EngineConfig
 from transfer_engine.errors import (
     CODE_NAMES,
@@ -178,6 +178,13 @@ class BatchHandle:
     def errors(self) -> np.ndarray:
         """Per-request core error codes; 0 where the request did not fail."""
         return self._batch.errors()
+
+    def digests(self) -> tuple[np.ndarray, np.ndarray]:
+        """(taken, digests): for each completed read that asked for it (submit's `digests`), the XXH3-64 of
+        the bytes it landed; taken is False where none was (not asked, moved in several slices, a GPU
+        buffer, or not complete): hash those yourself."""
+        taken, values = self._batch.digests()
+        return taken, values
 
     def help_once(self) -> bool:
         """Runs one queued copy (of any batch) on this thread; False when none is queued. Lets a caller
@@ -483,9 +490,12 @@ class TransferEngine:
         timeout: float | None = None,
         fence_slots: Sequence[int] | np.ndarray | None = None,
         fence_gens: Sequence[int] | np.ndarray | None = None,
+        digests: Sequence[int] | np.ndarray | None = None,
     ) -> BatchHandle:
         """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast.
-        `fence_slots`/`fence_gens` name each request's allocation in a fenced region (both or neither)."""
+        `fence_slots`/`fence_gens` name each request's allocation in a fenced region (both or neither).
+        `digests`: reads whose landed bytes' XXH3-64 is wanted, taken as they land where one slice moves
+        the request (:meth:`BatchHandle.digests`)."""
         local = _as_column(local_addrs, np.uint64)
         n = local.size
 
@@ -499,6 +509,8 @@ class TransferEngine:
 
         peer_handles = peers.handle if isinstance(peers, Peer) else peers
         deadline = self.config.transfer_timeout if timeout is None else timeout
+        if digests is not None and not checksum.available():  # (no C++ XXH3 here: none can be taken)
+            digests = None
         core_batch = self._core_engine().submit(
             column(ops, np.uint8),
             local,
@@ -509,6 +521,7 @@ class TransferEngine:
             int(deadline * 1000),
             None if fence_slots is None else column(fence_slots, np.uint32),
             None if fence_gens is None else column(fence_gens, np.uint64),
+            None if digests is None else column(digests, np.uint8),
         )
         return BatchHandle(self, core_batch)
 

@@ -71,7 +71,8 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
                               const Flat<uint32_t>& peers, const Flat<uint64_t>& regions,
                               const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
                               int64_t timeout_ms, const std::optional<Flat<uint32_t>>& fence_slots,
-                              const std::optional<Flat<uint64_t>>& fence_gens) {
+                              const std::optional<Flat<uint64_t>>& fence_gens,
+                              const std::optional<Flat<uint8_t>>& digests) {
   const auto n = static_cast<size_t>(ops.size());
   if (local.size() != ops.size() || peers.size() != ops.size() || regions.size() != ops.size() ||
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
@@ -86,6 +87,11 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
   if (fence_slots) {
     view.fence_slots = fence_slots->data();
     view.fence_gens = fence_gens->data();
+  }
+  if (digests) {
+    if (digests->size() != ops.size())
+      throw StatusError(Status(Code::kInvalidArgument, "one digest flag per request"));
+    view.digests = digests->data();
   }
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
@@ -138,7 +144,23 @@ void bind_engine(py::module_& m) {
           "Per-request RequestState values.")
       .def(
           "errors", [](Batch& b) { return per_request(b, [&](size_t i) { return b.error(i); }); },
-          "Per-request error codes (0 when not failed).");
+          "Per-request error codes (0 when not failed).")
+      .def(
+          "digests",
+          [](const Batch& b) {
+            py::array_t<uint64_t> values(static_cast<py::ssize_t>(b.size()));
+            py::array_t<bool> taken(static_cast<py::ssize_t>(b.size()));
+            auto v = values.mutable_unchecked<1>();
+            auto t = taken.mutable_unchecked<1>();
+            for (size_t i = 0; i < b.size(); ++i) {
+              uint64_t d = 0;
+              t(static_cast<py::ssize_t>(i)) = b.digest(i, &d);
+              v(static_cast<py::ssize_t>(i)) = d;
+            }
+            return py::make_tuple(taken, values);
+          },
+          "(taken, digests): per completed request that asked for it, the XXH3-64 of the bytes it landed "
+          "(taken False where none was: not asked, several slices, or not complete).");
 
   py::class_<Engine>(m, "Engine", "The transfer engine core.")
       .def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
@@ -354,8 +376,9 @@ void bind_engine(py::module_& m) {
           py::arg("handle"), "The paths of the peer's links and what each carried.")
       .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
            py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"), py::arg("fence_slots") = py::none(),
-           py::arg("fence_gens") = py::none(),
-           "Submits a batch given as flat arrays; returns a Batch handle at once.")
+           py::arg("fence_gens") = py::none(), py::arg("digests") = py::none(),
+           "Submits a batch given as flat arrays; returns a Batch handle at once. `digests`: non-zero for "
+           "reads whose landed bytes' XXH3-64 is wanted (Batch.digests).")
       .def(
           "wait",
           [](Engine& e, Batch& b, int64_t timeout_ms, bool help) {

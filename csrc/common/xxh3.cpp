@@ -2,8 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+
+#include "common/copy_bytes.h"
 
 namespace kvs::xxh3 {
 namespace {
@@ -90,11 +93,41 @@ bool loaded() {
 
 uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n) {
   if (n == 1) return api.one_shot(reinterpret_cast<const void*>(addrs[0]), lengths[0]);
+  Stream hash;
+  for (size_t i = 0; i < n; ++i) hash.update(reinterpret_cast<const void*>(addrs[i]), lengths[i]);
+  return hash.digest();
+}
+
+namespace {
+ThreadState& this_thread_state() {
   thread_local ThreadState state;
-  State* s = state.get();
-  api.reset(s);
-  for (size_t i = 0; i < n; ++i) api.update(s, reinterpret_cast<const void*>(addrs[i]), lengths[i]);
-  return api.digest(s);
+  return state;
+}
+}  // namespace
+
+Stream::Stream() : state_(this_thread_state().get()) {
+  api.reset(static_cast<State*>(state_));
+}
+
+void Stream::update(const void* data, size_t n) {
+  api.update(static_cast<State*>(state_), data, n);
+}
+
+uint64_t Stream::digest() const {
+  return api.digest(static_cast<const State*>(state_));
+}
+
+uint64_t copy_and_hash(void* dst, const void* src, size_t n) {
+  constexpr size_t kChunk = 64 << 10;  // copied, then hashed while in L1/L2
+  Stream hash;
+  auto* d = static_cast<char*>(dst);
+  const auto* from = static_cast<const char*>(src);
+  for (size_t done = 0; done < n; done += kChunk) {
+    const size_t length = std::min(kChunk, n - done);
+    copy_bytes(d + done, from + done, length);
+    hash.update(d + done, length);
+  }
+  return hash.digest();
 }
 
 }  // namespace kvs::xxh3

@@ -19,4 +19,22 @@ bool loaded();
 // Digest of the concatenation of n pieces. Requires loaded().
 uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n);
 
+// A digest over bytes given in order, on this thread's hashing state (one stream at a time per thread).
+// Requires loaded().
+class Stream {
+ public:
+  Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void update(const void* data, size_t n);
+  uint64_t digest() const;
+
+ private:
+  void* state_;
+};
+
+// Copies n bytes and returns their digest, hashing each chunk of the destination just after copying it
+// (still in cache): one pass over memory where a copy and then a hash took two. Requires loaded().
+uint64_t copy_and_hash(void* dst, const void* src, size_t n);
+
 }  // namespace kvs::xxh3

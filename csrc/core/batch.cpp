@@ -8,14 +8,31 @@ Batch::Batch(size_t requests, Clock::time_point deadline)
     : states_(requests),
       errors_(requests),
       slices_left_(requests),
+      wants_digest_(requests, 0),
+      digests_(requests, 0),
+      has_digest_(requests),
       remaining_(requests),
       deadline_(deadline) {
   for (size_t i = 0; i < requests; ++i) {
     states_[i].store(static_cast<int32_t>(RequestState::kPending));
     errors_[i].store(0);
     slices_left_[i].store(0);
+    has_digest_[i].store(0);
   }
   if (requests == 0) released_.store(true);
+}
+
+void Batch::set_digest(size_t request, uint64_t digest) {
+  digests_[request] = digest;
+  has_digest_[request].store(1, std::memory_order_release);
+}
+
+bool Batch::digest(size_t request, uint64_t* out) const {
+  if (state(request) != RequestState::kCompleted || !has_digest_[request].load(std::memory_order_acquire)) {
+    return false;
+  }
+  *out = digests_[request];
+  return true;
 }
 
 void Batch::hold_pin(RegionPin pin) {

@@ -34,6 +34,15 @@ class Batch {
   void hold_pin(RegionPin pin);
   // Ends a request before any slice was issued (validation failure).
   void reject(size_t request, const Status& status) { finish(request, RequestState::kFailed, status.code()); }
+  // Asks for the XXH3-64 of the bytes a read request lands (set-up, before its slices go out): the
+  // transport moving its only slice hashes them as they land, in cache, and the caller need not read them
+  // again to verify them.
+  void want_digest(size_t request) { wants_digest_[request] = 1; }
+  bool wants_digest(size_t request) const { return wants_digest_[request] != 0; }
+  // By the transport, before it reports the slice done.
+  void set_digest(size_t request, uint64_t digest);
+  // The digest of a completed request, when one was taken.
+  bool digest(size_t request, uint64_t* out) const;
 
   // Transports report each slice exactly once.
   void slice_done(size_t request, const Status& status);
@@ -60,6 +69,9 @@ class Batch {
   std::vector<std::atomic<int32_t>> states_;
   std::vector<std::atomic<int32_t>> errors_;
   std::vector<std::atomic<uint64_t>> slices_left_;
+  std::vector<uint8_t> wants_digest_;
+  std::vector<uint64_t> digests_;
+  std::vector<std::atomic<uint8_t>> has_digest_;
   std::atomic<size_t> remaining_;
   std::atomic<int64_t> active_copies_{0};
   Clock::time_point deadline_;

@@ -36,6 +36,7 @@ struct Slice {
   MemoryLocation local_location;
   int32_t local_numa = -1;
   uint8_t attempts = 0;  // paths it was already sent on and lost with (a transport's failover bound)
+  bool digest = false;   // its request's only slice, and a digest was asked for: hash what lands (Batch)
   std::shared_ptr<SliceFallback> fallback;
 
   void done(const Status& status) const { batch->slice_done(request, status); }

@@ -475,6 +475,10 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     const MemoryLocation location = pin.value().info().location;
     const int32_t numa = pin.value().info().numa_node;
     batch->hold_pin(std::move(pin.value()));
+    if (b.digests != nullptr && b.digests[i] != 0 && b.ops[i] == static_cast<uint8_t>(TransferOp::kRead) &&
+        location.kind != MemoryKind::kGpu) {
+      batch->want_digest(i);
+    }
     by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
                                           b.local_addrs[i], location, numa, b.region_ids[i], b.offsets[i],
                                           b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
@@ -683,7 +687,9 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       fallback = fallbacks[next];
     }
     const uint64_t step = std::max<uint64_t>(links[chosen].transport->transport->slice_size(), 4096);
-    w.batch->set_slices(w.request, (w.length + step - 1) / step);
+    const uint64_t count = (w.length + step - 1) / step;
+    w.batch->set_slices(w.request, count);
+    const bool digest = count == 1 && w.batch->wants_digest(w.request);
     for (uint64_t done = 0; done < w.length; done += step) {
       Slice s;
       s.batch = w.batch;
@@ -698,6 +704,7 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
       s.fence_gen = w.fence_gen;
       s.local_location = w.local_location;
       s.local_numa = w.local_numa;
+      s.digest = digest;
       s.fallback = fallback;
       slices[chosen].push_back(std::move(s));
     }

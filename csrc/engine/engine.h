@@ -53,6 +53,8 @@ struct BatchView {
   // Optional (null: no request names an allocation): the fenced allocation of each request.
   const uint32_t* fence_slots = nullptr;
   const uint64_t* fence_gens = nullptr;
+  // Optional (null: none): non-zero for reads whose landed bytes' digest is wanted (Batch::want_digest).
+  const uint8_t* digests = nullptr;
 };
 
 class Engine {

@@ -1,12 +1,15 @@
 #include "transport/copy.h"
 
 #include "common/copy_bytes.h"
+#include "common/xxh3.h"
 
 namespace kvs {
 
 Status copy_slice(const Slice& slice, char* remote) {
   if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
-  if (slice.op == TransferOp::kRead) {
+  if (slice.op == TransferOp::kRead && slice.digest && xxh3::loaded()) {
+    slice.batch->set_digest(slice.request, xxh3::copy_and_hash(slice.local, remote, slice.length));
+  } else if (slice.op == TransferOp::kRead) {
     copy_bytes(slice.local, remote, slice.length);
   } else {
     copy_bytes(remote, slice.local, slice.length);

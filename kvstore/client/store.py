@@ -533,8 +533,8 @@ class Store:
                 requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            for i, code in requests.stream(self.engine):
-                if code == OK and self._checksum_ok(values[i], found[i][0], found[i][1]):
+            for i, code, landed in requests.stream(self.engine):
+                if code == OK and self._checksum_ok(values[i], found[i][0], found[i][1], landed):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
@@ -602,8 +602,10 @@ class Store:
         except KVStoreError as exc:
             log.debug("could not report unreachable/corrupt replicas: %s", exc)
 
-    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int) -> bool:
-        return checksums([value], [size])[0] == expected
+    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int, landed: int | None = None) -> bool:
+        """Whether the value's bytes are the object's: `landed`, the digest the engine took of them as they
+        landed (the bytes need not be read again), else hashed here."""
+        return (landed if landed is not None else checksums([value], [size])[0]) == expected
 
     # -- prefix blocks -------------------------------------------------------------------------------
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:

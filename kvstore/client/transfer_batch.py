@@ -1,5 +1,6 @@
 """One engine batch of a client call: flat request columns, each request owned by the key it moves, run
-with this thread helping to move bytes, and each key's outcome reported as its requests end."""
+with this thread helping to move bytes, and each key's outcome reported as its requests end (with the
+digest of the bytes a read landed, where the engine took it as they landed)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class TransferBatch:
         self.lengths: list[int] = []
         self.slots: list[int] = []
         self.gens: list[int] = []
+        self.digests: list[int] = []  # 1: a read that is its key's only request (its digest is the key's)
         self.failed: set[int] = set()
         self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
         self.peers: list[Peer] = []
@@ -60,6 +62,7 @@ class TransferBatch:
         self.lengths += lengths
         self.slots += [slot] * n
         self.gens += [gen] * n
+        self.digests += [int(n == 1 and op == Op.READ)] * n
 
     def fail(self, owner: int, peer: str) -> None:
         """`owner` fails without a request: its peer `peer` cannot be opened."""
@@ -77,6 +80,7 @@ class TransferBatch:
             self.lengths,
             fence_slots=self.slots,
             fence_gens=self.gens,
+            digests=self.digests if any(self.digests) else None,
         )
 
     def _failed(self, j: int, code: int) -> None:
@@ -84,16 +88,17 @@ class TransferBatch:
         if code != STALE:
             self.failed_peers.add(self.peers[j].name)
 
-    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, int]]:
-        """Runs the batch, yielding (owner, 0 or the error code of one of its failed requests) as each
-        owner's requests end."""
+    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, int, int | None]]:
+        """Runs the batch, yielding (owner, 0 or the error code of one of its failed requests, the XXH3-64
+        of the bytes it read or None) as each owner's requests end. A digest comes where the engine hashed
+        a read's bytes as they landed (one request, one slice); otherwise the caller hashes them."""
         for owner in self.failed:
-            yield owner, TransferConnectionError.code
+            yield owner, TransferConnectionError.code, None
         if len(self.owner) <= 1:  # nothing to overlap: the single-call path
             already = set(self.failed)
             codes = self._run(engine)
             for owner in set(self.owner) - already:
-                yield owner, codes.get(owner, OK)
+                yield owner, codes.get(owner, OK), None
             return
         handle = self._submit(engine)
         # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
@@ -101,6 +106,7 @@ class TransferBatch:
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
         owners = owner_ids[starts]
         open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
+        hashed = any(self.digests)
         while open_.any():
             # Help move bytes for a while between looks at the states: with many small requests a look
             # costs more than one copy, and a helper that mostly looks leaves the copying to the pool.
@@ -117,12 +123,17 @@ class TransferBatch:
             open_[finished] = False
             if finished.size and bad[finished].any():
                 errors = handle.errors()
+            if finished.size and hashed:
+                taken, digests = handle.digests()
             for k in finished.tolist():
                 code = OK
+                digest = None
                 if bad[k]:
                     end = starts[k + 1] if k + 1 < starts.size else len(self.owner)
                     code = int(np.max(errors[starts[k] : end])) or TransferConnectionError.code
-                yield int(owners[k]), code
+                elif hashed and taken[starts[k]]:
+                    digest = int(digests[starts[k]])
+                yield int(owners[k]), code, digest
             if finished.size == 0 and not helped:
                 handle.wait(0.0002, help=False)
 

@@ -299,3 +299,32 @@ def test_memory_kinds_it_cannot_reach_are_refused_at_submit(pair: Pair) -> None:
     assert handle.states().tolist() == [RequestState.FAILED]
     assert codes(handle.errors()) == ["NOT_SUPPORTED"]
     assert not backing.copy().any()
+
+
+def test_digests_taken_as_bytes_land_are_xxh3_of_them(pair: Pair) -> None:
+    """A read that asks for a digest and moves as one slice gets the XXH3-64 of the bytes it landed (where
+    the transport hashes as they land: memory copies and tcp); a read of several slices, a write, or one
+    that did not ask gets none. Either way a digest given is never wrong."""
+    import xxhash
+
+    sizes = [1, 4097, SLICE, SLICE + 1, 100_000]
+    offsets = [0, 5, 70_000, 300_000, 1_000_000]
+    local = [pair.local.addr + i * 200_000 for i in range(len(sizes))]
+    ops = [Op.READ, Op.READ, Op.READ, Op.READ, Op.WRITE]
+    handle = pair.initiator.submit(ops, local, pair.segment, pair.remote.id, offsets, sizes, digests=[1] * 5)
+    assert handle.wait() and (handle.states() == RequestState.COMPLETED).all()
+    taken, digests = handle.digests()
+    assert pair.local.array is not None
+    for i, (size, offset) in enumerate(zip(sizes, offsets, strict=True)):
+        if taken[i]:
+            landed = pair.local.array[i * 200_000 : i * 200_000 + size].tobytes()
+            assert (
+                int(digests[i])
+                == xxhash.xxh3_64_intdigest(landed)
+                == xxhash.xxh3_64_intdigest(pattern(offset + size)[offset:].tobytes())
+            )
+    assert not taken[3] and not taken[4]  # several slices; a write
+    if pair.segment.transport in ("local", "shm", "tcp"):
+        assert taken[:3].all()
+    plain = pair.initiator.submit(Op.READ, local[0], pair.segment, pair.remote.id, 0, 4096)
+    assert plain.wait() and not plain.digests()[0].any()

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/net.h"
+#include "common/xxh3.h"
 
 namespace kvs::tcp {
 namespace {
@@ -295,6 +296,20 @@ void TcpConnection::recv_loop() {
   }
 }
 
+Status TcpConnection::receive_and_hash(const Slice& slice) {
+  constexpr uint64_t kChunk = 64 << 10;  // hashed as it lands, while in cache
+  xxh3::Stream hash;
+  for (uint64_t done = 0; done < slice.length;) {
+    const uint64_t n = std::min(kChunk, slice.length - done);
+    Status st = recv_bytes(fd_, slice.local + done, n, config_);
+    if (!st.ok()) return st;
+    hash.update(slice.local + done, n);
+    done += n;
+  }
+  slice.batch->set_digest(slice.request, hash.digest());
+  return Status::OK();
+}
+
 Status TcpConnection::receive_reply(const FrameHeader& h) {
   Slice slice;
   {
@@ -315,7 +330,11 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
       if (slice.op != TransferOp::kRead || h.length != slice.length) {
         stream = Status(Code::kProtocolError, "read data does not match the request");
       } else if (slice.batch->begin_copy(slice.request)) {
-        stream = recv_bytes(fd_, slice.local, h.length, config_);
+        if (slice.digest && xxh3::loaded()) {
+          stream = receive_and_hash(slice);
+        } else {
+          stream = recv_bytes(fd_, slice.local, h.length, config_);
+        }
         slice.batch->end_copy();
       } else {
         thread_local std::vector<char> scratch(1 << 16);
