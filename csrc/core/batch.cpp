@@ -8,30 +8,32 @@ Batch::Batch(size_t requests, Clock::time_point deadline)
     : states_(requests),
       errors_(requests),
       slices_left_(requests),
-      wants_digest_(requests, 0),
-      digests_(requests, 0),
-      has_digest_(requests),
       remaining_(requests),
       deadline_(deadline) {
   for (size_t i = 0; i < requests; ++i) {
     states_[i].store(static_cast<int32_t>(RequestState::kPending));
     errors_[i].store(0);
     slices_left_[i].store(0);
-    has_digest_[i].store(0);
   }
   if (requests == 0) released_.store(true);
 }
 
+void Batch::want_digest(size_t request) {
+  if (!digests_) digests_ = std::make_unique<DigestSlot[]>(size());  // (set-up: one thread)
+  digests_[request].state.store(kAsked, std::memory_order_relaxed);
+}
+
 void Batch::set_digest(size_t request, uint64_t digest) {
-  digests_[request] = digest;
-  has_digest_[request].store(1, std::memory_order_release);
+  digests_[request].value = digest;
+  digests_[request].state.store(kTaken, std::memory_order_release);
 }
 
 bool Batch::digest(size_t request, uint64_t* out) const {
-  if (state(request) != RequestState::kCompleted || !has_digest_[request].load(std::memory_order_acquire)) {
+  if (!digests_ || state(request) != RequestState::kCompleted ||
+      digests_[request].state.load(std::memory_order_acquire) != kTaken) {
     return false;
   }
-  *out = digests_[request];
+  *out = digests_[request].value;
   return true;
 }
 

@@ -37,8 +37,8 @@ class Batch {
   // Asks for the XXH3-64 of the bytes a read request lands (set-up, before its slices go out): the
   // transport moving its only slice hashes them as they land, in cache, and the caller need not read them
   // again to verify them.
-  void want_digest(size_t request) { wants_digest_[request] = 1; }
-  bool wants_digest(size_t request) const { return wants_digest_[request] != 0; }
+  void want_digest(size_t request);
+  bool wants_digest(size_t request) const { return digests_ && digests_[request].state.load() != kNotAsked; }
   // By the transport, before it reports the slice done.
   void set_digest(size_t request, uint64_t digest);
   // The digest of a completed request, when one was taken.
@@ -69,9 +69,12 @@ class Batch {
   std::vector<std::atomic<int32_t>> states_;
   std::vector<std::atomic<int32_t>> errors_;
   std::vector<std::atomic<uint64_t>> slices_left_;
-  std::vector<uint8_t> wants_digest_;
-  std::vector<uint64_t> digests_;
-  std::vector<std::atomic<uint8_t>> has_digest_;
+  enum : uint8_t { kNotAsked, kAsked, kTaken };
+  struct DigestSlot {
+    std::atomic<uint8_t> state{kNotAsked};
+    uint64_t value = 0;  // written before state turns kTaken
+  };
+  std::unique_ptr<DigestSlot[]> digests_;  // made by the first want_digest: batches that ask none pay nothing
   std::atomic<size_t> remaining_;
   std::atomic<int64_t> active_copies_{0};
   Clock::time_point deadline_;
