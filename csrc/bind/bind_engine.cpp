@@ -97,20 +97,25 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
   return engine.submit(view, timeout_ms);
 }
 
+// The engine at `name`'s descriptor through its authenticated handshake (without the GIL meanwhile).
+EngineDescriptor handshake(const std::string& name, int timeout_ms, const std::string& secret) {
+  auto d = [&] {
+    py::gil_scoped_release unlocked;
+    return fetch_descriptor(name, timeout_ms, secret);
+  }();
+  return value_or_throw(std::move(d));
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
   m.def(
       "fetch_owned_regions",
       [](const std::string& name, int timeout_ms, const std::string& secret) {
-        auto d = [&] {
-          py::gil_scoped_release unlocked;
-          return fetch_descriptor(name, timeout_ms, secret);
-        }();
-        throw_if_error(d.status());
+        const EngineDescriptor d = handshake(name, timeout_ms, secret);
         std::map<uint64_t, uint64_t> lengths;
-        for (const auto& r : d.value().regions) lengths[r.id] = r.length;
-        return std::make_pair(d.value().owner, lengths);
+        for (const auto& r : d.regions) lengths[r.id] = r.length;
+        return std::make_pair(d.owner, lengths);
       },
       py::arg("name"), py::arg("timeout_ms"), py::arg("secret"),
       "(owner, {region id: length}) of the engine at `name` (\"host:port\"), through its authenticated "
@@ -118,11 +123,7 @@ void bind_engine(py::module_& m) {
   m.def(
       "open_session",
       [](const std::string& name, int timeout_ms, const std::string& secret) {
-        auto d = [&] {
-          py::gil_scoped_release unlocked;
-          return fetch_descriptor(name, timeout_ms, secret);
-        }();
-        const EngineDescriptor& got = value_or_throw(std::move(d));
+        const EngineDescriptor got = handshake(name, timeout_ms, secret);
         py::dict keys;
         for (const auto& r : got.regions) keys[py::int_(r.id)] = r.key;
         py::dict out;

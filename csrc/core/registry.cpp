@@ -2,24 +2,25 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <random>
+#include <cstring>
 #include <vector>
 
+#include "common/hmac.h"
 #include "core/prefault.h"
 #include "cuda/driver.h"
 
 namespace kvs {
 
 uint64_t random_u64() {
+  const std::string bytes =
+      random_bytes(sizeof(uint64_t));  // (the kernel's, as nonces are: keys are secrets)
   uint64_t value = 0;
-  if (getrandom(&value, sizeof(value), 0) == sizeof(value)) return value;
-  static thread_local std::mt19937_64 fallback{std::random_device{}()};
-  return fallback();
+  std::memcpy(&value, bytes.data(), sizeof(value));
+  return value;
 }
 
 Region::~Region() {

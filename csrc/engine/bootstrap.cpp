@@ -18,7 +18,7 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x4b565342;  // "KVSB"
 constexpr uint16_t kHelloVersion = 3;         // 2: challenge-response first; 3: session-scoped keys
 constexpr size_t kHelloSize = 8 + kNonceSize;
-constexpr size_t kChallengeSize = 4 + kNonceSize + 32;
+constexpr size_t kChallengeSize = 4 + kNonceSize + sizeof(Digest);
 constexpr uint32_t kMaxDescriptor = 64u << 20;
 constexpr size_t kMaxConnections = 64;  // handshakes at once (each takes a round trip, then closes)
 constexpr size_t kMaxConnectionsPerPeer = 16;

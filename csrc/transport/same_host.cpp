@@ -141,7 +141,7 @@ void GrantServer::serve(int fd) {
     log_.log("refused a same-host peer (pid " + std::to_string(peer.pid) + "): another user");
     return;
   }
-  constexpr size_t kHead = 4 + kSessionIdSize + 32;
+  constexpr size_t kHead = 4 + kSessionIdSize + sizeof(Digest);  // count, session id, proof
   std::vector<char> request(kHead + 16 * kMaxGrantsPerRequest);
   const ssize_t n = retry_on_signal([&] { return recv(fd, request.data(), request.size(), 0); });
   if (n < static_cast<ssize_t>(kHead)) return;

@@ -48,7 +48,7 @@ StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t e
   tune_data_socket(fd.value(), config.poll_ms, config.socket_buffer);
   const std::string peer = host + ":" + std::to_string(port);
   const std::string key = digest_bytes(session.key);
-  const std::string ours = random_bytes(kNonce);
+  const std::string ours = random_bytes(kNonceSize);
   char raw[kHeaderSize];
   FrameHeader hello;
   hello.opcode = Opcode::kHello;
@@ -63,12 +63,12 @@ StatusOr<int> open_connection(const std::string& host, uint16_t port, uint64_t e
   char ack[kHelloAckPayload];
   if (st.ok()) st = expect_frame(fd.value(), Opcode::kHelloAck, config, peer).status();
   if (st.ok()) st = recv_bytes(fd.value(), ack, sizeof(ack), config);
-  const std::string theirs(ack + 8, kNonce);
+  const std::string theirs(ack + 8, kNonceSize);
   if (st.ok()) {
     uint64_t peer_id = 0;
     std::memcpy(&peer_id, ack, sizeof(peer_id));
     Digest claimed;
-    std::memcpy(claimed.data(), ack + 8 + kNonce, claimed.size());
+    std::memcpy(claimed.data(), ack + 8 + kNonceSize, claimed.size());
     if (peer_id != engine_id) {
       st = Status(Code::kConnectionFailed, "peer " + peer + " restarted");
     } else if (!same_mac(claimed, prove(key, "tcp target", ours, theirs))) {

@@ -73,8 +73,8 @@ StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping) {
   if (!st.ok()) return st;
   const Session session = derive_session(secret_, std::string(body, kSessionIdSize));
   const std::string key = digest_bytes(session.key);
-  const std::string theirs(body + kSessionIdSize, kNonce);
-  const std::string ours = random_bytes(kNonce);
+  const std::string theirs(body + kSessionIdSize, kNonceSize);
+  const std::string ours = random_bytes(kNonceSize);
   const Digest mine = prove(key, "tcp target", theirs, ours);
   FrameHeader ack;
   ack.opcode = Opcode::kHelloAck;

@@ -10,17 +10,16 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "core/session.h"
 
 namespace kvs::tcp {
 
 constexpr uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 constexpr uint8_t kVersion = 4;          // 3: requests name their fenced allocation; 4: sessions
 constexpr size_t kHeaderSize = 64;
-constexpr size_t kNonce = 32;
-constexpr size_t kMac = 32;
-constexpr size_t kHelloPayload = 64 + kNonce;           // session id, initiator nonce
-constexpr size_t kHelloAckPayload = 8 + kNonce + kMac;  // engine id, target nonce, target proof
-constexpr size_t kProofPayload = kMac;
+constexpr size_t kHelloPayload = kSessionIdSize + kNonceSize;         // session id, initiator nonce
+constexpr size_t kHelloAckPayload = 8 + kNonceSize + sizeof(Digest);  // engine id, target nonce, its proof
+constexpr size_t kProofPayload = sizeof(Digest);
 
 enum class Opcode : uint8_t {
   kHello = 1,     // initiator -> target, payload = session id, nonce
