@@ -5,8 +5,7 @@ kvstore.errors or kvstore.config, never loads the transfer engine's extension.""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -24,6 +23,7 @@ from kvstore.errors import (
     TransferFailedError,
     TransferTimeoutError,
 )
+from transfer_engine.lazy import lazy_names
 
 __version__ = "0.1.0"
 __all__ = [
@@ -58,11 +58,4 @@ if TYPE_CHECKING:
     from kvstore.client.store import MISS, OK, PutResult, result_error
     from kvstore.store import Store
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kvstore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # (looked up once)
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

@@ -6,8 +6,7 @@ errors and settings never carries the engine."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transfer_engine.errors import (
     EngineClosedError,
@@ -24,6 +23,7 @@ from transfer_engine.errors import (
     TransferFailedError,
     TransferTimeoutError,
 )
+from transfer_engine.lazy import lazy_names
 
 __all__ = [
     "BatchHandle",
@@ -86,11 +86,4 @@ if TYPE_CHECKING:
         TransferEngine,
     )
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'transfer_engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # (looked up once)
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

@@ -50,7 +50,7 @@ def module_process(
         cwd=home,
     )
     assert proc.stdout is not None and proc.stderr is not None
-    said = _forward(proc.stderr)
+    said = _Forwarder(proc.stderr)
     try:
         line = proc.stdout.readline()
         if not line.startswith(READY_PREFIX):
@@ -71,18 +71,13 @@ class _Forwarder(threading.Thread):
         super().__init__(daemon=True)
         self.stream = stream
         self.tail: collections.deque[str] = collections.deque(maxlen=5)
+        self.start()
 
     def run(self) -> None:
         for line in self.stream:
             sys.stderr.write(line)
             if line.strip():
                 self.tail.append(line.strip())
-
-
-def _forward(stream: IO[str]) -> _Forwarder:
-    forwarder = _Forwarder(stream)
-    forwarder.start()
-    return forwarder
 
 
 def stop_process(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
