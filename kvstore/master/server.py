@@ -72,6 +72,7 @@ class Master:
         self.unauthenticated: dict[_RpcProtocol, None] = {}
         self.per_peer: collections.Counter[str] = collections.Counter()
         self.buffered = 0  # bytes of request frames still arriving, over all connections (max_buffered)
+        self.refusals = _Refusals()
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -287,6 +288,26 @@ class EmbeddedMaster:
             self.thread.join(timeout=10)
 
 
+class _Refusals:
+    """Warnings about connections refused or cut: one a second per cause at most, then how many were held
+    back (a flood of bad peers must not flood the log; the engines' servers do the same). Loop thread only."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}  # cause -> (when last logged, held back since)
+
+    def warn(self, what: str, peer: str, why: str) -> None:
+        now = time.monotonic()
+        last, held = self._last.get(why, (float("-inf"), 0))
+        if now - last < 1.0:
+            self._last[why] = (last, held + 1)
+            return
+        if len(self._last) >= 256:  # (causes are few; never grows with the peers)
+            self._last.clear()
+        self._last[why] = (now, 0)
+        more = f" (and {held} more since the last line)" if held else ""
+        log.warning("%s a connection from %s: %s%s", what, peer, why, more)
+
+
 class _RpcProtocol(asyncio.Protocol):
     """One connection: frames are parsed as bytes arrive and answered in order, with no coroutine per
     message (the state is only touched from this loop, so handlers run inline)."""
@@ -334,7 +355,7 @@ class _RpcProtocol(asyncio.Protocol):
         self.master.unauthenticated.pop(self, None)
         if self.handshake is None or self.transport is None or self.transport.is_closing():
             return
-        log.warning("refused a connection from %s: %s", self.peer, why)
+        self.master.refusals.warn("refused", self.peer, why)
         self.transport.abort()  # nothing it sent is read
 
     def _authenticate(self, data: bytes) -> bytes:
@@ -355,9 +376,7 @@ class _RpcProtocol(asyncio.Protocol):
         self.master.unauthenticated.pop(self, None)
         limit = self.master.config.max_connections_per_peer
         if self.master.per_peer[self.host] >= limit:
-            log.warning(
-                "refused a connection from %s: %d connections from that host already", self.peer, limit
-            )
+            self.master.refusals.warn("refused", self.peer, f"{limit} connections from that host already")
             error = TooManyConnectionsError(
                 f"the master holds {limit} connections from {self.host} already (max_connections_per_peer)"
             )
@@ -406,7 +425,7 @@ class _RpcProtocol(asyncio.Protocol):
 
     def _cut(self, why: str) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            log.warning("cut a connection from %s: %s", self.peer, why)
+            self.master.refusals.warn("cut", self.peer, why)
             self.transport.abort()
         self.buffer = bytearray()
         self._hold(0)

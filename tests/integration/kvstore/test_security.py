@@ -60,6 +60,20 @@ def test_a_client_without_the_secret_is_refused_and_changes_nothing(
         time.sleep(0.02)
 
 
+def test_a_flood_of_bad_peers_logs_a_line_a_second_not_a_line_each(
+    master: EmbeddedMaster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="kvstore.master")
+    for _ in range(40):  # each a made-up proof, refused
+        client = MasterClient(master.address, timeout=5, secret=b"not-the-secret-the-master-knows")
+        with pytest.raises(PermissionDeniedError):
+            client.hello()
+        client.close()
+    assert _objects(master.address) == 0  # (the master still answers, and has logged meanwhile)
+    refused = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
+    assert 1 <= len(refused) <= 3, refused  # (the 40 took well under 3 s here)
+
+
 def test_a_master_with_another_secret_is_refused_by_the_client(master: EmbeddedMaster) -> None:
     client = MasterClient(master.address, timeout=5, secret=b"not-the-secret-the-master-knows")
     with pytest.raises(PermissionDeniedError, match="does not share this cluster secret"):
