@@ -1,4 +1,4 @@
-"""The `kvstore` command: master, node, status, config, topology, secret, and bench (its benches:
+"""The `kvstore` command: master, node, index, status, config, topology, secret, and bench (its benches:
 kvstore.bench.cli).
 
 Options left out on the command line come from KVSTORE_* variables, then the defaults (`kvstore config`
@@ -91,6 +91,29 @@ def _run_master(args: argparse.Namespace) -> int:
 
     _apply_insecure(args)
     run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
+    return 0
+
+
+def _add_index(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "index", help="the cache-aware routing index: Mooncake Conductor's HTTP API fed by KV events"
+    )
+    p.add_argument("--host", help="default: KVSTORE_INDEX_HOST, else 127.0.0.1")
+    p.add_argument("--port", type=arg.port, help="default: KVSTORE_INDEX_PORT, else 8710")
+    p.add_argument("--hash-seed", type=arg.hash_seed, help="XXH3-64 seed of the block hash (default 1337)")
+    p.add_argument("--max-blocks", type=arg.positive_int, help="blocks held at most (default 16M)")
+    _add_insecure(p)
+
+
+def _run_index(args: argparse.Namespace) -> int:
+    import logging
+
+    from kvstore.config import IndexConfig
+    from kvstore.index.process import run_index
+
+    logging.basicConfig(format="kvstore index: %(message)s", level=logging.WARNING)
+    _apply_insecure(args)
+    run_index(IndexConfig.load(**_given(args, ["host", "port", "hash_seed", "max_blocks"])))
     return 0
 
 
@@ -240,6 +263,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[tuple[str, str | None]
     benches = add_bench_commands(commands)
     _add_master(commands)
     _add_node(commands)
+    _add_index(commands)
     _add_status(commands)
     _add_config(commands)
     _add_topology(commands)
@@ -248,6 +272,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[tuple[str, str | None]
         **{("bench", name): run for name, run in benches.items()},
         ("master", None): _run_master,
         ("node", None): _run_node,
+        ("index", None): _run_index,
         ("status", None): _run_status,
         ("config", None): _run_config,
         ("topology", None): _run_topology,

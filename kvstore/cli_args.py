@@ -40,6 +40,7 @@ positive_int = number(int, 1, 2**31, "a positive integer")
 positive_float = number(float, 1e-9, 1e9, "a positive number")
 non_negative_float = number(float, 0.0, 1e12, "a number >= 0")
 port = number(int, 0, 65535, "a port (0..65535)")
+hash_seed = number(int, 0, 2**64 - 1, "a seed in [0, 2^64)")
 
 
 def host_port(text: str) -> str:

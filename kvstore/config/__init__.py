@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvstore.config.client import StoreConfig
 from kvstore.config.environment import check_environment, known_variables
+from kvstore.config.index import IndexConfig
 from kvstore.config.master import MasterConfig
 from kvstore.config.node import NodeConfig
 from transfer_engine.config import EngineConfig
@@ -22,11 +23,13 @@ COMPONENTS: dict[str, type[Settings]] = {
     "node": NodeConfig,
     "master": MasterConfig,
     "security": SecurityConfig,
+    "index": IndexConfig,
 }
 
 __all__ = [
     "COMPONENTS",
     "EngineConfig",
+    "IndexConfig",
     "MasterConfig",
     "NodeConfig",
     "SecurityConfig",

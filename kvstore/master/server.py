@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InternalError, KVStoreError, TooManyConnectionsError
+from kvstore.limited_log import LimitedLog
 from kvstore.master.busy_poll import BusyPoll
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
@@ -289,23 +290,13 @@ class EmbeddedMaster:
 
 
 class _Refusals:
-    """Warnings about connections refused or cut: one a second per cause at most, then how many were held
-    back (a flood of bad peers must not flood the log; the engines' servers do the same). Loop thread only."""
+    """Connections refused or cut, logged a line a second per cause (kvstore.limited_log)."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[float, int]] = {}  # cause -> (when last logged, held back since)
+        self._log = LimitedLog(log)
 
     def warn(self, what: str, peer: str, why: str) -> None:
-        now = time.monotonic()
-        last, held = self._last.get(why, (float("-inf"), 0))
-        if now - last < 1.0:
-            self._last[why] = (last, held + 1)
-            return
-        if len(self._last) >= 256:  # (causes are few; never grows with the peers)
-            self._last.clear()
-        self._last[why] = (now, 0)
-        more = f" (and {held} more since the last line)" if held else ""
-        log.warning("%s a connection from %s: %s%s", what, peer, why, more)
+        self._log.warn(why, f"{what} a connection from {peer}: {why}")
 
 
 class _RpcProtocol(asyncio.Protocol):
