@@ -27,6 +27,7 @@ def add_bench_commands(commands: argparse._SubParsersAction) -> dict[str | None,
     _add_connector_bench(benches)
     _add_tier_bench(benches)
     _add_trace_bench(benches)
+    _add_routing_bench(benches)
     return {
         "transfer": _run_transfer_bench,
         "store": _run_store_bench,
@@ -35,6 +36,7 @@ def add_bench_commands(commands: argparse._SubParsersAction) -> dict[str | None,
         "connector": _run_connector_bench,
         "tier": _run_tier_bench,
         "trace": _run_trace_bench,
+        "routing": _run_routing_bench,
         None: _run_default_bench,
     }
 
@@ -135,6 +137,93 @@ def _run_store_bench(args: argparse.Namespace) -> int:
     else:
         report.store_table(results)
     return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _add_routing_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "routing", help="replay a trace over simulated instances: round-robin, least-loaded, prefix-aware"
+    )
+    p.add_argument("trace", help="FAST'25-format JSONL (hash_ids = prefix-chained 512-token blocks)")
+    p.add_argument("--instances", type=arg.positive_int, default=8)
+    p.add_argument(
+        "--gpu-blocks", type=arg.positive_int, default=600, help="blocks each instance's GPU cache holds"
+    )
+    p.add_argument("--limit", type=arg.positive_int, help="first N requests only")
+    p.add_argument(
+        "--speedup", type=arg.positive_float, default=1.0, help="divide the trace's inter-arrival times"
+    )
+    p.add_argument(
+        "--prefill-tokens-per-s",
+        type=arg.positive_float,
+        default=10_000.0,
+        help="an instance's prefill rate (uncached tokens a second)",
+    )
+    p.add_argument(
+        "--block-bytes",
+        type=arg.size,
+        default=64 << 20,
+        help="KV bytes of one 512-token block (default: Llama-3-8B in bf16)",
+    )
+    p.add_argument(
+        "--store-gbps",
+        type=arg.positive_float,
+        help="store read bandwidth (default: measured here, with its in-run baseline)",
+    )
+    p.add_argument("--no-store", action="store_true", help="instances have only their GPU caches")
+    p.add_argument("--json", action="store_true", help="one JSON object per policy, one per line")
+    p.add_argument("--plot", help="save hit rates and TTFT per policy as a PNG here")
+
+
+def _run_routing_bench(args: argparse.Namespace) -> int:
+    from kvstore.bench import routing
+    from kvstore.bench.trace import load_records
+
+    records = load_records(args.trace, args.limit)
+    store_gbps, baseline, kind = args.store_gbps, None, None
+    if store_gbps is None and not args.no_store:
+        store_gbps, baseline, kind = routing.measure_store()
+    model = routing.TtftModel(
+        prefill_s_per_token=1.0 / args.prefill_tokens_per_s,
+        block_load_s=args.block_bytes / (store_gbps * 1e9) if store_gbps else 0.0,
+    )
+    results = [
+        routing.simulate(
+            records, policy, args.instances, args.gpu_blocks, model, not args.no_store, args.speedup
+        )
+        for policy in routing.POLICIES
+    ]
+    rate = routing.query_rate(records, args.gpu_blocks)
+    context = {
+        "trace": Path(args.trace).name,
+        "store_gbps": store_gbps,
+        "store_baseline_gbps": baseline,
+        "store_baseline_kind": kind,
+        "index_queries_per_s": rate,
+    }
+    if args.json:
+        for r in results:
+            print(json.dumps({**context, **dataclasses.asdict(r)}))
+    else:
+        store = "off" if args.no_store else f"{store_gbps:.2f} GB/s"
+        if baseline:
+            store += f" (in-run {kind} baseline {baseline:.2f} GB/s)"
+        print(
+            f"{context['trace']}: {len(records)} requests, {args.instances} instances x {args.gpu_blocks} "
+            f"GPU blocks, prefill {args.prefill_tokens_per_s:,.0f} tokens/s, store {store}"
+        )
+        print(f"{'policy':14} {'GPU hit':>8} {'store hit':>9} {'TTFT mean':>10} {'p50':>8} {'p90':>8} "
+              f"{'p99':>8} {'busiest':>8}")  # fmt: skip
+        for r in results:
+            print(
+                f"{r.policy:14} {r.gpu_hit_rate:8.1%} {r.store_hit_rate:9.1%} {r.ttft_mean_s:9.3f}s "
+                f"{r.ttft_p50_s:7.3f}s {r.ttft_p90_s:7.3f}s {r.ttft_p99_s:7.3f}s {r.busiest_share:8.1%}"
+            )
+        print(f"index: {rate:,.0f} matches/s of 32 blocks on one core (no HTTP)")
+    if args.plot:
+        routing.plot(results, args.plot, f"{context['trace']}: {args.instances} instances")
+        if not args.json:
+            print(f"plot saved to {args.plot}")
+    return 0
 
 
 def _add_master_bench(sub: argparse._SubParsersAction) -> None:

@@ -34,8 +34,22 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
 
 def load_timed_trace(path: str | Path, limit: int | None = None) -> tuple[Trace, list[float]]:
     """Requests' hash_ids and times in seconds (`timestamp` is in milliseconds; absent means 0)."""
-    requests: Trace = []
-    times: list[float] = []
+    records = load_records(path, limit)
+    return [r.hash_ids for r in records], [r.time for r in records]
+
+
+@dataclass
+class TraceRecord:
+    hash_ids: list[int]
+    time: float  # seconds
+    input_length: int  # tokens (absent: 512 a block)
+    output_length: int
+
+
+def load_records(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
+    """Every request of the trace; every line is checked (clear error with the line number, nothing
+    guessed)."""
+    records: list[TraceRecord] = []
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
@@ -53,13 +67,17 @@ def load_timed_trace(path: str | Path, limit: int | None = None) -> tuple[Trace,
         stamp = record.get("timestamp", 0)
         if type(stamp) not in (int, float) or not 0 <= stamp < float("inf"):
             raise InvalidArgumentError(f"{path}:{number}: 'timestamp' must be a non-negative number")
-        requests.append(ids)
-        times.append(stamp / 1000.0)
-        if limit is not None and len(requests) >= limit:
+        lengths = [record.get("input_length", 512 * len(ids)), record.get("output_length", 0)]
+        if not all(type(n) is int and 0 <= n < 1 << 31 for n in lengths):
+            raise InvalidArgumentError(
+                f"{path}:{number}: input_length and output_length must be token counts"
+            )
+        records.append(TraceRecord(ids, stamp / 1000.0, *lengths))
+        if limit is not None and len(records) >= limit:
             break
-    if not requests:
+    if not records:
         raise InvalidArgumentError(f"{path}: no requests")
-    return requests, times
+    return records
 
 
 def leading_run(keys: Sequence[T], present: Container[T]) -> int:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import run_scenario
+from kvstore.procs import kvstore_process
+from tests.engines.conftest import HERE, run_scenario
 
 # The first test builds the engines environment (engines_python: minutes on a fresh machine, which the
 # suite's 300 s per-test limit cut short on a clean CI machine); the scenarios themselves are bounded.
@@ -33,11 +37,34 @@ def test_vllm_llm_end_to_end_reuses_a_stored_prefix_with_identical_tokens(
 ) -> None:
     """vllm.LLM on CPU, three fresh instances on one store: no connector (reference), one that saves a
     1,024-token prompt, one whose 1,056-token prompt shares 31 blocks with it. The last computes only
-    its uncached 64 tokens and generates exactly the reference's tokens."""
-    runs = {
-        role: run_scenario(engines_python, "vllm_llm", store_cluster, tmp_path, args=[role])
-        for role in ("baseline", "first", "second")
-    }
+    its uncached 64 tokens and generates exactly the reference's tokens.
+
+    The first instance also publishes vLLM's own KV events to a routing index (`kvstore index`,
+    registered before it starts): afterwards the index names it as holding the first prompt's 32 blocks
+    on its GPU, and 31 of the second's."""
+    with kvstore_process(["index", "--port", "0"]) as (_, ready):
+        index = ready.removeprefix("http://")
+        events = [f"ipc://{tmp_path}/kv-events", f"ipc://{tmp_path}/kv-replay"]
+        register = {"endpoint": events[0], "replay_endpoint": events[1], "type": "vLLM", "modelname": "llama",
+                    "instance_id": "first", "block_size": 32, "dp_rank": 0}  # fmt: skip
+        assert _post(index, "/register", register)["instance_id"] == "first"
+        runs = {
+            role: run_scenario(
+                engines_python,
+                "vllm_llm",
+                store_cluster,
+                tmp_path,
+                args=[role, "--kv-events", *events] if role == "first" else [role],
+            )
+            for role in ("baseline", "first", "second")
+        }
+        prompts = _vllm_llm_prompts()
+        for role, blocks in (("first", 32), ("second", 31)):
+            query = {"model": "llama", "token_ids": prompts[role], "block_size": 32}
+            row = _post(index, "/query", query)["default"]["first"]
+            assert row["longest_matched"] == row["GPU"] == blocks * 32, (role, row)
+        status = _get(index, "/status")["publishers"][0]
+        assert status["batches"] > 0 and status["bad_batches"] == 0 and status["unplaced_blocks"] == 0
     assert runs["baseline"]["num_cached_tokens"] == 0 and runs["first"]["num_cached_tokens"] == 0
     assert runs["second"]["num_cached_tokens"] == 31 * 32  # through the connector: its own cache is cold
     assert runs["second"]["prompt_tokens"] - runs["second"]["num_cached_tokens"] == 64
@@ -65,3 +92,33 @@ def test_sglang_dynamic_factory_builds_the_backend_and_pages_round_trip(
     assert out["mla_exists_before"] == 0 and out["mla_exists_after"] == pages
     assert out["mla_get"] == [True] * pages and out["mla_equal"]
     assert out["plain_set"] and out["plain_equal"] and out["plain_exists"]
+
+
+def _post(address: str, path: str, body: dict) -> dict:
+    conn = http.client.HTTPConnection(address, timeout=30)
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode())
+        reply = conn.getresponse()
+        data = json.loads(reply.read())
+        assert reply.status == 200, data
+        return data
+    finally:
+        conn.close()
+
+
+def _get(address: str, path: str) -> dict:
+    conn = http.client.HTTPConnection(address, timeout=30)
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def _vllm_llm_prompts() -> dict[str, list[int]]:
+    """The vllm_llm scenario's prompts (its module is only loaded: it imports vLLM only in main())."""
+    spec = importlib.util.spec_from_file_location("vllm_llm", HERE / "scenarios" / "vllm_llm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.prompts()

@@ -6,6 +6,9 @@ process (a fresh "instance"), against one kvstore (KVSTORE_MASTER):
     vllm_llm.py first      with the connector: a prompt whose blocks it saves
     vllm_llm.py second     with the connector: a prompt sharing most blocks with `first`'s
 
+    ... ROLE --kv-events ENDPOINT REPLAY_ENDPOINT   also publish vLLM's KV events there (ZMQ), for the
+                                                    routing index (kvstore index) to follow
+
 Prints one JSON object: generated tokens, prompt tokens served from cache (num_cached_tokens: this
 instance's own prefix cache is empty, so they came through the connector), time to first token.
 """
@@ -62,6 +65,14 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     options: dict = {}
+    if "--kv-events" in sys.argv:
+        from vllm.config import KVEventsConfig
+
+        at = sys.argv.index("--kv-events")
+        endpoint, replay = sys.argv[at + 1 : at + 3]
+        options["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint, replay_endpoint=replay
+        )
     if role != "baseline":
         options["kv_transfer_config"] = {
             "kv_connector": "KVStoreConnector",
@@ -92,6 +103,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     metrics = out.metrics
     ttft = getattr(metrics, "first_token_latency", 0.0) if metrics is not None else 0.0
+    time.sleep(0.5)  # (the publisher thread sends what the engine queued; the index reads it while we live)
     print(
         json.dumps(
             {
