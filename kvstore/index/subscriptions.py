@@ -289,6 +289,9 @@ class Subscriptions:
         except ProtocolError as exc:
             p.bad += 1
             self._warn.warn(p.registration.key, f"a bad KV-event batch from {p.registration.endpoint}: {exc}")
+            if len(frames) == 3 and len(frames[1]) == 8 and p.last is not None:
+                # (its number is taken: asking for it again would bring the same bad batch back)
+                p.last = max(p.last, int.from_bytes(frames[1], "big"))
             return None
 
     def _apply(self, p: _Publisher, batch: Batch) -> None:
