@@ -80,6 +80,10 @@ class Engine:
         timeout_ms: int,
         fence_slots: npt.NDArray[np.uint32] | None = None,
         fence_gens: npt.NDArray[np.uint64] | None = None,
+        digests: npt.NDArray[np.uint8] | None = None,
+        piece_counts: npt.NDArray[np.uint32] | None = None,
+        piece_addrs: npt.NDArray[np.uint64] | None = None,
+        piece_lengths: npt.NDArray[np.uint64] | None = None,
     ) -> Batch: ...
     def wait(self, batch: Batch, timeout_ms: int, help: bool = True) -> bool: ...
     def help_once(self) -> bool: ...

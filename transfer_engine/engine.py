@@ -491,11 +491,15 @@ class TransferEngine:
         fence_slots: Sequence[int] | np.ndarray | None = None,
         fence_gens: Sequence[int] | np.ndarray | None = None,
         digests: Sequence[int] | np.ndarray | None = None,
+        pieces: tuple[Any, Any, Any] | None = None,
     ) -> BatchHandle:
         """Submits a batch and returns at once. Scalars (op, peer, region id, length) broadcast.
         `fence_slots`/`fence_gens` name each request's allocation in a fenced region (both or neither).
         `digests`: reads whose landed bytes' XXH3-64 is wanted, taken as they land where one slice moves
-        the request (:meth:`BatchHandle.digests`)."""
+        the request (:meth:`BatchHandle.digests`). `pieces` = (counts, addrs, lengths): request i gathers
+        (a write) or scatters (a read) its next counts[i] local pieces, in order, against its one remote
+        range (0: its local_addrs entry); its length must be their sum. Same-host and TCP transports move
+        them as one request (one digest over all); others as a request each."""
         local = _as_column(local_addrs, np.uint64)
         n = local.size
 
@@ -522,6 +526,15 @@ class TransferEngine:
             None if fence_slots is None else column(fence_slots, np.uint32),
             None if fence_gens is None else column(fence_gens, np.uint64),
             None if digests is None else column(digests, np.uint8),
+            *(
+                (None, None, None)
+                if pieces is None
+                else (
+                    column(pieces[0], np.uint32),
+                    _as_column(pieces[1], np.uint64),
+                    _as_column(pieces[2], np.uint64),
+                )
+            ),
         )
         return BatchHandle(self, core_batch)
 

@@ -72,7 +72,10 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
                               const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
                               int64_t timeout_ms, const std::optional<Flat<uint32_t>>& fence_slots,
                               const std::optional<Flat<uint64_t>>& fence_gens,
-                              const std::optional<Flat<uint8_t>>& digests) {
+                              const std::optional<Flat<uint8_t>>& digests,
+                              const std::optional<Flat<uint32_t>>& piece_counts,
+                              const std::optional<Flat<uint64_t>>& piece_addrs,
+                              const std::optional<Flat<uint64_t>>& piece_lengths) {
   const auto n = static_cast<size_t>(ops.size());
   if (local.size() != ops.size() || peers.size() != ops.size() || regions.size() != ops.size() ||
       offsets.size() != ops.size() || lengths.size() != ops.size()) {
@@ -92,6 +95,18 @@ std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Fl
     if (digests->size() != ops.size())
       throw StatusError(Status(Code::kInvalidArgument, "one digest flag per request"));
     view.digests = digests->data();
+  }
+  if (piece_counts || piece_addrs || piece_lengths) {
+    if (!piece_counts || !piece_addrs || !piece_lengths || piece_counts->size() != ops.size() ||
+        piece_addrs->size() != piece_lengths->size()) {
+      throw StatusError(Status(Code::kInvalidArgument,
+                               "pieces take three arrays: a count per request, then every piece's address "
+                               "and length"));
+    }
+    view.piece_counts = piece_counts->data();
+    view.piece_addrs = piece_addrs->data();
+    view.piece_lengths = piece_lengths->data();
+    view.piece_total = static_cast<size_t>(piece_addrs->size());
   }
   py::gil_scoped_release release;
   return engine.submit(view, timeout_ms);
@@ -378,8 +393,11 @@ void bind_engine(py::module_& m) {
       .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
            py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"), py::arg("fence_slots") = py::none(),
            py::arg("fence_gens") = py::none(), py::arg("digests") = py::none(),
+           py::arg("piece_counts") = py::none(), py::arg("piece_addrs") = py::none(),
+           py::arg("piece_lengths") = py::none(),
            "Submits a batch given as flat arrays; returns a Batch handle at once. `digests`: non-zero for "
-           "reads whose landed bytes' XXH3-64 is wanted (Batch.digests).")
+           "reads whose landed bytes' XXH3-64 is wanted (Batch.digests). `piece_counts`: request i's local "
+           "side is its next piece_counts[i] pieces of piece_addrs/piece_lengths (0: local_addrs[i]).")
       .def(
           "wait",
           [](Engine& e, Batch& b, int64_t timeout_ms, bool help) {

@@ -117,9 +117,8 @@ uint64_t Stream::digest() const {
   return api.digest(static_cast<const State*>(state_));
 }
 
-uint64_t copy_and_hash(void* dst, const void* src, size_t n) {
+void copy_and_hash(void* dst, const void* src, size_t n, Stream& hash) {
   constexpr size_t kChunk = 64 << 10;  // copied, then hashed while in L1/L2
-  Stream hash;
   auto* d = static_cast<char*>(dst);
   const auto* from = static_cast<const char*>(src);
   for (size_t done = 0; done < n; done += kChunk) {
@@ -127,6 +126,11 @@ uint64_t copy_and_hash(void* dst, const void* src, size_t n) {
     copy_bytes(d + done, from + done, length);
     hash.update(d + done, length);
   }
+}
+
+uint64_t copy_and_hash(void* dst, const void* src, size_t n) {
+  Stream hash;
+  copy_and_hash(dst, src, n, hash);
   return hash.digest();
 }
 

@@ -36,5 +36,7 @@ class Stream {
 // Copies n bytes and returns their digest, hashing each chunk of the destination just after copying it
 // (still in cache): one pass over memory where a copy and then a hash took two. Requires loaded().
 uint64_t copy_and_hash(void* dst, const void* src, size_t n);
+// The same, adding the bytes to `hash` (a digest over several pieces, copied in order).
+void copy_and_hash(void* dst, const void* src, size_t n, Stream& hash);
 
 }  // namespace kvs::xxh3

@@ -17,6 +17,13 @@ namespace kvs {
 
 enum class TransferOp : uint8_t { kRead = 0, kWrite = 1 };
 
+// One piece of a request's local memory: a request may gather (write) or scatter (read) many, in order,
+// against one remote range.
+struct Piece {
+  char* addr = nullptr;
+  uint64_t length = 0;
+};
+
 // Values are part of the Python API (transfer_engine.RequestState).
 enum class RequestState : int32_t { kPending = 0, kCompleted = 1, kFailed = 2, kTimedOut = 3 };
 
@@ -32,6 +39,10 @@ class Batch {
   // Set-up, before slices are handed to transports.
   void set_slices(size_t request, uint64_t slices) { slices_left_[request].store(slices); }
   void hold_pin(RegionPin pin);
+  // The local pieces of every request that has several (set-up, once, before slices go out: slices
+  // point into them, and they live as long as the batch).
+  void set_pieces(std::vector<Piece>&& pieces) { pieces_ = std::move(pieces); }
+  const Piece* pieces() const { return pieces_.data(); }
   // Ends a request before any slice was issued (validation failure).
   void reject(size_t request, const Status& status) { finish(request, RequestState::kFailed, status.code()); }
   // Asks for the XXH3-64 of the bytes a read request lands (set-up, before its slices go out): the
@@ -82,6 +93,7 @@ class Batch {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<RegionPin> pins_;        // local regions, released when every request is final
+  std::vector<Piece> pieces_;
   std::atomic<bool> released_{false};  // set once every request is final and no copy runs
 };
 

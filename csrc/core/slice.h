@@ -25,7 +25,11 @@ struct Slice {
   std::shared_ptr<Batch> batch;
   uint32_t request = 0;
   TransferOp op = TransferOp::kRead;
-  char* local = nullptr;  // inside a region pinned by the batch
+  char* local = nullptr;  // inside a region pinned by the batch (null when `pieces` is set)
+  // Or the local side is these pieces, in order (`length` is their sum): only for a transport that
+  // gathers (Capabilities::gathers). They belong to the batch.
+  const Piece* pieces = nullptr;
+  uint32_t piece_count = 0;
   uint64_t region_id = 0;
   uint64_t key = 0;
   uint64_t offset = 0;  // within the remote region

@@ -24,6 +24,8 @@ struct Engine::Waiting {
   uint64_t length = 0;
   uint32_t fence_slot = 0;
   uint64_t fence_gen = 0;
+  uint32_t first_piece = 0;  // its pieces in the batch's (Batch::pieces), when it has several
+  uint32_t piece_count = 0;
 };
 
 struct Engine::Peer {
@@ -450,6 +452,48 @@ StatusOr<std::vector<std::pair<std::string, PathStats>>> Engine::peer_paths(uint
   return out;
 }
 
+namespace {
+
+using Located = std::pair<MemoryLocation, int32_t>;  // where local memory is, and its NUMA node
+
+// Pins one piece of local memory for the batch (a read must not land in read-only memory).
+StatusOr<Located> pin_piece(MemoryRegistry& registry, Batch& batch, TransferOp op, uint64_t addr, uint64_t length) {
+  auto pin = registry.pin_local(addr, length);
+  if (!pin.ok()) return pin.status();
+  if (op == TransferOp::kRead && pin.value().info().read_only) {
+    return Status(Code::kPermissionDenied, "a read would write into a read-only local region");
+  }
+  Located where{pin.value().info().location, pin.value().info().numa_node};
+  batch.hold_pin(std::move(pin.value()));
+  return where;
+}
+
+// Pins a request's pieces and appends them to `out` (nothing appended when one is refused): each must be
+// registered, non-empty and of one kind of memory with the others, and together `total` bytes.
+StatusOr<Located> pin_pieces(MemoryRegistry& registry, Batch& batch, TransferOp op, const uint64_t* addrs,
+                             const uint64_t* lengths, uint32_t count, uint64_t total, std::vector<Piece>& out) {
+  uint64_t sum = 0;
+  Located first;
+  for (uint32_t k = 0; k < count; ++k) {
+    if (lengths[k] == 0 || sum + lengths[k] < sum) {
+      return Status(Code::kInvalidArgument, "a piece is empty, or the pieces overflow");
+    }
+    sum += lengths[k];
+    auto where = pin_piece(registry, batch, op, addrs[k], lengths[k]);
+    if (!where.ok()) return where.status();
+    if (k == 0) {
+      first = where.value();
+    } else if (where.value().first.kind != first.first.kind) {
+      return Status(Code::kInvalidArgument, "the pieces of one request are in different kinds of memory");
+    }
+  }
+  if (sum != total) return Status(Code::kInvalidArgument, "a request's length is not the sum of its pieces");
+  for (uint32_t k = 0; k < count; ++k) out.push_back(Piece{reinterpret_cast<char*>(addrs[k]), lengths[k]});
+  return first;
+}
+
+}  // namespace
+
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   auto batch = std::make_shared<Batch>(b.count, deadline);
@@ -458,32 +502,44 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     return batch;
   }
   std::unordered_map<uint32_t, std::vector<Waiting>> by_peer;
+  std::vector<Piece> pieces;
+  if (b.piece_counts != nullptr) pieces.reserve(std::min<size_t>(b.piece_total, size_t{1} << 24));
+  size_t next_piece = 0;  // pieces are taken in order, a rejected request's too
   for (size_t i = 0; i < b.count; ++i) {
+    const uint32_t count = b.piece_counts != nullptr ? b.piece_counts[i] : 0;
+    const size_t first = next_piece;
+    next_piece += count;
     if (b.ops[i] > static_cast<uint8_t>(TransferOp::kWrite) || b.lengths[i] == 0) {
       batch->reject(i, Status(Code::kInvalidArgument, "bad op or empty length"));
       continue;
     }
-    auto pin = registry_->pin_local(b.local_addrs[i], b.lengths[i]);
-    if (!pin.ok()) {
-      batch->reject(i, pin.status());
+    if (count > kMaxRequestPieces || next_piece > b.piece_total) {
+      batch->reject(i, Status(Code::kInvalidArgument, "a request names more pieces than given (or than " +
+                                                          std::to_string(kMaxRequestPieces) + ")"));
       continue;
     }
-    if (b.ops[i] == static_cast<uint8_t>(TransferOp::kRead) && pin.value().info().read_only) {
-      batch->reject(i, Status(Code::kPermissionDenied, "a read would write into a read-only local region"));
+    const auto op = static_cast<TransferOp>(b.ops[i]);
+    auto located = count == 0 ? pin_piece(*registry_, *batch, op, b.local_addrs[i], b.lengths[i])
+                              : pin_pieces(*registry_, *batch, op, b.piece_addrs + first, b.piece_lengths + first,
+                                           count, b.lengths[i], pieces);
+    if (!located.ok()) {
+      batch->reject(i, located.status());
       continue;
     }
-    const MemoryLocation location = pin.value().info().location;
-    const int32_t numa = pin.value().info().numa_node;
-    batch->hold_pin(std::move(pin.value()));
-    if (b.digests != nullptr && b.digests[i] != 0 && b.ops[i] == static_cast<uint8_t>(TransferOp::kRead) &&
-        location.kind != MemoryKind::kGpu) {
+    const auto [location, numa] = located.value();
+    if (b.digests != nullptr && b.digests[i] != 0 && op == TransferOp::kRead && location.kind != MemoryKind::kGpu) {
       batch->want_digest(i);
     }
-    by_peer[b.peers[i]].push_back(Waiting{batch, static_cast<uint32_t>(i), static_cast<TransferOp>(b.ops[i]),
-                                          b.local_addrs[i], location, numa, b.region_ids[i], b.offsets[i],
-                                          b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
-                                          b.fence_gens ? b.fence_gens[i] : 0});
+    Waiting w{batch,       static_cast<uint32_t>(i), op, b.local_addrs[i], location, numa, b.region_ids[i],
+              b.offsets[i], b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
+              b.fence_gens ? b.fence_gens[i] : 0};
+    if (count != 0) {
+      w.first_piece = static_cast<uint32_t>(pieces.size() - count);
+      w.piece_count = count;
+    }
+    by_peer[b.peers[i]].push_back(std::move(w));
   }
+  batch->set_pieces(std::move(pieces));  // (before any slice points into them)
   for (auto& [handle, requests] : by_peer) {
     auto peer = peer_at(handle);
     if (!peer.ok()) {
@@ -640,6 +696,49 @@ class LinkFallback : public SliceFallback {
   std::shared_ptr<Channel> channel_;
 };
 
+// Cuts `length` bytes of local memory at `local` into slices of at most `step`, from proto's remote
+// offset on (advanced past them).
+void cut(Slice& proto, char* local, uint64_t length, uint64_t step, std::vector<Slice>& out) {
+  for (uint64_t done = 0; done < length; done += step) {
+    Slice s = proto;
+    s.local = local + done;
+    s.length = std::min(step, length - done);
+    proto.offset += s.length;
+    out.push_back(std::move(s));
+  }
+}
+
+// A request's pieces as slices: for a transport that gathers, runs of whole pieces of at most `step`
+// bytes (and kMaxSlicePieces) each, a longer piece cut alone; else every piece a slice of its own.
+void cut_pieces(Slice& proto, const Piece* pieces, uint32_t count, uint64_t step, bool gathers,
+                std::vector<Slice>& out) {
+  Slice run = proto;
+  auto flush = [&] {
+    if (run.piece_count == 1) {  // (one piece: a plain slice)
+      run.local = run.pieces[0].addr;
+      run.pieces = nullptr;
+      run.piece_count = 0;
+    }
+    if (run.length != 0) out.push_back(run);
+    proto.offset += run.length;
+    run = proto;
+  };
+  for (uint32_t k = 0; k < count; ++k) {
+    const Piece& p = pieces[k];
+    if (!gathers || p.length > step) {
+      flush();
+      cut(proto, p.addr, p.length, step, out);
+      run = proto;
+      continue;
+    }
+    if (run.length + p.length > step || run.piece_count == kMaxSlicePieces) flush();
+    if (run.piece_count == 0) run.pieces = &p;
+    run.piece_count += 1;
+    run.length += p.length;
+  }
+  flush();
+}
+
 }  // namespace
 
 void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
@@ -681,33 +780,36 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     }
     // The next link that moves the same kinds takes what this one loses (ucx over RDMA -> tcp).
     std::shared_ptr<SliceFallback> fallback;
+    bool gathers = links[chosen].transport->caps.gathers;  // (and so does whoever may take its slices)
     for (size_t next = chosen + 1; next < links.size() && !fallback; ++next) {
       if (!can(next)) continue;
       if (!fallbacks[next]) fallbacks[next] = std::make_shared<LinkFallback>(links[next].channel);
       fallback = fallbacks[next];
+      gathers = gathers && links[next].transport->caps.gathers;
     }
     const uint64_t step = std::max<uint64_t>(links[chosen].transport->transport->slice_size(), 4096);
-    const uint64_t count = (w.length + step - 1) / step;
-    w.batch->set_slices(w.request, count);
-    const bool digest = count == 1 && w.batch->wants_digest(w.request);
-    for (uint64_t done = 0; done < w.length; done += step) {
-      Slice s;
-      s.batch = w.batch;
-      s.request = w.request;
-      s.op = w.op;
-      s.local = reinterpret_cast<char*>(w.local + done);
-      s.region_id = region->id;
-      s.key = region->key;
-      s.offset = w.offset + done;
-      s.length = std::min(step, w.length - done);
-      s.fence_slot = w.fence_slot;
-      s.fence_gen = w.fence_gen;
-      s.local_location = w.local_location;
-      s.local_numa = w.local_numa;
-      s.digest = digest;
-      s.fallback = fallback;
-      slices[chosen].push_back(std::move(s));
+    Slice proto;
+    proto.batch = w.batch;
+    proto.request = w.request;
+    proto.op = w.op;
+    proto.region_id = region->id;
+    proto.key = region->key;
+    proto.offset = w.offset;
+    proto.fence_slot = w.fence_slot;
+    proto.fence_gen = w.fence_gen;
+    proto.local_location = w.local_location;
+    proto.local_numa = w.local_numa;
+    proto.fallback = fallback;
+    std::vector<Slice>& out = slices[chosen];
+    const size_t before = out.size();
+    if (w.piece_count == 0) {
+      cut(proto, reinterpret_cast<char*>(w.local), w.length, step, out);
+    } else {
+      cut_pieces(proto, w.batch->pieces() + w.first_piece, w.piece_count, step, gathers, out);
     }
+    const size_t count = out.size() - before;
+    w.batch->set_slices(w.request, count);
+    if (count == 1 && w.batch->wants_digest(w.request)) out.back().digest = true;
   }
   for (size_t i = 0; i < links.size(); ++i) {
     if (!slices[i].empty()) links[i].channel->submit(std::move(slices[i]));

@@ -55,7 +55,18 @@ struct BatchView {
   const uint64_t* fence_gens = nullptr;
   // Optional (null: none): non-zero for reads whose landed bytes' digest is wanted (Batch::want_digest).
   const uint8_t* digests = nullptr;
+  // Optional (null: every request's local side is local_addrs[i]): request i gathers or scatters
+  // piece_counts[i] local pieces (0: just local_addrs[i]), the next ones of piece_addrs/piece_lengths in
+  // order, against its one remote range; lengths[i] must be their sum.
+  const uint32_t* piece_counts = nullptr;
+  const uint64_t* piece_addrs = nullptr;
+  const uint64_t* piece_lengths = nullptr;
+  size_t piece_total = 0;  // entries of piece_addrs and piece_lengths
 };
+
+// Pieces one request may have (a slice's pieces travel as one vector write over TCP).
+constexpr uint32_t kMaxRequestPieces = 65536;
+constexpr uint32_t kMaxSlicePieces = 512;
 
 class Engine {
  public:

@@ -1,13 +1,40 @@
 #include "transport/copy.h"
 
+#include <optional>
+
 #include "common/copy_bytes.h"
 #include "common/xxh3.h"
 
 namespace kvs {
 
+namespace {
+
+// A slice whose local side is several pieces: each copied in order against consecutive remote bytes.
+void copy_pieces(const Slice& slice, char* remote) {
+  const bool hash = slice.op == TransferOp::kRead && slice.digest && xxh3::loaded();
+  std::optional<xxh3::Stream> digest;
+  if (hash) digest.emplace();
+  for (uint32_t k = 0; k < slice.piece_count; ++k) {
+    const Piece& p = slice.pieces[k];
+    if (hash) {
+      xxh3::copy_and_hash(p.addr, remote, p.length, *digest);
+    } else if (slice.op == TransferOp::kRead) {
+      copy_bytes(p.addr, remote, p.length);
+    } else {
+      copy_bytes(remote, p.addr, p.length);
+    }
+    remote += p.length;
+  }
+  if (hash) slice.batch->set_digest(slice.request, digest->digest());
+}
+
+}  // namespace
+
 Status copy_slice(const Slice& slice, char* remote) {
   if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
-  if (slice.op == TransferOp::kRead && slice.digest && xxh3::loaded()) {
+  if (slice.piece_count != 0) {
+    copy_pieces(slice, remote);
+  } else if (slice.op == TransferOp::kRead && slice.digest && xxh3::loaded()) {
     slice.batch->set_digest(slice.request, xxh3::copy_and_hash(slice.local, remote, slice.length));
   } else if (slice.op == TransferOp::kRead) {
     copy_bytes(slice.local, remote, slice.length);

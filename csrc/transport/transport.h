@@ -38,6 +38,9 @@ struct Capabilities {
   // that kept its key until the memory is deregistered (at once over RDMA, never over UCX's software
   // transports: only peers that refresh their view are refused).
   bool one_sided = false;
+  // Moves a slice whose local side is a list of pieces (Slice::pieces) as one unit, in order; others
+  // are handed each piece as a slice of its own.
+  bool gathers = false;
 };
 
 // What the engine hands each of its transports.

@@ -4,7 +4,6 @@ digest of the bytes a read landed, where the engine took it as they landed)."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator
 
@@ -18,6 +17,7 @@ STALE = StaleLocationError.code
 _PENDING = int(RequestState.PENDING)
 _HELP_BETWEEN_LOOKS = 100e-6  # seconds
 _COMPLETED = int(RequestState.COMPLETED)
+MAX_REQUEST_PIECES = 65536  # the engine's bound on one request's pieces (kMaxRequestPieces)
 
 
 class TransferBatch:
@@ -32,7 +32,10 @@ class TransferBatch:
         self.lengths: list[int] = []
         self.slots: list[int] = []
         self.gens: list[int] = []
-        self.digests: list[int] = []  # 1: a read that is its key's only request (its digest is the key's)
+        self.digests: list[int] = []  # 1: a read (its digest is its key's when it is the key's only one)
+        self.piece_counts: list[int] = []  # per request: 0, or how many of the pieces below are its own
+        self.piece_addrs: list[int] = []
+        self.piece_lengths: list[int] = []
         self.failed: set[int] = set()
         self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
         self.peers: list[Peer] = []
@@ -49,20 +52,35 @@ class TransferBatch:
         slot: int,
         gen: int,
     ) -> None:
-        """One request per local piece, for consecutive bytes of the remote allocation from `offset` on."""
+        """The local pieces, in order, against consecutive bytes of the remote allocation from `offset` on:
+        one request (that gathers or scatters them), and a read asks for the digest of what it lands."""
         n = len(lengths)
         if n == 0:
             return
-        self.owner += [owner] * n
-        self.ops += [op] * n
-        self.local += addrs
-        self.peers += [peer] * n
-        self.regions += [region] * n
-        self.offsets += itertools.accumulate(lengths[:-1], initial=offset)
-        self.lengths += lengths
-        self.slots += [slot] * n
-        self.gens += [gen] * n
-        self.digests += [int(n == 1 and op == Op.READ)] * n
+        if n > MAX_REQUEST_PIECES:  # (a request of its own per piece)
+            for k in range(0, n, MAX_REQUEST_PIECES):
+                part = slice(k, k + MAX_REQUEST_PIECES)
+                self.add_pieces(owner, op, addrs[part], lengths[part], peer, region, offset, slot, gen)
+                offset += sum(lengths[part])
+            return
+        self.owner.append(owner)
+        self.ops.append(op)
+        self.peers.append(peer)
+        self.regions.append(region)
+        self.offsets.append(offset)
+        self.slots.append(slot)
+        self.gens.append(gen)
+        self.digests.append(int(op == Op.READ))
+        if n == 1:
+            self.local.append(addrs[0])
+            self.lengths.append(lengths[0])
+            self.piece_counts.append(0)
+        else:
+            self.local.append(0)
+            self.lengths.append(sum(lengths))
+            self.piece_counts.append(n)
+            self.piece_addrs += addrs
+            self.piece_lengths += lengths
 
     def fail(self, owner: int, peer: str) -> None:
         """`owner` fails without a request: its peer `peer` cannot be opened."""
@@ -81,6 +99,7 @@ class TransferBatch:
             fence_slots=self.slots,
             fence_gens=self.gens,
             digests=self.digests if any(self.digests) else None,
+            pieces=(self.piece_counts, self.piece_addrs, self.piece_lengths) if self.piece_addrs else None,
         )
 
     def _failed(self, j: int, code: int) -> None:
@@ -94,7 +113,7 @@ class TransferBatch:
         a read's bytes as they landed (one request, one slice); otherwise the caller hashes them."""
         for owner in self.failed:
             yield owner, TransferConnectionError.code, None
-        if len(self.owner) <= 1:  # nothing to overlap: the single-call path
+        if len(self.owner) <= 1 and not self.piece_addrs:  # nothing to overlap: the single-call path
             already = set(self.failed)
             codes = self._run(engine)
             for owner in set(self.owner) - already:
@@ -105,6 +124,9 @@ class TransferBatch:
         owner_ids = np.asarray(self.owner)
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
         owners = owner_ids[starts]
+        alone = (
+            np.diff(np.r_[starts, owner_ids.size]) == 1
+        )  # an owner of one request: its digest is the key's
         open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
         hashed = any(self.digests)
         while open_.any():
@@ -131,7 +153,7 @@ class TransferBatch:
                 if bad[k]:
                     end = starts[k + 1] if k + 1 < starts.size else len(self.owner)
                     code = int(np.max(errors[starts[k] : end])) or TransferConnectionError.code
-                elif hashed and taken[starts[k]]:
+                elif hashed and alone[k] and taken[starts[k]]:
                     digest = int(digests[starts[k]])
                 yield int(owners[k]), code, digest
             if finished.size == 0 and not helped:
@@ -145,7 +167,7 @@ class TransferBatch:
     def _run(self, engine: TransferEngine) -> dict[int, int]:
         """Runs the batch; returns the error code of a failed request per failed owner."""
         codes: dict[int, int] = {}
-        if len(self.owner) == 1:  # one request: the engine's single-call path, no arrays
+        if len(self.owner) == 1 and not self.piece_addrs:  # one request: the single-call path, no arrays
             state, code = engine.transfer_one(
                 self.ops[0],
                 self.local[0],

@@ -27,7 +27,7 @@ from transfer_engine import (
     cuda,
 )
 from transfer_engine.config import TransportSpec, transport_specs
-from transfer_engine.errors import CODE_NAMES
+from transfer_engine.errors import CODE_NAMES, InvalidArgumentError
 
 SLICE = 64 * 1024  # small slices so multi-slice paths run on small buffers
 
@@ -328,3 +328,77 @@ def test_digests_taken_as_bytes_land_are_xxh3_of_them(pair: Pair) -> None:
         assert taken[:3].all()
     plain = pair.initiator.submit(Op.READ, local[0], pair.segment, pair.remote.id, 0, 4096)
     assert plain.wait() and not plain.digests()[0].any()
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[1000, 1, 4095, 20000, 12345], [SLICE, 1, 4095, SLICE + 7, 12345, SLICE]],
+    ids=["one-slice", "several-slices"],
+)
+def test_a_request_of_many_pieces_scatters_and_gathers_in_order(pair: Pair, sizes: list[int]) -> None:
+    """One request whose local side is a list of pieces (vLLM's layout: a block's bytes in every layer)
+    reads one remote range into them in order, and writes them back as one range; a transport that
+    cannot gather moves each piece as a request of its own, with the same bytes. A read moved as one
+    slice gets one digest over all its pieces (where the transport hashes as bytes land)."""
+    import xxhash
+
+    assert pair.local.array is not None
+    starts = [3_000_000 - 7 * 70_000 + k * 70_000 for k in range(len(sizes))]  # out of order, gaps between
+    addrs = [pair.local.addr + s for s in reversed(starts)]
+    total = sum(sizes)
+    handle = pair.initiator.submit(
+        Op.READ,
+        0,
+        pair.segment,
+        pair.remote.id,
+        1000,
+        total,
+        digests=[1],
+        pieces=([len(sizes)], addrs, sizes),
+    )
+    assert handle.wait() and (handle.states() == RequestState.COMPLETED).all()
+    want = pattern(1000 + total)[1000:].tobytes()
+    landed = b"".join(pair.local.array[a - pair.local.addr : a - pair.local.addr + n].tobytes()
+                      for a, n in zip(addrs, sizes, strict=True))  # fmt: skip
+    assert landed == want
+    taken, digests = handle.digests()
+    if taken[0]:
+        assert int(digests[0]) == xxhash.xxh3_64_intdigest(want)
+    if pair.segment.transport in ("local", "shm", "tcp"):
+        assert taken[0] == (total <= SLICE)
+    # Written back elsewhere as one range, from the same pieces (mixed with a plain request).
+    handle = pair.initiator.submit(
+        [Op.WRITE, Op.READ],
+        [0, pair.local.addr],
+        pair.segment,
+        pair.remote.id,
+        [2_000_000, 0],
+        [total, 10],
+        pieces=([len(sizes), 0], addrs, sizes),
+    )
+    assert handle.wait() and (handle.states() == RequestState.COMPLETED).all()
+    assert bytes(np.asarray(pair.remote_bytes[2_000_000 : 2_000_000 + total]).tobytes()) == want
+
+
+def test_bad_piece_lists_fail_their_request_alone(pair: Pair) -> None:
+    assert pair.local.array is not None
+    a = pair.local.addr
+    plain = 4096
+    cases = [
+        ([2], [a, a + 100], [50, 50], 99),  # length is not the sum of the pieces
+        ([2], [a, a + 100], [50, 0], 50),  # an empty piece
+        ([1], [12345], [50], 50),  # an unregistered piece
+        ([1], [a + (4 << 20) - 10], [50], 50),  # a piece running past its region
+    ]
+    for counts, addrs, lengths, total in cases:
+        handle = pair.initiator.submit(
+            [Op.READ, Op.READ], [0, a], pair.segment, pair.remote.id, [0, 0], [total, plain],
+            pieces=([*counts, 0], addrs, lengths),
+        )  # fmt: skip
+        assert handle.wait()
+        assert list(handle.states()) == [RequestState.FAILED, RequestState.COMPLETED], (addrs, lengths)
+    with pytest.raises(InvalidArgumentError):  # the arrays themselves disagree
+        pair.initiator.submit(Op.READ, 0, pair.segment, pair.remote.id, 0, 100, pieces=([1, 1], [a], [100]))
+    # Counts naming more pieces than given fail those requests, not the batch.
+    handle = pair.initiator.submit(Op.READ, 0, pair.segment, pair.remote.id, 0, 100, pieces=([2], [a], [100]))
+    assert handle.wait() and list(handle.states()) == [RequestState.FAILED]

@@ -95,7 +95,7 @@ class LocalTransport : public Transport {
 const TransportEntry& local_transport_entry() {
   static const TransportEntry entry{
       "local",
-      Capabilities{0, kReachSameProcess, kAllHostKinds, kAllHostKinds},
+      Capabilities{0, kReachSameProcess, kAllHostKinds, kAllHostKinds, false, true},
       {copy_slice_size_option()},
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
         return std::make_unique<LocalTransport>(context, options);

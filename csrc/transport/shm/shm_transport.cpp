@@ -37,22 +37,32 @@ struct PeerMemory {
 };
 
 // Cross-memory attach for regions that are not memfd-backed.
-Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
-  if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
-  uint64_t done = 0;
-  Status st;
-  while (done < slice.length) {
-    iovec local{slice.local + done, slice.length - done};
-    iovec remote{reinterpret_cast<void*>(remote_base + slice.offset + done), slice.length - done};
-    const ssize_t n = slice.op == TransferOp::kRead ? process_vm_readv(pid, &local, 1, &remote, 1, 0)
-                                                    : process_vm_writev(pid, &local, 1, &remote, 1, 0);
+Status cma_copy_one(TransferOp op, char* local, uint64_t length, pid_t pid, uint64_t remote) {
+  for (uint64_t done = 0; done < length;) {
+    iovec mine{local + done, length - done};
+    iovec theirs{reinterpret_cast<void*>(remote + done), length - done};
+    const ssize_t n = op == TransferOp::kRead ? process_vm_readv(pid, &mine, 1, &theirs, 1, 0)
+                                              : process_vm_writev(pid, &mine, 1, &theirs, 1, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      st = errno == ESRCH ? Status(Code::kConnectionFailed, "peer process is gone")
-                          : errno_status(Code::kIoError, "process_vm_readv/writev");
-      break;
+      return errno == ESRCH ? Status(Code::kConnectionFailed, "peer process is gone")
+                            : errno_status(Code::kIoError, "process_vm_readv/writev");
     }
     done += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
+  if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
+  uint64_t remote = remote_base + slice.offset;
+  Status st;
+  if (slice.piece_count == 0) {
+    st = cma_copy_one(slice.op, slice.local, slice.length, pid, remote);
+  }
+  for (uint32_t k = 0; k < slice.piece_count && st.ok(); ++k) {
+    st = cma_copy_one(slice.op, slice.pieces[k].addr, slice.pieces[k].length, pid, remote);
+    remote += slice.pieces[k].length;
   }
   slice.batch->end_copy();
   return st;
@@ -147,7 +157,7 @@ namespace kvs {
 const TransportEntry& shm_transport_entry() {
   static const TransportEntry entry{
       "shm",
-      Capabilities{10, kReachSameProcess | kReachSameHost, kAllHostKinds, kAllHostKinds},
+      Capabilities{10, kReachSameProcess | kReachSameHost, kAllHostKinds, kAllHostKinds, false, true},
       {copy_slice_size_option()},
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
         return std::make_unique<shm::ShmTransport>(context, options);

@@ -255,8 +255,15 @@ Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
     }
     return Status::OK();
   }
-  iovec iov[2] = {{raw, kHeaderSize}, {slice.local, slice.length}};
-  Status st = send_iov(fd_, iov, 2, config_.max_stalls());
+  // Header and payload in one vector write; a gathered slice's pieces follow one another.
+  thread_local std::vector<iovec> iov;
+  iov.assign(1, iovec{raw, kHeaderSize});
+  if (slice.piece_count == 0) {
+    iov.push_back(iovec{slice.local, slice.length});
+  } else {
+    for (uint32_t k = 0; k < slice.piece_count; ++k) iov.push_back(iovec{slice.pieces[k].addr, slice.pieces[k].length});
+  }
+  Status st = send_iov(fd_, iov.data(), static_cast<int>(iov.size()), config_.max_stalls());
   slice.batch->end_copy();
   return st;
 }
@@ -296,15 +303,27 @@ void TcpConnection::recv_loop() {
   }
 }
 
-Status TcpConnection::receive_and_hash(const Slice& slice) {
+Status TcpConnection::receive_into(const Slice& slice) {
+  const Piece one{slice.local, slice.length};
+  const Piece* pieces = slice.piece_count == 0 ? &one : slice.pieces;
+  const uint32_t count = slice.piece_count == 0 ? 1 : slice.piece_count;
+  if (!slice.digest || !xxh3::loaded()) {
+    for (uint32_t k = 0; k < count; ++k) {
+      Status st = recv_bytes(fd_, pieces[k].addr, pieces[k].length, config_);
+      if (!st.ok()) return st;
+    }
+    return Status::OK();
+  }
   constexpr uint64_t kChunk = 64 << 10;  // hashed as it lands, while in cache
   xxh3::Stream hash;
-  for (uint64_t done = 0; done < slice.length;) {
-    const uint64_t n = std::min(kChunk, slice.length - done);
-    Status st = recv_bytes(fd_, slice.local + done, n, config_);
-    if (!st.ok()) return st;
-    hash.update(slice.local + done, n);
-    done += n;
+  for (uint32_t k = 0; k < count; ++k) {
+    for (uint64_t done = 0; done < pieces[k].length;) {
+      const uint64_t n = std::min(kChunk, pieces[k].length - done);
+      Status st = recv_bytes(fd_, pieces[k].addr + done, n, config_);
+      if (!st.ok()) return st;
+      hash.update(pieces[k].addr + done, n);
+      done += n;
+    }
   }
   slice.batch->set_digest(slice.request, hash.digest());
   return Status::OK();
@@ -330,11 +349,7 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
       if (slice.op != TransferOp::kRead || h.length != slice.length) {
         stream = Status(Code::kProtocolError, "read data does not match the request");
       } else if (slice.batch->begin_copy(slice.request)) {
-        if (slice.digest && xxh3::loaded()) {
-          stream = receive_and_hash(slice);
-        } else {
-          stream = recv_bytes(fd_, slice.local, h.length, config_);
-        }
+        stream = receive_into(slice);
         slice.batch->end_copy();
       } else {
         thread_local std::vector<char> scratch(1 << 16);

@@ -56,8 +56,8 @@ class TcpConnection {
   void dispatch(Slice&& slice);
   Status send_slice(const Slice& slice, uint64_t request_id);
   Status receive_reply(const FrameHeader& header);
-  // A read's payload into its slice, hashed as it lands (its request asked for a digest).
-  Status receive_and_hash(const Slice& slice);
+  // A read's payload into the slice's memory (its pieces in order), hashed as it lands when asked.
+  Status receive_into(const Slice& slice);
   void fail(const Status& status);
   void finish(const Slice& slice, const Status& status);
   // Slices this connection can no longer carry: to the channel, or failed.

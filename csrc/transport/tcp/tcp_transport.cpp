@@ -152,7 +152,7 @@ const TransportEntry& tcp_transport_entry() {
       "tcp",
       // Serves file regions (read) and GPU regions (staged through host memory) besides host memory.
       Capabilities{100, kReachSameProcess | kReachSameHost | kReachRemote, kAllHostKinds,
-                   kAllHostKinds | kind_bit(MemoryKind::kFile) | kind_bit(MemoryKind::kGpu)},
+                   kAllHostKinds | kind_bit(MemoryKind::kFile) | kind_bit(MemoryKind::kGpu), false, true},
       tcp::TcpConfig::specs(),
       [](const TransportContext& context, const Options& options) -> std::unique_ptr<Transport> {
         return std::make_unique<tcp::TcpTransport>(context, options);
