@@ -92,7 +92,7 @@ class Batch {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<RegionPin> pins_;        // local regions, released when every request is final
+  std::vector<RegionPin> pins_;  // local regions, released when every request is final
   std::vector<Piece> pieces_;
   std::atomic<bool> released_{false};  // set once every request is final and no copy runs
 };

@@ -457,7 +457,8 @@ namespace {
 using Located = std::pair<MemoryLocation, int32_t>;  // where local memory is, and its NUMA node
 
 // Pins one piece of local memory for the batch (a read must not land in read-only memory).
-StatusOr<Located> pin_piece(MemoryRegistry& registry, Batch& batch, TransferOp op, uint64_t addr, uint64_t length) {
+StatusOr<Located> pin_piece(MemoryRegistry& registry, Batch& batch, TransferOp op, uint64_t addr,
+                            uint64_t length) {
   auto pin = registry.pin_local(addr, length);
   if (!pin.ok()) return pin.status();
   if (op == TransferOp::kRead && pin.value().info().read_only) {
@@ -471,7 +472,8 @@ StatusOr<Located> pin_piece(MemoryRegistry& registry, Batch& batch, TransferOp o
 // Pins a request's pieces and appends them to `out` (nothing appended when one is refused): each must be
 // registered, non-empty and of one kind of memory with the others, and together `total` bytes.
 StatusOr<Located> pin_pieces(MemoryRegistry& registry, Batch& batch, TransferOp op, const uint64_t* addrs,
-                             const uint64_t* lengths, uint32_t count, uint64_t total, std::vector<Piece>& out) {
+                             const uint64_t* lengths, uint32_t count, uint64_t total,
+                             std::vector<Piece>& out) {
   uint64_t sum = 0;
   Located first;
   for (uint32_t k = 0; k < count; ++k) {
@@ -520,18 +522,27 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     }
     const auto op = static_cast<TransferOp>(b.ops[i]);
     auto located = count == 0 ? pin_piece(*registry_, *batch, op, b.local_addrs[i], b.lengths[i])
-                              : pin_pieces(*registry_, *batch, op, b.piece_addrs + first, b.piece_lengths + first,
-                                           count, b.lengths[i], pieces);
+                              : pin_pieces(*registry_, *batch, op, b.piece_addrs + first,
+                                           b.piece_lengths + first, count, b.lengths[i], pieces);
     if (!located.ok()) {
       batch->reject(i, located.status());
       continue;
     }
     const auto [location, numa] = located.value();
-    if (b.digests != nullptr && b.digests[i] != 0 && op == TransferOp::kRead && location.kind != MemoryKind::kGpu) {
+    if (b.digests != nullptr && b.digests[i] != 0 && op == TransferOp::kRead &&
+        location.kind != MemoryKind::kGpu) {
       batch->want_digest(i);
     }
-    Waiting w{batch,       static_cast<uint32_t>(i), op, b.local_addrs[i], location, numa, b.region_ids[i],
-              b.offsets[i], b.lengths[i], b.fence_slots ? b.fence_slots[i] : 0,
+    Waiting w{batch,
+              static_cast<uint32_t>(i),
+              op,
+              b.local_addrs[i],
+              location,
+              numa,
+              b.region_ids[i],
+              b.offsets[i],
+              b.lengths[i],
+              b.fence_slots ? b.fence_slots[i] : 0,
               b.fence_gens ? b.fence_gens[i] : 0};
     if (count != 0) {
       w.first_piece = static_cast<uint32_t>(pieces.size() - count);

@@ -23,7 +23,7 @@ import numpy as np
 
 from kvstore.bench.trace import TraceRecord
 from kvstore.errors import InvalidArgumentError
-from kvstore.index.events import Batch, Removed, Stored, Translator
+from kvstore.index.events import Batch, Event, Removed, Stored, Translator
 from kvstore.index.table import PrefixIndex, Scope
 
 POLICIES = ("round-robin", "least-loaded", "prefix")
@@ -76,7 +76,7 @@ class _Instance:
         gone = []
         while len(self.gpu) > self.capacity:
             gone.append(self.gpu.popitem(last=False)[0])
-        events = []
+        events: list[Event] = []
         if gone:
             events.append(Removed(gone, "GPU", True))
         if new:

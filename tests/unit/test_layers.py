@@ -123,15 +123,16 @@ def test_the_object_table_has_one_writer() -> None:
 
 
 def test_the_master_index_config_and_errors_never_load_the_data_plane_extension() -> None:
-    """A master, the routing index (and a tool that needs only errors or settings) run without the transfer engine's
-    extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use,
+    """A master, the routing index (and a tool that needs only errors or settings) run without the
+    transfer engine's extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use,
     and checking an environment that names no transport option does not list the transports."""
     import subprocess
     import sys
 
     probe = (
         "import sys\n"
-        "import kvstore.errors, kvstore.config, kvstore.master.server, kvstore.rpc.auth, kvstore.index.process\n"
+        "import kvstore.errors, kvstore.config, kvstore.master.server, kvstore.rpc.auth\n"
+        "import kvstore.index.process\n"
         "import transfer_engine, transfer_engine.errors, transfer_engine.settings\n"
         "from kvstore.config import MasterConfig\n"
         "env = {'KVSTORE_MASTER': '127.0.0.1:9', 'KVSTORE_NODE_SEGMENT_SIZE': '1GiB',\n"

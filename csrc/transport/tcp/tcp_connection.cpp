@@ -261,7 +261,8 @@ Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
   if (slice.piece_count == 0) {
     iov.push_back(iovec{slice.local, slice.length});
   } else {
-    for (uint32_t k = 0; k < slice.piece_count; ++k) iov.push_back(iovec{slice.pieces[k].addr, slice.pieces[k].length});
+    for (uint32_t k = 0; k < slice.piece_count; ++k)
+      iov.push_back(iovec{slice.pieces[k].addr, slice.pieces[k].length});
   }
   Status st = send_iov(fd_, iov.data(), static_cast<int>(iov.size()), config_.max_stalls());
   slice.batch->end_copy();

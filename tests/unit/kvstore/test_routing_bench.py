@@ -14,12 +14,11 @@ def conversations(n: int = 400, users: int = 24) -> list[TraceRecord]:
     """Each user's turns extend that user's own prefix by a block; requests a second apart."""
     rng = random.Random(7)
     prefixes: dict[int, list[int]] = {}
-    out, next_id = [], 0
+    out = []
     for i in range(n):
         user = rng.randrange(users)
         blocks = prefixes.setdefault(user, [])
-        blocks.append(next_id)
-        next_id += 1
+        blocks.append(i)  # (a new block id per request)
         out.append(TraceRecord(list(blocks), float(i), 512 * len(blocks), 16))
     return out
 
