@@ -124,8 +124,9 @@ def test_the_object_table_has_one_writer() -> None:
 
 def test_the_master_index_config_and_errors_never_load_the_data_plane_extension() -> None:
     """A master, the routing index (and a tool that needs only errors or settings) run without the
-    transfer engine's extension loaded: `transfer_engine` and `kvstore` import their engine and client names on first use,
-    and checking an environment that names no transport option does not list the transports."""
+    transfer engine's extension loaded: `transfer_engine` and `kvstore` import their engine and client
+    names on first use, and checking an environment that names no transport option does not list the
+    transports."""
     import subprocess
     import sys
 
