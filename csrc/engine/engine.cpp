@@ -456,24 +456,63 @@ namespace {
 
 using Located = std::pair<MemoryLocation, int32_t>;  // where local memory is, and its NUMA node
 
-// Pins one piece of local memory for the batch (a read must not land in read-only memory).
-StatusOr<Located> pin_piece(MemoryRegistry& registry, Batch& batch, TransferOp op, uint64_t addr,
-                            uint64_t length) {
-  auto pin = registry.pin_local(addr, length);
-  if (!pin.ok()) return pin.status();
-  if (op == TransferOp::kRead && pin.value().info().read_only) {
-    return Status(Code::kPermissionDenied, "a read would write into a read-only local region");
+// The local regions one submit has pinned for its batch: each is pinned once, however many requests and
+// pieces fall in it (a vLLM batch names thousands of pieces in a few dozen layer tensors).
+class BatchPins {
+ public:
+  BatchPins(MemoryRegistry& registry, Batch& batch) : registry_(registry), batch_(batch) {}
+
+  // Pins [addr, addr + length) for the batch (a read must not land in read-only memory).
+  StatusOr<Located> pin(TransferOp op, uint64_t addr, uint64_t length) {
+    const Held* held = find(addr, length);
+    if (held == nullptr) {
+      auto pin = registry_.pin_local(addr, length);
+      if (!pin.ok()) return pin.status();
+      const RegionInfo& info = pin.value().info();
+      held_.push_back(Held{info.base, info.length, info.read_only, {info.location, info.numa_node}});
+      batch_.hold_pin(std::move(pin.value()));
+      held = &held_.back();
+      last_ = held_.size() - 1;
+    }
+    if (op == TransferOp::kRead && held->read_only) {
+      return Status(Code::kPermissionDenied, "a read would write into a read-only local region");
+    }
+    return held->where;
   }
-  Located where{pin.value().info().location, pin.value().info().numa_node};
-  batch.hold_pin(std::move(pin.value()));
-  return where;
-}
+
+ private:
+  struct Held {
+    uint64_t base;
+    uint64_t length;
+    bool read_only;
+    Located where;
+  };
+
+  const Held* find(uint64_t addr, uint64_t length) {
+    auto inside = [&](const Held& h) { return addr >= h.base && in_bounds(addr - h.base, length, h.length); };
+    if (last_ < held_.size() && inside(held_[last_])) return &held_[last_];
+    // The most recent few only: a batch spread over thousands of regions pins some twice, never scans
+    // them all per request.
+    for (size_t k = held_.size() > kScan ? held_.size() - kScan : 0; k < held_.size(); ++k) {
+      if (inside(held_[k])) {
+        last_ = k;
+        return &held_[k];
+      }
+    }
+    return nullptr;
+  }
+
+  MemoryRegistry& registry_;
+  Batch& batch_;
+  static constexpr size_t kScan = 64;
+  std::vector<Held> held_;
+  size_t last_ = 0;
+};
 
 // Pins a request's pieces and appends them to `out` (nothing appended when one is refused): each must be
 // registered, non-empty and of one kind of memory with the others, and together `total` bytes.
-StatusOr<Located> pin_pieces(MemoryRegistry& registry, Batch& batch, TransferOp op, const uint64_t* addrs,
-                             const uint64_t* lengths, uint32_t count, uint64_t total,
-                             std::vector<Piece>& out) {
+StatusOr<Located> pin_pieces(BatchPins& pins, TransferOp op, const uint64_t* addrs, const uint64_t* lengths,
+                             uint32_t count, uint64_t total, std::vector<Piece>& out) {
   uint64_t sum = 0;
   Located first;
   for (uint32_t k = 0; k < count; ++k) {
@@ -481,7 +520,7 @@ StatusOr<Located> pin_pieces(MemoryRegistry& registry, Batch& batch, TransferOp 
       return Status(Code::kInvalidArgument, "a piece is empty, or the pieces overflow");
     }
     sum += lengths[k];
-    auto where = pin_piece(registry, batch, op, addrs[k], lengths[k]);
+    auto where = pins.pin(op, addrs[k], lengths[k]);
     if (!where.ok()) return where.status();
     if (k == 0) {
       first = where.value();
@@ -504,6 +543,7 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     return batch;
   }
   std::unordered_map<uint32_t, std::vector<Waiting>> by_peer;
+  BatchPins pins(*registry_, *batch);
   std::vector<Piece> pieces;
   if (b.piece_counts != nullptr) pieces.reserve(std::min<size_t>(b.piece_total, size_t{1} << 24));
   size_t next_piece = 0;  // pieces are taken in order, a rejected request's too
@@ -521,9 +561,9 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       continue;
     }
     const auto op = static_cast<TransferOp>(b.ops[i]);
-    auto located = count == 0 ? pin_piece(*registry_, *batch, op, b.local_addrs[i], b.lengths[i])
-                              : pin_pieces(*registry_, *batch, op, b.piece_addrs + first,
-                                           b.piece_lengths + first, count, b.lengths[i], pieces);
+    auto located = count == 0 ? pins.pin(op, b.local_addrs[i], b.lengths[i])
+                              : pin_pieces(pins, op, b.piece_addrs + first, b.piece_lengths + first, count,
+                                           b.lengths[i], pieces);
     if (!located.ok()) {
       batch->reject(i, located.status());
       continue;
