@@ -108,6 +108,18 @@ def _add_store_bench(sub: argparse._SubParsersAction) -> None:
         "--mode", choices=["orchestrator", "client"], default="orchestrator", help=argparse.SUPPRESS
     )
     p.add_argument("--json", action="store_true", help="one JSON object per op, one per line")
+    p.add_argument(
+        "--mooncake",
+        metavar="PYTHON",
+        help="also measure Mooncake's store (master, storage process, client; put and get over TCP) with "
+        "this Python (an environment with mooncake-transfer-engine-non-cuda; kvstore.bench.mooncake_bench)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=arg.positive_int,
+        default=1,
+        help="with --mooncake: alternate ours and theirs N times",
+    )
 
 
 def _run_store_bench(args: argparse.Namespace) -> int:
@@ -130,13 +142,28 @@ def _run_store_bench(args: argparse.Namespace) -> int:
     from kvstore.bench import report
 
     cfg.validate()
-    results = report.with_progress(lambda advance: store_bench.run(cfg, advance), len(cfg.ops) + 2)
-    if args.json:
-        for r in results:
-            print(json.dumps(dataclasses.asdict(r)))
-    else:
-        report.store_table(results)
-    return 0 if all(r.errors == 0 for r in results) else 1
+    ok = True
+    for _ in range(args.rounds if args.mooncake else 1):
+        results = report.with_progress(lambda advance: store_bench.run(cfg, advance), len(cfg.ops) + 2)
+        ok = ok and all(r.errors == 0 for r in results)
+        theirs = store_bench.run_mooncake(cfg, args.mooncake) if args.mooncake else []
+        if args.json:
+            for r in results:
+                print(json.dumps(dataclasses.asdict(r)))
+            for row in theirs:
+                print(json.dumps(row))
+        else:
+            report.store_table(results)
+            for row in theirs:
+                ours = next(
+                    (r for r in results if r.op == row["op"] and r.transport == row["transport"]), None
+                )
+                versus = f"  kvstore/Mooncake {ours.ops_per_s / row['ops_per_s']:.2f}x" if ours else ""
+                print(
+                    f"Mooncake {row['op']:4} {row['ops_per_s']:>12,.0f} ops/s {row['gbps']:7.2f} GB/s "
+                    f"p50 {row['p50_us']:8.0f} us p99 {row['p99_us']:8.0f} us{versus}"
+                )
+    return 0 if ok else 1
 
 
 def _add_routing_bench(sub: argparse._SubParsersAction) -> None:
@@ -243,7 +270,7 @@ def _add_master_bench(sub: argparse._SubParsersAction) -> None:
         "--mooncake",
         metavar="PYTHON",
         help="also measure Mooncake's master in the same shape, with this Python (of a virtual environment "
-        "with mooncake-transfer-engine-non-cuda; kvstore.bench.mooncake_master says how to make one)",
+        "with mooncake-transfer-engine-non-cuda; kvstore.bench.mooncake_bench says how to make one)",
     )
     p.add_argument("--master", type=arg.host_port, help=argparse.SUPPRESS)  # the load processes' master
     p.add_argument(

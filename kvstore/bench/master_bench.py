@@ -165,14 +165,14 @@ def _loop_held(address: str) -> tuple[float, dict[str, float]]:
 
 
 def run_mooncake(cfg: MasterBenchConfig, python: str) -> tuple[list[OpRate], MemoryUse]:
-    """Mooncake's master in the same shape (kvstore.bench.mooncake_master, a standalone script run with
+    """Mooncake's master in the same shape (kvstore.bench.mooncake_bench, a standalone script run with
     `python`: the interpreter of a virtual environment with mooncake-transfer-engine-non-cuda)."""
-    from kvstore.bench import mooncake_master
+    from kvstore.bench import mooncake_bench
 
     args = [
         python,
         "-I",
-        mooncake_master.__file__,
+        mooncake_bench.__file__,
         "--objects",
         str(cfg.objects),
         "--clients",

@@ -7,6 +7,7 @@ process, and the client in a separate process that runs the ops and reports JSON
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -254,6 +255,29 @@ def run(cfg: StoreBenchConfig, progress: Callable[[str], None] | None = None) ->
         ]
         per_client = load_procs.gather(args, cfg.clients, OpResult, progress)
     return _combine(per_client)
+
+
+def run_mooncake(cfg: StoreBenchConfig, python: str) -> list[dict]:
+    """Mooncake's store in the same shape, put and get over TCP (kvstore.bench.mooncake_bench --data, a
+    standalone script run with `python`, the interpreter of an environment with
+    mooncake-transfer-engine-non-cuda): its master, a storage process and one client."""
+    import subprocess
+
+    from kvstore.bench import mooncake_bench
+
+    args = [python, "-I", mooncake_bench.__file__, "--data", "--segment", str(cfg.segment_size)]
+    args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
+    args += ["--duration", str(cfg.duration)]
+    try:
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InvalidArgumentError(f"could not run Mooncake's side with {python}: {exc}") from exc
+    if done.returncode != 0:
+        raise InvalidArgumentError(f"Mooncake's side failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if {r.get("op") for r in rows} != {"put", "get"}:
+        raise InvalidArgumentError(f"Mooncake's side printed no put and get: {done.stdout[-2000:]}")
+    return rows
 
 
 def _combine(per_client: list[list[OpResult]]) -> list[OpResult]:

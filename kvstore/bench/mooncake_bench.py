@@ -1,7 +1,7 @@
-"""Mooncake's master in the shape of `kvstore bench master`, for the figures beside ours.
+"""Mooncake in the shapes of `kvstore bench master` and `kvstore bench store`, for the figures beside ours.
 
-A standalone script (it imports nothing of kvstore): `kvstore bench master --mooncake PYTHON` runs it
-with the Python of a virtual environment of Mooncake's own:
+A standalone script (it imports nothing of kvstore): `kvstore bench master --mooncake PYTHON` and
+`kvstore bench store --mooncake PYTHON` run it with the Python of a virtual environment of Mooncake's own:
 
     python3 -m venv mc && mc/bin/pip install mooncake-transfer-engine-non-cuda numpy
     # its store module needs libibverbs.so.1 even over TCP: apt-get install libibverbs1 librdmacm1
@@ -15,6 +15,11 @@ lines as `kvstore bench master --json`: per op {"op", "clients", "per_s", "p50_u
 (rates of the load processes add up, latency is the worst one's), then {"objects",
 "rss_bytes_per_object"} (the master's resident memory growth per object). `--pipeline N`: each load
 process runs N threads that take the batches in turn, as ours do.
+
+`--data` (the store bench's shape): one client process moves real bytes over TCP, from and into buffers
+it registered (batch_put_from, batch_get_into), batches of `--batch-size` values of `--value-size`, each
+op for `--duration` seconds, gets cycling over a resident set written first; it prints one line per op
+as `kvstore bench store --json` does, with "system": "mooncake".
 """
 
 from __future__ import annotations
@@ -132,6 +137,76 @@ def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -
     s.close()
 
 
+def data_main(master: str, size: int, n: int, duration: float, segment: int) -> None:
+    """The store bench's put and get with Mooncake's zero-copy batch calls (see the module's doc)."""
+    import numpy as np
+
+    s = store(master, 0)
+    source = np.random.default_rng(7).integers(0, 256, (n, size), dtype=np.uint8)
+    dest = np.zeros((n, size), dtype=np.uint8)
+    for buffer in (source, dest):
+        if s.register_buffer(buffer.ctypes.data, buffer.nbytes) != 0:
+            raise RuntimeError("Mooncake could not register a buffer")
+    sources = [source.ctypes.data + i * size for i in range(n)]
+    dests = [dest.ctypes.data + i * size for i in range(n)]
+    sizes = [size] * n
+    resident = max(n, min(segment // 4 // size, 4096) // n * n)  # (as kvstore's store bench)
+    keys = [f"bench/{os.getpid()}/{i}" for i in range(resident)]
+    batches = [keys[i : i + n] for i in range(0, resident, n)]
+    for b in batches:
+        s.batch_put_from(b, sources, sizes)
+    gc.freeze()
+    gc.set_threshold(100_000, *gc.get_threshold()[1:])
+
+    def put(i: int) -> int:
+        rc = s.batch_put_from([f"bench/{os.getpid()}/put/{i}/{j}" for j in range(n)], sources, sizes)
+        return sum(1 for r in rc if r != 0)
+
+    def get(i: int) -> int:
+        return sum(1 for r in s.batch_get_into(batches[i % len(batches)], dests, sizes) if r != size)
+
+    for op, one in (("put", put), ("get", get)):
+        latencies: list[float] = []
+        errors = 0
+        began = time.perf_counter()
+        while time.perf_counter() - began < duration:
+            t = time.perf_counter()
+            errors += one(len(latencies))
+            latencies.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - began
+        p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
+        rate = n * len(latencies) / elapsed
+        row = {"op": op, "value_size": size, "batch_size": n, "ops_per_s": rate, "gbps": rate * size / 1e9}
+        row.update(p50_us=p50, p99_us=p99, errors=errors, transport="tcp", system="mooncake")
+        print(json.dumps(row), flush=True)
+    s.close()
+
+
+def orchestrate_data(args: argparse.Namespace, me: list[str], address: str) -> None:
+    storage = subprocess.Popen(
+        [*me, "--role", "storage", "--master", address, "--segment", str(args.segment)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert storage.stdout is not None
+        if storage.stdout.readline().strip() != "READY":
+            raise RuntimeError("the Mooncake storage process did not start")
+        client = [*me, "--role", "data", "--master", address, "--segment", str(args.segment)]
+        client += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
+        client += ["--duration", str(args.duration)]
+        done = subprocess.run(client, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            raise RuntimeError(f"the Mooncake client failed: {done.stderr.strip()[-2000:]}")
+        sys.stdout.write(done.stdout)
+    finally:
+        if storage.stdin:
+            storage.stdin.close()
+        storage.wait(timeout=30)
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     bin_dir = Path(sys.executable).parent
     port = free_port()
@@ -142,6 +217,14 @@ def orchestrate(args: argparse.Namespace) -> int:
     me = [sys.executable, "-I", os.path.abspath(__file__)]
     quiet = {"stdin": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     master = subprocess.Popen(master_cmd, stdout=subprocess.DEVNULL, **quiet)  # type: ignore[call-overload]
+    if args.data:
+        try:
+            time.sleep(1.0)
+            orchestrate_data(args, me, address)
+        finally:
+            master.terminate()
+            master.wait(timeout=30)
+        return 0
     try:
         time.sleep(1.0)
         segment = max(
@@ -215,14 +298,19 @@ def main() -> int:
     p.add_argument("--value-size", type=int, default=1024)
     p.add_argument("--clients", type=int, default=1)
     p.add_argument("--pipeline", type=int, default=1, help="threads per load process, batches in turn")
-    p.add_argument("--role", choices=["orchestrator", "storage", "load"], default="orchestrator")
+    p.add_argument("--data", action="store_true", help="the store bench's shape (real bytes over TCP)")
+    p.add_argument("--duration", type=float, default=5.0, help="--data: seconds per op")
+    p.add_argument("--role", choices=["orchestrator", "storage", "load", "data"], default="orchestrator")
     p.add_argument("--master", default="")
-    p.add_argument("--segment", type=int, default=0)
+    p.add_argument("--segment", type=int, default=0, help="bytes of the storage process's segment")
     args = p.parse_args()
     if min(args.objects, args.batch_size, args.value_size, args.clients, args.pipeline) <= 0:
         p.error("objects, batch size, value size, clients and pipeline must be positive")
     if args.role == "storage":
         storage_main(args.master, args.segment)
+        return 0
+    if args.role == "data":
+        data_main(args.master, args.value_size, args.batch_size, args.duration, args.segment)
         return 0
     if args.role == "load":
         load_main(args.master, args.objects, args.batch_size, args.value_size, args.pipeline)
