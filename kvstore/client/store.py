@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums
+from kvstore.client.collector import collector_paused
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.transfer_batch import OK, STALE, TransferBatch
@@ -253,6 +254,7 @@ class Store:
         segments exist; without it such a put fails with NotEnoughSegmentsError."""
         return self._put(keys, buffer_lists, replicas, pin, min_replicas)
 
+    @collector_paused
     def _put(
         self,
         keys: Sequence[str],
@@ -365,6 +367,7 @@ class Store:
         """The value, or None on a miss."""
         return self.batch_get([key])[0]
 
+    @collector_paused
     def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values (None for misses), read through the pre-faulted staging area, one metadata RPC."""
         self.stats_local.gets += len(keys)
@@ -401,6 +404,7 @@ class Store:
             raise InvalidArgumentError("keys and buffers differ in length")
         return self.batch_get_into_multi_buffers(keys, [[b] for b in buffers])
 
+    @collector_paused
     def batch_get_into_multi_buffers(
         self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]]
     ) -> list[int]:
@@ -677,6 +681,7 @@ class Store:
                 out[i] = found
         return out
 
+    @collector_paused
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
         """Per key whether it is stored (a key that breaks the key rule never is: False)."""
         keys = list(keys)
