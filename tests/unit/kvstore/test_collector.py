@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
+
 from kvstore.client.collector import collector_paused
 
 
@@ -24,10 +26,8 @@ def test_the_collector_is_off_inside_and_back_on_after_even_when_the_call_raises
 
     assert gc.isenabled()
     outer(False)
-    try:
+    with pytest.raises(ValueError):
         outer(True)
-    except ValueError:
-        pass
     assert seen == [False, False, False, False] and gc.isenabled()
 
 
