@@ -195,10 +195,15 @@ def _object_location(obj: Any) -> ObjectLocation:
 
 
 def _items(obj: Any, value: Any = None) -> list[ItemResult]:
+    """A batch reply's [code, message, payload] items (one record made per item: a put batch has 1,000s)."""
     if not isinstance(obj, list):
         raise ProtocolError("master sent a malformed batch reply")
+    make = ItemResult._make
     out = []
     for item in obj:
-        code, message, payload = _record(ItemResult, item)
-        out.append(ItemResult(code, message, value(payload) if value and payload is not None else payload))
+        if type(item) not in (list, tuple) or len(item) != 3:
+            raise ProtocolError("master sent a malformed ItemResult")
+        if value is not None and item[2] is not None:
+            item = (item[0], item[1], value(item[2]))
+        out.append(make(item))
     return out
