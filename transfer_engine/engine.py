@@ -630,6 +630,12 @@ class TransferEngine:
             raise error_for_code(code, f"{op.name.lower()} of {length} bytes from {peer.name} failed")
 
 
+def buffer_spans(objects: Sequence[Any], writable: bool) -> tuple[list[int], list[int]] | None:
+    """(addresses, lengths) of buffers that export C-contiguous host memory (numpy arrays, bytearrays,
+    memoryviews; writable ones when `writable`), found in one call; None when any does not."""
+    return _core.buffer_spans(objects, writable)
+
+
 def _as_column(values: Any, dtype: Any) -> np.ndarray:
     """A batch column as a flat array of `dtype`; a value that does not fit is a clear error."""
     try:

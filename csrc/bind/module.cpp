@@ -10,6 +10,7 @@ namespace kvs::bind {
 void bind_engine(py::module_& m);
 void bind_transports(py::module_& m);
 void bind_checksum(py::module_& m);
+void bind_buffers(py::module_& m);
 void bind_disk(py::module_& m);
 void bind_cuda(py::module_& m);
 void bind_topology(py::module_& m);
@@ -24,6 +25,7 @@ PYBIND11_MODULE(_core, m) {
   kvs::bind::bind_engine(m);
   kvs::bind::bind_transports(m);
   kvs::bind::bind_checksum(m);
+  kvs::bind::bind_buffers(m);
   kvs::bind::bind_disk(m);
   kvs::bind::bind_cuda(m);
   kvs::bind::bind_topology(m);

@@ -20,6 +20,7 @@ from kvstore.client.ranges import RangeTable, split
 from kvstore.client.staging import Span, StagingArea
 from kvstore.errors import InvalidArgumentError, NoSpaceError
 from transfer_engine import Region, TransferEngine, checksum, cuda
+from transfer_engine.engine import buffer_spans
 
 
 def as_bytes_view(buffer: Any, writable: bool) -> np.ndarray:
@@ -188,11 +189,31 @@ class BufferManager:
             RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
         ]
 
+    def _registered_values(
+        self, buffer_lists: Sequence[Sequence[Any]], writable: bool
+    ) -> list[ValueBuffers] | None:
+        """RawPieces per value when every buffer is host memory (numpy arrays, bytearrays, ...) inside a
+        long-lived registration, found in one call for the batch; else None (the per-buffer path, which
+        registers for the call, stages, or says what is wrong)."""
+        counts = [len(parts) for parts in buffer_lists]
+        flat = [part for parts in buffer_lists for part in parts]
+        if not flat or 0 in counts or tuple in set(map(type, flat)):
+            return None
+        spans = buffer_spans(flat, writable)
+        if spans is None or self._all.tags(*spans) is None:
+            return None
+        addrs, lengths = spans
+        return [
+            RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
+        ]
+
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
         """Each value's buffers as registered memory for one call; release() each when it ends. GPU values
         get their host blocks here; `pipeline` moves their bytes (before a put sends, after a get reads)."""
         out = self._raw_values(buffer_lists)
+        if out is None:
+            out = self._registered_values(buffer_lists, writable)
         if out is None:
             out = self._values(buffer_lists, writable)
         gpu = [value for value in out if isinstance(value, GpuStaged)]

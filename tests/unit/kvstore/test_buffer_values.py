@@ -1,0 +1,43 @@
+"""A batch's buffers resolved to registered memory: the one-call paths (raw pieces, and host buffers
+inside long-lived registrations) agree with the per-buffer path, and anything else falls back to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from kvstore.client.buffers import BufferManager, RawPieces, SpanList
+from kvstore.errors import InvalidArgumentError
+from transfer_engine import TransferEngine
+
+
+@pytest.fixture
+def manager() -> Iterator[BufferManager]:
+    with TransferEngine(transport="local") as engine:
+        yield BufferManager(engine, 1 << 20)
+
+
+def test_rows_of_a_registered_array_are_resolved_in_one_call(manager: BufferManager) -> None:
+    array = np.zeros((8, 4096), dtype=np.uint8)
+    manager.register(array)
+    values = manager.values([[row] for row in array] + [[array[0], array[1, :100]]], writable=True)
+    assert all(isinstance(v, RawPieces) for v in values)
+    assert values[3].pieces(4096) == ([array[3].ctypes.data], [4096])
+    assert values[8].size == 4196
+    assert values[8].pieces(4100) == ([array[0].ctypes.data, array[1].ctypes.data], [4096, 4])
+
+
+def test_other_buffers_take_the_per_buffer_path(manager: BufferManager) -> None:
+    registered = np.zeros(4096, dtype=np.uint8)
+    manager.register(registered)
+    other = np.zeros(4096, dtype=np.uint8)  # not registered: registered for the call
+    values = manager.values([[registered], [other]], writable=True)
+    assert all(isinstance(v, SpanList) for v in values)
+    for v in values:
+        v.release(manager)
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        manager.values([[registered], [b"read-only bytes"]], writable=True)
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
+        manager.values([[np.zeros((64, 64), dtype=np.uint8)[:, :8]]], writable=True)
