@@ -16,7 +16,7 @@ struct TcpConfig {
   int connect_timeout_ms = 3000;
   int poll_ms = 100;                      // socket timeout granularity
   int socket_buffer = 4 << 20;            // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
-  int busy_poll_us = 50;                  // spin this long for a due reply/request before sleeping (0: never)
+  int busy_poll_us = 0;                   // spin this long for a due reply/request before sleeping (0: never)
   size_t max_connections = 1024;          // the server's connections at once
   size_t max_connections_per_peer = 256;  // ... from one address
   int prove_ms = 10000;                   // a connection without a well-formed frame by then is cut

@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/net.h"
 #include "transport/tcp/tcp_channel.h"
@@ -8,6 +9,14 @@
 #include "transport/tcp/tcp_server.h"
 
 namespace kvs::tcp {
+
+namespace {
+
+int64_t default_busy_poll_us() {
+  return std::thread::hardware_concurrency() >= 8 ? 50 : 0;
+}
+
+}  // namespace
 
 std::vector<OptionSpec> TcpConfig::specs() {
   const int64_t gib = int64_t{1} << 30;
@@ -24,9 +33,11 @@ std::vector<OptionSpec> TcpConfig::specs() {
       {"socket_buffer", OptionKind::kSize, 4 << 20, 0, gib,
        "SO_SNDBUF/SO_RCVBUF of data connections (capped by net.core.[rw]mem_max); 0 keeps the kernel's "
        "autotuning. 4 MiB lifts loopback throughput by ~15-20% on the reference machine."},
-      {"busy_poll_us", OptionKind::kInt, 50, 0, 10000,
+      {"busy_poll_us", OptionKind::kInt, default_busy_poll_us(), 0, 10000,
        "Microseconds to spin for a due reply or request before sleeping (a sleeping thread takes tens of "
-       "microseconds to wake on a VM)."},
+       "microseconds to wake on a VM). Default: 50 on hosts of 8 or more cores, else 0 (on 2 cores the "
+       "spinning I/O threads took the cores the copies needed: 64 KiB reads at 0.46 of a raw TCP stream "
+       "with it, 0.66 without)."},
       {"max_connections", OptionKind::kInt, 1024, 1, 65536,
        "Connections this engine's tcp server serves at once; when full, the oldest one that has not sent a "
        "well-formed frame yet is cut for a new one, else the new one is closed."},
