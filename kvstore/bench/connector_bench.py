@@ -126,6 +126,12 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
 
         def batch(layout: _Layout, names: list[str]) -> Batch:
             b = Batch()
+            if layout.engine == "vllm":  # (as the vLLM connector builds its batches: flat piece arrays)
+                b.keys, b.tags = list(names), [None] * len(names)
+                b.pieces = layout.cache.many_pieces(
+                    [[block] * len(layout.cache.layers) for block in range(blocks)]
+                )
+                return b
             for name, parts in zip(names, layout.objects(blocks), strict=True):
                 b.add(name, parts)
             return b

@@ -207,6 +207,35 @@ class BufferManager:
             RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
         ]
 
+    def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> list[ValueBuffers]:
+        """Values given as flat piece arrays (value i: its counts[i] next pieces): RawPieces when every
+        piece is inside a raw registration (found with a few array operations), else through values()."""
+        try:
+            a = np.asarray(addrs, dtype=np.uint64)
+            n = np.asarray(lengths, dtype=np.uint64)
+            c = np.asarray(counts, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"pieces must be arrays of non-negative integers: {exc}") from None
+        if a.ndim != 1 or n.ndim != 1 or c.ndim != 1 or a.size != n.size or int(c.sum()) != a.size:
+            raise InvalidArgumentError("one address and one length per piece, and counts that add up to them")
+        if c.size == 0:
+            return []
+        if int(c.min()) <= 0:
+            raise InvalidArgumentError("every value needs at least one piece")
+        starts = np.cumsum(c)[:-1]
+        addr_lists = [x.tolist() for x in np.split(a, starts)]
+        length_lists = [x.tolist() for x in np.split(n, starts)]
+        if a.size and self._raw.tags(a, n) is not None:
+            return [RawPieces(x, y, sum(y)) for x, y in zip(addr_lists, length_lists, strict=True)]
+        buffer_lists = [list(zip(x, y, strict=True)) for x, y in zip(addr_lists, length_lists, strict=True)]
+        return self.values(buffer_lists, writable)  # (GPU memory, or a piece outside: it says which)
+
+    def resolved(self, buffers: Sequence[Any], writable: bool) -> list[ValueBuffers]:
+        """Values already resolved (by piece_values) as they are; buffer lists through values()."""
+        if buffers and isinstance(buffers[0], (RawPieces, SpanList, GpuStaged)):
+            return list(buffers)
+        return self.values(buffers, writable)
+
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
         """Each value's buffers as registered memory for one call; release() each when it ends. GPU values

@@ -56,7 +56,9 @@ class RangeTable:
             return None
         return starts[k], payloads[k]
 
-    def tags(self, addrs: Sequence[int], lengths: Sequence[int]) -> np.ndarray | None:
+    def tags(
+        self, addrs: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray
+    ) -> np.ndarray | None:
         """Per piece the tag of the registration holding it; None unless every piece (positive length)
         lies inside one registration."""
         _, starts, ends, tags, _ = self._table()

@@ -254,23 +254,43 @@ class Store:
         segments exist; without it such a put fails with NotEnoughSegmentsError."""
         return self._put(keys, buffer_lists, replicas, pin, min_replicas)
 
+    def batch_put_from_pieces(
+        self,
+        keys: Sequence[str],
+        addrs: Any,
+        lengths: Any,
+        counts: Any,
+        *,
+        replicas: int | None = None,
+        pin: bool = False,
+    ) -> list[int]:
+        """batch_put_from_multi_buffers with every key's buffers given as flat arrays, as a paged KV cache
+        computes them: key i's value is its counts[i] next (addrs, lengths) pieces, in order, each inside
+        memory registered as raw (address, size). One array operation per batch where a list of tuples
+        per key cost a Python step per piece."""
+        if len(keys) != len(counts):
+            raise InvalidArgumentError("one piece count per key")
+        values = self.buffers.piece_values(addrs, lengths, counts, writable=False)
+        return [r.code for r in self._put(keys, values, replicas, pin)]
+
     @collector_paused
     def _put(
         self,
         keys: Sequence[str],
-        buffer_lists: Sequence[Sequence[Any]],
+        buffers: Sequence[Sequence[Any]] | list[ValueBuffers],
         replicas: int | None,
         pin: bool,
         min_replicas: int | None = None,
     ) -> list[PutResult]:
-        if len(keys) != len(buffer_lists):
+        """`buffers`: each key's buffer list, or its ValueBuffers already resolved (piece_values)."""
+        if len(keys) != len(buffers):
             raise InvalidArgumentError("keys and buffer lists differ in length")
         least = self.config.min_replicas if min_replicas is None else min_replicas
         if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= 64:
             raise InvalidArgumentError(f"min_replicas must be 0..64, got {least!r}")
         keys = list(keys)
         count = self._replicas(replicas)
-        values = self.buffers.values(buffer_lists, writable=False)
+        values = self.buffers.resolved(buffers, writable=False)
         try:
             return self.buffers.pipeline.put(
                 values,
@@ -414,11 +434,25 @@ class Store:
         found, cached = self._locate(list(keys))
         return self._get_into(list(keys), buffer_lists, found, cached)
 
+    @collector_paused
+    def batch_get_into_pieces(self, keys: Sequence[str], addrs: Any, lengths: Any, counts: Any) -> list[int]:
+        """batch_get_into_multi_buffers with every key's buffers given as flat arrays (see
+        batch_put_from_pieces): key i's value lands in its counts[i] next (addrs, lengths) pieces."""
+        if len(keys) != len(counts):
+            raise InvalidArgumentError("one piece count per key")
+        values = self.buffers.piece_values(addrs, lengths, counts, writable=True)
+        found, cached = self._locate(list(keys))
+        return self._get_into(list(keys), values, found, cached)
+
     def _get_into(
-        self, keys: list[str], buffer_lists: Sequence[Sequence[Any]], found: list[Any], cached: list[bool]
+        self,
+        keys: list[str],
+        buffers: Sequence[Sequence[Any]] | list[ValueBuffers],
+        found: list[Any],
+        cached: list[bool],
     ) -> list[int]:
         self.stats_local.gets += len(keys)
-        values = self.buffers.values(buffer_lists, writable=True)
+        values = self.buffers.resolved(buffers, writable=True)
         results: list[int] = []
 
         def read(start: int, end: int) -> list[int]:

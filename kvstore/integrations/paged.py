@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -219,25 +219,38 @@ class PagedCache(Registrations):
             raise InvalidArgumentError(f"{len(blocks)} block ids for {len(self.layers)} layers")
         return [layer.span(b) for layer, b in zip(self.layers, blocks, strict=True)]
 
-    def many_buffers(self, rows: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]]:
-        """buffers() of many objects, computed as arrays (a batch has thousands of pieces): `rows` holds,
-        per object, its block index per layer."""
-        if len(rows) == 0:
-            return []
-        blocks = np.asarray(rows, dtype=np.int64)
-        if blocks.ndim != 2 or blocks.shape[1] != len(self.layers):
+    def many_pieces(self, rows: Sequence[Sequence[int]]) -> Pieces:
+        """buffers() of many objects as flat arrays (a batch has thousands of pieces): `rows` holds, per
+        object, its block index per layer."""
+        blocks = np.asarray(rows, dtype=np.int64).reshape(len(rows), -1) if len(rows) else np.zeros((0, 0))
+        if len(rows) and blocks.shape[1] != len(self.layers):
             raise InvalidArgumentError(
                 f"block ids must be given per object and per layer ({len(self.layers)})"
             )
-        outside = (blocks < 0) | (blocks >= self._num_blocks)
+        outside = (blocks < 0) | (blocks >= self._num_blocks) if len(rows) else np.zeros(0, dtype=bool)
         if outside.any():
             row, layer = (int(x[0]) for x in np.nonzero(outside))
             raise InvalidArgumentError(
                 f"block {int(blocks[row, layer])} outside layer {self.layers[layer].name} "
                 f"({self.layers[layer].num_blocks} blocks)"
             )
-        addrs = (self._bases + blocks * self._strides).tolist()
+        addrs = (self._bases + blocks * self._strides).astype(np.uint64).ravel()
+        lengths = np.tile(np.asarray(self._sizes, dtype=np.uint64), len(rows))
+        return Pieces(addrs, lengths, np.full(len(rows), len(self.layers), dtype=np.int64))
+
+    def many_buffers(self, rows: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]]:
+        """many_pieces() as one list of (address, size) per object."""
+        p = self.many_pieces(rows)
+        addrs = p.addrs.reshape(len(rows), -1).tolist()
         return [list(zip(row, self._sizes, strict=True)) for row in addrs]
+
+
+class Pieces(NamedTuple):
+    """Objects' local pieces as flat arrays: object i is its counts[i] next (addrs, lengths) pieces."""
+
+    addrs: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
 
 
 @dataclass
@@ -287,6 +300,7 @@ class Batch:
     keys: list[str] = field(default_factory=list)
     buffers: list[list[tuple[int, int]]] = field(default_factory=list)
     tags: list[Any] = field(default_factory=list)  # per key, returned with its outcome
+    pieces: Pieces | None = None  # instead of `buffers`: every key's pieces as flat arrays
 
     def add(self, key: str, buffers: list[tuple[int, int]], tag: Any = None) -> None:
         self.keys.append(key)
@@ -316,14 +330,20 @@ class BlockMover:
 
     def _load(self, batch: Batch) -> list[bool]:
         def get(store: Store) -> list[bool]:
-            results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
+            if batch.pieces is not None:
+                results = store.batch_get_into_pieces(batch.keys, *batch.pieces)
+            else:
+                results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
             return [r >= 0 and r == size for r, size in zip(results, _sizes(batch), strict=True)]
 
         return self._move("load", batch, get)
 
     def _save(self, batch: Batch) -> list[bool]:
         def put(store: Store) -> list[bool]:
-            codes = store.batch_put_from_multi_buffers(batch.keys, batch.buffers, replicas=self.replicas)
+            if batch.pieces is not None:
+                codes = store.batch_put_from_pieces(batch.keys, *batch.pieces, replicas=self.replicas)
+            else:
+                codes = store.batch_put_from_multi_buffers(batch.keys, batch.buffers, replicas=self.replicas)
             return [c >= 0 for c in codes]
 
         return self._move("save", batch, put)
@@ -365,6 +385,11 @@ class BlockMover:
 
 
 def _sizes(batch: Batch) -> list[int]:
+    if batch.pieces is not None:
+        if not batch.keys:
+            return []
+        p = batch.pieces
+        return np.add.reduceat(p.lengths, np.r_[0, np.cumsum(p.counts)[:-1]]).tolist()
     return [sum(size for _, size in parts) for parts in batch.buffers]
 
 

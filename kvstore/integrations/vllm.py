@@ -297,7 +297,7 @@ class _WorkerSide:
                 rows.append([per_group[g] for g in self.layer_groups])
                 batch.keys.append(block_hash + self.c.my_suffix)
                 batch.tags.append((move.req_id, per_group))
-        batch.buffers = self.cache.many_buffers(rows)
+        batch.pieces = self.cache.many_pieces(rows)
         return batch
 
     def start_load(self, meta: KVStoreConnectorMetadata) -> None:

@@ -331,6 +331,26 @@ def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
         outside = [at(out_b, (1 << 20) - 100, 200)]  # runs past the registration's end
         with pytest.raises(InvalidArgumentError):
             store.batch_put_from_multi_buffers(["outside"], [outside])
+        # The same pieces as flat arrays (batch_*_pieces, as a paged KV cache gives them): same bytes.
+        flat = [piece for parts in sources for piece in parts]
+        addrs, lengths = np.array(flat, dtype=np.uint64).T
+        counts = [len(parts) for parts in sources]
+        arrays = [f"arrays/{i}" for i in range(5)]
+        assert store.batch_put_from_pieces(arrays, addrs, lengths, counts) == [0] * 5
+        assert store.batch_get(arrays) == expected
+        out_a[:] = 0
+        out_b[:] = 0
+        back = np.array([piece for parts in targets for piece in parts], dtype=np.uint64).T
+        assert store.batch_get_into_pieces(arrays, back[0], back[1], counts) == [len(e) for e in expected]
+        for j, n in enumerate(sizes):
+            src, dst = (a, out_a) if j % 2 else (b, out_b)
+            assert np.array_equal(dst[11 + 200_000 * j :][:n], src[7 + 200_000 * j :][:n])
+        for bad in ([1, 1, 1, 1], [0, 3, 3, 4, 5], [2, 3, 3, 4, 4]):  # counts: too few, empty, wrong sum
+            with pytest.raises(InvalidArgumentError):
+                store.batch_get_into_pieces(arrays[: len(bad)], back[0], back[1], bad)
+        assert store.batch_get_into_pieces([], [], [], []) == []
+        with pytest.raises(InvalidArgumentError):  # a piece outside every registration
+            store.batch_put_from_pieces(["outside"], [out_b.ctypes.data + (1 << 20) - 100], [200], [1])
 
 
 def test_python_and_cpp_checksums_agree(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
