@@ -24,7 +24,7 @@ struct Engine::Waiting {
   uint64_t length = 0;
   uint32_t fence_slot = 0;
   uint64_t fence_gen = 0;
-  uint32_t first_piece = 0;  // its pieces in the batch's (Batch::pieces), when it has several
+  size_t first_piece = 0;  // its pieces in the batch's (Batch::pieces), when it has several
   uint32_t piece_count = 0;
 };
 
@@ -585,7 +585,7 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
               b.fence_slots ? b.fence_slots[i] : 0,
               b.fence_gens ? b.fence_gens[i] : 0};
     if (count != 0) {
-      w.first_piece = static_cast<uint32_t>(pieces.size() - count);
+      w.first_piece = pieces.size() - count;
       w.piece_count = count;
     }
     by_peer[b.peers[i]].push_back(std::move(w));
