@@ -44,6 +44,11 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--cluster", help="the cluster this master is a candidate of (default: default)")
     p.add_argument("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)")
+    p.add_argument(
+        "--kv-events-endpoint",
+        help="publish the store's KV events (RFC #1527, per object key) on this ZMQ endpoint, e.g. "
+        "ipc:///run/kvstore/events or tcp://127.0.0.1:5600 (KVSTORE_MASTER_KV_EVENTS_ENDPOINT)",
+    )
     _add_insecure(p)
 
 
@@ -77,6 +82,7 @@ _MASTER_FLAGS = (
     "etcd",
     "cluster",
     "leader_ttl",
+    "kv_events_endpoint",
 )
 
 

@@ -25,6 +25,12 @@ class MasterConfig(Component):
         "port",
         optional=True,
     )
+    kv_events_endpoint: str = setting(
+        "",
+        "ZMQ endpoint (tcp://127.0.0.1:PORT or ipc://PATH) the master publishes the store's KV events on: "
+        "stored/removed per object key, medium cpu or disk (kvstore.master.kv_events); empty: none.",
+    )
+    kv_events_backend: str = setting("kvstore", "The events' backend_id (who holds the blocks).")
     client_ttl: float = setting(
         10.0,
         "Seconds without a heartbeat after which a client's segments and replicas are dropped.",

@@ -25,6 +25,7 @@ from kvstore.limited_log import LimitedLog
 from kvstore.master.busy_poll import BusyPoll
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
+from kvstore.master.kv_events import StoreEvents, check_endpoint
 from kvstore.master.loop_watch import LoopTurns, LoopWatch
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.mount_check import MountCheck
@@ -66,6 +67,12 @@ class Master:
         self.epoch, self.election, self._sock = epoch, election, sock
         self.watch = LoopWatch()  # how long the loop is held (its turns, each periodic or scrape task)
         self.paths = PathReports(self.config.client_ttl)  # the clients' NIC paths, for /metrics
+        self.events: StoreEvents | None = None
+        if self.config.kv_events_endpoint:
+            check_endpoint(self.config.kv_events_endpoint, self.security.insecure)
+            self.events = StoreEvents(
+                self.state.ledger, self.config.kv_events_endpoint, self.config.kv_events_backend
+            )
         self.handlers = Handlers(self.state, self.describe, epoch, self.watch, self.paths)
         self.connections: set[_RpcProtocol] = set()
         # Connections still proving the secret, oldest first (evicted past max_unauthenticated), and the
@@ -119,6 +126,9 @@ class Master:
                 await task
         if self.handlers.mounts is not None:
             self.handlers.mounts.close()
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     async def serve_forever(self) -> None:
         await self.start()

@@ -12,6 +12,7 @@ namespace kvs::tcp {
 namespace {
 
 constexpr uint64_t kInlineWriteBytes = 256 << 10;
+constexpr size_t kMaxHeaderRun = 256;  // queued slices the sender takes at once
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -122,7 +123,7 @@ void TcpConnection::enqueue(std::vector<Slice>&& slices, uint64_t bytes) {
       idle = queue_.empty();
     }
     if (idle) {
-      for (auto& s : slices) dispatch(std::move(s));
+      dispatch_all(slices);
       return;
     }
   }
@@ -196,23 +197,55 @@ void TcpConnection::fail(const Status& status) {
 }
 
 void TcpConnection::send_loop() {
+  std::vector<Slice> taken;
   for (;;) {
-    Slice slice;
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
       queue_cv_.wait(lock, [&] { return dead_.load() || !queue_.empty(); });
       if (dead_.load()) return;
-      slice = std::move(queue_.front());
-      queue_.pop_front();
+      // What is queued goes out together (a batch's read headers in one write), a bounded run at a time.
+      for (size_t n = 0; n < kMaxHeaderRun && !queue_.empty(); ++n) {
+        taken.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
     std::lock_guard<std::mutex> send_lock(send_mu_);
-    dispatch(std::move(slice));
+    dispatch_all(taken);
+    taken.clear();
   }
 }
 
-void TcpConnection::dispatch(Slice&& slice) {
+void TcpConnection::dispatch_all(std::vector<Slice>& slices) {
+  // Reads are only headers: those of a run are registered, then sent in one write. A write goes alone
+  // (its payload is read from the caller's memory while its request is live), after the reads before it.
+  thread_local std::vector<char> headers;
+  headers.clear();
+  for (auto& slice : slices) {
+    if (slice.op == TransferOp::kWrite) {
+      if (!send_headers(headers)) return;
+      dispatch(std::move(slice));
+      continue;
+    }
+    const uint64_t request_id = register_slice(slice);
+    if (request_id == 0) continue;
+    headers.resize(headers.size() + kHeaderSize);
+    encode_header(frame_header(slice, request_id), headers.data() + headers.size() - kHeaderSize);
+  }
+  send_headers(headers);
+}
+
+bool TcpConnection::send_headers(std::vector<char>& headers) {
+  if (headers.empty()) return true;
+  Status st = send_all(fd_, headers.data(), headers.size(), config_.max_stalls());
+  headers.clear();
+  if (!st.ok()) fail(st);
+  return st.ok();
+}
+
+uint64_t TcpConnection::register_slice(Slice& slice) {
   if (!slice.batch->pending(slice.request)) {
-    return finish(slice, Status(Code::kTimedOut, "request already over"));
+    finish(slice, Status(Code::kTimedOut, "request already over"));
+    return 0;
   }
   uint64_t request_id = 0;
   {
@@ -226,13 +259,12 @@ void TcpConnection::dispatch(Slice&& slice) {
   if (request_id == 0) {
     std::vector<Slice> lost;
     lost.push_back(std::move(slice));
-    return lose(std::move(lost), Status(Code::kConnectionFailed, "connection is down"));
+    lose(std::move(lost), Status(Code::kConnectionFailed, "connection is down"));
   }
-  Status st = send_slice(slice, request_id);
-  if (!st.ok()) fail(st);
+  return request_id;
 }
 
-Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
+FrameHeader TcpConnection::frame_header(const Slice& slice, uint64_t request_id) {
   FrameHeader h;
   h.opcode = slice.op == TransferOp::kRead ? Opcode::kRead : Opcode::kWrite;
   h.request_id = request_id;
@@ -242,8 +274,19 @@ Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
   h.length = slice.length;
   h.fence_slot = slice.fence_slot;
   h.fence_gen = slice.fence_gen;
+  return h;
+}
+
+void TcpConnection::dispatch(Slice&& slice) {
+  const uint64_t request_id = register_slice(slice);
+  if (request_id == 0) return;
+  Status st = send_slice(slice, request_id);
+  if (!st.ok()) fail(st);
+}
+
+Status TcpConnection::send_slice(const Slice& slice, uint64_t request_id) {
   char raw[kHeaderSize];
-  encode_header(h, raw);
+  encode_header(frame_header(slice, request_id), raw);
   if (slice.op == TransferOp::kRead) return send_all(fd_, raw, kHeaderSize, config_.max_stalls());
   // A write's payload is read from the caller's memory: only while the request is still live.
   if (!slice.batch->begin_copy(slice.request)) {

@@ -54,6 +54,12 @@ class TcpConnection {
   void recv_loop();
   // Registers a slice as outstanding and sends it; the caller holds send_mu_.
   void dispatch(Slice&& slice);
+  // Sends slices in order: runs of reads as one write of their headers.
+  void dispatch_all(std::vector<Slice>& slices);
+  bool send_headers(std::vector<char>& headers);  // false: the connection failed
+  // Registers a slice as outstanding: its request id, or 0 when it was finished or handed back instead.
+  uint64_t register_slice(Slice& slice);
+  static FrameHeader frame_header(const Slice& slice, uint64_t request_id);
   Status send_slice(const Slice& slice, uint64_t request_id);
   Status receive_reply(const FrameHeader& header);
   // A read's payload into the slice's memory (its pieces in order), hashed as it lands when asked.

@@ -8,6 +8,7 @@ import http.client
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 
@@ -182,3 +183,60 @@ def test_bodies_that_are_not_json_or_too_big_are_refused(index: str) -> None:
 
 def _assert(ok: bool) -> None:
     assert ok
+
+
+def test_the_masters_store_events_feed_the_index(index: str, tmp_path) -> None:
+    """A master publishing its store's KV events: objects keyed by sequence hashes show up in the index
+    as the store's blocks (medium CPU) when put, and go when removed; other keys are carried by name only."""
+    from kvstore import Store
+
+    endpoint = f"ipc://{tmp_path}/store-events"
+    with ExitStack() as stack:
+        _, ready = stack.enter_context(
+            kvstore_process(["master", "--port", "0", "--kv-events-endpoint", endpoint])
+        )
+        master = ready.split()[0]
+        stack.enter_context(kvstore_process(["node", "--master", master, "--segment-size", "64MiB"]))
+        status, reply = call(index, "/register", {
+            "endpoint": endpoint, "type": "kvstore", "modelname": MODEL, "instance_id": "store",
+            "block_size": BLOCK, "dp_rank": 0,
+        })  # fmt: skip
+        assert status == 200, reply
+        time.sleep(0.3)
+        hashes = seq_hashes(list(range(3 * BLOCK)), BLOCK)
+        keys = [str(hashes[0]), hex(hashes[1]), "not-a-hash"]
+        store = stack.enter_context(Store.connect(master))
+        assert store.batch_put_from(keys, [b"x" * 100] * 3) == [0, 0, 0]
+        by_hash = {"model": MODEL, "seq_hashes": hashes, "block_size": BLOCK}
+
+        def two_blocks() -> None:
+            row = call(index, "/query_by_hash", by_hash)[1]["default"]["store"]
+            assert row["longest_matched"] == row["CPU"] == 2 * BLOCK and row["GPU"] == 0, row
+
+        eventually(two_blocks)
+        store.remove(keys[1])
+        eventually(
+            lambda: _assert(call(index, "/query_by_hash", by_hash)[1]["default"]["store"]["CPU"] == BLOCK)
+        )
+        publisher = call(index, "/status")[1]["publishers"][0]
+        assert publisher["bad_batches"] == 0 and publisher["missed_batches"] == 0
+
+
+def test_a_master_refuses_to_publish_beyond_loopback_without_insecure() -> None:
+    from kvstore.errors import PermissionDeniedError
+    from kvstore.master.kv_events import check_endpoint, seq_hash
+
+    with pytest.raises(PermissionDeniedError):
+        check_endpoint("tcp://0.0.0.0:5600", insecure=False)
+    check_endpoint("tcp://127.0.0.1:5600", insecure=False)
+    check_endpoint("tcp://10.0.0.1:5600", insecure=True)
+    check_endpoint("ipc:///tmp/x", insecure=False)
+    assert [seq_hash(k) for k in ("12", "0x1F", "0x", "-1", "abc", str(2**64), "1e3")] == [
+        12,
+        31,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
