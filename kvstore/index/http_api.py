@@ -17,14 +17,17 @@ candidates in one answer. Bad requests get 400 and {"error": "..."}.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.errors import InternalError, InvalidArgumentError, KVStoreError
 from kvstore.index.hashing import U64, seq_hashes
 from kvstore.index.subscriptions import Registration, Subscriptions
 from kvstore.index.table import MEDIA, Match, PrefixIndex, Scope
+
+log = logging.getLogger("kvstore.index")
 
 MAX_BODY = 16 << 20  # bytes of a request body
 MAX_TOKENS = 1 << 22  # token ids (or hashes) in one query
@@ -179,8 +182,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
             self._reply(200, route(body))
+        except InternalError as exc:
+            self._reply(500, {"error": str(exc)})
         except KVStoreError as exc:
             self._reply(400, {"error": str(exc)})
+        except Exception as exc:  # (a bug: said, not a dropped connection)
+            log.exception("index request %s failed", self.path)
+            self._reply(500, {"error": f"internal error: {exc}"})
 
     def do_GET(self) -> None:
         if self.path == "/health":

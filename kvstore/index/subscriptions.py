@@ -16,10 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvstore.errors import InvalidArgumentError, ProtocolError
+from kvstore.errors import InternalError, InvalidArgumentError, ProtocolError
 from kvstore.index.events import Batch, Translator, decode_frames
 from kvstore.index.table import PrefixIndex, Scope
 from kvstore.limited_log import LimitedLog
@@ -31,6 +32,7 @@ READS_PER_TURN = 256  # batches read from one socket before the others get a tur
 REPLAY_TIMEOUT = 5.0  # seconds a replay may take before the held batches are applied anyway
 MAX_MESSAGE = 64 << 20  # bytes: ZMQ drops a larger message (and the connection that sent it)
 END_OF_REPLAY = -1
+COMMAND_TIMEOUT = 10.0  # seconds an HTTP thread waits for the event thread
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,10 @@ class Subscriptions:
     def _call(self, fn: Callable[[], Any]) -> Any:
         done: Future[Any] = Future()
         self._commands.put((fn, done))
-        return done.result(timeout=10)
+        try:
+            return done.result(timeout=COMMAND_TIMEOUT)
+        except FutureTimeout:
+            raise InternalError("the index's event thread did not answer") from None
 
     # --- the thread -----------------------------------------------------------------------------------
 
