@@ -12,7 +12,9 @@ namespace kvs::tcp {
 namespace {
 
 constexpr uint64_t kInlineWriteBytes = 256 << 10;
-constexpr size_t kMaxHeaderRun = 256;  // queued slices the sender takes at once
+constexpr size_t kMaxHeaderRun = 256;                // queued slices the sender takes at once
+constexpr uint64_t kCoalescedWriteBytes = 64 << 10;  // writes up to this size join a run's vector write
+constexpr size_t kMaxRunIovecs = 1024;               // IOV_MAX on Linux
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -216,30 +218,58 @@ void TcpConnection::send_loop() {
 }
 
 void TcpConnection::dispatch_all(std::vector<Slice>& slices) {
-  // Reads are only headers: those of a run are registered, then sent in one write. A write goes alone
-  // (its payload is read from the caller's memory while its request is live), after the reads before it.
+  // A run of slices goes out in one vector write: a read's header, a small write's header and payload
+  // (read from the caller's memory under its request's copy guard, held until the write returns). A
+  // large write goes alone, after what came before it.
   thread_local std::vector<char> headers;
-  headers.clear();
+  thread_local std::vector<iovec> iov;
+  thread_local std::vector<std::shared_ptr<Batch>> guarded;  // writes whose copy guard is held
+  headers.resize(slices.size() * kHeaderSize);               // (never grown below: the iovecs point into it)
+  iov.clear();
+  size_t used = 0;
+  auto flush = [&] {
+    if (iov.empty()) return true;
+    Status st = send_iov(fd_, iov.data(), static_cast<int>(iov.size()), config_.max_stalls());
+    for (auto& batch : guarded) batch->end_copy();
+    guarded.clear();
+    iov.clear();
+    if (!st.ok()) fail(st);
+    return st.ok();
+  };
   for (auto& slice : slices) {
-    if (slice.op == TransferOp::kWrite) {
-      if (!send_headers(headers)) return;
+    const bool write = slice.op == TransferOp::kWrite;
+    if (write && slice.length > kCoalescedWriteBytes) {
+      if (!flush()) return;
       dispatch(std::move(slice));
       continue;
     }
+    const size_t parts = 1 + (write ? std::max<size_t>(slice.piece_count, 1) : 0);
+    if (iov.size() + parts > kMaxRunIovecs && !flush()) return;
+    std::shared_ptr<Batch> batch = slice.batch;
+    if (write && !batch->begin_copy(slice.request)) {  // (over: its memory is not read, nothing is sent)
+      finish(slice, Status(Code::kTimedOut, "request already over"));
+      continue;
+    }
     const uint64_t request_id = register_slice(slice);
-    if (request_id == 0) continue;
-    headers.resize(headers.size() + kHeaderSize);
-    encode_header(frame_header(slice, request_id), headers.data() + headers.size() - kHeaderSize);
+    if (request_id == 0) {
+      if (write) batch->end_copy();
+      continue;
+    }
+    char* raw = headers.data() + used;
+    used += kHeaderSize;
+    encode_header(frame_header(slice, request_id), raw);
+    iov.push_back(iovec{raw, kHeaderSize});
+    if (!write) continue;
+    guarded.push_back(std::move(batch));
+    if (slice.piece_count == 0) {
+      iov.push_back(iovec{slice.local, slice.length});
+    } else {
+      for (uint32_t k = 0; k < slice.piece_count; ++k) {
+        iov.push_back(iovec{slice.pieces[k].addr, slice.pieces[k].length});
+      }
+    }
   }
-  send_headers(headers);
-}
-
-bool TcpConnection::send_headers(std::vector<char>& headers) {
-  if (headers.empty()) return true;
-  Status st = send_all(fd_, headers.data(), headers.size(), config_.max_stalls());
-  headers.clear();
-  if (!st.ok()) fail(st);
-  return st.ok();
+  flush();
 }
 
 uint64_t TcpConnection::register_slice(Slice& slice) {

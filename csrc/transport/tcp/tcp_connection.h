@@ -54,9 +54,8 @@ class TcpConnection {
   void recv_loop();
   // Registers a slice as outstanding and sends it; the caller holds send_mu_.
   void dispatch(Slice&& slice);
-  // Sends slices in order: runs of reads as one write of their headers.
+  // Sends slices in order, runs of them (read headers, small writes) in one vector write each.
   void dispatch_all(std::vector<Slice>& slices);
-  bool send_headers(std::vector<char>& headers);  // false: the connection failed
   // Registers a slice as outstanding: its request id, or 0 when it was finished or handed back instead.
   uint64_t register_slice(Slice& slice);
   static FrameHeader frame_header(const Slice& slice, uint64_t request_id);
