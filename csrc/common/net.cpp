@@ -216,6 +216,22 @@ bool spin_until_readable(int fd, int us) {
   return false;
 }
 
+Status SocketReader::fill(size_t* got) {
+  begin_ = end_ = 0;
+  for (;;) {
+    const ssize_t n = recv(fd_, buffer_.data(), buffer_.size(), 0);
+    if (n > 0) {
+      end_ = static_cast<size_t>(n);
+      *got = end_;
+      return Status::OK();
+    }
+    if (n == 0) return Status(Code::kConnectionFailed, "connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status(Code::kTimedOut, "no data");
+    return errno_status(Code::kConnectionFailed, "recv");
+  }
+}
+
 Status recv_once(int fd, char* buf, size_t len, size_t* got) {
   for (;;) {
     const ssize_t n = recv(fd, buf, len, MSG_WAITALL);  // one wake-up per frame part

@@ -3,9 +3,12 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -56,6 +59,52 @@ Status recv_once(int fd, char* buf, size_t len, size_t* got);
 // A sleeping thread takes tens of microseconds to wake on a VM; spinning briefly when a reply is
 // due cuts round trips by more than half.
 bool spin_until_readable(int fd, int us);
+
+// A socket's incoming bytes through a buffer: a burst of small frames (a batch's request headers) costs one
+// recv together; a read larger than the buffer goes straight into its destination past what is buffered.
+class SocketReader {
+ public:
+  explicit SocketReader(int fd, size_t capacity = 64 << 10) : fd_(fd), buffer_(capacity) {}
+  size_t buffered() const { return end_ - begin_; }
+  // Exactly len bytes, with recv_exact's waiting rule.
+  template <typename KeepWaiting>
+  Status read(void* dst, size_t len, KeepWaiting keep_waiting);
+
+ private:
+  Status fill(size_t* got);  // one recv of what is there into the emptied buffer
+
+  int fd_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+template <typename KeepWaiting>
+Status SocketReader::read(void* dst, size_t len, KeepWaiting keep_waiting) {
+  char* out = static_cast<char*>(dst);
+  size_t done = std::min(len, buffered());
+  std::memcpy(out, buffer_.data() + begin_, done);
+  begin_ += done;
+  while (done < len) {
+    if (len - done >= buffer_.size() / 2) {  // (large: no copy through the buffer)
+      size_t got = 0;
+      Status st = recv_once(fd_, out + done, len - done, &got);
+      if (st.code() == Code::kTimedOut && keep_waiting(done)) continue;
+      if (!st.ok()) return st;
+      done += got;
+      continue;
+    }
+    size_t got = 0;
+    Status st = fill(&got);
+    if (st.code() == Code::kTimedOut && keep_waiting(done)) continue;
+    if (!st.ok()) return st;
+    const size_t take = std::min(len - done, got);
+    std::memcpy(out + done, buffer_.data(), take);
+    begin_ = take;
+    done += take;
+  }
+  return Status::OK();
+}
 
 template <typename KeepWaiting>
 Status recv_exact(int fd, void* buf, size_t len, KeepWaiting keep_waiting) {

@@ -35,26 +35,32 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   }
   proved.store(true);  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
   const SessionKeys keys(session.value().key);
+  SocketReader in(fd);  // (a batch's request headers arrive together: one recv for many)
   for (;;) {
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
-    spin_until_readable(fd, config_.busy_poll_us);
-    auto header = receive_header(fd, stopping);
+    if (in.buffered() == 0) spin_until_readable(fd, config_.busy_poll_us);
+    auto header = receive_header(fd, in, stopping);
     if (!header.ok()) break;
-    if (!handle(fd, header.value(), keys).ok()) break;
+    if (!handle(fd, in, header.value(), keys).ok()) break;
   }
 }
 
-StatusOr<FrameHeader> TcpServer::receive_header(int fd, const std::atomic<bool>& stopping) {
+StatusOr<FrameHeader> TcpServer::receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping) {
   char raw[kHeaderSize];
   // Idle connections are fine; a frame started but not finished within the I/O timeout is not.
   int stalled = 0;
-  Status st = recv_exact(fd, raw, kHeaderSize, [&](size_t got) {
+  Status st = in.read(raw, kHeaderSize, [&](size_t got) {
     return !stopping.load() && (got == 0 || ++stalled < config_.max_stalls());
   });
   if (!st.ok()) return st;
   auto header = decode_header(raw, kHeaderSize, config_.max_payload);
   if (!header.ok()) (void)reply_error(fd, FrameHeader{}, header.status());
   return header;
+}
+
+StatusOr<FrameHeader> TcpServer::receive_header(int fd, const std::atomic<bool>& stopping) {
+  SocketReader exact(fd, kHeaderSize);  // (the handshake: nothing read past its frame)
+  return receive_header(fd, exact, stopping);
 }
 
 StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping) {
@@ -120,12 +126,12 @@ Status TcpServer::reply_error(int fd, const FrameHeader& request, const Status& 
   return send_all(fd, raw, kHeaderSize, config_.max_stalls());
 }
 
-Status TcpServer::drain(int fd, uint64_t length) {
+Status TcpServer::drain(SocketReader& in, uint64_t length) {
   thread_local std::vector<char> scratch(1 << 16);
   int stalled = 0;
   while (length > 0) {
     const size_t n = std::min<uint64_t>(length, scratch.size());
-    Status st = recv_exact(fd, scratch.data(), n, [&](size_t) { return ++stalled < config_.max_stalls(); });
+    Status st = in.read(scratch.data(), n, [&](size_t) { return ++stalled < config_.max_stalls(); });
     if (!st.ok()) return st;
     length -= n;
   }
@@ -182,7 +188,7 @@ Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t l
 
 }  // namespace
 
-Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) {
+Status TcpServer::handle(int fd, SocketReader& in, const FrameHeader& h, const SessionKeys& keys) {
   char raw[kHeaderSize];
   FrameHeader reply;
   reply.request_id = h.request_id;
@@ -217,13 +223,13 @@ Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) 
         refused = fence->status();
       }
       if (!refused.ok()) {
-        Status st = drain(fd, h.length);  // keep the stream in step, then refuse
+        Status st = drain(in, h.length);  // keep the stream in step, then refuse
         return st.ok() ? reply_error(fd, h, refused) : st;
       }
       const bool gpu = pin.value().info().location.kind == MemoryKind::kGpu;
       char* target = gpu ? device_bounce(h.length) : pin.value().at(h.offset);  // GPU: staged through host
       int stalled = 0;
-      Status st = recv_exact(fd, target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
+      Status st = in.read(target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
       if (!st.ok()) return st;
       if (gpu) {
         Status copied = device_copy(pin.value(), h.offset, target, h.length, /*to_device=*/true);

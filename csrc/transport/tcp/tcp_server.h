@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/acceptor.h"
+#include "common/net.h"
 #include "common/status.h"
 #include "core/registry.h"
 #include "transport/tcp/tcp_config.h"
@@ -30,11 +31,13 @@ class TcpServer {
   void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
   // The connection's challenge-response; the session it proved.
   StatusOr<Session> admit(int fd, const std::atomic<bool>& stopping);
+  // A frame's header, read through `in` (the request loop) or exactly (the handshake).
+  StatusOr<FrameHeader> receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping);
   StatusOr<FrameHeader> receive_header(int fd, const std::atomic<bool>& stopping);
-  Status handle(int fd, const FrameHeader& header, const SessionKeys& keys);
+  Status handle(int fd, SocketReader& in, const FrameHeader& header, const SessionKeys& keys);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
-  Status drain(int fd, uint64_t length);
+  Status drain(SocketReader& in, uint64_t length);
 
   MemoryRegistry* registry_;
   uint64_t engine_id_;
