@@ -36,13 +36,53 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   proved.store(true);  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
   const SessionKeys keys(session.value().key);
   SocketReader in(fd);  // (a batch's request headers arrive together: one recv for many)
+  ReadReplies replies;
   for (;;) {
+    // Replies to the reads read so far go out before waiting for more (never held while idle).
+    if (in.buffered() < kHeaderSize && !send_replies(fd, replies).ok()) break;
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
     if (in.buffered() == 0) spin_until_readable(fd, config_.busy_poll_us);
     auto header = receive_header(fd, in, stopping);
     if (!header.ok()) break;
-    if (!handle(fd, in, header.value(), keys).ok()) break;
+    const FrameHeader& h = header.value();
+    if (h.opcode == Opcode::kRead && add_reply(h, keys, replies)) {
+      if (replies.count == ReadReplies::kMaxRun && !send_replies(fd, replies).ok()) break;
+      continue;
+    }
+    if (!send_replies(fd, replies).ok()) break;  // (in order: what came before first)
+    if (!handle(fd, in, h, keys).ok()) break;
   }
+}
+
+bool TcpServer::add_reply(const FrameHeader& h, const SessionKeys& keys, ReadReplies& replies) {
+  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
+  if (!pin.ok() || pin.value().file() != nullptr || pin.value().info().location.kind == MemoryKind::kGpu) {
+    return false;  // (refused, a file or GPU region: handle() answers it alone)
+  }
+  auto fence = std::make_unique<FenceEntry>(pin.value().fence(), h.fence_slot, h.fence_gen);
+  if (!fence->status().ok()) return false;
+  FrameHeader reply;
+  reply.request_id = h.request_id;
+  reply.opcode = Opcode::kReadData;
+  reply.length = h.length;
+  char* raw = replies.headers.data() + replies.count * kHeaderSize;
+  encode_header(reply, raw);
+  replies.iov.push_back(iovec{raw, kHeaderSize});
+  replies.iov.push_back(iovec{pin.value().at(h.offset), h.length});
+  replies.pins.push_back(std::move(pin.value()));
+  replies.fences.push_back(std::move(fence));
+  replies.count += 1;
+  return true;
+}
+
+Status TcpServer::send_replies(int fd, ReadReplies& replies) {
+  if (replies.count == 0) return Status::OK();
+  Status st = send_iov(fd, replies.iov.data(), static_cast<int>(replies.iov.size()), config_.max_stalls());
+  replies.iov.clear();
+  replies.fences.clear();  // (the bytes are on the socket: the allocation and region may go)
+  replies.pins.clear();
+  replies.count = 0;
+  return st;
 }
 
 StatusOr<FrameHeader> TcpServer::receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping) {

@@ -4,17 +4,33 @@
 // and never written.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/acceptor.h"
 #include "common/net.h"
 #include "common/status.h"
+#include "core/fence.h"
 #include "core/registry.h"
 #include "transport/tcp/tcp_config.h"
 #include "transport/tcp/wire.h"
 
 namespace kvs::tcp {
+
+// Replies to a run of reads, sent in one vector write: each keeps its region pinned and its allocation's
+// fence entry held until its bytes are on the socket.
+struct ReadReplies {
+  static constexpr size_t kMaxRun = 256;  // (two iovecs each: within IOV_MAX)
+  std::vector<char> headers = std::vector<char>(kMaxRun * kHeaderSize);
+  std::vector<iovec> iov;
+  std::vector<RegionPin> pins;
+  std::vector<std::unique_ptr<FenceEntry>> fences;
+  size_t count = 0;
+};
 
 class TcpServer {
  public:
@@ -38,6 +54,10 @@ class TcpServer {
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(SocketReader& in, uint64_t length);
+  // Queues the reply to a read of plain memory (false: refused, a file or a GPU region; handle() then
+  // answers it alone) and sends the queued replies.
+  bool add_reply(const FrameHeader& header, const SessionKeys& keys, ReadReplies& replies);
+  Status send_replies(int fd, ReadReplies& replies);
 
   MemoryRegistry* registry_;
   uint64_t engine_id_;
