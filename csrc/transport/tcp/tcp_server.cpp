@@ -14,6 +14,10 @@
 
 namespace kvs::tcp {
 
+// A request reader's buffer: 64 headers a recv, and little of a write's payload copied through it (the
+// rest goes straight into the region).
+constexpr size_t kReaderBytes = 4 << 10;
+
 TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, std::string secret, TcpConfig config)
     : registry_(registry),
       engine_id_(engine_id),
@@ -35,7 +39,7 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   }
   proved.store(true);  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
   const SessionKeys keys(session.value().key);
-  SocketReader in(fd);  // (a batch's request headers arrive together: one recv for many)
+  SocketReader in(fd, kReaderBytes);  // (a batch's request headers arrive together: one recv for many)
   ReadReplies replies;
   for (;;) {
     // Replies to the reads read so far go out before waiting for more (never held while idle).
