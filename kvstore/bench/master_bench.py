@@ -17,9 +17,7 @@ for replies), so one load process keeps the master busy instead of waiting a rou
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import subprocess
 import threading
 import time
 import uuid
@@ -167,27 +165,12 @@ def _loop_held(address: str) -> tuple[float, dict[str, float]]:
 def run_mooncake(cfg: MasterBenchConfig, python: str) -> tuple[list[OpRate], MemoryUse]:
     """Mooncake's master in the same shape (kvstore.bench.mooncake_bench, a standalone script run with
     `python`: the interpreter of a virtual environment with mooncake-transfer-engine-non-cuda)."""
-    from kvstore.bench import mooncake_bench
+    from kvstore.bench.mooncake_side import run_mooncake_side
 
-    args = [
-        python,
-        "-I",
-        mooncake_bench.__file__,
-        "--objects",
-        str(cfg.objects),
-        "--clients",
-        str(cfg.clients),
-    ]
+    args = ["--objects", str(cfg.objects), "--clients", str(cfg.clients), "--pipeline", str(cfg.pipeline)]
     args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
-    args += ["--pipeline", str(cfg.pipeline)]
+    rows = run_mooncake_side(python, args)
     try:
-        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise KVStoreError(f"could not run Mooncake's side with {python}: {exc}") from exc
-    if done.returncode != 0:
-        raise KVStoreError(f"Mooncake's side failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-    try:
-        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         rates = [OpRate(**r) for r in rows if "op" in r and r["op"] in cfg.ops]
         (memory,) = [MemoryUse(**r) for r in rows if "rss_bytes_per_object" in r]
     except (ValueError, TypeError) as exc:

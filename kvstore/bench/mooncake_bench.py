@@ -25,6 +25,7 @@ as `kvstore bench store --json` does, with "system": "mooncake".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -32,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,27 @@ def load_main(master: str, objects: int, batch: int, size: int, pipeline: int) -
     s.close()
 
 
+@contextlib.contextmanager
+def storage_process(me: list[str], master: str, segment: int) -> Iterator[None]:
+    """A Mooncake client mounting a segment of `segment` bytes for the run (closed by closing its stdin)."""
+    storage = subprocess.Popen(
+        [*me, "--role", "storage", "--master", master, "--segment", str(segment)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert storage.stdout is not None
+        if storage.stdout.readline().strip() != "READY":
+            raise RuntimeError("the Mooncake storage process did not start")
+        yield
+    finally:
+        if storage.stdin:
+            storage.stdin.close()
+        storage.wait(timeout=30)
+
+
 def data_main(master: str, size: int, n: int, duration: float, segment: int) -> None:
     """The store bench's put and get with Mooncake's zero-copy batch calls (see the module's doc)."""
     import numpy as np
@@ -184,17 +207,7 @@ def data_main(master: str, size: int, n: int, duration: float, segment: int) -> 
 
 
 def orchestrate_data(args: argparse.Namespace, me: list[str], address: str) -> None:
-    storage = subprocess.Popen(
-        [*me, "--role", "storage", "--master", address, "--segment", str(args.segment)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert storage.stdout is not None
-        if storage.stdout.readline().strip() != "READY":
-            raise RuntimeError("the Mooncake storage process did not start")
+    with storage_process(me, address, args.segment):
         client = [*me, "--role", "data", "--master", address, "--segment", str(args.segment)]
         client += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
         client += ["--duration", str(args.duration)]
@@ -202,10 +215,6 @@ def orchestrate_data(args: argparse.Namespace, me: list[str], address: str) -> N
         if done.returncode != 0:
             raise RuntimeError(f"the Mooncake client failed: {done.stderr.strip()[-2000:]}")
         sys.stdout.write(done.stdout)
-    finally:
-        if storage.stdin:
-            storage.stdin.close()
-        storage.wait(timeout=30)
 
 
 def orchestrate(args: argparse.Namespace) -> int:
@@ -231,17 +240,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         segment = max(
             64 << 20, args.objects * args.clients * max(args.value_size, 2048) * 5 // 4
         )  # (as ours)
-        storage = subprocess.Popen(
-            [*me, "--role", "storage", "--master", address, "--segment", str(segment)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert storage.stdout is not None
-            if storage.stdout.readline().strip() != "READY":
-                raise RuntimeError("the Mooncake storage process did not start")
+        with storage_process(me, address, segment):
             before = rss_bytes(master.pid)
             load = [*me, "--role", "load", "--master", address, "--objects", str(args.objects)]
             load += ["--batch-size", str(args.batch_size), "--value-size", str(args.value_size)]
@@ -264,10 +263,6 @@ def orchestrate(args: argparse.Namespace) -> int:
             for p in procs:
                 p.communicate()
             after = rss_bytes(master.pid)
-        finally:
-            if storage.stdin:
-                storage.stdin.close()
-            storage.wait(timeout=30)
     finally:
         master.terminate()
         master.wait(timeout=30)

@@ -7,7 +7,6 @@ process, and the client in a separate process that runs the ops and reports JSON
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -261,22 +260,13 @@ def run_mooncake(cfg: StoreBenchConfig, python: str) -> list[dict]:
     """Mooncake's store in the same shape, put and get over TCP (kvstore.bench.mooncake_bench --data, a
     standalone script run with `python`, the interpreter of an environment with
     mooncake-transfer-engine-non-cuda): its master, a storage process and one client."""
-    import subprocess
+    from kvstore.bench.mooncake_side import run_mooncake_side
 
-    from kvstore.bench import mooncake_bench
-
-    args = [python, "-I", mooncake_bench.__file__, "--data", "--segment", str(cfg.segment_size)]
+    args = ["--data", "--segment", str(cfg.segment_size), "--duration", str(cfg.duration)]
     args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
-    args += ["--duration", str(cfg.duration)]
-    try:
-        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InvalidArgumentError(f"could not run Mooncake's side with {python}: {exc}") from exc
-    if done.returncode != 0:
-        raise InvalidArgumentError(f"Mooncake's side failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = run_mooncake_side(python, args)
     if {r.get("op") for r in rows} != {"put", "get"}:
-        raise InvalidArgumentError(f"Mooncake's side printed no put and get: {done.stdout[-2000:]}")
+        raise KVStoreError(f"Mooncake's side printed no put and get: {rows}")
     return rows
 
 
