@@ -115,6 +115,13 @@ def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list
 ValueBuffers = SpanList | RawPieces | GpuStaged
 
 
+def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list[ValueBuffers]:
+    """RawPieces per value from flat columns: value i is its counts[i] next pieces."""
+    return [
+        RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
+    ]
+
+
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
     """XXH3-64 of each value's first sizes[i] bytes as they are in registered memory, in one call."""
     addrs: list[int] = []
@@ -169,13 +176,12 @@ class BufferManager:
         base, whole = hit
         return Span(addr, size, whole[addr - base : addr - base + size])
 
-    def _raw_values(self, buffer_lists: Sequence[Sequence[Any]]) -> list[ValueBuffers] | None:
+    def _raw_values(self, counts: list[int], flat: list[Any]) -> list[ValueBuffers] | None:
         """RawPieces (host) or GpuStaged (GPU) per value when every buffer of every value is raw memory
-        inside a raw registration (resolved for the whole batch in a few array operations), else None."""
-        counts = [len(parts) for parts in buffer_lists]
-        flat = [part for parts in buffer_lists for part in parts]
+        inside a raw registration (resolved for the whole batch in a few array operations), else None.
+        `flat`: every value's buffers in order, counts[i] of them value i's."""
         # Type checks as C-level loops (map/set): a Python loop per piece costs more than the rest.
-        if not flat or 0 in counts or set(map(type, flat)) != {tuple} or set(map(len, flat)) != {2}:
+        if set(map(type, flat)) != {tuple} or set(map(len, flat)) != {2}:
             return None
         addrs, lengths = (list(column) for column in zip(*flat, strict=True))
         if set(map(type, addrs)) != {int} or set(map(type, lengths)) != {int}:
@@ -185,27 +191,20 @@ class BufferManager:
             return list(gpu)
         if self._raw.tags(addrs, lengths) is None:
             return None
-        return [
-            RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
-        ]
+        return _raw_pieces(counts, addrs, lengths)
 
     def _registered_values(
-        self, buffer_lists: Sequence[Sequence[Any]], writable: bool
+        self, counts: list[int], flat: list[Any], writable: bool
     ) -> list[ValueBuffers] | None:
         """RawPieces per value when every buffer is host memory (numpy arrays, bytearrays, ...) inside a
         long-lived registration, found in one call for the batch; else None (the per-buffer path, which
         registers for the call, stages, or says what is wrong)."""
-        counts = [len(parts) for parts in buffer_lists]
-        flat = [part for parts in buffer_lists for part in parts]
-        if not flat or 0 in counts or tuple in set(map(type, flat)):
+        if tuple in set(map(type, flat)):
             return None
         spans = buffer_spans(flat, writable)
         if spans is None or self._all.tags(*spans) is None:
             return None
-        addrs, lengths = spans
-        return [
-            RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
-        ]
+        return _raw_pieces(counts, *spans)
 
     def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> list[ValueBuffers]:
         """Values given as flat piece arrays (value i: its counts[i] next pieces): RawPieces when every
@@ -222,13 +221,12 @@ class BufferManager:
             return []
         if int(c.min()) <= 0:
             raise InvalidArgumentError("every value needs at least one piece")
-        starts = np.cumsum(c)[:-1]
-        addr_lists = [x.tolist() for x in np.split(a, starts)]
-        length_lists = [x.tolist() for x in np.split(n, starts)]
-        if a.size and self._raw.tags(a, n) is not None:
-            return [RawPieces(x, y, sum(y)) for x, y in zip(addr_lists, length_lists, strict=True)]
-        buffer_lists = [list(zip(x, y, strict=True)) for x, y in zip(addr_lists, length_lists, strict=True)]
-        return self.values(buffer_lists, writable)  # (GPU memory, or a piece outside: it says which)
+        counted = c.tolist()
+        if self._raw.tags(a, n) is not None:
+            return _raw_pieces(counted, a.tolist(), n.tolist())
+        # GPU memory, or a piece outside every registration: values() moves it, or says which.
+        flat = list(zip(a.tolist(), n.tolist(), strict=True))
+        return self.values(list(split(counted, flat)), writable)
 
     def resolved(self, buffers: Sequence[Any], writable: bool) -> list[ValueBuffers]:
         """Values already resolved (by piece_values) as they are; buffer lists through values()."""
@@ -240,9 +238,11 @@ class BufferManager:
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:
         """Each value's buffers as registered memory for one call; release() each when it ends. GPU values
         get their host blocks here; `pipeline` moves their bytes (before a put sends, after a get reads)."""
-        out = self._raw_values(buffer_lists)
-        if out is None:
-            out = self._registered_values(buffer_lists, writable)
+        counts = [len(parts) for parts in buffer_lists]
+        flat = [part for parts in buffer_lists for part in parts]
+        out = None
+        if flat and 0 not in counts:  # (the one-call paths; an empty value takes the per-buffer path's error)
+            out = self._raw_values(counts, flat) or self._registered_values(counts, flat, writable)
         if out is None:
             out = self._values(buffer_lists, writable)
         gpu = [value for value in out if isinstance(value, GpuStaged)]
