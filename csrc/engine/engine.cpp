@@ -5,6 +5,7 @@
 
 #include "common/net.h"
 #include "engine/bootstrap.h"
+#include "engine/request_pieces.h"
 #include "topology/addresses.h"
 #include "topology/topology.h"
 #include "transport/registration.h"
@@ -452,89 +453,6 @@ StatusOr<std::vector<std::pair<std::string, PathStats>>> Engine::peer_paths(uint
   return out;
 }
 
-namespace {
-
-using Located = std::pair<MemoryLocation, int32_t>;  // where local memory is, and its NUMA node
-
-// The local regions one submit has pinned for its batch: each is pinned once, however many requests and
-// pieces fall in it (a vLLM batch names thousands of pieces in a few dozen layer tensors).
-class BatchPins {
- public:
-  BatchPins(MemoryRegistry& registry, Batch& batch) : registry_(registry), batch_(batch) {}
-
-  // Pins [addr, addr + length) for the batch (a read must not land in read-only memory).
-  StatusOr<Located> pin(TransferOp op, uint64_t addr, uint64_t length) {
-    const Held* held = find(addr, length);
-    if (held == nullptr) {
-      auto pin = registry_.pin_local(addr, length);
-      if (!pin.ok()) return pin.status();
-      const RegionInfo& info = pin.value().info();
-      held_.push_back(Held{info.base, info.length, info.read_only, {info.location, info.numa_node}});
-      batch_.hold_pin(std::move(pin.value()));
-      held = &held_.back();
-      last_ = held_.size() - 1;
-    }
-    if (op == TransferOp::kRead && held->read_only) {
-      return Status(Code::kPermissionDenied, "a read would write into a read-only local region");
-    }
-    return held->where;
-  }
-
- private:
-  struct Held {
-    uint64_t base;
-    uint64_t length;
-    bool read_only;
-    Located where;
-  };
-
-  const Held* find(uint64_t addr, uint64_t length) {
-    auto inside = [&](const Held& h) { return addr >= h.base && in_bounds(addr - h.base, length, h.length); };
-    if (last_ < held_.size() && inside(held_[last_])) return &held_[last_];
-    // The most recent few only: a batch spread over thousands of regions pins some twice, never scans
-    // them all per request.
-    for (size_t k = held_.size() > kScan ? held_.size() - kScan : 0; k < held_.size(); ++k) {
-      if (inside(held_[k])) {
-        last_ = k;
-        return &held_[k];
-      }
-    }
-    return nullptr;
-  }
-
-  MemoryRegistry& registry_;
-  Batch& batch_;
-  static constexpr size_t kScan = 64;
-  std::vector<Held> held_;
-  size_t last_ = 0;
-};
-
-// Pins a request's pieces and appends them to `out` (nothing appended when one is refused): each must be
-// registered, non-empty and of one kind of memory with the others, and together `total` bytes.
-StatusOr<Located> pin_pieces(BatchPins& pins, TransferOp op, const uint64_t* addrs, const uint64_t* lengths,
-                             uint32_t count, uint64_t total, std::vector<Piece>& out) {
-  uint64_t sum = 0;
-  Located first;
-  for (uint32_t k = 0; k < count; ++k) {
-    if (lengths[k] == 0 || sum + lengths[k] < sum) {
-      return Status(Code::kInvalidArgument, "a piece is empty, or the pieces overflow");
-    }
-    sum += lengths[k];
-    auto where = pins.pin(op, addrs[k], lengths[k]);
-    if (!where.ok()) return where.status();
-    if (k == 0) {
-      first = where.value();
-    } else if (where.value().first.kind != first.first.kind) {
-      return Status(Code::kInvalidArgument, "the pieces of one request are in different kinds of memory");
-    }
-  }
-  if (sum != total) return Status(Code::kInvalidArgument, "a request's length is not the sum of its pieces");
-  for (uint32_t k = 0; k < count; ++k) out.push_back(Piece{reinterpret_cast<char*>(addrs[k]), lengths[k]});
-  return first;
-}
-
-}  // namespace
-
 std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   auto batch = std::make_shared<Batch>(b.count, deadline);
@@ -746,49 +664,6 @@ class LinkFallback : public SliceFallback {
  private:
   std::shared_ptr<Channel> channel_;
 };
-
-// Cuts `length` bytes of local memory at `local` into slices of at most `step`, from proto's remote
-// offset on (advanced past them).
-void cut(Slice& proto, char* local, uint64_t length, uint64_t step, std::vector<Slice>& out) {
-  for (uint64_t done = 0; done < length; done += step) {
-    Slice s = proto;
-    s.local = local + done;
-    s.length = std::min(step, length - done);
-    proto.offset += s.length;
-    out.push_back(std::move(s));
-  }
-}
-
-// A request's pieces as slices: for a transport that gathers, runs of whole pieces of at most `step`
-// bytes (and kMaxSlicePieces) each, a longer piece cut alone; else every piece a slice of its own.
-void cut_pieces(Slice& proto, const Piece* pieces, uint32_t count, uint64_t step, bool gathers,
-                std::vector<Slice>& out) {
-  Slice run = proto;
-  auto flush = [&] {
-    if (run.piece_count == 1) {  // (one piece: a plain slice)
-      run.local = run.pieces[0].addr;
-      run.pieces = nullptr;
-      run.piece_count = 0;
-    }
-    if (run.length != 0) out.push_back(run);
-    proto.offset += run.length;
-    run = proto;
-  };
-  for (uint32_t k = 0; k < count; ++k) {
-    const Piece& p = pieces[k];
-    if (!gathers || p.length > step) {
-      flush();
-      cut(proto, p.addr, p.length, step, out);
-      run = proto;
-      continue;
-    }
-    if (run.length + p.length > step || run.piece_count == kMaxSlicePieces) flush();
-    if (run.piece_count == 0) run.pieces = &p;
-    run.piece_count += 1;
-    run.length += p.length;
-  }
-  flush();
-}
 
 }  // namespace
 
