@@ -4,6 +4,7 @@
 
 #include "bind/status_error.h"
 #include "common/xxh3.h"
+#include "common/xxh3_copy.h"
 
 namespace py = pybind11;
 
@@ -15,6 +16,8 @@ void bind_checksum(py::module_& m) {
       py::arg("library"),
       "Loads XXH3 from a shared object exporting its streaming API (the xxhash package's extension).");
   m.def("xxh3_loaded", &xxh3::loaded);
+  m.def("xxh3_fused", &xxh3::fused_enabled,
+        "Whether memory copies hash as they copy (AVX2, and the library's digests reproduced at load).");
   m.def(
       "xxh3_pieces",
       [](const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& addrs,

@@ -4,6 +4,7 @@
 
 #include "common/copy_bytes.h"
 #include "common/xxh3.h"
+#include "common/xxh3_copy.h"
 
 namespace kvs {
 
@@ -12,6 +13,15 @@ namespace {
 // A slice whose local side is several pieces: each copied in order against consecutive remote bytes.
 void copy_pieces(const Slice& slice, char* remote) {
   const bool hash = slice.op == TransferOp::kRead && slice.digest && xxh3::loaded();
+  if (hash && xxh3::fused_enabled() && slice.length > xxh3::FusedCopy::kFusedMin) {
+    xxh3::FusedCopy fused(slice.length);
+    for (uint32_t k = 0; k < slice.piece_count; ++k) {
+      fused.copy(slice.pieces[k].addr, remote, slice.pieces[k].length);
+      remote += slice.pieces[k].length;
+    }
+    slice.batch->set_digest(slice.request, fused.digest());
+    return;
+  }
   std::optional<xxh3::Stream> digest;
   if (hash) digest.emplace();
   for (uint32_t k = 0; k < slice.piece_count; ++k) {

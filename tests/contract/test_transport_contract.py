@@ -380,6 +380,39 @@ def test_a_request_of_many_pieces_scatters_and_gathers_in_order(pair: Pair, size
     assert bytes(np.asarray(pair.remote_bytes[2_000_000 : 2_000_000 + total]).tobytes()) == want
 
 
+def test_digests_are_right_for_any_length_and_any_split(pair: Pair) -> None:
+    """Digests taken while copying (XXH3's stripes folded as the bytes move) equal xxhash's for lengths
+    on every side of XXH3's stripe (64), block (1 KiB) and short-input (240) edges, whatever the pieces'
+    split, and each piece's bytes are the remote's."""
+    import xxhash
+
+    assert pair.local.array is not None
+    rng = np.random.default_rng(23)
+    edges = [1, 240, 241, 255, 256, 1023, 1024, 1025, 1088, 2049, 4096 + 63]
+    totals = edges + rng.integers(242, SLICE, size=20).tolist()
+    for total in totals:
+        cuts = sorted({0, total, *rng.integers(1, max(total, 2), size=rng.integers(0, 7)).tolist()})
+        sizes = np.diff(cuts).tolist()
+        starts = np.r_[0, np.cumsum(sizes)[:-1]] * 3 // 2  # gaps between the pieces
+        addrs = [pair.local.addr + 100_000 + int(s) for s in starts]
+        offset = int(rng.integers(0, 1_000_000))
+        handle = pair.initiator.submit(
+            Op.READ, 0, pair.segment, pair.remote.id, offset, total, digests=[1],
+            pieces=([len(sizes)], addrs, sizes),
+        )  # fmt: skip
+        assert handle.wait() and (handle.states() == RequestState.COMPLETED).all()
+        want = pattern(offset + total)[offset:].tobytes()
+        base = pair.local.addr
+        landed = b"".join(pair.local.array[a - base : a - base + n].tobytes()
+                          for a, n in zip(addrs, sizes, strict=True))  # fmt: skip
+        assert landed == want, total
+        taken, digests = handle.digests()
+        if taken[0]:
+            assert int(digests[0]) == xxhash.xxh3_64_intdigest(want), (total, sizes)
+        if pair.segment.transport in ("local", "shm", "tcp"):
+            assert taken[0]
+
+
 def test_bad_piece_lists_fail_their_request_alone(pair: Pair) -> None:
     assert pair.local.array is not None
     a = pair.local.addr

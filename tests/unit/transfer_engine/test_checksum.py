@@ -6,11 +6,22 @@ import numpy as np
 import pytest
 import xxhash
 
-from transfer_engine import InvalidArgumentError, checksum
+from transfer_engine import InvalidArgumentError, _core, checksum
 
 
 def test_the_xxhash_package_exports_what_the_cpp_side_needs() -> None:
     assert checksum.available(), "xxhash's extension no longer exports XXH3: checksums fall back to Python"
+
+
+def test_copies_hash_as_they_copy_where_the_cpu_has_avx2() -> None:
+    """The fused copy and hash is on wherever it can be: it enables itself only once it reproduces the
+    library's digests at load, so off here means a regression (or a library without the default secret)."""
+    with open("/proc/cpuinfo") as f:
+        avx2 = " avx2" in f.read()
+    if not avx2:
+        pytest.skip("no AVX2 on this CPU: copies and hashes are two passes")
+    assert checksum.available()
+    assert _core.xxh3_fused()
 
 
 @pytest.mark.parametrize("total", [1, 15, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 65_536, 1_000_003])
