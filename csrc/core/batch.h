@@ -34,6 +34,7 @@ class Batch {
   Batch(size_t requests, Clock::time_point deadline);
 
   size_t size() const { return states_.size(); }
+  size_t remaining() const { return remaining_.load(std::memory_order_relaxed); }  // requests not final
   Clock::time_point deadline() const { return deadline_; }
 
   // Set-up, before slices are handed to transports.
