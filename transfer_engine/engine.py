@@ -155,8 +155,8 @@ class BatchHandle:
         The waiting thread runs queued copies meanwhile; ``help=False`` leaves them to the engine's
         workers, for a caller that overlaps work of its own (e.g. verifying what already arrived).
         """
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        return bool(self._engine._core_engine().wait(self._batch, ms, help))
+        us = -1 if timeout is None else max(0, int(timeout * 1e6))
+        return bool(self._engine._core_engine().wait(self._batch, us, help))
 
     def done(self) -> bool:
         return bool(self._batch.done())

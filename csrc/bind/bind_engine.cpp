@@ -400,11 +400,11 @@ void bind_engine(py::module_& m) {
            "side is its next piece_counts[i] pieces of piece_addrs/piece_lengths (0: local_addrs[i]).")
       .def(
           "wait",
-          [](Engine& e, Batch& b, int64_t timeout_ms, bool help) {
+          [](Engine& e, Batch& b, int64_t timeout_us, bool help) {
             py::gil_scoped_release release;
-            return e.wait(b, timeout_ms, help);
+            return e.wait(b, timeout_us, help);
           },
-          py::arg("batch"), py::arg("timeout_ms"), py::arg("help") = true,
+          py::arg("batch"), py::arg("timeout_us"), py::arg("help") = true,
           "Waits for a batch; True when every request is final.")
       .def("help_once", &Engine::help_once, py::call_guard<py::gil_scoped_release>(),
            "Runs one queued copy on this thread; False if none was queued.")

@@ -100,9 +100,9 @@ bool Batch::done() {
   return false;
 }
 
-bool Batch::wait(int64_t timeout_ms) {
+bool Batch::wait(int64_t timeout_us) {
   auto until = deadline_;
-  if (timeout_ms >= 0) until = std::min(until, Clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (timeout_us >= 0) until = std::min(until, Clock::now() + std::chrono::microseconds(timeout_us));
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_until(lock, until, [&] { return released_.load(); });

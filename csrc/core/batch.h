@@ -65,9 +65,9 @@ class Batch {
   void end_copy();
   bool pending(size_t request) const { return state(request) == RequestState::kPending; }
 
-  // Blocks until all requests finish or timeout_ms passes (<0: until the batch deadline). Past the
+  // Blocks until all requests finish or timeout_us passes (<0: until the batch deadline). Past the
   // deadline the unfinished requests become TIMED_OUT. Returns true when every request is final.
-  bool wait(int64_t timeout_ms);
+  bool wait(int64_t timeout_us);
   bool done();  // non-blocking; applies the deadline too
 
   RequestState state(size_t request) const { return static_cast<RequestState>(states_[request].load()); }

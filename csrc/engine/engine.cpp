@@ -746,7 +746,7 @@ namespace {
 constexpr size_t kSpinRequests = 2;
 }  // namespace
 
-bool Engine::wait(Batch& batch, int64_t timeout_ms, bool help) {
+bool Engine::wait(Batch& batch, int64_t timeout_us, bool help) {
   while (help && !batch.done() && pool_->run_one()) {
   }
   // A reply to one or two requests often lands within tens of microseconds, sooner than a sleeping
@@ -755,12 +755,12 @@ bool Engine::wait(Batch& batch, int64_t timeout_ms, bool help) {
   // without). Spinning again for a batch's last replies measured no better (small-object gets worse).
   const int64_t spin_us = batch.remaining() <= kSpinRequests ? 40 : 0;
   const auto spin =
-      std::chrono::microseconds(timeout_ms < 0 ? spin_us : std::min<int64_t>(spin_us, timeout_ms * 1000));
+      std::chrono::microseconds(timeout_us < 0 ? spin_us : std::min<int64_t>(spin_us, timeout_us));
   const auto spin_until = Clock::now() + spin;
   while (Clock::now() < spin_until) {
     if (batch.done()) return true;
   }
-  return batch.wait(timeout_ms);
+  return batch.wait(timeout_us);
 }
 
 }  // namespace kvs

@@ -113,7 +113,7 @@ class Engine {
   std::shared_ptr<Batch> submit(const BatchView& batch, int64_t timeout_ms);
   // Waits for a batch, running queued copies on this thread meanwhile (unless help is false, for a
   // caller with work of its own to overlap). Same result as Batch::wait.
-  bool wait(Batch& batch, int64_t timeout_ms, bool help = true);
+  bool wait(Batch& batch, int64_t timeout_us, bool help = true);
   // Runs one queued copy on the calling thread; false if none was queued.
   bool help_once() { return pool_->run_one(); }
 

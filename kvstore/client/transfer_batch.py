@@ -16,6 +16,10 @@ OK = 0
 STALE = StaleLocationError.code
 _PENDING = int(RequestState.PENDING)
 _HELP_BETWEEN_LOOKS = 100e-6  # seconds
+# How long a waiter with nothing to help sleeps between looks at the states, doubling while nothing
+# finishes: each look is tens of microseconds of Python, and the batch's end wakes it at once anyway.
+_FIRST_LOOK_AFTER = 200e-6
+_LONGEST_SLEEP = 3.2e-3
 _COMPLETED = int(RequestState.COMPLETED)
 MAX_REQUEST_PIECES = 65536  # the engine's bound on one request's pieces (kMaxRequestPieces)
 
@@ -129,6 +133,7 @@ class TransferBatch:
         )  # an owner of one request: its digest is the key's
         open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
         hashed = any(self.digests)
+        sleep = _FIRST_LOOK_AFTER
         while open_.any():
             # Help move bytes for a while between looks at the states: with many small requests a look
             # costs more than one copy, and a helper that mostly looks leaves the copying to the pool.
@@ -156,8 +161,11 @@ class TransferBatch:
                 elif hashed and alone[k] and taken[starts[k]]:
                     digest = int(digests[starts[k]])
                 yield int(owners[k]), code, digest
-            if finished.size == 0 and not helped:
-                handle.wait(0.0002, help=False)
+            if finished.size or helped:
+                sleep = _FIRST_LOOK_AFTER
+            else:
+                handle.wait(sleep, help=False)
+                sleep = min(2 * sleep, _LONGEST_SLEEP)
 
     def run(self, engine: TransferEngine) -> set[int]:
         """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
