@@ -334,9 +334,7 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
     if args.master:
         r = bench(args.master)
     else:
-        with store_bench.embedded_cluster(
-            store_bench.StoreBenchConfig(segment_size=args.segment_size)
-        ) as master:
+        with store_bench.process_cluster(args.segment_size) as (master, _pid):
             r = bench(master)
     if args.json:
         print(

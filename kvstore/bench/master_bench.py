@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvstore.bench import load_procs
+from kvstore.bench.store_bench import process_cluster
 from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.procs import kvstore_process, settle_collector
+from kvstore.procs import settle_collector
 from kvstore.rpc import messages as m
 from kvstore.rpc.validate import MAX_KEYS, MAX_PUT_ITEMS
 
@@ -97,11 +98,8 @@ class MemoryUse:
 @contextlib.contextmanager
 def cluster(cfg: MasterBenchConfig) -> Iterator[tuple[str, int]]:
     """A master process and a storage node process; yields (master address, master pid)."""
-    with kvstore_process(["master", "--port", "0"]) as (master, ready):
-        address = ready.split()[0]
-        node_args = ["node", "--master", address, "--segment-size", str(cfg.segment_size())]
-        with kvstore_process(node_args):
-            yield address, master.pid
+    with process_cluster(cfg.segment_size()) as cluster:
+        yield cluster
 
 
 def rss_bytes(pid: int) -> int:

@@ -227,6 +227,17 @@ def embedded_cluster(cfg: StoreBenchConfig) -> Iterator[str]:
         master.stop()
 
 
+@contextlib.contextmanager
+def process_cluster(segment_size: int) -> Iterator[tuple[str, int]]:
+    """A master process and one storage node process, as deployed; yields (master address, master pid).
+    For a bench whose client runs in this process: a master thread here would share its interpreter lock
+    (a transfer's return waited up to the 5 ms switch interval behind the master's work)."""
+    with kvstore_process(["master", "--port", "0"]) as (master, ready):
+        address = ready.split()[0]
+        with kvstore_process(["node", "--master", address, "--segment-size", str(segment_size)]):
+            yield address, master.pid
+
+
 def run(cfg: StoreBenchConfig, progress: Callable[[str], None] | None = None) -> list[OpResult]:
     """Orchestrates: cluster (unless --master), then `clients` client processes; gathers their results."""
     cfg.validate()
