@@ -41,11 +41,7 @@ void bind_checksum(py::module_& m) {
         const size_t values = static_cast<size_t>(counts.size());
         {
           py::gil_scoped_release release;
-          size_t at = 0;
-          for (size_t v = 0; v < values; ++v) {
-            digests[v] = xxh3::hash_pieces(a + at, n + at, c[v]);
-            at += c[v];
-          }
+          xxh3::hash_values(a, n, c, values, digests);
         }
         return out;
       },

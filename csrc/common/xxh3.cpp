@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "common/copy_bytes.h"
 #include "common/xxh3_copy.h"
@@ -32,6 +34,7 @@ struct Api {
 
 Api api;
 std::atomic<bool> ready{false};
+constexpr size_t kMaxHashThreads = 4;
 std::mutex load_mu;
 
 template <typename F>
@@ -99,6 +102,37 @@ Status load(const std::string& library) {
 
 bool loaded() {
   return ready.load();
+}
+
+void hash_values(const uint64_t* addrs, const uint64_t* lengths, const uint64_t* counts, size_t values,
+                 uint64_t* out) {
+  std::vector<size_t> first(values + 1, 0);  // value v's first piece
+  uint64_t bytes = 0;
+  for (size_t v = 0; v < values; ++v) first[v + 1] = first[v] + counts[v];
+  for (size_t k = 0; k < first[values]; ++k) bytes += lengths[k];
+  auto hash_range = [&](size_t from, size_t to) {
+    for (size_t v = from; v < to; ++v) out[v] = hash_pieces(addrs + first[v], lengths + first[v], counts[v]);
+  };
+  // A thread costs tens of microseconds to start: only for batches that take milliseconds to hash.
+  constexpr uint64_t kSplitFrom = 16 << 20;
+  const size_t threads = std::min<size_t>(
+      {values, 1 + bytes / kSplitFrom, kMaxHashThreads, std::max(1u, std::thread::hardware_concurrency())});
+  if (threads <= 1) {
+    hash_range(0, values);
+    return;
+  }
+  // Split by bytes, not by values: values differ in size.
+  std::vector<size_t> cuts{0};
+  uint64_t seen = 0;
+  for (size_t v = 0; v < values && cuts.size() < threads; ++v) {
+    for (size_t k = first[v]; k < first[v + 1]; ++k) seen += lengths[k];
+    if (seen * threads >= bytes * cuts.size()) cuts.push_back(v + 1);
+  }
+  if (cuts.back() != values) cuts.push_back(values);
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t + 1 < cuts.size(); ++t) helpers.emplace_back(hash_range, cuts[t], cuts[t + 1]);
+  hash_range(cuts[0], cuts[1]);
+  for (auto& h : helpers) h.join();
 }
 
 uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n) {

@@ -19,6 +19,12 @@ bool loaded();
 // Digest of the concatenation of n pieces. Requires loaded().
 uint64_t hash_pieces(const uint64_t* addrs, const uint64_t* lengths, size_t n);
 
+// hash_pieces() of each of `values` values (value v: the next counts[v] pieces) into out[v]. A large
+// batch is split over a few threads: one thread hashing from memory reaches about half the memory
+// bandwidth. Requires loaded().
+void hash_values(const uint64_t* addrs, const uint64_t* lengths, const uint64_t* counts, size_t values,
+                 uint64_t* out);
+
 // A digest over bytes given in order, on this thread's hashing state (one stream at a time per thread).
 // Requires loaded().
 class Stream {

@@ -47,3 +47,21 @@ def test_many_values_in_one_call_and_bad_counts() -> None:
     assert got == [xxhash.xxh3_64_intdigest(w.tobytes()) for w in want]
     with pytest.raises(InvalidArgumentError):
         checksum.xxh3_pieces([base], [10], [2])  # counts name more pieces than given
+
+
+def test_a_large_batch_hashed_over_several_threads_gives_each_value_its_own_digest() -> None:
+    """Past 16 MiB a batch is split over threads by bytes: values of uneven sizes (one larger than the
+    rest together, many small ones, one of many pieces) keep their own digests, in order."""
+    rng = np.random.default_rng(7)
+    sizes = [20 << 20, 1, 241, 4096, *rng.integers(1, 1 << 20, size=40).tolist(), 3 << 20]
+    data = np.frombuffer(rng.bytes(sum(sizes)), dtype=np.uint8)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]].tolist()
+    addrs, lengths, counts = [], [], []
+    for start, size in zip(starts, sizes, strict=True):
+        cuts = [0, size] if size < 3 << 20 else [0, size // 3, size // 2, size]  # a value in pieces
+        addrs += [data.ctypes.data + start + c for c in cuts[:-1]]
+        lengths += np.diff(cuts).tolist()
+        counts.append(len(cuts) - 1)
+    got = checksum.xxh3_pieces(addrs, lengths, counts)
+    want = [xxhash.xxh3_64_intdigest(data[s : s + n].tobytes()) for s, n in zip(starts, sizes, strict=True)]
+    assert got == want
