@@ -34,7 +34,6 @@ struct Api {
 
 Api api;
 std::atomic<bool> ready{false};
-constexpr size_t kMaxHashThreads = 4;
 std::mutex load_mu;
 
 template <typename F>
@@ -115,6 +114,7 @@ void hash_values(const uint64_t* addrs, const uint64_t* lengths, const uint64_t*
   };
   // A thread costs tens of microseconds to start: only for batches that take milliseconds to hash.
   constexpr uint64_t kSplitFrom = 16 << 20;
+  constexpr size_t kMaxHashThreads = 4;
   const size_t threads = std::min<size_t>(
       {values, 1 + bytes / kSplitFrom, kMaxHashThreads, std::max(1u, std::thread::hardware_concurrency())});
   if (threads <= 1) {
