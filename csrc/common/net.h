@@ -59,6 +59,8 @@ Status recv_once(int fd, char* buf, size_t len, size_t* got);
 // A sleeping thread takes tens of microseconds to wake on a VM; spinning briefly when a reply is
 // due cuts round trips by more than half.
 bool spin_until_readable(int fd, int us);
+// Bytes the kernel holds for reading on `fd` now (0 on error).
+size_t readable_bytes(int fd);
 
 // A socket's incoming bytes through a buffer: a burst of small frames (a batch's request headers) costs one
 // recv together; a read larger than the buffer goes straight into its destination past what is buffered.

@@ -42,8 +42,12 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   SocketReader in(fd, kReaderBytes);  // (a batch's request headers arrive together: one recv for many)
   ReadReplies replies;
   for (;;) {
-    // Replies to the reads read so far go out before waiting for more (never held while idle).
-    if (in.buffered() < kHeaderSize && !send_replies(fd, replies).ok()) break;
+    // Replies go out before waiting for more (never held while idle): they are held only while the
+    // next request's header is already here (a run of requests answered in one write).
+    if (in.buffered() < kHeaderSize && in.buffered() + readable_bytes(fd) < kHeaderSize &&
+        !send_replies(fd, replies).ok()) {
+      break;
+    }
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
     if (in.buffered() == 0) spin_until_readable(fd, config_.busy_poll_us);
     auto header = receive_header(fd, in, stopping);
@@ -53,8 +57,12 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
       if (replies.count == ReadReplies::kMaxRun && !send_replies(fd, replies).ok()) break;
       continue;
     }
+    if (h.opcode == Opcode::kWrite) {
+      if (!receive_write(fd, in, h, keys, replies).ok()) break;
+      continue;
+    }
     if (!send_replies(fd, replies).ok()) break;  // (in order: what came before first)
-    if (!handle(fd, in, h, keys).ok()) break;
+    if (!handle(fd, h, keys).ok()) break;
   }
 }
 
@@ -232,7 +240,50 @@ Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t l
 
 }  // namespace
 
-Status TcpServer::handle(int fd, SocketReader& in, const FrameHeader& h, const SessionKeys& keys) {
+Status TcpServer::receive_write(int fd, SocketReader& in, const FrameHeader& h, const SessionKeys& keys,
+                                ReadReplies& replies) {
+  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
+  Status refused = pin.ok() ? Status::OK() : pin.status();
+  if (refused.ok() && pin.value().info().read_only) {
+    refused = Status(Code::kPermissionDenied, "region is read-only");
+  }
+  std::optional<FenceEntry> fence;
+  if (refused.ok()) {
+    fence.emplace(pin.value().fence(), h.fence_slot, h.fence_gen);
+    refused = fence->status();
+  }
+  if (!refused.ok()) {
+    Status st = drain(in, h.length);  // keep the stream in step, then refuse (after what came before)
+    if (st.ok()) st = send_replies(fd, replies);
+    return st.ok() ? reply_error(fd, h, refused) : st;
+  }
+  const bool gpu = pin.value().info().location.kind == MemoryKind::kGpu;
+  char* target = gpu ? device_bounce(h.length) : pin.value().at(h.offset);  // GPU: staged through host
+  int stalled = 0;
+  Status st = in.read(target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
+  if (!st.ok()) return st;
+  if (gpu) {
+    Status copied = device_copy(pin.value(), h.offset, target, h.length, /*to_device=*/true);
+    if (!copied.ok()) {
+      st = send_replies(fd, replies);
+      return st.ok() ? reply_error(fd, h, copied) : st;
+    }
+  }
+  fence.reset();
+  pin.value().release();
+  // The acknowledgement joins the held replies: a run of writes is answered in one write.
+  FrameHeader ack;
+  ack.request_id = h.request_id;
+  ack.opcode = Opcode::kWriteAck;
+  ack.length = 0;
+  char* raw = replies.headers.data() + replies.count * kHeaderSize;
+  encode_header(ack, raw);
+  replies.iov.push_back(iovec{raw, kHeaderSize});
+  replies.count += 1;
+  return replies.count == ReadReplies::kMaxRun ? send_replies(fd, replies) : Status::OK();
+}
+
+Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) {
   char raw[kHeaderSize];
   FrameHeader reply;
   reply.request_id = h.request_id;
@@ -254,37 +305,6 @@ Status TcpServer::handle(int fd, SocketReader& in, const FrameHeader& h, const S
       encode_header(reply, raw);
       iovec iov[2] = {{raw, kHeaderSize}, {source, h.length}};
       return send_iov(fd, iov, 2, config_.max_stalls());
-    }
-    case Opcode::kWrite: {
-      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
-      Status refused = pin.ok() ? Status::OK() : pin.status();
-      if (refused.ok() && pin.value().info().read_only) {
-        refused = Status(Code::kPermissionDenied, "region is read-only");
-      }
-      std::optional<FenceEntry> fence;
-      if (refused.ok()) {
-        fence.emplace(pin.value().fence(), h.fence_slot, h.fence_gen);
-        refused = fence->status();
-      }
-      if (!refused.ok()) {
-        Status st = drain(in, h.length);  // keep the stream in step, then refuse
-        return st.ok() ? reply_error(fd, h, refused) : st;
-      }
-      const bool gpu = pin.value().info().location.kind == MemoryKind::kGpu;
-      char* target = gpu ? device_bounce(h.length) : pin.value().at(h.offset);  // GPU: staged through host
-      int stalled = 0;
-      Status st = in.read(target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
-      if (!st.ok()) return st;
-      if (gpu) {
-        Status copied = device_copy(pin.value(), h.offset, target, h.length, /*to_device=*/true);
-        if (!copied.ok()) return reply_error(fd, h, copied);
-      }
-      fence.reset();
-      pin.value().release();
-      reply.opcode = Opcode::kWriteAck;
-      reply.length = 0;
-      encode_header(reply, raw);
-      return send_all(fd, raw, kHeaderSize, config_.max_stalls());
     }
     default: {
       // Replies and a second handshake are not requests: the peer is confused, stop talking to it.

@@ -23,6 +23,8 @@ namespace kvs::tcp {
 
 // Replies to a run of reads, sent in one vector write: each keeps its region pinned and its allocation's
 // fence entry held until its bytes are on the socket.
+// Replies held to go out in one vector write: read data (its region pinned and its fence entry held until
+// the bytes are on the socket) and write acknowledgements (a header alone).
 struct ReadReplies {
   static constexpr size_t kMaxRun = 256;  // (two iovecs each: within IOV_MAX)
   std::vector<char> headers = std::vector<char>(kMaxRun * kHeaderSize);
@@ -50,13 +52,17 @@ class TcpServer {
   // A frame's header, read through `in` (the request loop) or exactly (the handshake).
   StatusOr<FrameHeader> receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping);
   StatusOr<FrameHeader> receive_header(int fd, const std::atomic<bool>& stopping);
-  Status handle(int fd, SocketReader& in, const FrameHeader& header, const SessionKeys& keys);
+  Status handle(int fd, const FrameHeader& header, const SessionKeys& keys);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(SocketReader& in, uint64_t length);
   // Queues the reply to a read of plain memory (false: refused, a file or a GPU region; handle() then
   // answers it alone) and sends the queued replies.
   bool add_reply(const FrameHeader& header, const SessionKeys& keys, ReadReplies& replies);
+  // Receives a write's payload into its region and queues its acknowledgement (a refusal is answered at
+  // once, after the queued replies).
+  Status receive_write(int fd, SocketReader& in, const FrameHeader& header, const SessionKeys& keys,
+                       ReadReplies& replies);
   Status send_replies(int fd, ReadReplies& replies);
 
   MemoryRegistry* registry_;
