@@ -35,7 +35,7 @@ from kvstore.errors import (
 from kvstore.rpc import messages as m
 from kvstore.rpc import validate as v
 from kvstore.rpc.messages import ObjectLocation, PrefixMatch
-from transfer_engine import Op, TransferEngine
+from transfer_engine import Op, Peer, TransferEngine
 
 log = logging.getLogger("kvstore.client")
 
@@ -542,9 +542,9 @@ class Store:
                 continue
             # Engines this process could not reach lately last; same-host copies first (shared memory), then
             # the others; ties in random order, so reads of a hot key spread over its replicas.
-            choices[i] = sorted(
-                served, key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random())
-            )
+            if len(served) > 1:
+                served.sort(key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random()))
+            choices[i] = served
             todo.append(i)
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []
@@ -559,11 +559,14 @@ class Store:
                 if i not in attempted:
                     results[i] = found[i][0]
         attempt = 0
+        peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per key)
         while todo:
             requests = TransferBatch()
             for i in todo:
                 _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
-                peer = self.session.peer(engine)
+                if engine not in peers:
+                    peers[engine] = self.session.peer(engine)
+                peer = peers[engine]
                 if peer is None:
                     requests.fail(i, engine)
                     continue
