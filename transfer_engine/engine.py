@@ -42,6 +42,14 @@ class RequestState(enum.IntEnum):
     TIMED_OUT = 3
 
 
+class ReadCheck(enum.IntEnum):
+    """BatchHandle.wait_verified's verdicts besides the error code (> 0) of a request that failed."""
+
+    VERIFIED = 0  # completed, and its landed bytes hash to the digest expected (or it was not checked)
+    MISMATCH = -1  # completed, and its landed bytes hash to something else
+    UNCHECKED = -2  # completed; no digest could be taken here (GPU memory, no C++ XXH3): verify it yourself
+
+
 @dataclass(frozen=True)
 class Region:
     """A registered local region. ``array`` is a uint8 view of it when Python can see the memory."""
@@ -185,6 +193,15 @@ class BatchHandle:
         buffer, or not complete): hash those yourself."""
         taken, values = self._batch.digests()
         return taken, values
+
+    def wait_verified(self, expected: np.ndarray, check: np.ndarray) -> np.ndarray:
+        """Runs the batch to its end, this thread helping to move bytes and verifying each read as it
+        ends (while its bytes are still in cache): per request a :class:`ReadCheck` value, where check[i]
+        asks that request i's landed bytes hash (XXH3-64) to expected[i], or the error code (> 0) of a
+        request that did not complete. A read submitted without asking for its digest is not checked."""
+        return self._engine._core_engine().wait_verified(
+            self._batch, np.ascontiguousarray(expected, np.uint64), np.ascontiguousarray(check, np.uint8)
+        )
 
     def help_once(self) -> bool:
         """Runs one queued copy (of any batch) on this thread; False when none is queued. Lets a caller

@@ -406,6 +406,26 @@ void bind_engine(py::module_& m) {
           },
           py::arg("batch"), py::arg("timeout_us"), py::arg("help") = true,
           "Waits for a batch; True when every request is final.")
+      .def(
+          "wait_verified",
+          [](Engine& e, Batch& b, const Flat<uint64_t>& expected, const Flat<uint8_t>& check) {
+            if (static_cast<size_t>(expected.size()) != b.size() ||
+                static_cast<size_t>(check.size()) != b.size()) {
+              throw StatusError(
+                  Status(Code::kInvalidArgument, "one expected digest and check flag per request"));
+            }
+            py::array_t<int32_t> verdicts(static_cast<py::ssize_t>(b.size()));
+            int32_t* out = verdicts.mutable_data();
+            {
+              py::gil_scoped_release release;
+              e.wait_verified(b, expected.data(), check.data(), out);
+            }
+            return verdicts;
+          },
+          py::arg("batch"), py::arg("expected"), py::arg("check"),
+          "Runs a batch to its end, verifying each read as it ends: per request 0 (completed; its landed "
+          "bytes' XXH3-64 is expected[i] where check[i]), -1 (they differ), -2 (completed, no digest "
+          "taken here) or its error code.")
       .def("help_once", &Engine::help_once, py::call_guard<py::gil_scoped_release>(),
            "Runs one queued copy on this thread; False if none was queued.")
       .def(

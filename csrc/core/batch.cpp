@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/xxh3.h"
+
 namespace kvs {
 
 Batch::Batch(size_t requests, Clock::time_point deadline)
@@ -18,9 +20,15 @@ Batch::Batch(size_t requests, Clock::time_point deadline)
   if (requests == 0) released_.store(true);
 }
 
-void Batch::want_digest(size_t request) {
+void Batch::want_digest(size_t request, char* local, uint64_t length, uint32_t first_piece,
+                        uint32_t piece_count) {
   if (!digests_) digests_ = std::make_unique<DigestSlot[]>(size());  // (set-up: one thread)
-  digests_[request].state.store(kAsked, std::memory_order_relaxed);
+  DigestSlot& slot = digests_[request];
+  slot.local = local;
+  slot.length = length;
+  slot.first_piece = first_piece;
+  slot.piece_count = piece_count;
+  slot.state.store(kAsked, std::memory_order_relaxed);
 }
 
 void Batch::set_digest(size_t request, uint64_t digest) {
@@ -34,6 +42,26 @@ bool Batch::digest(size_t request, uint64_t* out) const {
     return false;
   }
   *out = digests_[request].value;
+  return true;
+}
+
+bool Batch::landed_digest(size_t request, uint64_t* out) const {
+  if (digest(request, out)) return true;
+  if (!digests_ || state(request) != RequestState::kCompleted ||
+      digests_[request].state.load(std::memory_order_acquire) == kNotAsked || !xxh3::loaded()) {
+    return false;
+  }
+  const DigestSlot& slot = digests_[request];
+  xxh3::Stream hash;
+  if (slot.piece_count == 0) {
+    hash.update(slot.local, slot.length);
+  } else {
+    for (uint32_t k = 0; k < slot.piece_count; ++k) {
+      const Piece& p = pieces_[slot.first_piece + k];
+      hash.update(p.addr, p.length);
+    }
+  }
+  *out = hash.digest();
   return true;
 }
 

@@ -46,15 +46,18 @@ class Batch {
   const Piece* pieces() const { return pieces_.data(); }
   // Ends a request before any slice was issued (validation failure).
   void reject(size_t request, const Status& status) { finish(request, RequestState::kFailed, status.code()); }
-  // Asks for the XXH3-64 of the bytes a read request lands (set-up, before its slices go out): the
-  // transport moving its only slice hashes them as they land, in cache, and the caller need not read them
-  // again to verify them.
-  void want_digest(size_t request);
+  // Asks for the XXH3-64 of the bytes a read request lands into its local memory (`local`/`length`, or
+  // its `piece_count` pieces from `first_piece` on), set-up, before its slices go out: the transport
+  // moving its only slice hashes them as they land, in cache, and the caller need not read them again.
+  void want_digest(size_t request, char* local, uint64_t length, uint32_t first_piece, uint32_t piece_count);
   bool wants_digest(size_t request) const { return digests_ && digests_[request].state.load() != kNotAsked; }
   // By the transport, before it reports the slice done.
   void set_digest(size_t request, uint64_t digest);
   // The digest of a completed request, when one was taken.
   bool digest(size_t request, uint64_t* out) const;
+  // The digest of a completed request that asked for one: the one taken as it landed, else its local
+  // bytes hashed now (moved in several slices). False when it asked none or is not complete.
+  bool landed_digest(size_t request, uint64_t* out) const;
 
   // Transports report each slice exactly once.
   void slice_done(size_t request, const Status& status);
@@ -84,7 +87,11 @@ class Batch {
   enum : uint8_t { kNotAsked, kAsked, kTaken };
   struct DigestSlot {
     std::atomic<uint8_t> state{kNotAsked};
-    uint64_t value = 0;  // written before state turns kTaken
+    uint64_t value = 0;     // written before state turns kTaken
+    char* local = nullptr;  // where the request lands (piece_count 0), else pieces_[first_piece...]
+    uint64_t length = 0;
+    uint32_t first_piece = 0;
+    uint32_t piece_count = 0;
   };
   std::unique_ptr<DigestSlot[]> digests_;  // made by the first want_digest: batches that ask none pay nothing
   std::atomic<size_t> remaining_;

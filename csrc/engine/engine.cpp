@@ -487,10 +487,6 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
       continue;
     }
     const auto [location, numa] = located.value();
-    if (b.digests != nullptr && b.digests[i] != 0 && op == TransferOp::kRead &&
-        location.kind != MemoryKind::kGpu) {
-      batch->want_digest(i);
-    }
     Waiting w{batch,
               static_cast<uint32_t>(i),
               op,
@@ -505,6 +501,11 @@ std::shared_ptr<Batch> Engine::submit(const BatchView& b, int64_t timeout_ms) {
     if (count != 0) {
       w.first_piece = pieces.size() - count;
       w.piece_count = count;
+    }
+    if (b.digests != nullptr && b.digests[i] != 0 && op == TransferOp::kRead &&
+        location.kind != MemoryKind::kGpu) {
+      batch->want_digest(i, reinterpret_cast<char*>(w.local), w.length, static_cast<uint32_t>(w.first_piece),
+                         w.piece_count);
     }
     by_peer[b.peers[i]].push_back(std::move(w));
   }
@@ -761,6 +762,54 @@ bool Engine::wait(Batch& batch, int64_t timeout_us, bool help) {
     if (batch.done()) return true;
   }
   return batch.wait(timeout_us);
+}
+
+namespace {
+int32_t verdict(const Batch& batch, size_t request, uint64_t expected, bool check) {
+  if (batch.state(request) != RequestState::kCompleted) {
+    const auto code = static_cast<int32_t>(batch.error(request));
+    return code != 0 ? code : static_cast<int32_t>(Code::kConnectionFailed);
+  }
+  if (!check) return kReadVerified;
+  uint64_t landed = 0;
+  if (!batch.landed_digest(request, &landed)) return kReadUnchecked;
+  return landed == expected ? kReadVerified : kReadMismatch;
+}
+}  // namespace
+
+void Engine::wait_verified(Batch& batch, const uint64_t* expected, const uint8_t* check, int32_t* verdicts) {
+  const size_t n = batch.size();
+  std::vector<uint8_t> open(n, 1);
+  size_t left = n;
+  // Looks at the states between bursts of copies (a look at a few hundred states costs less than one
+  // copy); with nothing to copy it sleeps, longer while nothing ends: the batch's end wakes it at once.
+  constexpr auto kHelpBetweenLooks = std::chrono::microseconds(100);
+  constexpr int64_t kFirstSleepUs = 200, kLongestSleepUs = 3200;
+  int64_t sleep_us = kFirstSleepUs;
+  while (left != 0) {
+    bool helped = false;
+    for (const auto until = Clock::now() + kHelpBetweenLooks; pool_->run_one();) {
+      helped = true;
+      if (Clock::now() >= until) break;
+    }
+    batch.done();  // (applies the deadline)
+    size_t ended = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!open[i] || batch.pending(i)) continue;
+      open[i] = 0;
+      --left;
+      ++ended;
+      verdicts[i] = verdict(batch, i, expected[i], check[i] != 0);
+    }
+    if (left == 0) break;
+    if (ended != 0 || helped) {
+      sleep_us = kFirstSleepUs;
+    } else {
+      wait(batch, sleep_us, false);
+      sleep_us = std::min(2 * sleep_us, kLongestSleepUs);
+    }
+  }
+  batch.wait(-1);  // (every request is final: returns once no copy of a failed one runs any more)
 }
 
 }  // namespace kvs

@@ -68,6 +68,11 @@ struct BatchView {
 constexpr uint32_t kMaxRequestPieces = 65536;
 constexpr uint32_t kMaxSlicePieces = 512;
 
+// Verdicts of Engine::wait_verified besides error codes (part of the Python API: transfer_engine.ReadCheck).
+constexpr int32_t kReadVerified = 0;
+constexpr int32_t kReadMismatch = -1;
+constexpr int32_t kReadUnchecked = -2;
+
 class Engine {
  public:
   explicit Engine(EngineConfig config);
@@ -116,6 +121,11 @@ class Engine {
   bool wait(Batch& batch, int64_t timeout_us, bool help = true);
   // Runs one queued copy on the calling thread; false if none was queued.
   bool help_once() { return pool_->run_one(); }
+  // Runs a batch to its end as wait() does, verifying each read as it ends, between the copies this
+  // thread helps with: verdicts[i] is kReadVerified when request i completed and, if check[i], the
+  // XXH3-64 of the bytes it landed is expected[i]; kReadMismatch when it differs; kReadUnchecked when
+  // no digest can be taken here (GPU memory, no XXH3: the caller verifies); else its error code (> 0).
+  void wait_verified(Batch& batch, const uint64_t* expected, const uint8_t* check, int32_t* verdicts);
 
  private:
   struct Peer;

@@ -559,6 +559,7 @@ class Store:
                 if i not in attempted:
                     results[i] = found[i][0]
         attempt = 0
+        expected = {i: found[i][1] for i in todo}
         peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per key)
         while todo:
             requests = TransferBatch()
@@ -574,8 +575,10 @@ class Store:
                 requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            for i, code, landed in requests.stream(self.engine):
-                if code == OK and self._checksum_ok(values[i], found[i][0], found[i][1], landed):
+            for i, code, verified in requests.stream(self.engine, expected):
+                if code == OK and (
+                    verified if verified is not None else self._checksum_ok(values[i], *found[i][:2])
+                ):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
@@ -643,10 +646,9 @@ class Store:
         except KVStoreError as exc:
             log.debug("could not report unreachable/corrupt replicas: %s", exc)
 
-    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int, landed: int | None = None) -> bool:
-        """Whether the value's bytes are the object's: `landed`, the digest the engine took of them as they
-        landed (the bytes need not be read again), else hashed here."""
-        return (landed if landed is not None else checksums([value], [size])[0]) == expected
+    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int) -> bool:
+        """Whether the value's first `size` bytes are the object's (hashed here)."""
+        return checksums([value], [size])[0] == expected
 
     # -- prefix blocks -------------------------------------------------------------------------------
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:

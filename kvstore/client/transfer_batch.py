@@ -1,26 +1,18 @@
 """One engine batch of a client call: flat request columns, each request owned by the key it moves, run
-with this thread helping to move bytes, and each key's outcome reported as its requests end (with the
-digest of the bytes a read landed, where the engine took it as they landed)."""
+with this thread helping to move bytes, and each key's outcome reported (a read's verified by the engine
+as its bytes landed, where it could)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from kvstore.errors import StaleLocationError, TransferConnectionError
-from transfer_engine import BatchHandle, Op, Peer, RequestState, TransferEngine
+from transfer_engine import BatchHandle, Op, Peer, ReadCheck, RequestState, TransferEngine
 
 OK = 0
 STALE = StaleLocationError.code
-_PENDING = int(RequestState.PENDING)
-_HELP_BETWEEN_LOOKS = 100e-6  # seconds
-# How long a waiter with nothing to help sleeps between looks at the states, doubling while nothing
-# finishes: each look is tens of microseconds of Python, and the batch's end wakes it at once anyway.
-_FIRST_LOOK_AFTER = 200e-6
-_LONGEST_SLEEP = 3.2e-3
-_COMPLETED = int(RequestState.COMPLETED)
 MAX_REQUEST_PIECES = 65536  # the engine's bound on one request's pieces (kMaxRequestPieces)
 
 
@@ -111,10 +103,13 @@ class TransferBatch:
         if code != STALE:
             self.failed_peers.add(self.peers[j].name)
 
-    def stream(self, engine: TransferEngine) -> Iterator[tuple[int, int, int | None]]:
-        """Runs the batch, yielding (owner, 0 or the error code of one of its failed requests, the XXH3-64
-        of the bytes it read or None) as each owner's requests end. A digest comes where the engine hashed
-        a read's bytes as they landed (one request, one slice); otherwise the caller hashes them."""
+    def stream(
+        self, engine: TransferEngine, expected: Sequence[int]
+    ) -> Iterator[tuple[int, int, bool | None]]:
+        """Runs the batch of reads, yielding (owner, 0 or the error code of one of its failed requests,
+        whether its bytes hash to expected[owner]) per owner. The engine verifies each read as it lands
+        (this thread helping to move bytes, in one call); None where it could not (an owner of several
+        requests, GPU memory, the single-request path): the caller hashes those."""
         for owner in self.failed:
             yield owner, TransferConnectionError.code, None
         if len(self.owner) <= 1 and not self.piece_addrs:  # nothing to overlap: the single-call path
@@ -124,48 +119,26 @@ class TransferBatch:
                 yield owner, codes.get(owner, OK), None
             return
         handle = self._submit(engine)
-        # An owner's requests are contiguous: owner k covers [starts[k], starts[k + 1]).
+        # An owner's requests are contiguous: owner k covers [starts[k], ends[k]).
         owner_ids = np.asarray(self.owner)
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
-        owners = owner_ids[starts]
-        alone = (
-            np.diff(np.r_[starts, owner_ids.size]) == 1
-        )  # an owner of one request: its digest is the key's
-        open_ = ~np.isin(owners, list(self.failed))  # owners already reported as failed
-        hashed = any(self.digests)
-        sleep = _FIRST_LOOK_AFTER
-        while open_.any():
-            # Help move bytes for a while between looks at the states: with many small requests a look
-            # costs more than one copy, and a helper that mostly looks leaves the copying to the pool.
-            helped = False
-            until = time.perf_counter() + _HELP_BETWEEN_LOOKS
-            while handle.help_once():
-                helped = True
-                if time.perf_counter() >= until:
-                    break
-            states = handle.states()
-            unfinished = np.add.reduceat(states == _PENDING, starts)
-            bad = np.add.reduceat(states != _COMPLETED, starts)
-            finished = np.flatnonzero(open_ & (unfinished == 0))
-            open_[finished] = False
-            if finished.size and bad[finished].any():
-                errors = handle.errors()
-            if finished.size and hashed:
-                taken, digests = handle.digests()
-            for k in finished.tolist():
-                code = OK
-                digest = None
-                if bad[k]:
-                    end = starts[k + 1] if k + 1 < starts.size else len(self.owner)
-                    code = int(np.max(errors[starts[k] : end])) or TransferConnectionError.code
-                elif hashed and alone[k] and taken[starts[k]]:
-                    digest = int(digests[starts[k]])
-                yield int(owners[k]), code, digest
-            if finished.size or helped:
-                sleep = _FIRST_LOOK_AFTER
+        ends = np.r_[starts[1:], owner_ids.size]
+        alone = ends - starts == 1  # an owner of one request: that request's digest is the key's
+        check = np.asarray(self.digests, np.uint8)
+        if not alone.all():
+            check[np.repeat(~alone, ends - starts)] = 0
+        verdicts = handle.wait_verified(np.asarray([expected[o] for o in self.owner], np.uint64), check)
+        failed = np.maximum.reduceat(verdicts, starts)  # > 0: the error code of a failed request
+        first = verdicts[starts]
+        for owner, code, one, single in zip(
+            owner_ids[starts].tolist(), failed.tolist(), first.tolist(), alone.tolist(), strict=True
+        ):
+            if code > 0:
+                yield owner, code, None
+            elif not single or one == ReadCheck.UNCHECKED:
+                yield owner, OK, None
             else:
-                handle.wait(sleep, help=False)
-                sleep = min(2 * sleep, _LONGEST_SLEEP)
+                yield owner, OK, one == ReadCheck.VERIFIED
 
     def run(self, engine: TransferEngine) -> set[int]:
         """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""

@@ -330,6 +330,48 @@ def test_digests_taken_as_bytes_land_are_xxh3_of_them(pair: Pair) -> None:
     assert plain.wait() and not plain.digests()[0].any()
 
 
+def test_wait_verified_checks_each_read_against_its_digest(pair: Pair) -> None:
+    """wait_verified runs a batch to its end and verifies each read that asked for a digest: a read of
+    one slice, of several slices (hashed after it lands) and of several pieces verify against xxhash's
+    digest of the remote bytes, a wrong expected digest is a MISMATCH (the bytes still landed), an
+    unchecked request or a write is VERIFIED once complete, a read that did not ask for a digest is
+    UNCHECKED, and a failed request gives its error code."""
+    import xxhash
+
+    from transfer_engine import ReadCheck
+
+    assert pair.local.array is not None
+    sizes = [4097, SLICE + 1, 3000, 5000, 4096, 4096, 100, 4096]
+    offsets = [5, 300_000, 70_000, 80_000, 90_000, 2_000_000, 0, pair.remote.length]  # the last: out of range
+    local = [pair.local.addr + i * 200_000 for i in range(len(sizes))]
+    ops = [Op.READ] * len(sizes)
+    ops[5] = Op.WRITE
+    asked = [1, 1, 1, 1, 0, 1, 1, 1]
+    pieces = [(0, 0)] * len(sizes)
+    pieces[2] = (2, 0)  # 3000 bytes landing in two pieces
+    counts = [n for n, _ in pieces]
+    piece_addrs = [local[2], local[2] + 10_000]
+    piece_lengths = [1000, 2000]
+    local[2] = 0
+    want = [xxhash.xxh3_64_intdigest(pattern(o + n)[o:].tobytes()) for o, n in zip(offsets[:5], sizes[:5])]
+    expected = [*want, 0, 0, 0]
+    expected[3] ^= 1  # a wrong digest
+    check = [1, 1, 1, 1, 1, 0, 0, 1]
+    handle = pair.initiator.submit(
+        ops, local, pair.segment, pair.remote.id, offsets, sizes, digests=asked,
+        pieces=(counts, piece_addrs, piece_lengths),
+    )  # fmt: skip
+    verdicts = handle.wait_verified(np.asarray(expected, np.uint64), np.asarray(check, np.uint8))
+    assert handle.done()
+    v = ReadCheck
+    assert verdicts[:7].tolist() == [v.VERIFIED, v.VERIFIED, v.VERIFIED, v.MISMATCH, v.UNCHECKED, 0, 0]
+    assert codes(verdicts[7:]) == ["OUT_OF_RANGE"]
+    landed = pair.local.array[3 * 200_000 : 3 * 200_000 + 5000].tobytes()
+    assert landed == pattern(80_000 + 5000)[80_000:].tobytes()
+    with pytest.raises(Exception, match="one expected digest"):
+        handle.wait_verified(np.zeros(2, np.uint64), np.zeros(2, np.uint8))
+
+
 @pytest.mark.parametrize(
     "sizes",
     [[1000, 1, 4095, 20000, 12345], [SLICE, 1, 4095, SLICE + 7, 12345, SLICE]],
