@@ -353,7 +353,10 @@ def test_wait_verified_checks_each_read_against_its_digest(pair: Pair) -> None:
     piece_addrs = [local[2], local[2] + 10_000]
     piece_lengths = [1000, 2000]
     local[2] = 0
-    want = [xxhash.xxh3_64_intdigest(pattern(o + n)[o:].tobytes()) for o, n in zip(offsets[:5], sizes[:5])]
+    want = [
+        xxhash.xxh3_64_intdigest(pattern(o + n)[o:].tobytes())
+        for o, n in zip(offsets[:5], sizes[:5], strict=True)
+    ]
     expected = [*want, 0, 0, 0]
     expected[3] ^= 1  # a wrong digest
     check = [1, 1, 1, 1, 1, 0, 0, 1]
