@@ -4,7 +4,7 @@ as its bytes landed, where it could)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -104,7 +104,7 @@ class TransferBatch:
             self.failed_peers.add(self.peers[j].name)
 
     def stream(
-        self, engine: TransferEngine, expected: Sequence[int]
+        self, engine: TransferEngine, expected: Mapping[int, int]
     ) -> Iterator[tuple[int, int, bool | None]]:
         """Runs the batch of reads, yielding (owner, 0 or the error code of one of its failed requests,
         whether its bytes hash to expected[owner]) per owner. The engine verifies each read as it lands
