@@ -90,6 +90,18 @@ class Engine:
     def wait_verified(
         self, batch: Batch, expected: npt.NDArray[np.uint64], check: npt.NDArray[np.uint8]
     ) -> npt.NDArray[np.int32]: ...
+    def read_verified(
+        self,
+        local_addr: int,
+        peer: int,
+        region_id: int,
+        offset: int,
+        length: int,
+        timeout_ms: int,
+        fence_slot: int,
+        fence_gen: int,
+        expected: int,
+    ) -> int: ...
     def help_once(self) -> bool: ...
     def transfer(
         self,

@@ -614,6 +614,45 @@ class TransferEngine:
     ) -> tuple[RequestState, int]:
         """One request, run to the end with the least overhead; returns (state, core error code).
         `fence` is (slot, generation) of the allocation it touches in a fenced region."""
+        timeout_ms = self._check_one(local_addr, region_id, offset, length, timeout, fence)
+        state, code = self._core_engine().transfer(
+            int(op), local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence
+        )
+        return RequestState(state), code
+
+    def read_one_verified(
+        self,
+        local_addr: int,
+        peer: Peer,
+        region_id: int,
+        offset: int,
+        length: int,
+        expected: int,
+        *,
+        timeout: float | None = None,
+        fence: tuple[int, int] = (0, 0),
+    ) -> int:
+        """One read run to the end as transfer_one runs it, its bytes hashed (XXH3-64) as they land and
+        compared with `expected`: a :class:`ReadCheck` value, or the core error code (> 0) of a failed
+        read. UNCHECKED where no digest could be taken (GPU memory, no C++ XXH3): verify it yourself."""
+        timeout_ms = self._check_one(local_addr, region_id, offset, length, timeout, fence)
+        if not (isinstance(expected, int) and 0 <= expected < 1 << 64):
+            raise InvalidArgumentError("an expected digest is an integer in [0, 2**64)")
+        if not checksum.available():
+            state, code = self._core_engine().transfer(
+                int(Op.READ), local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence
+            )
+            return ReadCheck.UNCHECKED if state == RequestState.COMPLETED else code
+        return int(
+            self._core_engine().read_verified(
+                local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence, expected
+            )
+        )
+
+    def _check_one(
+        self, local_addr: int, region_id: int, offset: int, length: int, timeout: float | None, fence: Any
+    ) -> int:
+        """Validates one request's numbers; returns its deadline in milliseconds."""
         values = (local_addr, region_id, offset, length, *fence)
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in values):
             raise InvalidArgumentError("addresses, ids, offsets, lengths and fences must be integers")
@@ -624,10 +663,7 @@ class TransferEngine:
         deadline = self.config.transfer_timeout if timeout is None else timeout
         if not 0 <= deadline < 1e9:  # also refuses NaN
             raise InvalidArgumentError("timeout must be 0 or more seconds (and finite)")
-        state, code = self._core_engine().transfer(
-            int(op), local_addr, peer.handle, region_id, offset, length, int(deadline * 1000), *fence
-        )
-        return RequestState(state), code
+        return int(deadline * 1000)
 
     def _one(
         self,

@@ -440,7 +440,25 @@ void bind_engine(py::module_& m) {
           },
           py::arg("op"), py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"),
           py::arg("length"), py::arg("timeout_ms"), py::arg("fence_slot") = 0, py::arg("fence_gen") = 0,
-          "One request, submitted and waited for in one call; returns (state, error code).");
+          "One request, submitted and waited for in one call; returns (state, error code).")
+      .def(
+          "read_verified",
+          [](Engine& e, uint64_t local, uint32_t peer, uint64_t region, uint64_t offset, uint64_t length,
+             int64_t timeout_ms, uint32_t fence_slot, uint64_t fence_gen, uint64_t expected) {
+            py::gil_scoped_release release;
+            uint8_t op = static_cast<uint8_t>(TransferOp::kRead);
+            uint8_t asked = 1;
+            BatchView view{&op, &local, &peer, &region, &offset, &length, 1, &fence_slot, &fence_gen};
+            view.digests = &asked;
+            auto batch = e.submit(view, timeout_ms);
+            int32_t verdict = 0;
+            e.wait_verified(*batch, &expected, &asked, &verdict);
+            return verdict;
+          },
+          py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"), py::arg("length"),
+          py::arg("timeout_ms"), py::arg("fence_slot"), py::arg("fence_gen"), py::arg("expected"),
+          "One read, run to its end and verified in one call (its bytes hashed as they land): "
+          "wait_verified's verdict.");
 }
 
 }  // namespace kvs::bind

@@ -112,6 +112,23 @@ class TransferBatch:
         requests, GPU memory, the single-request path): the caller hashes those."""
         for owner in self.failed:
             yield owner, TransferConnectionError.code, None
+        if len(self.owner) == 1 and not self.piece_addrs and self.digests[0]:  # one read: one call
+            owner = self.owner[0]
+            verdict = engine.read_one_verified(
+                self.local[0],
+                self.peers[0],
+                self.regions[0],
+                self.offsets[0],
+                self.lengths[0],
+                expected[owner],
+                fence=(self.slots[0], self.gens[0]),
+            )
+            if verdict > 0:
+                self._failed(0, verdict)
+                yield owner, verdict, None
+            else:
+                yield owner, OK, None if verdict == ReadCheck.UNCHECKED else verdict == ReadCheck.VERIFIED
+            return
         if len(self.owner) <= 1 and not self.piece_addrs:  # nothing to overlap: the single-call path
             already = set(self.failed)
             codes = self._run(engine)

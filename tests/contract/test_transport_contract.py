@@ -373,6 +373,12 @@ def test_wait_verified_checks_each_read_against_its_digest(pair: Pair) -> None:
     assert landed == pattern(80_000 + 5000)[80_000:].tobytes()
     with pytest.raises(Exception, match="one expected digest"):
         handle.wait_verified(np.zeros(2, np.uint64), np.zeros(2, np.uint8))
+    # One read on its own, the same way (the store's single gets).
+    one = [pair.initiator.read_one_verified(local[0], pair.segment, pair.remote.id, offsets[0], sizes[0], e)
+           for e in (want[0], want[0] ^ 1)]  # fmt: skip
+    assert one == [v.VERIFIED, v.MISMATCH]
+    far = pair.initiator.read_one_verified(local[0], pair.segment, pair.remote.id, pair.remote.length, 8, 0)
+    assert codes(np.asarray([far])) == ["OUT_OF_RANGE"]
 
 
 @pytest.mark.parametrize(
