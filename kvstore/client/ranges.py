@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+_FEW = 4  # pieces looked up one by one rather than as arrays
+
 
 class RangeTable:
     def __init__(self) -> None:
@@ -61,9 +63,11 @@ class RangeTable:
     ) -> np.ndarray | None:
         """Per piece the tag of the registration holding it; None unless every piece (positive length)
         lies inside one registration."""
-        _, starts, ends, tags, _ = self._table()
+        first, starts, ends, tags, _ = self._table()
         if starts.size == 0:
             return None
+        if isinstance(addrs, list) and isinstance(lengths, list) and len(addrs) <= _FEW:  # (cheaper so)
+            return self._few_tags(first, ends, tags, addrs, lengths)
         try:
             a = np.array(addrs, dtype=np.int64)
             n = np.array(lengths, dtype=np.int64)
@@ -73,6 +77,20 @@ class RangeTable:
         if (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
             return None
         return tags[at]
+
+    @staticmethod
+    def _few_tags(
+        starts: list[int], ends: np.ndarray, tags: np.ndarray, addrs: list[int], lengths: Sequence[int]
+    ) -> np.ndarray | None:
+        found = []
+        for a, n in zip(addrs, lengths, strict=True):
+            if type(a) is not int or type(n) is not int or n <= 0:
+                return None
+            k = bisect.bisect_right(starts, a) - 1
+            if k < 0 or a + n > int(ends[k]):
+                return None
+            found.append(k)
+        return tags[found]
 
 
 def split(counts: Sequence[int], column: list[Any]) -> Iterator[list[Any]]:
