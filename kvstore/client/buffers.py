@@ -117,6 +117,8 @@ ValueBuffers = SpanList | RawPieces | GpuStaged
 
 def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list[ValueBuffers]:
     """RawPieces per value from flat columns: value i is its counts[i] next pieces."""
+    if len(addrs) == len(counts):  # (one piece each: the common case, without the splitting)
+        return [RawPieces([a], [n], n) for a, n in zip(addrs, lengths, strict=True)]
     return [
         RawPieces(a, n, sum(n)) for a, n in zip(split(counts, addrs), split(counts, lengths), strict=True)
     ]

@@ -535,6 +535,10 @@ class Store:
             if values[i].size < size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
                 continue
+            if len(locations) == 1 and locations[0].engine:  # (one replica, served: most keys)
+                choices[i] = locations
+                todo.append(i)
+                continue
             served = [x for x in locations if x.engine]
             if not served:
                 if locations and locations[0].path:
