@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -31,17 +30,10 @@ def _column(typecode: str, values: Sequence[int]) -> np.ndarray | Sequence[int]:
         return values
 
 
-class Request(NamedTuple):
-    owner: int  # the key (its index in the caller's call) whose bytes it moves
-    op: int
-    peer: Peer
-    region: int
-    offset: int
-    slot: int
-    gen: int
-    local: int  # 0 when it has pieces of its own
-    length: int
-    pieces: int  # 0, or how many of the batch's pieces (in order) are its own
+# One request: (owner: the key, by its index in the caller's call, whose bytes it moves; op; peer; region;
+# offset; fence slot; fence generation; local address, 0 when it has pieces of its own; length; how many of
+# the batch's pieces, in order, are its own, or 0). A plain tuple: a named one is built in Python.
+Request = tuple[int, int, Peer, int, int, int, int, int, int, int]
 
 
 class TransferBatch:
@@ -71,7 +63,7 @@ class TransferBatch:
         one request (that gathers or scatters them), and a read asks for the digest of what it lands."""
         n = len(lengths)
         if n == 1:
-            self.requests.append(Request(owner, op, peer, region, offset, slot, gen, addrs[0], lengths[0], 0))
+            self.requests.append((owner, op, peer, region, offset, slot, gen, addrs[0], lengths[0], 0))
             return
         if n == 0:
             return
@@ -81,7 +73,7 @@ class TransferBatch:
                 self.add_pieces(owner, op, addrs[part], lengths[part], peer, region, offset, slot, gen)
                 offset += sum(lengths[part])
             return
-        self.requests.append(Request(owner, op, peer, region, offset, slot, gen, 0, sum(lengths), n))
+        self.requests.append((owner, op, peer, region, offset, slot, gen, 0, sum(lengths), n))
         self.piece_addrs += addrs
         self.piece_lengths += lengths
 
@@ -111,10 +103,10 @@ class TransferBatch:
         return handle, columns
 
     def _failed(self, j: int, code: int) -> None:
-        request = self.requests[j]
-        self.failed.add(request.owner)
+        owner, _op, peer = self.requests[j][:3]
+        self.failed.add(owner)
         if code != STALE:
-            self.failed_peers.add(request.peer.name)
+            self.failed_peers.add(peer.name)
 
     def stream(
         self, engine: TransferEngine, expected: Mapping[int, int]
@@ -128,15 +120,15 @@ class TransferBatch:
         if not self.requests:
             return
         if len(self.requests) == 1 and not self.piece_addrs:  # one read: the single-call path
-            r = self.requests[0]
+            owner, _op, peer, region, offset, slot, gen, local, length, _n = self.requests[0]
             verdict = engine.read_one_verified(
-                r.local, r.peer, r.region, r.offset, r.length, expected[r.owner], fence=(r.slot, r.gen)
+                local, peer, region, offset, length, expected[owner], fence=(slot, gen)
             )
             if verdict > 0:
                 self._failed(0, verdict)
-                yield r.owner, verdict, None
+                yield owner, verdict, None
             else:
-                yield r.owner, OK, _VERIFIED[verdict]
+                yield owner, OK, _VERIFIED[verdict]
             return
         handle, columns = self._submit(engine)
         owners = columns[0]
@@ -159,10 +151,8 @@ class TransferBatch:
     def run(self, engine: TransferEngine) -> set[int]:
         """Runs the batch (this thread helps move bytes); returns the owners with a request not completed."""
         if len(self.requests) == 1 and not self.piece_addrs:  # one request: the single-call path, no arrays
-            r = self.requests[0]
-            state, code = engine.transfer_one(
-                r.op, r.local, r.peer, r.region, r.offset, r.length, fence=(r.slot, r.gen)
-            )
+            _owner, op, peer, region, offset, slot, gen, local, length, _n = self.requests[0]
+            state, code = engine.transfer_one(op, local, peer, region, offset, length, fence=(slot, gen))
             if state != RequestState.COMPLETED:
                 self._failed(0, code)
         elif self.requests:
