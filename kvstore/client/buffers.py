@@ -80,8 +80,8 @@ class SpanList:
 
 @dataclass(slots=True)
 class RawPieces:
-    """One value's buffers when every one is raw (address, size) memory inside raw registrations, as an
-    engine's paged KV cache passes them: plain lists and no object per piece (thousands per batch)."""
+    """One value's buffers when every one is raw (address, size) memory inside long-lived registrations,
+    as an engine's paged KV cache passes them: plain lists and no object per piece (thousands per batch)."""
 
     addrs: list[int]
     lengths: list[int]
@@ -140,7 +140,7 @@ def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]
 class BufferManager:
     def __init__(self, engine: TransferEngine, staging_size: int, pipeline_chunk: int = 0) -> None:
         self.engine = engine
-        self._all = RangeTable()  # every long-lived registration (payload: its Region)
+        self._all = RangeTable()  # every long-lived registration (payload: its Region; tag 1: writable)
         self._raw = RangeTable()  # those given as raw (address, size) (payload: one view of it all)
         self.staging = StagingArea(engine, staging_size, 64)
         self.gpu = GpuMemory(engine, staging_size)
@@ -156,7 +156,7 @@ class BufferManager:
             self._raw.add(region.addr, region.length, raw)
         else:
             region = self.engine.register(buffer, export=False)
-        self._all.add(region.addr, region.length, region)
+        self._all.add(region.addr, region.length, region, tag=int(not region.read_only))
         return region
 
     def unregister(self, buffer: Any) -> None:
@@ -178,9 +178,15 @@ class BufferManager:
         base, whole = hit
         return Span(addr, size, whole[addr - base : addr - base + size])
 
-    def _raw_values(self, counts: list[int], flat: list[Any]) -> list[ValueBuffers] | None:
+    def _in_registrations(self, addrs: Any, lengths: Any, writable: bool) -> bool:
+        """Whether every piece lies inside one long-lived host registration (a writable one when
+        `writable`): raw pieces there are used as they are, in a few array operations for the batch."""
+        tags = self._all.tags(addrs, lengths)
+        return tags is not None and (not writable or bool(tags.all()))
+
+    def _raw_values(self, counts: list[int], flat: list[Any], writable: bool) -> list[ValueBuffers] | None:
         """RawPieces (host) or GpuStaged (GPU) per value when every buffer of every value is raw memory
-        inside a raw registration (resolved for the whole batch in a few array operations), else None.
+        inside a long-lived registration (resolved for the whole batch in a few array operations), else None.
         `flat`: every value's buffers in order, counts[i] of them value i's."""
         # Type checks as C-level loops (map/set): a Python loop per piece costs more than the rest.
         if set(map(type, flat)) != {tuple} or set(map(len, flat)) != {2}:
@@ -191,7 +197,7 @@ class BufferManager:
         gpu = self.gpu.raw_values(addrs, lengths, counts)
         if gpu is not None:
             return list(gpu)
-        if self._raw.tags(addrs, lengths) is None:
+        if not self._in_registrations(addrs, lengths, writable):
             return None
         return _raw_pieces(counts, addrs, lengths)
 
@@ -210,7 +216,7 @@ class BufferManager:
 
     def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> list[ValueBuffers]:
         """Values given as flat piece arrays (value i: its counts[i] next pieces): RawPieces when every
-        piece is inside a raw registration (found with a few array operations), else through values()."""
+        piece is inside a long-lived registration (found in a few array operations), else via values()."""
         try:
             a = np.asarray(addrs, dtype=np.uint64)
             n = np.asarray(lengths, dtype=np.uint64)
@@ -224,7 +230,7 @@ class BufferManager:
         if int(c.min()) <= 0:
             raise InvalidArgumentError("every value needs at least one piece")
         counted = c.tolist()
-        if self._raw.tags(a, n) is not None:
+        if self._in_registrations(a, n, writable):
             return _raw_pieces(counted, a.tolist(), n.tolist())
         # GPU memory, or a piece outside every registration: values() moves it, or says which.
         flat = list(zip(a.tolist(), n.tolist(), strict=True))
@@ -244,7 +250,7 @@ class BufferManager:
         flat = [part for parts in buffer_lists for part in parts]
         out = None
         if flat and 0 not in counts:  # (the one-call paths; an empty value takes the per-buffer path's error)
-            out = self._raw_values(counts, flat) or self._registered_values(counts, flat, writable)
+            out = self._raw_values(counts, flat, writable) or self._registered_values(counts, flat, writable)
         if out is None:
             out = self._values(buffer_lists, writable)
         gpu = [value for value in out if isinstance(value, GpuStaged)]
@@ -290,7 +296,10 @@ class BufferManager:
         if view.nbytes == 0:
             raise InvalidArgumentError("empty buffer")
         addr = address_of(view)
-        if self._all.containing(addr, view.nbytes) is not None:
+        hit = self._all.containing(addr, view.nbytes)
+        if hit is not None:
+            if writable and hit[1].read_only:  # (raw memory inside a buffer registered read-only)
+                raise InvalidArgumentError("the destination is inside a buffer registered read-only")
             return Span(addr, view.nbytes, view)
         if isinstance(buffer, tuple):
             raise InvalidArgumentError(

@@ -41,3 +41,24 @@ def test_other_buffers_take_the_per_buffer_path(manager: BufferManager) -> None:
         manager.values([[registered], [b"read-only bytes"]], writable=True)
     with pytest.raises(InvalidArgumentError, match="contiguous"):
         manager.values([[np.zeros((64, 64), dtype=np.uint8)[:, :8]]], writable=True)
+
+
+def test_pieces_inside_a_registered_array_are_resolved_in_one_call(manager: BufferManager) -> None:
+    """Raw (address, size) pieces inside a registered array (not only inside a raw registration) are used
+    as they are; inside a read-only one they are for reading from only: a get into them takes the
+    per-buffer path, which refuses them."""
+    array = np.zeros((4, 4096), dtype=np.uint8)
+    manager.register(array)
+    base = array.ctypes.data
+    addrs, lengths, counts = [base, base + 8192, base + 4096], [100, 4096, 50], [2, 1]
+    for writable in (False, True):
+        values = manager.piece_values(addrs, lengths, counts, writable=writable)
+        assert all(isinstance(v, RawPieces) for v in values)
+        assert values[0].pieces(4196) == ([base, base + 8192], [100, 4096]) and values[1].size == 50
+    frozen = np.zeros(8192, dtype=np.uint8)
+    frozen.flags.writeable = False
+    manager.register(frozen)
+    at = frozen.ctypes.data
+    assert isinstance(manager.piece_values([at], [64], [1], writable=False)[0], RawPieces)
+    with pytest.raises(InvalidArgumentError):
+        manager.piece_values([at], [64], [1], writable=True)
