@@ -23,6 +23,7 @@ from transfer_engine.errors import (
     InvalidArgumentError,
     NotSupportedError,
     StaleLocationError,
+    TransferConnectionError,
     TransferFailedError,
     TransferTimeoutError,
     error_for_code,
@@ -642,7 +643,9 @@ class TransferEngine:
             state, code = self._core_engine().transfer(
                 int(Op.READ), local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence
             )
-            return ReadCheck.UNCHECKED if state == RequestState.COMPLETED else code
+            if state == RequestState.COMPLETED:
+                return ReadCheck.UNCHECKED
+            return code or TransferConnectionError.code  # (never 0: that reads as VERIFIED)
         return int(
             self._core_engine().read_verified(
                 local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence, expected
