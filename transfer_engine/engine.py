@@ -23,7 +23,6 @@ from transfer_engine.errors import (
     InvalidArgumentError,
     NotSupportedError,
     StaleLocationError,
-    TransferConnectionError,
     TransferFailedError,
     TransferTimeoutError,
     error_for_code,
@@ -639,13 +638,6 @@ class TransferEngine:
         timeout_ms = self._check_one(local_addr, region_id, offset, length, timeout, fence)
         if not (isinstance(expected, int) and 0 <= expected < 1 << 64):
             raise InvalidArgumentError("an expected digest is an integer in [0, 2**64)")
-        if not checksum.available():
-            state, code = self._core_engine().transfer(
-                int(Op.READ), local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence
-            )
-            if state == RequestState.COMPLETED:
-                return ReadCheck.UNCHECKED
-            return code or TransferConnectionError.code  # (never 0: that reads as VERIFIED)
         return int(
             self._core_engine().read_verified(
                 local_addr, peer.handle, region_id, offset, length, timeout_ms, *fence, expected

@@ -579,10 +579,14 @@ class Store:
                 requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            for i, code, verified in requests.stream(self.engine, expected):
-                if code == OK and (
-                    verified if verified is not None else self._checksum_ok(values[i], *found[i][:2])
-                ):
+            ended = list(requests.stream(self.engine, expected))
+            # Keys the engine could not verify (GPU memory, several requests) are hashed in one call.
+            unchecked = [i for i, code, verified in ended if code == OK and verified is None]
+            if unchecked:
+                digests = checksums([values[i] for i in unchecked], [found[i][0] for i in unchecked])
+                hashed = {i: d == expected[i] for i, d in zip(unchecked, digests, strict=True)}
+            for i, code, verified in ended:
+                if code == OK and (verified if verified is not None else hashed[i]):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
                     continue
