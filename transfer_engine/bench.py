@@ -272,7 +272,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             cfg,
             transport,
             working_set,
-            engine.config.copy_threads,
+            engine.copy_parallelism,
             connections,
             host,
             tcp["socket_buffer"],
@@ -371,7 +371,7 @@ def measure_baseline(
     cfg: TransferBenchConfig,
     transport: str,
     working_set: int,
-    copy_threads: int,
+    copy_parallelism: int,
     connections: int,
     host: str,
     socket_buffer: int,
@@ -394,7 +394,7 @@ def measure_baseline(
             r["gbps"]
         ), f"raw UCP {call} loop to another process, batches of {cfg.batch_size}, over {over}"
     # The engine copies on its worker threads and the waiting thread: give memcpy the same parallelism.
-    threads = max(cfg.threads, copy_threads)
+    threads = max(cfg.threads, copy_parallelism)
     gbps = memcpy_gbps(cfg.block_size, working_set, seconds, threads)
     return gbps, f"memcpy x{threads} over {format_size(working_set)}"
 

@@ -121,7 +121,11 @@ class EngineConfig(Settings):
     transport: str = setting(
         "auto", "Transport for every peer: auto (the cheapest that reaches it) or one registered transport."
     )
-    copy_threads: int = setting(2, "Worker threads for memory-to-memory copies (local and shm transports).")
+    copy_threads: int = setting(
+        2,
+        "Worker threads for memory-to-memory copies (local and shm transports); at most one fewer than the "
+        "cores the process may use start, since a caller waiting on its batch copies too.",
+    )
     transfer_timeout: float = setting(
         30.0, "Default deadline of a batch; then unfinished requests TIME OUT.", "seconds"
     )

@@ -275,6 +275,12 @@ class TransferEngine:
         return int(self._core_engine().id)
 
     @property
+    def copy_parallelism(self) -> int:
+        """Threads that copy a same-host batch a caller waits on: the copy workers (copy_threads, at most
+        one fewer than this process's cores) and the waiting caller. Baselines give memcpy as many."""
+        return int(self._core_engine().copy_parallelism)
+
+    @property
     def owner(self) -> str:
         """Who this engine's process is to its master (set_owner; "" until then): in its descriptor, which
         the master checks a mount of this engine's regions against."""

@@ -213,6 +213,9 @@ void bind_engine(py::module_& m) {
            "Enabled transports that serve and reach nobody here, and why.")
       .def_property_readonly("name", &Engine::name)
       .def_property_readonly("id", &Engine::id)
+      .def_property_readonly(
+          "copy_parallelism", &Engine::copy_parallelism,
+          "Threads that copy a same-host batch its caller waits on (workers + the caller).")
       .def(
           "register",
           [](Engine& e, uint64_t addr, uint64_t length, const std::string& kind, bool exported,

@@ -1,6 +1,18 @@
 #include "core/copy_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
+
 namespace kvs {
+
+int CopyPool::workers_for(int wanted) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  const int spare = cores > 1 ? cores - 1 : 1;
+  return std::max(1, std::min(wanted, spare));
+}
 
 CopyPool::CopyPool(int threads) {
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { loop(); });

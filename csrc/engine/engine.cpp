@@ -122,7 +122,7 @@ Engine::Engine(EngineConfig config)
       id_(random_u64()),
       host_id_(local_host_id()),
       registry_(std::make_shared<MemoryRegistry>()),
-      pool_(std::make_unique<CopyPool>(std::max(1, config_.copy_threads))) {
+      pool_(std::make_unique<CopyPool>(CopyPool::workers_for(config_.copy_threads))) {
   for (const auto& [name, values] : config_.transport_options) {
     if (find_transport(name) == nullptr)
       config_error_ = Status(Code::kInvalidArgument, "unknown transport '" + name + "'");

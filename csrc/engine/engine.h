@@ -29,7 +29,7 @@ struct EngineConfig {
   std::string host = "127.0.0.1";  // address the engine serves on; with the port it names the engine
   uint16_t port = 0;               // handshake port; 0: any free port
   std::string transport = "auto";  // auto, or the name of one transport to use for every peer
-  int copy_threads = 2;            // workers for memory-to-memory copies
+  int copy_threads = 2;            // workers for memory-to-memory copies (at most cores - 1 start)
   int handshake_timeout_ms = 5000;
   int peer_pin_timeout_ms = 5000;  // how long unregister waits for same-host peers' copies
   // The NICs it may use and advertises (KVSTORE_NICS): those named, or all but those with nic_exclude.
@@ -121,6 +121,8 @@ class Engine {
   bool wait(Batch& batch, int64_t timeout_us, bool help = true);
   // Runs one queued copy on the calling thread; false if none was queued.
   bool help_once() { return pool_->run_one(); }
+  // Threads that copy a same-host batch its caller waits on: the pool's workers and the caller.
+  int copy_parallelism() const { return pool_->workers() + 1; }
   // Runs a batch to its end as wait() does, verifying each read as it ends, between the copies this
   // thread helps with: verdicts[i] is kReadVerified when request i completed and, if check[i], the
   // XXH3-64 of the bytes it landed is expected[i]; kReadMismatch when it differs; kReadUnchecked when

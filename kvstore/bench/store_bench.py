@@ -122,7 +122,7 @@ def _baseline(store: Store, block_size: int, working_set: int, seconds: float) -
     carrier = peers[0].transports[0] if peers and peers[0].transports else ""
     config = store.engine.config
     if carrier in ("shm", "local"):
-        threads = config.copy_threads
+        threads = store.engine.copy_parallelism
         gbps = memcpy_gbps(block_size, working_set, seconds, threads)
         return gbps, f"memcpy x{threads} over {format_size(working_set)}"
     if carrier == "tcp" and peers[0].name.startswith("127."):

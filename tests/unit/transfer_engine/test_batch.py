@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,11 @@ def test_deadline_marks_timed_out() -> None:
             os.kill(target.proc.pid, signal.SIGCONT)
     finally:
         stop_target(target)
+
+
+@pytest.mark.parametrize("copy_threads", [1, 2, 64])
+def test_copy_workers_leave_a_core_for_the_waiting_caller(copy_threads: int) -> None:
+    # A caller waiting on its batch copies too: more workers than cores - 1 only take turns on the cores.
+    cores = len(os.sched_getaffinity(0))
+    with TransferEngine(transport="tcp", copy_threads=copy_threads) as engine:
+        assert engine.copy_parallelism == 1 + max(1, min(copy_threads, cores - 1))
