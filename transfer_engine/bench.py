@@ -264,6 +264,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
         lat = np.array([x for w in workers for x in w.latencies]) * 1e6
         nbytes = requests * cfg.block_size
         gbps = nbytes / elapsed / 1e9
+        copy_parallelism = engine.copy_parallelism
     tcp = engine.config.transport_settings("tcp")
     connections = int(tcp["connections"])
     baseline_gbps, kind = (None, None)
@@ -272,7 +273,7 @@ def run_initiator(cfg: TransferBenchConfig, console: Console | None = None) -> T
             cfg,
             transport,
             working_set,
-            engine.copy_parallelism,
+            copy_parallelism,
             connections,
             host,
             tcp["socket_buffer"],
