@@ -7,6 +7,7 @@ Every value is checked against its xxh3-64 checksum on read: a mismatch is a mis
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -324,12 +325,11 @@ class Store:
         results = [OK] * len(keys)
         messages = [""] * len(keys)
         written = [0] * len(keys)
-        asked: list[int] = []  # keys the master is asked about; a bad key fails alone, here
-        for i, key in enumerate(keys):
-            if not v.key_ok(key):
+        asked = list(range(len(keys)))  # keys the master is asked about; a bad key fails alone, here
+        if not v.all_keys_ok(keys):
+            asked = [i for i in asked if v.key_ok(keys[i])]
+            for i in set(range(len(keys))) - set(asked):
                 results[i], messages[i] = -InvalidArgumentError.code, v.KEY_RULE
-                continue
-            asked.append(i)
         digests = checksums([values[i] for i in asked], [values[i].size for i in asked])
         items = [m.PutItem(keys[i], values[i].size, d) for i, d in zip(asked, digests, strict=True)]
         started: list[m.ItemResult] = []
@@ -344,6 +344,7 @@ class Store:
                 started = self.master.call(start)
         requests = TransferBatch()
         writing: list[int] = []
+        peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per replica)
         for i, (code, message, placed) in zip(asked, started, strict=True):
             if code:
                 results[i], messages[i] = -code, message
@@ -351,7 +352,9 @@ class Store:
                 writing.append(i)
                 written[i] = len(placed)
                 for engine, region_id, offset, slot, gen in placed:
-                    peer = self.session.peer(engine)
+                    if engine not in peers:
+                        peers[engine] = self.session.peer(engine)
+                    peer = peers[engine]
                     if peer is None:
                         requests.fail(i, engine)
                         continue
@@ -372,8 +375,8 @@ class Store:
             for i, (code, message, _none) in zip(done, ended, strict=True):
                 if code:
                     results[i], messages[i], written[i] = -code, message, 0
-        out = [PutResult(r, n, replicas, msg) for r, n, msg in zip(results, written, messages, strict=True)]
-        degraded = sum(1 for r in out if r.degraded)
+        out = list(map(PutResult, results, written, itertools.repeat(replicas), messages))
+        degraded = sum(1 for r, n in zip(results, written, strict=True) if r == OK and 0 < n < replicas)
         if degraded:
             self.stats_local.degraded_puts += degraded
             log.warning(

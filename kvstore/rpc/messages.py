@@ -38,6 +38,7 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
     _items,
     _object_location,
     _record,
+    placed_items,
 )
 
 # 3: allocations carry fence (slot, generation); AwaitFences. 4: disk tier. 5: direct disk reads.
@@ -474,7 +475,7 @@ class PutStart(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ItemResult]:
-        return _items(obj, lambda placed: [_record(Placement, r) for r in placed])
+        return placed_items(obj)
 
 
 @dataclass

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import xxhash
 
-from kvstore.client.buffers import BufferManager, RawPieces, SpanList
+from kvstore.client.buffers import BufferManager, RawPieces, SpanList, checksums
 from kvstore.errors import InvalidArgumentError
 from transfer_engine import TransferEngine
 
@@ -62,3 +63,26 @@ def test_pieces_inside_a_registered_array_are_resolved_in_one_call(manager: Buff
     assert isinstance(manager.piece_values([at], [64], [1], writable=False)[0], RawPieces)
     with pytest.raises(InvalidArgumentError):
         manager.piece_values([at], [64], [1], writable=True)
+
+
+def test_checksums_of_whole_raw_values_match_value_by_value(manager: BufferManager) -> None:
+    """Whole raw values are hashed from their joined columns; any other mix value by value: the same
+    digests, and those of xxhash over the bytes."""
+    array = np.frombuffer(np.random.default_rng(1).bytes(4 * 4096), dtype=np.uint8).reshape(4, 4096)
+    manager.register(array)
+    values = manager.values([[array[0]], [array[1], array[2, :7]], [array[3, :1]]], writable=False)
+    assert all(isinstance(v, RawPieces) for v in values)
+    expected = [
+        xxhash.xxh3_64_intdigest(b)
+        for b in (array[0].tobytes(), array[1].tobytes() + array[2, :7].tobytes(), array[3, :1].tobytes())
+    ]
+    assert checksums(values, [v.size for v in values]) == expected  # whole values: the joined columns
+    assert checksums(values, [4096, 4100, 1]) == [expected[0], _digest(array[1], array[2, :4]), expected[2]]
+    spans = manager.values([[bytes(array[0])]], writable=False)  # not raw: value by value
+    assert checksums([*values, *spans], [*(v.size for v in values), 4096]) == [*expected, expected[0]]
+    for v in spans:
+        v.release(manager)
+
+
+def _digest(*parts: np.ndarray) -> int:
+    return xxhash.xxh3_64_intdigest(b"".join(p.tobytes() for p in parts))
