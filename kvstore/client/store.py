@@ -7,13 +7,12 @@ Every value is checked against its xxh3-64 checksum on read: a mismatch is a mis
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,8 +20,9 @@ from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checks
 from kvstore.client.collector import collector_paused
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
+from kvstore.client.put_chunk import PutChunk, PutResult
 from kvstore.client.transfer_batch import OK, STALE, TransferBatch
-from kvstore.cluster.master_client import MasterClient
+from kvstore.cluster.master_client import MasterClient, Sent
 from kvstore.cluster.session import Session
 from kvstore.config import StoreConfig
 from kvstore.errors import (
@@ -30,39 +30,25 @@ from kvstore.errors import (
     KVStoreError,
     NotFoundError,
     ObjectNotFoundError,
-    TransferConnectionError,
     error_for_code,
 )
 from kvstore.rpc import messages as m
 from kvstore.rpc import validate as v
-from kvstore.rpc.messages import ObjectLocation, PrefixMatch
+from kvstore.rpc.messages import ObjectLocation, PrefixMatch, Request
 from transfer_engine import Op, Peer, TransferEngine
 
 log = logging.getLogger("kvstore.client")
 
 MISS = -ObjectNotFoundError.code
 """Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
+PIPELINED_CHUNK = 256  # keys of a batch put's chunk (at least) when the batch is pipelined
+PIPELINE_CHUNKS = 4  # chunks a pipelined batch put is cut into (of PIPELINED_CHUNK keys at least)
 AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
 
 
 def result_error(result: int) -> KVStoreError | None:
     """The exception a negative per-key batch result stands for; None for a success (>= 0)."""
     return None if result >= 0 else error_for_code(-result, f"store error {-result}")
-
-
-class PutResult(NamedTuple):
-    """One key's outcome of a put: `code` 0 or a negative error code; `replicas` written by this put (0
-    when the same bytes were already stored, or on failure) of `asked`."""
-
-    code: int
-    replicas: int
-    asked: int
-    message: str
-
-    @property
-    def degraded(self) -> bool:
-        """Stored with fewer replicas than asked (too few distinct usable segments; see min_replicas)."""
-        return self.code == 0 and 0 < self.replicas < self.asked
 
 
 @dataclass
@@ -312,78 +298,75 @@ class Store:
     def _put_many(
         self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
     ) -> list[PutResult]:
-        """Per key its PutResult, in requests the master bounds (MAX_PUT_ITEMS)."""
+        """Per key its PutResult. The keys go to the master in chunks (requests it bounds at
+        MAX_PUT_ITEMS), pipelined when there are many: the master places the next chunk while this
+        thread writes one, and commits it while this thread goes on (a batch of small values spends as
+        long in the master as here). A batch that names a key twice is not pipelined: in one request
+        the second put finds the first in progress, as it always did; across chunks it would depend on
+        timing."""
+        size = v.MAX_PUT_ITEMS
+        if len(keys) >= 2 * PIPELINED_CHUNK and len(set(keys)) == len(keys):
+            size = min(size, max(PIPELINED_CHUNK, -(-len(keys) // PIPELINE_CHUNKS)))
+        chunks = [
+            PutChunk(keys[a : a + size], values[a : a + size], replicas, pin, least)
+            for a in range(0, len(keys), size)
+        ]
+        if len(chunks) > 1 and size < v.MAX_PUT_ITEMS:
+            self._put_pipelined(chunks)
+        else:
+            for chunk in chunks:
+                self._put_pipelined([chunk])
         out: list[PutResult] = []
-        for start in range(0, len(keys), v.MAX_PUT_ITEMS):
-            end = start + v.MAX_PUT_ITEMS
-            out += self._put_chunk(keys[start:end], values[start:end], replicas, pin, least)
-        return out
-
-    def _put_chunk(
-        self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
-    ) -> list[PutResult]:
-        results = [OK] * len(keys)
-        messages = [""] * len(keys)
-        written = [0] * len(keys)
-        asked = list(range(len(keys)))  # keys the master is asked about; a bad key fails alone, here
-        if not v.all_keys_ok(keys):
-            asked = [i for i in asked if v.key_ok(keys[i])]
-            for i in set(range(len(keys))) - set(asked):
-                results[i], messages[i] = -InvalidArgumentError.code, v.KEY_RULE
-        digests = checksums([values[i] for i in asked], [values[i].size for i in asked])
-        items = [m.PutItem(keys[i], values[i].size, d) for i, d in zip(asked, digests, strict=True)]
-        started: list[m.ItemResult] = []
-        if items:
-            start = m.PutStart(
-                client_id=self.client_id, items=items, replicas=replicas, pin=pin, min_replicas=least
-            )
-            try:
-                started = self.master.call(start)
-            except NotFoundError:  # the master forgot this client (it restarted): join again, once
-                self.session.rejoin()
-                started = self.master.call(start)
-        requests = TransferBatch()
-        writing: list[int] = []
-        peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per replica)
-        for i, (code, message, placed) in zip(asked, started, strict=True):
-            if code:
-                results[i], messages[i] = -code, message
-            elif placed is not None:
-                writing.append(i)
-                written[i] = len(placed)
-                for engine, region_id, offset, slot, gen in placed:
-                    if engine not in peers:
-                        peers[engine] = self.session.peer(engine)
-                    peer = peers[engine]
-                    if peer is None:
-                        requests.fail(i, engine)
-                        continue
-                    addrs, lengths = values[i].pieces(values[i].size)
-                    requests.add_pieces(i, Op.WRITE, addrs, lengths, peer, region_id, offset, slot, gen)
-        failed = requests.run(self.engine)
-        self._report(requests.failed_peers, [])
-        done = [i for i in writing if i not in failed]
-        undone = [i for i in writing if i in failed]
-        if undone:
-            self.master.call(m.PutRevoke(client_id=self.client_id, keys=[keys[i] for i in undone]))
-            for i in undone:
-                written[i] = 0
-                results[i] = -TransferConnectionError.code
-                messages[i] = "the bytes did not reach every replica"
-        if done:
-            ended = self.master.call(m.PutEnd(client_id=self.client_id, keys=[keys[i] for i in done]))
-            for i, (code, message, _none) in zip(done, ended, strict=True):
-                if code:
-                    results[i], messages[i], written[i] = -code, message, 0
-        out = list(map(PutResult, results, written, itertools.repeat(replicas), messages))
-        degraded = sum(1 for r, n in zip(results, written, strict=True) if r == OK and 0 < n < replicas)
+        for chunk in chunks:
+            out += chunk.results()
+            self.stats_local.puts += chunk.codes.count(OK)
+        degraded = sum(chunk.degraded() for chunk in chunks)
         if degraded:
             self.stats_local.degraded_puts += degraded
             log.warning(
                 "%d key(s) stored with fewer than %d replicas (too few usable segments)", degraded, replicas
             )
-        self.stats_local.puts += sum(1 for r in results if r == OK)
         return out
+
+    def _put_pipelined(self, chunks: list[PutChunk]) -> None:
+        """Runs the chunks: chunk k + 1's put start is out while chunk k is written, and each put end is
+        received once every chunk is written."""
+        master, client_id = self.master, self.client_id
+        out: list[Sent] = []  # requests sent and not yet received (abandoned on an error)
+
+        def send(request: Request | None) -> Sent | None:
+            if request is None:
+                return None
+            out.append(master.send(request))
+            return out[-1]
+
+        def receive(sent: Sent | None) -> Any:
+            if sent is None:
+                return []
+            out.remove(sent)
+            return master.receive(sent)
+
+        ends: list[tuple[PutChunk, Sent | None, Sent | None]] = []
+        try:
+            start = chunks[0].start(client_id)
+            sent = send(start)
+            for k, chunk in enumerate(chunks):
+                upcoming = chunks[k + 1].start(client_id) if k + 1 < len(chunks) else None
+                try:
+                    started = receive(sent)
+                except NotFoundError:  # the master forgot this client (it restarted): join again, once
+                    self.session.rejoin()
+                    started = master.call(start) if start is not None else []
+                start, sent = upcoming, send(upcoming)
+                self._report(chunk.write(started, self.engine, self.session.peer), [])
+                revoke, end = chunk.end(client_id)
+                ends.append((chunk, send(revoke), send(end)))
+            for chunk, revoked, ended in ends:
+                receive(revoked)
+                chunk.ended(receive(ended))
+        except BaseException:
+            master.abandon(out)
+            raise
 
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:

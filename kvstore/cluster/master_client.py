@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from kvstore import rpc
 from kvstore.cluster.leader import AddressList, Locator
@@ -30,6 +30,14 @@ from transfer_engine.security import SecurityConfig
 CONNECT_SECONDS = 1.0
 """How long a connection may take to open: a master that is down on a host that is cut off never refuses,
 and a client must not wait its whole reply timeout on it before asking for the new leader."""
+
+
+class Sent(NamedTuple):
+    """A request a thread sent on its connection, its reply not yet received (MasterClient.send)."""
+
+    msg_id: int
+    request: Request
+    sock: socket.socket
 
 
 class MasterClient:
@@ -69,27 +77,65 @@ class MasterClient:
         code. `long_poll`: the master answers when it has something to say, not at once, so polling for
         the reply would only burn a core the master and the other processes need. `raw`: the reply as
         msgpack decoded it, not checked nor made typed records (a load generator that only counts)."""
+        return self.receive(self.send(request), timeout, long_poll, raw)
+
+    def send(self, request: Request) -> Sent:
+        """Sends one request without waiting for its reply (receive() takes it): with several requests out
+        on its connection, a thread works while the master answers (the master answers a connection's
+        requests in turn, but a reply that waits, e.g. a put end's, lets later ones overtake it)."""
         identity = self._identity
         if identity and request.__class__ in OWN_NAME and getattr(request, "client_id", None) == identity[0]:
             request.token = request.token or identity[1]  # type: ignore[attr-defined]
         msg_id = next(self._ids)
-        method = request.METHOD
-        sock, poller = self._connection()
+        sock, _poller = self._connection()
         try:
-            sock.settimeout(timeout or self.timeout)
-            reply_id, code, message, result = _exchange(
-                sock, msg_id, request, poller, 0.0 if long_poll else self.spin_seconds
-            )
-        except (OSError, EOFError, InvalidArgumentError) as exc:
+            sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
+        except OSError as exc:
             self._drop(sock)
+            raise MasterUnavailableError(f"master {self.address}: {request.METHOD}: {exc}") from exc
+        self._local.out[msg_id] = None
+        return Sent(msg_id, request, sock)
+
+    def receive(
+        self, sent: Sent, timeout: float | None = None, long_poll: bool = False, raw: bool = False
+    ) -> Any:
+        """The reply to a request this thread sent (see call for the arguments); replies to its other
+        requests that come first are kept for their own receive."""
+        local, method = self._local, sent.request.METHOD
+        if getattr(local, "sock", None) is not sent.sock or sent.msg_id not in local.out:
+            raise MasterUnavailableError(f"master {self.address}: {method}: the connection was lost")
+        reply = local.out[sent.msg_id]
+        try:
+            while reply is None:
+                sent.sock.settimeout(timeout or self.timeout)
+                if self.spin_seconds and not long_poll:
+                    _spin_until_readable(local.poller, self.spin_seconds)
+                reply = _read_reply(sent.sock)
+                if reply[0] != sent.msg_id:
+                    if local.out.get(reply[0], True) is not None:  # not a request of ours still out
+                        raise MasterUnavailableError(f"master {self.address} answered out of turn")
+                    local.out[reply[0]], reply = reply, None
+        except (OSError, EOFError, InvalidArgumentError) as exc:
+            self._drop(sent.sock)
             kind = "timed out" if isinstance(exc, socket.timeout) else str(exc)
             raise MasterUnavailableError(f"master {self.address}: {method}: {kind}") from exc
-        if reply_id != msg_id:
-            self._drop(sock)
-            raise MasterUnavailableError(f"master {self.address} answered out of turn")
+        except MasterUnavailableError:
+            self._drop(sent.sock)
+            raise
+        del local.out[sent.msg_id]
+        _, code, message, result = reply
         if code:
             raise error_for_code(code, message)
-        return result if raw else request.decode_reply(result)
+        return result if raw else sent.request.decode_reply(result)
+
+    def abandon(self, sent: list[Sent]) -> None:
+        """Requests whose replies this thread will not receive (it gave up on them: an error elsewhere):
+        their connection is closed if any is still out, so no later call reads a stale reply."""
+        local = self._local
+        for s in sent:
+            if getattr(local, "sock", None) is s.sock and s.msg_id in local.out:
+                self._drop(s.sock)
+                return
 
     def identify(self, client_id: str, token: str) -> None:
         """Requests made in `client_id`'s name carry `token` from now on (kvstore.rpc.messages.OWN_NAME)."""
@@ -113,7 +159,9 @@ class MasterClient:
         """This thread's connection and a poller registered on it (made once per connection)."""
         sock: socket.socket | None = getattr(self._local, "sock", None)
         if sock is not None:
-            if not _closed_by_peer(sock, self._local.poller):
+            # (With requests out, the connection is in use: a closed one fails their receive. Peeking
+            # would also take a byte of a reply through TLS.)
+            if self._local.out or not _closed_by_peer(sock, self._local.poller):
                 return sock, self._local.poller
             self._drop(sock)  # the master went away since the last call (e.g. restarted): reconnect
         with self._lock:
@@ -133,6 +181,7 @@ class MasterClient:
             poller = select.poll()
             poller.register(sock, select.POLLIN)
             self._local.sock, self._local.poller = sock, poller
+            self._local.out = {}  # id of each request out on it -> its reply, once read (else None)
             return sock, poller
         raise MasterUnavailableError(f"cannot reach {self.locator.describe()}: " + "; ".join(failures))
 
@@ -191,6 +240,7 @@ class MasterClient:
     def _drop(self, sock: socket.socket) -> None:
         """A connection that failed mid-call is out of step: close it; the next call reconnects."""
         self._local.sock = None
+        self._local.out = {}
         with self._lock:
             if sock in self._all:
                 self._all.remove(sock)
@@ -198,13 +248,14 @@ class MasterClient:
             sock.close()
 
 
-def _exchange(
-    sock: socket.socket, msg_id: int, request: Request, poller: select.poll | None = None, spin: float = 0.0
-) -> tuple[int, int, str, Any]:
+def _exchange(sock: socket.socket, msg_id: int, request: Request) -> tuple[int, int, str, Any]:
     """Sends one request frame and reads its reply frame: (id, code, message, result)."""
     sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
-    if spin and poller is not None:
-        _spin_until_readable(poller, spin)
+    return _read_reply(sock)
+
+
+def _read_reply(sock: socket.socket) -> tuple[int, int, str, Any]:
+    """The next reply frame on the connection: (id, code, message, result)."""
     header = _recv_exact(sock, rpc.HEADER_SIZE)
     return rpc.parse_response(rpc.unpack(_recv_exact(sock, rpc.frame_length(header))))
 
