@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import xxhash
@@ -39,11 +40,13 @@ def _load() -> bool:
     return True
 
 
-def xxh3_pieces(addrs: list[int], lengths: list[int], counts: list[int]) -> list[int]:
+def xxh3_pieces(
+    addrs: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray, counts: Sequence[int]
+) -> list[int]:
     """Per value, XXH3-64 of its pieces in order: value v is the next counts[v] (addr, length) pieces.
     The memory must be mapped for the duration of the call (the caller's registered buffers)."""
     if not available():
-        return _python_pieces(addrs, lengths, counts)
+        return _python_pieces(np.asarray(addrs).tolist(), np.asarray(lengths).tolist(), list(counts))
     digests = _core.xxh3_pieces(
         np.asarray(addrs, dtype=np.uint64),
         np.asarray(lengths, dtype=np.uint64),

@@ -80,24 +80,37 @@ class SpanList:
             filled -= min(filled, s.length)
 
 
+# A value's piece column: a list, or (many pieces, from flat arrays) a numpy uint64 array, kept so that
+# a batch's columns reach the engine without a round trip through Python ints.
+Column = list[int] | np.ndarray
+
+
 @dataclass(slots=True)
 class RawPieces:
     """One value's buffers when every one is raw (address, size) memory inside long-lived registrations,
-    as an engine's paged KV cache passes them: plain lists and no object per piece (thousands per batch)."""
+    as an engine's paged KV cache passes them: plain columns and no object per piece (thousands per
+    batch)."""
 
-    addrs: list[int]
-    lengths: list[int]
+    addrs: Column
+    lengths: Column
     size: int
 
-    def pieces(self, limit: int) -> tuple[list[int], list[int]]:
-        return _first_bytes(self.addrs, self.lengths, limit)
+    def pieces(self, limit: int) -> tuple[Column, Column]:
+        if limit >= self.size:
+            return self.addrs, self.lengths
+        return _first_bytes(ints(self.addrs), ints(self.lengths), limit)
 
     def clear(self) -> None:
-        for addr, n in zip(self.addrs, self.lengths, strict=True):
+        for addr, n in zip(ints(self.addrs), ints(self.lengths), strict=True):
             ctypes.memset(addr, 0, n)
 
     def release(self, manager: BufferManager, filled: int = 0) -> None:
         """Nothing to give back: the memory is the caller's, registered for good."""
+
+
+def ints(column: Column) -> list[int]:
+    """A piece column as Python ints."""
+    return column.tolist() if isinstance(column, np.ndarray) else column
 
 
 def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list[int], list[int]]:
@@ -127,22 +140,41 @@ def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list
     ]
 
 
+def _raw_piece_arrays(counts: np.ndarray, addrs: np.ndarray, lengths: np.ndarray) -> list[ValueBuffers]:
+    """_raw_pieces from uint64 arrays: many pieces per value stay arrays (views, no per-piece step)."""
+    if addrs.size == counts.size:
+        return _raw_pieces(counts.tolist(), addrs.tolist(), lengths.tolist())
+    ends = np.cumsum(counts).tolist()
+    starts = [0, *ends[:-1]]
+    sizes = np.add.reduceat(lengths, starts).tolist()
+    return [RawPieces(addrs[a:b], lengths[a:b], size) for a, b, size in zip(starts, ends, sizes, strict=True)]
+
+
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
     """XXH3-64 of each value's first sizes[i] bytes as they are in registered memory, in one call."""
     if set(map(type, values)) == {RawPieces} and list(map(_size, values)) == list(sizes):
-        # whole raw values (a put's, a paged cache's): their columns joined in C loops, no step per value
-        lists = list(map(_lengths, values))
-        flat = itertools.chain.from_iterable
-        return checksum.xxh3_pieces(list(flat(map(_addrs, values))), list(flat(lists)), list(map(len, lists)))
+        return _whole_checksums(values)  # type: ignore[arg-type]
     addrs: list[int] = []
     lengths: list[int] = []
     counts: list[int] = []
     for value, size in zip(values, sizes, strict=True):
         a, n = value.pieces(size)
-        addrs += a
-        lengths += n
+        addrs += ints(a)
+        lengths += ints(n)
         counts.append(len(n))
     return checksum.xxh3_pieces(addrs, lengths, counts)
+
+
+def _whole_checksums(values: Sequence[RawPieces]) -> list[int]:
+    """checksums() of whole raw values (a put's, a paged cache's): their columns joined in C loops (or
+    as arrays), no step per value."""
+    lengths = list(map(_lengths, values))
+    addrs = list(map(_addrs, values))
+    counts = list(map(len, lengths))
+    if any(isinstance(a, np.ndarray) for a in addrs):
+        return checksum.xxh3_pieces(np.concatenate(addrs), np.concatenate(lengths), counts)
+    flat = itertools.chain.from_iterable
+    return checksum.xxh3_pieces(list(flat(addrs)), list(flat(lengths)), counts)
 
 
 class BufferManager:
@@ -239,7 +271,7 @@ class BufferManager:
             raise InvalidArgumentError("every value needs at least one piece")
         counted = c.tolist()
         if self._in_registrations(a, n, writable):
-            return _raw_pieces(counted, a.tolist(), n.tolist())
+            return _raw_piece_arrays(c, a, n)
         # GPU memory, or a piece outside every registration: values() moves it, or says which.
         flat = list(zip(a.tolist(), n.tolist(), strict=True))
         return self.values(list(split(counted, flat)), writable)

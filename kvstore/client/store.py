@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums
+from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums, ints
 from kvstore.client.collector import collector_paused
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
@@ -604,7 +604,7 @@ class Store:
         items = []
         for i, where in on_disk.items():
             addrs, lengths = values[i].pieces(found[i][0])
-            items.append((addrs, lengths, found[i][0], where))
+            items.append((ints(addrs), ints(lengths), found[i][0], where))
         failed = []
         for i, ok in zip(on_disk, self.disk_reads.read(items), strict=True):
             if ok and self._checksum_ok(values[i], found[i][0], found[i][1]):

@@ -5,6 +5,7 @@ reported (a read's verified by the engine as its bytes landed, where it could)."
 from __future__ import annotations
 
 import array
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -30,6 +31,18 @@ def _column(typecode: str, values: Sequence[int]) -> np.ndarray | Sequence[int]:
         return values
 
 
+def _total(lengths: Sequence[int] | np.ndarray) -> int:
+    # (numpy's sum of a small array costs several times a Python sum of its ints)
+    return sum(lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)
+
+
+def _joined(columns: list[Sequence[int] | np.ndarray]) -> np.ndarray | list[int]:
+    """Requests' piece columns as one: arrays joined as arrays, lists in C loops."""
+    if any(isinstance(c, np.ndarray) for c in columns):
+        return np.concatenate(columns).astype(np.uint64, copy=False)
+    return list(itertools.chain.from_iterable(columns))
+
+
 # One request: (owner: the key, by its index in the caller's call, whose bytes it moves; op; peer; region;
 # offset; fence slot; fence generation; local address, 0 when it has pieces of its own; length; how many of
 # the batch's pieces, in order, are its own, or 0). A plain tuple: a named one is built in Python.
@@ -42,8 +55,9 @@ class TransferBatch:
     def __init__(self) -> None:
         # (A row per request, appended once: a key's dozen column appends cost more than its copy.)
         self.requests: list[Request] = []
-        self.piece_addrs: list[int] = []
-        self.piece_lengths: list[int] = []
+        # every multi-piece request's piece columns, in order (lists, or arrays: joined once at submit)
+        self.piece_addrs: list[Sequence[int] | np.ndarray] = []
+        self.piece_lengths: list[Sequence[int] | np.ndarray] = []
         self.failed: set[int] = set()
         self.failed_peers: set[str] = set()  # peers a request failed to reach (not: refused as stale)
 
@@ -51,8 +65,8 @@ class TransferBatch:
         self,
         owner: int,
         op: Op,
-        addrs: list[int],
-        lengths: list[int],
+        addrs: Sequence[int] | np.ndarray,
+        lengths: Sequence[int] | np.ndarray,
         peer: Peer,
         region: int,
         offset: int,
@@ -63,7 +77,8 @@ class TransferBatch:
         one request (that gathers or scatters them), and a read asks for the digest of what it lands."""
         n = len(lengths)
         if n == 1:
-            self.requests.append((owner, op, peer, region, offset, slot, gen, addrs[0], lengths[0], 0))
+            request = (owner, op, peer, region, offset, slot, gen, int(addrs[0]), int(lengths[0]), 0)
+            self.requests.append(request)
             return
         if n == 0:
             return
@@ -71,11 +86,11 @@ class TransferBatch:
             for k in range(0, n, MAX_REQUEST_PIECES):
                 part = slice(k, k + MAX_REQUEST_PIECES)
                 self.add_pieces(owner, op, addrs[part], lengths[part], peer, region, offset, slot, gen)
-                offset += sum(lengths[part])
+                offset += _total(lengths[part])
             return
-        self.requests.append((owner, op, peer, region, offset, slot, gen, 0, sum(lengths), n))
-        self.piece_addrs += addrs
-        self.piece_lengths += lengths
+        self.requests.append((owner, op, peer, region, offset, slot, gen, 0, _total(lengths), n))
+        self.piece_addrs.append(addrs)
+        self.piece_lengths.append(lengths)
 
     def fail(self, owner: int, peer: str) -> None:
         """`owner` fails without a request: its peer `peer` cannot be opened."""
@@ -98,7 +113,11 @@ class TransferBatch:
             fence_slots=_column("I", slots),
             fence_gens=_column("Q", gens),
             digests=reads if reads.any() else None,
-            pieces=(_column("I", counts), self.piece_addrs, self.piece_lengths) if self.piece_addrs else None,
+            pieces=(
+                (_column("I", counts), _joined(self.piece_addrs), _joined(self.piece_lengths))
+                if self.piece_addrs
+                else None
+            ),
         )
         return handle, columns
 
@@ -132,13 +151,19 @@ class TransferBatch:
             return
         handle, columns = self._submit(engine)
         owners = columns[0]
+        wanted = np.asarray(_column("Q", [expected[o] for o in owners]), np.uint64)
+        if len(set(owners)) == len(owners):  # (each key one request: the usual case, no grouping)
+            verdicts = handle.wait_verified(wanted, np.ones(len(owners), np.uint8)).tolist()
+            for owner, verdict in zip(owners, verdicts, strict=True):
+                yield (owner, verdict, None) if verdict > 0 else (owner, OK, _VERIFIED[verdict])
+            return
         owner_ids = np.asarray(owners)
         # An owner's requests are contiguous: owner k covers [starts[k], ends[k]).
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
         ends = np.r_[starts[1:], owner_ids.size]
         alone = ends - starts == 1  # an owner of one request: that request's digest is the key's
         check = np.repeat(alone, ends - starts).astype(np.uint8)
-        verdicts = handle.wait_verified(np.asarray([expected[o] for o in owners], np.uint64), check)
+        verdicts = handle.wait_verified(wanted, check)
         codes = np.maximum.reduceat(verdicts, starts)  # > 0: the error code of a failed request
         keyed = np.where(alone & (codes <= 0), verdicts[starts], int(ReadCheck.UNCHECKED))
         yield from zip(

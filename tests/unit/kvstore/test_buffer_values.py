@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xxhash
 
-from kvstore.client.buffers import BufferManager, RawPieces, SpanList, checksums
+from kvstore.client.buffers import BufferManager, RawPieces, SpanList, checksums, ints
 from kvstore.errors import InvalidArgumentError
 from transfer_engine import TransferEngine
 
@@ -55,7 +55,9 @@ def test_pieces_inside_a_registered_array_are_resolved_in_one_call(manager: Buff
     for writable in (False, True):
         values = manager.piece_values(addrs, lengths, counts, writable=writable)
         assert all(isinstance(v, RawPieces) for v in values)
-        assert values[0].pieces(4196) == ([base, base + 8192], [100, 4096]) and values[1].size == 50
+        pieces = values[0].pieces(4196)
+        assert (ints(pieces[0]), ints(pieces[1])) == ([base, base + 8192], [100, 4096])
+        assert values[1].size == 50 and ints(values[0].pieces(200)[1]) == [100, 100]
     frozen = np.zeros(8192, dtype=np.uint8)
     frozen.flags.writeable = False
     manager.register(frozen)
@@ -82,6 +84,30 @@ def test_checksums_of_whole_raw_values_match_value_by_value(manager: BufferManag
     assert checksums([*values, *spans], [*(v.size for v in values), 4096]) == [*expected, expected[0]]
     for v in spans:
         v.release(manager)
+
+
+def test_values_of_many_pieces_keep_their_arrays_and_hash_the_same(manager: BufferManager) -> None:
+    """Values of several pieces given as flat arrays (a paged cache's) keep uint64 array columns (no
+    round trip through Python ints); their digests, whole or cut short, are those of their bytes."""
+    array = np.frombuffer(np.random.default_rng(2).bytes(4 * 4096), dtype=np.uint8).reshape(4, 4096)
+    manager.register(array)
+    rows = [array[r].ctypes.data for r in range(4)]
+    addrs = np.array([rows[0], rows[2], rows[1], rows[3], rows[3] + 100], np.uint64)
+    lengths = np.array([4096, 10, 4096, 50, 7], np.uint64)
+    values = manager.piece_values(addrs, lengths, [2, 1, 2], writable=False)
+    assert all(isinstance(v, RawPieces) and isinstance(v.addrs, np.ndarray) for v in values)
+    assert [v.size for v in values] == [4106, 4096, 57]
+    whole = [
+        _digest(array[0], array[2, :10]),
+        _digest(array[1]),
+        _digest(array[3, :50], array[3, 100:107]),
+    ]
+    assert checksums(values, [v.size for v in values]) == whole
+    assert checksums(values, [4100, 1, 52]) == [
+        _digest(array[0], array[2, :4]),
+        _digest(array[1, :1]),
+        _digest(array[3, :50], array[3, 100:102]),
+    ]
 
 
 def _digest(*parts: np.ndarray) -> int:
