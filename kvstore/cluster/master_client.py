@@ -5,12 +5,14 @@ extra wake-ups (which take tens of microseconds on a VM)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import select
 import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from kvstore import rpc
@@ -88,13 +90,24 @@ class MasterClient:
             request.token = request.token or identity[1]  # type: ignore[attr-defined]
         msg_id = next(self._ids)
         sock, _poller = self._connection()
+        frame = rpc.pack([msg_id, request.METHOD, request.params()])
+        out: dict[int, Any] = self._local.out
         try:
-            sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
-        except OSError as exc:
+            if out:  # replies may be on their way: read them as they come, or both sides could wait
+                _send_reading(sock, frame, self.timeout, functools.partial(self._stash, out))
+            else:
+                sock.sendall(frame)
+        except (OSError, EOFError, InvalidArgumentError, MasterUnavailableError) as exc:
             self._drop(sock)
             raise MasterUnavailableError(f"master {self.address}: {request.METHOD}: {exc}") from exc
-        self._local.out[msg_id] = None
+        out[msg_id] = None
         return Sent(msg_id, request, sock)
+
+    def _stash(self, out: dict[int, Any], reply: tuple[int, int, str, Any]) -> None:
+        """Keeps a reply read on the way for the receive() of its request."""
+        if out.get(reply[0], True) is not None:  # not a request of ours still out
+            raise MasterUnavailableError(f"master {self.address} answered out of turn")
+        out[reply[0]] = reply
 
     def receive(
         self, sent: Sent, timeout: float | None = None, long_poll: bool = False, raw: bool = False
@@ -112,9 +125,8 @@ class MasterClient:
                     _spin_until_readable(local.poller, self.spin_seconds)
                 reply = _read_reply(sent.sock)
                 if reply[0] != sent.msg_id:
-                    if local.out.get(reply[0], True) is not None:  # not a request of ours still out
-                        raise MasterUnavailableError(f"master {self.address} answered out of turn")
-                    local.out[reply[0]], reply = reply, None
+                    self._stash(local.out, reply)
+                    reply = None
         except (OSError, EOFError, InvalidArgumentError) as exc:
             self._drop(sent.sock)
             kind = "timed out" if isinstance(exc, socket.timeout) else str(exc)
@@ -252,6 +264,28 @@ def _exchange(sock: socket.socket, msg_id: int, request: Request) -> tuple[int, 
     """Sends one request frame and reads its reply frame: (id, code, message, result)."""
     sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
     return _read_reply(sock)
+
+
+def _send_reading(
+    sock: socket.socket, frame: bytes, timeout: float, keep: Callable[[tuple[int, int, str, Any]], None]
+) -> None:
+    """sendall that reads (and hands `keep`) each reply that arrives meanwhile. The master stops reading
+    a connection whose replies pile up unread (back-pressure), so a client that only wrote while a large
+    reply came could wait on it forever, as it waits on the client. `timeout`: for any one step."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLOUT)
+    view = memoryview(frame)
+    while view:
+        pending = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0  # (read through TLS already)
+        events = 0 if pending else (poller.poll(int(timeout * 1000)) or [(0, -1)])[0][1]
+        if events == -1:
+            raise TimeoutError("timed out")
+        if pending or events & select.POLLIN:
+            keep(_read_reply(sock))
+        elif events & select.POLLOUT:
+            view = view[sock.send(view) :]
+        else:  # POLLERR / POLLHUP alone
+            raise ConnectionError("the connection failed")
 
 
 def _read_reply(sock: socket.socket) -> tuple[int, int, str, Any]:

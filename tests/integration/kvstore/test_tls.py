@@ -104,6 +104,18 @@ def test_a_client_that_trusts_the_masters_ca_speaks_tls(
         assert "TLS on" in store.master.call(m.ClusterStatus())["master"]["authentication"]
 
 
+def test_requests_out_together_over_tls_are_answered_in_any_order(
+    tls_master: EmbeddedMaster, pki: dict[str, str]
+) -> None:
+    """With requests out, a send reads the replies that come meanwhile (through TLS's own buffering)."""
+    client = _client(tls_master.address, tls_ca=pki["ca"])
+    try:
+        sent = [client.send(m.Exists(keys=[f"k{i}" for i in range(n)])) for n in (1, 4096, 4096, 2)]
+        assert [len(client.receive(s)) for s in reversed(sent)] == [2, 4096, 4096, 1]
+    finally:
+        client.close()
+
+
 def test_a_client_that_does_not_trust_it_or_speaks_plain_tcp_is_refused(
     tls_master: EmbeddedMaster, pki: dict[str, str]
 ) -> None:
