@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kvstore import ObjectBusyError, ObjectExistsError, Store
+from kvstore.client.put_chunk import PutChunk
 from kvstore.client.store import PIPELINE_CHUNKS, PIPELINED_CHUNK
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError
 from kvstore.rpc import messages as m
@@ -43,6 +44,37 @@ def test_each_key_of_a_pipelined_batch_put_has_its_own_outcome(cluster: Cluster)
         assert store.get(keys[other]) == b"other bytes"
         # the connection is in step after it: a call gets its own reply
         assert store.batch_exists([keys[0], "absent"]) == [True, False]
+
+
+def test_keys_of_chunks_a_master_forgot_fail_alone_and_the_client_joins_again(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master forgets the client (here: it closes it, as it would one judged dead) while chunk 2 is
+    written: chunks 0-1 were committed, the puts of chunks 2-3 went with the client. Each key says so (no
+    exception hiding which were stored), and the next put registers the client again."""
+    n = PIPELINED_CHUNK * PIPELINE_CHUNKS
+    keys = [f"f{i}" for i in range(n)]
+    values = [value(i, 64) for i in range(n)]
+    with Store.connect(cluster.master) as store:
+        write, chunks = PutChunk.write, []
+
+        def forgotten_during_the_third(self: PutChunk, *args: object) -> set[str]:
+            chunks.append(self)
+            if len(chunks) == 3:
+                store.master.call(m.CloseClient(client_id=store.client_id))
+            return write(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(PutChunk, "write", forgotten_during_the_third)
+        results = store.batch_put_detailed(keys, [[x] for x in values])
+        monkeypatch.undo()
+        assert len(chunks) == PIPELINE_CHUNKS
+        stored = 2 * PIPELINED_CHUNK
+        assert [r.code for r in results[:stored]] == [0] * stored
+        assert all(r.code < 0 and r.replicas == 0 for r in results[stored:])
+        assert store.batch_exists(keys) == [True] * stored + [False] * (n - stored)
+        assert store.batch_get(keys[:stored]) == values[:stored]
+        assert store.batch_put_from(keys[stored:], values[stored:]) == [0] * (n - stored)
+        assert store.batch_get(keys) == values
 
 
 def test_a_batch_that_names_a_key_twice_is_one_request_as_before(cluster: Cluster) -> None:
