@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from kvstore.client import read_plan
 from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums, ints
 from kvstore.client.collector import collector_paused
 from kvstore.client.disk_reads import DiskReader
@@ -509,6 +510,31 @@ class Store:
     ) -> list[int]:
         """Reads each located key into its buffers, verified; `disk_failed` collects the keys whose read
         from a disk file on this host failed (the caller has their nodes load them instead)."""
+        planned = read_plan.plan(found, values, self.session.peer, self._engines_to_avoid())
+        if planned is None:
+            return self._read_general(keys, values, found, disk_failed)
+        verdicts = read_plan.run(planned, self.engine)
+        if not any(verdicts):  # (0: verified)
+            self.stats_local.hits += len(keys)
+            return planned.sizes
+        # What did not verify goes again, through the path that retries, reports and clears.
+        again = [i for i, verdict in enumerate(verdicts) if verdict]
+        self.stats_local.hits += len(keys) - len(again)
+        results = planned.sizes
+        retried = [keys[i] for i in again], [values[i] for i in again], [found[i] for i in again]
+        for i, result in zip(again, self._read_general(*retried), strict=True):
+            results[i] = result
+        return results
+
+    def _read_general(
+        self,
+        keys: list[str],
+        values: list[ValueBuffers],
+        found: list[Any],
+        disk_failed: list[int] | None = None,
+    ) -> list[int]:
+        """_read of any batch: several replicas (same-host ones first, unreachable engines last), disk
+        records, buffers of several pieces, GPU memory; each failed read retried on the next replica."""
         results = [MISS] * len(keys)
         todo: list[int] = []
         on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself

@@ -22,7 +22,7 @@ _DTYPES = {"B": np.uint8, "I": np.uint32, "Q": np.uint64}
 _VERIFIED = {int(ReadCheck.VERIFIED): True, int(ReadCheck.MISMATCH): False, int(ReadCheck.UNCHECKED): None}
 
 
-def _column(typecode: str, values: Sequence[int]) -> np.ndarray | Sequence[int]:
+def column_of(typecode: str, values: Sequence[int]) -> np.ndarray | Sequence[int]:
     """A column as an array through array.array (twice as fast as numpy from a tuple of ints); as it is
     where a value does not fit (the engine's submit says which)."""
     try:
@@ -101,20 +101,20 @@ class TransferBatch:
         """Submits every request; returns the handle and the requests' columns (owner first)."""
         columns = tuple(zip(*self.requests, strict=True))
         _owner, ops, peers, regions, offsets, slots, gens, local, lengths, counts = columns
-        op_column = _column("B", ops)
+        op_column = column_of("B", ops)
         reads = np.asarray(op_column) == _READ
         handle = engine.submit(
             op_column,
-            _column("Q", local),
-            _column("I", [p.handle for p in peers]),
-            _column("Q", regions),
-            _column("Q", offsets),
-            _column("Q", lengths),
-            fence_slots=_column("I", slots),
-            fence_gens=_column("Q", gens),
+            column_of("Q", local),
+            column_of("I", [p.handle for p in peers]),
+            column_of("Q", regions),
+            column_of("Q", offsets),
+            column_of("Q", lengths),
+            fence_slots=column_of("I", slots),
+            fence_gens=column_of("Q", gens),
             digests=reads if reads.any() else None,
             pieces=(
-                (_column("I", counts), _joined(self.piece_addrs), _joined(self.piece_lengths))
+                (column_of("I", counts), _joined(self.piece_addrs), _joined(self.piece_lengths))
                 if self.piece_addrs
                 else None
             ),
@@ -151,7 +151,7 @@ class TransferBatch:
             return
         handle, columns = self._submit(engine)
         owners = columns[0]
-        wanted = np.asarray(_column("Q", [expected[o] for o in owners]), np.uint64)
+        wanted = np.asarray(column_of("Q", [expected[o] for o in owners]), np.uint64)
         if len(set(owners)) == len(owners):  # (each key one request: the usual case, no grouping)
             verdicts = handle.wait_verified(wanted, np.ones(len(owners), np.uint8)).tolist()
             for owner, verdict in zip(owners, verdicts, strict=True):

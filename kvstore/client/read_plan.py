@@ -1,0 +1,91 @@
+"""The usual batch read as column operations: every key found at one served location, its value one raw
+piece that holds it, and no engine to avoid. The engine's request columns are taken from the located
+entries with C-level maps (a loop step per key was most of a small read's time, and delayed the copies
+a batch of large values waits for); any other batch, and any read that does not verify, takes the
+store's general path (kvstore.client.store.Store._read_general)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvstore.client.buffers import RawPieces, ValueBuffers
+from kvstore.client.transfer_batch import column_of
+from transfer_engine import Op, Peer, TransferEngine
+
+_size, _checksum, _locations = (operator.itemgetter(i) for i in range(3))  # an ObjectLocation's
+_engine, _region, _offset, _slot, _gen = (operator.itemgetter(i) for i in range(2, 7))  # a Location's
+_first = operator.itemgetter(0)
+_addrs, _lengths = operator.attrgetter("addrs"), operator.attrgetter("lengths")
+_READ = [int(Op.READ)]  # (one value: the engine repeats it for every request)
+
+
+@dataclass(slots=True)
+class ReadPlan:
+    """One read per key, in key order."""
+
+    sizes: list[int]  # bytes of each object (what its read moves)
+    expected: list[int]  # each object's checksum
+    local: list[int]
+    peers: list[int]  # engine peer handles
+    regions: list[int]
+    offsets: list[int]
+    slots: list[int]
+    gens: list[int]
+
+
+def plan(
+    found: list[Any], values: list[ValueBuffers], peer_of: Callable[[str], Peer | None], avoid: set[str]
+) -> ReadPlan | None:
+    """The batch's reads when it is the usual case (see the module's doc), else None."""
+    if len(found) < 2 or avoid or None in found or set(map(type, values)) != {RawPieces}:
+        return None
+    lengths = list(map(_lengths, values))
+    if set(map(type, lengths)) != {list} or set(map(len, lengths)) != {1}:
+        return None
+    places = list(map(_locations, found))
+    if set(map(len, places)) != {1}:
+        return None
+    sizes = list(map(_size, found))
+    if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+        return None
+    locations = list(map(_first, places))
+    engines = list(map(_engine, locations))
+    handles: dict[str, int] = {}
+    for name in set(engines):
+        peer = peer_of(name) if name else None  # ("": a disk record only)
+        if peer is None:
+            return None
+        handles[name] = peer.handle
+    return ReadPlan(
+        sizes,
+        list(map(_checksum, found)),
+        list(map(_first, map(_addrs, values))),
+        list(map(handles.__getitem__, engines)),
+        list(map(_region, locations)),
+        list(map(_offset, locations)),
+        list(map(_slot, locations)),
+        list(map(_gen, locations)),
+    )
+
+
+def run(reads: ReadPlan, engine: TransferEngine) -> list[int]:
+    """Runs the reads (this thread helping to move bytes), each verified as it lands: per key 0 when its
+    bytes hash to its checksum, else its ReadCheck verdict (< 0) or error code (> 0)."""
+    handle = engine.submit(
+        _READ,
+        column_of("Q", reads.local),
+        column_of("I", reads.peers),
+        column_of("Q", reads.regions),
+        column_of("Q", reads.offsets),
+        column_of("Q", reads.sizes),
+        fence_slots=column_of("I", reads.slots),
+        fence_gens=column_of("Q", reads.gens),
+        digests=[True],
+    )
+    expected = np.asarray(column_of("Q", reads.expected), np.uint64)
+    return list(handle.wait_verified(expected, np.ones(len(reads.sizes), np.uint8)).tolist())
