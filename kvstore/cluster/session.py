@@ -51,6 +51,8 @@ class Session:
         self._peers_lock = threading.Lock()
         self._closed = threading.Event()
         self._rejoin_lock = threading.Lock()
+        # False while a join again is unfinished: registered, but a handler (a node's remount) failed
+        self._joined = True
         self._heartbeat: threading.Thread | None = None
         where = locator(config.master, config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
         self.master = MasterClient(where, config.rpc_timeout, config.rpc_busy_poll_us)
@@ -136,21 +138,38 @@ class Session:
                 reply = self.master.call(
                     m.Heartbeat(client_id=self.client_id, **fields), timeout=interval * 2
                 )
-                if not reply.known:  # dropped (e.g. the master restarted): join again
+                if not reply.known or not self._joined:  # dropped (e.g. the master restarted): join again
                     self.rejoin()
             except KVStoreError as exc:
                 log.debug("heartbeat failed: %s", exc)
 
     def rejoin(self) -> None:
         """Registers again after the master forgot this process (it restarted, or judged us dead). Safe
-        to call from several threads: whoever comes second finds the master knows us again."""
+        to call from several threads: whoever comes second finds the master knows us again. A join that
+        failed half way (registered, a segment not mounted again) is undone at the master and made again
+        from the start by the next call or heartbeat: the master would otherwise know a node that serves
+        nothing, and never say so."""
         with self._rejoin_lock:
-            if self.master.call(m.Heartbeat(client_id=self.client_id)).known:
+            if self._joined and self.master.call(m.Heartbeat(client_id=self.client_id)).known:
                 return
+            if not self._joined:  # the undo below failed too: undo now
+                self._leave()
             log.warning("master forgot this client; registering again")
+            self._joined = False
             self.terms = self._register()
-            for rejoin in self._rejoin_handlers:
-                rejoin()
+            try:
+                for rejoin in self._rejoin_handlers:
+                    rejoin()
+            except BaseException:
+                self._leave()  # the next call finds this process unknown and joins again
+                raise
+            self._joined = True
+
+    def _leave(self) -> None:
+        """Undoes a registration at the master, with all it holds (a segment mounted, even one whose
+        reply was lost); best effort."""
+        with contextlib.suppress(KVStoreError):
+            self.master.call(m.CloseClient(client_id=self.client_id))
 
     # -- peers ----------------------------------------------------------------------------------------
     def opened_peers(self) -> list[Peer]:

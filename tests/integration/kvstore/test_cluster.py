@@ -452,6 +452,43 @@ def test_clients_rejoin_a_restarted_master() -> None:
                 assert store.get("after") == b"2"
 
 
+def test_a_join_again_that_fails_half_way_is_made_again_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a master restart the node side registers again but its segment's mount fails (here: once,
+    as a mount whose reply is lost would): it must not stay registered with nothing mounted, serving
+    nothing, with no one to say so. The next call finds the master does not know it and joins again."""
+    from kvstore.errors import MasterUnavailableError
+    from kvstore.node.memory_tier import MemoryTier
+    from kvstore.procs import kvstore_process, stop_process
+
+    mount, calls = MemoryTier.mount, []
+
+    def second_mount_fails(tier: MemoryTier) -> None:
+        calls.append(tier)
+        if len(calls) == 2:  # the first mount after the restart
+            raise MasterUnavailableError("the mount's reply was lost")
+        mount(tier)
+
+    monkeypatch.setattr(MemoryTier, "mount", second_mount_fails)
+    options = ["--client-ttl", "60", "--heartbeat-interval", "0.5"]  # (a failed join is retried so soon)
+    with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
+        address = ready.split()[0]
+        with Store.connect(address, segment_size="8MiB", rpc_timeout=2.0) as store:
+            store.put("before", b"1")
+            stop_process(master)
+            port = address.rsplit(":", 1)[1]
+            with kvstore_process(["master", "--port", port, *options]):
+                try:  # this call or the node's work channel joins again first and meets the failure
+                    store.put("after", b"2")
+                except MasterUnavailableError as exc:
+                    assert "reply was lost" in str(exc)
+                    store.put("after", b"2")  # not "no segment": it joins again from the start
+                assert store.get("after") == b"2"
+                assert store.stats()["master"]["segments"] == 1
+                assert len(calls) == 3
+
+
 def test_a_put_right_after_a_master_restart_rejoins_without_waiting_for_a_heartbeat() -> None:
     """The first put after a restart finds the master does not know the client: it registers (and mounts
     its own segment) again at once and retries, instead of failing until the next heartbeat."""
