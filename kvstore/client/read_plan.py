@@ -1,8 +1,9 @@
-"""The usual batch read as column operations: every key found at one served location, its value one raw
-piece that holds it, and no engine to avoid. The engine's request columns are taken from the located
-entries with C-level maps (a loop step per key was most of a small read's time, and delayed the copies
-a batch of large values waits for); any other batch, and any read that does not verify, takes the
-store's general path (kvstore.client.store.Store._read_general)."""
+"""The usual batch read as column operations: every key found at one served location, its value raw
+memory in long-lived registrations (one piece that holds it, or pieces of exactly its size), and no
+engine to avoid. The engine's request columns are taken from the located entries with C-level maps (a
+loop step per key was most of a small read's time, and delayed the copies a batch of large values waits
+for); any other batch, and any read that does not verify, takes the store's general path
+(kvstore.client.store.Store._read_general)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from kvstore.client.buffers import RawPieces, ValueBuffers
-from kvstore.client.transfer_batch import column_of
+from kvstore.client.transfer_batch import MAX_REQUEST_PIECES, column_of, joined
 from transfer_engine import Op, Peer, TransferEngine
 
 _size, _checksum, _locations = (operator.itemgetter(i) for i in range(3))  # an ObjectLocation's
 _engine, _region, _offset, _slot, _gen = (operator.itemgetter(i) for i in range(2, 7))  # a Location's
 _first = operator.itemgetter(0)
-_addrs, _lengths = operator.attrgetter("addrs"), operator.attrgetter("lengths")
+_addrs, _lengths, _value_size = (operator.attrgetter(name) for name in ("addrs", "lengths", "size"))
 _READ = [int(Op.READ)]  # (one value: the engine repeats it for every request)
 
 
@@ -30,28 +31,39 @@ class ReadPlan:
 
     sizes: list[int]  # bytes of each object (what its read moves)
     expected: list[int]  # each object's checksum
-    local: list[int]
+    local: list[int]  # each value's one piece, or 0 where its pieces are given below
     peers: list[int]  # engine peer handles
     regions: list[int]
     offsets: list[int]
     slots: list[int]
     gens: list[int]
+    pieces: tuple[list[int], Any, Any] | None = None  # (per key its piece count, addresses, lengths)
 
 
 def plan(
     found: list[Any], values: list[ValueBuffers], peer_of: Callable[[str], Peer | None], avoid: set[str]
 ) -> ReadPlan | None:
-    """The batch's reads when it is the usual case (see the module's doc), else None."""
+    """The batch's reads when it is the usual case (see the module's doc), else None. Values of several
+    pieces (a paged cache's) are read whole: each must be exactly its object's size."""
     if len(found) < 2 or avoid or None in found or set(map(type, values)) != {RawPieces}:
-        return None
-    lengths = list(map(_lengths, values))
-    if set(map(type, lengths)) != {list} or set(map(len, lengths)) != {1}:
         return None
     places = list(map(_locations, found))
     if set(map(len, places)) != {1}:
         return None
     sizes = list(map(_size, found))
-    if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+    lengths = list(map(_lengths, values))
+    counts = list(map(len, lengths))
+    if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
+        return None
+    pieces = None
+    if max(counts) == 1 and set(map(type, lengths)) == {list}:
+        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+            return None
+        local = list(map(_first, map(_addrs, values)))
+    elif sizes == list(map(_value_size, values)):  # (a value cut short: the general path cuts it)
+        local = [0] * len(sizes)
+        pieces = (counts, joined(list(map(_addrs, values))), joined(lengths))
+    else:
         return None
     locations = list(map(_first, places))
     engines = list(map(_engine, locations))
@@ -64,18 +76,20 @@ def plan(
     return ReadPlan(
         sizes,
         list(map(_checksum, found)),
-        list(map(_first, map(_addrs, values))),
+        local,
         list(map(handles.__getitem__, engines)),
         list(map(_region, locations)),
         list(map(_offset, locations)),
         list(map(_slot, locations)),
         list(map(_gen, locations)),
+        pieces,
     )
 
 
 def run(reads: ReadPlan, engine: TransferEngine) -> list[int]:
     """Runs the reads (this thread helping to move bytes), each verified as it lands: per key 0 when its
     bytes hash to its checksum, else its ReadCheck verdict (< 0) or error code (> 0)."""
+    pieces = reads.pieces
     handle = engine.submit(
         _READ,
         column_of("Q", reads.local),
@@ -86,6 +100,7 @@ def run(reads: ReadPlan, engine: TransferEngine) -> list[int]:
         fence_slots=column_of("I", reads.slots),
         fence_gens=column_of("Q", reads.gens),
         digests=[True],
+        pieces=None if pieces is None else (column_of("I", pieces[0]), pieces[1], pieces[2]),
     )
     expected = np.asarray(column_of("Q", reads.expected), np.uint64)
     return list(handle.wait_verified(expected, np.ones(len(reads.sizes), np.uint8)).tolist())

@@ -36,7 +36,7 @@ def _total(lengths: Sequence[int] | np.ndarray) -> int:
     return sum(lengths.tolist() if isinstance(lengths, np.ndarray) else lengths)
 
 
-def _joined(columns: list[Sequence[int] | np.ndarray]) -> np.ndarray | list[int]:
+def joined(columns: list[Sequence[int] | np.ndarray]) -> np.ndarray | list[int]:
     """Requests' piece columns as one: arrays joined as arrays, lists in C loops."""
     if any(isinstance(c, np.ndarray) for c in columns):
         return np.concatenate(columns).astype(np.uint64, copy=False)
@@ -114,7 +114,7 @@ class TransferBatch:
             fence_gens=column_of("Q", gens),
             digests=reads if reads.any() else None,
             pieces=(
-                (column_of("I", counts), _joined(self.piece_addrs), _joined(self.piece_lengths))
+                (column_of("I", counts), joined(self.piece_addrs), joined(self.piece_lengths))
                 if self.piece_addrs
                 else None
             ),

@@ -139,9 +139,9 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
 
 
 def test_a_corrupt_value_in_a_batch_read_misses_alone(cluster: Cluster) -> None:
-    """A batch of single-replica keys read in one plan (kvstore.client.read_plan): the key whose bytes do
-    not verify goes again through the general path, which finds them bad too, reports them and clears
-    its buffer; every other key of the batch is a hit."""
+    """A batch of single-replica keys read in one plan (kvstore.client.read_plan), into one buffer per key
+    or into scattered pieces: the key whose bytes do not verify goes again through the general path,
+    which finds them bad too, reports them and clears its buffer; every other key of the batch is a hit."""
     import numpy as np
 
     from kvstore import MISS
@@ -161,6 +161,15 @@ def test_a_corrupt_value_in_a_batch_read_misses_alone(cluster: Cluster) -> None:
         assert [bytes(v) for v in views[:3] + views[4:]] == values[:3] + values[4:]
         assert not views[3].any()  # no corrupt bytes left behind
         assert store.stats_local.checksum_mismatches == 1 and store.stats_local.hits == n - 1
+        # the same into values of two pieces each, scattered (a paged cache's layout): read whole
+        halves = np.full((2, n, size // 2), 7, np.uint8)
+        store.register_buffer(halves)
+        addrs = [halves[h, i].ctypes.data for i in range(n) for h in (1, 0)]
+        got = store.batch_get_into_pieces(keys, addrs, [size // 2] * (2 * n), [2] * n)
+        assert got == [size] * 3 + [MISS] + [size] * (n - 4)
+        for i in (0, 1, 2, 4, 5, 6, 7):
+            assert bytes(halves[1, i]) + bytes(halves[0, i]) == values[i]
+        assert not halves[:, 3].any()  # (bad bytes again, or fenced off by now once its node confirmed)
         _eventually(lambda: not store.exists(keys[3]))  # reported, confirmed by its node, dropped
 
 
