@@ -12,7 +12,7 @@ import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -153,7 +153,7 @@ def _raw_piece_arrays(counts: np.ndarray, addrs: np.ndarray, lengths: np.ndarray
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
     """XXH3-64 of each value's first sizes[i] bytes as they are in registered memory, in one call."""
     if set(map(type, values)) == {RawPieces} and list(map(_size, values)) == list(sizes):
-        return _whole_checksums(values)  # type: ignore[arg-type]
+        return _whole_checksums(cast("list[RawPieces]", values))
     addrs: list[int] = []
     lengths: list[int] = []
     counts: list[int] = []

@@ -43,6 +43,7 @@ class PutChunk:
         self.written = [0] * n  # replicas this put wrote
         self.done: list[int] = []  # keys whose bytes reached every replica: to commit
         self.undone: list[int] = []  # keys placed whose bytes did not: to revoke
+        self.asked: list[int] = []  # keys the master is asked about (start(): a bad key fails alone)
 
     def start(self, client_id: str) -> m.PutStart | None:
         """The put start of the chunk's keys (None when none is worth asking: a bad key fails alone)."""

@@ -484,7 +484,9 @@ class Store:
         """_read, then once more with fresh locations for keys whose lease-cached location failed, and
         for keys whose direct disk read failed (through the disk's node this time)."""
         disk_failed: list[int] = []
-        results = self._read(keys, values, found, disk_failed)
+        results = self._read_planned(keys, values, found)
+        if results is None:
+            results = self._read(keys, values, found, disk_failed)
         stale = [i for i, r in enumerate(results) if r < 0 and cached[i] and i not in disk_failed]
         # stale: the lease was not enough (a forced removal): ask the master afresh
         for again, direct in ((stale, True), (disk_failed, False)):
@@ -501,6 +503,25 @@ class Store:
         )
         return results
 
+    def _read_planned(
+        self, keys: list[str], values: list[ValueBuffers], found: list[Any]
+    ) -> list[int] | None:
+        """_read of a batch that is the usual case (kvstore.client.read_plan) in one engine call; None
+        for any other batch. What does not verify goes again through _read, which retries, reports and
+        clears."""
+        planned = read_plan.plan(found, values, self.session.peer, self._engines_to_avoid())
+        if planned is None:
+            return None
+        verdicts = read_plan.run(planned, self.engine)
+        again = [i for i, verdict in enumerate(verdicts) if verdict] if any(verdicts) else []  # (0: verified)
+        self.stats_local.hits += len(keys) - len(again)
+        results = planned.sizes
+        if again:
+            retried = [keys[i] for i in again], [values[i] for i in again], [found[i] for i in again]
+            for i, result in zip(again, self._read(*retried), strict=True):
+                results[i] = result
+        return results
+
     def _read(
         self,
         keys: list[str],
@@ -508,33 +529,10 @@ class Store:
         found: list[Any],
         disk_failed: list[int] | None = None,
     ) -> list[int]:
-        """Reads each located key into its buffers, verified; `disk_failed` collects the keys whose read
-        from a disk file on this host failed (the caller has their nodes load them instead)."""
-        planned = read_plan.plan(found, values, self.session.peer, self._engines_to_avoid())
-        if planned is None:
-            return self._read_general(keys, values, found, disk_failed)
-        verdicts = read_plan.run(planned, self.engine)
-        if not any(verdicts):  # (0: verified)
-            self.stats_local.hits += len(keys)
-            return planned.sizes
-        # What did not verify goes again, through the path that retries, reports and clears.
-        again = [i for i, verdict in enumerate(verdicts) if verdict]
-        self.stats_local.hits += len(keys) - len(again)
-        results = planned.sizes
-        retried = [keys[i] for i in again], [values[i] for i in again], [found[i] for i in again]
-        for i, result in zip(again, self._read_general(*retried), strict=True):
-            results[i] = result
-        return results
-
-    def _read_general(
-        self,
-        keys: list[str],
-        values: list[ValueBuffers],
-        found: list[Any],
-        disk_failed: list[int] | None = None,
-    ) -> list[int]:
-        """_read of any batch: several replicas (same-host ones first, unreachable engines last), disk
-        records, buffers of several pieces, GPU memory; each failed read retried on the next replica."""
+        """Reads each located key into its buffers, verified, from any of its replicas (same-host ones
+        first, unreachable engines last; a failed read retried on the next) or disk records; `disk_failed`
+        collects the keys whose read from a disk file on this host failed (the caller has their nodes
+        load them instead)."""
         results = [MISS] * len(keys)
         todo: list[int] = []
         on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself

@@ -151,19 +151,13 @@ class TransferBatch:
             return
         handle, columns = self._submit(engine)
         owners = columns[0]
-        wanted = np.asarray(column_of("Q", [expected[o] for o in owners]), np.uint64)
-        if len(set(owners)) == len(owners):  # (each key one request: the usual case, no grouping)
-            verdicts = handle.wait_verified(wanted, np.ones(len(owners), np.uint8)).tolist()
-            for owner, verdict in zip(owners, verdicts, strict=True):
-                yield (owner, verdict, None) if verdict > 0 else (owner, OK, _VERIFIED[verdict])
-            return
         owner_ids = np.asarray(owners)
         # An owner's requests are contiguous: owner k covers [starts[k], ends[k]).
         starts = np.flatnonzero(np.r_[True, owner_ids[1:] != owner_ids[:-1]])
         ends = np.r_[starts[1:], owner_ids.size]
         alone = ends - starts == 1  # an owner of one request: that request's digest is the key's
         check = np.repeat(alone, ends - starts).astype(np.uint8)
-        verdicts = handle.wait_verified(wanted, check)
+        verdicts = handle.wait_verified(np.asarray([expected[o] for o in owners], np.uint64), check)
         codes = np.maximum.reduceat(verdicts, starts)  # > 0: the error code of a failed request
         keyed = np.where(alone & (codes <= 0), verdicts[starts], int(ReadCheck.UNCHECKED))
         yield from zip(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -460,7 +462,6 @@ def test_a_join_again_that_fails_half_way_is_made_again_from_the_start(
     nothing, with no one to say so. The next call finds the master does not know it and joins again."""
     from kvstore.errors import MasterUnavailableError
     from kvstore.node.memory_tier import MemoryTier
-    from kvstore.procs import kvstore_process, stop_process
 
     mount, calls = MemoryTier.mount, []
 
@@ -471,37 +472,37 @@ def test_a_join_again_that_fails_half_way_is_made_again_from_the_start(
         mount(tier)
 
     monkeypatch.setattr(MemoryTier, "mount", second_mount_fails)
-    options = ["--client-ttl", "60", "--heartbeat-interval", "0.5"]  # (a failed join is retried so soon)
+    with _master_restarted(heartbeat_interval="0.5") as store:  # (a failed join is retried so soon)
+        try:  # this call or the node's work channel joins again first and meets the failure
+            store.put("after", b"2")
+        except MasterUnavailableError as exc:
+            assert "reply was lost" in str(exc)
+            store.put("after", b"2")  # not "no segment": it joins again from the start
+        assert store.get("after") == b"2"
+        assert store.stats()["master"]["segments"] == 1
+        assert len(calls) == 3
+
+
+@contextlib.contextmanager
+def _master_restarted(heartbeat_interval: str) -> Iterator[Store]:
+    """A store with a segment of its own that put a key, and its master restarted on the same port
+    (client TTL 60 s: the restart, not a timeout, makes the master forget the store)."""
+    from kvstore.procs import kvstore_process, stop_process
+
+    options = ["--client-ttl", "60", "--heartbeat-interval", heartbeat_interval]
     with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
         address = ready.split()[0]
         with Store.connect(address, segment_size="8MiB", rpc_timeout=2.0) as store:
             store.put("before", b"1")
             stop_process(master)
-            port = address.rsplit(":", 1)[1]
-            with kvstore_process(["master", "--port", port, *options]):
-                try:  # this call or the node's work channel joins again first and meets the failure
-                    store.put("after", b"2")
-                except MasterUnavailableError as exc:
-                    assert "reply was lost" in str(exc)
-                    store.put("after", b"2")  # not "no segment": it joins again from the start
-                assert store.get("after") == b"2"
-                assert store.stats()["master"]["segments"] == 1
-                assert len(calls) == 3
+            with kvstore_process(["master", "--port", address.rsplit(":", 1)[1], *options]):
+                yield store
 
 
 def test_a_put_right_after_a_master_restart_rejoins_without_waiting_for_a_heartbeat() -> None:
     """The first put after a restart finds the master does not know the client: it registers (and mounts
     its own segment) again at once and retries, instead of failing until the next heartbeat."""
-    from kvstore.procs import kvstore_process, stop_process
-
-    options = ["--client-ttl", "60", "--heartbeat-interval", "30"]  # no heartbeat during the test
-    with kvstore_process(["master", "--port", "0", *options]) as (master, ready):
-        address = ready.split()[0]
-        with Store.connect(address, segment_size="8MiB", rpc_timeout=2.0) as store:
-            store.put("before", b"1")
-            stop_process(master)
-            port = address.rsplit(":", 1)[1]
-            with kvstore_process(["master", "--port", port, *options]):
-                store.put("after", b"2")  # rejoins: registers, remounts its segment, retries
-                assert store.get("after") == b"2"
-                assert store.stats()["master"]["segments"] == 1
+    with _master_restarted(heartbeat_interval="30") as store:  # no heartbeat during the test
+        store.put("after", b"2")  # rejoins: registers, remounts its segment, retries
+        assert store.get("after") == b"2"
+        assert store.stats()["master"]["segments"] == 1
