@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/hmac.h"
@@ -162,8 +164,45 @@ StatusOr<RegionInfo> MemoryRegistry::add(uint64_t base, uint64_t length, MemoryL
 
 namespace {
 
+// Why an existing backing file is not this process's to adopt ("" when it is): another user's file, one
+// open to others or with a second link (planted, or linked where someone else can reach it) could be
+// read or written behind the node's back, or hold bytes it never wrote.
+std::string not_adoptable(const struct stat& info) {
+  if (!S_ISREG(info.st_mode)) return "not a regular file";
+  if (info.st_uid != geteuid()) return "owned by uid " + std::to_string(info.st_uid);
+  if ((info.st_mode & 0077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    return std::string("open to other users (mode ") + mode + ")";
+  }
+  if (info.st_nlink != 1) return std::to_string(info.st_nlink) + " links";
+  return "";
+}
+
+// The named backing file: this user's existing one (checked), or a new one made only here (O_EXCL: never
+// one someone else made meanwhile). Never through a link.
+StatusOr<int> open_backing_file(const std::string& backing_file) {
+  int fd = open(backing_file.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) {
+    fd = open(backing_file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  }
+  if (fd < 0) return errno_status(Code::kIoError, "opening " + backing_file);
+  struct stat info{};
+  if (fstat(fd, &info) != 0) {
+    Status st = errno_status(Code::kIoError, "fstat " + backing_file);
+    close(fd);
+    return st;
+  }
+  const std::string why = not_adoptable(info);
+  if (!why.empty()) {
+    close(fd);
+    return Status(Code::kPermissionDenied, backing_file + " is not adopted: " + why);
+  }
+  return fd;
+}
+
 // The memory of an allocated region: a new memfd, or the named file, kept as it is when it already has
-// `length` bytes. The file is opened without following links (a planted link cannot redirect it).
+// `length` bytes.
 StatusOr<int> region_file(uint64_t length, const std::string& backing_file) {
   if (backing_file.empty()) {
     int fd = memfd_create("kvstore-region", MFD_CLOEXEC);
@@ -175,12 +214,14 @@ StatusOr<int> region_file(uint64_t length, const std::string& backing_file) {
     }
     return fd;
   }
-  int fd = open(backing_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return errno_status(Code::kIoError, "opening " + backing_file);
+  auto opened = open_backing_file(backing_file);
+  if (!opened.ok()) return opened.status();
+  const int fd = opened.value();
   struct stat st_buf{};
-  if (fstat(fd, &st_buf) != 0 || !S_ISREG(st_buf.st_mode)) {
+  if (fstat(fd, &st_buf) != 0) {
+    Status st = errno_status(Code::kIoError, "fstat " + backing_file);
     close(fd);
-    return Status(Code::kInvalidArgument, backing_file + " is not a regular file");
+    return st;
   }
   if (static_cast<uint64_t>(st_buf.st_size) != length &&
       (ftruncate(fd, 0) != 0 || ftruncate(fd, static_cast<off_t>(length)) != 0)) {

@@ -7,11 +7,20 @@ The file is a log of msgpack records, appended as holds and kills arrive (shared
 the process, not the host), replayed on open and compacted when mostly dead. A torn last record ends
 the replay; whatever the catalog names is checked against the object's checksum before it is offered,
 so a record whose bytes were overwritten or never finished is a miss, never data.
+
+The file opens with a header (its format and a random nonce) and each record is followed by a tag: an
+HMAC chained from the header through every record, keyed by a key derived from the cluster secret. A
+catalog not written by a process that knows the secret (planted beside a segment, spliced together from
+other catalogs, or of an older format) names nothing past the first record that fails: its objects are
+never offered as the node's. With no secret (a loopback-only cluster) the key is public: the tags then
+catch damage only, and what keeps others from the file is its private directory (kvstore.local_files).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import logging
 import operator
 import os
@@ -32,6 +41,18 @@ _HOLD, _DROP = 0, 1
 _EMPTY_GEN = 2**64  # what drop() finds in an empty slot: newer than any kill
 COMPACT_MIN = 65536  # log records before compaction is considered
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+_MAGIC, _VERSION = "kvstore segment catalog", 2
+_TAG = 16  # bytes of a record's tag (a truncated HMAC-SHA256)
+_TAG_HEADER = b"\xc4" + bytes((_TAG,))  # msgpack bin 8 of _TAG bytes
+
+
+def catalog_key(secret: bytes) -> bytes:
+    """The key of the catalog's tags, derived from the cluster secret (never the secret itself)."""
+    return hmac.new(secret, b"kvstore segment catalog key v2", hashlib.sha256).digest()
+
+
+def _tag(key: bytes, previous: bytes, data: bytes) -> bytes:
+    return hmac.new(key, previous + data, hashlib.sha256).digest()[:_TAG]
 
 
 _SLOT = operator.itemgetter(1)
@@ -69,9 +90,12 @@ def _record(raw: object) -> Record:
 
 
 class SegmentCatalog:
-    def __init__(self, path: str = "") -> None:
-        """`path`: the catalog's file (replayed now, then appended to); empty: kept in memory only."""
+    def __init__(self, path: str = "", secret: bytes = b"") -> None:
+        """`path`: the catalog's file (replayed now, then appended to); empty: kept in memory only.
+        `secret`: the cluster secret, which the file's tags prove its writer knew."""
         self.path = path
+        self._key = catalog_key(secret)
+        self._chain = b""  # the tag of the file's last record (its header's, before any)
         self._lock = threading.Lock()
         # By fence slot, each record msgpack-packed: a dict of ints and bytes is one the garbage collector
         # never walks (a record as a tuple re-tracked the dict at every hold, and each full collection
@@ -81,8 +105,11 @@ class SegmentCatalog:
         self._logged = 0
         self._fd = -1
         if path:
-            self._replay()
-            self._fd = os.open(path, _APPEND | os.O_CREAT, 0o600)
+            self._replay()  # (and rewritten: a header, then what it held)
+            try:
+                self._fd = os.open(path, _APPEND)
+            except OSError as exc:  # its rewrite failed (said): kept in memory only
+                log.warning("cannot open the catalog %s: %s", path, exc)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -136,14 +163,23 @@ class SegmentCatalog:
     # -- the file ---------------------------------------------------------------------------------------
     def _replay(self) -> None:
         try:
-            with open(self.path, "rb") as f:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return
+            data = b""
+        except OSError as exc:
+            log.warning("cannot read the catalog %s (%s): starting afresh", self.path, exc)
+            data = b""
+        if data:
+            self._apply(data)
+        self._rewrite()
+
+    def _apply(self, data: bytes) -> None:
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
         unpacker.feed(data)
         try:
-            for kind, items in unpacker:
+            for kind, items in self._sealed_records(unpacker, data):
                 self._logged += 1
                 if kind == _HOLD:
                     for r in items:
@@ -155,7 +191,27 @@ class SegmentCatalog:
                             self._entries.pop(slot, None)
         except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
             log.warning("catalog %s ends in a damaged record (%s): the rest is ignored", self.path, exc)
-        self._rewrite()
+
+    def _sealed_records(self, unpacker: msgpack.Unpacker, data: bytes) -> Iterable[tuple[int, list[object]]]:
+        """The file's records whose tags hold, in order, up to the first that does not (ValueError then):
+        past the header, each record and its tag chained from the one before."""
+        header = next(unpacker, None)
+        if not (isinstance(header, list) and header[:2] == [_MAGIC, _VERSION]):
+            raise ValueError("not a catalog of this version")
+        chain = _tag(self._key, b"", data[: unpacker.tell()])
+        while True:
+            start = unpacker.tell()
+            record = next(unpacker, None)
+            if record is None:
+                return
+            end = unpacker.tell()
+            tag = next(unpacker, None)
+            if not isinstance(tag, bytes) or not hmac.compare_digest(
+                tag, _tag(self._key, chain, data[start:end])
+            ):
+                raise ValueError("a record's tag does not hold (not written with this cluster's secret)")
+            chain = tag
+            yield record
 
     def _append(self, record: list[object]) -> None:
         self._write(msgpack.packb(record))
@@ -163,11 +219,13 @@ class SegmentCatalog:
     def _write(self, data: bytes) -> None:
         if self._fd < 0:
             return
+        tag = _tag(self._key, self._chain, data)
         try:
-            os.write(self._fd, data)
+            os.write(self._fd, data + _TAG_HEADER + tag)
         except OSError as exc:  # the objects stay served; only a restart would not find them
             log.warning("cannot write the catalog %s: %s", self.path, exc)
             return
+        self._chain = tag
         self._logged += 1
         if self._logged > COMPACT_MIN and self._logged > 4 * len(self._entries):
             self._rewrite()
@@ -179,10 +237,14 @@ class SegmentCatalog:
         temporary = self.path + ".new"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        header = msgpack.packb([_MAGIC, _VERSION, os.urandom(16)])  # (no two files chain alike)
+        chain = _tag(self._key, b"", header)
+        record = _batch(_HOLD, list(self._entries.values()))
+        tag = _tag(self._key, chain, record)
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, _batch(_HOLD, list(self._entries.values())))
+                os.write(fd, header + record + _TAG_HEADER + tag)
             finally:
                 os.close(fd)
             os.replace(temporary, self.path)
@@ -190,6 +252,7 @@ class SegmentCatalog:
             log.warning("cannot rewrite the catalog %s: %s", self.path, exc)
             return
         self._logged = 1
+        self._chain = tag
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = os.open(self.path, _APPEND)

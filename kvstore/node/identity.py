@@ -19,17 +19,25 @@ import tempfile
 import xxhash
 
 from kvstore.config import NodeConfig
-from kvstore.errors import InvalidArgumentError
+from kvstore.errors import InvalidArgumentError, KVStoreError, PermissionDeniedError
+from kvstore.local_files import private_directory
 
 MAX_SLOTS = 256
 
 
 def lock_directory() -> str:
-    """Where node identity locks live: shared memory where the host has it (gone at reboot, as the
-    identities' memory is), else the temporary directory."""
-    return (
-        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    )
+    """Where node identity locks live: this user's private directory (kvstore.local_files) in shared
+    memory where the host has it (gone at reboot, as the identities' memory is), else in the temporary
+    directory. Private, so another local user can neither hold the locks (and keep every slot taken) nor
+    plant them."""
+    bases = [b for b in ("/dev/shm", tempfile.gettempdir()) if os.path.isdir(b) and os.access(b, os.W_OK)]
+    refused: list[str] = []
+    for base in bases:
+        try:
+            return private_directory(base)
+        except (OSError, KVStoreError) as exc:
+            refused.append(str(exc))
+    raise PermissionDeniedError("no private directory for the node's identity locks: " + "; ".join(refused))
 
 
 class NodeIdentity:
@@ -40,12 +48,14 @@ class NodeIdentity:
             self.base = config.name
         else:
             disk = os.path.abspath(config.disk) if config.disk else ""
-            defining = f"master={master} disk={disk} segment={config.segment_size}"
+            # (two users' nodes never share one: their locks are in directories of their own)
+            defining = f"uid={os.geteuid()} master={master} disk={disk} segment={config.segment_size}"
             self.base = xxhash.xxh3_64_hexdigest(defining.encode())
         self._fd = -1
+        directory = lock_directory()
         for slot in range(MAX_SLOTS):
-            path = os.path.join(lock_directory(), f"kvstore-node-{self.base}-{slot}.lock")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            path = os.path.join(directory, f"kvstore-node-{self.base}-{slot}.lock")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

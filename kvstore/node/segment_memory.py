@@ -2,10 +2,11 @@
 in by several threads in chunks, with progress in the log (a 256 GiB segment takes minutes on one
 thread; a node that joined first would be judged dead meanwhile).
 
-The memory is a file in shared memory (NodeConfig.memory_dir: /dev/shm, or a hugetlbfs mount) named by
-the node's identity, beside the catalog of what it holds (kvstore.node.catalog): a node killed and
-started again with the same settings maps the same bytes and names them to the master. A node that
-stops cleanly removes both (it left the cluster, and the master forgot its objects)."""
+The memory is a file in shared memory (NodeConfig.memory_dir: /dev/shm, or a hugetlbfs mount; in this
+user's private directory there) named by the node's identity, beside the catalog of what it holds
+(kvstore.node.catalog): a node killed and started again with the same settings maps the same bytes and
+names them to the master. A node that stops cleanly removes both (it left the cluster, and the master
+forgot its objects)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kvstore.errors import KVStoreError
+from kvstore.local_files import discard_unadoptable, private_directory
 from transfer_engine import Region, TransferEngine
 
 log = logging.getLogger("kvstore.node")
@@ -40,14 +42,24 @@ class SegmentFiles:
 
     @classmethod
     def named(cls, directory: str, stem: str) -> SegmentFiles:
-        """The files of the node `stem` (its identity) in `directory`; none where it is not a writable
-        directory."""
+        """The files of the node `stem` (its identity) in this user's private directory in `directory`
+        (kvstore.local_files: `directory` itself when it is private already, else its kvstore-<uid>);
+        none where there is no such directory to be had. A file found there that is not this user's own
+        (owner, mode 0600, one link) is removed, not adopted: its memory starts afresh."""
         if not directory or not os.path.isdir(directory) or not os.access(directory, os.W_OK):
             if directory:
                 log.warning("%s is not a writable directory: the segment is anonymous memory", directory)
             return cls()
-        base = os.path.join(directory, f"kvstore-node-{stem}")
-        return cls(base + ".mem", base + ".held")
+        try:
+            private = private_directory(directory)
+        except (OSError, KVStoreError) as exc:
+            log.warning("no private directory for the segment (%s): it is anonymous memory", exc)
+            return cls()
+        base = os.path.join(private, f"kvstore-node-{stem}")
+        files = cls(base + ".mem", base + ".held")
+        discard_unadoptable(files.memory, "segment memory file")
+        discard_unadoptable(files.catalog, "segment catalog")
+        return files
 
     def kept(self, size: int) -> bool:
         """The memory file is there with `size` bytes: what it holds is what the last node left."""
