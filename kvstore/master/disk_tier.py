@@ -299,6 +299,13 @@ class DiskTier:
                 out.append(task.order(meta))
         return out
 
+    def forget_records(self, disk: DiskSegment, records: list[tuple[int, str]]) -> None:
+        """The node is to mark these (offset, key) records dead, though this master never took them (a
+        restore refused them: they were removed)."""
+        client_id = disk.client_id
+        self._drops.setdefault(client_id, []).extend(m.DiskDrop(offset, key) for offset, key in records)
+        self._wake(client_id)
+
     def take_drops(self, client_id: str) -> list[m.DiskDrop]:
         """Records of this node freed since it last asked (it applies them before new orders)."""
         return self._drops.pop(client_id, [])

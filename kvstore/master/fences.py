@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from kvstore.master.model import Segment
 from kvstore.master.node_acks import AckWaiters
+from kvstore.master.tombstones import Tombstones
 
 
 @dataclass(eq=False)
@@ -51,6 +52,7 @@ class FenceBook:
         self._fencing: dict[str, list[Kill]] = {}  # key -> kills readers may still race
         self._key_waiters: list[tuple[set[str], Waiter]] = []
         self._acks = AckWaiters(self._lowest, clock)
+        self.tombstones = Tombstones()  # what was removed: no restore takes it back (its kills may not land)
         self.held_bytes = 0
         self.kills_sent = 0
         self.kills_acked = 0
@@ -215,4 +217,5 @@ class FenceBook:
             + sum(len(q) for q in self._queued.values()),
             "fencing_keys": len(self._fencing),
             "fence_held_bytes": self.held_bytes,
+            **self.tombstones.stats(),
         }

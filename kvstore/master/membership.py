@@ -136,7 +136,7 @@ class Membership(StateCore):
         self._drop_segment(seg)
 
     def restore_disk(
-        self, client_id: str, records: list[tuple[int, str, int, int]], last: bool = True
+        self, client_id: str, records: list[tuple[int, str, int, int, int]], last: bool = True
     ) -> int:
         """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back; returns
         how many were taken."""

@@ -18,15 +18,30 @@ class Removal(StateCore):
             raise ObjectNotFoundError(f"no object {key!r}")
         if not force and meta.lease_until > self.clock():
             raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
+        self._bury([key])
         self._delete(meta)
 
     def remove_all(self, force: bool = False) -> list[str]:
         """Removes every finished object (leased ones only with `force`); returns their keys."""
         now = self.clock()
         doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
+        self._bury([m.key for m in doomed])
         for meta in doomed:
             self._delete(meta)
         return [m.key for m in doomed]
+
+    def _bury(self, keys: list[str]) -> None:
+        """Leaves tombstones for `keys`, which go now (kvstore.master.tombstones): a node that did not
+        hear of it yet cannot bring them back by naming them to a restore."""
+        book, now = self.space.fences.tombstones, self.clock()
+        book.lapse(now, self._restoring)
+        book.bury(keys, self.space.fences.current, now + 2 * self.config.client_ttl)
+
+    def _restoring(self) -> bool:
+        """Some segment's or disk's node is still naming what it holds."""
+        return any(s.restoring is not None for s in self.segments.values()) or any(
+            d.restoring for d in self.disk.segments.values()
+        )
 
     def report_corrupt(self, key: str, engine: str, region_id: int, offset: int, checksum: int) -> None:
         """A reader's checksum failed on this replica: the node holding it is asked to hash its bytes
@@ -50,6 +65,7 @@ class Removal(StateCore):
         self.space.free(key, replica, read_until=meta.lease_until)
         self.counters.corrupt_replicas += 1
         if not meta.replicas:
+            self._bury([key])
             self._delete(meta)
         else:
             self.replicator.touched.add(key)
@@ -77,6 +93,7 @@ class Removal(StateCore):
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
+            self._bury([victim.key])
             self._delete(victim)
             return True
         # Its memory replicas go, fenced like a removal's.

@@ -2,7 +2,8 @@
 segment names (kvstore.master.holds told the node them) and the records a disk offers. Each one that
 fits what this master knows becomes a replica or disk copy of its object again, or the object itself when
 the key is unknown; one that conflicts (another value of the key, a put of it in progress, space or a
-slot taken) is refused, never merged.
+slot taken) is refused, never merged. So is one this master removed meanwhile (its tombstone covers the
+generation: kvstore.master.tombstones), and the node forgets it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def restore_segment(
         raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
     now = state.clock()
     refused: list[int] = []
+    tombs = state.space.fences.tombstones
     # Memory's eviction order learns of them once the restore ends, oldest allocation first (they come
     # newest first): the order they were put in, not the reverse, and none is evicted half-restored.
     to_order = state.restored_order.setdefault(seg.id, [])
@@ -48,7 +50,10 @@ def restore_segment(
         offset, slot, gen, key, size, checksum, pinned, base = records[start]
         start += 1
         known = state.objects.get(key)
-        if known is None:
+        if tombs.covers(key, gen):  # removed since: its kill never reached the node
+            tombs.refused += 1
+            ok = False
+        elif known is None:
             ok = not state.space.fences.fencing(key)
         else:  # the same value, complete, without a replica here already
             ok = (
@@ -95,8 +100,8 @@ def _restore_unknown(
     to_order: list[tuple[int, str]],
     now: float,
 ) -> int:
-    """Takes back the leading run of `rest` whose keys this master does not know (nor fences, nor sees
-    twice in the run): what a restarted master's table is made of, a batch at a time (one allocator
+    """Takes back the leading run of `rest` whose keys this master does not know (nor fences, nor removed,
+    nor sees twice in the run): what a restarted master's table is made of, a batch at a time (one allocator
     call, one ledger record). Returns how many records it took or refused; 0 when the first is not one
     of those (restore_segment takes it alone)."""
     if rest[0][3] in state.ledger.objects:  # (a node back to a master that kept its table: cheap)
@@ -106,6 +111,8 @@ def _restore_unknown(
     fences = state.space.fences
     if fences.fencing_any():
         n = first_where(keys, n, fences.fencing)
+    if fences.tombstones.any():
+        n = next((i for i, r in enumerate(rest[:n]) if fences.tombstones.covers(r[3], r[2])), n)
     n = first_repeat(keys, n)
     if n == 0:
         return 0
@@ -121,14 +128,21 @@ def _restore_unknown(
     return n
 
 
-def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int]]) -> int:
-    """Takes back the records ([offset, key, size, checksum], verified by the node) its disk `seg` still
-    holds: each becomes a disk-only object, or the disk copy again of the same value still in memory
-    elsewhere (another value of the key wins). Returns how many were taken."""
+def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int, int]]) -> int:
+    """Takes back the records ([offset, key, size, checksum, generation], verified by the node) its disk
+    `seg` still holds: each becomes a disk-only object, or the disk copy again of the same value still in
+    memory elsewhere (another value of the key wins). One removed since (its tombstone covers the
+    generation of the replica it was written from) is refused, and the node is told to forget it.
+    Returns how many were taken."""
     disk = state.disk
+    tombs = state.space.fences.tombstones
     now = state.clock()
     taken = 0
-    for offset, key, size, checksum in records:
+    removed: list[tuple[int, str]] = []
+    for offset, key, size, checksum, gen in records:
+        if tombs.covers(key, gen):
+            removed.append((offset, key))
+            continue
         known = state.objects.get(key)
         if known is not None and (
             not known.complete or known.disk is not None or (known.size, known.checksum) != (size, checksum)
@@ -146,5 +160,8 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
             state.ledger.apply([ObjectRestored([meta])])
         disk.policy.on_insert(key, size)
         taken += 1
+    if removed:
+        tombs.refused += len(removed)
+        disk.forget_records(seg, removed)
     disk.restored += taken
     return taken

@@ -74,6 +74,8 @@ class DiskWorker:
         log.info(
             "disk tier %s: %d bytes, I/O by %s; %d records restored, %d dropped",
             path,
+        self._drops: list[tuple[int, str]] = []  # records the master dropped, not marked dead yet
+        self._drops_lock = threading.Lock()
             self.file.size,
             self.file.backend,
             self.restored,
@@ -95,6 +97,7 @@ class DiskWorker:
             m.MountDisk(
                 client_id=s.client_id,
                 size=self.file.size - PAGE,  # the last page is the probe's
+        self._forget_taken()  # drops the master sent before: never offered back
                 host_id=s.host_id,
                 path=os.path.abspath(self.file.path),
                 engine=s.engine.name,
@@ -105,7 +108,7 @@ class DiskWorker:
         self._told = ""  # a disk mounts healthy: the loop tells the master if it is not
         self.restored = 0
         for start in range(0, len(intact), 4096):
-            chunk = [(e.offset, e.key, e.size, e.checksum) for e in intact[start : start + 4096]]
+            chunk = [(e.offset, e.key, e.size, e.checksum, e.gen) for e in intact[start : start + 4096]]
             last = start + 4096 >= len(intact)
             self.restored += s.master.call(m.RestoreDisk(client_id=s.client_id, records=chunk, last=last))
 
@@ -155,7 +158,19 @@ class DiskWorker:
         return [b for b in batches if b], outside
 
     def _take(self, drops: list[m.DiskDrop], orders: list[m.DiskOrder]) -> None:
-        self._queue.put((drops, orders))
+        # Drops wait apart from the orders: a mount (the master restarted) applies them before it offers
+        # the records back, even while the loop is busy with an order.
+        if drops:
+            with self._drops_lock:
+                self._drops += [(d.offset, d.key) for d in drops]
+        self._queue.put(([], orders))
+
+    def _forget_taken(self) -> None:
+        """Applies the drops taken so far (in the order they came, before any order after them)."""
+        with self._drops_lock:
+            drops, self._drops = self._drops, []
+        if drops:
+            self._forget(drops)
 
     def _loop(self) -> None:
         """Runs the orders in the order they came (drops first: an order may reuse a dropped record's
@@ -168,9 +183,8 @@ class DiskWorker:
             orders: list[m.DiskOrder] = []
             try:
                 if work is not None:
-                    drops, orders = work
-                    if drops:
-                        self._forget([(d.offset, d.key) for d in drops])
+                    _, orders = work
+                    self._forget_taken()
                     self.work.report_disk([(r.order, r.ok) for r in self.run(orders)])
                     orders = []
                 if self._told != self.degraded:  # a report that did not reach the master, or a new one
@@ -260,8 +274,8 @@ class DiskWorker:
         try:
             self.index.append(
                 [
-                    IndexEntry(orders[i].disk_offset, orders[i].key, orders[i].size, orders[i].checksum)
-                    for i in written
+                    IndexEntry(o.disk_offset, o.key, o.size, o.checksum, o.memory.gen)
+                    for o in (orders[i] for i in written)
                 ]
             )
         except OSError as exc:

@@ -17,7 +17,10 @@ from typing import NamedTuple
 
 import xxhash
 
-_ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; entry hash
+_ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; [gen]; entry hash
+_GEN = struct.Struct("<Q")
+# In the key length: a generation follows the key (entries written before it was named have none: 0)
+HAS_GEN = 1 << 31
 COMPACT_SLACK = 4096  # entries an index may carry beyond twice its live ones before it is rewritten
 TOMBSTONE = 0  # an entry of size 0: the record of that key at that offset is dead (objects are not empty)
 
@@ -28,10 +31,15 @@ class IndexEntry(NamedTuple):
     size: int
     checksum: int
 
+    gen: int = 0  # of the replica the record was written from: a master that removed it since refuses it
 
 def encode(entry: IndexEntry) -> bytes:
     raw = entry.key.encode()
-    body = _ENTRY.pack(entry.offset, entry.size, entry.checksum, len(raw)) + raw
+    if entry.gen:
+        body = _ENTRY.pack(entry.offset, entry.size, entry.checksum, len(raw) | HAS_GEN) + raw
+        body += _GEN.pack(entry.gen)
+    else:
+        body = _ENTRY.pack(entry.offset, entry.size, entry.checksum, len(raw)) + raw
     return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
 
 
@@ -41,17 +49,20 @@ def decode_all(data: bytes) -> list[IndexEntry]:
     at = 0
     while at + _ENTRY.size + 8 <= len(data):
         offset, size, checksum, key_len = _ENTRY.unpack_from(data, at)
-        end = at + _ENTRY.size + key_len
+        has_gen, key_len = key_len & HAS_GEN, key_len & ~HAS_GEN
+        key_end = at + _ENTRY.size + key_len
+        end = key_end + (_GEN.size if has_gen else 0)
         if key_len > 4096 or end + 8 > len(data):
             break
         (digest,) = struct.unpack_from("<Q", data, end)
         if digest != xxhash.xxh3_64_intdigest(data[at:end]):
             break
         try:
-            key = data[at + _ENTRY.size : end].decode()
+            key = data[at + _ENTRY.size : key_end].decode()
         except UnicodeDecodeError:
             break
-        out.append(IndexEntry(offset, key, size, checksum))
+        gen = _GEN.unpack_from(data, key_end)[0] if has_gen else 0
+        out.append(IndexEntry(offset, key, size, checksum, gen))
         at = end + 8
     return out
 

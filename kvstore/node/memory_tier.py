@@ -68,21 +68,29 @@ class MemoryTier:
                 restoring=bool(held),
             )
         )
-        refused: list[tuple[int, int]] = []
+        refused = 0
         for at in range(0, len(held), m.FENCE_BATCH):
             chunk = held[at : at + m.FENCE_BATCH]
             last = at + m.FENCE_BATCH >= len(held)
             request = m.RestoreSegment(client_id=s.client_id, segment_id=segment_id, records=chunk, last=last)
             refused_slots = set(s.master.call(request))
-            refused += [(r[1], r[2]) for r in chunk if r[1] in refused_slots]
+            # Forgotten before the next chunk goes: a master that dies meanwhile (one refused them: they
+            # were removed) leaves none of them to be named to the next one.
+            refused += self._forget([(r[1], r[2]) for r in chunk if r[1] in refused_slots])
+        self.kept = len(held) - refused
+        if held:
+            log.info("segment mounted with %d objects it held (%d refused)", self.kept, refused)
+
+    def _forget(self, refused: list[tuple[int, int]]) -> int:
+        """Fences off and forgets the (slot, gen) allocations the master refused; returns how many."""
         if refused:
             slots, gens = [r[0] for r in refused], [r[1] for r in refused]
-            while not s.engine.kill_allocations(self.segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
+            while not self.session.engine.kill_allocations(
+                self.segment, slots, gens, timeout=FENCE_DRAIN_SECONDS
+            ):
                 log.warning("a peer's copy into the segment has not ended; waiting to fence it")
             self.catalog.drop(slots, gens)
-        self.kept = len(held) - len(refused)
-        if held:
-            log.info("segment mounted with %d objects it held (%d refused)", self.kept, len(refused))
+        return len(refused)
 
     def _fence_all_but(self, held: list[tuple[int, int, int, str, int, int, bool, int]]) -> None:
         """Kills every allocation of the segment handed out so far but the `held` ones (each stays alive

@@ -387,12 +387,14 @@ class MountDisk(Request):
 @dataclass
 class RestoreDisk(Request):
     """A restarted node offers the records its disk still holds intact (checked by the node): each
-    [offset, key, size, checksum]. Keys the master already knows are left alone. Replies how many were
-    taken back. `last` ends the disk's restore (demotions to it begin)."""
+    [offset, key, size, checksum, generation] (the generation of the replica the record was written from:
+    one the master removed since is refused; a record written before it was named is 0, the oldest).
+    Keys the master already knows are left alone. Replies how many were taken back. `last` ends the
+    disk's restore (demotions to it begin)."""
 
     METHOD: ClassVar[str] = "restore_disk"
     client_id: str
-    records: list[tuple[int, str, int, int]]
+    records: list[tuple[int, str, int, int, int]]
     last: bool = True
     token: str = ""  # the client's registration token (OWN_NAME)
 
@@ -401,9 +403,9 @@ class RestoreDisk(Request):
         raw = v.bounded_list(p, "records", "")
         records = []
         for r in raw:
-            if not isinstance(r, (list, tuple)) or len(r) != 4:
-                raise InvalidArgumentError("each record is [offset, key, size, checksum]")
-            f = {"offset": r[0], "size": r[2], "checksum": r[3]}
+            if not isinstance(r, (list, tuple)) or len(r) not in (4, 5):
+                raise InvalidArgumentError("each record is [offset, key, size, checksum, generation]")
+            f = {"offset": r[0], "size": r[2], "checksum": r[3], "gen": r[4] if len(r) == 5 else 0}
             records.append(
                 (
                     v.integer(f, "offset", 0, 2**62),
@@ -429,6 +431,7 @@ class DiskDegraded(Request):
     def parse(cls, p: dict[str, Any]) -> DiskDegraded:
         reason = v.field(p, "reason")
         if not isinstance(reason, str) or len(reason.encode()) > 1024:
+                    v.integer(f, "gen", 0, U64),
             raise InvalidArgumentError("'reason' must be a string of at most 1024 bytes")
         return cls(v.text(p, "client_id"), reason)
 
