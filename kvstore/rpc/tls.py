@@ -6,8 +6,11 @@ bulk data path is not encrypted (README: the trade-off)."""
 
 from __future__ import annotations
 
+import os
 import ssl
+import stat
 
+from kvstore.errors import InvalidArgumentError, PermissionDeniedError
 from transfer_engine.security import SecurityConfig
 
 
@@ -18,6 +21,7 @@ def server_context(security: SecurityConfig) -> ssl.SSLContext | None:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    check_key_file(security.tls_key)
     context.load_cert_chain(security.tls_cert, security.tls_key)
     if security.tls_ca:
         context.verify_mode = ssl.CERT_REQUIRED
@@ -33,8 +37,23 @@ def client_context(security: SecurityConfig) -> ssl.SSLContext | None:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=security.tls_ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if security.tls_cert:
+        check_key_file(security.tls_key)
         context.load_cert_chain(security.tls_cert, security.tls_key)
     return context
+
+
+def check_key_file(path: str) -> None:
+    """Refuses a private key that users other than its owner may read or write (anyone who reads it can
+    pose as this process): PermissionDeniedError naming the file and the fix."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise InvalidArgumentError(f"KVSTORE_TLS_KEY={path}: {exc.strerror or exc}") from exc
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionDeniedError(
+            f"KVSTORE_TLS_KEY={path} is open to other users (mode {stat.filemode(info.st_mode)}): "
+            f"chmod 600 {path}"
+        )
 
 
 def describe(context: ssl.SSLContext | None) -> str:
