@@ -19,6 +19,7 @@ import numpy as np
 
 from kvstore.cluster.session import Session
 from kvstore.errors import KVStoreError, StaleLocationError
+from kvstore.node import file_lock
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.node.work_channel import WorkChannel
 from kvstore.rpc import messages as m
@@ -31,6 +32,7 @@ log = logging.getLogger("kvstore.node.disk")
 
 POLL_SECONDS = 2.0
 PROBE_SECONDS = 1.0  # how often a degraded disk tries whether writes work again
+PROBE_ROOM = 256 << 10  # bytes the index must take in one append before demotions resume
 
 
 class DiskWorker:
@@ -54,7 +56,12 @@ class DiskWorker:
         self.session = session
         self.work = work
         self.segment = segment
-        self.file = DiskFile(path, size, backend=backend, depth=32)
+        self._held = file_lock.hold(path, "disk")  # one node per disk file (and its index)
+        try:
+            self.file = DiskFile(path, size, backend=backend, depth=32)
+        except BaseException:
+            file_lock.release(self._held)
+            raise
         # Page-aligned and registered; page-locked too on a pinned node (the pinned pool stages disk I/O).
         self.staging = session.engine.allocate(staging, export=False, pinned=pinned)
         self.index = DiskIndex(path + ".index")
@@ -389,12 +396,14 @@ class DiskWorker:
             self._unforgotten.update(r for r, code in zip(records, codes, strict=True) if code)
 
     def _probe(self) -> None:
-        """Tries whether writes work again: the index rewritten (with what it could not take meanwhile)
-        and the file's probe page written. Both: the disk takes demotions again."""
+        """Tries whether writes work again: the index rewritten (with what it could not take meanwhile),
+        a real append of PROBE_ROOM bytes to it, and the file's probe page written. All three: the disk
+        takes demotions again."""
         self._probed = time.monotonic()
         with self._io:
             try:
                 self.index.rewrite_without(self._unforgotten)
+                self.index.try_room(PROBE_ROOM)  # (a rewrite of a small index needs no new space)
             except OSError:
                 return
             self._view(0, PAGE)[:] = 0
@@ -434,3 +443,4 @@ class DiskWorker:
         self._queue.put(None)
         self._thread.join(timeout=POLL_SECONDS + 5)
         self.file.close()
+        file_lock.release(self._held)

@@ -11,6 +11,7 @@ COMPACT_SLACK, so it stays proportional to the disk, not to the demotions ever m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from typing import NamedTuple
@@ -95,7 +96,11 @@ class DiskIndex:
     def rewrite(self, entries: list[IndexEntry]) -> None:
         """Replaces the index with `entries`, atomically (a kill leaves the old or the new one)."""
         temp = self.path + ".new"
-        with open(temp, "wb") as f:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)  # (left by a kill: made afresh, never written through whatever it is)
+        # Readable by the node's user only: the index names every object key on the disk.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(b"".join(encode(e) for e in entries))
             f.flush()
             os.fsync(f.fileno())
@@ -126,6 +131,24 @@ class DiskIndex:
             self._note(entry)
         if self._in_file > 2 * len(self._latest) + COMPACT_SLACK:
             self.rewrite(list(self._latest.values()))
+
+    def try_room(self, nbytes: int) -> None:
+        """Appends `nbytes` of entries that name nothing (tombstones of the empty key, which no object has)
+        and cuts them back off: OSError when the file system has no room for an append that large (what a
+        batch of demotions appends). A rewrite is no such test: it may need no new space at all."""
+        entry = encode(IndexEntry(0, "", TOMBSTONE, 0))
+        data = entry * max(1, nbytes // len(entry))
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            before = os.fstat(fd).st_size
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            finally:
+                os.ftruncate(fd, before)
+        finally:
+            os.close(fd)
 
     def rewrite_without(self, dead: set[tuple[int, str]]) -> None:
         """Rewrites the index with its live entries, less the (offset, key) records in `dead`."""

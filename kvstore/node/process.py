@@ -6,6 +6,7 @@ from typing import Any
 
 from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig, StoreConfig
+from kvstore.node import file_lock
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
 from kvstore.node.memory_tier import prepare_segment
@@ -24,18 +25,26 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     identity = NodeIdentity(node, config.master or f"etcd={config.etcd} cluster={config.cluster}")
-    files = SegmentFiles.named(node.memory_dir, identity.stem)
-    reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
+    held: list[file_lock.Held] = []
     prepared: list[Region] = []
-    try:  # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
+    try:
+        # Its files are this node's alone, before any memory is made for them (a second node on the
+        # same disk file stops here, naming the first)
+        if node.disk:
+            held.append(file_lock.hold(node.disk, "disk"))
+        files = SegmentFiles.named(node.memory_dir, identity.stem)
+        if files.memory:
+            held.append(file_lock.hold(files.memory, "segment memory file"))
+        reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
+        # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
         session = Session(
             config, identity.name, lambda engine: prepared.append(prepare_segment(engine, node, files.memory))
         )
     except BaseException:
-        identity.release()
+        _release(identity, held)
         raise
     try:
-        catalog = SegmentCatalog(files.catalog)
+        catalog = SegmentCatalog(files.catalog, secret=session.master.secret)
         if not reused or not files.kept(node.segment_size):
             catalog.clear()  # new memory (or the file was given up for anonymous memory): nothing in it
         storage = StorageNode(session, node, prepared[0], catalog)
@@ -52,4 +61,10 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         files.remove()
     finally:
         session.close()
-        identity.release()
+        _release(identity, held)
+
+
+def _release(identity: NodeIdentity, held: list[file_lock.Held]) -> None:
+    for key in held:
+        file_lock.release(key)
+    identity.release()
