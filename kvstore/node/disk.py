@@ -74,6 +74,8 @@ class DiskWorker:
         self.degraded = ""
         self._probed = 0.0
         self._unforgotten: set[tuple[int, str]] = set()  # dropped records the index could not mark
+        self._drops: list[tuple[int, str]] = []  # records the master dropped, not marked dead yet
+        self._drops_lock = threading.Lock()
         self._told = ""  # the state the master last heard
         self.restored = 0  # records offered back at the last mount, and how many the checks dropped
         self.dropped = 0
@@ -81,8 +83,6 @@ class DiskWorker:
         log.info(
             "disk tier %s: %d bytes, I/O by %s; %d records restored, %d dropped",
             path,
-        self._drops: list[tuple[int, str]] = []  # records the master dropped, not marked dead yet
-        self._drops_lock = threading.Lock()
             self.file.size,
             self.file.backend,
             self.restored,
@@ -97,6 +97,7 @@ class DiskWorker:
         """Mounts the disk and offers back the records it holds intact (after a restart of this node or
         of the master); the index is rewritten with just those."""
         s = self.session
+        self._forget_taken()  # drops the master sent before: never offered back
         with self._io:  # checked before mounting: the mount says records follow
             intact = self._intact(self.index.read())
             self.index.rewrite(intact)
@@ -104,7 +105,6 @@ class DiskWorker:
             m.MountDisk(
                 client_id=s.client_id,
                 size=self.file.size - PAGE,  # the last page is the probe's
-        self._forget_taken()  # drops the master sent before: never offered back
                 host_id=s.host_id,
                 path=os.path.abspath(self.file.path),
                 engine=s.engine.name,
