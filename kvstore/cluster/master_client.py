@@ -25,7 +25,7 @@ from kvstore.errors import (
     error_for_code,
 )
 from kvstore.rpc import tls
-from kvstore.rpc.auth import client_handshake
+from kvstore.rpc.auth import TAG_SIZE, FrameMac, client_handshake
 from kvstore.rpc.messages import OWN_NAME, PROTOCOL_VERSION, Hello, HelloReply, Request
 from transfer_engine.security import SecurityConfig
 
@@ -40,6 +40,20 @@ class Sent(NamedTuple):
     msg_id: int
     request: Request
     sock: socket.socket
+
+
+class _Wire:
+    """A connection's frame MACs (kvstore.rpc.frame_mac), or none: sealing and opening its frames in the
+    order of the stream (a connection is one thread's)."""
+
+    __slots__ = ("frames", "tag")
+
+    def __init__(self, frames: FrameMac | None) -> None:
+        self.frames = frames
+        self.tag = TAG_SIZE if frames is not None else 0
+
+    def seal(self, frame: bytes) -> bytes:
+        return frame if self.frames is None else self.frames.seal(frame)
 
 
 class MasterClient:
@@ -90,11 +104,12 @@ class MasterClient:
             request.token = request.token or identity[1]  # type: ignore[attr-defined]
         msg_id = next(self._ids)
         sock, _poller = self._connection()
-        frame = rpc.pack([msg_id, request.METHOD, request.params()])
+        wire: _Wire = self._local.wire
+        frame = wire.seal(rpc.pack([msg_id, request.METHOD, request.params()]))
         out: dict[int, Any] = self._local.out
         try:
             if out:  # replies may be on their way: read them as they come, or both sides could wait
-                _send_reading(sock, frame, self.timeout, functools.partial(self._stash, out))
+                _send_reading(sock, wire, frame, self.timeout, functools.partial(self._stash, out))
             else:
                 sock.sendall(frame)
         except (OSError, EOFError, InvalidArgumentError, MasterUnavailableError) as exc:
@@ -123,7 +138,7 @@ class MasterClient:
                 sent.sock.settimeout(timeout or self.timeout)
                 if self.spin_seconds and not long_poll:
                     _spin_until_readable(local.poller, self.spin_seconds)
-                reply = _read_reply(sent.sock)
+                reply = _read_reply(sent.sock, local.wire)
                 if reply[0] != sent.msg_id:
                     self._stash(local.out, reply)
                     reply = None
@@ -182,7 +197,7 @@ class MasterClient:
         failures = []
         for address in self.locator.candidates():
             try:
-                sock = self._open(address)
+                sock, wire = self._open(address)
             except MasterUnavailableError as exc:
                 failures.append(str(exc))
                 continue
@@ -192,14 +207,14 @@ class MasterClient:
                 self._all.append(sock)
             poller = select.poll()
             poller.register(sock, select.POLLIN)
-            self._local.sock, self._local.poller = sock, poller
+            self._local.sock, self._local.poller, self._local.wire = sock, poller, wire
             self._local.out = {}  # id of each request out on it -> its reply, once read (else None)
             return sock, poller
         raise MasterUnavailableError(f"cannot reach {self.locator.describe()}: " + "; ".join(failures))
 
-    def _open(self, address: str) -> socket.socket:
+    def _open(self, address: str) -> tuple[socket.socket, _Wire]:
         """A connection to `address` that opened with Hello: the same protocol, a leader no older than
-        one already seen."""
+        one already seen. Its frames carry MACs unless it is TLS (which protects them already)."""
         host, port = rpc.parse_address(address)
         try:
             sock = socket.create_connection((host, port), timeout=min(self.timeout, CONNECT_SECONDS))
@@ -214,8 +229,8 @@ class MasterClient:
                 except ssl.SSLError as exc:  # (an OSError: said as TLS's, not a lost master)
                     sock.close()
                     raise PermissionDeniedError(f"master {address}: TLS: {exc}") from exc
-            client_handshake(sock, self.secret, address)
-            _, code, message, result = _exchange(sock, 0, Hello(PROTOCOL_VERSION))
+            wire = _Wire(client_handshake(sock, self.secret, address, frames=self.tls is None))
+            _, code, message, result = _exchange(sock, wire, 0, Hello(PROTOCOL_VERSION))
             if code:
                 raise error_for_code(code, message)
             reply: HelloReply = Hello.decode_reply(result)
@@ -237,7 +252,7 @@ class MasterClient:
         if reply.epoch > self.epoch:
             self._abandon_older()
             self.epoch = reply.epoch
-        return sock
+        return sock, wire
 
     def _abandon_older(self) -> None:
         """A newer leader answered: the other threads' connections lead to the deposed one. Shut down,
@@ -260,14 +275,18 @@ class MasterClient:
             sock.close()
 
 
-def _exchange(sock: socket.socket, msg_id: int, request: Request) -> tuple[int, int, str, Any]:
+def _exchange(sock: socket.socket, wire: _Wire, msg_id: int, request: Request) -> tuple[int, int, str, Any]:
     """Sends one request frame and reads its reply frame: (id, code, message, result)."""
-    sock.sendall(rpc.pack([msg_id, request.METHOD, request.params()]))
-    return _read_reply(sock)
+    sock.sendall(wire.seal(rpc.pack([msg_id, request.METHOD, request.params()])))
+    return _read_reply(sock, wire)
 
 
 def _send_reading(
-    sock: socket.socket, frame: bytes, timeout: float, keep: Callable[[tuple[int, int, str, Any]], None]
+    sock: socket.socket,
+    wire: _Wire,
+    frame: bytes,
+    timeout: float,
+    keep: Callable[[tuple[int, int, str, Any]], None],
 ) -> None:
     """sendall that reads (and hands `keep`) each reply that arrives meanwhile. The master stops reading
     a connection whose replies pile up unread (back-pressure), so a client that only wrote while a large
@@ -281,17 +300,20 @@ def _send_reading(
         if events == -1:
             raise TimeoutError("timed out")
         if pending or events & select.POLLIN:
-            keep(_read_reply(sock))
+            keep(_read_reply(sock, wire))
         elif events & select.POLLOUT:
             view = view[sock.send(view) :]
         else:  # POLLERR / POLLHUP alone
             raise ConnectionError("the connection failed")
 
 
-def _read_reply(sock: socket.socket) -> tuple[int, int, str, Any]:
-    """The next reply frame on the connection: (id, code, message, result)."""
+def _read_reply(sock: socket.socket, wire: _Wire) -> tuple[int, int, str, Any]:
+    """The next reply frame on the connection: (id, code, message, result); a frame whose MAC does not
+    verify raises FrameMacError (an InvalidArgumentError: the connection is dropped)."""
     header = _recv_exact(sock, rpc.HEADER_SIZE)
-    return rpc.parse_response(rpc.unpack(_recv_exact(sock, rpc.frame_length(header))))
+    rest = _recv_exact(sock, rpc.frame_length(header) + wire.tag)
+    body = rest if wire.frames is None else wire.frames.open(header, rest)
+    return rpc.parse_response(rpc.unpack(body))
 
 
 def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:

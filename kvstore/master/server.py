@@ -317,9 +317,10 @@ class _RpcProtocol(asyncio.Protocol):
         self.master = master
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
-        self.handshake: auth.ServerHandshake | None = auth.ServerHandshake(
-            master.secret
-        )  # None: it proved itself
+        # None once it proved itself; frames MACed unless the connection is TLS (which protects them)
+        self.handshake: auth.ServerHandshake | None = auth.ServerHandshake(master.secret, master.tls is None)
+        self.frames: auth.FrameMac | None = None  # each frame's MAC, both ways (with a secret: auth)
+        self.tag = 0  # bytes of a frame's MAC
         self.auth_timer: asyncio.TimerHandle | None = None
         self.peer = self.host = "?"
         self.counted = False  # in master.per_peer
@@ -371,6 +372,8 @@ class _RpcProtocol(asyncio.Protocol):
             self.transport.write(reply)
         if not self.handshake.done:
             return b""
+        self.frames = self.handshake.frame_mac()
+        self.tag = auth.TAG_SIZE if self.frames is not None else 0
         rest, self.handshake = self.handshake.rest(), None
         if self.auth_timer is not None:
             self.auth_timer.cancel()
@@ -381,7 +384,7 @@ class _RpcProtocol(asyncio.Protocol):
             error = TooManyConnectionsError(
                 f"the master holds {limit} connections from {self.host} already (max_connections_per_peer)"
             )
-            self.transport.write(rpc.pack([0, error.code, str(error), None]))
+            self._write([rpc.pack([0, error.code, str(error), None])])
             self.transport.close()
             return b""
         self.master.per_peer[self.host] += 1
@@ -403,7 +406,7 @@ class _RpcProtocol(asyncio.Protocol):
         answered = self._answer(replies)
         self.master.run_ready()
         if replies:
-            self.transport.write(b"".join(replies))
+            self._write(replies)
         if not self.transport.is_closing():
             self._hold(len(self.buffer), answered)
 
@@ -423,6 +426,15 @@ class _RpcProtocol(asyncio.Protocol):
         elif self.frame_timer is None:
             why = f"a request frame was not whole within {config.frame_timeout} s (frame_timeout)"
             self.frame_timer = asyncio.get_running_loop().call_later(config.frame_timeout, self._cut, why)
+
+    def _write(self, frames: list[bytes]) -> None:
+        """Writes whole frames, each sealed with its MAC here: in the order they go out, which is the
+        order their sequence numbers must follow (a deferred reply may go out between two batches)."""
+        assert self.transport is not None
+        if self.frames is not None:
+            seal = self.frames.seal
+            frames = [seal(f) for f in frames]
+        self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def _cut(self, why: str) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -454,14 +466,26 @@ class _RpcProtocol(asyncio.Protocol):
         while len(self.buffer) >= rpc.HEADER_SIZE and not self.writing_paused:
             try:
                 n = rpc.frame_length(bytes(self.buffer[: rpc.HEADER_SIZE]))
-                if len(self.buffer) < rpc.HEADER_SIZE + n:
+                end = rpc.HEADER_SIZE + n
+                if len(self.buffer) < end + self.tag:
                     break
-                body = bytes(self.buffer[rpc.HEADER_SIZE : rpc.HEADER_SIZE + n])
-                del self.buffer[: rpc.HEADER_SIZE + n]
+                if self.frames is not None:
+                    with memoryview(self.buffer) as view:
+                        self.frames.verify(
+                            view[: rpc.HEADER_SIZE], view[rpc.HEADER_SIZE : end], view[end:][: self.tag]
+                        )
+                body = bytes(self.buffer[rpc.HEADER_SIZE : end])
+                del self.buffer[: end + self.tag]
                 msg_id, method, params = rpc.parse_request(rpc.unpack(body))
+            except auth.FrameMacError as exc:
+                if replies:
+                    self._write(replies)  # (the frames before it verified)
+                    replies.clear()
+                self._cut(str(exc))  # nothing of it is done, nor answered: the stream is not the client's
+                return answered
             except rpc.FrameError as exc:
                 replies.append(rpc.pack([0, exc.code, str(exc), None]))
-                self.transport.write(b"".join(replies))
+                self._write(replies)
                 replies.clear()
                 self.transport.close()  # the stream cannot be trusted any more
                 self.buffer.clear()
@@ -474,7 +498,7 @@ class _RpcProtocol(asyncio.Protocol):
                 replies.append(rpc.pack(reply))
                 pending += len(replies[-1])
                 if pending >= REPLY_FLUSH:
-                    self.transport.write(b"".join(replies))  # (may pause writing: see pause_writing)
+                    self._write(replies)  # (may pause writing: see pause_writing)
                     replies.clear()
                     pending = 0
         return answered
@@ -502,7 +526,7 @@ class _RpcProtocol(asyncio.Protocol):
                 body = [msg_id, 0, "", reply]
             except KVStoreError as exc:
                 body = [msg_id, exc.code, str(exc), None]
-            self.transport.write(rpc.pack(body))
+            self._write([rpc.pack(body)])
 
         timer = loop.call_later(deferred.timeout, send)
         deferred.on_ready(functools.partial(self.master.when_ready, send))

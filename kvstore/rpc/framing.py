@@ -54,7 +54,7 @@ def frame_length(header: bytes | bytearray) -> int:
     return n
 
 
-def unpack(body: bytes | bytearray) -> Any:
+def unpack(body: bytes | bytearray | memoryview) -> Any:
     try:
         return msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on bad input

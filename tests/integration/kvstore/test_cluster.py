@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -16,7 +15,7 @@ import pytest
 
 from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
 from kvstore.rpc import messages as m
-from kvstore.rpc.auth import client_handshake
+from tests.helpers.master_wire import MasterWire
 from tests.integration.kvstore.conftest import Cluster, wait_for_mounts
 from transfer_engine.security import SecurityConfig
 
@@ -168,15 +167,9 @@ def test_remove_waits_for_leases(cluster: Cluster) -> None:
 
 def _raw_call(address: str, payload: bytes) -> object:
     """Sends `payload` on a connection that passed the authentication (the suite's cluster secret)."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        client_handshake(s, SecurityConfig.load().secret(), address)
-        s.sendall(payload)
-        header = s.recv(4, socket.MSG_WAITALL)
-        if len(header) < 4:
-            return None
-        body = s.recv(rpc.frame_length(header), socket.MSG_WAITALL)
-        return rpc.unpack(body)
+    with MasterWire(address, SecurityConfig.load().secret()) as wire:
+        wire.send(payload)  # (sealed with the connection's MAC, as a client's frames are)
+        return wire.reply()
 
 
 @pytest.mark.parametrize(
