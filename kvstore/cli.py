@@ -44,10 +44,19 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--cluster", help="the cluster this master is a candidate of (default: default)")
     p.add_argument("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)")
+    _add_etcd_access(p)
     p.add_argument(
         "--kv-events-endpoint",
         help="publish the store's KV events (RFC #1527, per object key) on this ZMQ endpoint, e.g. "
-        "ipc:///run/kvstore/events or tcp://127.0.0.1:5600 (KVSTORE_MASTER_KV_EVENTS_ENDPOINT)",
+        "ipc:///run/kvstore/events (mode 0600), or tcp://127.0.0.1:5600 with --kv-events-tcp "
+        "(KVSTORE_MASTER_KV_EVENTS_ENDPOINT)",
+    )
+    p.add_argument(
+        "--kv-events-tcp",
+        action="store_true",
+        default=None,
+        help="allow a tcp:// KV events endpoint, which any local user may subscribe to "
+        "(KVSTORE_MASTER_KV_EVENTS_TCP=1)",
     )
     _add_insecure(p)
 
@@ -58,6 +67,28 @@ def _add_insecure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="listen beyond loopback with no cluster secret (KVSTORE_INSECURE=1): anyone may use it",
     )
+
+
+_ETCD_ACCESS = {
+    "ca": "PEM CA of etcd: speak TLS to it (KVSTORE_ETCD_CA)",
+    "cert": "PEM client certificate for etcd, with --etcd-key (KVSTORE_ETCD_CERT)",
+    "key": "its private key, owner-only (KVSTORE_ETCD_KEY)",
+    "user": "etcd user to log in as, with --etcd-password-file (KVSTORE_ETCD_USER)",
+    "password_file": "file holding that user's password, owner-only (KVSTORE_ETCD_PASSWORD_FILE)",
+}
+
+
+def _add_etcd_access(p: argparse.ArgumentParser) -> None:
+    for name, what in _ETCD_ACCESS.items():
+        p.add_argument(f"--etcd-{name.replace('_', '-')}", dest=f"etcd_{name}", help=what)
+
+
+def _apply_etcd_access(args: argparse.Namespace) -> None:
+    """etcd's TLS and login given as options become KVSTORE_ETCD_* (read wherever etcd is reached)."""
+    for name in _ETCD_ACCESS:
+        value = getattr(args, f"etcd_{name}", None)
+        if value is not None:
+            os.environ[f"KVSTORE_ETCD_{name.upper()}"] = value
 
 
 def _apply_insecure(args: argparse.Namespace) -> None:
@@ -83,6 +114,7 @@ _MASTER_FLAGS = (
     "cluster",
     "leader_ttl",
     "kv_events_endpoint",
+    "kv_events_tcp",
 )
 
 
@@ -96,6 +128,7 @@ def _run_master(args: argparse.Namespace) -> int:
     from kvstore.master.process import run_master
 
     _apply_insecure(args)
+    _apply_etcd_access(args)
     run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
     return 0
 
@@ -137,6 +170,7 @@ def _add_master_choice(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cluster", help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"
     )
+    _add_etcd_access(p)
 
 
 def _add_node(commands: argparse._SubParsersAction) -> None:
@@ -175,6 +209,7 @@ def _run_node(args: argparse.Namespace) -> int:
     logging.basicConfig(format="kvstore node: %(message)s", level=logging.WARNING)
     logging.getLogger("kvstore.node").setLevel(logging.INFO)
     _apply_insecure(args)
+    _apply_etcd_access(args)
     settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]
     run_node(
         NodeConfig.load(**_given(args, settings)),
@@ -195,6 +230,7 @@ def _run_status(args: argparse.Namespace) -> int:
     from kvstore.cluster.leader import locator
     from kvstore.config import StoreConfig
 
+    _apply_etcd_access(args)
     config = StoreConfig.load(**_given(args, ["master", "etcd", "cluster"]))
     if not config.master and not config.etcd:
         raise InvalidArgumentError(
@@ -208,7 +244,9 @@ def _run_status(args: argparse.Namespace) -> int:
 def _add_config(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("config", help="print the effective settings and where each came from")
     p.add_argument(
-        "--component", choices=["engine", "client", "node", "master", "security"], help="default: all"
+        "--component",
+        choices=["engine", "client", "node", "master", "security", "index", "etcd"],
+        help="default: all",
     )
     p.add_argument("--variables", action="store_true", help="list every KVSTORE_* variable and what it sets")
     p.add_argument("--json", action="store_true", help="one JSON object")

@@ -5,10 +5,17 @@ leader with no user code."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
+from kvstore.config.etcd import EtcdConfig
+from kvstore.errors import MasterUnavailableError
 from kvstore.rpc import etcd, parse_address
+from kvstore.rpc.etcd_records import LEADER, Records
+from transfer_engine.security import SecurityConfig
+
+log = logging.getLogger("kvstore.cluster")
 
 
 class Locator:
@@ -46,29 +53,72 @@ class AddressList(Locator):
 
 
 class EtcdLeader(Locator):
-    """The leader etcd names for `cluster` (one lookup per connection opened)."""
+    """The leader etcd names for `cluster` (one lookup per connection opened). Its record must verify
+    (kvstore.rpc.etcd_records: signed with the cluster secret, under the lease it names); one that does
+    not is ignored: the leader last trusted is tried instead, or none."""
 
-    def __init__(self, endpoints: str, cluster: str, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        endpoints: str,
+        cluster: str,
+        timeout: float = 2.0,
+        settings: EtcdConfig | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        """`settings`: etcd's TLS and login (from KVSTORE_ETCD_* if None); `secret`: the cluster secret
+        records are signed with (from the environment if None)."""
         self.endpoints, self.cluster = endpoints, etcd.check_cluster(cluster)
         etcd.parse_endpoints(endpoints)
         self.timeout = timeout
+        self.settings = settings or EtcdConfig.load()
+        self.records = Records(SecurityConfig.load().secret() if secret is None else secret, cluster)
         self._client: Any = None
+        self._trusted = ""  # the address of the last leader whose record verified
+        self._ignored = 0  # the revision of the last record ignored (said once)
         self._lock = threading.Lock()
 
     def candidates(self) -> list[str]:
         with self._lock:
             if self._client is None:
-                self._client = etcd.connect(self.endpoints, self.timeout)
-            return [etcd.leader_address(self._client, self.cluster)]
+                self._client = etcd.connect(self.endpoints, self.timeout, self.settings)
+            try:
+                value, meta = self._client.get(etcd.leader_key(self.cluster))
+            except Exception as exc:  # grpc errors of every kind: etcd cannot be asked
+                if etcd.needs_login(exc):  # etcd forgot the login (it restarted): log in again next time
+                    self._drop()
+                raise MasterUnavailableError(
+                    f"cannot ask etcd for the leader of cluster {self.cluster!r}: {etcd.explain(exc)}"
+                ) from exc
+            if value is None:
+                raise MasterUnavailableError(f"no master leads cluster {self.cluster!r} now")
+            record = self.records.decode(LEADER, value, meta.lease_id)
+            if record is not None:
+                self._trusted = record.address
+                return [record.address]
+            if self._ignored != meta.mod_revision:
+                self._ignored = meta.mod_revision
+                log.warning(
+                    "the leader record of cluster %r in etcd does not verify (%s): ignored",
+                    self.cluster,
+                    "not signed with this cluster's secret" if self.records.signed else "not under its lease",
+                )
+            if self._trusted:
+                return [self._trusted]
+            raise MasterUnavailableError(
+                f"the leader record of cluster {self.cluster!r} in etcd does not verify: no leader to follow"
+            )
 
     def describe(self) -> str:
         return f"the leader of cluster {self.cluster!r} (etcd {self.endpoints})"
 
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            self._drop()
 
 
 def locator(master: str = "", etcd_endpoints: str = "", cluster: str = "", timeout: float = 2.0) -> Locator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvstore.config.client import StoreConfig
 from kvstore.config.environment import check_environment, known_variables
+from kvstore.config.etcd import EtcdConfig
 from kvstore.config.index import IndexConfig
 from kvstore.config.master import MasterConfig
 from kvstore.config.node import NodeConfig
@@ -24,11 +25,13 @@ COMPONENTS: dict[str, type[Settings]] = {
     "master": MasterConfig,
     "security": SecurityConfig,
     "index": IndexConfig,
+    "etcd": EtcdConfig,
 }
 
 __all__ = [
     "COMPONENTS",
     "EngineConfig",
+    "EtcdConfig",
     "IndexConfig",
     "MasterConfig",
     "NodeConfig",

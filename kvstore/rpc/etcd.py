@@ -1,18 +1,22 @@
 """Where a cluster's masters meet in etcd: the leader key (held under the leader's lease, its value the
-leader's RPC address) and one key per candidate. Masters campaign on it (kvstore.master.election);
-clients and nodes read it to find the leader (kvstore.cluster.leader).
+leader's signed record: kvstore.rpc.etcd_records) and one key per candidate. Masters campaign on it
+(kvstore.master.election); clients and nodes read it to find the leader (kvstore.cluster.leader).
 
-`etcd3` comes from the `etcd3-fc` distribution (plain etcd3 0.12 breaks on current protobuf); it is
-imported only when a cluster is named.
+The connection speaks TLS and logs in when kvstore.config.etcd says so. `etcd3` comes from the
+`etcd3-fc` distribution (plain etcd3 0.12 breaks on current protobuf); it is imported only when a
+cluster is named.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvstore.errors import InvalidArgumentError, MasterUnavailableError
+from kvstore.errors import InvalidArgumentError, MasterUnavailableError, PermissionDeniedError
 from kvstore.rpc.framing import parse_address
+from transfer_engine.security import is_loopback
+
+if TYPE_CHECKING:
+    from kvstore.config.etcd import EtcdConfig
 
 ROOT = "/kvstore"
 
@@ -39,43 +43,85 @@ def parse_endpoints(text: str) -> list[tuple[str, int]]:
     return endpoints
 
 
-def connect(endpoints: str, timeout: float = 2.0) -> Any:
-    """An etcd client over the endpoints (each call fails over to the next one)."""
+def connect(endpoints: str, timeout: float = 2.0, settings: EtcdConfig | None = None) -> Any:
+    """An etcd client over the endpoints (each call fails over to the next one), speaking TLS and logged
+    in as `settings` say (None: plaintext, no login). A refused login is PermissionDeniedError; etcd out
+    of reach while logging in, MasterUnavailableError."""
     try:
         import etcd3
+        import grpc
         from etcd3.client import Endpoint
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise InvalidArgumentError("etcd support needs the etcd3-fc package: pip install etcd3-fc") from exc
+    hosts = parse_endpoints(endpoints)
+    login = settings.credentials() if settings is not None else None
+    creds = _tls_credentials(settings) if settings is not None and settings.secure() else None
+    if login and creds is None and not all(is_loopback(host) for host, _ in hosts):
+        raise PermissionDeniedError(
+            f"the etcd password would cross the network in plaintext to {endpoints}: "
+            "set KVSTORE_ETCD_CA (etcd serving TLS)"
+        )
     points = [
-        Endpoint(host, port, secure=False, time_retry=timeout) for host, port in parse_endpoints(endpoints)
+        Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=timeout)
+        for host, port in hosts
     ]
-    return etcd3.MultiEndpointEtcd3Client(endpoints=points, timeout=timeout, failover=True)
-
-
-def leader_record(address: str, run_id: str) -> bytes:
-    return json.dumps({"address": address, "id": run_id}).encode()
-
-
-def read_record(value: bytes | None) -> dict[str, str] | None:
-    """A leader or candidate key's value; None when absent or not one of ours."""
-    if not value:
-        return None
+    user, password = login if login else (None, None)
     try:
-        record = json.loads(value)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("address"), str):
-        return None
-    return record
+        return etcd3.MultiEndpointEtcd3Client(
+            endpoints=points, timeout=timeout, failover=True, user=user, password=password
+        )
+    except grpc.RpcError as exc:
+        for point in points:
+            point.close()
+        raise _login_refused(exc, endpoints, user or "") from exc
 
 
-def leader_address(client: Any, cluster: str) -> str:
-    """The leader's RPC address; MasterUnavailableError when no master leads the cluster."""
+def needs_login(exc: BaseException) -> bool:
+    """etcd no longer knows the connection's login (it restarted, or the token went unused too long):
+    connect again."""
+    code = getattr(exc, "code", None)
+    if not callable(code):
+        return False
     try:
-        value, _ = client.get(leader_key(cluster))
-    except Exception as exc:  # grpc errors of every kind: etcd cannot be asked
-        raise MasterUnavailableError(f"cannot ask etcd for the leader of cluster {cluster!r}: {exc}") from exc
-    record = read_record(value)
-    if record is None:
-        raise MasterUnavailableError(f"no master leads cluster {cluster!r} now")
-    return record["address"]
+        return getattr(code(), "name", "") == "UNAUTHENTICATED"
+    except Exception:  # an exception whose code() wants arguments: not grpc's
+        return False
+
+
+def explain(exc: BaseException) -> str:
+    """One line for an etcd call's failure (grpc's own text spans lines and repeats itself)."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        try:
+            return f"{getattr(code(), 'name', code())}: {details()}"
+        except Exception:  # not grpc's
+            pass
+    return str(exc) or type(exc).__name__
+
+
+def _tls_credentials(settings: EtcdConfig) -> Any:
+    import grpc
+
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise InvalidArgumentError(f"{path}: {exc.strerror or exc}") from exc
+
+    return grpc.ssl_channel_credentials(read(settings.ca), read(settings.key), read(settings.cert))
+
+
+def _login_refused(exc: Any, endpoints: str, user: str) -> Exception:
+    code = getattr(exc.code(), "name", "")
+    said = exc.details() or code
+    if code in ("INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return PermissionDeniedError(f"etcd at {endpoints} refused user {user!r}: {said}")
+    if code == "FAILED_PRECONDITION":
+        return PermissionDeniedError(
+            f"etcd at {endpoints} has authentication off ({said}): anyone who reaches it may write the "
+            "cluster's keys; enable it (etcd auth enable) or unset KVSTORE_ETCD_USER"
+        )
+    return MasterUnavailableError(f"cannot log in to etcd at {endpoints}: {said}")
