@@ -337,6 +337,7 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
     fenced |= !t.caps.one_sided;
     connected = true;
   }
+  if (connected && !fenced && transport != "auto") link_fence_carrier(peer, links, unlinked);
   if (connected) {
     if (!first_failure.ok() && unlinked->ok()) *unlinked = first_failure;
     return links;
@@ -344,6 +345,21 @@ StatusOr<std::vector<Engine::Link>> Engine::connect_links(const EngineDescriptor
   if (!first_failure.ok()) return first_failure;
   if (transport == "auto") return Status(Code::kNotSupported, "no transport reaches " + peer.name);
   return Status(Code::kNotSupported, "transport '" + transport + "' cannot reach " + peer.name);
+}
+
+void Engine::link_fence_carrier(const EngineDescriptor& peer, std::vector<Link>& links, Status* unlinked) {
+  // The named transport is one-sided (ucx RMA): requests naming a fenced allocation would have no way to
+  // the peer, so the cheapest transport that checks fences carries them (and only them).
+  for (const auto& t : transports_) {
+    if (t.caps.one_sided || !t.transport->reachable(peer)) continue;
+    auto channel = t.transport->connect(peer);
+    if (channel.ok()) {
+      links.push_back(Link{const_cast<Running*>(&t), std::move(channel.value()), /*fenced_only=*/true});
+      return;
+    }
+    *unlinked = Status(channel.status().code(),
+                       std::string(t.entry->name) + " (for fenced requests): " + channel.status().message());
+  }
 }
 
 Status Engine::connect_peer(Peer& peer) {
@@ -692,7 +708,8 @@ void Engine::slice_and_send(Peer& peer, std::vector<Waiting>& requests) {
     }
     const bool fenced = w.fence_gen != 0;
     auto can = [&](size_t link) {
-      return moves(links[link].transport->caps, w.local_location.kind, region->location.kind, fenced);
+      return (fenced || !links[link].fenced_only) &&
+             moves(links[link].transport->caps, w.local_location.kind, region->location.kind, fenced);
     };
     size_t chosen = 0;
     while (chosen < links.size() && !can(chosen)) ++chosen;

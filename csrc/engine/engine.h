@@ -140,16 +140,19 @@ class Engine {
   struct Link {
     Running* transport;
     std::shared_ptr<Channel> channel;
+    bool fenced_only = false;  // joined a named one-sided transport to carry fenced requests alone
   };
   StatusOr<std::shared_ptr<Peer>> peer_at(uint32_t handle);
   // Handshake (unless it is ourselves) and connect; called without the peer lock held.
   Status connect_peer(Peer& peer);
   // Connects the cheapest transport that reaches the peer, then each dearer one that moves a pair of memory
   // kinds none before it does, for kinds the peer exports (cuda_ipc for a same-host peer's GPU memory; a
-  // peer that registers a new kind is reconnected when a request first names it). A named transport: only it.
+  // peer that registers a new kind is reconnected when a request first names it). A named transport: only it,
+  // joined, when it cannot check fences, by one that can, for fenced requests alone (link_fence_carrier).
   // A dearer transport that fails to connect is left out; `unlinked` says why.
   StatusOr<std::vector<Link>> connect_links(const EngineDescriptor& peer, const std::string& transport,
                                             Status* unlinked);
+  void link_fence_carrier(const EngineDescriptor& peer, std::vector<Link>& links, Status* unlinked);
   void reconnect_async(std::shared_ptr<Peer> peer);
   // Opens again, in the background, the links of a peer that died while others live.
   void relink_async(std::shared_ptr<Peer> peer);

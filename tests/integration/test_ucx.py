@@ -77,6 +77,34 @@ def test_a_killed_peer_fails_what_was_in_flight_within_the_timeout(ucx_engine: T
         stop_target(target)
 
 
+def test_a_store_forced_to_ucx_puts_and_gets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39, item 3: KVSTORE_TRANSPORT=ucx everywhere (master, node, client). Was: every put failed
+    (-6) and a fenced read NotSupported, ucx being the only transport linked and unable to check the
+    node's fences. Now a transport that checks them joins the link for fenced requests alone."""
+    if reason := ucx_missing():
+        pytest.skip(f"ucx: {reason}")
+    from kvstore import Store
+    from kvstore.procs import kvstore_process
+
+    monkeypatch.setenv("KVSTORE_TRANSPORT", "ucx")
+    master = ["master", "--port", "0", "--heartbeat-interval", "0.3", "--client-ttl", "3"]
+    with kvstore_process(master) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "64MiB"]
+        with kvstore_process(node) as (_, node_ready), Store.connect(address) as client:
+            rng = np.random.default_rng(3)
+            values = {f"ucx/{i}": rng.bytes(int(rng.integers(1, 2 << 20))) for i in range(24)}
+            for key, value in list(values.items())[:12]:
+                client.put(key, value)
+            rest = list(values)[12:]
+            arrays = [np.frombuffer(values[k], np.uint8) for k in rest]
+            assert client.batch_put_from(rest, arrays) == [0] * len(rest)
+            for key, value in values.items():
+                assert client.get(key) == value
+            peer = client.engine.open_peer(node_ready.split()[0])
+            assert peer.transports[0] == "ucx" and len(peer.transports) == 2
+
+
 def run_script(script: str, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     """Runs `script` in a fresh interpreter (UCX caches the routing table when a process first uses it, so
     a NIC made after that, the fixture's veth, would look unreachable to this one), with the tests
