@@ -3,8 +3,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
-
 #include "common/bytes.h"
 #include "common/hmac.h"
 #include "common/net.h"
@@ -12,13 +10,15 @@
 namespace kvs {
 namespace {
 
-// Hello: u32 magic, u16 version, u16 zero, the peer's nonce. Challenge: u32 magic, the engine's nonce,
-// its proof. Then the peer's proof; then u32 magic, u32 length, the descriptor (its region keys the
-// session's: core/session.h).
+// Hello: u32 magic, u16 version, u16 zero, the peer's nonce. Challenge: u32 magic, the engine's nonce.
+// Then the peer's proof; then the engine's proof, u32 magic, u32 length, the descriptor (its region keys
+// the session's: core/session.h). The engine proves last: a peer that has not proved the secret gets
+// nothing computed from it (else one connection is an offline oracle for guessing the secret).
 constexpr uint32_t kHelloMagic = 0x4b565342;  // "KVSB"
-constexpr uint16_t kHelloVersion = 3;         // 2: challenge-response first; 3: session-scoped keys
+// 2: challenge-response first; 3: session-scoped keys; 4: the engine proves last.
+constexpr uint16_t kHelloVersion = 4;
 constexpr size_t kHelloSize = 8 + kNonceSize;
-constexpr size_t kChallengeSize = 4 + kNonceSize + sizeof(Digest);
+constexpr size_t kChallengeSize = 4 + kNonceSize;
 constexpr uint32_t kMaxDescriptor = 64u << 20;
 constexpr size_t kMaxConnections = 64;  // handshakes at once (each takes a round trip, then closes)
 constexpr size_t kMaxConnectionsPerPeer = 16;
@@ -54,8 +54,6 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   ByteWriter challenge;
   challenge.put<uint32_t>(kHelloMagic);
   challenge.bytes().insert(challenge.bytes().end(), ours.begin(), ours.end());
-  const Digest mine = prove(secret_, "engine", theirs, ours);
-  challenge.bytes().insert(challenge.bytes().end(), mine.begin(), mine.end());
   st = send_all(fd, challenge.bytes().data(), challenge.bytes().size(), timeout_ms_ / kPollMs + 1);
   Digest answer{};
   if (st.ok()) st = recv_exact(fd, answer.data(), answer.size(), keep_waiting);
@@ -66,7 +64,9 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
   }
   proved.store(true);
   const std::vector<char> body = descriptor_(derive_session(secret_, theirs + ours));
+  const Digest mine = prove(secret_, "engine", theirs, ours);  // (only now: the peer proved itself)
   ByteWriter w;
+  w.bytes().insert(w.bytes().end(), mine.begin(), mine.end());
   w.put<uint32_t>(kHelloMagic);
   w.put<uint32_t>(static_cast<uint32_t>(body.size()));
   w.bytes().insert(w.bytes().end(), body.begin(), body.end());
@@ -94,34 +94,33 @@ StatusOr<EngineDescriptor> fetch_descriptor(const std::string& name, int timeout
   const std::string theirs(challenge + 4, kNonceSize);
   if (st.ok()) {
     ByteReader r(challenge, 4);
-    Digest claimed;
-    std::memcpy(claimed.data(), challenge + 4 + kNonceSize, claimed.size());
-    // (our proof goes even to an engine that failed its own: it then refuses us too, and logs who came)
-    const Digest mine = prove(secret, "peer", theirs, ours);
     if (r.get<uint32_t>() != kHelloMagic) {
       st = Status(Code::kProtocolError,
                   name + " is not a kvstore engine of this version (bad handshake reply)");
     } else {
+      const Digest mine = prove(secret, "peer", theirs, ours);
       st = send_all(fd.value(), mine.data(), mine.size(), timeout_ms / kPollMs + 1);
-      if (st.ok() && !same_mac(claimed, prove(secret, "engine", ours, theirs))) {
-        st = Status(
-            Code::kPermissionDenied,
-            secret.empty()
-                ? "engine " + name +
-                      " has a cluster secret and this process none: set "
-                      "KVSTORE_CLUSTER_SECRET_FILE (or KVSTORE_CLUSTER_SECRET) as for the "
-                      "rest of the cluster"
-                : "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
-      }
+    }
+  }
+  Digest claimed{};
+  if (st.ok()) {
+    st = recv_exact(fd.value(), claimed.data(), claimed.size(), keep_waiting);
+    if (st.code() == Code::kConnectionFailed) {  // (closed at our proof: it refused it)
+      st = Status(Code::kPermissionDenied,
+                  secret.empty() ? "engine " + name +
+                                       " has a cluster secret and this process none: set "
+                                       "KVSTORE_CLUSTER_SECRET_FILE (or KVSTORE_CLUSTER_SECRET) as for the "
+                                       "rest of the cluster"
+                                 : "engine " + name +
+                                       " refused this process's proof: it does not share this cluster "
+                                       "secret (KVSTORE_CLUSTER_SECRET / _FILE)");
+    } else if (st.ok() && !same_mac(claimed, prove(secret, "engine", ours, theirs))) {
+      st = Status(Code::kPermissionDenied,
+                  "engine " + name + " does not share this cluster secret (KVSTORE_CLUSTER_SECRET / _FILE)");
     }
   }
   char head[8];
-  if (st.ok()) {
-    st = recv_exact(fd.value(), head, sizeof(head), keep_waiting);
-    if (st.code() == Code::kConnectionFailed) {  // (closed after our proof: it refused it)
-      st = Status(Code::kPermissionDenied, "engine " + name + " refused this process's cluster secret");
-    }
-  }
+  if (st.ok()) st = recv_exact(fd.value(), head, sizeof(head), keep_waiting);
   StatusOr<EngineDescriptor> result = st;
   if (st.ok()) {
     ByteReader r(head, sizeof(head));
