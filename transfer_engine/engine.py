@@ -380,8 +380,9 @@ class TransferEngine:
         """Allocates pre-faulted memfd-backed host memory (mappable by same-host peers) and registers it.
 
         With `fence_slots` the region is carved into fenced allocations: every transfer into it must name
-        a live (slot, generation), and :meth:`kill_allocations` fences one off for good (a storage node's
-        segment, whose allocations the master hands out and frees). `pinned` page-locks it (kind
+        the live (slot, generation) that :meth:`announce_allocations` named, and :meth:`kill_allocations`
+        fences one off for good (a storage node's segment, whose allocations the master hands out and
+        frees). `pinned` page-locks it (kind
         host-pinned): registered with the CUDA driver where one is present, else mlock; `pinned_by` says
         which. NoMemoryError, naming RLIMIT_MEMLOCK, when the memory cannot be locked. `populate` False
         (unpinned only) returns at once with the pages left to :meth:`prefault`, which several threads
@@ -414,10 +415,28 @@ class TransferEngine:
             self._core_engine().kill_allocations(region_id, list(slots), list(gens), int(timeout * 1000))
         )
 
+    def announce_allocations(
+        self,
+        region: Region | int,
+        slots: Sequence[int],
+        gens: Sequence[int],
+        starts: Sequence[int],
+        sizes: Sequence[int],
+    ) -> None:
+        """Names allocations handed out in a fenced region of this engine: slot `slots[i]` now holds
+        generation `gens[i]` over [starts[i], starts[i] + sizes[i]). A peer's transfer is admitted only
+        into the allocation its slot holds, with that generation exactly and inside its range (one naming
+        an allocation not announced yet waits for it a few seconds). An announcement older than the slot's
+        last one, or of a killed allocation, is ignored. OutOfRangeError for a range outside the region."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        core = self._core_engine()
+        core.announce_allocations(region_id, list(slots), list(gens), list(starts), list(sizes))
+
     @contextlib.contextmanager
     def fenced(self, region: Region | int, slot: int, gen: int) -> Iterator[None]:
         """Holds a live allocation of this engine's own fenced region while the body touches it (e.g.
-        a copy into it made by this process): a kill waits for the body; StaleLocationError if dead."""
+        a copy into it made by this process, announced or not): a kill waits for the body;
+        StaleLocationError if dead."""
         region_id = region.id if isinstance(region, Region) else int(region)
         core = self._core_engine()
         if not core.fence_enter(region_id, slot, gen):

@@ -305,11 +305,34 @@ void bind_engine(py::module_& m) {
             if (!region || region->fence() == nullptr) {
               throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id"));
             }
-            return region->fence()->enter(slot, gen);
+            return region->fence()->enter_owned(slot, gen);
           },
           py::arg("region_id"), py::arg("slot"), py::arg("gen"),
           "Admits this process's own access to a live allocation of its fenced region (as a peer's "
-          "transfer would be): True when alive; then call fence_leave once done.")
+          "transfer would be, less the check that it was announced): True when alive; then call "
+          "fence_leave once done.")
+      .def(
+          "announce_allocations",
+          [](Engine& e, uint64_t region_id, std::vector<uint32_t> slots, std::vector<uint64_t> gens,
+             std::vector<uint64_t> starts, std::vector<uint64_t> sizes) {
+            auto region = e.registry().find(region_id);
+            const size_t n = slots.size();
+            if (!region || region->fence() == nullptr || gens.size() != n || starts.size() != n ||
+                sizes.size() != n) {
+              throw StatusError(
+                  Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
+            }
+            for (size_t i = 0; i < n; ++i) {
+              if (!in_bounds(starts[i], sizes[i], region->info().length)) {
+                throw StatusError(
+                    Status(Code::kOutOfRange, "an announced allocation lies outside the region"));
+              }
+            }
+            for (size_t i = 0; i < n; ++i) region->fence()->announce(slots[i], gens[i], starts[i], sizes[i]);
+          },
+          py::arg("region_id"), py::arg("slots"), py::arg("gens"), py::arg("starts"), py::arg("sizes"),
+          "Names the allocations the master handed out in a fenced region, (slot, generation, "
+          "[start, start + size)) each: a peer's transfer is admitted only into the one its slot holds.")
       .def(
           "fence_leave",
           [](Engine& e, uint64_t region_id, uint32_t slot) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -98,16 +99,72 @@ bool FenceTable::raise_floor(uint64_t floor, int timeout_ms) {
   return true;
 }
 
-bool FenceTable::enter(uint32_t slot, uint64_t gen) {
-  if (slot >= header_->slots) return false;
+void FenceTable::announce(uint32_t slot, uint64_t gen, uint64_t start, uint64_t size) {
+  if (slot >= header_->slots || gen == 0) return;
+  std::lock_guard<std::mutex> lock(announcing_);
   FenceSlot& e = entries()[slot];
+  const uint64_t now = e.announced.load();
+  if (gen <= now || !alive(e, gen)) return;  // (the same one again, an older one, or one killed already)
+  // 0 while the range changes: an entrant that read the range between sees the generation change.
+  e.announced.store(0);
+  e.start.store(start);
+  e.size.store(size);
+  e.written.store(0);
+  e.announced.store(gen);
+}
+
+bool FenceTable::matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint64_t length) const {
+  if (e.announced.load() != gen) return false;
+  const uint64_t start = e.start.load(), size = e.size.load();
+  if (e.announced.load() != gen) return false;
+  return offset >= start && length <= size && offset - start <= size - length;
+}
+
+bool FenceTable::wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms) const {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (int spins = 0;; ++spins) {
+    const uint64_t now = e.announced.load();
+    if (now == gen) return true;
+    // Never announced while another live allocation holds the slot, and never below the last one.
+    if (!alive(e, gen) || gen < now || (now != 0 && alive(e, now))) return false;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 64 ? 50 : 1000));
+  }
+}
+
+bool FenceTable::take_unwritten(FenceSlot& e, uint64_t length) {
+  const uint64_t size = e.size.load();
+  uint64_t seen = e.written.load();
+  do {
+    if (length > size - std::min(seen, size)) return false;
+  } while (!e.written.compare_exchange_weak(seen, seen + length));
+  return true;
+}
+
+bool FenceTable::enter(uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
+                       int wait_ms) {
+  if (slot >= header_->slots || gen == 0) return false;
+  FenceSlot& e = entries()[slot];
+  if (e.announced.load() != gen && !wait_announced(e, gen, wait_ms)) return false;
   e.active.fetch_add(1);
-  if (gen > header_->floor.load() && e.killed.load() < gen) return true;
+  // (`written` is this generation's: the next announcement resets it only after this one's kill)
+  if (alive(e, gen) && matches(e, gen, offset, length) && (!write || take_unwritten(e, length))) return true;
   e.active.fetch_sub(1);
   return false;
 }
 
-FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(table), slot_(slot) {
+bool FenceTable::enter_owned(uint32_t slot, uint64_t gen) {
+  if (slot >= header_->slots || gen == 0) return false;
+  FenceSlot& e = entries()[slot];
+  e.active.fetch_add(1);
+  if (alive(e, gen)) return true;
+  e.active.fetch_sub(1);
+  return false;
+}
+
+FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length,
+                       bool write, int wait_ms)
+    : table_(table), slot_(slot) {
   if (table == nullptr) {
     if (gen != 0) status_ = Status(Code::kNotSupported, "region has no allocation fences");
     return;
@@ -116,8 +173,13 @@ FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen) : table_(
     status_ = Status(Code::kPermissionDenied, "region is fenced: a transfer must name its allocation");
     return;
   }
-  admitted_ = table->enter(slot, gen);
-  if (!admitted_) status_ = Status(Code::kStale, "the allocation was freed: the location is stale");
+  admitted_ = table->enter(slot, gen, offset, length, write, wait_ms);
+  if (!admitted_) {
+    status_ =
+        Status(Code::kStale, write ? "not the live allocation there, or written already: a stale location"
+                                   : "not the live allocation there (freed, or never handed out): a stale "
+                                     "location");
+  }
 }
 
 }  // namespace kvs

@@ -4,9 +4,20 @@
 // a late writer cannot overwrite space given to another object and a reader holding an old location
 // cannot read a freed object's bytes.
 //
+// A peer's request is admitted only for the allocation its owner announced in that slot, exactly: the
+// same generation, and bytes inside the allocation's range. A member of the cluster can name any slot and
+// generation, so "not killed yet" is not enough: (slot 0, generation 2^63) would pass that, and so would
+// a live allocation of its own with another object's offset. The owner announces each allocation when the
+// master tells it of the replica (kvstore's holds), which the master sends as it places it; a request
+// that arrives first waits for that announcement a bounded time (kAnnounceWaitMs), only while the slot
+// holds no live allocation. An allocation is written once: peers' writes are admitted for `size` bytes in
+// all, so a reader who learnt (slot, generation) cannot overwrite the object it reads.
+//
 // The table lives in a memfd that same-host peers map, because their copies bypass the owner:
-//   header: floor (every generation <= floor is dead); then per slot {killed generation, active copies}.
-//   entrant: active += 1; admitted iff gen > floor and killed < gen; copy; active -= 1
+//   header: floor (every generation <= floor is dead); then per slot {killed generation, active copies,
+//   announced generation and range, bytes written}.
+//   entrant: active += 1; admitted iff gen > floor, killed < gen, announced == gen, range inside (and, to
+//            write, as many bytes still unwritten); copy; active -= 1
 //   owner:   killed = max(killed, gen); wait until active == 0.
 // With sequentially consistent atomics every copy either sees the kill or is counted and waited for. The
 // master reuses a slot only after its kill was confirmed, so the wait is only ever for late copies.
@@ -15,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/status.h"
@@ -29,10 +41,18 @@ struct FenceHeader {
 static_assert(sizeof(FenceHeader) == 64, "FenceHeader is shared across processes");
 
 struct FenceSlot {
-  std::atomic<uint64_t> killed;  // every generation <= this is dead in this slot
-  std::atomic<int64_t> active;   // copies admitted and not ended
+  std::atomic<uint64_t> killed;     // every generation <= this is dead in this slot
+  std::atomic<int64_t> active;      // copies admitted and not ended
+  std::atomic<uint64_t> announced;  // the generation of the slot's allocation (0: none yet)
+  std::atomic<uint64_t> start;      // ... and its bytes, [start, start + size) of the region
+  std::atomic<uint64_t> size;
+  std::atomic<uint64_t> written;  // bytes peers' writes were admitted for: at `size`, it is sealed
 };
-static_assert(sizeof(FenceSlot) == 16, "FenceSlot is shared across processes");
+static_assert(sizeof(FenceSlot) == 48, "FenceSlot is shared across processes");
+
+// How long a request naming an allocation its owner has not announced yet waits for it (the master
+// tells the owner as it tells the writer: usually microseconds apart).
+constexpr int kAnnounceWaitMs = 3000;
 
 class FenceTable {
  public:
@@ -55,24 +75,44 @@ class FenceTable {
   // dead). Same waiting rule as kill, over every slot.
   bool raise_floor(uint64_t floor, int timeout_ms);
 
-  // Entrant side: true when (slot, gen) is alive; the caller then calls leave(slot) after its copy.
-  bool enter(uint32_t slot, uint64_t gen);
+  // Owner side: the allocation the master handed out in `slot` is (gen, [start, start + size)). An
+  // announcement older than the slot's last one or its kill is ignored. Thread-safe.
+  void announce(uint32_t slot, uint64_t gen, uint64_t start, uint64_t size);
+
+  // Entrant side (a peer's request): true when (slot, gen) is the slot's announced, live allocation and
+  // [offset, offset + length) lies inside it, and for a write, when `length` bytes of the allocation are
+  // still unwritten (they count as written then); waits up to wait_ms for an announcement while the slot
+  // holds no live one. The caller then calls leave(slot) after its copy.
+  bool enter(uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
+             int wait_ms = kAnnounceWaitMs);
+  // The owner's own access (it trusts itself): true when (slot, gen) is not killed, announced or not.
+  bool enter_owned(uint32_t slot, uint64_t gen);
   void leave(uint32_t slot) { entries()[slot].active.fetch_sub(1); }
 
  private:
   FenceTable(int fd, FenceHeader* header, size_t bytes) : fd_(fd), header_(header), bytes_(bytes) {}
   FenceSlot* entries() { return reinterpret_cast<FenceSlot*>(header_ + 1); }
+  bool alive(const FenceSlot& e, uint64_t gen) const {
+    return gen > header_->floor.load() && e.killed.load() < gen;
+  }
+  // Whether (gen, range) is the slot's announced allocation, checked so that a concurrent announcement of
+  // the slot's next allocation is never mixed with this one's range.
+  bool matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint64_t length) const;
+  bool wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms) const;
+  static bool take_unwritten(FenceSlot& e, uint64_t length);
 
   int fd_;
   FenceHeader* header_;
   size_t bytes_;
+  std::mutex announcing_;  // the owner's announcements of one slot never interleave
 };
 
-// Admission of one copy: held while the copy runs. A request with generation 0 names no allocation:
-// it is admitted only into a region without fences.
+// Admission of one peer's copy of [offset, offset + length) (a write when `write`): held while the copy
+// runs. A request with generation 0 names no allocation: it is admitted only into a region without fences.
 class FenceEntry {
  public:
-  FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen);
+  FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
+             int wait_ms = kAnnounceWaitMs);
   ~FenceEntry() {
     if (admitted_) table_->leave(slot_);
   }

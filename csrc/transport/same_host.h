@@ -212,7 +212,8 @@ Status pinned_copy(const EngineDescriptor& peer, PinSlot* table, uint32_t slot, 
   }
   Status st;
   {
-    FenceEntry entry(fence, slice.fence_slot, slice.fence_gen);
+    FenceEntry entry(fence, slice.fence_slot, slice.fence_gen, slice.offset, slice.length,
+                     slice.op == TransferOp::kWrite);
     st = entry.status();
     if (st.ok()) st = copy(*region);
   }

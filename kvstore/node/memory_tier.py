@@ -32,7 +32,7 @@ def prepare_segment(engine: TransferEngine, config: NodeConfig, backing_file: st
 
 
 def fence_slots_for(segment_size: int) -> int:
-    """Fence table entries (16 bytes each) for a segment: one per 2 KiB (0.8% of it), so objects of
+    """Fence table entries (48 bytes each) for a segment: one per 2 KiB (2% of it), so objects of
     2 KiB or more fill the segment before its allocations run out of slots."""
     return max(4096, min(segment_size // 2048, 1 << 26))
 
@@ -57,6 +57,7 @@ class MemoryTier:
         held = self.catalog.verified(self.segment.array) if self.segment.array is not None else []
         self.dropped = before - len(held)
         self._fence_all_but(held)
+        self._announce([(r[0], r[1], r[2], r[4]) for r in held])
         segment_id = s.master.call(
             m.MountSegment(
                 client_id=s.client_id,
@@ -125,7 +126,16 @@ class MemoryTier:
         return applied
 
     def hold(self, holds: list[m.HeldReplica]) -> None:
-        self.catalog.hold(h for h in holds if h.region_id == self.segment.id)
+        mine = [h for h in holds if h.region_id == self.segment.id]
+        # Announced first: a peer's transfer is admitted only into the allocation its slot was told to hold.
+        self._announce([(h.offset, h.slot, h.gen, h.size) for h in mine])
+        self.catalog.hold(mine)
+
+    def _announce(self, allocations: list[tuple[int, int, int, int]]) -> None:
+        """Names (offset, slot, gen, size) allocations of the segment to the engine's fences."""
+        if allocations:
+            offsets, slots, gens, sizes = zip(*allocations, strict=True)
+            self.session.engine.announce_allocations(self.segment, slots, gens, offsets, sizes)
 
     def check(self, checks: list[m.ChecksumCheck]) -> list[tuple[int, bool]]:
         """(check, whether the allocation's bytes still match the checksum) for each: the master drops a

@@ -36,7 +36,8 @@ class LocalChannel : public Channel {
         if (!registry) return slice.done(Status(Code::kConnectionFailed, "target engine closed"));
         auto pin = registry->pin_remote(slice.region_id, slice.key, slice.offset, slice.length, *keys);
         if (!pin.ok()) return slice.done(pin.status());
-        FenceEntry fence(pin.value().fence(), slice.fence_slot, slice.fence_gen);
+        FenceEntry fence(pin.value().fence(), slice.fence_slot, slice.fence_gen, slice.offset, slice.length,
+                         slice.op == TransferOp::kWrite);
         if (!fence.status().ok()) return slice.done(fence.status());
         slice.done(copy_slice(slice, pin.value().at(slice.offset)));
       });

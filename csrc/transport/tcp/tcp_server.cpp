@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "common/net.h"
@@ -53,9 +52,16 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
     auto header = receive_header(fd, in, stopping);
     if (!header.ok()) break;
     const FrameHeader& h = header.value();
-    if (h.opcode == Opcode::kRead && add_reply(h, keys, replies)) {
-      if (replies.count == ReadReplies::kMaxRun && !send_replies(fd, replies).ok()) break;
-      continue;
+    if (h.opcode == Opcode::kRead) {
+      Status refused;
+      if (add_reply(fd, h, keys, replies, &refused)) {
+        if (replies.count == ReadReplies::kMaxRun && !send_replies(fd, replies).ok()) break;
+        continue;
+      }
+      if (!refused.ok()) {  // (its fence: answered after what came before)
+        if (!send_replies(fd, replies).ok() || !reply_error(fd, h, refused).ok()) break;
+        continue;
+      }
     }
     if (h.opcode == Opcode::kWrite) {
       if (!receive_write(fd, in, h, keys, replies).ok()) break;
@@ -66,13 +72,33 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
   }
 }
 
-bool TcpServer::add_reply(const FrameHeader& h, const SessionKeys& keys, ReadReplies& replies) {
+std::unique_ptr<FenceEntry> TcpServer::enter_fence(int fd, const RegionPin& pin, const FrameHeader& h,
+                                                   ReadReplies& replies) {
+  const bool write = h.opcode == Opcode::kWrite;
+  auto fence = std::make_unique<FenceEntry>(pin.fence(), h.fence_slot, h.fence_gen, h.offset, h.length, write,
+                                            /*wait_ms=*/0);
+  if (fence->status().code() != Code::kStale) return fence;
+  // Not announced (yet): the wait for it must not hold back what is queued (nor its fence entries).
+  fence.reset();
+  if (!send_replies(fd, replies).ok()) return nullptr;
+  return std::make_unique<FenceEntry>(pin.fence(), h.fence_slot, h.fence_gen, h.offset, h.length, write);
+}
+
+bool TcpServer::add_reply(int fd, const FrameHeader& h, const SessionKeys& keys, ReadReplies& replies,
+                          Status* refused) {
   auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
   if (!pin.ok() || pin.value().file() != nullptr || pin.value().info().location.kind == MemoryKind::kGpu) {
     return false;  // (refused, a file or GPU region: handle() answers it alone)
   }
-  auto fence = std::make_unique<FenceEntry>(pin.value().fence(), h.fence_slot, h.fence_gen);
-  if (!fence->status().ok()) return false;
+  auto fence = enter_fence(fd, pin.value(), h, replies);
+  if (fence == nullptr) {
+    *refused = Status(Code::kConnectionFailed, "the peer stopped reading");
+    return false;
+  }
+  if (!fence->status().ok()) {
+    *refused = fence->status();
+    return false;
+  }
   FrameHeader reply;
   reply.request_id = h.request_id;
   reply.opcode = Opcode::kReadData;
@@ -247,9 +273,10 @@ Status TcpServer::receive_write(int fd, SocketReader& in, const FrameHeader& h, 
   if (refused.ok() && pin.value().info().read_only) {
     refused = Status(Code::kPermissionDenied, "region is read-only");
   }
-  std::optional<FenceEntry> fence;
+  std::unique_ptr<FenceEntry> fence;
   if (refused.ok()) {
-    fence.emplace(pin.value().fence(), h.fence_slot, h.fence_gen);
+    fence = enter_fence(fd, pin.value(), h, replies);
+    if (fence == nullptr) return Status(Code::kConnectionFailed, "the peer stopped reading");
     refused = fence->status();
   }
   if (!refused.ok()) {
@@ -291,7 +318,7 @@ Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) 
     case Opcode::kRead: {
       auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
       if (!pin.ok()) return reply_error(fd, h, pin.status());
-      FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen);
+      FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen, h.offset, h.length, /*write=*/false);
       if (!fence.status().ok()) return reply_error(fd, h, fence.status());
       if (DiskFile* file = pin.value().file()) return send_from_file(fd, h, *file);
       char* source = pin.value().at(h.offset);

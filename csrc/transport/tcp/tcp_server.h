@@ -56,9 +56,14 @@ class TcpServer {
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(SocketReader& in, uint64_t length);
-  // Queues the reply to a read of plain memory (false: refused, a file or a GPU region; handle() then
-  // answers it alone) and sends the queued replies.
-  bool add_reply(const FrameHeader& header, const SessionKeys& keys, ReadReplies& replies);
+  // Queues the reply to a read of plain memory. False: refused by its fence (`refused` says why), or
+  // refused otherwise, a file or a GPU region (`refused` OK: handle() then answers it alone).
+  bool add_reply(int fd, const FrameHeader& header, const SessionKeys& keys, ReadReplies& replies,
+                 Status* refused);
+  // The request's fence entry in its pinned region; one that waits for its allocation to be announced
+  // first sends the replies queued (nullptr: that failed, the connection is done).
+  std::unique_ptr<FenceEntry> enter_fence(int fd, const RegionPin& pin, const FrameHeader& h,
+                                          ReadReplies& replies);
   // Receives a write's payload into its region and queues its acknowledgement (a refusal is answered at
   // once, after the queued replies).
   Status receive_write(int fd, SocketReader& in, const FrameHeader& header, const SessionKeys& keys,

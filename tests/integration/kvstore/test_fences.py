@@ -12,8 +12,10 @@ from kvstore import Store
 from kvstore.errors import TooManyPutsError
 from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
+from tests.helpers.raw_peer import ERROR, PROOF_ACK, READ, READ_DATA, WRITE, RawPeer, open_session
 from tests.integration.kvstore.conftest import wait_for_mounts
-from transfer_engine import Op, RequestState, StaleLocationError
+from transfer_engine import Op, RequestState, StaleLocationError, _tools
+from transfer_engine.errors import CODE_NAMES
 
 
 def _master(*options: str) -> list[str]:
@@ -215,3 +217,60 @@ def test_one_client_cannot_take_every_slot_with_puts_it_never_ends() -> None:
             stats = other.stats()["master"]
             assert stats["evictions"] == 0
             assert all(other.batch_exists(kept)) and other.get(kept[0]) == bytes([3]) * 4096
+
+
+def test_a_member_forging_fences_on_the_nodes_tcp_port_reads_and_overwrites_nothing() -> None:
+    """Issue 39, item 5: a member (it holds the secret) speaks the node's tcp port by hand. Was: a forged
+    fence (slot 0, generation 2^63) read any object's bytes and overwrote them (acknowledged; the victim's
+    object lost). Now the node admits only the allocation it was told its slot holds: the same generation,
+    inside its range, and written once, so even the victim's own fence, which every reader learns, writes
+    nothing. Every forged generation is refused (0, +-1, 2^63, 2^64 - 1, other slots); the victim reads
+    back its bytes."""
+    with kvstore_process(_master()) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "64MiB"]
+        with kvstore_process(node), Store.connect(address) as victim, Store.connect(address) as attacker:
+            value = bytes(range(256)) * 256
+            victim.put("before", b"b" * 8192)
+            victim.put("victim", value)
+            victim.put("after", b"a" * 8192)
+            (found,) = attacker.master.call(m.GetReplicas(keys=["victim"]))
+            assert found is not None
+            where = found.locations[0]
+            peer = attacker.engine.open_peer(where.engine, "tcp")
+            tcp = attacker.engine._core_engine().peer_info(peer.handle)["transports"]["tcp"]["address"]
+            session = open_session(where.engine)
+            key = session["keys"][where.region_id]
+            size = len(value)
+            slot, gen = where.slot, where.gen
+            forged = [(0, 1 << 63), (slot, 1 << 63), (slot, gen + 1), (slot, gen - 1), (slot, (1 << 64) - 1)]
+            forged += [(slot + 1, gen), ((1 << 32) - 1, gen)]
+            with RawPeer(str(tcp), timeout=15) as raw:
+                assert raw.authenticate(session)["opcode"] == PROOF_ACK
+                request = iter(range(1, 1000))
+
+                def ask(op: int, fence: tuple[int, int], offset: int, length: int) -> dict:
+                    header = _tools.encode_frame_header(
+                        op, 0, next(request), where.region_id, key, offset, length, *fence
+                    )
+                    raw.send(header + (b"\xee" * length if op == WRITE else b""))
+                    reply = raw.recv_header()
+                    if reply["opcode"] == READ_DATA:
+                        reply["data"] = raw.recv_exact(reply["length"])
+                    return reply
+
+                def refused(reply: dict, code: str = "STALE") -> bool:
+                    return reply["opcode"] == ERROR and CODE_NAMES[reply["status"]] == code
+
+                for fence in forged:
+                    assert refused(ask(READ, fence, where.offset, size)), fence
+                    assert refused(ask(WRITE, fence, where.offset, size)), fence
+                assert refused(ask(WRITE, (slot, 0), where.offset, size), "PERMISSION_DENIED")
+                # The victim's own fence: it reads its object, nothing outside it, and writes nothing.
+                assert ask(READ, (slot, gen), where.offset, size)["data"] == value
+                assert refused(ask(READ, (slot, gen), where.offset - 4096, 8192))
+                assert refused(ask(READ, (slot, gen), where.offset + size - 1, 2))
+                assert refused(ask(WRITE, (slot, gen), where.offset, size))
+                assert refused(ask(WRITE, (slot, gen), where.offset, 1))
+            assert victim.get("victim") == value
+            assert victim.get("before") == b"b" * 8192 and victim.get("after") == b"a" * 8192

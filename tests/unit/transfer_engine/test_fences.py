@@ -3,12 +3,16 @@ copies admitted before it (kvstore's guarantee against late writers and stale ca
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from tests.conftest import ucx_missing
 from transfer_engine import (
     InvalidArgumentError,
     Op,
+    OutOfRangeError,
     RequestState,
     StaleLocationError,
     TransferEngine,
@@ -32,17 +36,103 @@ def test_a_killed_allocation_is_refused_on_every_transport(transport: str) -> No
         def write(slot: int, gen: int, region: int = segment.id) -> tuple[RequestState, int]:
             return a.transfer_one(Op.WRITE, buf.addr, peer, region, 0, 4096, fence=(slot, gen))
 
+        b.announce_allocations(segment, [3], [5], [0], [4096])
         assert write(3, 5) == (RequestState.COMPLETED, 0)
         assert write(3, 0) == (RequestState.FAILED, DENIED)  # a fenced region needs the allocation named
         assert write(3, 5, plain.id) == (RequestState.FAILED, UNSUPPORTED)  # and a plain one has none
         assert b.kill_allocations(segment, [3], [5])
         assert write(3, 5) == (RequestState.FAILED, STALE)
+        b.announce_allocations(segment, [3], [6], [0], [4096])
         assert write(3, 6) == (RequestState.COMPLETED, 0)  # the slot's next allocation lives
         assert write(99, 6) == (RequestState.FAILED, STALE)  # no such slot
         state, code = a.transfer_one(Op.READ, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
         assert (state, code) == (RequestState.FAILED, STALE)  # reads too
         assert b.raise_fence_floor(segment, 10)
+        b.announce_allocations(segment, [4], [11], [0], [4096])
         assert write(3, 6) == (RequestState.FAILED, STALE) and write(4, 11) == (RequestState.COMPLETED, 0)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_only_the_announced_allocation_exactly_is_admitted(transport: str) -> None:
+    """A member names any (slot, generation) it likes. Was: any generation above the slot's last kill was
+    admitted ((slot 0, 2^63) read and overwrote any object), at any offset of the region. Now only the
+    slot's announced generation, inside its range, and written once; every other generation is refused at
+    once while the slot holds a live allocation: 0, 1, gen +- 1, +- 2^32, 2^63, 2^64 - 1."""
+    with TransferEngine(transport=transport) as a, TransferEngine(transport=transport) as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        buf = a.allocate(1 << 16, export=False)
+        assert buf.array is not None and segment.array is not None
+        peer = a.open_peer(b.name)
+        gen = (1 << 40) + 5
+        b.announce_allocations(segment, [3, 4], [gen, gen + 1], [8192, 65536], [4096, 8192])
+        segment.array[8192:12288] = 7
+
+        def do(op: Op, slot: int, g: int, offset: int = 8192, length: int = 4096) -> tuple[RequestState, int]:
+            return a.transfer_one(op, buf.addr, peer, segment.id, offset, length, fence=(slot, g))
+
+        start = time.monotonic()
+        for forged in [1, gen - 1, gen + 1, gen - (1 << 32), gen + (1 << 32), 1 << 63, (1 << 64) - 1]:
+            for op in (Op.READ, Op.WRITE):
+                assert do(op, 3, forged) == (RequestState.FAILED, STALE), (op, forged)
+        assert do(Op.READ, 3, 0) == (RequestState.FAILED, DENIED)
+        assert do(Op.READ, (1 << 32) - 1, gen) == (RequestState.FAILED, STALE)
+        assert time.monotonic() - start < 2  # refused outright: the slot holds another live allocation
+        # Inside the range only (another live allocation's fence does not reach a neighbour's bytes).
+        for offset, length in [(4096, 4096), (8191, 2), (12287, 2), (12288, 1), (65536, 4096)]:
+            assert do(Op.READ, 3, gen, offset, length) == (RequestState.FAILED, STALE), (offset, length)
+        for offset, length in [(8192, 4096), (61440, 4097), (73727, 2), (73728, 1)]:
+            assert do(Op.WRITE, 4, gen + 1, offset, length) == (RequestState.FAILED, STALE), (offset, length)
+        assert do(Op.READ, 3, gen, 8192 + 100, 1000) == (RequestState.COMPLETED, 0)
+        assert (buf.array[:1000] == 7).all()
+        # Written once: the owner's object cannot be overwritten by a reader who knows its fence.
+        buf.array[:4096] = 9
+        assert do(Op.WRITE, 4, gen + 1, 65536, 4096) == (RequestState.COMPLETED, 0)
+        assert do(Op.WRITE, 4, gen + 1, 65536 + 4096, 4096) == (RequestState.COMPLETED, 0)
+        assert do(Op.WRITE, 4, gen + 1, 65536, 4096) == (RequestState.FAILED, STALE)
+        assert do(Op.WRITE, 4, gen + 1, 65536, 1) == (RequestState.FAILED, STALE)
+        assert do(Op.READ, 4, gen + 1, 65536, 8192) == (RequestState.COMPLETED, 0)
+        # Older announcements and those of killed generations are ignored; a kill at 2^64 - 1 ends the slot.
+        b.announce_allocations(segment, [3], [gen - 1], [0], [4096])
+        assert do(Op.READ, 3, gen - 1, 0) == (RequestState.FAILED, STALE)
+        assert b.kill_allocations(segment, [3], [(1 << 64) - 1])
+        b.announce_allocations(segment, [3], [(1 << 64) - 1], [0], [4096])
+        assert do(Op.READ, 3, (1 << 64) - 1, 0) == (RequestState.FAILED, STALE)
+        assert do(Op.READ, 3, gen) == (RequestState.FAILED, STALE)
+
+
+def test_a_request_waits_for_its_allocation_to_be_announced() -> None:
+    """The master tells the writer and the owner at once: a write that arrives first waits for the owner's
+    announcement; one naming an allocation that is never announced is refused after the wait (a few s)."""
+    with TransferEngine(transport="tcp") as a, TransferEngine(transport="tcp") as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        buf = a.allocate(1 << 16, export=False)
+        peer = a.open_peer(b.name)
+        timer = threading.Timer(0.3, lambda: b.announce_allocations(segment, [6], [9], [0], [4096]))
+        timer.start()
+        try:
+            start = time.monotonic()
+            done = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(6, 9))
+            assert done == (RequestState.COMPLETED, 0) and time.monotonic() - start >= 0.25
+        finally:
+            timer.join()
+        start = time.monotonic()
+        forged = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(0, 1 << 63))
+        assert forged == (RequestState.FAILED, STALE)
+        assert 2 < time.monotonic() - start < 10
+
+
+def test_announced_allocations_are_checked() -> None:
+    with TransferEngine() as engine:
+        segment = engine.allocate(1 << 16, fence_slots=4)
+        plain = engine.allocate(4096)
+        with pytest.raises(OutOfRangeError):
+            engine.announce_allocations(segment, [0], [1], [1 << 16], [1])
+        with pytest.raises(OutOfRangeError):
+            engine.announce_allocations(segment, [0], [1], [1], [(1 << 64) - 1])
+        with pytest.raises(InvalidArgumentError):
+            engine.announce_allocations(plain, [0], [1], [0], [1])
+        with pytest.raises(InvalidArgumentError):
+            engine.announce_allocations(segment, [0, 1], [1], [0], [1])
 
 
 def test_a_kill_waits_for_a_copy_admitted_before_it() -> None:
@@ -72,7 +162,8 @@ def test_fence_arguments_are_checked() -> None:
 def test_fenced_requests_go_over_a_transport_that_checks_fences_not_a_one_sided_one() -> None:
     """UCX first (same-host transports off, ucx preferred): the link to the peer is ucx then tcp, which
     joins because ucx cannot check fences. Plain requests go over ucx; a request naming an allocation goes
-    over tcp, where a killed one is refused. Forced to ucx alone, a fenced request is refused outright."""
+    over tcp, where a killed one is refused. Forced to ucx (issue 39, item 3), tcp still joins, for fenced
+    requests alone. Was: forced to ucx, every fenced request failed NotSupported (kvstore put -6)."""
     if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
     settings = {"ucx_prefer": True, "shm_enabled": False, "local_enabled": False, "cuda_ipc_enabled": False}
@@ -86,15 +177,24 @@ def test_fenced_requests_go_over_a_transport_that_checks_fences_not_a_one_sided_
         buf.array[:] = 9
         assert a.transfer_one(Op.WRITE, buf.addr, peer, plain.id, 0, 4096) == (RequestState.COMPLETED, 0)
         assert (plain.array[:4096] == 9).all()
+        b.announce_allocations(segment, [3], [5], [0], [4096])
         fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
         assert fenced == (RequestState.COMPLETED, 0)
         assert b.kill_allocations(segment, [3], [5])
         fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
         assert fenced == (RequestState.FAILED, STALE)
-    with TransferEngine(transport="ucx", ucx_prefer=True) as a, TransferEngine(ucx_prefer=True) as b:
+    forced = {"transport": "ucx", "ucx_prefer": True, "shm_enabled": False, "local_enabled": False}
+    with TransferEngine(**forced) as a, TransferEngine(**forced) as b:
         segment = b.allocate(1 << 20, fence_slots=16)
+        plain = b.allocate(1 << 16)
         buf = a.allocate(1 << 16, export=False)
+        assert buf.array is not None and segment.array is not None
         peer = a.open_peer(b.name)
-        assert peer.transports == ("ucx",)
+        assert peer.transports == ("ucx", "tcp")  # tcp carries fenced requests only
+        b.announce_allocations(segment, [3], [5], [0], [4096])
+        buf.array[:4096] = 4
         fenced = a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 4096, fence=(3, 5))
-        assert fenced == (RequestState.FAILED, UNSUPPORTED)
+        assert fenced == (RequestState.COMPLETED, 0) and (segment.array[:4096] == 4).all()
+        assert a.transfer_one(Op.READ, buf.addr, peer, plain.id, 0, 4096) == (RequestState.COMPLETED, 0)
+        tcp_bytes = sum(p.bytes for p in a.paths(peer) if p.transport == "tcp")
+        assert tcp_bytes == 4096  # the fenced write alone: the plain read went over ucx
