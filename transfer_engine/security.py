@@ -24,7 +24,10 @@ from pathlib import Path
 from transfer_engine.errors import InvalidArgumentError, PermissionDeniedError
 from transfer_engine.settings import Settings, setting
 
-MIN_SECRET_CHARS = 16
+MIN_SECRET_BITS = 128
+MIN_DISTINCT_CHARS = 8  # (32 random hex digits have fewer with odds of 3.5e-8; 22 base64 ones, 3.5e-13)
+_HEX = frozenset("0123456789abcdefABCDEF")
+_BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
 NONCE_SIZE = 32
 MAC_SIZE = 32
 
@@ -62,10 +65,8 @@ class SecurityConfig(Settings):
             path = getattr(self, name)
             if path and not Path(path).is_file():
                 raise InvalidArgumentError(f"KVSTORE_{name.upper()} names no file: {path}")
-        if self.cluster_secret and len(self.cluster_secret) < MIN_SECRET_CHARS:
-            raise InvalidArgumentError(
-                f"KVSTORE_CLUSTER_SECRET is shorter than {MIN_SECRET_CHARS} characters (`kvstore secret new`)"
-            )
+        if self.cluster_secret:
+            check_strength(self.cluster_secret, "KVSTORE_CLUSTER_SECRET")
 
     def secret(self) -> bytes:
         """The secret's bytes; b"" when none is configured."""
@@ -108,11 +109,37 @@ def read_secret_file(path: Path) -> bytes:
             f"KVSTORE_CLUSTER_SECRET_FILE={path} is readable by others (mode {stat.filemode(info.st_mode)}): "
             f"chmod 600 {path}"
         )
-    if len(text) < MIN_SECRET_CHARS:
-        raise InvalidArgumentError(
-            f"KVSTORE_CLUSTER_SECRET_FILE={path} holds fewer than {MIN_SECRET_CHARS} characters"
-        )
+    check_strength(text, f"KVSTORE_CLUSTER_SECRET_FILE={path}")
     return text.encode()
+
+
+def check_strength(secret: str, where: str) -> None:
+    """Refuses a secret with less than MIN_SECRET_BITS of entropy, as far as its text can tell: it must be
+    what a generator writes, hex (4 bits a digit: 32 digits at least) or base64 (6 bits a character: 22
+    at least, '=' padding not counted), with at least MIN_DISTINCT_CHARS distinct characters. No rule on
+    text can tell chosen words from random ones (a long base64-looking phrase passes): make it with
+    `kvstore secret new` (256 bits), `openssl rand -hex 32` or `openssl rand -base64 32`."""
+    body = secret.rstrip("=")
+    chars = set(body)
+    how = "make one with `kvstore secret new` (or `openssl rand -hex 32`)"
+    if chars <= _HEX:
+        bits = 4 * len(body)
+    elif chars <= _BASE64:
+        bits = 6 * len(body)
+    else:
+        raise InvalidArgumentError(
+            f"{where}: a cluster secret must be random hex or base64 (it holds other characters, as a "
+            f"chosen password does, which can be guessed): {how}"
+        )
+    if bits < MIN_SECRET_BITS:
+        raise InvalidArgumentError(
+            f"{where}: a cluster secret needs at least {MIN_SECRET_BITS} random bits (32 hex digits or 22 "
+            f"base64 characters); this one has at most {bits}: {how}"
+        )
+    if len(chars) < MIN_DISTINCT_CHARS:
+        raise InvalidArgumentError(
+            f"{where}: a cluster secret of {len(chars)} distinct characters is not random: {how}"
+        )
 
 
 def new_secret_file(path: Path, overwrite: bool = False) -> None:
