@@ -27,8 +27,14 @@ class MasterConfig(Component):
     )
     kv_events_endpoint: str = setting(
         "",
-        "ZMQ endpoint (tcp://127.0.0.1:PORT or ipc://PATH) the master publishes the store's KV events on: "
-        "stored/removed per object key, medium cpu or disk (kvstore.master.kv_events); empty: none.",
+        "ZMQ endpoint (ipc://PATH, or tcp://127.0.0.1:PORT with kv_events_tcp) the master publishes the "
+        "store's KV events on: stored/removed per object key, medium cpu or disk (kvstore.master.kv_events); "
+        "an ipc socket is mode 0600 (the master's user only); empty: none.",
+    )
+    kv_events_tcp: bool = setting(
+        False,
+        "Allow a tcp:// KV events endpoint: every user of the host (beyond loopback: of the network, with "
+        "insecure) may subscribe and learn every object key.",
     )
     kv_events_backend: str = setting("kvstore", "The events' backend_id (who holds the blocks).")
     client_ttl: float = setting(

@@ -14,6 +14,7 @@ full queue drops batches and counts them; a subscriber sees the gap in the seque
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -51,19 +52,39 @@ def seq_hash(key: str) -> int | None:
     return value if value is not None and 0 <= value < U64 else None
 
 
-def check_endpoint(endpoint: str, insecure: bool) -> None:
-    """Binds only where the master may: ipc://, or tcp:// on loopback unless `insecure` (the events name
-    every object key, and a PUB socket asks nobody who subscribes)."""
-    if endpoint.startswith("ipc://"):
+def check_endpoint(endpoint: str, insecure: bool, tcp: bool = False) -> None:
+    """Binds only where the master may: ipc:// (a socket only the master's user may connect to), or
+    tcp:// when `tcp` allows it explicitly (any local user may subscribe to a loopback port), beyond
+    loopback only when `insecure` too (the events name every object key, and a PUB socket asks nobody
+    who subscribes)."""
+    if endpoint.startswith("ipc://") and len(endpoint) > len("ipc://"):
         return
     host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
     if not endpoint.startswith("tcp://") or not port.isdigit() or not host:
         raise PermissionDeniedError(f"KV events endpoint {endpoint!r} must be tcp://HOST:PORT or ipc://PATH")
+    if not tcp:
+        raise PermissionDeniedError(
+            f"KV events on {endpoint} would give every object key to any user of this host who connects: "
+            "publish on ipc://PATH (readable by the master's user only), or allow tcp explicitly with "
+            "--kv-events-tcp / KVSTORE_MASTER_KV_EVENTS_TCP=1"
+        )
     if not is_loopback(host.strip("[]")) and not insecure:
         raise PermissionDeniedError(
             f"the master would publish every object key on {endpoint}, where anyone could subscribe: bind it "
             "on loopback or ipc://, or allow it with KVSTORE_INSECURE=1"
         )
+
+
+def _bind_private(socket: Any, path: str) -> None:
+    """Binds an ipc socket that only this user may connect to: made mode 0600 (under a umask that opens
+    it to nobody meanwhile), its directory made 0700 when the master makes it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    before = os.umask(0o077)  # (process-wide for this instant: anything made meanwhile is only closer)
+    try:
+        socket.bind(f"ipc://{path}")
+    finally:
+        os.umask(before)
+    os.chmod(path, 0o600)
 
 
 class StoreEvents:
@@ -75,7 +96,10 @@ class StoreEvents:
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUB)
         self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.bind(endpoint)
+        if endpoint.startswith("ipc://"):
+            _bind_private(self._socket, endpoint.removeprefix("ipc://"))
+        else:
+            self._socket.bind(endpoint)
         self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._queue: queue.Queue[tuple[int, list[dict[str, Any]]] | None] = queue.Queue(MAX_QUEUED_BATCHES)
         self._seq = 0

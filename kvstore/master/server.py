@@ -69,7 +69,8 @@ class Master:
         self.paths = PathReports(self.config.client_ttl)  # the clients' NIC paths, for /metrics
         self.events: StoreEvents | None = None
         if self.config.kv_events_endpoint:
-            check_endpoint(self.config.kv_events_endpoint, self.security.insecure)
+            events = self.config.kv_events_endpoint
+            check_endpoint(events, self.security.insecure, self.config.kv_events_tcp)
             self.events = StoreEvents(
                 self.state.ledger, self.config.kv_events_endpoint, self.config.kv_events_backend
             )

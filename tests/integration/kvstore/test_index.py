@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -196,6 +198,7 @@ def test_the_masters_store_events_feed_the_index(index: str, tmp_path) -> None:
             kvstore_process(["master", "--port", "0", "--kv-events-endpoint", endpoint])
         )
         master = ready.split()[0]
+        assert stat.S_IMODE(os.stat(endpoint.removeprefix("ipc://")).st_mode) == 0o600  # its user's only
         stack.enter_context(kvstore_process(["node", "--master", master, "--segment-size", "64MiB"]))
         status, reply = call(index, "/register", {
             "endpoint": endpoint, "type": "kvstore", "modelname": MODEL, "instance_id": "store",
@@ -223,13 +226,19 @@ def test_the_masters_store_events_feed_the_index(index: str, tmp_path) -> None:
 
 
 def test_a_master_refuses_to_publish_beyond_loopback_without_insecure() -> None:
+    """And on tcp at all unless told (issue 39, item 11: any local user could subscribe to a loopback
+    port and learn every key, even with a cluster secret)."""
     from kvstore.errors import PermissionDeniedError
     from kvstore.master.kv_events import check_endpoint, seq_hash
 
     with pytest.raises(PermissionDeniedError):
-        check_endpoint("tcp://0.0.0.0:5600", insecure=False)
-    check_endpoint("tcp://127.0.0.1:5600", insecure=False)
-    check_endpoint("tcp://10.0.0.1:5600", insecure=True)
+        check_endpoint("tcp://0.0.0.0:5600", insecure=False, tcp=True)
+    with pytest.raises(PermissionDeniedError, match="kv-events-tcp"):
+        check_endpoint("tcp://127.0.0.1:5600", insecure=False)
+    with pytest.raises(PermissionDeniedError, match="kv-events-tcp"):
+        check_endpoint("tcp://10.0.0.1:5600", insecure=True)
+    check_endpoint("tcp://127.0.0.1:5600", insecure=False, tcp=True)
+    check_endpoint("tcp://10.0.0.1:5600", insecure=True, tcp=True)
     check_endpoint("ipc:///tmp/x", insecure=False)
     assert [seq_hash(k) for k in ("12", "0x1F", "0x", "-1", "abc", str(2**64), "1e3")] == [
         12,
