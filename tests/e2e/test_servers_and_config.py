@@ -138,7 +138,7 @@ def test_config_prints_effective_settings_and_their_sources() -> None:
     result = kvstore("config", "--json", KVSTORE_TCP_CONNECTIONS="4", KVSTORE_MASTER_PORT="7000")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"engine", "client", "node", "master", "security", "index"}
+    assert set(report) == {"engine", "client", "node", "master", "security", "index", "etcd"}
     rows = {(c, r["setting"]): r for c, rows in report.items() for r in rows}
     # The suite's cluster secret is in the environment: said to be set, never printed.
     secret = rows["security", "cluster_secret"]
