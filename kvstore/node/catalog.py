@@ -26,6 +26,7 @@ import operator
 import os
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -192,7 +193,7 @@ class SegmentCatalog:
         except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
             log.warning("catalog %s ends in a damaged record (%s): the rest is ignored", self.path, exc)
 
-    def _sealed_records(self, unpacker: msgpack.Unpacker, data: bytes) -> Iterable[tuple[int, list[object]]]:
+    def _sealed_records(self, unpacker: msgpack.Unpacker, data: bytes) -> Iterable[tuple[int, list[Any]]]:
         """The file's records whose tags hold, in order, up to the first that does not (ValueError then):
         past the header, each record and its tag chained from the one before."""
         header = next(unpacker, None)
