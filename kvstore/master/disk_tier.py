@@ -32,6 +32,7 @@ from kvstore.master.disk_space import DiskSpace
 from kvstore.master.eviction import EvictionPolicy, make_policy
 from kvstore.master.ledger import Ledger
 from kvstore.master.model import DiskReplica, DiskSegment, Replica
+from kvstore.master.node_acks import AckWaiters
 from kvstore.master.objects import DISK_ORDER, ObjectMeta, TableOrder
 from kvstore.master.placement import SegmentSpace, placement_of
 from kvstore.rpc import messages as m
@@ -75,7 +76,10 @@ class DiskTier:
         self.segments = self.disk_space.segments  # read-only here: the ledger writes it
         self.tasks: dict[int, DiskTask] = {}
         self._by_key: dict[str, DiskTask] = {}  # at most one task per object
-        self._drops: dict[str, list[m.DiskDrop]] = {}  # freed records each node is to forget
+        # Freed records each node is to forget, oldest first: sent until acknowledged (a removal waits for
+        # it: a master that dies after the reply cannot have the record offered back to the next one).
+        self._drops: dict[str, list[m.DiskDrop]] = {}
+        self._drop_acks = AckWaiters(self._lowest_drop, clock)
         self._next_task = 1
         self.on_lost: Callable[[ObjectMeta], None] = lambda meta: None  # an object lost its last copy
         self.make_room: Callable[[], bool] = lambda: False  # evicts one memory victim (loads need room)
@@ -123,6 +127,7 @@ class DiskTier:
                     if not meta.replicas:
                         self.on_lost(meta)
         self._drops.pop(client_id, None)
+        self._drop_acks.check(client_id)
 
     def set_degraded(self, client_id: str, reason: str) -> None:
         """The node's disk fails writes (`reason`): nothing is demoted to it, and puts do not wait for
@@ -218,9 +223,7 @@ class DiskTier:
         self.policy.on_remove(meta.key)
         self.disk_space.free(meta.key, disk)
         if self.disk_space.mounted(disk.segment):
-            client_id = disk.segment.client_id
-            self._drops.setdefault(client_id, []).append(m.DiskDrop(disk.offset, meta.key))
-            self._wake(client_id)
+            self._queue_drops(disk.segment.client_id, [(disk.offset, meta.key)])
 
     # -- reads --------------------------------------------------------------------------------------
     def read_from_file(self, meta: ObjectMeta, host_id: str) -> str:
@@ -302,13 +305,40 @@ class DiskTier:
     def forget_records(self, disk: DiskSegment, records: list[tuple[int, str]]) -> None:
         """The node is to mark these (offset, key) records dead, though this master never took them (a
         restore refused them: they were removed)."""
-        client_id = disk.client_id
-        self._drops.setdefault(client_id, []).extend(m.DiskDrop(offset, key) for offset, key in records)
+        self._queue_drops(disk.client_id, records)
+
+    def _queue_drops(self, client_id: str, records: list[tuple[int, str]]) -> None:
+        new_id = self.space.fences.new_id
+        self._drops.setdefault(client_id, []).extend(m.DiskDrop(o, key, new_id()) for o, key in records)
         self._wake(client_id)
 
-    def take_drops(self, client_id: str) -> list[m.DiskDrop]:
-        """Records of this node freed since it last asked (it applies them before new orders)."""
-        return self._drops.pop(client_id, [])
+    def take_drops(self, client_id: str, limit: int = 1 << 30) -> list[m.DiskDrop]:
+        """At most `limit` records for the node to forget, oldest first (it applies them before new
+        orders); each is sent until the node acknowledges it."""
+        return self._drops.get(client_id, [])[:limit]
+
+    def acknowledge_drops(self, client_id: str, through: int) -> None:
+        """The node has every drop numbered up to `through`."""
+        drops = self._drops.get(client_id)
+        if drops:
+            done = next((i for i, d in enumerate(drops) if d.seq > through), len(drops))
+            del drops[:done]
+            if not drops:
+                del self._drops[client_id]
+        self._drop_acks.check(client_id)
+
+    def _lowest_drop(self, client_id: str) -> int | None:
+        drops = self._drops.get(client_id)
+        return drops[0].seq if drops else None
+
+    def drops_since(self, first_id: int) -> dict[str, int]:
+        """Per node, the last drop queued for it with an id from `first_id` on (FenceBook.new_id)."""
+        return {c: d[-1].seq for c, d in self._drops.items() if d and d[-1].seq >= first_id}
+
+    def when_dropped(self, marks: dict[str, int], waiter: Callable[[], None], seconds: float) -> bool:
+        """False when each node acknowledged every drop up to its mark; else `waiter()` runs once they
+        have (or the node is gone) within `seconds`."""
+        return self._drop_acks.wait(marks, waiter, seconds)
 
     def _wake(self, client_id: str) -> None:
         self.space.polls.wake(client_id)

@@ -104,6 +104,12 @@ class FenceBook:
     def next_id(self) -> int:
         return self._next_kill
 
+    def new_id(self) -> int:
+        """An id in the kills' sequence for other work a removal waits for (disk drops): a removal's
+        first id marks both (kvstore.master.disk_tier.drops_since)."""
+        self._next_kill += 1
+        return self._next_kill - 1
+
     def when_applied(self, marks: dict[str, int], waiter: Waiter, seconds: float) -> bool:
         """False when each node applied every kill up to its mark; else `waiter()` runs once they have
         (or the kills were dropped with their segment) within `seconds`: the nodes forgot what was

@@ -17,7 +17,7 @@ from kvstore.errors import (
     NotSupportedError,
     PermissionDeniedError,
 )
-from kvstore.master import node_work, reads
+from kvstore.master import node_acks, node_work, reads
 from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
 from kvstore.master.mount_check import MountCheck
@@ -310,13 +310,18 @@ class Handlers:
 
     def _once_forgotten(self, first_kill: int, reply: Any) -> Any:
         """`reply`, once the nodes applied the kills queued from `first_kill` on (they forgot the removed
-        objects: a master that dies now cannot get them back from them), or after durable_wait."""
+        objects: a master that dies now cannot get them back from them) and the disk drops queued with
+        them (numbered in the same sequence) reached their nodes, or after durable_wait."""
         wait = self.state.config.durable_wait
-        fences = self.state.space.fences
-        marks = fences.queued_since(first_kill)
-        if not marks or wait <= 0:
+        fences, disk = self.state.space.fences, self.state.disk
+        marks, drops = fences.queued_since(first_kill), disk.drops_since(first_kill)
+        if (not marks and not drops) or wait <= 0:
             return reply
-        return self._after(reply, wait, lambda ready: fences.when_applied(marks, ready, wait))
+        waits = [
+            functools.partial(fences.when_applied, marks, seconds=wait),
+            functools.partial(disk.when_dropped, drops, seconds=wait),
+        ]
+        return self._after(reply, wait, functools.partial(node_acks.wait_all, waits))
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
         first_kill = self.state.space.fences.next_id

@@ -9,7 +9,7 @@ below it is outstanding for that node (acknowledged, cancelled, or the node is g
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Waiter = Callable[[], object]
 
@@ -67,3 +67,23 @@ class AckWaiters:
 
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiting.values())
+
+
+def wait_all(waits: Sequence[Callable[[Callable[[], None]], bool]], waiter: Waiter) -> bool:
+    """Each of `waits` (a `when_...(marks, ·, seconds)` bound but for its waiter) registered at once:
+    False when none has anything to wait for; else `waiter()` runs once every one that waited is reached
+    (each within its own bound)."""
+    left = [len(waits)]
+
+    def one() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            waiter()
+
+    waited = [wait(one) for wait in waits]
+    if not any(waited):
+        return False
+    for w in waited:
+        if not w:
+            one()
+    return True

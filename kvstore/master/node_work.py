@@ -1,6 +1,6 @@
-"""A storage node's one channel of work (AwaitWork): what it reports (kills applied, holds received,
-copies, disk orders and checksum checks finished) goes to the parts that wait for it, and what is queued
-for it (kills, holds, copies, disk drops and orders, checks) goes back in one reply."""
+"""A storage node's one channel of work (AwaitWork): what it reports (kills applied, holds and disk drops
+received, copies, disk orders and checksum checks finished) goes to the parts that wait for it, and what
+is queued for it (kills, holds, copies, disk drops and orders, checks) goes back in one reply."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def take_reports(state: MasterState, r: m.AwaitWork, epoch: int) -> None:
     space = state.space
     space.acknowledge(r.client_id, r.acked)
     space.holds.acknowledge(r.client_id, r.held_through)
+    state.disk.acknowledge_drops(r.client_id, r.dropped_through)
     for task, ok in r.copied:
         state.replicator.complete(r.client_id, task, ok)
     if r.disk_done:
@@ -43,7 +44,7 @@ def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:
         list(by_region.values()),
         space.holds.take(client_id, m.FENCE_BATCH),
         state.replicator.tasks_for(client_id, m.RESULTS_BATCH),
-        disk.take_drops(client_id),
+        disk.take_drops(client_id, m.FENCE_BATCH),
         disk.take(client_id, m.RESULTS_BATCH),
         state.corrupt_checks.take(client_id, m.RESULTS_BATCH),
     )

@@ -1,6 +1,6 @@
 """A storage node's one channel of work from the master (AwaitWork): a long poll on a thread of its own
-that brings kills, holds, replica copies, disk orders and checksum checks, and carries back what the node
-did.
+that brings kills, holds, replica copies, disk drops and orders and checksum checks, and carries back what
+the node did.
 
 Results are reported as they come (a finished copy or disk batch sends them at once, in a call that does
 not wait) and every other call carries what is left: each report goes out in bounded chunks, so a large
@@ -46,6 +46,7 @@ class WorkChannel:
         self._lock = threading.Lock()  # the outbox below
         self._acked: list[int] = []  # kills applied, to acknowledge
         self._held_through = 0  # the last hold received and kept
+        self._dropped_through = 0  # the last disk drop received (the disk applies it before any mount)
         self._copied: list[tuple[int, bool]] = []
         self._disk_done: list[tuple[int, bool]] = []
         self._checked: list[tuple[int, bool]] = []
@@ -121,6 +122,7 @@ class WorkChannel:
                 copied=copied,
                 disk_done=done,
                 checked=checked,
+                dropped_through=self._dropped_through,
             )
         try:
             work: m.NodeWork = s.master.call(request, timeout=wait + s.config.rpc_timeout, long_poll=wait > 0)
@@ -159,8 +161,12 @@ class WorkChannel:
                 else:  # no disk here (the master lost track): its orders fail
                     with self._lock:
                         self._disk_done += [(o.order, False) for o in work.disk_orders]
+                if work.disk_drops:  # taken: applied before any order after them, and before a mount
+                    with self._lock:
+                        self._dropped_through = max(self._dropped_through, *(d.seq for d in work.disk_drops))
 
     def _forget(self) -> None:
         with self._lock:
             self._acked, self._copied, self._disk_done, self._held_through = [], [], [], 0
+            self._dropped_through = 0
             self._checked = []

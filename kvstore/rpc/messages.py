@@ -321,6 +321,7 @@ class AwaitWork(Request):
         epoch, fences, holds, copies, drops, orders, checks = _record(NodeWork, obj)
         if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders, checks)):
             raise ProtocolError("master sent a malformed await_work reply")
+    dropped_through: int = 0  # the node has every disk drop numbered up to this (NodeWork.disk_drops)
         # One hold per put object: checked in C loops over the batch (the catalog checks every field it
         # reads back), made records by tuple.__new__ in one (a Python call each was a fifth of a node's
         # work per put)
@@ -333,6 +334,7 @@ class AwaitWork(Request):
             raise ProtocolError("master sent a malformed HeldReplica")
         held = list(map(tuple.__new__, itertools.repeat(HeldReplica), holds))
         tasks = []
+            dropped_through=v.integer(p, "dropped_through", 0, U64) if "dropped_through" in p else 0,
         for t in copies:
             task = _record(CopyTask, t)
             tasks.append(task._replace(source=_record(Placement, task.source)))
@@ -341,7 +343,9 @@ class AwaitWork(Request):
             order = _record(DiskOrder, o)
             disk_orders.append(order._replace(memory=_record(Placement, order.memory)))
         disk_drops = [_record(DiskDrop, d) for d in drops]
-        if any(not isinstance(d.offset, int) or not isinstance(d.key, str) for d in disk_drops):
+        if any(
+            type(d.offset) is not int or type(d.key) is not str or type(d.seq) is not int for d in disk_drops
+        ):
             raise ProtocolError("master sent a malformed DiskDrop")
         fence_orders = [_record(FenceOrder, f) for f in fences]
         checksum_checks = [_record(ChecksumCheck, c) for c in checks]

@@ -62,10 +62,12 @@ class DiskOrder(NamedTuple):
 
 class DiskDrop(NamedTuple):
     """A record the master freed (its object removed, or evicted from disk): the node marks it dead in
-    its index, so a restart does not offer it back."""
+    its index, so a restart does not offer it back. Sent until the node acknowledges it (AwaitWork's
+    `dropped_through`: numbered in the order they are queued)."""
 
     offset: int
     key: str
+    seq: int
 
 
 class DiskResult(NamedTuple):

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
+
+import pytest
 
 from kvstore import Store
+from kvstore.errors import KVStoreError
 from kvstore.procs import kvstore_process
 from tests.integration.kvstore.test_restarts import FAST, read_all, values, wait_for_objects
 
@@ -16,7 +20,10 @@ def wait_for_segments(store: Store, count: int, seconds: float) -> dict:
     """The master's stats once `count` segments are mounted and none is being restored."""
     deadline = time.monotonic() + seconds
     while True:
-        stats = store.stats()["master"]
+        try:
+            stats = store.stats()["master"]
+        except KVStoreError:  # the master is not back yet
+            stats = {"segments": 0, "segments_restoring": 0}
         if stats["segments"] >= count and stats["segments_restoring"] == 0:
             return stats
         assert time.monotonic() < deadline, stats
@@ -59,3 +66,55 @@ def test_keys_removed_while_a_restarted_master_restores_do_not_come_back_from_a_
                 late.send_signal(signal.SIGCONT)
     assert got == [data[keys.index(k)] for k in kept]
     assert stats["objects"] == len(kept) and stats["restored_replicas"] == 2 * len(kept) + len(removed)
+
+
+def test_objects_removed_once_their_disk_records_came_back_do_not_come_back_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Objects with a memory replica on one node and a disk copy on another. The master is SIGKILLed and
+    started again while the memory node is stopped: the disk node offers its records (the objects are on
+    disk only), the objects are removed (each drop acknowledged by the disk node), then the memory node
+    names its replicas. Was: every one came back (10 of 10 in the issue, where the two copies were tiers
+    of one node). Now each is refused, and so is each record after the next restart."""
+    monkeypatch.setenv("KVSTORE_MASTER_DEMOTE_WATERMARK", "0.0001")  # (for the master processes)
+    data = values(10)
+    keys = [f"tiers/{i}" for i in range(len(data))]
+    with kvstore_process(["master", "--port", "0", *FAST]) as (master, ready):
+        address = ready.split()[0]
+        port = address.rsplit(":", 1)[1]
+        memory_node = ["node", "--master", address, "--segment-size", "32MiB"]
+        disk_node = [*memory_node, "--disk", str(tmp_path / "tier"), "--disk-size", "64MiB"]
+        with kvstore_process(memory_node) as (holder, _), Store.connect(address, rpc_timeout=3.0) as store:
+            assert store.batch_put_from(keys, data) == [0] * len(keys)  # in the memory node's segment
+            with kvstore_process(disk_node):
+                wait_for_stat(store, "disk_objects", len(keys), 20)  # demoted: a record each on disk
+                holder.send_signal(signal.SIGSTOP)
+                try:
+                    master.send_signal(signal.SIGKILL)
+                    master.wait()
+                    with kvstore_process(["master", "--port", port, *FAST]):
+                        wait_for_stat(store, "disk_restored", len(keys), 20)
+                        assert store.batch_remove(keys) == [0] * len(keys)
+                        holder.send_signal(signal.SIGCONT)
+                        stats = wait_for_segments(store, 2, 20)
+                        assert store.batch_exists(keys) == [False] * len(keys)
+                        assert stats["restore_refused_removed"] == len(keys)
+                    with kvstore_process(["master", "--port", port, *FAST]):  # and once more
+                        stats = wait_for_segments(store, 2, 20)
+                        assert store.batch_exists(keys) == [False] * len(keys)
+                        assert stats["objects"] == stats["disk_restored"] == stats["restored_objects"] == 0
+                finally:
+                    holder.send_signal(signal.SIGCONT)
+
+
+def wait_for_stat(store: Store, name: str, at_least: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            value = store.stats()["master"][name]
+        except KVStoreError:  # the master is not back yet
+            value = -1
+        if value >= at_least:
+            return
+        assert time.monotonic() < deadline, (name, value)
+        time.sleep(0.1)

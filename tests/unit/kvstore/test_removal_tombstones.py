@@ -7,13 +7,15 @@ from __future__ import annotations
 import pytest
 
 from kvstore.config import MasterConfig
-from kvstore.errors import InvalidArgumentError
+from kvstore.errors import InvalidArgumentError, ProtocolError
+from kvstore.master.handlers import Deferred
 from kvstore.master.state import MasterState
 from kvstore.master.tombstones import Tombstones
 from kvstore.node.disk_index import DiskIndex, IndexEntry, decode_all, encode
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica
-from tests.unit.kvstore.test_master_state import MiB, Clock, holds_of, make_state, put
+from tests.unit.kvstore.test_master_state import Clock, MiB, holds_of, make_state, put
+from tests.unit.kvstore.test_node_work import poll, two_nodes
 
 Record = tuple[int, int, int, str, int, int, bool, int]
 
@@ -132,7 +134,7 @@ def test_a_disk_record_of_an_object_removed_since_is_refused_and_its_node_told_t
 def test_an_evicted_object_is_not_taken_back_and_a_lost_one_is(clock: Clock) -> None:
     """Eviction leaves a tombstone like a removal; a segment that went away (its node restarting) does
     not: what it held is what its node names back when it returns."""
-    held0, held1 = before_restart(clock, ["e", "lost"])
+    held0, _ = before_restart(clock, ["e", "lost"])
     state = restarted(clock)
     assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
     assert state._evict_one(leased_too=True)  # the policy's first: "e", restored first
@@ -203,3 +205,44 @@ def test_restore_disk_records_name_a_generation_checked_like_the_rest() -> None:
     for bad in ([0, "k", 5, 1, -1], [0, "k", 5, 1, "9"], [0, "k", 5, 1, 2**64], [0, "k", 5, 1, 9, 9]):
         with pytest.raises(InvalidArgumentError):
             parse({"client_id": "c", "records": [bad]})
+
+
+def test_a_removal_waits_for_the_disk_node_to_take_the_drop_of_its_record() -> None:
+    """An object in memory on one node and on disk on another: the removal answered once the memory
+    node applied its kill, while the disk node had not even been sent the drop of its record (a drop
+    was sent once, never acknowledged), so a master killed after the reply had the record offered back
+    to the next one. Now the reply waits for the disk node too (durable_wait at most), and the drop is
+    sent until acknowledged."""
+    handlers = two_nodes(nodes=1)
+    state = handlers.state
+    state.put_start("c0", "k", MiB, 7, 1, False)
+    state.put_end("c0", "k")
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork)
+    poll(handlers, held_through=work.holds[-1][0])
+    state.register_client("d", "h9")
+    state.disk.mount("d", 32 * MiB, "h9", "/nvme/tier", restoring=True)
+    assert state.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1  # its disk copy
+    reply = handlers.remove(m.Remove(keys=["k"]))
+    assert isinstance(reply, Deferred)
+    ready: list[bool] = []
+    reply.on_ready(lambda: ready.append(True))
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork)
+    poll(handlers, acked=[k for order in work.fences for k in order.kills])
+    assert ready == []  # the memory node forgot it; the disk node did not hear of it yet
+    first = poll(handlers, "d")
+    assert isinstance(first, m.NodeWork) and [(d.offset, d.key) for d in first.disk_drops] == [(4096, "k")]
+    again = poll(handlers, "d")  # not acknowledged: sent again
+    assert isinstance(again, m.NodeWork) and again.disk_drops == first.disk_drops and ready == []
+    done = poll(handlers, "d", dropped_through=first.disk_drops[0].seq)
+    assert ready == [True] and isinstance(done, m.NodeWork) and done.disk_drops == []
+    assert [r.code for r in reply.make_reply()] == [0]
+
+
+@pytest.mark.parametrize("drop", [[4096, "k"], [4096, "k", "1"], [4096, 7, 1], ["4096", "k", 1]])
+def test_a_node_refuses_a_malformed_disk_drop(drop: list[object]) -> None:
+    good: list[object] = [4096, "k", 3]
+    assert m.AwaitWork.decode_reply([0, [], [], [], [good], [], []]).disk_drops == [m.DiskDrop(4096, "k", 3)]
+    with pytest.raises(ProtocolError, match="malformed DiskDrop"):
+        m.AwaitWork.decode_reply([0, [], [], [], [good, drop], [], []])
