@@ -182,6 +182,7 @@ class Election:
         old, self.client = self.client, client
         if self._lease is not None:
             self._lease.etcd_client = client
+        log.warning("etcd forgot this master's login (it restarted?): logged in again")
         try:
             old.close()
         except Exception as closing:
