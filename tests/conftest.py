@@ -21,6 +21,10 @@ TARGET_SCRIPT = ROOT / "tests" / "helpers" / "target_process.py"
 # The suite runs as a secured cluster: every master, node and client it starts (in this process or a
 # child) proves this secret. Tests of a cluster without one take it out of their environment.
 os.environ.setdefault("KVSTORE_CLUSTER_SECRET", "tests-" + os.urandom(16).hex())
+# Its masters and clients share an admin secret too (remove_all, forced removals of others' objects:
+# kvstore.rpc.admin); tests of a caller without it set admin_secret="" in code.
+os.environ.setdefault("KVSTORE_MASTER_ADMIN_SECRET", os.urandom(32).hex())
+os.environ.setdefault("KVSTORE_ADMIN_SECRET", os.environ["KVSTORE_MASTER_ADMIN_SECRET"])
 # ... whose (loopback and namespace) fabric is its own: UCX may start (tests of the refusal take it out).
 os.environ.setdefault("KVSTORE_UCX_TRUST_FABRIC", "1")
 

@@ -757,28 +757,38 @@ class Store:
         return out
 
     def remove(self, key: str, *, force: bool = False) -> None:
-        """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force)."""
+        """Removes key; ObjectNotFoundError if absent, ObjectBusyError if leased (unless force: of what
+        another client wrote, an admin's only, else PermissionDeniedError)."""
         self.leases.drop([key])
-        code, message, _ = self.master.call(m.Remove(keys=[v.key(key)], force=force))[0]
+        if force:
+            self.session.as_admin(required=False)
+        request = m.Remove(keys=[v.key(key)], force=force, client_id=self.client_id)
+        code, message, _ = self.master.call(request)[0]
         if code:
             raise error_for_code(code, message)
 
     def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
-        """One RPC; per key 0, or a negative code (MISS when absent, busy when leased)."""
+        """One RPC; per key 0, or a negative code (MISS when absent, busy when leased, permission denied
+        when forcing what another client wrote without admin rights)."""
         keys = list(keys)
         asked = [i for i, k in enumerate(keys) if v.key_ok(k)]  # a bad key fails alone, here
         self.leases.drop([keys[i] for i in asked])
+        if force and asked:
+            self.session.as_admin(required=False)
         out = [-InvalidArgumentError.code] * len(keys)
         for start in range(0, len(asked), v.MAX_KEYS):  # in requests the master bounds
             chunk = asked[start : start + v.MAX_KEYS]
-            removed = self.master.call(m.Remove(keys=[keys[i] for i in chunk], force=force))
-            for i, r in zip(chunk, removed, strict=True):
+            request = m.Remove(keys=[keys[i] for i in chunk], force=force, client_id=self.client_id)
+            for i, r in zip(chunk, self.master.call(request), strict=True):
                 out[i] = -r.code
         return out
 
     def remove_all(self, *, force: bool = False) -> int:
+        """Removes every object: an admin's call (StoreConfig.admin_secret_file), else
+        PermissionDeniedError."""
         self.leases.clear()
-        return int(self.master.call(m.RemoveAll(force=force)))
+        self.session.as_admin(required=True)
+        return int(self.master.call(m.RemoveAll(force=force, client_id=self.client_id)))
 
     def stats(self) -> dict[str, Any]:
         master = self.master.call(m.Stats())

@@ -19,7 +19,8 @@ from typing import Any
 from kvstore.cluster.leader import locator
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError
+from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, PermissionDeniedError
+from kvstore.rpc import admin
 from kvstore.rpc import messages as m
 from transfer_engine import Peer, TransferEngine
 
@@ -34,9 +35,11 @@ class Session:
         config: StoreConfig,
         node_name: str = "",
         before_join: Callable[[TransferEngine], None] | None = None,
+        node_key: str = "",
     ) -> None:
-        """`node_name`: a storage node's identity on its host (kvstore.node.identity); the master lets a
-        registration with the same identity supersede this one at once. Plain clients have none.
+        """`node_name`: a storage node's identity on its host (kvstore.node.identity), with `node_key`,
+        its secret kept across its restarts (kvstore.node.node_key): the master lets a registration with
+        the same identity, proved by the same key, supersede this one at once. Plain clients have none.
         `before_join(engine)` runs before the master hears of this process (a node readies its memory:
         once registered, it must heartbeat)."""
         if not config.master and not config.etcd:
@@ -45,6 +48,10 @@ class Session:
                 "KVSTORE_CLUSTER for a cluster whose masters elect a leader in etcd)"
             )
         self.config = config
+        self._admin_secret = admin.load_secret(
+            config.admin_secret, config.admin_secret_file, "KVSTORE_ADMIN_SECRET"
+        )
+        self._admin_for: object = None  # the registration (its terms) the admin secret was proved for
         self._reporters: list[Callable[[], dict[str, Any]]] = []
         self._rejoin_handlers: list[Callable[[], None]] = []
         self._peers: dict[str, Peer] = {}
@@ -67,7 +74,11 @@ class Session:
             self.master.identify(self.client_id, self.token)
             engine.set_owner(self.client_id)  # (the master mounts this engine's regions for us only)
             self.host_id = engine.host_id
-            self.node_id = f"{self.host_id}/{node_name}" if node_name else ""
+            if node_name and not node_key:
+                raise InvalidArgumentError("a node's identity needs its key (kvstore.node.node_key)")
+            self.node_key = node_key
+            fingerprint = m.node_key_fingerprint(node_key)
+            self.node_id = f"{self.host_id}/{node_name}#{fingerprint}" if node_name else ""
             self.engine = engine
             self.terms = self._register()
             self.on_heartbeat(self._nic_paths)
@@ -94,9 +105,30 @@ class Session:
     def _register(self) -> m.RegisterReply:
         return self.master.call(
             m.RegisterClient(
-                client_id=self.client_id, host_id=self.host_id, node_id=self.node_id, token=self.token
+                client_id=self.client_id,
+                host_id=self.host_id,
+                node_id=self.node_id,
+                token=self.token,
+                node_key=self.node_key if self.node_id else "",
             )
         )
+
+    def as_admin(self, required: bool) -> None:
+        """Proves this process's admin secret (StoreConfig.admin_secret_file) to the master, once per
+        registration: the master remembers the role until the registration ends (kvstore.rpc.admin).
+        Without a secret nothing is proved; a refusal raises PermissionDeniedError when `required`, else
+        the calls go as a member's (and it is not asked again for this registration)."""
+        terms = self.terms
+        if not self._admin_secret or self._admin_for is terms:
+            return
+        try:
+            nonce = self.master.call(m.AdminChallenge(client_id=self.client_id))
+            proof = admin.proof(self._admin_secret, self.client_id, nonce)
+            self.master.call(m.AdminProve(client_id=self.client_id, proof=proof))
+        except PermissionDeniedError:
+            if required:
+                raise
+        self._admin_for = terms
 
     # -- what rides on the heartbeat ----------------------------------------------------------------
     def on_heartbeat(self, report: Callable[[], dict[str, Any]]) -> None:

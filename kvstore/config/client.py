@@ -61,6 +61,15 @@ class StoreConfig(Component):
         "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM); "
         "0 when the master runs in this process (it needs the GIL).",
     )
+    admin_secret_file: str = setting(
+        "",
+        "A file (owner-only) holding the admin secret the master is given "
+        "(KVSTORE_MASTER_ADMIN_SECRET_FILE): with it this client may remove_all and force the removal of "
+        "what others wrote (kvstore.rpc.admin).",
+    )
+    admin_secret: str = setting(
+        "", "The admin secret itself (prefer admin_secret_file: the environment leaks).", "secret"
+    )
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @classmethod

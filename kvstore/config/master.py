@@ -101,7 +101,22 @@ class MasterConfig(Component):
         "(a flood of idle sockets never locks out a peer that authenticates).",
     )
     max_connections_per_peer: int = setting(
-        4096, "Authenticated connections from one host at once; beyond it, TooManyConnectionsError."
+        4096,
+        "Authenticated connections from one host at once; a new one beyond it takes the place of that "
+        "host's connection idle longest (its client reconnects at its next call), and only when none is "
+        "idle gets TooManyConnectionsError.",
+    )
+    max_connections: int = setting(
+        0,
+        "Authenticated connections at once, over all hosts; beyond it a new one takes the place of the "
+        "connection idle longest of the host holding the most. 0: as many as RLIMIT_NOFILE allows (the "
+        "master raises it to its hard limit and keeps 64 descriptors for itself).",
+    )
+    idle_timeout: float = setting(
+        300.0,
+        "An authenticated connection with nothing owed to it and no request for this long is closed (clients "
+        "reconnect at their next call; a client's heartbeat and a node's work poll keep theirs busy).",
+        "seconds",
     )
     verify_mounts: bool = setting(
         True,
@@ -131,6 +146,23 @@ class MasterConfig(Component):
         "Microseconds the event loop polls for the next request before sleeping (a sleeping process takes "
         "~80 µs to wake on a VM), while requests do come that soon; 0 for a master sharing its process "
         "(and GIL) with clients.",
+    )
+    admin_secret_file: str = setting(
+        "",
+        "A file (owner-only) holding the admin secret: remove_all, and forced removals of what other "
+        "clients wrote, are allowed to clients that prove it (kvstore.rpc.admin); unset: to nobody "
+        "(`kvstore secret new PATH` makes one).",
+    )
+    admin_secret: str = setting(
+        "", "The admin secret itself (prefer admin_secret_file: the environment leaks).", "secret"
+    )
+    max_clients: int = setting(
+        8192,
+        "Clients registered at once. A registration beyond it drops the longest-silent client that holds "
+        "nothing (no segment, no put in progress) and has missed a heartbeat; if none, it is refused.",
+    )
+    max_clients_per_host: int = setting(
+        1024, "Clients registered at once from one host (as each names it); beyond it as for max_clients."
     )
 
     etcd: str = setting(
@@ -171,8 +203,12 @@ class MasterConfig(Component):
             raise InvalidArgumentError("heartbeat_interval must be shorter than client_ttl")
         if self.client_put_objects < 1 or self.client_put_bytes < 0:
             raise InvalidArgumentError("client_put_objects must be positive, client_put_bytes not negative")
-        if self.max_unauthenticated < 1 or self.max_connections_per_peer < 1:
-            raise InvalidArgumentError("max_unauthenticated and max_connections_per_peer must be at least 1")
+        if self.max_unauthenticated < 1 or self.max_connections_per_peer < 1 or self.max_connections < 0:
+            raise InvalidArgumentError(
+                "max_unauthenticated and max_connections_per_peer must be at least 1, max_connections >= 0"
+            )
+        if self.idle_timeout <= self.heartbeat_interval:
+            raise InvalidArgumentError("idle_timeout must be longer than heartbeat_interval")
         if self.frame_timeout <= 0 or self.max_buffered < 1 << 20:
             raise InvalidArgumentError("frame_timeout must be positive and max_buffered at least 1 MiB")
         if not 1 <= self.max_replicas <= 64 or self.allocation_alignment < 1:
@@ -183,3 +219,5 @@ class MasterConfig(Component):
             raise InvalidArgumentError("max_hot_replicas must be 1..max_replicas")
         if not 0 <= self.busy_poll_us <= 100_000:
             raise InvalidArgumentError("busy_poll_us must be 0..100000")
+        if not 1 <= self.max_clients_per_host <= self.max_clients:
+            raise InvalidArgumentError("need 1 <= max_clients_per_host <= max_clients")

@@ -23,6 +23,7 @@ from kvstore.master.model import Replica
 from kvstore.master.mount_check import MountCheck
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState, RoomComing
+from kvstore.rpc import admin
 from kvstore.rpc import messages as m
 from kvstore.rpc.framing import Packed
 
@@ -77,6 +78,10 @@ class Handlers:
         self.paths = paths if paths is not None else PathReports(state.config.client_ttl)
         self.describe = describe
         self.epoch = epoch
+        c = state.config  # (read at start: a bad admin secret file stops the master, not a request)
+        self.admin_secret = admin.load_secret(
+            c.admin_secret, c.admin_secret_file, "KVSTORE_MASTER_ADMIN_SECRET"
+        )
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
             m.Hello: self.hello,
             m.RegisterClient: self.register_client,
@@ -97,6 +102,8 @@ class Handlers:
             m.MatchPrefix: self.match_prefix,
             m.Remove: self.remove,
             m.RemoveAll: self.remove_all,
+            m.AdminChallenge: self.admin_challenge,
+            m.AdminProve: self.admin_prove,
             m.Stats: self.stats,
             m.ClusterStatus: self.cluster_status,
             m.ChangeReplica: self.change_replica,
@@ -304,7 +311,9 @@ class Handlers:
         """Only from a registered client (and in its own name: handle() checked its token)."""
         self.state.check_client(r.client_id)
         for engine in r.unreachable:
-            self.state.report_unreachable(engine, r.client_id)
+            owner = self.state.report_unreachable(engine, r.client_id)
+            if owner and self.mounts is not None:  # the master's own look at it (kvstore.master.suspicion)
+                self.mounts.probe(engine, owner, functools.partial(self.state.probed, engine, owner))
         for c in r.corrupt:
             self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
@@ -325,14 +334,20 @@ class Handlers:
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
         first_kill = self.state.space.fences.next_id
-        results = [_per_item(functools.partial(self.state.remove, k, r.force)) for k in r.keys]
+        results = [_per_item(functools.partial(self.state.remove, k, r.force, r.client_id)) for k in r.keys]
         removed = [k for k, res in zip(r.keys, results, strict=True) if not res.code]
         return self._once_fenced(removed, self._once_forgotten(first_kill, results))
 
     def remove_all(self, r: m.RemoveAll) -> int | Deferred:
         first_kill = self.state.space.fences.next_id
-        removed = self.state.remove_all(r.force)
+        removed = self.state.remove_all(r.force, r.client_id)
         return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
+
+    def admin_challenge(self, r: m.AdminChallenge) -> str:
+        return self.state.admin_challenge(r.client_id)
+
+    def admin_prove(self, r: m.AdminProve) -> None:
+        self.state.admin_prove(r.client_id, r.proof, self.admin_secret)
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
         with self.watch.timed("scrape_stats"):

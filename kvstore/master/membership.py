@@ -1,45 +1,88 @@
-"""Clients and their segments: registration, heartbeats, mounting (and what a remounted segment or disk
-names back), suspicion of unreachable nodes, and dropping a client with everything it held."""
+"""Clients and their segments: registration (bounded per host and in all), heartbeats, mounting (and what
+a remounted segment or disk names back), and dropping a client with everything it held."""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 
-from kvstore.errors import NotFoundError, PermissionDeniedError
+from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
 from kvstore.master import restore
 from kvstore.master.model import Client, Segment
 from kvstore.master.state_core import StateCore
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
-REPORT_WINDOW = 2  # heartbeat intervals a client's report of an unreachable node counts for
 
 
 class Membership(StateCore):
     def register_client(self, client_id: str, host_id: str, node_id: str = "", token: str = "") -> None:
         """Registers a client (again). A storage node that registers with the identity of an older
         registration is that node restarted: the old one is dropped at once (its process is gone), so
-        what the node offers back (disk records) is taken, not deleted when the old TTL runs out.
+        what the node offers back (disk records) is taken, not deleted when the old TTL runs out. Only
+        the node itself can name its identity: the request proves the node's key (kvstore.rpc.messages
+        RegisterClient.node_id), so no member can drop a live node by naming it.
         `token`: the process's own secret, chosen by it; a registration (again) of a known client with
-        another one is refused, so no process can take over another's name."""
+        another one is refused, so no process can take over another's name. A new client beyond
+        max_clients (max_clients_per_host) takes the place of an idle one, or is refused."""
         client = self.clients.get(client_id)
         if client is not None:
             self.check_token(client_id, token)
+            self.clients[client_id] = self.clients.pop(client_id)  # (heartbeat order, as heartbeat())
             client.last_seen = self.clock()
             return
         old = self._by_node.get(node_id) if node_id else None
         if old is not None and old != client_id:
             self.counters.superseded_clients += 1
             self.drop_client(old)
+        self._make_room(host_id)
         self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id, token=token)
+        self._hosts.setdefault(host_id, {})[client_id] = None
         if node_id:
             self._by_node[node_id] = client_id
+
+    def _make_room(self, host_id: str) -> None:
+        """Below the caps, nothing; else drops the longest-silent idle client (of this host when the host
+        is at its cap): one that missed a heartbeat and holds no segment, disk or put in progress, so no
+        healthy client is ever dropped for a new one. TooManyConnectionsError when none is idle."""
+        c = self.config
+        on_host = self._hosts.get(host_id, {})
+        if len(on_host) >= c.max_clients_per_host:
+            victim, limit = self._idlest(on_host), f"{c.max_clients_per_host} clients of host {host_id}"
+        elif len(self.clients) >= c.max_clients:
+            victim, limit = self._idlest(self.clients), f"{c.max_clients} clients"
+        else:
+            return
+        if victim is None:
+            raise TooManyConnectionsError(
+                f"the master holds its most: {limit} (max_clients, max_clients_per_host), all in use"
+            )
+        self.counters.dropped_clients += 1
+        self.drop_client(victim)
+
+    def _idlest(self, ids: Iterable[str]) -> str | None:
+        """The first idle client of `ids` (in heartbeat order: the longest silent first)."""
+        silent_since = self.clock() - self.config.heartbeat_interval
+        for client_id in ids:
+            client = self.clients[client_id]
+            if client.last_seen >= silent_since:
+                if ids is self.clients:
+                    return None  # (in heartbeat order: every one after it was heard lately too)
+                continue
+            if client.segments or self._pending.held(client_id)[0] or self._has_disk(client_id):
+                continue
+            return client_id
+        return None
+
+    def _has_disk(self, client_id: str) -> bool:
+        return any(seg.client_id == client_id for seg in self.disk.segments.values())
 
     def heartbeat(self, client_id: str) -> bool:
         """False when the client is unknown (dropped): it must register and mount again. A heartbeat sent
         well after a client reported this client's segments unreachable proves them alive again."""
-        client = self.clients.get(client_id)
+        client = self.clients.pop(client_id, None)
         if client is None:
             return False
+        self.clients[client_id] = client  # (last: the table stays in heartbeat order, for _idlest)
         now = client.last_seen = self.clock()
         interval = self.config.heartbeat_interval
         for seg_id in client.segments:
@@ -62,43 +105,6 @@ class Membership(StateCore):
         client = self.clients.get(client_id)
         if client is not None and not hmac.compare_digest(client.token.encode(), token.encode()):
             raise PermissionDeniedError(f"client {client_id!r} is registered by another process")
-
-    def report_unreachable(self, engine: str, reporter: str = "") -> None:
-        """A client (`reporter`) failed to reach this node. One client's word is not enough (it may be cut
-        off alone, or lie): the node's segments become suspect — not placed on, their replicas not offered
-        while another exists — once a second client found the same within REPORT_WINDOW heartbeats, or
-        once the node itself missed a heartbeat (judged again by expire()); until the node heartbeats
-        again. The reporter's own reads go to other replicas first meanwhile (kvstore.client.store).
-        An engine with no segment here holds no replica a client was handed: its report is dropped (nor
-        does a client fill the master with reports of made-up engines)."""
-        if not any(seg.engine == engine for seg in self.space):
-            return
-        now = self.clock()
-        self._unreachable_reports.setdefault(engine, {})[reporter] = now
-        self._judge_unreachable(engine, now)
-
-    def _judge_unreachable(self, engine: str, now: float) -> None:
-        reports = self._unreachable_reports.get(engine, {})
-        interval = self.config.heartbeat_interval
-        for reporter in [c for c, when in reports.items() if now - when > REPORT_WINDOW * interval]:
-            del reports[reporter]
-        if not reports:
-            self._unreachable_reports.pop(engine, None)
-            return
-        segments = [seg for seg in self.space if seg.engine == engine]
-        owners = [self.clients.get(seg.client_id) for seg in segments]
-        silent = any(c is None or now - c.last_seen > interval for c in owners)
-        if len(reports) < 2 and not silent:
-            return
-        for seg in segments:
-            if self.space.suspect(seg, now):
-                self.counters.suspected_segments += 1
-
-    def judge_unreachable_reports(self) -> None:
-        """Reports of one client are confirmed once the node misses a heartbeat (O(reported engines))."""
-        now = self.clock()
-        for engine in list(self._unreachable_reports):
-            self._judge_unreachable(engine, now)
 
     def mount_segment(
         self,
@@ -155,6 +161,12 @@ class Membership(StateCore):
             return
         if client.node_id and self._by_node.get(client.node_id) == client_id:
             del self._by_node[client.node_id]
+        on_host = self._hosts.get(client.host_id, {})
+        on_host.pop(client_id, None)
+        if not on_host:
+            self._hosts.pop(client.host_id, None)
+        self.admins.discard(client_id)
+        self._admin_nonces.pop(client_id, None)
         for seg_id in list(client.segments):
             seg = self.segments.get(seg_id)
             if seg is not None:

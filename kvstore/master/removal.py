@@ -12,17 +12,26 @@ from kvstore.master.victims import RoomComing
 
 
 class Removal(StateCore):
-    def remove(self, key: str, force: bool = False) -> None:
+    def remove(self, key: str, force: bool = False, by: str | None = None) -> None:
+        """Removes `key` for client `by` (None: the master's own call). A leased object goes only with
+        `force`, and of an object another client wrote only an admin may force it: no member cuts off
+        the readers of others' data."""
         meta = self.objects.get(key)
         if meta is None or not meta.complete:
             raise ObjectNotFoundError(f"no object {key!r}")
-        if not force and meta.lease_until > self.clock():
-            raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
+        if meta.lease_until > self.clock():
+            if not force:
+                raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
+            if by is not None and (not by or meta.writer != by):
+                self.check_admin(by, f"forcing the removal of {key!r} (another client's, leased to a reader)")
         self._bury([key])
         self._delete(meta)
 
-    def remove_all(self, force: bool = False) -> list[str]:
-        """Removes every finished object (leased ones only with `force`); returns their keys."""
+    def remove_all(self, force: bool = False, by: str | None = None) -> list[str]:
+        """Removes every finished object (leased ones only with `force`); returns their keys. For a
+        client (`by`; None: the master's own call), an admin's call only (kvstore.master.roles)."""
+        if by is not None:
+            self.check_admin(by, "remove_all")
         now = self.clock()
         doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
         self._bury([m.key for m in doomed])

@@ -2,8 +2,9 @@
 
 Pure bookkeeping, no I/O: the RPC service calls it from one event loop, tests call it directly with a
 fake clock. Data never passes through here; clients move it through the transfer engine. Each job has
-its own module: the tables and shared primitives (state_core), clients and segments (membership), puts,
-reads (access), removal and eviction (removal); this one puts them together and keeps time.
+its own module: the tables and shared primitives (state_core), clients and segments (membership),
+suspicion of unreachable nodes (suspicion), admin roles (roles), puts, reads (access), removal and eviction
+(removal); this one puts them together and keeps time.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from kvstore.config.master import MasterConfig
 from kvstore.master.access import Access
 from kvstore.master.membership import Membership
 from kvstore.master.puts import Puts
+from kvstore.master.roles import Roles
+from kvstore.master.suspicion import Suspicion
 from kvstore.master.victims import RoomComing
 
 __all__ = ["MasterState", "RoomComing"]
 
 
-class MasterState(Membership, Puts, Access):
+class MasterState(Membership, Suspicion, Roles, Puts, Access):
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(config, clock)
         self.disk.make_room = functools.partial(self._evict_one, disk_backed_only=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvstore.config.master import MasterConfig
-from kvstore.errors import NotFoundError
+from kvstore.errors import NotFoundError, PermissionDeniedError
 from kvstore.master.changes import ObjectDropped, ReplicaAdded
 from kvstore.master.corrupt_checks import CorruptChecks
 from kvstore.master.disk_tier import DiskTier
@@ -39,8 +39,12 @@ class StateCore:
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.clients: dict[str, Client] = {}
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
-        # engine -> reporting client -> when it last found that engine unreachable (kvstore.master.membership)
+        # engine -> reporting client -> when it last found that engine unreachable (kvstore.master.suspicion)
         self._unreachable_reports: dict[str, dict[str, float]] = {}
+        self._probes: dict[str, float] = {}  # engine -> when the master last began to probe it itself
+        self._hosts: dict[str, dict[str, None]] = {}  # host id -> its clients (max_clients_per_host)
+        self.admins: set[str] = set()  # registrations that proved the admin secret (kvstore.master.roles)
+        self._admin_nonces: dict[str, str] = {}  # client -> the nonce it was given to prove it over
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
@@ -78,6 +82,14 @@ class StateCore:
     def check_client(self, client_id: str) -> None:
         """NotFoundError unless the client is registered (it must register again after a restart)."""
         self._client(client_id)
+
+    def check_admin(self, client_id: str, what: str) -> None:
+        """PermissionDeniedError unless the client proved the admin secret (kvstore.master.roles)."""
+        if client_id not in self.admins or client_id not in self.clients:
+            raise PermissionDeniedError(
+                f"{what} needs an admin: the caller must hold the admin secret the master has "
+                "(KVSTORE_ADMIN_SECRET_FILE for a client, KVSTORE_MASTER_ADMIN_SECRET_FILE for the master)"
+            )
 
     def _client(self, client_id: str) -> Client:
         client = self.clients.get(client_id)

@@ -10,6 +10,7 @@ from kvstore.node import file_lock
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
 from kvstore.node.memory_tier import prepare_segment
+from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles
 from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
@@ -38,7 +39,10 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
         # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
         session = Session(
-            config, identity.name, lambda engine: prepared.append(prepare_segment(engine, node, files.memory))
+            config,
+            identity.name,
+            lambda engine: prepared.append(prepare_segment(engine, node, files.memory)),
+            load_node_key(identity.stem),
         )
     except BaseException:
         _release(identity, held)

@@ -8,13 +8,14 @@ A client opens with ``Hello``: a master speaking another PROTOCOL_VERSION refuse
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import operator
 import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
-from kvstore.errors import InvalidArgumentError, ProtocolError
+from kvstore.errors import InvalidArgumentError, PermissionDeniedError, ProtocolError
 from kvstore.rpc import validate as v
 from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them messages.X
     DISK,
@@ -48,7 +49,10 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # 8: heartbeats carry the NIC paths of the process's transfer engine (Heartbeat.paths)
 # 9: a client registers with a token of its own, and requests in its name carry it; a node checks a
 # replica reported corrupt before it is dropped (NodeWork.checks, AwaitWork.checked)
-PROTOCOL_VERSION = 9
+# 10: a node's identity names its key's fingerprint and its registration proves the key
+# (RegisterClient.node_key); removals say who removes (Remove/RemoveAll.client_id); admin rights are
+# proved over a master nonce (AdminChallenge, AdminProve)
+PROTOCOL_VERSION = 10
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
 _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
@@ -57,6 +61,13 @@ _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.i
 def new_token() -> str:
     """A registration token (RegisterClient.token): 128 random bits."""
     return secrets.token_hex(16)
+
+
+def node_key_fingerprint(node_key: str) -> str:
+    """What a node's identity names of its key (RegisterClient.node_id ends "#<this>"): who registers
+    that identity must show the key itself, so knowing the identity (it is in `kvstore status`) is not
+    enough to take it over."""
+    return hashlib.sha256(b"kvstore-node-key\0" + node_key.encode()).hexdigest()[:32]
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -97,16 +108,24 @@ class RegisterClient(Request):
     METHOD: ClassVar[str] = "register_client"
     client_id: str
     host_id: str
-    node_id: str = ""  # a storage node's identity: it supersedes an older registration with the same one
+    # A storage node's identity, "<host>/<name>#<node_key_fingerprint(node_key)>": it supersedes an
+    # older registration with the same one (that node restarted)
+    node_id: str = ""
     # The process's secret for its registration (new_token()): every request in its name carries it
     # (OWN_NAME), and registering its id again takes the same one. Chosen by the client: it never crosses
     # back.
     token: str = ""
+    node_key: str = ""  # the node's own secret, kept in its private files across restarts (with node_id)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RegisterClient:
         node_id = v.text(p, "node_id") if p.get("node_id") else ""
-        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id, v.token(p, "token"))
+        node_key = v.token(p, "node_key") if p.get("node_key") else ""
+        if node_id and node_id.rpartition("#")[2] != node_key_fingerprint(node_key):
+            raise PermissionDeniedError(
+                f"node identity {node_id!r} is not proved: its registration must carry the node's key"
+            )
+        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id, v.token(p, "token"), node_key)
 
     @staticmethod
     def decode_reply(obj: Any) -> RegisterReply:
@@ -302,6 +321,7 @@ class AwaitWork(Request):
     disk_done: list[tuple[int, bool]] = field(default_factory=list)  # (disk order, ok)
     checked: list[tuple[int, bool]] = field(default_factory=list)  # (checksum check, the bytes intact)
     token: str = ""  # the client's registration token (OWN_NAME)
+    dropped_through: int = 0  # the node has every disk drop numbered up to this (NodeWork.disk_drops)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitWork:
@@ -314,6 +334,7 @@ class AwaitWork(Request):
             _results(p, "copied") if "copied" in p else [],
             _results(p, "disk_done") if "disk_done" in p else [],
             _results(p, "checked") if "checked" in p else [],
+            dropped_through=v.integer(p, "dropped_through", 0, U64) if "dropped_through" in p else 0,
         )
 
     @staticmethod
@@ -321,7 +342,6 @@ class AwaitWork(Request):
         epoch, fences, holds, copies, drops, orders, checks = _record(NodeWork, obj)
         if not all(isinstance(x, list) for x in (fences, holds, copies, drops, orders, checks)):
             raise ProtocolError("master sent a malformed await_work reply")
-    dropped_through: int = 0  # the node has every disk drop numbered up to this (NodeWork.disk_drops)
         # One hold per put object: checked in C loops over the batch (the catalog checks every field it
         # reads back), made records by tuple.__new__ in one (a Python call each was a fifth of a node's
         # work per put)
@@ -334,7 +354,6 @@ class AwaitWork(Request):
             raise ProtocolError("master sent a malformed HeldReplica")
         held = list(map(tuple.__new__, itertools.repeat(HeldReplica), holds))
         tasks = []
-            dropped_through=v.integer(p, "dropped_through", 0, U64) if "dropped_through" in p else 0,
         for t in copies:
             task = _record(CopyTask, t)
             tasks.append(task._replace(source=_record(Placement, task.source)))
@@ -416,6 +435,7 @@ class RestoreDisk(Request):
                     v.key(r[1]),
                     v.integer(f, "size", 1, 2**62),
                     v.integer(f, "checksum", 0, U64),
+                    v.integer(f, "gen", 0, U64),
                 )
             )
         return cls(v.text(p, "client_id"), records, v.flag(p, "last", True))
@@ -435,7 +455,6 @@ class DiskDegraded(Request):
     def parse(cls, p: dict[str, Any]) -> DiskDegraded:
         reason = v.field(p, "reason")
         if not isinstance(reason, str) or len(reason.encode()) > 1024:
-                    v.integer(f, "gen", 0, U64),
             raise InvalidArgumentError("'reason' must be a string of at most 1024 bytes")
         return cls(v.text(p, "client_id"), reason)
 
@@ -569,13 +588,20 @@ class MatchPrefix(Request):
 
 @dataclass
 class Remove(Request):
+    """Removes objects (per key). `force` also removes objects leased to readers: of objects another
+    client wrote, only an admin's (AdminProve) may. `client_id`: who removes ("": an unregistered caller,
+    who may not force)."""
+
     METHOD: ClassVar[str] = "remove"
     keys: list[str]
     force: bool = False
+    client_id: str = ""
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> Remove:
-        return cls(v.keys(p), v.flag(p, "force"))
+        client_id = v.text(p, "client_id") if p.get("client_id") else ""
+        return cls(v.keys(p), v.flag(p, "force"), client_id)
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ItemResult]:
@@ -584,16 +610,57 @@ class Remove(Request):
 
 @dataclass
 class RemoveAll(Request):
+    """Removes every object: a registered admin's only (AdminProve)."""
+
     METHOD: ClassVar[str] = "remove_all"
     force: bool = False
+    client_id: str = ""
+    token: str = ""  # the client's registration token (OWN_NAME)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RemoveAll:
-        return cls(v.flag(p, "force"))
+        client_id = v.text(p, "client_id") if p.get("client_id") else ""
+        return cls(v.flag(p, "force"), client_id)
 
     @staticmethod
     def decode_reply(obj: Any) -> int:
         return int(obj)
+
+
+@dataclass
+class AdminChallenge(Request):
+    """Asks the master for a fresh nonce to prove admin rights over (AdminProve); replies it (hex). One
+    per client at a time: a new one replaces the last."""
+
+    METHOD: ClassVar[str] = "admin_challenge"
+    client_id: str
+    token: str = ""  # the client's registration token (OWN_NAME)
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> AdminChallenge:
+        return cls(v.text(p, "client_id"))
+
+    @staticmethod
+    def decode_reply(obj: Any) -> str:
+        if not isinstance(obj, str) or not 32 <= len(obj) <= 128:
+            raise ProtocolError("master sent a malformed admin nonce")
+        return obj
+
+
+@dataclass
+class AdminProve(Request):
+    """`proof`: kvstore.rpc.admin.proof(admin secret, client id, nonce) over the nonce AdminChallenge
+    gave; the master then holds this registration an admin (until it ends). The nonce is spent either
+    way."""
+
+    METHOD: ClassVar[str] = "admin_prove"
+    client_id: str
+    proof: str
+    token: str = ""  # the client's registration token (OWN_NAME)
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> AdminProve:
+        return cls(v.text(p, "client_id"), v.token(p, "proof"))
 
 
 @dataclass
@@ -709,6 +776,8 @@ REQUESTS: dict[str, type[Request]] = {
         MatchPrefix,
         Remove,
         RemoveAll,
+        AdminChallenge,
+        AdminProve,
         Stats,
         ClusterStatus,
         ChangeReplica,

@@ -337,7 +337,9 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     assert dead.usable and state.counters.suspected_segments == 0
     state.report_unreachable(dead.engine, "c1")  # the same client again is no second witness
     assert dead.usable
-    state.report_unreachable(dead.engine, "c2")  # a second client: suspect
+    state.report_unreachable(dead.engine, "c2")  # a second client, but one holding nothing: no witness
+    assert dead.usable
+    state.probed(dead.engine, dead.client_id, "unreachable")  # the master's own probe failed: suspect
     assert not dead.usable and state.counters.suspected_segments == 1
     assert state.offered(state.objects["both"]) == [r for r in both if r.segment is not dead]
     assert state.exists("both") and not state.exists("only-on-1") and state.get_replicas("only-on-1") is None

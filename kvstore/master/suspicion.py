@@ -1,0 +1,90 @@
+"""Suspicion of unreachable nodes: a client that fails to reach a node reports it, and the node's
+segments become suspect (not placed on, their replicas not offered while another exists) only on
+evidence that costs something, since a registration costs nothing and a member may lie:
+
+- the node itself missed a heartbeat (judged again every housekeeping tick);
+- the master could not reach the node's engine itself, or found another process owning it (a probe
+  through the engine's authenticated handshake, kvstore.master.mount_check, at most one per engine per
+  heartbeat interval, run off the loop by the handlers);
+- two witnesses found the same within REPORT_WINDOW heartbeats, where a witness is a client that holds a
+  usable segment on another engine (a mount the master checked against a real engine's memory: no number
+  of made-up clients is one).
+
+The node's next heartbeat, an interval after it became suspect, trusts it again
+(kvstore.master.membership)."""
+
+from __future__ import annotations
+
+from kvstore.master.model import Segment
+from kvstore.master.state_core import StateCore
+
+REPORT_WINDOW = 2  # heartbeat intervals a client's report of an unreachable node counts for
+
+
+class Suspicion(StateCore):
+    def report_unreachable(self, engine: str, reporter: str = "") -> str:
+        """A client (`reporter`) failed to reach this engine. Returns the client id that owns the
+        engine's segments when the master should probe the engine itself now (then probed() with what it
+        found), else "". An engine with no segment here holds no replica a client was handed: its report
+        is dropped (nor does a client fill the master with reports of made-up engines)."""
+        segments = self._segments_of(engine)
+        if not segments:
+            return ""
+        now = self.clock()
+        self._unreachable_reports.setdefault(engine, {})[reporter] = now
+        self._judge_unreachable(engine, now)
+        last = self._probes.get(engine)
+        if last is not None and now - last < self.config.heartbeat_interval:
+            return ""  # probed lately (or a probe is under way): one per interval at most
+        self._probes[engine] = now
+        return segments[0].client_id
+
+    def probed(self, engine: str, owner: str, refusal: str | None) -> None:
+        """The master's own probe of `engine` (whose segments `owner` mounted): `refusal` None when the
+        engine answered as owner's, else why not. A failed probe is evidence: its segments are suspect."""
+        if refusal is None:
+            return
+        now = self.clock()
+        for seg in self._segments_of(engine):
+            if seg.client_id == owner and self.space.suspect(seg, now):
+                self.counters.suspected_segments += 1
+
+    def judge_unreachable_reports(self) -> None:
+        """Reports of one client are confirmed once the node misses a heartbeat (O(reported engines))."""
+        now = self.clock()
+        for engine in list(self._unreachable_reports):
+            self._judge_unreachable(engine, now)
+        interval = self.config.heartbeat_interval
+        for engine in [e for e, when in self._probes.items() if now - when >= interval]:
+            del self._probes[engine]  # (past the rate limit: the entry says nothing any more)
+
+    def _judge_unreachable(self, engine: str, now: float) -> None:
+        reports = self._unreachable_reports.get(engine, {})
+        interval = self.config.heartbeat_interval
+        for reporter in [c for c, when in reports.items() if now - when > REPORT_WINDOW * interval]:
+            del reports[reporter]
+        if not reports:
+            self._unreachable_reports.pop(engine, None)
+            return
+        segments = self._segments_of(engine)
+        owners = [self.clients.get(seg.client_id) for seg in segments]
+        silent = any(c is None or now - c.last_seen > interval for c in owners)
+        if not silent and sum(1 for c in reports if self._witness(c, engine)) < 2:
+            return
+        for seg in segments:
+            if self.space.suspect(seg, now):
+                self.counters.suspected_segments += 1
+
+    def _witness(self, client_id: str, engine: str) -> bool:
+        """The client holds a usable segment on another engine: its word costs it a real node."""
+        client = self.clients.get(client_id)
+        if client is None:
+            return False
+        for seg_id in client.segments:
+            seg = self.segments.get(seg_id)
+            if seg is not None and seg.engine != engine and seg.usable:
+                return True
+        return False
+
+    def _segments_of(self, engine: str) -> list[Segment]:
+        return [seg for seg in self.space if seg.engine == engine]

@@ -1,0 +1,57 @@
+"""A storage node's key: a secret its identity keeps across restarts, in a file beside its identity lock
+(this user's private directory: kvstore.node.identity.lock_directory). The master knows a node's
+identity by the key's fingerprint (kvstore.rpc.messages.node_key_fingerprint) and lets a registration
+supersede a live one of the same identity only when it shows the key: the same node restarted, never a
+member that merely names it. The file is read and made only while this process holds the identity's
+lock, so twins never race for it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from kvstore.errors import PermissionDeniedError
+from kvstore.node.identity import lock_directory
+from kvstore.rpc import messages as m
+
+KEY_CHARS = 32  # hex digits: 128 bits
+
+
+def load(stem: str) -> str:
+    """The key of the node identity `stem` (NodeIdentity.stem, whose lock the caller holds): the one
+    its last process kept, else a new one, kept for its next."""
+    path = os.path.join(lock_directory(), f"kvstore-node-{stem}.key")
+    key = _read(path)
+    if key:
+        return key
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # (unreadable or malformed: made afresh)
+    key = m.new_token()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key)
+    return key
+
+
+def _read(path: str) -> str:
+    """The key in `path`; "" when there is none or it is malformed. PermissionDeniedError when the file
+    is not this user's own private file with one link (someone else may know what it says)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ""
+    with os.fdopen(fd) as file:
+        info = os.fstat(file.fileno())
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & 0o077
+            or info.st_nlink != 1
+        ):
+            raise PermissionDeniedError(
+                f"the node key {path} is not this user's private file (uid {info.st_uid}, "
+                f"{stat.filemode(info.st_mode)}, {info.st_nlink} links): remove it to start afresh"
+            )
+        key = file.read(KEY_CHARS + 1)
+    return key if len(key) == KEY_CHARS and set(key) <= set("0123456789abcdef") else ""

@@ -1,0 +1,224 @@
+"""What a member (a process holding the cluster secret) may do to others, judged by the master's state
+and its request parsing (issue 39, items 6, 7, 9): a node's identity is its key's, suspicion needs
+evidence that costs something, registrations are bounded without dropping a healthy client, and the
+destructive calls are an admin's."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvstore.config.master import MasterConfig
+from kvstore.errors import PermissionDeniedError, TooManyConnectionsError
+from kvstore.master.model import Segment
+from kvstore.master.state import MasterState
+from kvstore.rpc import admin
+from kvstore.rpc import messages as m
+
+MiB = 1 << 20
+SECRET = b"a" * 64
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_state(clock: Clock, nodes: int, **config: object) -> MasterState:
+    state = MasterState(MasterConfig.load(heartbeat_interval=1.0, **config), clock=clock)  # type: ignore[arg-type]
+    for i in range(nodes):
+        state.register_client(f"n{i}", f"h{i}")
+        state.mount_segment(f"n{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+    return state
+
+
+def segment_of(state: MasterState, client: str) -> Segment:
+    return next(s for s in state.segments.values() if s.client_id == client)
+
+
+def put(state: MasterState, key: str, writer: str = "n0") -> None:
+    state.put_start(writer, key, MiB, 7, 1, False)
+    state.put_end(writer, key)
+
+
+# -- item 6: a node's identity is proved by its key ---------------------------------------------------
+def _register(node_id: str, node_key: str = "") -> dict[str, object]:
+    params: dict[str, object] = {"client_id": "attacker", "host_id": "h9", "token": m.new_token()}
+    params.update({"node_id": node_id} if node_id else {})
+    params.update({"node_key": node_key} if node_key else {})
+    return params
+
+
+def test_a_node_identity_is_taken_only_with_the_nodes_key() -> None:
+    key = m.new_token()
+    victim = f"h0/abc/0#{m.node_key_fingerprint(key)}"
+    for forged in (_register(victim), _register(victim, m.new_token()), _register("h0/abc/0", key)):
+        with pytest.raises(PermissionDeniedError, match="not proved"):
+            m.parse_request("register_client", forged)
+    request = m.parse_request("register_client", _register(victim, key))
+    assert isinstance(request, m.RegisterClient) and request.node_id == victim
+
+
+def test_a_known_client_id_is_not_registered_again_with_another_token() -> None:
+    clock = Clock()
+    state = make_state(clock, 1)
+    state.clients["n0"].token = m.new_token()
+    with pytest.raises(PermissionDeniedError, match="registered by another process"):
+        state.register_client("n0", "h9", token=m.new_token())
+    assert state.segments  # its segment stays
+
+
+# -- item 7: suspicion needs evidence that costs something --------------------------------------------
+def test_made_up_clients_never_make_a_live_node_suspect() -> None:
+    clock = Clock()
+    state = make_state(clock, 2)
+    target = segment_of(state, "n1")
+    for i in range(200):  # registrations cost nothing; each reports the live node
+        state.register_client(f"fake{i}", "h9")
+        state.report_unreachable(target.engine, f"fake{i}")
+        state.report_unreachable(target.engine, "never-registered")
+    state.expire()
+    assert target.usable and not state.space.any_suspect()
+    assert state.put_start("n1", "lands", MiB, 1, 2, False) is not None  # both nodes placed on
+
+
+def test_two_witnesses_that_hold_segments_make_a_node_suspect() -> None:
+    clock = Clock()
+    state = make_state(clock, 3)
+    target = segment_of(state, "n1")
+    state.report_unreachable(target.engine, "n1")  # its own owner is no witness of another engine...
+    state.report_unreachable(target.engine, "n2")
+    assert target.usable
+    state.report_unreachable(target.engine, "n0")  # ... but two other nodes are
+    assert not target.usable
+
+
+def test_the_master_probes_a_reported_engine_at_most_once_per_interval() -> None:
+    clock = Clock()
+    state = make_state(clock, 2)
+    target = segment_of(state, "n1")
+    state.register_client("fake", "h9")
+    assert state.report_unreachable(target.engine, "fake") == "n1"  # probe it, as n1's
+    assert state.report_unreachable(target.engine, "fake") == ""  # (one under way)
+    assert state.report_unreachable("127.0.0.1:1", "fake") == ""  # no segment there: nothing
+    state.probed(target.engine, "n1", None)  # it answered as n1's: nothing changes
+    assert target.usable
+    clock.now += 1.0
+    state.expire()
+    assert state.report_unreachable(target.engine, "fake") == "n1"
+    state.probed(target.engine, "other", "gone")  # a probe about another owner says nothing of n1's
+    assert target.usable
+    state.probed(target.engine, "n1", "the master could not reach it")
+    assert not target.usable and state.counters.suspected_segments == 1
+
+
+# -- item 9: registrations are bounded, a healthy client never dropped for a new one -----------------
+def test_registrations_are_bounded_per_host_and_in_all() -> None:
+    clock = Clock()
+    state = make_state(clock, 1, max_clients=6, max_clients_per_host=3)
+    for i in range(3):
+        state.register_client(f"a{i}", "attacker")
+    with pytest.raises(TooManyConnectionsError, match="3 clients of host attacker"):
+        state.register_client("a3", "attacker")  # all three were heard from just now
+    for i in range(2):
+        state.register_client(f"b{i}", f"other{i}")
+    with pytest.raises(TooManyConnectionsError, match="6 clients"):
+        state.register_client("c", "elsewhere")
+    clock.now += 1.5
+    for live in ("n0", "b0", "a1"):
+        state.heartbeat(live)
+    state.register_client("a3", "attacker")  # the longest-silent idle one of its host goes: a0
+    assert "a0" not in state.clients and "a1" in state.clients
+    state.register_client("c", "elsewhere")  # the longest-silent idle one of all goes: a2 (not n0, b0)
+    assert "a2" not in state.clients and {"n0", "b0", "b1", "a1", "a3", "c"} == set(state.clients)
+    state.register_client("b0", "other0")  # a known client registering again takes no new room
+    clock.now += 1.5
+    state.register_client("d", "elsewhere")  # silent, but holding a segment: n0 is never the one dropped
+    assert "n0" in state.clients and state.segments
+
+
+def test_a_client_with_puts_in_progress_is_not_dropped_for_a_new_one() -> None:
+    clock = Clock()
+    state = make_state(clock, 1, max_clients=2, max_clients_per_host=2)
+    state.register_client("writer", "h1")
+    state.put_start("writer", "k", MiB, 7, 1, False)
+    clock.now += 1.5
+    with pytest.raises(TooManyConnectionsError):
+        state.register_client("new", "h2")
+    assert "writer" in state.clients
+
+
+# -- item 9: the destructive calls are an admin's ----------------------------------------------------
+def test_remove_all_needs_a_proved_admin_secret() -> None:
+    clock = Clock()
+    state = make_state(clock, 1)
+    put(state, "k")
+    with pytest.raises(PermissionDeniedError, match="remove_all needs an admin"):
+        state.remove_all(True, by="n0")
+    with pytest.raises(PermissionDeniedError, match="remove_all needs an admin"):
+        state.remove_all(True, by="")  # an unregistered caller
+    with pytest.raises(PermissionDeniedError, match="no admin challenge"):
+        state.admin_prove("n0", admin.proof(SECRET, "n0", "0" * 64), SECRET)
+    nonce = state.admin_challenge("n0")
+    with pytest.raises(PermissionDeniedError, match="wrong admin secret"):
+        state.admin_prove("n0", admin.proof(b"b" * 64, "n0", nonce), SECRET)
+    with pytest.raises(PermissionDeniedError, match="no admin challenge"):  # the nonce is spent
+        state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    nonce = state.admin_challenge("n0")
+    with pytest.raises(PermissionDeniedError, match="no admin secret"):  # a master without one
+        state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), b"")
+    state.register_client("other", "h1")
+    nonce = state.admin_challenge("n0")
+    with pytest.raises(PermissionDeniedError, match="wrong admin secret"):  # bound to the client id
+        state.admin_prove("n0", admin.proof(SECRET, "other", nonce), SECRET)
+    nonce = state.admin_challenge("n0")
+    state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    assert state.remove_all(True, by="n0") == ["k"]
+    state.drop_client("n0")  # the role lasts as long as the registration
+    state.register_client("n0", "h0")
+    with pytest.raises(PermissionDeniedError):
+        state.remove_all(True, by="n0")
+
+
+def test_forcing_the_removal_of_anothers_leased_object_needs_an_admin() -> None:
+    clock = Clock()
+    state = make_state(clock, 1)
+    state.register_client("other", "h1")
+    for key in ("mine", "theirs", "unleased"):
+        put(state, key, writer="other" if key != "mine" else "n0")
+    for key in ("mine", "theirs"):
+        assert state.get_replicas(key) is not None  # read: leased
+    with pytest.raises(PermissionDeniedError, match="another client's, leased"):
+        state.remove("theirs", force=True, by="n0")
+    with pytest.raises(PermissionDeniedError):
+        state.remove("theirs", force=True, by="")
+    state.remove("mine", force=True, by="n0")  # its own: its writer may
+    state.remove("unleased", force=True, by="n0")  # not leased: force changes nothing, a member may
+    nonce = state.admin_challenge("n0")
+    state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    state.remove("theirs", force=True, by="n0")
+    assert not any(state.exists(k) for k in ("mine", "theirs", "unleased"))
+
+
+def test_the_admin_secret_file_must_be_private_and_long(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from kvstore.errors import InvalidArgumentError
+
+    path = Path(str(tmp_path)) / "admin"
+    path.write_text("x" * 64)
+    path.chmod(0o644)
+    with pytest.raises(PermissionDeniedError, match="readable by its owner only"):
+        admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET")
+    path.chmod(0o600)
+    assert admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET") == b"x" * 64
+    link = Path(str(tmp_path)) / "link"
+    link.symlink_to(path)
+    with pytest.raises(InvalidArgumentError):
+        admin.load_secret("", str(link), "KVSTORE_ADMIN_SECRET")
+    with pytest.raises(InvalidArgumentError, match="at least 32"):
+        admin.load_secret("short-secret", "", "KVSTORE_ADMIN_SECRET")
+    with pytest.raises(InvalidArgumentError, match="both set"):
+        admin.load_secret("x" * 64, str(path), "KVSTORE_ADMIN_SECRET")
