@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from contextlib import suppress
@@ -396,6 +397,22 @@ def test_a_cluster_reaches_etcd_over_tls_with_a_certificate_and_a_login(
                 leader.send_signal(signal.SIGKILL)  # the standby, logged in again too, leads
                 leader.wait()
                 _until_stored(store, "after-failover", 30.0)
+            # the command line's --etcd-* options stand for the variables
+            flags = [f"--etcd-{name}={path}" for name, path in tls.items()]
+            flags += ["--etcd-user=kv", f"--etcd-password-file={password_file}"]
+            status = ["status", "--etcd", address, "--cluster", "tls", "--json"]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTORE_ETCD_")}
+            for given, code in ((flags, 0), (flags[:3], 1)):
+                done = subprocess.run(
+                    [sys.executable, "-m", "kvstore.cli", *status, *given],
+                    env=env,
+                    cwd=tmp_path,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                assert done.returncode == code, done.stderr
+            assert "permission denied" in done.stderr
             refused = {
                 "no login": EtcdConfig.load({}, **tls),
                 "wrong password": EtcdConfig.load({}, **tls, user="kv", password="wrong"),
