@@ -3,10 +3,12 @@ a node restarted after a crash is known for what it is. The master lets a node t
 identity supersede the old registration at once (its segments are gone, its disk records are offered
 back), rather than wait out the old one's TTL while it deletes what the disk still holds.
 
-The identity is a digest of what defines the node (its master, its disk, its memory size, or the name
-given with KVSTORE_NODE_NAME) and a slot: identical nodes on one host take the first slot no living node
-holds (a lock file held for the process's life; the kernel drops it when the process dies), so two
-such nodes never share an identity, and a restarted one takes a slot its dead twin left.
+The identity is a digest of what defines the node (its user, its master, its disk, its memory size, or
+the name given with KVSTORE_NODE_NAME) and a slot: identical nodes on one host take the first slot no
+living node holds (a lock file held for the process's life; the kernel drops it when the process dies),
+so two such nodes never share an identity, and a restarted one takes a slot its dead twin left. The lock
+files are in the user's private directory, where no other user can hold them all to keep a node from
+starting. (Two nodes on one disk file are kept apart by the disk's own lock: kvstore.node.file_lock.)
 """
 
 from __future__ import annotations
