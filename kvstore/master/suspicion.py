@@ -2,7 +2,8 @@
 segments become suspect (not placed on, their replicas not offered while another exists) only on
 evidence that costs something, since a registration costs nothing and a member may lie:
 
-- the node itself missed a heartbeat (judged again every housekeeping tick);
+- the node itself missed a heartbeat: none for SILENT_INTERVALS intervals (judged again every
+  housekeeping tick; one interval is no evidence, as a heartbeat comes a little after each);
 - the master could not reach the node's engine itself, or found another process owning it (a probe
   through the engine's authenticated handshake, kvstore.master.mount_check, at most one per engine per
   heartbeat interval, run off the loop by the handlers);
@@ -18,7 +19,8 @@ from __future__ import annotations
 from kvstore.master.model import Segment
 from kvstore.master.state_core import StateCore
 
-REPORT_WINDOW = 2  # heartbeat intervals a client's report of an unreachable node counts for
+REPORT_WINDOW = 3  # heartbeat intervals a client's report of an unreachable node counts for
+SILENT_INTERVALS = 2  # heartbeat intervals without one after which a node's silence is evidence
 
 
 class Suspicion(StateCore):
@@ -41,10 +43,15 @@ class Suspicion(StateCore):
 
     def probed(self, engine: str, owner: str, refusal: str | None) -> None:
         """The master's own probe of `engine` (whose segments `owner` mounted): `refusal` None when the
-        engine answered as owner's, else why not. A failed probe is evidence: its segments are suspect."""
-        if refusal is None:
-            return
+        engine answered as owner's, which disproves the reports made before the probe began, else why
+        not: evidence, its segments are suspect."""
         now = self.clock()
+        if refusal is None:
+            began = self._probes.get(engine, now)
+            reports = self._unreachable_reports.get(engine, {})
+            for reporter in [c for c, when in reports.items() if when <= began]:
+                del reports[reporter]
+            return
         for seg in self._segments_of(engine):
             if seg.client_id == owner and self.space.suspect(seg, now):
                 self.counters.suspected_segments += 1
@@ -68,7 +75,7 @@ class Suspicion(StateCore):
             return
         segments = self._segments_of(engine)
         owners = [self.clients.get(seg.client_id) for seg in segments]
-        silent = any(c is None or now - c.last_seen > interval for c in owners)
+        silent = any(c is None or now - c.last_seen > SILENT_INTERVALS * interval for c in owners)
         if not silent and sum(1 for c in reports if self._witness(c, engine)) < 2:
             return
         for seg in segments:
