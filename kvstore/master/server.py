@@ -4,9 +4,7 @@ for heartbeat expiry, abandoned puts and watermark eviction. One asyncio loop ow
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import functools
 import json
 import logging
 import selectors
@@ -14,22 +12,24 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvstore import rpc
 from kvstore.config.master import MasterConfig
-from kvstore.errors import InternalError, KVStoreError, TooManyConnectionsError
+from kvstore.errors import InternalError, KVStoreError
 from kvstore.limited_log import LimitedLog
 from kvstore.master.busy_poll import BusyPoll
+from kvstore.master.connection_table import ConnectionTable
 from kvstore.master.election import Election
 from kvstore.master.handlers import Deferred, Handlers
 from kvstore.master.kv_events import StoreEvents, check_endpoint
+from kvstore.master.listener import Listener, listening_socket
 from kvstore.master.loop_watch import LoopTurns, LoopWatch
 from kvstore.master.metrics import MasterMetrics
 from kvstore.master.mount_check import MountCheck
 from kvstore.master.path_reports import PathReports
+from kvstore.master.rpc_connection import Refusals, RpcConnection
 from kvstore.master.state import MasterState
 from kvstore.master.status import RateWindow, cluster_status
 from kvstore.rpc import auth, tls
@@ -37,7 +37,7 @@ from kvstore.rpc.messages import REQUESTS
 from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.master")
-REPLY_FLUSH = 256 << 10  # replies written out at least this often while a read's requests are answered
+HTTP_CONNECTIONS = 64  # /metrics and /health connections at once (each answers one request within 5 s)
 MOUNT_CHECK_SECONDS = 5.0  # a mount's check (the engine's handshake) gives up after this
 
 
@@ -75,15 +75,16 @@ class Master:
                 self.state.ledger, self.config.kv_events_endpoint, self.config.kv_events_backend
             )
         self.handlers = Handlers(self.state, self.describe, epoch, self.watch, self.paths)
-        self.connections: set[_RpcProtocol] = set()
-        # Connections still proving the secret, oldest first (evicted past max_unauthenticated), and the
-        # authenticated ones per peer host (refused past max_connections_per_peer).
-        self.unauthenticated: dict[_RpcProtocol, None] = {}
-        self.per_peer: collections.Counter[str] = collections.Counter()
+        self.connections: set[RpcConnection] = set()
+        # What it may hold (raising RLIMIT_NOFILE first), and which connection goes past a bound.
+        c = self.config
+        self.table = ConnectionTable(c.max_unauthenticated, c.max_connections_per_peer, c.max_connections)
         self.buffered = 0  # bytes of request frames still arriving, over all connections (max_buffered)
-        self.refusals = _Refusals()
+        self.refusals = Refusals(LimitedLog(log))
+        self.http_open = 0  # HTTP connections (at most HTTP_CONNECTIONS)
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
-        self._servers: list[asyncio.base_events.Server] = []
+        self._listeners: list[Listener] = []
+        self._stopped: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ready: list[Callable[[], None]] = []  # deferred replies ready to send (run_ready)
         self._ready_scheduled = False
@@ -96,29 +97,44 @@ class Master:
             self.watch.turns = loop.turns
         if self.config.verify_mounts:
             self.handlers.mounts = MountCheck(loop, self.secret, MOUNT_CHECK_SECONDS)
-        if self._sock is not None:
-            rpc_server = await loop.create_server(lambda: _RpcProtocol(self), sock=self._sock, ssl=self.tls)
-        else:
-            rpc_server = await loop.create_server(
-                lambda: _RpcProtocol(self), self.config.host, self.config.port, ssl=self.tls
-            )
-        self._servers.append(rpc_server)
-        self.address = _address(rpc_server)
+        self._stopped = loop.create_future()
+        table = self.table
+        rpc_listener = Listener(
+            self._sock or listening_socket(self.config.host, self.config.port),
+            lambda: RpcConnection(self),
+            what="master RPC",
+            admit=table.admit_socket,
+            tls=self.tls,
+            tls_timeout=auth.TIMEOUT_SECONDS,
+            max_handshakes=table.unauthenticated,
+        )
+        table.others = lambda: len(rpc_listener.handshakes) + self.http_open
+        self._listen(rpc_listener)
+        self.address = rpc_listener.address
         if self.config.http_port is not None:
-            http_server = await asyncio.start_server(
-                self._serve_http, self.config.host, self.config.http_port
+            http_listener = Listener(
+                listening_socket(self.config.host, self.config.http_port),
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve_http),
+                what="master HTTP",
+                admit=lambda: self.http_open < HTTP_CONNECTIONS and table.held() < table.budget,
             )
-            self._servers.append(http_server)
-            self.http_address = _address(http_server)
+            self._listen(http_listener)
+            self.http_address = http_listener.address
         self._tasks.append(asyncio.create_task(self._housekeeping()))
+
+    def _listen(self, listener: Listener) -> None:
+        self._listeners.append(listener)  # (first: stop() closes its socket if starting fails)
+        listener.start()
 
     async def stop(self) -> None:
         """Stops serving: no new connection, and every open one closed (a leader stepping down must
         change nothing more)."""
         for task in self._tasks:
             task.cancel()
-        for server in self._servers:
-            server.close()
+        for listener in self._listeners:
+            listener.close()
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.abort()
@@ -133,7 +149,8 @@ class Master:
 
     async def serve_forever(self) -> None:
         await self.start()
-        await asyncio.gather(*(s.serve_forever() for s in self._servers))
+        assert self._stopped is not None
+        await self._stopped
 
     # -- RPC -----------------------------------------------------------------------------------------
     def when_ready(self, send: Callable[[], None]) -> None:
@@ -190,6 +207,7 @@ class Master:
 
     # -- HTTP ----------------------------------------------------------------------------------------
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.http_open += 1
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
             parts = request.split(b"\r\n", 1)[0].split()
@@ -221,13 +239,15 @@ class Master:
         ):
             pass
         finally:
+            self.http_open -= 1
             writer.close()
 
     # -- time ----------------------------------------------------------------------------------------
     async def _housekeeping(self) -> None:
         period = min(0.5, self.config.heartbeat_interval / 2)
         loop = asyncio.get_running_loop()
-        last = loop.time()
+        last = swept = loop.time()
+        sweep_every = max(period, self.config.idle_timeout / 4)
         while True:
             await asyncio.sleep(period)
             now = loop.time()
@@ -248,6 +268,10 @@ class Master:
                     state.evict_to_watermark()
                 with timed("replication_plan"):
                     state.replicator.plan()
+                if now - swept >= sweep_every:
+                    swept = now
+                    with timed("idle_connections"):
+                        self.table.sweep(now, self.config.idle_timeout)
             except Exception:
                 log.exception("housekeeping failed")
 
@@ -300,239 +324,6 @@ class EmbeddedMaster:
             self.thread.join(timeout=10)
 
 
-class _Refusals:
-    """Connections refused or cut, logged a line a second per cause (kvstore.limited_log)."""
-
-    def __init__(self) -> None:
-        self._log = LimitedLog(log)
-
-    def warn(self, what: str, peer: str, why: str) -> None:
-        self._log.warn(why, f"{what} a connection from {peer}: {why}")
-
-
-class _RpcProtocol(asyncio.Protocol):
-    """One connection: frames are parsed as bytes arrive and answered in order, with no coroutine per
-    message (the state is only touched from this loop, so handlers run inline)."""
-
-    def __init__(self, master: Master) -> None:
-        self.master = master
-        self.buffer = bytearray()
-        self.transport: asyncio.Transport | None = None
-        # None once it proved itself; frames MACed unless the connection is TLS (which protects them)
-        self.handshake: auth.ServerHandshake | None = auth.ServerHandshake(master.secret, master.tls is None)
-        self.frames: auth.FrameMac | None = None  # each frame's MAC, both ways (with a secret: auth)
-        self.tag = 0  # bytes of a frame's MAC
-        self.auth_timer: asyncio.TimerHandle | None = None
-        self.peer = self.host = "?"
-        self.counted = False  # in master.per_peer
-        self.frame_timer: asyncio.TimerHandle | None = None  # runs while a frame is half-arrived
-        self.held = 0  # bytes of it buffered (in master.buffered)
-        self.writing_paused = False  # the peer does not read its replies: no more are made meanwhile
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
-        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
-        self.master.connections.add(self)
-        loop = asyncio.get_running_loop()
-        self.auth_timer = loop.call_later(auth.TIMEOUT_SECONDS, self._refuse, "did not authenticate in time")
-        waiting = self.master.unauthenticated
-        waiting[self] = None
-        if len(waiting) > self.master.config.max_unauthenticated:
-            oldest = next(iter(waiting))
-            oldest._refuse("evicted: too many connections waiting to authenticate (max_unauthenticated)")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._hold(0)
-        self.master.connections.discard(self)
-        self.master.unauthenticated.pop(self, None)
-        if self.counted:
-            self.master.per_peer[self.host] -= 1
-            if self.master.per_peer[self.host] <= 0:
-                del self.master.per_peer[self.host]
-        if self.auth_timer is not None:
-            self.auth_timer.cancel()
-
-    def _refuse(self, why: str) -> None:
-        self.master.unauthenticated.pop(self, None)
-        if self.handshake is None or self.transport is None or self.transport.is_closing():
-            return
-        self.master.refusals.warn("refused", self.peer, why)
-        self.transport.abort()  # nothing it sent is read
-
-    def _authenticate(self, data: bytes) -> bytes:
-        """Feeds the handshake; the bytes past it once the peer proved itself (b"" until then)."""
-        assert self.handshake is not None and self.transport is not None
-        try:
-            reply = self.handshake.feed(data)
-        except KVStoreError as exc:
-            self._refuse(str(exc))
-            return b""
-        if reply:
-            self.transport.write(reply)
-        if not self.handshake.done:
-            return b""
-        self.frames = self.handshake.frame_mac()
-        self.tag = auth.TAG_SIZE if self.frames is not None else 0
-        rest, self.handshake = self.handshake.rest(), None
-        if self.auth_timer is not None:
-            self.auth_timer.cancel()
-        self.master.unauthenticated.pop(self, None)
-        limit = self.master.config.max_connections_per_peer
-        if self.master.per_peer[self.host] >= limit:
-            self.master.refusals.warn("refused", self.peer, f"{limit} connections from that host already")
-            error = TooManyConnectionsError(
-                f"the master holds {limit} connections from {self.host} already (max_connections_per_peer)"
-            )
-            self._write([rpc.pack([0, error.code, str(error), None])])
-            self.transport.close()
-            return b""
-        self.master.per_peer[self.host] += 1
-        self.counted = True
-        return rest
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        if self.handshake is not None:
-            data = self._authenticate(data)
-            if not data:
-                return
-        self.buffer += data
-        self._serve_buffer()
-
-    def _serve_buffer(self) -> None:
-        assert self.transport is not None
-        replies: list[bytes] = []
-        answered = self._answer(replies)
-        self.master.run_ready()
-        if replies:
-            self._write(replies)
-        if not self.transport.is_closing():
-            self._hold(len(self.buffer), answered)
-
-    def _hold(self, pending: int, progressed: bool = False) -> None:
-        """`pending` bytes of a frame still arriving stay buffered: counted against max_buffered (cut past
-        it), and given frame_timeout from the last whole frame to complete."""
-        master, config = self.master, self.master.config
-        master.buffered += pending - self.held
-        self.held = pending
-        if (pending == 0 or progressed) and self.frame_timer is not None:
-            self.frame_timer.cancel()
-            self.frame_timer = None
-        if pending == 0:
-            return
-        if master.buffered > config.max_buffered:
-            self._cut(f"the master holds {config.max_buffered} bytes of frames still arriving (max_buffered)")
-        elif self.frame_timer is None:
-            why = f"a request frame was not whole within {config.frame_timeout} s (frame_timeout)"
-            self.frame_timer = asyncio.get_running_loop().call_later(config.frame_timeout, self._cut, why)
-
-    def _write(self, frames: list[bytes]) -> None:
-        """Writes whole frames, each sealed with its MAC here: in the order they go out, which is the
-        order their sequence numbers must follow (a deferred reply may go out between two batches)."""
-        assert self.transport is not None
-        if self.frames is not None:
-            seal = self.frames.seal
-            frames = [seal(f) for f in frames]
-        self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
-
-    def _cut(self, why: str) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.master.refusals.warn("cut", self.peer, why)
-            self.transport.abort()
-        self.buffer = bytearray()
-        self._hold(0)
-
-    # Back-pressure: a peer that does not read its replies is not read from either (asyncio's transport
-    # calls these around its write buffer's high-water mark), so its replies never pile up here.
-    def pause_writing(self) -> None:
-        self.writing_paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.writing_paused = False
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-            if self.buffer:  # frames that arrived with the last read and waited
-                asyncio.get_running_loop().call_soon(self._serve_buffer)
-
-    def _answer(self, replies: list[bytes]) -> bool:
-        """Answers every whole frame in the buffer (into `replies`; deferred ones later); whether there
-        was one."""
-        assert self.transport is not None
-        answered = False
-        pending = 0  # bytes in `replies`: written out every REPLY_FLUSH, so a full write buffer stops us
-        while len(self.buffer) >= rpc.HEADER_SIZE and not self.writing_paused:
-            try:
-                n = rpc.frame_length(bytes(self.buffer[: rpc.HEADER_SIZE]))
-                end = rpc.HEADER_SIZE + n
-                if len(self.buffer) < end + self.tag:
-                    break
-                if self.frames is not None:
-                    with memoryview(self.buffer) as view:
-                        self.frames.verify(
-                            view[: rpc.HEADER_SIZE], view[rpc.HEADER_SIZE : end], view[end:][: self.tag]
-                        )
-                body = bytes(self.buffer[rpc.HEADER_SIZE : end])
-                del self.buffer[: end + self.tag]
-                msg_id, method, params = rpc.parse_request(rpc.unpack(body))
-            except auth.FrameMacError as exc:
-                if replies:
-                    self._write(replies)  # (the frames before it verified)
-                    replies.clear()
-                self._cut(str(exc))  # nothing of it is done, nor answered: the stream is not the client's
-                return answered
-            except rpc.FrameError as exc:
-                replies.append(rpc.pack([0, exc.code, str(exc), None]))
-                self._write(replies)
-                replies.clear()
-                self.transport.close()  # the stream cannot be trusted any more
-                self.buffer.clear()
-                return answered
-            answered = True
-            reply = self.master._dispatch(msg_id, method, params)
-            if isinstance(reply, Deferred):
-                self._later(msg_id, reply)
-            else:
-                replies.append(rpc.pack(reply))
-                pending += len(replies[-1])
-                if pending >= REPLY_FLUSH:
-                    self._write(replies)  # (may pause writing: see pause_writing)
-                    replies.clear()
-                    pending = 0
-        return answered
-
-    def _later(self, msg_id: int, deferred: Deferred) -> None:
-        """Sends a deferred reply when it is ready (once the requests that made it so are done: one
-        operation's effects are all in it; Master.run_ready) or when its time is up. Clients wait for
-        each reply, so order is kept."""
-        loop = asyncio.get_running_loop()
-        sent = False
-
-        def send() -> None:
-            nonlocal sent
-            if sent:
-                return
-            sent = True
-            timer.cancel()
-            if self.transport is None or self.transport.is_closing():
-                return
-            try:
-                reply = deferred.make_reply()
-                if isinstance(reply, Deferred):  # it waits for something else now
-                    self._later(msg_id, reply)
-                    return
-                body = [msg_id, 0, "", reply]
-            except KVStoreError as exc:
-                body = [msg_id, exc.code, str(exc), None]
-            self._write([rpc.pack(body)])
-
-        timer = loop.call_later(deferred.timeout, send)
-        deferred.on_ready(functools.partial(self.master.when_ready, send))
-
-
 class _SpinningSelector(selectors.EpollSelector):
     """Polls without sleeping for a moment before blocking, while that pays (kvstore.master.busy_poll):
     clients that send their next request soon after a reply get it answered at once, rather than after
@@ -577,8 +368,3 @@ class MasterLoop(asyncio.SelectorEventLoop):
 
 def new_event_loop(busy_poll_us: int = 0) -> asyncio.AbstractEventLoop:
     return MasterLoop(busy_poll_us)
-
-
-def _address(server: asyncio.base_events.Server) -> str:
-    host, port = server.sockets[0].getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from kvstore.errors import PermissionDeniedError
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
+from tests.helpers.master_wire import MasterWire
 from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py): clients use it too
@@ -194,26 +196,39 @@ def test_a_flood_of_unauthenticated_sockets_never_locks_out_a_client() -> None:
         flooded.close()
 
 
-def test_connections_per_host_are_bounded_with_a_clear_error() -> None:
+def test_connections_per_host_are_bounded_and_the_idlest_goes_first() -> None:
+    """Past max_connections_per_peer a new connection takes the place of that host's connection idle
+    longest (its client reconnects at its next call), so a host's flood never locks its other clients
+    out (issue 39, item 8: 4,096 connections from one host did); only when none is idle is the new one
+    refused, with a clear error."""
     from kvstore.errors import TooManyConnectionsError
 
     config = MasterConfig.load(port=0, max_connections_per_peer=2)
     bounded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
-    clients = [MasterClient(bounded.address, timeout=5, secret=SECRET.encode()) for _ in range(4)]
+    busy = [MasterWire(bounded.address, SECRET.encode()) for _ in range(2)]
+    clients = [
+        MasterClient(bounded.address, timeout=5, secret=SECRET.encode(), busy_poll_us=0) for _ in range(3)
+    ]
     try:
-        clients[0].hello()
-        clients[1].hello()
+        for wire in busy:  # a frame half-sent: owed an answer, not idle
+            wire.sock.sendall(struct.pack("<I", 100) + b"x")
         with pytest.raises(TooManyConnectionsError, match="max_connections_per_peer"):
-            clients[2].hello()
-        clients[0].close()
-        deadline = time.monotonic() + 5  # (the master counts the closed one out when it sees it go)
+            clients[0].hello()
+        for wire in busy:
+            wire.close()
+        deadline = time.monotonic() + 5  # (the master counts the closed ones out when it sees them go)
         while True:
             try:
-                clients[3].hello()
+                clients[0].hello()
                 break
             except TooManyConnectionsError:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+        clients[1].hello()
+        for _ in range(3):  # each call finds its connection gone or not, and every one is answered
+            for c in clients:
+                assert isinstance(c.call(m.Stats()), dict)
+        assert len(bounded.master.table.by_host["127.0.0.1"]) <= 2
     finally:
         for c in clients:
             c.close()
