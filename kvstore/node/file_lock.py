@@ -1,13 +1,16 @@
 """One process per data file: a node holds its disk file and its segment's memory file locked for its life
 (an exclusive flock on a descriptor of its own; the kernel drops it when the process dies, however it
 dies), so a second node started on the same file is refused at once, naming the process that holds it,
-instead of writing over the first one's records."""
+instead of writing over the first one's records. A data file is also checked to be this user's own and
+closed to others (it holds users' data), and never reached through a planted link."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 import threading
 
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError
@@ -35,14 +38,44 @@ def holder(path: str) -> int | None:
 Held = tuple[int, int]  # the file's (device, inode)
 
 
-def hold(path: str, what: str) -> Held:
-    """Locks the file at `path` (created, mode 0600, when missing) for this process's life, or until
-    release(); a second hold by this process counts. PermissionDeniedError naming the holder when another
-    process holds it."""
+def _open(path: str, what: str) -> int:
+    """The file at `path` (created, mode 0600, when missing), opened to be held. A regular file must be
+    this user's, closed to others, with one link, and not reached through a symbolic link (one planted in
+    a shared directory would have the node write its records over whatever it names); a device may be
+    (/dev/disk/by-id/...), its permissions are the administrator's."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot open the {what} {path}: {exc.strerror or exc}") from exc
+        if exc.errno != errno.ELOOP:
+            raise InvalidArgumentError(f"cannot open the {what} {path}: {exc.strerror or exc}") from exc
+        fd = -1
+    if fd < 0:  # a link: followed only to a block device
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot open the {what} {path}: {exc.strerror or exc}") from exc
+        if not stat.S_ISBLK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PermissionDeniedError(
+                f"the {what} {path} is a symbolic link to a file: name the file itself"
+            )
+    info = os.fstat(fd)
+    uid = os.geteuid()
+    if stat.S_ISREG(info.st_mode) and (info.st_uid != uid or info.st_mode & 0o077 or info.st_nlink != 1):
+        os.close(fd)
+        raise PermissionDeniedError(
+            f"the {what} {path} is not this user's private file (uid {info.st_uid}, "
+            f"{stat.filemode(info.st_mode)}, {info.st_nlink} links; it holds users' data): "
+            f"chown it to uid {uid} and chmod 600 it, or give the node a file of its own"
+        )
+    return fd
+
+
+def hold(path: str, what: str) -> Held:
+    """Locks the file at `path` (created, mode 0600, when missing; checked by _open) for this process's
+    life, or until release(); a second hold by this process counts. PermissionDeniedError naming the
+    holder when another process holds it."""
+    fd = _open(path, what)
     info = os.fstat(fd)
     key = (info.st_dev, info.st_ino)
     with _lock:

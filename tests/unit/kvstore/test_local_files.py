@@ -180,7 +180,7 @@ def test_a_file_another_process_holds_is_refused_naming_that_process(tmp_path: P
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT); "
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600); "
             "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
             str(path),
         ],
@@ -208,6 +208,36 @@ def test_a_file_another_process_holds_is_refused_naming_that_process(tmp_path: P
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # given back with the last hold
     finally:
         os.close(fd)
+
+
+def test_a_data_file_reached_through_a_link_or_open_to_others_is_refused(tmp_path: Path) -> None:
+    """A --disk in a shared directory (/tmp): a link planted there would have the node write its records
+    over whatever it names; a file others may read gives them the users' data."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.chmod(victim, 0o600)
+    link = tmp_path / "tier"
+    link.symlink_to(victim)
+    with pytest.raises(PermissionDeniedError, match="symbolic link"):
+        file_lock.hold(str(link), "disk")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "made-through-it")
+    with pytest.raises(KVStoreError):
+        file_lock.hold(str(dangling), "disk")
+    assert victim.read_bytes() == b"precious" and not (tmp_path / "made-through-it").exists()
+    wide = tmp_path / "wide"
+    wide.write_bytes(b"")
+    os.chmod(wide, 0o644)
+    with pytest.raises(PermissionDeniedError, match="chmod 600"):
+        file_lock.hold(str(wide), "disk")
+    if os.geteuid() == 0:
+        os.chmod(wide, 0o600)
+        os.chown(wide, OTHER_UID, OTHER_UID)
+        with pytest.raises(PermissionDeniedError, match=f"uid {OTHER_UID}"):
+            file_lock.hold(str(wide), "disk")
+    fresh = tmp_path / "fresh"
+    file_lock.release(file_lock.hold(str(fresh), "disk"))
+    assert _mode(fresh) == 0o600
 
 
 def test_identity_locks_held_by_another_user_do_not_keep_a_node_from_starting() -> None:
