@@ -205,8 +205,8 @@ def test_a_segment_planted_by_another_user_is_never_mapped_nor_its_objects_serve
                 0o700,
             )
             assert run_as_other(lambda: os.close(os.open(own, os.O_RDONLY))) == 1  # cannot even look
-            with open(memory, "rb") as f:
-                assert not any(v.tobytes()[:64] in f.read() for v in data)  # none of our bytes in theirs
+            theirs = memory.read_bytes()
+            assert not any(v.tobytes()[:64] in theirs for v in data)  # none of our bytes in theirs
 
 
 def test_a_private_directory_another_user_took_first_leaves_the_segment_anonymous(
