@@ -25,6 +25,16 @@ class IndexConfig(Component):
         16_000_000, "Blocks the index holds at most, over every scope; more are refused."
     )
     max_publishers: int = setting(4096, "Registered publishers at most.")
+    max_connections: int = setting(
+        256,
+        "HTTP connections at once (a thread each); a new one past it takes the place of the one idle "
+        "longest (not answering a request), so idle sockets never lock a router out.",
+    )
+    idle_timeout: float = setting(
+        60.0,
+        "Seconds a connection may stay silent waiting for (or within) a request before it is cut.",
+        "seconds",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -32,3 +42,5 @@ class IndexConfig(Component):
             raise InvalidArgumentError("KVSTORE_INDEX_HASH_SEED must be in [0, 2^64)")
         if self.max_blocks <= 0 or self.max_publishers <= 0:
             raise InvalidArgumentError("KVSTORE_INDEX_MAX_BLOCKS and _MAX_PUBLISHERS must be positive")
+        if self.max_connections <= 0 or self.idle_timeout <= 0:
+            raise InvalidArgumentError("KVSTORE_INDEX_MAX_CONNECTIONS and _IDLE_TIMEOUT must be positive")

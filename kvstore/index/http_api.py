@@ -16,9 +16,12 @@ candidates in one answer. Bad requests get 400 and {"error": "..."}.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,12 +29,15 @@ from kvstore.errors import InternalError, InvalidArgumentError, KVStoreError
 from kvstore.index.hashing import U64, seq_hashes
 from kvstore.index.subscriptions import Registration, Subscriptions
 from kvstore.index.table import MEDIA, Match, PrefixIndex, Scope
+from kvstore.limited_log import LimitedLog
 
 log = logging.getLogger("kvstore.index")
 
 MAX_BODY = 16 << 20  # bytes of a request body
 MAX_TOKENS = 1 << 22  # token ids (or hashes) in one query
-MAX_CONNECTIONS = 256  # open at once; more are closed at once
+MAX_CONNECTIONS = 256  # open at once; a new one past it takes the place of the one idle longest
+IDLE_TIMEOUT = 60.0  # seconds a connection may wait for (or between the bytes of) its next request
+EVICT_WAIT = 2.0  # seconds a new connection waits for the slot of the one it evicted
 
 
 class IndexService:
@@ -165,7 +171,10 @@ def _hash_list(v: Any, name: str) -> list[int]:
 class _Handler(BaseHTTPRequestHandler):
     server: IndexHttpServer
     protocol_version = "HTTP/1.1"  # (keep-alive: a router asks many times on one connection)
-    timeout = 60  # seconds a connection may stay silent (a peer holding connections open holds threads)
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)  # (a silent peer holds a thread: this long)
 
     def do_POST(self) -> None:
         service = self.server.service
@@ -181,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             body = self._body()
-            self._reply(200, route(body))
+            with self.server.answering(self.request):
+                self._reply(200, route(body))
         except InternalError as exc:
             self._reply(500, {"error": str(exc)})
         except KVStoreError as exc:
@@ -191,12 +201,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(500, {"error": f"internal error: {exc}"})
 
     def do_GET(self) -> None:
-        if self.path == "/health":
-            self._reply(200, {"status": "ok"})
-        elif self.path == "/status":
-            self._reply(200, self.server.service.status())
-        else:
-            self._reply(404, {"error": f"no such endpoint: GET {self.path}"})
+        with self.server.answering(self.request):
+            if self.path == "/health":
+                self._reply(200, {"status": "ok"})
+            elif self.path == "/status":
+                self._reply(200, self.server.service.status())
+            else:
+                self._reply(404, {"error": f"no such endpoint: GET {self.path}"})
 
     def _body(self) -> dict[str, Any]:
         length = self.headers.get("Content-Length")
@@ -225,30 +236,93 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class IndexHttpServer(ThreadingHTTPServer):
+    """A thread per connection, at most max_connections. Past it, the connection idle longest (not in
+    the middle of answering: waiting for a request, or for the rest of one) is shut down to make room,
+    so sockets held open and silent never lock a router out (256 of them did); a connection is also cut
+    after idle_timeout without a byte."""
+
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], service: IndexService) -> None:
-        self.service = service
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    def __init__(
+        self,
+        address: tuple[str, int],
+        service: IndexService,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
+        self.service, self.idle_timeout = service, idle_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, list[Any]] = {}  # connection -> [idle since, answering]
+        self._log = LimitedLog(log)
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # (at the bound: refused, never queued without end)
+        if not self._slots.acquire(blocking=False) and not self._make_room():
+            self._log.warn("full", f"refused a connection from {client_address[0]}: every one is busy")
+            self.shutdown_request(request)
             return
+        with self._lock:
+            self._open[request] = [time.monotonic(), False]
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._lock:
+                self._open.pop(request, None)
             self._slots.release()
 
+    def _make_room(self) -> bool:
+        """Shuts down the connection idle longest and takes its slot once its thread gave it back."""
+        with self._lock:
+            idle = [(since, conn) for conn, (since, answering) in self._open.items() if not answering]
+            if not idle:
+                return False
+            _, victim = min(idle, key=lambda pair: pair[0])
+            self._open[victim][1] = True  # (chosen once)
+        self._log.warn("evicted", "closed the connection idle longest to make room for a new one")
+        with contextlib.suppress(OSError):
+            victim.shutdown(socket.SHUT_RDWR)  # (its thread's read ends; it closes the socket)
+        return self._slots.acquire(timeout=EVICT_WAIT)
 
-def serve(service: IndexService, host: str, port: int) -> tuple[IndexHttpServer, threading.Thread]:
+    def answering(self, request: socket.socket) -> _Answering:
+        """Marks `request`'s connection busy while a request is answered (never evicted meanwhile)."""
+        return _Answering(self, request)
+
+    def _mark(self, request: socket.socket, answering: bool) -> None:
+        with self._lock:
+            state = self._open.get(request)
+            if state is not None:
+                state[0], state[1] = time.monotonic(), answering
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (a peer gone, one evicted mid-request): a line a second, no traceback."""
+        self._log.warn("failed", f"a connection from {client_address[0]} failed")
+
+
+class _Answering:
+    def __init__(self, server: IndexHttpServer, request: socket.socket) -> None:
+        self.server, self.request = server, request
+
+    def __enter__(self) -> None:
+        self.server._mark(self.request, True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.server._mark(self.request, False)
+
+
+def serve(
+    service: IndexService,
+    host: str,
+    port: int,
+    max_connections: int = MAX_CONNECTIONS,
+    idle_timeout: float = IDLE_TIMEOUT,
+) -> tuple[IndexHttpServer, threading.Thread]:
     """The HTTP server on its own thread; returns it (server.server_address is where it listens)."""
-    server = IndexHttpServer((host, port), service)
+    server = IndexHttpServer((host, port), service, max_connections, idle_timeout)
     thread = threading.Thread(target=server.serve_forever, name="kvstore-index-http", daemon=True)
     thread.start()
     return server, thread

@@ -25,7 +25,7 @@ def start_index(config: IndexConfig) -> tuple[IndexService, IndexHttpServer]:
     index = PrefixIndex(config.max_blocks)
     subscriptions = Subscriptions(index, threading.Lock(), config.hash_seed, config.max_publishers)
     service = IndexService(index, subscriptions, config.hash_seed)
-    server, _ = serve(service, config.host, config.port)
+    server, _ = serve(service, config.host, config.port, config.max_connections, config.idle_timeout)
     return service, server
 
 
