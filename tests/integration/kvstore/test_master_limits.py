@@ -222,3 +222,46 @@ def test_accepting_out_of_descriptors_backs_off_and_logs_a_line_a_second(tmp_pat
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+def test_an_idle_connection_is_cut_and_a_busy_one_kept() -> None:
+    """idle_timeout: an authenticated connection with nothing asked of it is closed (its client opens
+    another at its next call); one that keeps asking (as a heartbeat does) is kept."""
+    config = MasterConfig.load(port=0, idle_timeout=1.5, heartbeat_interval=0.5)
+    embedded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    client = MasterClient(embedded.address, timeout=5, secret=SECRET.encode(), busy_poll_us=0)
+    try:
+        with MasterWire(embedded.address, SECRET.encode()) as idle:
+            client.hello()
+            kept = client._local.sock
+            started = time.monotonic()
+            while time.monotonic() - started < 4:
+                assert isinstance(client.call(m.Stats()), dict)
+                time.sleep(0.3)
+            assert client._local.sock is kept  # (the same connection all along)
+            assert cut_within(idle.sock, 0.5)  # and the silent one was cut (after 1.5-2 s)
+        time.sleep(2.5)  # the client's own connection idles out too
+        assert isinstance(client.call(m.Stats()), dict)  # and its next call opens another
+        assert client._local.sock is not kept
+    finally:
+        client.close()
+        embedded.close()
+
+
+def test_past_max_connections_the_idlest_goes() -> None:
+    config = MasterConfig.load(port=0, max_connections=3)
+    bounded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    try:
+        wires = [MasterWire(bounded.address, SECRET.encode()) for _ in range(3)]
+        wires[1].send(rpc.pack([1, "stats", {}]))  # (its last activity is now the newest)
+        assert wires[1].reply()[1] == 0
+        newest = MasterWire(bounded.address, SECRET.encode())  # takes the place of wires[0], idle longest
+        assert cut_within(wires[0].sock, 5)
+        for wire in (wires[1], newest):
+            wire.send(rpc.pack([2, "stats", {}]))
+            assert wire.reply()[1] == 0
+        assert bounded.master.table.count <= 3
+        for wire in [*wires, newest]:
+            wire.close()
+    finally:
+        bounded.close()
