@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from kvstore.config.master import MasterConfig
+from kvstore.master.connection_table import FD_RESERVE
 from kvstore.master.election import Election
 from kvstore.master.server import Master, new_event_loop
 from kvstore.procs import settle_collector
@@ -54,6 +55,13 @@ async def _single(config: MasterConfig, done: asyncio.Event) -> None:
         print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
         print(
             f"kvstore master listening on {master.address} (authentication: {master.authentication()})",
+            flush=True,
+        )
+        table = master.table
+        print(
+            f"connections: up to {table.budget} (RLIMIT_NOFILE {table.fd_limit}, {FD_RESERVE} kept for the "
+            f"master), {table.unauthenticated} of them proving the secret; idle ones closed after "
+            f"{config.idle_timeout:g} s",
             flush=True,
         )
         if master.http_address:
