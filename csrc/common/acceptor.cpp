@@ -4,6 +4,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <string>
+
 #include "common/net.h"
 
 namespace kvs {
@@ -42,13 +46,14 @@ void Acceptor::reap_finished() {
   }
 }
 
-void Acceptor::cut(Conn& conn, const char* why) {
+void Acceptor::cut(Conn& conn, const std::string& why, bool politely) {
   conn.cut = true;
-  shutdown(conn.fd, SHUT_RDWR);  // its handler's reads end; the thread finishes and is reaped
+  if (politely) conn.state.close_politely();
+  shutdown(conn.fd, politely ? SHUT_RD : SHUT_RDWR);  // its handler's reads end; its thread finishes
   refuse(conn.peer, why);
 }
 
-void Acceptor::refuse(const std::string& peer, const char* why) {
+void Acceptor::refuse(const std::string& peer, const std::string& why) {
   ++refused_;
   log_.log("cut a connection from " + peer + ": " + why);
 }
@@ -58,51 +63,80 @@ void Acceptor::log_refusal(const std::string& what, int fd, const std::string& w
   log_.log("refused " + what + " from " + format_host_port(peer.host, peer.port) + ": " + why);
 }
 
-void Acceptor::cut_unproved_past_deadline() {
-  if (config_.prove_ms <= 0) return;
-  const auto deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(config_.prove_ms);
+void Acceptor::accept_failed(int error) {
+  // Out of descriptors or memory: the listening socket stays readable, so back off instead of spinning,
+  // and say so once a second (the pending peers wait in the backlog).
+  if (stopping_.load() || error == EINTR || error == EAGAIN || error == ECONNABORTED) return;
+  log_.log(std::string("accepting a connection failed (") + std::strerror(error) + "); retrying");
+  std::this_thread::sleep_for(std::chrono::milliseconds(config_.poll_ms));
+}
+
+void Acceptor::cut_overdue() {
+  const auto now = std::chrono::steady_clock::now();
   for (auto& c : conns_) {
-    if (!c.cut && !c.proved.load() && !c.finished.load() && c.accepted < deadline) {
-      cut(c, "it did not speak the protocol in time");
+    if (!c.live()) continue;
+    if (!c.state.proved()) {
+      if (config_.prove_ms > 0 && now - c.accepted > std::chrono::milliseconds(config_.prove_ms)) {
+        cut(c, "it did not speak the protocol in time");
+      }
+    } else if (config_.idle_ms > 0 && c.state.idle_for(now) > std::chrono::milliseconds(config_.idle_ms)) {
+      cut(c, "idle for longer than " + std::to_string(config_.idle_ms) + " ms", /*politely=*/true);
     }
   }
 }
 
-bool Acceptor::cut_oldest_unproved(const std::string* peer) {
-  for (auto& c : conns_) {  // (in the order accepted)
-    if (!c.cut && !c.proved.load() && !c.finished.load() && (peer == nullptr || c.peer == *peer)) {
-      cut(c, "a new connection needed its place and it had not spoken the protocol yet");
-      return true;
+bool Acceptor::make_room(const std::string* peer) {
+  // The one silent the longest: among unproved ones (idle, half-open, or still speaking) first; else among
+  // proved ones idle for at least evict_idle_ms. A connection serving a request is never chosen.
+  const auto now = std::chrono::steady_clock::now();
+  Conn* victim = nullptr;
+  for (int proved = 0; proved < 2 && victim == nullptr; ++proved) {
+    if (proved == 1 && config_.evict_idle_ms <= 0) break;
+    auto least = proved == 1 ? std::chrono::nanoseconds(std::chrono::milliseconds(config_.evict_idle_ms))
+                             : std::chrono::nanoseconds(-1);
+    for (auto& c : conns_) {
+      if (!c.live() || c.state.proved() != (proved == 1) || (peer != nullptr && c.peer != *peer)) continue;
+      const auto idle = c.state.idle_for(now);
+      if (idle > least) {
+        least = idle;
+        victim = &c;
+      }
     }
   }
-  return false;
+  if (victim == nullptr) return false;
+  const bool proved = victim->state.proved();
+  cut(*victim,
+      proved ? "a new connection needed its place and it was the one idle the longest"
+             : "a new connection needed its place and it had not spoken the protocol yet",
+      proved);
+  return true;
 }
 
 void Acceptor::admit(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   reap_finished();
-  cut_unproved_past_deadline();
+  cut_overdue();
   const std::string peer = peer_of(fd).host;
   size_t live = 0, from_peer = 0;
   for (const auto& c : conns_) {
-    if (c.cut || c.finished.load()) continue;
+    if (!c.live()) continue;
     ++live;
     from_peer += c.peer == peer;
   }
-  // Full: an unproved connection (idle, half-open, or still speaking) gives its place, so a flood of them
-  // never locks out a peer that speaks the protocol; only proved ones are a hard bound.
+  // Full: the stalest connection gives its place (make_room), so a flood of idle sockets or of idle
+  // authenticated connections never locks out a peer that is using its own.
   const char* refusal = nullptr;
   if (stopping_.load()) {
     refusal = "";
   } else if (from_peer >= config_.max_per_peer) {
-    if (cut_oldest_unproved(&peer)) {
+    if (make_room(&peer)) {
       --live;
     } else {
-      refusal = "too many connections from it";
+      refusal = "too many connections from it, all in use";
     }
   }
-  if (refusal == nullptr && live >= config_.max_connections && !cut_oldest_unproved(nullptr)) {
-    refusal = "the server is full";
+  if (refusal == nullptr && live >= config_.max_connections && !make_room(nullptr)) {
+    refusal = "the server is full, every connection in use";
   }
   if (refusal != nullptr) {
     close(fd);
@@ -115,7 +149,7 @@ void Acceptor::admit(int fd) {
   conn->peer = peer;
   conn->accepted = std::chrono::steady_clock::now();
   conn->thread = std::thread([this, conn] {
-    handler_(conn->fd, stopping_, conn->proved);
+    handler_(conn->fd, stopping_, conn->state);
     shutdown(conn->fd, SHUT_RDWR);
     conn->finished.store(true);
   });
@@ -126,11 +160,14 @@ void Acceptor::accept_loop() {
     pollfd pfd{listen_fd_, POLLIN, 0};
     if (poll(&pfd, 1, config_.poll_ms) <= 0) {
       std::lock_guard<std::mutex> lock(mu_);
-      cut_unproved_past_deadline();
+      cut_overdue();
       continue;
     }
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      accept_failed(errno);
+      continue;
+    }
     tune_data_socket(fd, config_.poll_ms, config_.socket_buffer);
     admit(fd);
   }

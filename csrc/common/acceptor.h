@@ -1,8 +1,11 @@
 // A listening TCP socket that hands each accepted connection to a thread of its own, for the servers that
 // speak to peers: the engine's handshake endpoint and the tcp transport. Bounded so that no peer can lock
 // the others out: connections in all and per peer address, and a connection that has not proved itself
-// (the handler says when it has: a handshake passed, a well-formed first frame) within `prove_ms` is cut,
-// as is the oldest such one when a new peer finds the server full.
+// (the handler says when it has: a handshake passed, a well-formed first frame) within `prove_ms` is cut.
+// A proved one that stays idle for `idle_ms` is cut too. When a new connection finds the server (or its
+// peer's share) full, the connection silent the longest gives its place: an unproved one first, else a
+// proved one idle for at least `evict_idle_ms` (an authenticated peer that holds many idle connections
+// cannot keep the others out; one that is moving bytes never loses a connection to a newcomer).
 #pragma once
 
 #include <atomic>
@@ -23,17 +26,50 @@ struct AcceptorConfig {
   int poll_ms = 100;      // socket timeout granularity (and how fast stop() is noticed)
   int socket_buffer = 0;  // SO_SNDBUF/SO_RCVBUF of accepted sockets; 0: kernel autotuning
   size_t max_connections =
-      1024;                   // at this, the oldest unproved one gives its place, else a new one is closed
+      1024;  // at this, the stalest one gives its place (see above), else a new one is closed
   size_t max_per_peer = 256;  // the same, per peer address
   int prove_ms = 10000;       // time a connection has to prove itself; 0: no limit
+  int idle_ms = 0;            // a proved connection idle this long is cut; 0: never
+  int evict_idle_ms = 1000;   // a proved one idle this long may give its place to a new one; 0: never
+};
+
+// What a connection's handler tells its acceptor: that the peer proved itself, and whether it is serving
+// a request or waiting for one (since when), so the acceptor can cut what sits idle.
+class ConnState {
+ public:
+  ConnState() { idle(); }
+  void prove() {
+    idle();
+    proved_.store(true);
+  }
+  void busy() { idle_since_ns_.store(kBusy); }
+  void idle() { idle_since_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
+  bool proved() const { return proved_.load(); }
+  // The acceptor cut it while it was idle and only stopped its reads: the handler may say goodbye (so
+  // the peer knows nothing was lost) before it returns.
+  bool closing() const { return closing_.load(); }
+  void close_politely() { closing_.store(true); }
+  // How long it has been idle (0 while busy).
+  std::chrono::nanoseconds idle_for(std::chrono::steady_clock::time_point now) const {
+    const int64_t since = idle_since_ns_.load();
+    if (since == kBusy) return std::chrono::nanoseconds(0);
+    return std::chrono::nanoseconds(now.time_since_epoch().count() - since);
+  }
+
+ private:
+  static constexpr int64_t kBusy = -1;
+  std::atomic<bool> proved_{false};
+  std::atomic<bool> closing_{false};
+  std::atomic<int64_t> idle_since_ns_{kBusy};
 };
 
 class Acceptor {
  public:
   // Serves one connection until it returns; `stopping` turns true when the acceptor stops (the socket
-  // is also shut down then, so blocking reads end). The handler sets `proved` once the peer has shown it
-  // speaks the protocol (until then it may be cut). The acceptor closes the socket afterwards.
-  using Handler = std::function<void(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved)>;
+  // is also shut down then, so blocking reads end). The handler calls state.prove() once the peer has
+  // shown it speaks the protocol (until then it may be cut), and state.busy() / state.idle() around the
+  // requests it serves. The acceptor closes the socket afterwards.
+  using Handler = std::function<void(int fd, const std::atomic<bool>& stopping, ConnState& state)>;
 
   Acceptor(Handler handler, AcceptorConfig config) : handler_(std::move(handler)), config_(config) {}
   ~Acceptor() { stop(); }
@@ -54,17 +90,23 @@ class Acceptor {
     std::string peer;  // the peer's address, without the port
     std::chrono::steady_clock::time_point accepted;
     std::thread thread;
-    std::atomic<bool> proved{false};
+    ConnState state;
     std::atomic<bool> finished{false};
     bool cut = false;  // shut down by the bounds (its thread is ending)
+    bool live() const { return !cut && !finished.load(); }
   };
   void accept_loop();
   void admit(int fd);
   void reap_finished();
-  void cut_unproved_past_deadline();
-  bool cut_oldest_unproved(const std::string* peer);  // nullptr: from any peer
-  void cut(Conn& conn, const char* why);
-  void refuse(const std::string& peer, const char* why);
+  // Cuts the unproved connections past prove_ms and the proved ones idle past idle_ms.
+  void cut_overdue();
+  // Cuts the connection (of `peer`; nullptr: any) that should give its place to a new one, if any.
+  bool make_room(const std::string* peer);
+  // Ends a connection: `politely` (an idle proved one) stops its reads only, so its handler can say
+  // goodbye first; else it is shut down both ways.
+  void cut(Conn& conn, const std::string& why, bool politely = false);
+  void refuse(const std::string& peer, const std::string& why);
+  void accept_failed(int error);
 
   Handler handler_;
   AcceptorConfig config_;

@@ -34,11 +34,11 @@ BootstrapServer::BootstrapServer(DescriptorFn descriptor, int timeout_ms, std::s
     : descriptor_(std::move(descriptor)),
       timeout_ms_(timeout_ms),
       secret_(std::move(secret)),
-      acceptor_([this](int fd, const std::atomic<bool>& stopping,
-                       std::atomic<bool>& proved) { serve(fd, stopping, proved); },
-                AcceptorConfig{kPollMs, 0, kMaxConnections, kMaxConnectionsPerPeer, timeout_ms}) {}
+      acceptor_(
+          [this](int fd, const std::atomic<bool>& stopping, ConnState& state) { serve(fd, stopping, state); },
+          AcceptorConfig{kPollMs, 0, kMaxConnections, kMaxConnectionsPerPeer, timeout_ms}) {}
 
-void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved) {
+void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& state) {
   char hello[kHelloSize];
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return !stopping.load() && keep_waiting_until(&stalled, timeout_ms_); };
@@ -62,7 +62,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, std::atom
     acceptor_.log_refusal("a handshake", fd, "wrong cluster secret");
     return;  // (nothing of this engine is sent)
   }
-  proved.store(true);
+  state.prove();
   const std::vector<char> body = descriptor_(derive_session(secret_, theirs + ours));
   const Digest mine = prove(secret_, "engine", theirs, ours);  // (only now: the peer proved itself)
   ByteWriter w;

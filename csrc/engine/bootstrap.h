@@ -30,7 +30,7 @@ class BootstrapServer {
   uint16_t port() const { return acceptor_.port(); }
 
  private:
-  void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
+  void serve(int fd, const std::atomic<bool>& stopping, ConnState& state);
 
   DescriptorFn descriptor_;
   int timeout_ms_;

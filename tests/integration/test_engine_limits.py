@@ -7,6 +7,7 @@ address."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import tempfile
 import time
@@ -15,8 +16,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from tests.conftest import start_target, stop_target
+from tests.helpers.raw_peer import ERROR, PROOF_ACK, RawPeer, open_session
 from tests.helpers.target_process import pattern
-from transfer_engine import TransferEngine
+from transfer_engine import KVStoreError, Op, RequestState, TransferEngine
+from transfer_engine.errors import CODE_NAMES
 
 
 @contextlib.contextmanager
@@ -91,3 +94,139 @@ def test_a_socket_that_never_speaks_is_cut_after_the_first_frame_timeout() -> No
             assert log_says(log, "it did not speak the protocol in time")
         finally:
             stop_target(target)
+
+
+def _tcp_port(target_name: str) -> str:
+    with TransferEngine(transport="tcp") as engine:
+        return engine.paths(engine.open_peer(target_name))[0].remote_address
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@contextlib.contextmanager
+def authenticated(address: str, target_name: str, count: int) -> Iterator[list[RawPeer]]:
+    """`count` data connections of a member (it holds the secret), each proved, then left idle."""
+    session = open_session(target_name)
+    peers: list[RawPeer] = []
+    try:
+        for _ in range(count):
+            peer = RawPeer(address)
+            peers.append(peer)
+            try:
+                if peer.authenticate(session)["opcode"] != PROOF_ACK:
+                    break
+            except ConnectionError:
+                break  # (refused: the server is full of connections in use)
+        yield peers
+    finally:
+        for peer in peers:
+            peer.close()
+
+
+def _closed_by_server(peer: RawPeer) -> bool:
+    try:
+        return peer.sock.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def test_an_idle_authenticated_connection_is_cut_and_a_client_opens_its_own_again() -> None:
+    """Issue 39, item 8: authenticated data connections were never cut. Now one idle for
+    KVSTORE_TCP_IDLE_TIMEOUT is, and a client whose own connections were cut while idle opens them again
+    when it next sends: nothing it asks fails."""
+    with tempfile.NamedTemporaryFile("w+") as log:
+        target = start_target(transport="tcp", prefix=["env", "KVSTORE_TCP_IDLE_TIMEOUT=0.5"], stderr=log)
+        try:
+            with TransferEngine(transport="tcp") as engine:
+                read_back(engine, target.name, target.shared_region)
+                address = engine.paths(engine.open_peer(target.name))[0].remote_address
+                with authenticated(address, target.name, 1) as (idle,):
+                    idle.sock.settimeout(10)
+                    started = time.monotonic()
+                    goodbye = idle.recv_header()  # (nothing was lost: unlike a peer that died)
+                    assert (goodbye["opcode"], goodbye["request_id"]) == (ERROR, 0)
+                    assert CODE_NAMES[goodbye["status"]] == "CLOSED"
+                    assert _closed_by_server(idle)
+                    assert 0.4 < time.monotonic() - started < 5
+                time.sleep(1)  # the engine's own connections were idle as long: cut too
+                assert log_says(log, "idle for longer than 500 ms")
+                for _ in range(3):
+                    read_back(engine, target.name, target.shared_region)  # opened again, nothing failed
+                    time.sleep(0.8)
+                assert all(p.failovers == 0 for p in engine.paths(engine.open_peer(target.name)))
+        finally:
+            stop_target(target)
+
+
+def test_a_member_flooding_idle_authenticated_connections_locks_no_client_out() -> None:
+    """Issue 39, item 8: 1,024 idle authenticated data connections locked every client out of a node
+    (proved connections were a hard bound; node threads 9 -> 1,033). Now one address holds at most
+    KVSTORE_TCP_MAX_CONNECTIONS_PER_PEER (default 128) and, when full, the one idle the longest gives its
+    place, so a client that comes later gets in; the target's threads stay within the bound."""
+    with tempfile.NamedTemporaryFile("w+") as log:
+        target = start_target(transport="tcp", stderr=log)
+        try:
+            address = _tcp_port(target.name)
+            before = _threads(target.proc.pid)
+            started = time.monotonic()
+            with authenticated(address, target.name, 300) as flood:
+                assert len(flood) <= 300
+                assert _threads(target.proc.pid) <= before + 128 + 8
+                time.sleep(1.5)  # (idle past KVSTORE_TCP_EVICT_IDLE_TIMEOUT, 1 s)
+                with TransferEngine(transport="tcp") as engine:
+                    read_back(engine, target.name, target.shared_region)
+                assert _threads(target.proc.pid) <= before + 128 + 8
+            assert log_says(log, "a new connection needed its place and it was the one idle the longest")
+            assert time.monotonic() - started < 60
+        finally:
+            stop_target(target)
+
+
+def test_connections_in_use_are_never_cut_for_a_newcomer() -> None:
+    """A full server (KVSTORE_TCP_MAX_CONNECTIONS_PER_PEER=4) whose connections are all busy refuses a new
+    one rather than cutting a peer that is moving bytes; the busy peer's transfers all complete."""
+    limits = ["env", "KVSTORE_TCP_MAX_CONNECTIONS_PER_PEER=4", "KVSTORE_TCP_EVICT_IDLE_TIMEOUT=0.2"]
+    target = start_target(size=64 << 20, transport="tcp", prefix=limits)
+    try:
+        with TransferEngine(transport="tcp", tcp_connections=4) as busy:
+            peer = busy.open_peer(target.name)
+            local = busy.allocate(64 << 20)
+            offsets = np.arange(64, dtype=np.uint64) << 20
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:  # its 4 connections always busy
+                handles = [
+                    busy.submit(Op.READ, local.addr + offsets, peer, target.shared_region, offsets, 1 << 20)
+                    for _ in range(2)
+                ]
+                with contextlib.suppress(KVStoreError), TransferEngine(transport="tcp") as newcomer:
+                    newcomer.open_peer(target.name)
+                for handle in handles:
+                    assert handle.wait(timeout=20)
+                    assert (handle.states() == RequestState.COMPLETED).all()
+    finally:
+        stop_target(target)
+
+
+def test_accept_failures_back_off_and_log_once_a_second() -> None:
+    """Out of descriptors (RLIMIT_NOFILE 64), a flood of connections made accept fail in a loop: a core
+    spun on it, saying nothing. Now it backs off and logs a line a second with how many it held back."""
+    with tempfile.NamedTemporaryFile("w+") as log:
+        target = start_target(transport="tcp", prefix=["prlimit", "--nofile=64:64"], stderr=log)
+        try:
+            with idle_sockets(_tcp_port(target.name), 120):
+                cpu = _cpu_seconds(target.proc.pid)
+                time.sleep(3)
+                assert _cpu_seconds(target.proc.pid) - cpu < 1.0  # (spinning: ~3 s of a core)
+                assert log_says(log, "accepting a connection failed (Too many open files)")
+            lines = [line for line in (log.seek(0) or log.read()).splitlines() if "accepting a" in line]
+            assert 1 <= len(lines) <= 8
+        finally:
+            stop_target(target)
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

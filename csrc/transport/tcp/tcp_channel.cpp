@@ -89,7 +89,20 @@ bool TcpChannel::path_live(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (i >= paths_.size()) return false;
   return std::any_of(paths_[i].conns.begin(), paths_[i].conns.end(),
-                     [](const auto& c) { return c && !c->dead(); });
+                     [](const auto& c) { return c && (!c->dead() || c->closed_idle()); });
+}
+
+void TcpChannel::reopen_idle(size_t i) {
+  auto idle_closed = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return i < paths_.size() && std::any_of(
+                                    paths_[i].conns.begin(), paths_[i].conns.end(),
+                                    [](const auto& c) { return c && c->closed_idle(); });
+  };
+  if (!idle_closed()) return;
+  std::lock_guard<std::mutex> one(reopening_);
+  // (a failure leaves them closed: the slices then fail or go to another path as with any dead connection)
+  if (idle_closed()) (void)open_path(i);
 }
 
 uint64_t TcpChannel::path_load(size_t i) const {
@@ -112,6 +125,7 @@ bool TcpChannel::unresponsive() const {
 }
 
 void TcpChannel::send(size_t i, std::vector<Slice>&& slices) {
+  reopen_idle(i);
   struct Conn {
     std::shared_ptr<TcpConnection> conn;
     uint64_t load;

@@ -40,11 +40,15 @@ class TcpChannel : public MultiPathChannel {
   void describe_path(size_t path, PathStats& stats) const override;
   bool unresponsive() const override;
 
+  // Opens again the connections of path `path` its peer closed while idle, before slices go on it.
+  void reopen_idle(size_t path);
+
   const TcpConfig config_;
   const uint64_t peer_engine_id_;
   const Session session_;
   mutable std::mutex mu_;    // guards the connections
   std::vector<Path> paths_;  // (fixed in number)
+  std::mutex reopening_;     // one reopen_idle at a time
 };
 
 }  // namespace kvs::tcp

@@ -18,8 +18,10 @@ struct TcpConfig {
   int socket_buffer = 4 << 20;            // SO_SNDBUF/SO_RCVBUF bytes; 0: kernel autotuning
   int busy_poll_us = 0;                   // spin this long for a due reply/request before sleeping (0: never)
   size_t max_connections = 1024;          // the server's connections at once
-  size_t max_connections_per_peer = 256;  // ... from one address
+  size_t max_connections_per_peer = 128;  // ... from one address
   int prove_ms = 10000;                   // a connection without a well-formed frame by then is cut
+  int idle_ms = 120000;                   // an authenticated one idle this long is cut (0: never)
+  int evict_idle_ms = 1000;               // ... idle this long, it gives its place to a new one when full
   int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
 
   static std::vector<OptionSpec> specs();

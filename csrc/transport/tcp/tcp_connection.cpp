@@ -363,6 +363,11 @@ void TcpConnection::recv_loop() {
     });
     if (st.ok()) {
       auto header = decode_header(raw, kHeaderSize, config_.max_payload);
+      if (header.ok() && is_goodbye(header.value())) {
+        closed_idle_.store(carries_nothing());  // (else what it carries is lost as on any dead connection)
+        fail(Status(Code::kClosed, "the peer closed the connection while it was idle"));
+        return;
+      }
       st = header.ok() ? receive_reply(header.value()) : header.status();
     }
     if (!st.ok()) {
@@ -375,6 +380,12 @@ void TcpConnection::recv_loop() {
     }
     last_progress_ns_.store(now_ns());
   }
+}
+
+bool TcpConnection::carries_nothing() {
+  std::lock_guard<std::mutex> queued(queue_mu_);
+  std::lock_guard<std::mutex> outstanding(outstanding_mu_);
+  return queue_.empty() && outstanding_.empty();
 }
 
 Status TcpConnection::receive_into(const Slice& slice) {

@@ -45,6 +45,9 @@ class TcpConnection {
 
   void enqueue(std::vector<Slice>&& slices, uint64_t bytes);
   bool dead() const { return dead_.load(); }
+  // The peer said goodbye while it carried nothing (a server cuts idle connections: wire.h is_goodbye):
+  // nothing was lost, open another. A peer that died closes without one.
+  bool closed_idle() const { return closed_idle_.load(); }
   // It died because the peer stopped answering (not a reset): the peer as a whole is unresponsive.
   bool unresponsive() const { return unresponsive_.load(); }
   uint64_t load() const { return load_bytes_.load(); }
@@ -64,6 +67,7 @@ class TcpConnection {
   // A read's payload into the slice's memory (its pieces in order), hashed as it lands when asked.
   Status receive_into(const Slice& slice);
   void fail(const Status& status);
+  bool carries_nothing();
   void finish(const Slice& slice, const Status& status);
   // Slices this connection can no longer carry: to the channel, or failed.
   void lose(std::vector<Slice>&& slices, const Status& status);
@@ -74,6 +78,7 @@ class TcpConnection {
   LostSlices on_lost_;
   std::atomic<bool> unresponsive_{false};
   std::atomic<bool> dead_{false};
+  std::atomic<bool> closed_idle_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> load_bytes_{0};  // queued + outstanding, for choosing a connection
 

@@ -22,12 +22,13 @@ TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, std::string s
       engine_id_(engine_id),
       secret_(std::move(secret)),
       config_(config),
-      acceptor_([this](int fd, const std::atomic<bool>& stopping,
-                       std::atomic<bool>& proved) { serve(fd, stopping, proved); },
-                AcceptorConfig{config.poll_ms, config.socket_buffer, config.max_connections,
-                               config.max_connections_per_peer, config.prove_ms}) {}
+      acceptor_(
+          [this](int fd, const std::atomic<bool>& stopping, ConnState& state) { serve(fd, stopping, state); },
+          AcceptorConfig{config.poll_ms, config.socket_buffer, config.max_connections,
+                         config.max_connections_per_peer, config.prove_ms, config.idle_ms,
+                         config.evict_idle_ms}) {}
 
-void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved) {
+void TcpServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& state) {
   auto session = admit(fd, stopping);
   if (!session.ok()) {
     const Code code = session.status().code();
@@ -36,7 +37,7 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
     }
     return;
   }
-  proved.store(true);  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
+  state.prove();  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
   const SessionKeys keys(session.value().key);
   SocketReader in(fd, kReaderBytes);  // (a batch's request headers arrive together: one recv for many)
   ReadReplies replies;
@@ -49,8 +50,17 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, std::atomic<boo
     }
     // Requests come in bursts: right after serving one, the next is often a few microseconds away.
     if (in.buffered() == 0) spin_until_readable(fd, config_.busy_poll_us);
+    // Idle while it waits for a request (the acceptor may cut it then), busy from its header on.
+    const bool waits = in.buffered() < kHeaderSize;
+    if (waits) state.idle();
     auto header = receive_header(fd, in, stopping);
-    if (!header.ok()) break;
+    if (!header.ok()) {
+      // Cut while idle: a goodbye tells the peer nothing it sent was lost (it opens another when it
+      // needs one), unlike a peer that died.
+      if (state.closing()) (void)reply_error(fd, FrameHeader{}, Status(Code::kClosed, "idle"));
+      break;
+    }
+    if (waits) state.busy();
     const FrameHeader& h = header.value();
     if (h.opcode == Opcode::kRead) {
       Status refused;

@@ -46,7 +46,7 @@ class TcpServer {
   uint16_t port() const { return acceptor_.port(); }
 
  private:
-  void serve(int fd, const std::atomic<bool>& stopping, std::atomic<bool>& proved);
+  void serve(int fd, const std::atomic<bool>& stopping, ConnState& state);
   // The connection's challenge-response; the session it proved.
   StatusOr<Session> admit(int fd, const std::atomic<bool>& stopping);
   // A frame's header, read through `in` (the request loop) or exactly (the handshake).

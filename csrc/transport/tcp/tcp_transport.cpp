@@ -39,13 +39,21 @@ std::vector<OptionSpec> TcpConfig::specs() {
        "spinning I/O threads took the cores the copies needed: 64 KiB reads at 0.46 of a raw TCP stream "
        "with it, 0.66 without)."},
       {"max_connections", OptionKind::kInt, 1024, 1, 65536,
-       "Connections this engine's tcp server serves at once; when full, the oldest one that has not sent a "
-       "well-formed frame yet is cut for a new one, else the new one is closed."},
-      {"max_connections_per_peer", OptionKind::kInt, 256, 1, 65536,
-       "Connections the tcp server takes from one address; beyond this a new one is closed at once (no peer "
-       "can fill the server for the others)."},
+       "Connections this engine's tcp server serves at once; when full, the one silent the longest gives its "
+       "place to a new one: one that has not sent a well-formed frame yet, else an authenticated one idle "
+       "for "
+       "evict_idle_timeout; when every one is in use the new one is closed."},
+      {"max_connections_per_peer", OptionKind::kInt, 128, 1, 65536,
+       "Connections the tcp server takes from one address, the same way (no peer can fill the server for "
+       "the others)."},
       {"first_frame_timeout", OptionKind::kDuration, 10000, 1, 3600000,
        "A connection that sends no well-formed frame within this is cut (idle and half-open sockets)."},
+      {"idle_timeout", OptionKind::kDuration, 120000, 0, 86400000,
+       "An authenticated connection with no request for this long is cut (0: never); a client opens it again "
+       "when it next sends."},
+      {"evict_idle_timeout", OptionKind::kDuration, 1000, 0, 86400000,
+       "An authenticated connection idle this long may be cut for a new one when the server is full (0: "
+       "never)."},
   };
 }
 
@@ -61,6 +69,8 @@ TcpConfig TcpConfig::from(const Options& options) {
   c.max_connections = static_cast<size_t>(options.get("max_connections"));
   c.max_connections_per_peer = static_cast<size_t>(options.get("max_connections_per_peer"));
   c.prove_ms = static_cast<int>(options.get("first_frame_timeout"));
+  c.idle_ms = static_cast<int>(options.get("idle_timeout"));
+  c.evict_idle_ms = static_cast<int>(options.get("evict_idle_timeout"));
   c.poll_ms = std::max(1, std::min(100, c.io_timeout_ms / 4));
   return c;
 }

@@ -54,4 +54,10 @@ StatusOr<FrameHeader> decode_header(const char* data, size_t size, uint64_t max_
 // True for frames followed by `length` payload bytes.
 bool carries_payload(Opcode opcode);
 
+// The target's goodbye on a connection it cuts while idle (ERROR CLOSED for no request): nothing sent on
+// it was lost, the initiator opens another when it needs one.
+inline bool is_goodbye(const FrameHeader& h) {
+  return h.opcode == Opcode::kError && h.request_id == 0 && h.status == static_cast<int32_t>(Code::kClosed);
+}
+
 }  // namespace kvs::tcp
