@@ -36,6 +36,7 @@ class Kill:
     held_offset: int | None  # allocator space kept until the node acknowledges (a writer may be late)
     key: str | None  # readers may hold this location: the key is fencing until acknowledged or `until`
     until: float
+    buried: int = 0  # the generation its object's removal covers (0: it lives on): the node remembers it
 
 
 Waiter = Callable[[], None]
@@ -81,7 +82,9 @@ class FenceBook:
     def kill(
         self, segment: Segment, slot: int, gen: int, held_offset: int | None, key: str | None, until: float
     ) -> Kill:
-        k = Kill(self._next_kill, segment, slot, gen, held_offset, key, until)
+        buried = self.tombstones.generation(key) if key is not None else 0
+        buried = buried if buried >= gen else 0  # (an older removal's: this allocation's object lives on)
+        k = Kill(self._next_kill, segment, slot, gen, held_offset, key, until, buried)
         self._next_kill += 1
         self._queued.setdefault(segment.client_id, []).append(k)
         if key is not None and until > self.clock():

@@ -191,7 +191,7 @@ class Handlers:
         )
 
     def restore_segment(self, r: m.RestoreSegment) -> list[int]:
-        return self.state.restore_segment(r.client_id, r.segment_id, r.records, r.last)
+        return self.state.restore_segment(r.client_id, r.segment_id, r.records, r.last, r.removed)
 
     def await_work(self, r: m.AwaitWork) -> m.NodeWork | Deferred:
         """Takes the node's reports; answers with its work (kvstore.master.node_work), at once when some

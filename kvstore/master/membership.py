@@ -127,13 +127,14 @@ class Membership(StateCore):
         segment_id: int,
         records: list[tuple[int, int, int, str, int, int, bool, int]],
         last: bool,
+        removed: list[tuple[str, int]] | None = None,
     ) -> list[int]:
         """kvstore.master.restore.restore_segment: the replicas a node names back; returns the refused
         slots."""
         seg = self.segments.get(segment_id)
         if seg is None or seg.client_id != client_id:
             raise NotFoundError(f"client {client_id} has no segment {segment_id}")
-        return restore.restore_segment(self, seg, records, last)
+        return restore.restore_segment(self, seg, records, last, removed or [])
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
         seg = self.segments.get(segment_id)

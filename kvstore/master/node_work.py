@@ -35,10 +35,11 @@ def take_work(state: MasterState, client_id: str, epoch: int) -> m.NodeWork:
     for k in space.fences.take(client_id, m.FENCE_BATCH):
         order = by_region.get(k.segment.region_id)
         if order is None:
-            order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [])
+            order = by_region[k.segment.region_id] = m.FenceOrder(k.segment.region_id, [], [], [], [])
         order.kills.append(k.id)
         order.slots.append(k.slot)
         order.gens.append(k.gen)
+        order.buried.append(k.buried)
     return m.NodeWork(
         epoch,
         list(by_region.values()),

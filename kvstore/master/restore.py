@@ -28,12 +28,16 @@ def restore_segment(
     seg: Segment,
     records: list[tuple[int, int, int, str, int, int, bool, int]],
     last: bool,
+    removed: list[tuple[str, int]] | None = None,
 ) -> list[int]:
     """Takes back the replicas named in `records` ([offset, slot, gen, key, size, checksum, pinned,
-    replicas], newest first) on `seg`, mounted to be restored; `last` ends its restore (it is placed on
-    from then, and evicted from). Returns the refused slots: the node fences them off."""
+    replicas], newest first) on `seg`, mounted to be restored, after the removals the node remembers
+    (`removed`: take_removed); `last` ends its restore (it is placed on from then, and evicted from).
+    Returns the refused slots: the node fences them off."""
     if seg.restoring is None:
         raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
+    if removed:
+        take_removed(state, removed)
     now = state.clock()
     refused: list[int] = []
     tombs = state.space.fences.tombstones
@@ -90,6 +94,22 @@ def restore_segment(
         restored = [key for _, key in sorted(state.restored_order.pop(seg.id))]
         state.policy.on_insert_many(state.ledger.objects.table.in_memory(restored))
     return refused
+
+
+def take_removed(state: StateCore, removed: list[tuple[str, int]]) -> None:
+    """Removals an earlier master made while a node held the objects ([key, generation]: the node kept
+    them, kvstore.node.catalog): what they cover is refused from now on, and an object taken back already
+    from a node that never heard of its removal (every memory replica of a covered generation, no disk
+    record: the master knows no generation of one) is removed again."""
+    tombs = state.space.fences.tombstones
+    tombs.learn(removed, state.clock() + 2 * state.config.client_ttl)
+    for key, gen in removed:
+        meta = state.objects.get(key)
+        if meta is None or not meta.complete or meta.disk is not None or not meta.replicas:
+            continue
+        if all(r.gen <= gen for r in meta.replicas):
+            tombs.refused += len(meta.replicas)
+            state._delete(meta)
 
 
 def _restore_unknown(

@@ -36,6 +36,10 @@ class Tombstones:
         for key in keys:
             by_key.pop(key, None)
             by_key[key] = (gen, until)
+        self._bound()
+
+    def _bound(self) -> None:
+        by_key = self._by_key
         over = len(by_key) - self._limit
         if over > 0:
             for key in list(_first(by_key, over)):
@@ -46,6 +50,19 @@ class Tombstones:
         """An allocation (or a disk record written from one) of `key` in generation `gen` was removed."""
         tomb = self._by_key.get(key)
         return tomb is not None and gen <= tomb[0]
+
+    def learn(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
+        """Removals a node remembers (made by an earlier master): each kept at the newer generation."""
+        by_key = self._by_key
+        for key, gen in tombs:
+            old = by_key.pop(key, None)
+            by_key[key] = (gen if old is None else max(gen, old[0]), until)
+        self._bound()
+
+    def generation(self, key: str) -> int:
+        """The generation `key`'s removal covers; 0 when it has no tombstone."""
+        tomb = self._by_key.get(key)
+        return 0 if tomb is None else tomb[0]
 
     def any(self) -> bool:
         return bool(self._by_key)

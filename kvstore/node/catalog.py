@@ -8,6 +8,11 @@ the process, not the host), replayed on open and compacted when mostly dead. A t
 the replay; whatever the catalog names is checked against the object's checksum before it is offered,
 so a record whose bytes were overwritten or never finished is a miss, never data.
 
+It also keeps what the master removed while the node held it (a kill that names a tombstone generation:
+kvstore.master.tombstones), for TOMB_SECONDS: the node names those first when it mounts again, so a
+master that did not make the removal (it restarted since) refuses, or drops again, what another node
+that never heard of the removal names.
+
 The file opens with a header (its format and a random nonce) and each record is followed by a tag: an
 HMAC chained from the header through every record, keyed by a key derived from the cluster secret. A
 catalog not written by a process that knows the secret (planted beside a segment, spliced together from
@@ -25,6 +30,7 @@ import logging
 import operator
 import os
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,7 +44,10 @@ log = logging.getLogger("kvstore.node")
 
 # offset, slot, gen, key, size, checksum, pinned, replicas: RestoreSegment's record
 Record = tuple[int, int, int, str, int, int, bool, int]
-_HOLD, _DROP = 0, 1
+Tomb = tuple[str, int]  # key, the generation its removal covers
+_HOLD, _DROP, _BURY = 0, 1, 2
+TOMB_SECONDS = 600.0  # how long a removal is remembered: nodes that never heard of it join a master by then
+MAX_TOMBS = 1 << 18  # removals remembered at most (the oldest forgotten first)
 _EMPTY_GEN = 2**64  # what drop() finds in an empty slot: newer than any kill
 COMPACT_MIN = 65536  # log records before compaction is considered
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -57,7 +66,7 @@ def _tag(key: bytes, previous: bytes, data: bytes) -> bytes:
 
 
 _SLOT = operator.itemgetter(1)
-_KIND_HEADER = {kind: b"\x92" + msgpack.packb(kind) for kind in (_HOLD, _DROP)}  # [kind, ...
+_KIND_HEADER = {kind: b"\x92" + msgpack.packb(kind) for kind in (_HOLD, _DROP, _BURY)}  # [kind, ...
 
 
 def _batch(kind: int, packed: list[bytes]) -> bytes:
@@ -90,6 +99,16 @@ def _record(raw: object) -> Record:
     return (offset, slot, gen, key, size, checksum, pinned, replicas)
 
 
+def _tomb(raw: object) -> tuple[str, int, float]:
+    """A removal read back from the file (ValueError when it is not one)."""
+    if not isinstance(raw, (list, tuple)) or len(raw) != 3:
+        raise ValueError("a removal is 3 fields")
+    key, gen, until = raw
+    if type(key) is not str or type(gen) is not int or gen < 0 or type(until) is not float:
+        raise ValueError("a removal's fields have the wrong types")
+    return key, gen, until
+
+
 class SegmentCatalog:
     def __init__(self, path: str = "", secret: bytes = b"") -> None:
         """`path`: the catalog's file (replayed now, then appended to); empty: kept in memory only.
@@ -102,6 +121,7 @@ class SegmentCatalog:
         # never walks (a record as a tuple re-tracked the dict at every hold, and each full collection
         # then walked all of it: 80 ms at 1.5M objects, on the thread that acknowledges holds)
         self._entries: dict[int, bytes] = {}
+        self._tombs: dict[str, tuple[int, float]] = {}  # key -> (generation, until: wall clock), oldest first
         self._pack = msgpack.Packer().pack
         self._logged = 0
         self._fd = -1
@@ -125,15 +145,50 @@ class SegmentCatalog:
             self._entries.update(zip(map(_SLOT, records), packed, strict=True))
             self._write(_batch(_HOLD, packed))
 
-    def drop(self, slots: list[int], gens: list[int]) -> None:
-        """The allocations (slot, gen) are killed: what an older or the same generation held is gone."""
+    def drop(self, slots: list[int], gens: list[int], buried: list[int] | None = None) -> None:
+        """The allocations (slot, gen) are killed: what an older or the same generation held is gone.
+        `buried`: per kill, the generation its object's removal covers (0: the object lives on): those
+        keys are remembered as removed (written before the drop: a kill mid-way leaves them named)."""
         with self._lock:
             entries = self._entries
+            if buried is not None and any(buried):
+                self._bury_held(slots, gens, buried)
             dropped = [(s, g) for s, g in zip(slots, gens, strict=True) if _gen(entries.get(s)) <= g]
             for slot, _ in dropped:
                 entries.pop(slot, None)  # a slot named twice in one order is dropped once
             if dropped:
                 self._append([_DROP, dropped])
+
+    def _bury_held(self, slots: list[int], gens: list[int], buried: list[int]) -> None:
+        until = time.time() + TOMB_SECONDS
+        tombs: list[tuple[str, int, float]] = []
+        for slot, gen, tomb in zip(slots, gens, buried, strict=True):
+            packed = self._entries.get(slot)
+            if tomb and packed is not None:
+                record = msgpack.unpackb(packed)
+                if record[2] <= min(gen, tomb):  # (the allocation killed, and one the removal covers)
+                    tombs.append((record[3], tomb, until))
+        if tombs:
+            self._note_tombs(tombs)
+            self._append([_BURY, tombs])
+
+    def _note_tombs(self, tombs: Iterable[tuple[str, int, float]]) -> None:
+        own = self._tombs
+        for key, gen, until in tombs:
+            old = own.pop(key, None)
+            own[key] = (gen if old is None else max(gen, old[0]), until)
+        while len(own) > MAX_TOMBS:
+            del own[next(iter(own))]
+
+    def removed(self) -> list[Tomb]:
+        """What the master removed while this node held it (key, the generation the removal covers), for
+        the node to name to a master it mounts with before it names anything it holds."""
+        with self._lock:
+            now = time.time()
+            own = self._tombs
+            for key in [k for k, (_, until) in own.items() if until <= now]:
+                del own[key]
+            return [(key, gen) for key, (gen, _) in own.items()]
 
     def clear(self) -> None:
         """The segment's memory is new: nothing named before is in it."""
@@ -186,6 +241,8 @@ class SegmentCatalog:
                     for r in items:
                         record = _record(r)
                         self._entries[record[1]] = self._pack(record)
+                elif kind == _BURY:
+                    self._note_tombs(_tomb(t) for t in items)
                 else:
                     for slot, gen in items:
                         if _gen(self._entries.get(slot)) <= gen:
@@ -242,17 +299,22 @@ class SegmentCatalog:
         chain = _tag(self._key, b"", header)
         record = _batch(_HOLD, list(self._entries.values()))
         tag = _tag(self._key, chain, record)
+        data = header + record + _TAG_HEADER + tag
+        if self._tombs:
+            record = msgpack.packb([_BURY, [(k, g, until) for k, (g, until) in self._tombs.items()]])
+            tag = _tag(self._key, tag, record)
+            data += record + _TAG_HEADER + tag
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, header + record + _TAG_HEADER + tag)
+                os.write(fd, data)
             finally:
                 os.close(fd)
             os.replace(temporary, self.path)
         except OSError as exc:
             log.warning("cannot rewrite the catalog %s: %s", self.path, exc)
             return
-        self._logged = 1
+        self._logged = 2 if self._tombs else 1
         self._chain = tag
         if self._fd >= 0:
             os.close(self._fd)

@@ -13,7 +13,7 @@ import xxhash
 from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError
-from kvstore.node.catalog import SegmentCatalog
+from kvstore.node.catalog import Record, SegmentCatalog, Tomb
 from kvstore.node.segment_memory import ready_segment
 from kvstore.rpc import messages as m
 from transfer_engine import Op, Region, RequestState, TransferEngine
@@ -58,6 +58,7 @@ class MemoryTier:
         self.dropped = before - len(held)
         self._fence_all_but(held)
         self._announce([(r[0], r[1], r[2], r[4]) for r in held])
+        removed = self.catalog.removed()
         segment_id = s.master.call(
             m.MountSegment(
                 client_id=s.client_id,
@@ -66,21 +67,37 @@ class MemoryTier:
                 size=self.segment.length,
                 host_id=s.host_id,
                 fence_slots=fence_slots_for(self.segment.length),
-                restoring=bool(held),
+                restoring=bool(held or removed),
             )
         )
-        refused = 0
-        for at in range(0, len(held), m.FENCE_BATCH):
-            chunk = held[at : at + m.FENCE_BATCH]
-            last = at + m.FENCE_BATCH >= len(held)
-            request = m.RestoreSegment(client_id=s.client_id, segment_id=segment_id, records=chunk, last=last)
-            refused_slots = set(s.master.call(request))
-            # Forgotten before the next chunk goes: a master that dies meanwhile (one refused them: they
-            # were removed) leaves none of them to be named to the next one.
-            refused += self._forget([(r[1], r[2]) for r in chunk if r[1] in refused_slots])
+        refused = self._name_back(segment_id, held, removed)
         self.kept = len(held) - refused
         if held:
             log.info("segment mounted with %d objects it held (%d refused)", self.kept, refused)
+
+    def _name_back(self, segment_id: int, held: list[Record], removed: list[Tomb]) -> int:
+        """Names to the master, in bounded chunks, the removals the catalog remembers (first: what they
+        cover is refused whichever node names it), then what the segment holds; returns how many of those
+        it refused."""
+        step = m.FENCE_BATCH
+        calls: list[tuple[list[Record], list[Tomb]]] = [
+            ([], removed[i : i + step]) for i in range(0, len(removed), step)
+        ]
+        calls += [(held[i : i + step], []) for i in range(0, len(held), step)]
+        refused = 0
+        for n, (chunk, tombs) in enumerate(calls):
+            request = m.RestoreSegment(
+                client_id=self.session.client_id,
+                segment_id=segment_id,
+                records=chunk,
+                last=n == len(calls) - 1,
+                removed=tombs,
+            )
+            refused_slots = set(self.session.master.call(request))
+            # Forgotten before the next chunk goes: a master that dies meanwhile (one refused them: they
+            # were removed) leaves none of them to be named to the next one.
+            refused += self._forget([(r[1], r[2]) for r in chunk if r[1] in refused_slots])
+        return refused
 
     def _forget(self, refused: list[tuple[int, int]]) -> int:
         """Fences off and forgets the (slot, gen) allocations the master refused; returns how many."""
@@ -119,7 +136,7 @@ class MemoryTier:
             elif engine.kill_allocations(
                 order.region_id, order.slots, order.gens, timeout=FENCE_DRAIN_SECONDS
             ):
-                self.catalog.drop(order.slots, order.gens)
+                self.catalog.drop(order.slots, order.gens, order.buried)
                 applied += order.kills
             # else a copy admitted before is still running (a stopped peer): the master keeps the space
             # and hands the kills out again

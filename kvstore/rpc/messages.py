@@ -236,13 +236,24 @@ RESTORE_BOUNDS: tuple[tuple[int, int] | str, ...] = (
 )
 
 
+def _removed(p: dict[str, Any]) -> list[tuple[str, int]]:
+    out = []
+    for r in v.bounded_list(p, "removed", "removals", FENCE_BATCH):
+        if not isinstance(r, (list, tuple)) or len(r) != 2:
+            raise InvalidArgumentError("each removal is [key, generation]")
+        out.append((v.key(r[0]), v.integer({"generation": r[1]}, "generation", 1, U64)))
+    return out
+
+
 @dataclass
 class RestoreSegment(Request):
     """A node names replicas its segment (mounted `restoring`) still holds, as it was told them
     (HeldReplica, less seq and region): each [offset, slot, gen, key, size, checksum, pinned, replicas].
     The master takes each back as a replica of its object (creating the object when it does not know the
     key) unless it conflicts with what it knows; `last` ends the restore (the segment is placed on from
-    then). Replies the slots it refused: the node fences them off and forgets them."""
+    then). Replies the slots it refused: the node fences them off and forgets them. `removed`: [key,
+    generation] of objects a master removed while the node held them (kvstore.node.catalog), named before
+    any record: what they cover is refused, and dropped if another node named it already."""
 
     METHOD: ClassVar[str] = "restore_segment"
     client_id: str
@@ -250,13 +261,16 @@ class RestoreSegment(Request):
     records: list[tuple[int, int, int, str, int, int, bool, int]]
     last: bool
     token: str = ""  # the client's registration token (OWN_NAME)
+    removed: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreSegment:
         raw = v.bounded_list(p, "records", "")
         plain = v.plain_records(raw, RESTORE_BOUNDS)
+        client_id, segment_id = v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64)
+        removed = _removed(p) if "removed" in p else []
         if plain is not None:  # the usual case, checked in C loops over the batch
-            return cls(v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64), plain, v.flag(p, "last"))
+            return cls(client_id, segment_id, plain, v.flag(p, "last"), "", removed)
         records = []
         for r in raw:
             if not isinstance(r, (list, tuple)) or len(r) != len(RESTORE_FIELDS):
@@ -274,7 +288,7 @@ class RestoreSegment(Request):
                     v.integer(f, "replicas", 1, 64),
                 )
             )
-        return cls(v.text(p, "client_id"), v.integer(p, "segment_id", 1, U64), records, v.flag(p, "last"))
+        return cls(client_id, segment_id, records, v.flag(p, "last"), "", removed)
 
     @staticmethod
     def decode_reply(obj: Any) -> list[int]:
@@ -367,6 +381,11 @@ class AwaitWork(Request):
         ):
             raise ProtocolError("master sent a malformed DiskDrop")
         fence_orders = [_record(FenceOrder, f) for f in fences]
+        if any(
+            not isinstance(f.buried, list) or len(f.buried) != len(f.slots) or {*map(type, f.buried)} - {int}
+            for f in fence_orders
+        ):
+            raise ProtocolError("master sent a malformed FenceOrder")
         checksum_checks = [_record(ChecksumCheck, c) for c in checks]
         if not all(type(x) is int for c in checksum_checks for x in c):
             raise ProtocolError("master sent a malformed ChecksumCheck")

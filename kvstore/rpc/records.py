@@ -116,12 +116,15 @@ class RegisterReply(NamedTuple):
 
 
 class FenceOrder(NamedTuple):
-    """Allocations of one of the node's regions to fence off, and the ids to acknowledge them by."""
+    """Allocations of one of the node's regions to fence off, and the ids to acknowledge them by. `buried`:
+    per kill, the generation the removal of its object covers (kvstore.master.tombstones; 0 when the
+    object lives on): the node remembers those keys as removed and names them to the next master."""
 
     region_id: int
     kills: list[int]
     slots: list[int]
     gens: list[int]
+    buried: list[int]
 
 
 class HeldReplica(NamedTuple):

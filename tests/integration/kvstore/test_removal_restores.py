@@ -73,6 +73,44 @@ def test_keys_removed_while_a_restarted_master_restores_do_not_come_back_from_a_
     assert stats["objects"] == len(kept) and stats["restored_replicas"] == 2 * len(kept) + len(removed)
 
 
+def test_keys_removed_by_a_master_that_died_too_do_not_come_back_from_a_late_node() -> None:
+    """As above, but the master that acknowledged the removals is SIGKILLed as well before the stopped
+    node joins it: the next master never heard of them. Was: every removed key came back from the late
+    node. Now the node that applied the kills kept them (its catalog) and names them to the next master
+    first, or, should the late node be heard first, the keys go again once it does."""
+    data = values(200, seed=9)
+    keys = [f"twice/{i}" for i in range(len(data))]
+    removed, kept = keys[::2], keys[1::2]
+    with kvstore_process(["master", "--port", "0", *FAST]) as (master, ready):
+        address = ready.split()[0]
+        port = address.rsplit(":", 1)[1]
+        node = ["node", "--master", address, "--segment-size", "32MiB"]
+        with (
+            kvstore_process(node),
+            kvstore_process(node) as (late, _),
+            Store.connect(address, rpc_timeout=3.0, replicas=2) as store,
+        ):
+            assert store.batch_put_from(keys, data) == [0] * len(keys)
+            late.send_signal(signal.SIGSTOP)
+            try:
+                master.send_signal(signal.SIGKILL)
+                master.wait()
+                with kvstore_process(["master", "--port", port, *FAST]) as (second, _):
+                    assert wait_for_objects(store, len(keys), 20) == len(keys)
+                    wait_for_segments(store, 1, 20)
+                    assert store.batch_remove(removed) == [0] * len(removed)
+                    second.send_signal(signal.SIGKILL)
+                    second.wait()
+                with kvstore_process(["master", "--port", port, *FAST]):
+                    late.send_signal(signal.SIGCONT)
+                    wait_for_segments(store, 2, 20)
+                    assert store.batch_exists(removed) == [False] * len(removed)
+                    got = read_all(store, kept)
+            finally:
+                late.send_signal(signal.SIGCONT)
+    assert got == [data[keys.index(k)] for k in kept]
+
+
 def test_objects_removed_once_their_disk_records_came_back_do_not_come_back_from_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
