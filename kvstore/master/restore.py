@@ -101,9 +101,11 @@ def take_removed(state: StateCore, removed: list[tuple[str, int]]) -> None:
     them, kvstore.node.catalog): what they cover is refused from now on, and an object taken back already
     from a node that never heard of its removal (every memory replica of a covered generation, no disk
     record: the master knows no generation of one) is removed again."""
-    tombs = state.space.fences.tombstones
+    fences = state.space.fences
+    tombs = fences.tombstones
     tombs.learn(removed, state.clock() + 2 * state.config.client_ttl)
     for key, gen in removed:
+        fences.observe(gen)  # (an earlier master's clock may run ahead: a new put's replicas are newer)
         meta = state.objects.get(key)
         if meta is None or not meta.complete or meta.disk is not None or not meta.replicas:
             continue

@@ -124,3 +124,17 @@ def test_a_node_refuses_a_malformed_fence_order(order: list[object]) -> None:
     ]
     with pytest.raises(ProtocolError, match="malformed FenceOrder"):
         m.AwaitWork.decode_reply([0, [good, order], [], [], [], [], []])
+
+
+def test_a_put_after_a_removal_an_earlier_master_made_is_newer_than_its_tombstone(clock: Clock) -> None:
+    """The earlier master's clock ran ahead: its tombstone's generation is above every one this master
+    would hand out. Learning it moves this master's generations past it, so a key put again is not
+    covered by the old removal (its replicas are taken back after the next restart)."""
+    state = restarted(clock)
+    ahead = state.space.fences.current + 10**12
+    seg = mount(state, 0)
+    state.restore_segment("n0", seg, [], last=True, removed=[("k", ahead)])
+    state.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096)
+    placed = state.put_start("n1", "k", MiB // 4, 5, 1, False)
+    assert placed is not None and placed[0].gen > ahead
+    assert not state.space.fences.tombstones.covers("k", placed[0].gen)
