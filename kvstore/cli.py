@@ -58,6 +58,12 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
         help="allow a tcp:// KV events endpoint, which any local user may subscribe to "
         "(KVSTORE_MASTER_KV_EVENTS_TCP=1)",
     )
+    p.add_argument(
+        "--admin-secret-file",
+        help="file (owner-only) holding the admin secret: clients that prove it may remove_all and force "
+        "the removal of others' objects; unset, nobody may (KVSTORE_MASTER_ADMIN_SECRET_FILE; "
+        "`kvstore secret new PATH` makes one)",
+    )
     _add_insecure(p)
 
 
@@ -115,6 +121,7 @@ _MASTER_FLAGS = (
     "leader_ttl",
     "kv_events_endpoint",
     "kv_events_tcp",
+    "admin_secret_file",
 )
 
 

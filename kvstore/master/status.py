@@ -53,7 +53,7 @@ def cluster_status(state: MasterState, rates: RateWindow, address: str, started:
             {
                 "client": client.id,
                 "host": client.host_id,
-                "node": client.node_id,
+                "node": client.node_id.partition("#")[0],  # (without its key's fingerprint)
                 "seen_s_ago": round(max(0.0, now - client.last_seen), 3),
                 "segments": segments,
             }

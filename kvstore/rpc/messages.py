@@ -65,8 +65,8 @@ def new_token() -> str:
 
 def node_key_fingerprint(node_key: str) -> str:
     """What a node's identity names of its key (RegisterClient.node_id ends "#<this>"): who registers
-    that identity must show the key itself, so knowing the identity (it is in `kvstore status`) is not
-    enough to take it over."""
+    that identity must show the key itself, so knowing the identity (a member may learn it) is not enough
+    to take it over."""
     return hashlib.sha256(b"kvstore-node-key\0" + node_key.encode()).hexdigest()[:32]
 
 

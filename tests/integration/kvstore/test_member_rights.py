@@ -63,9 +63,9 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             host_and_name, _, fingerprint = node_id.rpartition("#")
             assert len(fingerprint) == 32
             forged = [
-                {"node_id": node_id},  # the identity as `kvstore status` shows it, no key
+                {"node_id": node_id},  # the whole identity, no key
                 {"node_id": node_id, "node_key": m.new_token()},  # a key of its own
-                {"node_id": host_and_name},  # the identity without its fingerprint
+                {"node_id": host_and_name},  # the identity as `kvstore status` shows it
             ]
             failed = 0
             for i in range(12):  # every 0.25 s for 3 s, as the attack ran
