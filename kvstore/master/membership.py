@@ -27,8 +27,7 @@ class Membership(StateCore):
         client = self.clients.get(client_id)
         if client is not None:
             self.check_token(client_id, token)
-            self.clients[client_id] = self.clients.pop(client_id)  # (heartbeat order, as heartbeat())
-            client.last_seen = self.clock()
+            self._seen(client)
             return
         old = self._by_node.get(node_id) if node_id else None
         if old is not None and old != client_id:
@@ -59,15 +58,23 @@ class Membership(StateCore):
         self.counters.dropped_clients += 1
         self.drop_client(victim)
 
+    def _seen(self, client: Client) -> float:
+        """The client was heard from now: it moves last in the tables, which stay in heartbeat order
+        (the longest silent first, for _idlest)."""
+        on_host = self._hosts[client.host_id]
+        on_host[client.id] = on_host.pop(client.id)
+        self.clients[client.id] = self.clients.pop(client.id)
+        client.last_seen = now = self.clock()
+        return now
+
     def _idlest(self, ids: Iterable[str]) -> str | None:
-        """The first idle client of `ids` (in heartbeat order: the longest silent first)."""
+        """The first idle client of `ids` (in heartbeat order: the longest silent first); the walk ends
+        at the first one heard from lately, as all after it were too."""
         silent_since = self.clock() - self.config.heartbeat_interval
         for client_id in ids:
             client = self.clients[client_id]
             if client.last_seen >= silent_since:
-                if ids is self.clients:
-                    return None  # (in heartbeat order: every one after it was heard lately too)
-                continue
+                return None
             if client.segments or self._pending.held(client_id)[0] or self._has_disk(client_id):
                 continue
             return client_id
@@ -79,11 +86,10 @@ class Membership(StateCore):
     def heartbeat(self, client_id: str) -> bool:
         """False when the client is unknown (dropped): it must register and mount again. A heartbeat sent
         well after a client reported this client's segments unreachable proves them alive again."""
-        client = self.clients.pop(client_id, None)
+        client = self.clients.get(client_id)
         if client is None:
             return False
-        self.clients[client_id] = client  # (last: the table stays in heartbeat order, for _idlest)
-        now = client.last_seen = self.clock()
+        now = self._seen(client)
         interval = self.config.heartbeat_interval
         for seg_id in client.segments:
             seg = self.space.segments.get(seg_id)
