@@ -20,7 +20,6 @@ import contextlib
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -210,11 +209,12 @@ def client_main(cfg: MasterBenchConfig, address: str) -> int:
 
 
 def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
-    client_id = f"bench-master-{uuid.uuid4().hex[:12]}"
+    token = m.new_token()
+    client_id = m.client_id_for(token)  # (an id is its token's)
     # Threads of a pipeline wait for replies asleep: a thread's busy poll would hold the GIL the others need.
     master = MasterClient(address, busy_poll_us=100 if cfg.pipeline == 1 else 0)
     try:
-        with _registered(master, client_id):
+        with _registered(master, client_id, token):
             keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
             batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
             settle_collector()  # the keys are walked by no collection (45 ms a full one at 1.5M keys)
@@ -227,10 +227,9 @@ def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
 
 
 @contextlib.contextmanager
-def _registered(master: MasterClient, client_id: str) -> Iterator[None]:
+def _registered(master: MasterClient, client_id: str, token: str) -> Iterator[None]:
     """Registered as a client, with heartbeats on a thread of their own (as a Store's session sends
     them: a client that stops is dropped, its puts in progress revoked), closed at the end."""
-    token = m.new_token()
     master.identify(client_id, token)  # (its puts, heartbeats and close are in its own name)
     terms: m.RegisterReply = master.call(
         m.RegisterClient(client_id=client_id, host_id=f"bench-{os.getpid()}", token=token)

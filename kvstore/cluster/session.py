@@ -12,7 +12,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -69,8 +68,8 @@ class Session:
             engine = TransferEngine(config.engine)
             if before_join is not None:
                 before_join(engine)
-            self.client_id = uuid.uuid4().hex
             self.token = m.new_token()  # requests in this process's name carry it
+            self.client_id = m.client_id_for(self.token)
             self.master.identify(self.client_id, self.token)
             engine.set_owner(self.client_id)  # (the master mounts this engine's regions for us only)
             self.host_id = engine.host_id

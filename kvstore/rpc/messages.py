@@ -50,8 +50,8 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # 9: a client registers with a token of its own, and requests in its name carry it; a node checks a
 # replica reported corrupt before it is dropped (NodeWork.checks, AwaitWork.checked)
 # 10: a node's identity names its key's fingerprint and its registration proves the key
-# (RegisterClient.node_key); removals say who removes (Remove/RemoveAll.client_id); admin rights are
-# proved over a master nonce (AdminChallenge, AdminProve)
+# (RegisterClient.node_key); a client id is its token's (client_id_for); removals say who removes
+# (Remove/RemoveAll.client_id); admin rights are proved over a master nonce (AdminChallenge, AdminProve)
 PROTOCOL_VERSION = 10
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
@@ -61,6 +61,13 @@ _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.i
 def new_token() -> str:
     """A registration token (RegisterClient.token): 128 random bits."""
     return secrets.token_hex(16)
+
+
+def client_id_for(token: str) -> str:
+    """The client id a registration token gives (RegisterClient.client_id must be it): nobody registers
+    an id without the token that made it, so no member can take another's id first (after a master
+    restart, before its owner registers again)."""
+    return hashlib.sha256(b"kvstore-client-id\0" + token.encode()).hexdigest()[:32]
 
 
 def node_key_fingerprint(node_key: str) -> str:
@@ -119,13 +126,18 @@ class RegisterClient(Request):
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RegisterClient:
+        client_id, token = v.text(p, "client_id"), v.token(p, "token")
+        if client_id != client_id_for(token):
+            raise PermissionDeniedError(
+                f"client id {client_id!r} is not its token's (kvstore.rpc.messages.client_id_for)"
+            )
         node_id = v.text(p, "node_id") if p.get("node_id") else ""
         node_key = v.token(p, "node_key") if p.get("node_key") else ""
         if node_id and node_id.rpartition("#")[2] != node_key_fingerprint(node_key):
             raise PermissionDeniedError(
                 f"node identity {node_id!r} is not proved: its registration must carry the node's key"
             )
-        return cls(v.text(p, "client_id"), v.text(p, "host_id"), node_id, v.token(p, "token"), node_key)
+        return cls(client_id, v.text(p, "host_id"), node_id, token, node_key)
 
     @staticmethod
     def decode_reply(obj: Any) -> RegisterReply:

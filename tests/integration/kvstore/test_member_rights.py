@@ -42,10 +42,12 @@ def member(address: str) -> Iterator[MasterClient]:
         client.close()
 
 
-def register(client: MasterClient, client_id: str, host_id: str = "elsewhere", **fields: str) -> str:
+def register(client: MasterClient, host_id: str = "elsewhere", **fields: str) -> tuple[str, str]:
+    """Registers a made-up client (it costs nothing): its (client id, token)."""
     token = m.new_token()
+    client_id = m.client_id_for(token)
     client.call(m.RegisterClient(client_id=client_id, host_id=host_id, token=token, **fields))
-    return token
+    return client_id, token
 
 
 # -- item 6 ---------------------------------------------------------------------------------------------
@@ -70,7 +72,7 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             failed = 0
             for i in range(12):  # every 0.25 s for 3 s, as the attack ran
                 with pytest.raises(PermissionDeniedError, match="not proved"):
-                    register(evil, f"thief{i}", **forged[i % len(forged)])
+                    register(evil, **forged[i % len(forged)])
                 more = [f"more{i}/{j}" for j in range(10)]
                 failed += sum(code != 0 for code in store.batch_put_from(more, [b"w" * 4096] * 10))
                 time.sleep(0.25)
@@ -78,6 +80,23 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             assert state.counters.superseded_clients == 0
             assert store.batch_get(keys) == [b"v" * 4096] * 100
             assert [c.node_id for c in list(state.clients.values()) if c.node_id] == [node_id]
+
+
+def test_a_member_cannot_take_a_clients_id_before_it_registers_again() -> None:
+    """A client id is its token's fingerprint: a member that knows a client's id (it is in `kvstore
+    status`) can neither register it with a token of its own while the client lives, nor take it first
+    after a master restart, which would have locked the client out when it registered again."""
+    with (
+        embedded() as master,
+        Store.connect(master.address, segment_size=8 << 20) as store,
+        member(master.address) as evil,
+    ):
+        with pytest.raises(PermissionDeniedError, match="not its token's"):
+            evil.call(m.RegisterClient(client_id=store.client_id, host_id="h", token=m.new_token()))
+        store.master.call(m.CloseClient(client_id=store.client_id))  # the master forgets it, as a restart
+        with pytest.raises(PermissionDeniedError, match="not its token's"):
+            evil.call(m.RegisterClient(client_id=store.client_id, host_id="h", token=m.new_token()))
+        assert store.put("after", b"a") is None and store.get("after") == b"a"  # it registers again
 
 
 # -- item 7 ---------------------------------------------------------------------------------------------
@@ -92,8 +111,8 @@ def test_made_up_clients_cannot_make_a_live_node_suspect() -> None:
         member(master.address) as evil,
     ):
         target = first.session.engine.name
-        liars = [f"liar{i}" for i in range(20)]
-        tokens = {liar: register(evil, liar) for liar in liars}
+        tokens = dict(register(evil) for _ in range(20))
+        liars = list(tokens)
         stop = threading.Event()
 
         def lie() -> None:
@@ -134,11 +153,11 @@ def test_the_masters_probe_confirms_a_dead_node_on_one_clients_word() -> None:
             engine = ready.split()[0].removeprefix("READY ").split()[-1]
             engines = {s.engine for s in master.master.state.segments.values()}
             engine = next(e for e in engines if e != store.session.engine.name)
-            token = register(evil, "reporter")
+            reporter, token = register(evil)
             proc.kill()
             proc.wait()
             started = time.monotonic()
-            evil.call(m.ReportReplicas("reporter", [engine], [], token=token))
+            evil.call(m.ReportReplicas(reporter, [engine], [], token=token))
             while not store.stats()["master"]["suspected_segments"]:
                 assert time.monotonic() - started < 4.0  # (the probe's connect is refused at once)
                 time.sleep(0.05)
@@ -160,7 +179,7 @@ def test_registrations_are_bounded_and_a_healthy_client_is_never_dropped() -> No
         for i in range(2000):  # made-up clients of made-up hosts, and of the healthy client's own host
             host = healthy.session.host_id if i % 2 else f"made-up-{i % 7}"
             try:
-                register(evil, f"fake{i}", host)
+                register(evil, host)
                 taken += 1
             except TooManyConnectionsError:
                 refused += 1

@@ -45,7 +45,8 @@ def put(state: MasterState, key: str, writer: str = "n0") -> None:
 
 # -- item 6: a node's identity is proved by its key ---------------------------------------------------
 def _register(node_id: str, node_key: str = "") -> dict[str, object]:
-    params: dict[str, object] = {"client_id": "attacker", "host_id": "h9", "token": m.new_token()}
+    token = m.new_token()
+    params: dict[str, object] = {"client_id": m.client_id_for(token), "host_id": "h9", "token": token}
     params.update({"node_id": node_id} if node_id else {})
     params.update({"node_key": node_key} if node_key else {})
     return params
@@ -59,6 +60,15 @@ def test_a_node_identity_is_taken_only_with_the_nodes_key() -> None:
             m.parse_request("register_client", forged)
     request = m.parse_request("register_client", _register(victim, key))
     assert isinstance(request, m.RegisterClient) and request.node_id == victim
+
+
+def test_a_client_id_is_its_tokens() -> None:
+    token = m.new_token()
+    own = {"client_id": m.client_id_for(token), "host_id": "h", "token": token}
+    assert m.parse_request("register_client", own).client_id == m.client_id_for(token)  # type: ignore[attr-defined]
+    for forged in ({**own, "token": m.new_token()}, {**own, "client_id": "chosen"}):
+        with pytest.raises(PermissionDeniedError, match="not its token's"):
+            m.parse_request("register_client", forged)
 
 
 def test_a_known_client_id_is_not_registered_again_with_another_token() -> None:
