@@ -41,6 +41,10 @@ def _read(path: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    except OSError as exc:  # (a symbolic link: someone else chose where it points)
+        raise PermissionDeniedError(
+            f"the node key {path} is not this user's private file ({exc.strerror}): remove it to start afresh"
+        ) from exc
     with os.fdopen(fd) as file:
         info = os.fstat(file.fileno())
         if (
