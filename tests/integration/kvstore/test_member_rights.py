@@ -146,11 +146,10 @@ def test_the_masters_probe_confirms_a_dead_node_on_one_clients_word() -> None:
     with embedded(heartbeat_interval=5.0, client_ttl=60.0) as master:
         node = ["node", "--master", master.address, "--segment-size", "16MiB"]
         with (
-            kvstore_process(node) as (proc, ready),
+            kvstore_process(node) as (proc, _),
             Store.connect(master.address, segment_size=8 << 20) as store,
             member(master.address) as evil,
         ):
-            engine = ready.split()[0].removeprefix("READY ").split()[-1]
             engines = {s.engine for s in master.master.state.segments.values()}
             engine = next(e for e in engines if e != store.session.engine.name)
             reporter, token = register(evil)
