@@ -150,7 +150,7 @@ def test_the_masters_probe_confirms_a_dead_node_on_one_clients_word() -> None:
             Store.connect(master.address, segment_size=8 << 20) as store,
             member(master.address) as evil,
         ):
-            engines = {s.engine for s in master.master.state.segments.values()}
+            engines = {s.engine for s in list(master.master.state.segments.values())}
             engine = next(e for e in engines if e != store.session.engine.name)
             reporter, token = register(evil)
             proc.kill()
