@@ -80,6 +80,20 @@ def test_a_known_client_id_is_not_registered_again_with_another_token() -> None:
     assert state.segments  # its segment stays
 
 
+def test_nobody_unmounts_or_closes_what_another_client_holds() -> None:
+    from kvstore.errors import NotFoundError
+
+    clock = Clock()
+    state = make_state(clock, 2)
+    theirs = segment_of(state, "n1")
+    with pytest.raises(NotFoundError, match="has no segment"):
+        state.unmount_segment("n0", theirs.id)
+    state.clients["n1"].token = m.new_token()
+    with pytest.raises(PermissionDeniedError, match="registered by another process"):
+        state.check_token("n1", m.new_token())  # (what handle() asks of every request in n1's name)
+    assert theirs.id in state.segments
+
+
 # -- item 7: suspicion needs evidence that costs something --------------------------------------------
 def test_made_up_clients_never_make_a_live_node_suspect() -> None:
     clock = Clock()
