@@ -39,12 +39,12 @@ class Removal(StateCore):
             self._delete(meta)
         return [m.key for m in doomed]
 
-    def _bury(self, keys: list[str]) -> None:
+    def _bury(self, keys: list[str], evicted: bool = False) -> None:
         """Leaves tombstones for `keys`, which go now (kvstore.master.tombstones): a node that did not
         hear of it yet cannot bring them back by naming them to a restore."""
         book, now = self.space.fences.tombstones, self.clock()
         book.lapse(now, self._restoring)
-        book.bury(keys, self.space.fences.current, now + 2 * self.config.client_ttl)
+        book.bury(keys, self.space.fences.current, now + 2 * self.config.client_ttl, evicted)
 
     def _restoring(self) -> bool:
         """Some segment's or disk's node is still naming what it holds."""
@@ -102,7 +102,7 @@ class Removal(StateCore):
         self.counters.evictions += 1
         self.counters.evicted_bytes += victim.size
         if victim.disk is None:
-            self._bury([victim.key])
+            self._bury([victim.key], evicted=True)
             self._delete(victim)
             return True
         # Its memory replicas go, fenced like a removal's.

@@ -11,87 +11,102 @@ what a tombstone covers; a key put again afterwards has newer generations and is
 Tombstones are needed only while a node may still name the key without having applied its kill: they
 last `until` (the caller gives twice the client TTL: a node silent longer is dropped, and comes back
 only by registering and restoring afresh) and never lapse while a segment is being restored (it may yet
-name them). At most MAX_TOMBSTONES are kept, oldest dropped first (counted: `tombstones_dropped`).
+name them). At most MAX_TOMBSTONES are kept, oldest dropped first (counted: `tombstones_dropped`); an
+eviction's are kept apart (MAX_EVICTED), so a full cache's churn never crowds a removal's out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-MAX_TOMBSTONES = 1 << 18  # ~50 MB at most (a key, its generation and deadline)
+MAX_TOMBSTONES = 1 << 18  # removals remembered at most (~50 MB: a key, its generation and deadline)
+MAX_EVICTED = 1 << 16  # evictions remembered at most, apart: a full cache's churn never crowds removals out
 
 
 class Tombstones:
-    def __init__(self, limit: int = MAX_TOMBSTONES) -> None:
-        self._limit = limit
-        # key -> (generation, until). Insertion order is deadline order (a key buried again goes to the
-        # end with a later deadline): lapsing reads only the front.
-        self._by_key: dict[str, tuple[int, float]] = {}
+    def __init__(self, limit: int = MAX_TOMBSTONES, evicted_limit: int = MAX_EVICTED) -> None:
+        self._removed = _Book(limit)
+        # An evicted object taken back holds the key's right bytes still; its tombstone is kept here only
+        # (its kills name none: nodes do not keep evictions).
+        self._evicted = _Book(evicted_limit)
         self.refused = 0  # replicas and disk records refused because they were removed
-        self.dropped = 0  # tombstones dropped before their time (the limit)
 
-    def bury(self, keys: Iterable[str], gen: int, until: float) -> None:
-        """`keys` were removed (or evicted) while `gen` was the newest generation handed out."""
-        by_key = self._by_key
-        for key in keys:
-            by_key.pop(key, None)
-            by_key[key] = (gen, until)
-        self._bound()
-
-    def _bound(self) -> None:
-        by_key = self._by_key
-        over = len(by_key) - self._limit
-        if over > 0:
-            for key in list(_first(by_key, over)):
-                del by_key[key]
-            self.dropped += over
-
-    def covers(self, key: str, gen: int) -> bool:
-        """An allocation (or a disk record written from one) of `key` in generation `gen` was removed."""
-        tomb = self._by_key.get(key)
-        return tomb is not None and gen <= tomb[0]
+    def bury(self, keys: Iterable[str], gen: int, until: float, evicted: bool = False) -> None:
+        """`keys` were removed (or `evicted`) while `gen` was the newest generation handed out."""
+        (self._evicted if evicted else self._removed).bury(((key, gen) for key in keys), until)
 
     def learn(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
         """Removals a node remembers (made by an earlier master): each kept at the newer generation."""
-        by_key = self._by_key
-        for key, gen in tombs:
-            old = by_key.pop(key, None)
-            by_key[key] = (gen if old is None else max(gen, old[0]), until)
-        self._bound()
+        self._removed.bury(tombs, until)
+
+    def covers(self, key: str, gen: int) -> bool:
+        """An allocation (or a disk record written from one) of `key` in generation `gen` was removed or
+        evicted."""
+        tomb = max(self._removed.generation(key), self._evicted.generation(key))
+        return tomb > 0 and gen <= tomb  # (generations start at 1: 0 is none)
 
     def generation(self, key: str) -> int:
-        """The generation `key`'s removal covers; 0 when it has no tombstone."""
-        tomb = self._by_key.get(key)
-        return 0 if tomb is None else tomb[0]
+        """The generation `key`'s removal covers (what its kills tell nodes); 0 when it has none."""
+        return self._removed.generation(key)
 
     def any(self) -> bool:
-        return bool(self._by_key)
+        return bool(self._removed.by_key or self._evicted.by_key)
 
     def lapse(self, now: float, restoring: Callable[[], bool]) -> None:
         """Drops the tombstones past their time, unless some segment is being restored (`restoring()`,
         asked only when one is due)."""
-        by_key = self._by_key
-        due = 0
-        for _, until in by_key.values():
-            if until > now:
-                break
-            due += 1
-        if due and not restoring():
-            for key in list(_first(by_key, due)):
-                del by_key[key]
+        if (self._removed.due(now) or self._evicted.due(now)) and not restoring():
+            self._removed.lapse(now)
+            self._evicted.lapse(now)
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        return len(self._removed.by_key) + len(self._evicted.by_key)
 
     def stats(self) -> dict[str, int]:
         return {
-            "tombstones": len(self._by_key),
-            "tombstones_dropped": self.dropped,
+            "tombstones": len(self._removed.by_key),
+            "tombstones_evicted": len(self._evicted.by_key),
+            "tombstones_dropped": self._removed.dropped + self._evicted.dropped,
             "restore_refused_removed": self.refused,
         }
 
 
-def _first(by_key: dict[str, tuple[int, float]], n: int) -> Iterable[str]:
-    it = iter(by_key)
-    for _ in range(n):
-        yield next(it)
+class _Book:
+    """key -> (generation, until), at most `limit`. Insertion order is deadline order (a key buried again
+    goes to the end with a later deadline): lapsing reads only the front, the limit drops the oldest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.by_key: dict[str, tuple[int, float]] = {}
+        self.dropped = 0  # dropped before their time (the limit)
+
+    def bury(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
+        by_key = self.by_key
+        for key, gen in tombs:
+            old = by_key.pop(key, None)
+            by_key[key] = (gen if old is None else max(gen, old[0]), until)
+        over = len(by_key) - self.limit
+        if over > 0:
+            self._drop(over)
+            self.dropped += over
+
+    def generation(self, key: str) -> int:
+        tomb = self.by_key.get(key)
+        return 0 if tomb is None else tomb[0]
+
+    def due(self, now: float) -> bool:
+        first = next(iter(self.by_key.values()), None)
+        return first is not None and first[1] <= now
+
+    def lapse(self, now: float) -> None:
+        due = 0
+        for _, until in self.by_key.values():
+            if until > now:
+                break
+            due += 1
+        self._drop(due)
+
+    def _drop(self, n: int) -> None:
+        by_key = self.by_key
+        for key in [k for k, _ in zip(by_key, range(n), strict=False)]:
+            del by_key[key]

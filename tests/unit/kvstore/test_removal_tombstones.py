@@ -165,20 +165,25 @@ def test_tombstones_last_twice_the_client_ttl_but_never_lapse_during_a_restore(c
 
 
 def test_tombstones_are_bounded_oldest_dropped_first() -> None:
-    book = Tombstones(limit=3)
+    book = Tombstones(limit=3, evicted_limit=2)
     book.bury(["a", "b"], 10, 100.0)
     book.bury(["c", "a"], 20, 100.0)  # "a" again: newer, goes to the end
     book.bury(["d"], 30, 100.0)
-    assert len(book) == 3 and book.dropped == 1
+    assert len(book) == 3 and book.stats()["tombstones_dropped"] == 1
     assert not book.covers("b", 1)  # the oldest went
     assert book.covers("a", 20) and not book.covers("a", 21)  # a generation after the removal passes
     assert book.covers("d", 0) and not book.covers("zz", 0)
+    for i in range(5):  # evictions by the thousand crowd out no removal
+        book.bury([f"e{i}"], 40, 100.0, evicted=True)
+    assert book.covers("d", 30) and book.covers("e4", 40) and not book.covers("e0", 40)
+    assert book.stats()["tombstones"] == 3 and book.stats()["tombstones_evicted"] == 2
+    assert book.generation("e4") == 0 and book.generation("d") == 30  # only removals go to nodes
     book.lapse(99.0, lambda: False)
-    assert len(book) == 3
+    assert len(book) == 5
     book.lapse(100.0, lambda: True)
-    assert len(book) == 3
+    assert len(book) == 5
     book.lapse(100.0, lambda: False)
-    assert len(book) == 0
+    assert len(book) == 0 and not book.any()
 
 
 def test_a_disk_index_entry_keeps_the_generation_it_was_written_from(tmp_path: object) -> None:
