@@ -85,30 +85,40 @@ void Acceptor::cut_overdue() {
   }
 }
 
+int Acceptor::eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now) const {
+  using std::chrono::milliseconds;
+  if (c.state.proved()) {
+    const bool idle_long =
+        config_.evict_idle_ms > 0 && c.state.idle_for(now) >= milliseconds(config_.evict_idle_ms);
+    return idle_long ? 2 : kKeep;  // (one serving a request is never idle)
+  }
+  const auto spoke = c.state.spoke_ago(now);
+  if (!spoke) return 0;
+  return *spoke >= milliseconds(config_.protect_ms) ? 1 : kKeep;
+}
+
 bool Acceptor::make_room(const std::string* peer) {
-  // The one silent the longest: among unproved ones (idle, half-open, or still speaking) first; else among
-  // proved ones idle for at least evict_idle_ms. A connection serving a request is never chosen.
+  // The lowest rank gives its place (eviction_rank), the one silent the longest among equals.
   const auto now = std::chrono::steady_clock::now();
   Conn* victim = nullptr;
-  for (int proved = 0; proved < 2 && victim == nullptr; ++proved) {
-    if (proved == 1 && config_.evict_idle_ms <= 0) break;
-    auto least = proved == 1 ? std::chrono::nanoseconds(std::chrono::milliseconds(config_.evict_idle_ms))
-                             : std::chrono::nanoseconds(-1);
-    for (auto& c : conns_) {
-      if (!c.live() || c.state.proved() != (proved == 1) || (peer != nullptr && c.peer != *peer)) continue;
-      const auto idle = c.state.idle_for(now);
-      if (idle > least) {
-        least = idle;
-        victim = &c;
-      }
+  int best = kKeep;
+  auto stalest = std::chrono::nanoseconds::min();
+  for (auto& c : conns_) {
+    if (!c.live() || (peer != nullptr && c.peer != *peer)) continue;
+    const int rank = eviction_rank(c, now);
+    const auto idle = c.state.idle_for(now);
+    if (rank < best || (rank == best && rank != kKeep && idle > stalest)) {
+      best = rank;
+      stalest = idle;
+      victim = &c;
     }
   }
   if (victim == nullptr) return false;
-  const bool proved = victim->state.proved();
-  cut(*victim,
-      proved ? "a new connection needed its place and it was the one idle the longest"
-             : "a new connection needed its place and it had not spoken the protocol yet",
-      proved);
+  static const char* const why[] = {
+      "a new connection needed its place and it had not spoken the protocol yet",
+      "a new connection needed its place and it had not finished its handshake in time",
+      "a new connection needed its place and it was the one idle the longest"};
+  cut(*victim, why[best], /*politely=*/best == 2);
   return true;
 }
 

@@ -3,9 +3,11 @@
 // the others out: connections in all and per peer address, and a connection that has not proved itself
 // (the handler says when it has: a handshake passed, a well-formed first frame) within `prove_ms` is cut.
 // A proved one that stays idle for `idle_ms` is cut too. When a new connection finds the server (or its
-// peer's share) full, the connection silent the longest gives its place: an unproved one first, else a
-// proved one idle for at least `evict_idle_ms` (an authenticated peer that holds many idle connections
-// cannot keep the others out; one that is moving bytes never loses a connection to a newcomer).
+// peer's share) full, the connection silent the longest gives its place: one that has said nothing yet
+// first; else one that began its handshake more than `protect_ms` ago and has not finished it; else a
+// proved one idle for at least `evict_idle_ms`. So a flood from an address never cuts a handshake in
+// flight of a member sharing that address, an authenticated peer that holds many idle connections cannot
+// keep the others out, and a connection moving bytes never loses its place to a newcomer.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -31,6 +34,7 @@ struct AcceptorConfig {
   int prove_ms = 10000;       // time a connection has to prove itself; 0: no limit
   int idle_ms = 0;            // a proved connection idle this long is cut; 0: never
   int evict_idle_ms = 1000;   // a proved one idle this long may give its place to a new one; 0: never
+  int protect_ms = 1000;      // a handshake begun (ConnState::spoke) keeps its place this long
 };
 
 // What a connection's handler tells its acceptor: that the peer proved itself, and whether it is serving
@@ -42,6 +46,8 @@ class ConnState {
     idle();
     proved_.store(true);
   }
+  // It began the protocol's handshake (a well-formed hello): for protect_ms no newcomer takes its place.
+  void spoke() { spoke_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
   void busy() { idle_since_ns_.store(kBusy); }
   void idle() { idle_since_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
   bool proved() const { return proved_.load(); }
@@ -49,6 +55,12 @@ class ConnState {
   // the peer knows nothing was lost) before it returns.
   bool closing() const { return closing_.load(); }
   void close_politely() { closing_.store(true); }
+  // How long ago it began its handshake (nullopt: not yet).
+  std::optional<std::chrono::nanoseconds> spoke_ago(std::chrono::steady_clock::time_point now) const {
+    const int64_t at = spoke_ns_.load();
+    if (at == 0) return std::nullopt;
+    return std::chrono::nanoseconds(now.time_since_epoch().count() - at);
+  }
   // How long it has been idle (0 while busy).
   std::chrono::nanoseconds idle_for(std::chrono::steady_clock::time_point now) const {
     const int64_t since = idle_since_ns_.load();
@@ -60,6 +72,7 @@ class ConnState {
   static constexpr int64_t kBusy = -1;
   std::atomic<bool> proved_{false};
   std::atomic<bool> closing_{false};
+  std::atomic<int64_t> spoke_ns_{0};
   std::atomic<int64_t> idle_since_ns_{kBusy};
 };
 
@@ -102,6 +115,10 @@ class Acceptor {
   void cut_overdue();
   // Cuts the connection (of `peer`; nullptr: any) that should give its place to a new one, if any.
   bool make_room(const std::string* peer);
+  // Which connections give their place first: 0 silent, 1 a handshake overdue, 2 proved and idle; kKeep:
+  // none (a handshake in flight, a request being served).
+  static constexpr int kKeep = 3;
+  int eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now) const;
   // Ends a connection: `politely` (an idle proved one) stops its reads only, so its handler can say
   // goodbye first; else it is shut down both ways.
   void cut(Conn& conn, const std::string& why, bool politely = false);

@@ -49,6 +49,7 @@ void BootstrapServer::serve(int fd, const std::atomic<bool>& stopping, ConnState
     acceptor_.log_refusal("a handshake", fd, "not a kvstore engine of this version");
     return;
   }
+  state.spoke();  // (a handshake in flight: a flood from its address does not take its place)
   const std::string theirs(hello + 8, kNonceSize);
   const std::string ours = random_bytes(kNonceSize);
   ByteWriter challenge;

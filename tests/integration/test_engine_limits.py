@@ -7,8 +7,11 @@ address."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import socket
+import struct
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from tests.helpers.raw_peer import ERROR, PROOF_ACK, RawPeer, open_session
 from tests.helpers.target_process import pattern
 from transfer_engine import KVStoreError, Op, RequestState, TransferEngine
 from transfer_engine.errors import CODE_NAMES
+from transfer_engine.security import SecurityConfig
 
 
 @contextlib.contextmanager
@@ -230,3 +234,38 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_flood_from_its_address_never_cuts_a_members_handshake_in_flight() -> None:
+    """Issue 39, item 8: on the handshake endpoint the per-address eviction cut the oldest connection that
+    had not proved itself, which a member's handshake in flight becomes as a flood from its address goes
+    on. Now a connection that began its handshake keeps its place for a while (1 s): the flood's silent
+    sockets give theirs to each other, and the member, slow to prove, still gets the descriptor."""
+    target = start_target()
+    try:
+        host, _, port_text = target.name.rpartition(":")
+        port = int(port_text)
+        with socket.create_connection((host, port), timeout=10) as member:
+            ours = os.urandom(32)
+            member.sendall(struct.pack("<IHH", 0x4B565342, 4, 0) + ours)
+            challenge = _recv_exact(member, 36)
+            with idle_sockets(target.name, 40):  # (16 a peer address: 24 newcomers needed a place)
+                secret = SecurityConfig.load().secret()
+                member.sendall(hmac.new(secret, b"peer" + challenge[4:] + ours, hashlib.sha256).digest())
+                engine_proof = _recv_exact(member, 32)  # (the engine proves itself last)
+                magic, length = struct.unpack("<II", _recv_exact(member, 8))
+                assert magic == 0x4B565342 and 0 < length < 1 << 20  # the descriptor follows
+                expected = hmac.new(secret, b"engine" + ours + challenge[4:], hashlib.sha256).digest()
+                assert hmac.compare_digest(engine_proof, expected)
+    finally:
+        stop_target(target)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the engine")
+        data += chunk
+    return data

@@ -29,7 +29,7 @@ TcpServer::TcpServer(MemoryRegistry* registry, uint64_t engine_id, std::string s
                          config.evict_idle_ms}) {}
 
 void TcpServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& state) {
-  auto session = admit(fd, stopping);
+  auto session = admit(fd, stopping, state);
   if (!session.ok()) {
     const Code code = session.status().code();
     if (code == Code::kPermissionDenied || code == Code::kProtocolError) {
@@ -151,7 +151,7 @@ StatusOr<FrameHeader> TcpServer::receive_header(int fd, const std::atomic<bool>&
   return receive_header(fd, exact, stopping);
 }
 
-StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping) {
+StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping, ConnState& state) {
   int stalled = 0;
   auto keep_waiting = [&](size_t) { return !stopping.load() && ++stalled < config_.max_stalls(); };
   auto hello = receive_header(fd, stopping);
@@ -165,6 +165,7 @@ StatusOr<Session> TcpServer::admit(int fd, const std::atomic<bool>& stopping) {
   char body[kHelloPayload];
   Status st = recv_exact(fd, body, sizeof(body), keep_waiting);
   if (!st.ok()) return st;
+  state.spoke();  // (a handshake in flight: a flood from its address does not take its place)
   const Session session = derive_session(secret_, std::string(body, kSessionIdSize));
   const std::string key = digest_bytes(session.key);
   const std::string theirs(body + kSessionIdSize, kNonceSize);

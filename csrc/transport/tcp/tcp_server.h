@@ -48,7 +48,7 @@ class TcpServer {
  private:
   void serve(int fd, const std::atomic<bool>& stopping, ConnState& state);
   // The connection's challenge-response; the session it proved.
-  StatusOr<Session> admit(int fd, const std::atomic<bool>& stopping);
+  StatusOr<Session> admit(int fd, const std::atomic<bool>& stopping, ConnState& state);
   // A frame's header, read through `in` (the request loop) or exactly (the handshake).
   StatusOr<FrameHeader> receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping);
   StatusOr<FrameHeader> receive_header(int fd, const std::atomic<bool>& stopping);
