@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +55,19 @@ def cluster() -> Iterator[Cluster]:
             )
             c.nodes.append((proc, info.split()[0]))
         yield c
+
+
+def corrupt_in_place(cluster: Cluster, location: Any, at: int = 100, garbage: bytes = b"\xee" * 16) -> None:
+    """Overwrites bytes of a replica in its node's segment memory file, as a memory fault would (no peer
+    can: a node admits each allocation's bytes written once, csrc/core/fence.h)."""
+    engine, offset = location[2], location[4]
+    pid = next(proc.pid for proc, name in cluster.nodes if name == engine)
+    with open(f"/proc/{pid}/maps") as maps:
+        mapped = {line.split(maxsplit=5)[-1].strip() for line in maps if line.count(" ") >= 5}
+    (path,) = [p for p in mapped if os.path.basename(p).startswith("kvstore-node-") and p.endswith(".mem")]
+    with open(path, "r+b") as segment:
+        segment.seek(offset + at)
+        segment.write(garbage)
 
 
 def wait_for_mounts(store: Store, count: int, timeout: float = 15.0) -> None:

@@ -16,7 +16,7 @@ import pytest
 from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire
-from tests.integration.kvstore.conftest import Cluster, wait_for_mounts
+from tests.integration.kvstore.conftest import Cluster, corrupt_in_place, wait_for_mounts
 from transfer_engine.security import SecurityConfig
 
 rng = np.random.default_rng(11)
@@ -125,12 +125,7 @@ def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         store.put("victim", value(4096, 1))
         locations = store.master.call(m.GetReplicas(keys=["victim"]))[0].locations
-        _tier, _host, engine, region, offset, slot, gen, _path = locations[0]
-        segment = store.engine.open_peer(engine)
-        garbage = store.engine.allocate(16, export=False)
-        assert garbage.array is not None
-        garbage.array[:] = 0xEE
-        store.engine.write(garbage.addr, segment, region, offset + 100, 16, fence=(slot, gen))  # corrupt it
+        corrupt_in_place(cluster, locations[0])
         assert store.get("victim") is None
         assert store.get_into("victim", bytearray(4096)) == MISS
         # The reported replica is dropped and fenced off: the lease-cached location is refused (or, before

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from kvstore import Store
 from kvstore.procs import kvstore_process
 from tests.conftest import freeze
-from tests.integration.kvstore.conftest import Cluster
+from tests.integration.kvstore.conftest import Cluster, corrupt_in_place
 
 
 def test_a_master_paused_longer_than_the_client_ttl_keeps_every_client_and_object() -> None:
@@ -92,16 +92,6 @@ def _eventually(done: Callable[[], bool], seconds: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _corrupt(store: Store, location: object) -> None:
-    """Overwrites 16 bytes of a replica in place (any peer holding the region's key could)."""
-    _tier, _host, engine, region, offset, slot, gen, _path = location  # type: ignore[misc]
-    garbage = store.engine.allocate(16, export=False)
-    assert garbage.array is not None
-    garbage.array[:] = 0xEE
-    peer = store.engine.open_peer(engine)
-    store.engine.write(garbage.addr, peer, region, offset + 100, 16, fence=(slot, gen))
-
-
 def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluster: Cluster) -> None:
     import numpy as np
 
@@ -112,7 +102,7 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
     with Store.connect(cluster.master) as store:
         store.put("two", payload, replicas=2)
         (found,) = store.master.call(m.GetReplicas(keys=["two"]))
-        _corrupt(store, found.locations[0])
+        corrupt_in_place(cluster, found.locations[0])
         for _ in range(100):  # reads pick a replica at random: until one meets the bad one
             store.leases.clear()
             assert store.get("two") == payload  # never the corrupt bytes: the other replica answers
@@ -130,7 +120,7 @@ def test_a_corrupt_replica_is_reported_dropped_and_leaves_no_bytes_behind(cluste
 
         store.put("one", payload)
         (single,) = store.master.call(m.GetReplicas(keys=["one"]))
-        _corrupt(store, single.locations[0])
+        corrupt_in_place(cluster, single.locations[0])
         buffer = np.full(len(payload), 7, np.uint8)
         store.register_buffer(buffer)  # zero-copy: the transfer lands in the caller's memory
         assert store.get_into("one", buffer) == MISS
@@ -153,7 +143,7 @@ def test_a_corrupt_value_in_a_batch_read_misses_alone(cluster: Cluster) -> None:
     with Store.connect(cluster.master) as store:
         assert store.batch_put_from(keys, values) == [0] * n
         found = store.master.call(m.GetReplicas(keys=keys))
-        _corrupt(store, found[3].locations[0])
+        corrupt_in_place(cluster, found[3].locations[0])
         buffer = np.full(n * size, 7, np.uint8)
         store.register_buffer(buffer)
         views = [buffer[i * size : (i + 1) * size] for i in range(n)]
@@ -275,7 +265,7 @@ def test_a_corrupt_read_into_raw_pieces_leaves_no_bytes_behind(cluster: Cluster)
         pieces = [(layer.ctypes.data + 4096, 8192) for layer in layers]
         store.put("pieces", payload)
         (found,) = store.master.call(m.GetReplicas(keys=["pieces"]))
-        _corrupt(store, found.locations[0])
+        corrupt_in_place(cluster, found.locations[0])
         assert store.batch_get_into_multi_buffers(["pieces"], [pieces]) == [MISS]
         for layer in layers:
             assert not layer[4096 : 4096 + 8192].any()  # cleared, every piece
