@@ -31,8 +31,8 @@ class IndexEntry(NamedTuple):
     key: str
     size: int
     checksum: int
-
     gen: int = 0  # of the replica the record was written from: a master that removed it since refuses it
+
 
 def encode(entry: IndexEntry) -> bytes:
     raw = entry.key.encode()
