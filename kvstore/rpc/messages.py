@@ -51,7 +51,10 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # replica reported corrupt before it is dropped (NodeWork.checks, AwaitWork.checked)
 # 10: a node's identity names its key's fingerprint and its registration proves the key
 # (RegisterClient.node_key); a client id is its token's (client_id_for); removals say who removes
-# (Remove/RemoveAll.client_id); admin rights are proved over a master nonce (AdminChallenge, AdminProve)
+# (Remove/RemoveAll.client_id); admin rights are proved over a master nonce (AdminChallenge, AdminProve);
+# removals are durable across restores: kills name their tombstone (FenceOrder.buried), nodes name the
+# removals they keep (RestoreSegment.removed) and disk records their generation (RestoreDisk), disk drops
+# are numbered and acknowledged (DiskDrop.seq, AwaitWork.dropped_through)
 PROTOCOL_VERSION = 10
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
