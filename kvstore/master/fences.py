@@ -47,6 +47,7 @@ class FenceBook:
         self.clock = clock
         self._wake_node = wake  # answers the node's parked work poll (kvstore.master.node_polls)
         self._gen = time.time_ns()  # above every generation a previous master incarnation handed out
+        self.first = self._gen  # what this master hands out is above it; an earlier one's, at or below
         self._next_kill = 1
         self._queued: dict[str, list[Kill]] = {}  # by the client whose node applies them, not yet sent
         self._sent: dict[str, dict[int, Kill]] = {}  # by client: handed out, not acknowledged yet

@@ -256,7 +256,7 @@ def _removed(p: dict[str, Any]) -> list[tuple[str, int]]:
     for r in v.bounded_list(p, "removed", "removals", FENCE_BATCH):
         if not isinstance(r, (list, tuple)) or len(r) != 2:
             raise InvalidArgumentError("each removal is [key, generation]")
-        out.append((v.key(r[0]), v.integer({"generation": r[1]}, "generation", 1, U64)))
+        out.append((v.key(r[0]), v.integer({"generation": r[1]}, "generation", 1, 2**63)))
     return out
 
 
