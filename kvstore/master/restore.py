@@ -100,18 +100,20 @@ def take_removed(state: StateCore, removed: list[tuple[str, int]]) -> None:
     """Removals an earlier master made while a node held the objects ([key, generation]: the node kept
     them, kvstore.node.catalog): what they cover is refused from now on, and an object taken back already
     from a node that never heard of its removal (every memory replica of a covered generation, no disk
-    record: the master knows no generation of one) is removed again. Only an earlier master's removal
-    does that (its generation below this master's first), so what a node names can undo what nodes named
+    record: the master knows no generation of one) is removed again. Only an earlier master's removals
+    are taken (a generation below this master's first), so what a node names can undo what nodes named
     back (as a restore always trusted them to), never an object put or copied through this master."""
     fences = state.space.fences
     tombs = fences.tombstones
-    tombs.learn(removed, state.clock() + 2 * state.config.client_ttl)
-    for key, gen in removed:
-        fences.observe(gen)  # (an earlier master's clock may run ahead: a new put's replicas are newer)
+    # One at or above this master's first generation is no earlier master's (or one whose clock ran
+    # ahead): it would cover what this master hands out, so it is not taken.
+    earlier = [(key, gen) for key, gen in removed if gen < fences.first]
+    tombs.learn(earlier, state.clock() + 2 * state.config.client_ttl)
+    for key, gen in earlier:
         meta = state.objects.get(key)
         if meta is None or not meta.complete or meta.disk is not None or not meta.replicas:
             continue
-        if gen < fences.first and all(r.gen <= gen for r in meta.replicas):
+        if all(r.gen <= gen for r in meta.replicas):
             tombs.refused += len(meta.replicas)
             state._delete(meta)
 

@@ -26,6 +26,7 @@ MAX_EVICTED = 1 << 16  # evictions remembered at most, apart: a full cache's chu
 class Tombstones:
     def __init__(self, limit: int = MAX_TOMBSTONES, evicted_limit: int = MAX_EVICTED) -> None:
         self._removed = _Book(limit)
+        self._named = _Book(limit)  # an earlier master's, as nodes name them: apart, none crowds ours out
         # An evicted object taken back holds the key's right bytes still; its tombstone is kept here only
         # (its kills name none: nodes do not keep evictions).
         self._evicted = _Book(evicted_limit)
@@ -37,36 +38,41 @@ class Tombstones:
 
     def learn(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
         """Removals a node remembers (made by an earlier master): each kept at the newer generation."""
-        self._removed.bury(tombs, until)
+        self._named.bury(tombs, until)
 
     def covers(self, key: str, gen: int) -> bool:
         """An allocation (or a disk record written from one) of `key` in generation `gen` was removed or
         evicted."""
-        tomb = max(self._removed.generation(key), self._evicted.generation(key))
+        tomb = max(self._removed.generation(key), self._named.generation(key), self._evicted.generation(key))
         return tomb > 0 and gen <= tomb  # (generations start at 1: 0 is none)
 
     def generation(self, key: str) -> int:
         """The generation `key`'s removal covers (what its kills tell nodes); 0 when it has none."""
-        return self._removed.generation(key)
+        return max(self._removed.generation(key), self._named.generation(key))
 
     def any(self) -> bool:
-        return bool(self._removed.by_key or self._evicted.by_key)
+        return any(book.by_key for book in self._books)
+
+    @property
+    def _books(self) -> tuple[_Book, _Book, _Book]:
+        return self._removed, self._named, self._evicted
 
     def lapse(self, now: float, restoring: Callable[[], bool]) -> None:
         """Drops the tombstones past their time, unless some segment is being restored (`restoring()`,
         asked only when one is due)."""
-        if (self._removed.due(now) or self._evicted.due(now)) and not restoring():
-            self._removed.lapse(now)
-            self._evicted.lapse(now)
+        if any(book.due(now) for book in self._books) and not restoring():
+            for book in self._books:
+                book.lapse(now)
 
     def __len__(self) -> int:
-        return len(self._removed.by_key) + len(self._evicted.by_key)
+        return sum(len(book.by_key) for book in self._books)
 
     def stats(self) -> dict[str, int]:
         return {
             "tombstones": len(self._removed.by_key),
+            "tombstones_named": len(self._named.by_key),
             "tombstones_evicted": len(self._evicted.by_key),
-            "tombstones_dropped": self._removed.dropped + self._evicted.dropped,
+            "tombstones_dropped": sum(book.dropped for book in self._books),
             "restore_refused_removed": self.refused,
         }
 

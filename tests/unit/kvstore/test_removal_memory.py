@@ -132,15 +132,18 @@ def test_a_node_refuses_a_malformed_fence_order(order: list[object]) -> None:
         m.AwaitWork.decode_reply([0, [good, order], [], [], [], [], []])
 
 
-def test_a_put_after_a_removal_an_earlier_master_made_is_newer_than_its_tombstone(clock: Clock) -> None:
-    """The earlier master's clock ran ahead: its tombstone's generation is above every one this master
-    would hand out. Learning it moves this master's generations past it, so a key put again is not
-    covered by the old removal (its replicas are taken back after the next restart)."""
+def test_a_removal_named_at_or_above_this_masters_generations_is_not_taken(clock: Clock) -> None:
+    """No earlier master handed out such a generation (or its clock ran ahead): taken, it would cover
+    every object this master puts, so that a node (a member's, at will) could have them refused or
+    removed after the next restart. It is dropped; one below is kept apart from this master's own."""
     state = restarted(clock)
-    ahead = state.space.fences.current + 10**12
+    fences = state.space.fences
     seg = mount(state, 0)
-    state.restore_segment("n0", seg, [], last=True, removed=[("k", ahead)])
+    state.restore_segment("n0", seg, [], last=False, removed=[("k", fences.first + 10**12), ("old", 5)])
     state.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096)
     placed = state.put_start("n1", "k", MiB // 4, 5, 1, False)
-    assert placed is not None and placed[0].gen > ahead
-    assert not state.space.fences.tombstones.covers("k", placed[0].gen)
+    assert placed is not None and not fences.tombstones.covers("k", placed[0].gen)
+    assert fences.tombstones.covers("old", 5) and fences.tombstones.stats()["tombstones_named"] == 1
+    state.put_end("n1", "k")
+    state.remove("k")  # this master's own removals are kept apart from those nodes name
+    assert fences.tombstones.stats()["tombstones"] == 1 and fences.tombstones.covers("k", placed[0].gen)
