@@ -147,3 +147,24 @@ def test_a_removal_named_at_or_above_this_masters_generations_is_not_taken(clock
     state.put_end("n1", "k")
     state.remove("k")  # this master's own removals are kept apart from those nodes name
     assert fences.tombstones.stats()["tombstones"] == 1 and fences.tombstones.covers("k", placed[0].gen)
+
+
+def test_an_object_removed_again_while_its_segment_is_restored_leaves_the_rest_in_order(clock: Clock) -> None:
+    """The late node names "a" in its first chunk, the other node names the removal before the late
+    node's restore ends: "a" goes, and the rest is evicted in order once both restores end."""
+    old = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)])
+    for key in ("a", "b", "c"):
+        put(old, key, MiB // 4, replicas=2)
+    held0, held1 = records(holds_of(old, "c0")), records(holds_of(old, "c1"))
+    old.remove("a")
+    tomb = old.space.fences.tombstones.generation("a")
+    state = restarted(clock)
+    seg1 = mount(state, 1)
+    assert state.restore_segment("n1", seg1, held1, last=False) == []
+    seg0 = mount(state, 0)
+    assert state.restore_segment("n0", seg0, [], last=False, removed=[("a", tomb)]) == []
+    assert sorted(state.objects) == ["b", "c"]
+    assert state.restore_segment("n1", seg1, [], last=True) == []
+    assert state.restore_segment("n0", seg0, [r for r in held0 if r[3] != "a"], last=True) == []
+    assert list(state.policy.candidates()) == ["b", "c"]
+    assert all(len(state.objects[k].replicas) == 2 for k in ("b", "c"))
