@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -126,7 +128,15 @@ void GrantServer::loop() {
     pollfd pfd{listen_fd_, POLLIN, 0};
     if (poll(&pfd, 1, 100) <= 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors or memory: the socket stays readable, so back off rather than spin (and say so
+      // once a second).
+      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED && !stopping_.load()) {
+        log_.log(std::string("accepting a same-host peer failed (") + std::strerror(errno) + "); retrying");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      continue;
+    }
     set_timeouts(fd, 1);  // a request is one small datagram; never wait long on a peer
     serve(fd);
     close(fd);
