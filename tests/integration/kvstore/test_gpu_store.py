@@ -14,7 +14,7 @@ import pytest
 from kvstore import Store
 from kvstore.client.store import MISS
 from kvstore.errors import InvalidArgumentError, NotSupportedError
-from tests.integration.kvstore.test_faults import _corrupt
+from kvstore.node import StorageNode
 from transfer_engine import cuda
 
 
@@ -29,6 +29,15 @@ class ArrayInterface:
             "version": 3,
             "strides": None,
         }
+
+
+def _corrupt(store: Store, location: tuple) -> None:
+    """Overwrites 16 bytes of a replica in the embedded node's segment, as a memory fault would (no peer
+    can: a node admits each allocation's bytes written once)."""
+    (node,) = [role for role in store._roles if isinstance(role, StorageNode)]
+    assert node.segment.array is not None
+    offset = location[4]
+    node.segment.array[offset + 100 : offset + 116] = 0xEE
 
 
 @pytest.fixture
