@@ -136,7 +136,11 @@ class Handlers:
         self.state.register_client(r.client_id, r.host_id, r.node_id, r.token)
         c = self.state.config
         return m.RegisterReply(
-            c.heartbeat_interval, c.client_ttl, c.lease_ttl, self.state.space.fences.current
+            c.heartbeat_interval,
+            c.client_ttl,
+            c.lease_ttl,
+            self.state.space.fences.current,
+            self.state.clients[r.client_id].registration,
         )
 
     def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:

@@ -4,6 +4,7 @@ a remounted segment or disk names back), and dropping a client with everything i
 from __future__ import annotations
 
 import hmac
+import secrets
 from collections.abc import Iterable
 
 from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
@@ -34,7 +35,10 @@ class Membership(StateCore):
             self.counters.superseded_clients += 1
             self.drop_client(old)
         self._make_room(host_id)
-        self.clients[client_id] = Client(client_id, host_id, self.clock(), node_id=node_id, token=token)
+        registration = secrets.randbits(63) | 1  # (never 0: what a report that names none carries)
+        self.clients[client_id] = Client(
+            client_id, host_id, self.clock(), node_id=node_id, token=token, registration=registration
+        )
         self._hosts.setdefault(host_id, {})[client_id] = None
         if node_id:
             self._by_node[node_id] = client_id

@@ -89,6 +89,7 @@ class Client:
     segments: set[int] = field(default_factory=set)
     node_id: str = ""  # a storage node's identity: a later registration with the same one supersedes this
     token: str = ""  # the process's secret for this registration: what it says in its own name carries it
+    registration: int = 0  # this registration's number (RegisterReply.registration), random
 
 
 @dataclass

@@ -15,6 +15,11 @@ def take_reports(state: MasterState, r: m.AwaitWork, epoch: int) -> None:
     if r.epoch > epoch:
         raise MasterUnavailableError(f"this master leads epoch {epoch}; the node follows epoch {r.epoch}")
     state.check_client(r.client_id)
+    if r.registration != state.clients[r.client_id].registration:
+        # Made under another registration (an older master's numbers, sent by a node whose other
+        # thread registered again meanwhile): acknowledging by them would count holds, kills and drops
+        # of this master that the node never received. The node starts its reports afresh.
+        return
     space = state.space
     space.acknowledge(r.client_id, r.acked)
     space.holds.acknowledge(r.client_id, r.held_through)

@@ -50,6 +50,7 @@ class WorkChannel:
         self._copied: list[tuple[int, bool]] = []
         self._disk_done: list[tuple[int, bool]] = []
         self._checked: list[tuple[int, bool]] = []
+        self._registration = 0  # the registration the reports above belong to (RegisterReply's)
         self._dispatching = threading.Lock()  # replies are handled one at a time, in arrival order
         self._thread = threading.Thread(target=self._poll_loop, name="kvstore-work", daemon=True)
 
@@ -109,6 +110,10 @@ class WorkChannel:
         the work this reply brought: kills applied)."""
         s = self.session
         with self._lock:
+            registration = s.terms.registration
+            if registration != self._registration:  # registered again (by any thread): a new numbering
+                self._reset()
+                self._registration = registration
             acked, self._acked = self._acked[: m.FENCE_BATCH], self._acked[m.FENCE_BATCH :]
             copied, self._copied = self._copied[: m.RESULTS_BATCH], self._copied[m.RESULTS_BATCH :]
             done, self._disk_done = self._disk_done[: m.RESULTS_BATCH], self._disk_done[m.RESULTS_BATCH :]
@@ -123,6 +128,7 @@ class WorkChannel:
                 disk_done=done,
                 checked=checked,
                 dropped_through=self._dropped_through,
+                registration=registration,
             )
         try:
             work: m.NodeWork = s.master.call(request, timeout=wait + s.config.rpc_timeout, long_poll=wait > 0)
@@ -167,6 +173,11 @@ class WorkChannel:
 
     def _forget(self) -> None:
         with self._lock:
-            self._acked, self._copied, self._disk_done, self._held_through = [], [], [], 0
-            self._dropped_through = 0
-            self._checked = []
+            self._reset()
+
+    def _reset(self) -> None:
+        """Drops the reports (the lock held): they count in a registration that is over."""
+        self._registration = 0
+        self._acked, self._copied, self._disk_done, self._held_through = [], [], [], 0
+        self._dropped_through = 0
+        self._checked = []

@@ -351,6 +351,9 @@ class AwaitWork(Request):
     checked: list[tuple[int, bool]] = field(default_factory=list)  # (checksum check, the bytes intact)
     token: str = ""  # the client's registration token (OWN_NAME)
     dropped_through: int = 0  # the node has every disk drop numbered up to this (NodeWork.disk_drops)
+    # The registration these reports belong to (RegisterReply.registration): reports made under another
+    # one (an older master's numbering, read by a node that another thread registered again) are ignored
+    registration: int = 0
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> AwaitWork:
@@ -364,6 +367,7 @@ class AwaitWork(Request):
             _results(p, "disk_done") if "disk_done" in p else [],
             _results(p, "checked") if "checked" in p else [],
             dropped_through=v.integer(p, "dropped_through", 0, U64) if "dropped_through" in p else 0,
+            registration=v.integer(p, "registration", 0, U64) if "registration" in p else 0,
         )
 
     @staticmethod

@@ -113,6 +113,9 @@ class RegisterReply(NamedTuple):
     client_ttl: float
     lease_ttl: float
     generation: int  # every allocation handed out so far has a generation <= this
+    # This registration's number (random, kept while the master knows the client): a node's reports
+    # (AwaitWork) name it, so acknowledgements counted against another master's numbering are ignored
+    registration: int
 
 
 class FenceOrder(NamedTuple):

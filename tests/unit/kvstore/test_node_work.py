@@ -30,6 +30,8 @@ def two_nodes(epoch: int = 0, nodes: int = 2, **config: object) -> Handlers:
 
 
 def poll(handlers: Handlers, client: str = "c0", wait: float = 0.0, **reports: object) -> object:
+    """An AwaitWork of `client`'s node, its reports made under its current registration."""
+    reports.setdefault("registration", handlers.state.clients[client].registration)
     return handlers.await_work(m.AwaitWork(client_id=client, wait=wait, epoch=handlers.epoch, **reports))  # type: ignore[arg-type]
 
 
@@ -223,3 +225,29 @@ def test_a_node_refuses_a_malformed_checksum_check(check: list[object]) -> None:
     assert m.AwaitWork.decode_reply([0, [], [], [], [], [], [good]]).checks == [m.ChecksumCheck(*good)]
     with pytest.raises(ProtocolError, match="malformed ChecksumCheck"):
         m.AwaitWork.decode_reply([0, [], [], [], [], [], [good, check]])
+
+
+def test_reports_made_under_another_registration_acknowledge_nothing() -> None:
+    """A node whose session registered again (the master restarted) may send reports numbered by the
+    master before: acknowledging holds or kills by those numbers would count ones it never received."""
+    handlers = two_nodes()
+    state = handlers.state
+    state.put_start("c0", "k", MiB, 7, 1, False)
+    work = poll(handlers)
+    assert isinstance(work, m.NodeWork) and work.holds
+    seq = work.holds[-1][0]  # (the hold's number: the handler's reply is not decoded)
+    stale = state.clients["c0"].registration ^ 2
+    for registration in (0, stale):
+        poll(handlers, held_through=seq, registration=registration)
+        assert state.space.holds.stats()["holds_outstanding"] == 1  # still sent until acknowledged
+    poll(handlers, held_through=seq)
+    assert state.space.holds.stats()["holds_outstanding"] == 0
+
+
+def test_a_registration_keeps_its_number_while_the_master_knows_the_client() -> None:
+    handlers = two_nodes()
+    state = handlers.state
+    number = state.clients["c0"].registration
+    state.register_client("c0", "h0")  # again, known: the same registration
+    assert state.clients["c0"].registration == number != 0
+    assert state.clients["c1"].registration != number
