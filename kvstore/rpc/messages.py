@@ -54,7 +54,8 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # (Remove/RemoveAll.client_id); admin rights are proved over a master nonce (AdminChallenge, AdminProve);
 # removals are durable across restores: kills name their tombstone (FenceOrder.buried), nodes name the
 # removals they keep (RestoreSegment.removed) and disk records their generation (RestoreDisk), disk drops
-# are numbered and acknowledged (DiskDrop.seq, AwaitWork.dropped_through)
+# are numbered and acknowledged (DiskDrop.seq, AwaitWork.dropped_through); a node's reports name the
+# registration they count in (RegisterReply.registration, AwaitWork.registration)
 PROTOCOL_VERSION = 10
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
