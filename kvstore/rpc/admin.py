@@ -18,8 +18,8 @@ import stat
 from pathlib import Path
 
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError
+from transfer_engine.security import check_strength
 
-MIN_ADMIN_SECRET_CHARS = 32  # `kvstore secret new` writes 64 hex digits (256 bits)
 _LABEL = b"kvstore-admin-v1\0"
 
 
@@ -31,16 +31,16 @@ def proof(secret: bytes, client_id: str, nonce: str) -> str:
 def load_secret(secret: str, path: str, variable: str) -> bytes:
     """The admin secret given as `secret` or in the file `path` (b"" when neither is set); `variable`
     names the setting in errors (its _FILE variant for the file). The file must be its owner's alone, a
-    plain file (no symlink), and the secret long enough to be unguessable."""
+    plain file (no symlink), and the secret as random as a cluster secret must be (128 bits at least:
+    transfer_engine.security.check_strength), since a member may guess it offline against a proof it
+    sniffed."""
     if secret and path:
         raise InvalidArgumentError(f"{variable} and {variable}_FILE are both set: name the admin secret once")
+    where = f"{variable}_FILE={path}" if path else variable
     if path:
         secret = _read_private(Path(path), f"{variable}_FILE")
-    if secret and len(secret) < MIN_ADMIN_SECRET_CHARS:
-        raise InvalidArgumentError(
-            f"{variable}: an admin secret needs at least {MIN_ADMIN_SECRET_CHARS} characters "
-            "(`kvstore secret new PATH` makes one)"
-        )
+    if secret:
+        check_strength(secret, f"{where} (an admin secret, held to the cluster secret's rule)")
     return secret.encode()
 
 

@@ -201,7 +201,7 @@ def test_remove_all_and_forced_removals_of_others_need_the_admin_secret() -> Non
         embedded() as master,
         Store.connect(master.address, segment_size=8 << 20) as admin,  # (the suite's admin secret)
         Store.connect(master.address, admin_secret="") as plain,
-        Store.connect(master.address, admin_secret="w" * 64) as wrong,
+        Store.connect(master.address, admin_secret=os.urandom(32).hex()) as wrong,
         member(master.address) as raw,
     ):
         keys = [f"k{i}" for i in range(20)]

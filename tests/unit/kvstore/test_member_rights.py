@@ -226,23 +226,32 @@ def test_forcing_the_removal_of_anothers_leased_object_needs_an_admin() -> None:
     assert not any(state.exists(k) for k in ("mine", "theirs", "unleased"))
 
 
-def test_the_admin_secret_file_must_be_private_and_long(tmp_path: object) -> None:
+def test_the_admin_secret_file_must_be_private_and_random(tmp_path: object) -> None:
+    """The admin secret is held to the cluster secret's rule (transfer_engine.security.check_strength):
+    128 random bits as hex or base64; 32 characters of anything (a chosen phrase) no longer pass."""
     from pathlib import Path
 
     from kvstore.errors import InvalidArgumentError
 
+    strong = "9f" + "0123456789abcdef" * 3 + "a1b2c3d4e5f60718"
     path = Path(str(tmp_path)) / "admin"
-    path.write_text("x" * 64)
+    path.write_text(strong)
     path.chmod(0o644)
     with pytest.raises(PermissionDeniedError, match="readable by its owner only"):
         admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET")
     path.chmod(0o600)
-    assert admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET") == b"x" * 64
+    assert admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET") == strong.encode()
     link = Path(str(tmp_path)) / "link"
     link.symlink_to(path)
     with pytest.raises(InvalidArgumentError):
         admin.load_secret("", str(link), "KVSTORE_ADMIN_SECRET")
-    with pytest.raises(InvalidArgumentError, match="at least 32"):
-        admin.load_secret("short-secret", "", "KVSTORE_ADMIN_SECRET")
+    with pytest.raises(InvalidArgumentError, match="at least 128 random bits"):
+        admin.load_secret("0123456789abcdef", "", "KVSTORE_ADMIN_SECRET")
+    for weak in ("x" * 64, "Summer2025!kvstore-admin-password"):  # 32+ characters, guessable
+        with pytest.raises(InvalidArgumentError, match="admin secret"):
+            admin.load_secret(weak, "", "KVSTORE_ADMIN_SECRET")
+        path.write_text(weak)
+        with pytest.raises(InvalidArgumentError, match="KVSTORE_ADMIN_SECRET_FILE"):
+            admin.load_secret("", str(path), "KVSTORE_ADMIN_SECRET")
     with pytest.raises(InvalidArgumentError, match="both set"):
-        admin.load_secret("x" * 64, str(path), "KVSTORE_ADMIN_SECRET")
+        admin.load_secret(strong, str(path), "KVSTORE_ADMIN_SECRET")
