@@ -8,7 +8,8 @@ attacker its own connections first and never lock out a peer that works.
   never keeps out a peer that authenticates).
 - Authenticated ones, per host (max_connections_per_peer) and in all (`authenticated`): past a bound, the
   one idle longest goes (of that host; in all, of the host holding the most). Idle: nothing owed to it (no
-  reply deferred, no frame half-arrived). A client whose idle connection went opens another at its next
+  reply deferred, no frame that began arriving within the last second: rpc_connection.PARTIAL_GRACE; a
+  frame left half-sent longer holds no place). A client whose idle connection went opens another at its next
   call, so a flood of idle connections from one host costs its other clients nothing. Only when none is
   idle is the new one refused (TooManyConnectionsError).
 - An authenticated connection idle longer than idle_timeout is cut (the sweep).
@@ -30,7 +31,8 @@ class Connection(Protocol):
     last_active: float  # loop time of its last whole frame in or reply out
 
     def idle(self) -> bool:
-        """Nothing owed to it (no reply deferred, no frame half-arrived), and not closing already."""
+        """Nothing owed to it (no reply deferred, no frame that began arriving within a second), and not
+        closing already."""
         ...
 
     def evict(self, why: str) -> None: ...

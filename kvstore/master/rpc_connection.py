@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from kvstore.master.server import Master
 
 REPLY_FLUSH = 256 << 10  # replies written out at least this often while a read's requests are answered
+# A frame still arriving this long after its first bytes no longer keeps its connection from eviction: a
+# member that sends a whole frame and then a few bytes of the next, again and again, holds no place.
+PARTIAL_GRACE = 1.0
 
 
 class Refusals:
@@ -46,6 +49,7 @@ class RpcConnection(asyncio.Protocol):
         self.peer = self.host = "?"
         self.frame_timer: asyncio.TimerHandle | None = None  # runs while a frame is half-arrived
         self.held = 0  # bytes of it buffered (in master.buffered)
+        self.partial_since = 0.0  # loop time its first bytes arrived (PARTIAL_GRACE)
         self.writing_paused = False  # the peer does not read its replies: no more are made meanwhile
         self.last_active = 0.0  # loop time of the last whole frame in or reply out (idle_timeout)
         self.deferred = 0  # replies owed to it that wait (a parked work poll is not idle)
@@ -73,9 +77,12 @@ class RpcConnection(asyncio.Protocol):
             self.frame_timer.cancel()
 
     def idle(self) -> bool:
-        """Nothing owed to it (no reply deferred, no frame half-arrived), and not closing already."""
+        """Nothing owed to it (no reply deferred, no frame that began arriving within PARTIAL_GRACE), and
+        not closing already."""
         transport = self.transport
-        return not (self.deferred or self.held or transport is None or transport.is_closing())
+        if self.deferred or transport is None or transport.is_closing():
+            return False
+        return not self.held or self.loop is None or self.loop.time() - self.partial_since > PARTIAL_GRACE
 
     def evict(self, why: str) -> None:
         """Cuts it to make room or because it idled too long (the table forgets it at once)."""
@@ -141,6 +148,8 @@ class RpcConnection(asyncio.Protocol):
         it), and given frame_timeout from the last whole frame to complete."""
         master, config = self.master, self.master.config
         master.buffered += pending - self.held
+        if pending and (progressed or not self.held) and self.loop is not None:
+            self.partial_since = self.loop.time()  # (a new frame began: after the last whole one)
         self.held = pending
         if progressed and self.loop is not None:
             self.last_active = self.loop.time()

@@ -22,6 +22,7 @@ import pytest
 from kvstore import rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
+from kvstore.master import rpc_connection
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
@@ -264,4 +265,34 @@ def test_past_max_connections_the_idlest_goes() -> None:
         for wire in [*wires, newest]:
             wire.close()
     finally:
+        bounded.close()
+
+
+def test_frames_left_half_sent_do_not_keep_a_hosts_clients_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of issue 39, item 10: a co-located member kept its host's share of connections (4,096) busy
+    with a whole frame and then a few bytes of the next, every frame_timeout: a connection holding part
+    of a frame never counted as idle, so the host's clients were refused. A frame begun more than
+    PARTIAL_GRACE ago now counts as idle for eviction; one that began arriving just now is still kept."""
+    monkeypatch.setattr(rpc_connection, "PARTIAL_GRACE", 4.0)  # (generous on a loaded host; 1 s by default)
+    config = MasterConfig.load(port=0, max_connections_per_peer=4, frame_timeout=60)
+    bounded = Master.start_in_thread(config, security=SecurityConfig(cluster_secret=SECRET))
+    wires: list[MasterWire] = []
+    try:
+        for i in range(4):
+            wire = MasterWire(bounded.address, SECRET.encode())
+            wires.append(wire)
+            wire.send(rpc.pack([i + 1, "stats", {}]))
+            assert wire.reply()[1] == 0
+            wire.sock.sendall(half_frame(1000, 10))  # the next frame, left half-sent
+        with MasterWire(bounded.address, SECRET.encode()) as early:  # within the grace: frames arriving
+            early.send(rpc.pack([1, "stats", {}]))
+            reply = early.reply()
+            assert reply is not None and "none idle" in reply[2], reply
+        time.sleep(4.5)
+        assert serves(bounded.address)  # was: TooManyConnectionsError for as long as the member kept at it
+        assert sum(cut_within(w.sock, 2) for w in wires) >= 1
+        assert bounded.master.table.per_peer["127.0.0.1"] <= 4
+    finally:
+        for wire in wires:
+            wire.close()
         bounded.close()
