@@ -21,6 +21,7 @@ RUN_FIRST, MAX_RUN = 16, 16384  # records the first run of a request looks at; t
 
 if TYPE_CHECKING:
     from kvstore.master.state_core import StateCore
+    from kvstore.master.tombstones import Tombstones
 
 
 def restore_segment(
@@ -57,8 +58,8 @@ def restore_segment(
         if tombs.covers(key, gen):  # removed since: its kill never reached the node
             tombs.refused += 1
             ok = False
-        elif known is None:
-            ok = not state.space.fences.fencing(key)
+        elif known is None:  # (a removal crowded out of the tombstones may have been this key's)
+            ok = not state.space.fences.fencing(key) and not tombs.forgotten(key, gen)
         else:  # the same value, complete, without a replica here already
             ok = (
                 known.complete
@@ -137,8 +138,9 @@ def _restore_unknown(
     fences = state.space.fences
     if fences.fencing_any():
         n = first_where(keys, n, fences.fencing)
-    if fences.tombstones.any():
-        n = next((i for i, r in enumerate(rest[:n]) if fences.tombstones.covers(r[3], r[2])), n)
+    tombs = fences.tombstones
+    if tombs.any() or tombs.floor:
+        n = next((i for i, r in enumerate(rest[:n]) if _removed(tombs, r[3], r[2])), n)
     n = first_repeat(keys, n)
     if n == 0:
         return 0
@@ -154,6 +156,12 @@ def _restore_unknown(
     return n
 
 
+def _removed(tombs: Tombstones, key: str, gen: int) -> bool:
+    """An allocation of `key`, unknown to this master, in generation `gen` was removed since, or may have
+    been (its tombstone crowded out)."""
+    return tombs.covers(key, gen) or tombs.forgotten(key, gen)
+
+
 def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int, int]]) -> int:
     """Takes back the records ([offset, key, size, checksum, generation], verified by the node) its disk
     `seg` still holds: each becomes a disk-only object, or the disk copy again of the same value still in
@@ -166,10 +174,10 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
     taken = 0
     removed: list[tuple[int, str]] = []
     for offset, key, size, checksum, gen in records:
-        if tombs.covers(key, gen):
+        known = state.objects.get(key)
+        if tombs.covers(key, gen) or (known is None and tombs.forgotten(key, gen)):
             removed.append((offset, key))
             continue
-        known = state.objects.get(key)
         if known is not None and (
             not known.complete or known.disk is not None or (known.size, known.checksum) != (size, checksum)
         ):

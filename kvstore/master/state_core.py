@@ -127,6 +127,8 @@ class StateCore:
     def _delete_bare(self, keys: list[str]) -> None:
         """_delete of objects left with no replica and no disk record (their segment is gone: nothing
         to fence), a batch at a time."""
+        # Lost, not removed: what their node names back when it returns is taken (kvstore.master.tombstones)
+        self.space.fences.tombstones.lose(keys, self.clock() + 2 * self.config.client_ttl)
         self.policy.on_remove_many(keys)  # (while they are in the table: the policy's order is the table's)
         self.ledger.drop_objects(keys)
         self._pending.pop_many(keys)

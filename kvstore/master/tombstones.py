@@ -8,11 +8,16 @@ removed key leaves a tombstone: the generation that was current when it went (ev
 object, and each disk record written from one, has that generation or an older one). A restore refuses
 what a tombstone covers; a key put again afterwards has newer generations and is taken as usual.
 
-Tombstones are needed only while a node may still name the key without having applied its kill: they
-last `until` (the caller gives twice the client TTL: a node silent longer is dropped, and comes back
-only by registering and restoring afresh) and never lapse while a segment is being restored (it may yet
-name them). At most MAX_TOMBSTONES are kept, oldest dropped first (counted: `tombstones_dropped`); an
-eviction's are kept apart (MAX_EVICTED), so a full cache's churn never crowds a removal's out.
+A removal's tombstone lasts until MAX_TOMBSTONES newer ones crowd it out, never by time: a node cut off
+longer than the client TTL is dropped (its kills thrown away) and may come back much later, naming from
+its catalog an object removed meanwhile; this master handed that allocation out, so only the tombstone
+tells a removal from a loss. One crowded out raises `floor`: from then on an unknown key's allocation at or
+below it is refused (it may be a removal forgotten), unless the key was lost with its segment (`lose`: a
+node restarting, which names its objects back within twice the client TTL) and not removed since. So an
+acknowledged removal never comes back; past 2^18 removals, an object of a node away longer than that is
+a miss. Tombstones named by nodes (an earlier master's) and an eviction's (MAX_EVICTED, apart, so a full
+cache's churn never crowds a removal's out) last `until` (twice the client TTL), and never lapse while a
+segment is being restored (it may yet name them).
 """
 
 from __future__ import annotations
@@ -30,11 +35,29 @@ class Tombstones:
         # An evicted object taken back holds the key's right bytes still; its tombstone is kept here only
         # (its kills name none: nodes do not keep evictions).
         self._evicted = _Book(evicted_limit)
+        self._lost = _Book(limit)  # keys that went with their segment, not removed (generation unused)
+        self.floor = 0  # the newest removal crowded out: an unknown key at or below it is refused
         self.refused = 0  # replicas and disk records refused because they were removed
 
     def bury(self, keys: Iterable[str], gen: int, until: float, evicted: bool = False) -> None:
         """`keys` were removed (or `evicted`) while `gen` was the newest generation handed out."""
-        (self._evicted if evicted else self._removed).bury(((key, gen) for key in keys), until)
+        if evicted:
+            self._evicted.bury(((key, gen) for key in keys), until)
+            return
+        keys = list(keys)
+        self.floor = max(self.floor, self._removed.bury(((key, gen) for key in keys), until))
+        for key in keys:  # a key lost with its segment, put again and removed: its removal wins
+            self._lost.by_key.pop(key, None)
+
+    def lose(self, keys: Iterable[str], until: float) -> None:
+        """`keys` went with their segment (its node gone or restarting), not removed: what the node names
+        back of them is taken, even at or below `floor`, until `until`."""
+        self._lost.bury(((key, 0) for key in keys), until)
+
+    def forgotten(self, key: str, gen: int) -> bool:
+        """An allocation (or disk record) of `key`, unknown to this master, in generation `gen` may be a
+        removal whose tombstone was crowded out: it is refused."""
+        return gen <= self.floor and key not in self._lost.by_key
 
     def learn(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
         """Removals a node remembers (made by an earlier master): each kept at the newer generation."""
@@ -58,10 +81,11 @@ class Tombstones:
         return self._removed, self._named, self._evicted
 
     def lapse(self, now: float, restoring: Callable[[], bool]) -> None:
-        """Drops the tombstones past their time, unless some segment is being restored (`restoring()`,
-        asked only when one is due)."""
-        if any(book.due(now) for book in self._books) and not restoring():
-            for book in self._books:
+        """Drops the named and evicted tombstones and the lost keys past their time, unless some segment
+        is being restored (`restoring()`, asked only when one is due). A removal's stay (see above)."""
+        timed = (self._named, self._evicted, self._lost)
+        if any(book.due(now) for book in timed) and not restoring():
+            for book in timed:
                 book.lapse(now)
 
     def __len__(self) -> int:
@@ -73,6 +97,7 @@ class Tombstones:
             "tombstones_named": len(self._named.by_key),
             "tombstones_evicted": len(self._evicted.by_key),
             "tombstones_dropped": sum(book.dropped for book in self._books),
+            "tombstones_lost_keys": len(self._lost.by_key),
             "restore_refused_removed": self.refused,
         }
 
@@ -86,15 +111,17 @@ class _Book:
         self.by_key: dict[str, tuple[int, float]] = {}
         self.dropped = 0  # dropped before their time (the limit)
 
-    def bury(self, tombs: Iterable[tuple[str, int]], until: float) -> None:
+    def bury(self, tombs: Iterable[tuple[str, int]], until: float) -> int:
+        """Returns the newest generation crowded out by the limit (0: none)."""
         by_key = self.by_key
         for key, gen in tombs:
             old = by_key.pop(key, None)
             by_key[key] = (gen if old is None else max(gen, old[0]), until)
         over = len(by_key) - self.limit
-        if over > 0:
-            self._drop(over)
-            self.dropped += over
+        if over <= 0:
+            return 0
+        self.dropped += over
+        return self._drop(over)
 
     def generation(self, key: str) -> int:
         tomb = self.by_key.get(key)
@@ -112,7 +139,8 @@ class _Book:
             due += 1
         self._drop(due)
 
-    def _drop(self, n: int) -> None:
-        by_key = self.by_key
+    def _drop(self, n: int) -> int:
+        by_key, newest = self.by_key, 0
         for key in [k for k, _ in zip(by_key, range(n), strict=False)]:
-            del by_key[key]
+            newest = max(newest, by_key.pop(key)[0])
+        return newest

@@ -148,20 +148,74 @@ def test_an_evicted_object_is_not_taken_back_and_a_lost_one_is(clock: Clock) -> 
     assert sorted(state.objects) == sorted({"e", "lost"} - set(evicted))
 
 
-def test_tombstones_last_twice_the_client_ttl_but_never_lapse_during_a_restore(clock: Clock) -> None:
+def test_a_key_removed_while_its_node_was_cut_off_is_not_taken_back_when_it_returns_late(
+    clock: Clock,
+) -> None:
+    """Review item 1, no master restart: node c0 holds K and is cut off past the client TTL (dropped, its
+    kills thrown away); K is removed through c1; long after (the tombstone used to lapse at 2x the TTL)
+    c0 rejoins and names K from its catalog. Was: K taken back as unknown."""
+    state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_ttl=10.0)
+    put(state, "k", MiB // 4, replicas=2)
+    held0 = records(holds_of(state, "c0"))
+    assert [r[3] for r in held0] == ["k"]
+    state.drop_client("c0")  # silent past the TTL
+    state.remove("k")  # acknowledged through c1
+    for _ in range(3):
+        clock.now += 25.0
+        state.remove_all()  # lapsing is looked at: nothing restores
+    state.register_client("c0", "h0")
+    seg = state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    refused = state.restore_segment("c0", seg, held0, last=True)
+    assert refused == [held0[0][1]]
+    assert not state.exists("k")
+
+
+def test_a_removal_crowded_out_of_the_tombstones_still_refuses_and_a_lost_key_comes_back(
+    clock: Clock,
+) -> None:
+    """Past the bound the oldest removal goes but raises the floor: an unknown key at or below it is
+    refused, unless it went with its segment (a node restarting) and was not removed since."""
+    state = make_state(clock, [("h0", 8 * MiB)])  # c0's segment alone: every key placed there
+    book = state.space.fences.tombstones
+    book._removed.limit = 2
+    for key in ("gone", "lost", "again"):
+        put(state, key, MiB // 4)
+    held = {r[3]: r for r in records(holds_of(state, "c0"))}
+    state.register_client("c1", "h1")
+    state.mount_segment("c1", "127.0.0.1:7001", 1, 8 * MiB, "h1")
+    state.remove("gone")
+    state.drop_client("c0")  # "lost" and "again" go with the segment: not removed
+    state.register_client("c0", "h0")
+    seg = state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    state.put_start("c1", "again", MiB // 4, 8, 1, False)  # put again elsewhere, and removed
+    state.put_end("c1", "again")
+    state.remove("again")
+    state.remove_all()
+    for i in range(3):  # crowds both out
+        state.put_start("c1", f"x{i}", 64, 9, 1, False)
+        state.put_end("c1", f"x{i}")
+        state.remove(f"x{i}")
+    assert not book.covers("gone", held["gone"][2]) and book.floor >= held["again"][2]
+    refused = state.restore_segment("c0", seg, [held["again"], held["gone"], held["lost"]], last=True)
+    assert sorted(refused) == sorted([held["again"][1], held["gone"][1]])
+    assert sorted(state.objects) == ["lost"]
+
+
+def test_removal_tombstones_stay_and_the_others_lapse_but_never_during_a_restore(clock: Clock) -> None:
     held0, held1 = before_restart(clock, ["a", "b"])
     state = restarted(clock, client_ttl=10.0)
     book = state.space.fences.tombstones
     assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
     state.remove("a")
+    book.learn([("n", 1)], clock.now + 20.0)  # a node named it: an earlier master's
     seg1 = mount(state, 1)  # restoring: named nothing yet
     clock.now += 25.0
-    state.remove("b")  # lapsing is looked at here: a restore is open, so "a" stays
-    assert len(book) == 2
+    state.remove("b")  # lapsing is looked at here: a restore is open, so "n" stays
+    assert len(book) == 3
     assert state.restore_segment("n1", seg1, held1, last=True) == [r[1] for r in held1]
     clock.now += 15.0
-    state.remove_all()  # nothing restores now: "a" (35 s) lapsed, "b" (15 s) not yet
-    assert len(book) == 1 and book.covers("b", 1) and not book.covers("a", 1)
+    state.remove_all()  # nothing restores now: "n" lapsed, the removals stay
+    assert len(book) == 2 and book.covers("b", 1) and book.covers("a", 1) and not book.covers("n", 1)
 
 
 def test_tombstones_are_bounded_oldest_dropped_first() -> None:
@@ -171,6 +225,7 @@ def test_tombstones_are_bounded_oldest_dropped_first() -> None:
     book.bury(["d"], 30, 100.0)
     assert len(book) == 3 and book.stats()["tombstones_dropped"] == 1
     assert not book.covers("b", 1)  # the oldest went
+    assert book.floor == 10 and book.forgotten("b", 10) and not book.forgotten("b", 11)
     assert book.covers("a", 20) and not book.covers("a", 21)  # a generation after the removal passes
     assert book.covers("d", 0) and not book.covers("zz", 0)
     for i in range(5):  # evictions by the thousand crowd out no removal
@@ -178,12 +233,14 @@ def test_tombstones_are_bounded_oldest_dropped_first() -> None:
     assert book.covers("d", 30) and book.covers("e4", 40) and not book.covers("e0", 40)
     assert book.stats()["tombstones"] == 3 and book.stats()["tombstones_evicted"] == 2
     assert book.generation("e4") == 0 and book.generation("d") == 30  # only removals go to nodes
+    book.lose(["b"], 100.0)
+    assert not book.forgotten("b", 10)
     book.lapse(99.0, lambda: False)
     assert len(book) == 5
     book.lapse(100.0, lambda: True)
     assert len(book) == 5
     book.lapse(100.0, lambda: False)
-    assert len(book) == 0 and not book.any()
+    assert len(book) == 3 and book.forgotten("b", 10)  # the evictions and the lost key lapsed
 
 
 def test_a_disk_index_entry_keeps_the_generation_it_was_written_from(tmp_path: object) -> None:
