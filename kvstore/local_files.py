@@ -6,10 +6,14 @@ directory was private, or hard-linked in, is not)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import shutil
 import stat
+import tempfile
+from collections.abc import Sequence
 
 from kvstore.errors import PermissionDeniedError
 
@@ -42,6 +46,36 @@ def private_directory(base: str) -> str:
     if info.st_mode & 0o077:  # ours but open: what is in it is checked file by file (adoptable)
         os.chmod(path, 0o700)
     return path
+
+
+_own: dict[tuple[str, ...], str] = {}  # per list of bases: this process's own directory, once made
+
+
+def first_private_directory(bases: Sequence[str], lost: str) -> str:
+    """This user's private directory in the first of `bases` (writable directories) that has one to give
+    (private_directory). When another user took the name in every one (a `mkdir /dev/shm/kvstore-<uid>`
+    must not keep this process from starting), a directory of this process's own, made by mkdtemp (0700,
+    a name nobody can take first) in the first base, the same for the rest of this process's life: logged
+    with what that costs (`lost`: other processes of this user no longer find what this one keeps)."""
+    refused: list[str] = []
+    for base in bases:
+        try:
+            return private_directory(base)
+        except (OSError, PermissionDeniedError) as exc:
+            refused.append(str(exc))
+    key = tuple(bases)
+    if key not in _own:
+        if not bases:
+            raise PermissionDeniedError(f"no writable directory for this process's private files: {lost}")
+        _own[key] = tempfile.mkdtemp(prefix=f"kvstore-{os.geteuid()}-", dir=bases[0])
+        atexit.register(shutil.rmtree, _own[key], ignore_errors=True)  # (no later process finds it)
+        log.warning(
+            "no private directory of this user could be had (%s): using %s, this process's own; %s",
+            "; ".join(refused),
+            _own[key],
+            lost,
+        )
+    return _own[key]
 
 
 def adoptable(path: str) -> str:

@@ -21,25 +21,35 @@ import tempfile
 import xxhash
 
 from kvstore.config import NodeConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError, PermissionDeniedError
-from kvstore.local_files import private_directory
+from kvstore.errors import InvalidArgumentError
+from kvstore.local_files import first_private_directory
 
 MAX_SLOTS = 256
 
 
 def lock_directory() -> str:
-    """Where node identity locks live: this user's private directory (kvstore.local_files) in shared
-    memory where the host has it (gone at reboot, as the identities' memory is), else in the temporary
-    directory. Private, so another local user can neither hold the locks (and keep every slot taken) nor
-    plant them."""
-    bases = [b for b in ("/dev/shm", tempfile.gettempdir()) if os.path.isdir(b) and os.access(b, os.W_OK)]
-    refused: list[str] = []
-    for base in bases:
-        try:
-            return private_directory(base)
-        except (OSError, KVStoreError) as exc:
-            refused.append(str(exc))
-    raise PermissionDeniedError("no private directory for the node's identity locks: " + "; ".join(refused))
+    """Where node identity locks (and the keys of nodes without a disk) live: this user's private
+    directory (kvstore.local_files) in shared memory where the host has it (gone at reboot, as the
+    identities' memory is), else in /run/user/<uid> (private already, where there is a login session),
+    else in the temporary directory. Private, so another local user can neither hold the locks (and keep
+    every slot taken) nor plant them. One who took the name in all of them (`mkdir
+    /dev/shm/kvstore-<uid> /tmp/kvstore-<uid>`) does not stop the node: it uses a directory of its own
+    (mkdtemp), and loses what the shared one gave (LOST_WITHOUT_SHARED)."""
+    return first_private_directory(lock_bases(), LOST_WITHOUT_SHARED)
+
+
+def lock_bases() -> list[str]:
+    """Where lock_directory looks, in order: those of them that are writable directories here."""
+    candidates = ("/dev/shm", f"/run/user/{os.geteuid()}", tempfile.gettempdir())
+    return [b for b in candidates if os.path.isdir(b) and os.access(b, os.W_OK)]
+
+
+LOST_WITHOUT_SHARED = (
+    "identical nodes on this host (same settings, no KVSTORE_NODE_NAME) no longer see each other's "
+    "identity slots, and a node without a disk gets a new key, so a new identity, at each start (its "
+    "restart waits out its old registration's TTL instead of superseding it; a node with a disk keeps its "
+    "key beside the disk file). Remove the directories another user made to get them back"
+)
 
 
 class NodeIdentity:

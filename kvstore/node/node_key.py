@@ -1,9 +1,14 @@
-"""A storage node's key: a secret its identity keeps across restarts, in a file beside its identity lock
-(this user's private directory: kvstore.node.identity.lock_directory). The master knows a node's
-identity by the key's fingerprint (kvstore.rpc.messages.node_key_fingerprint) and lets a registration
-supersede a live one of the same identity only when it shows the key: the same node restarted, never a
-member that merely names it. The file is read and made only while this process holds the identity's
-lock, so twins never race for it."""
+"""A storage node's key: a secret its identity keeps across restarts. The master knows a node's identity
+by the key's fingerprint (kvstore.rpc.messages.node_key_fingerprint) and lets a registration supersede a
+live one of the same identity only when it shows the key: the same node restarted, never a member that
+merely names it. The file is read and made only while this process holds the identity's lock (or its
+disk file's), so twins never race for it.
+
+Where: beside the node's --disk file (`<disk>.node-key`, mode 0600) when it has one, so the key lives as
+long as the records it names: after a reboot (or a container made anew) the node is the same identity
+and takes its disk records back, where a new key would have had them refused as another node's. Without
+a disk, beside its identity lock (this user's private directory in shared memory:
+kvstore.node.identity.lock_directory), gone at reboot with the segment it names."""
 
 from __future__ import annotations
 
@@ -18,20 +23,45 @@ from kvstore.rpc import messages as m
 KEY_CHARS = 32  # hex digits: 128 bits
 
 
-def load(stem: str) -> str:
-    """The key of the node identity `stem` (NodeIdentity.stem, whose lock the caller holds): the one
-    its last process kept, else a new one, kept for its next."""
-    path = os.path.join(lock_directory(), f"kvstore-node-{stem}.key")
+def path_of(stem: str, disk: str = "") -> str:
+    """Where the key of the node identity `stem` (NodeIdentity.stem) with the disk file `disk` is kept."""
+    if disk:
+        return os.path.abspath(disk) + ".node-key"
+    return os.path.join(lock_directory(), f"kvstore-node-{stem}.key")
+
+
+def load(stem: str, disk: str = "") -> str:
+    """The key of the node identity `stem` (whose lock the caller holds; with `disk`, that file's lock
+    too): the one its last process kept, else a new one, kept for its next. A node with a disk whose key
+    an older version kept in the private directory takes that one beside its disk."""
+    path = path_of(stem, disk)
     key = _read(path)
     if key:
         return key
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # (unreadable or malformed: made afresh)
-    key = m.new_token()
+    if disk:
+        with contextlib.suppress(PermissionDeniedError):  # (one not private is not taken)
+            key = _read(path_of(stem))
+    key = key or m.new_token()
+    _write(path, key)
+    return key
+
+
+def _write(path: str, key: str) -> None:
+    """Makes the key file (never through a link or over a file another made meanwhile), on the disk
+    before the key is used: a key the node registered with and then lost to a power cut would cost its
+    identity."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(key)
-    return key
+        out.flush()
+        os.fsync(out.fileno())
+    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _read(path: str) -> str:

@@ -42,7 +42,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
             config,
             identity.name,
             lambda engine: prepared.append(prepare_segment(engine, node, files.memory)),
-            load_node_key(identity.stem),
+            load_node_key(identity.stem, node.disk),
         )
     except BaseException:
         _release(identity, held)

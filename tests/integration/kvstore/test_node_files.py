@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import stat
 import tempfile
@@ -25,11 +26,13 @@ from kvstore.config import MasterConfig, NodeConfig
 from kvstore.errors import KVStoreError
 from kvstore.master import Master
 from kvstore.master.server import EmbeddedMaster
-from kvstore.node.identity import NodeIdentity
+from kvstore.node import node_key
+from kvstore.node.identity import NodeIdentity, lock_directory
 from kvstore.procs import kvstore_process
 from tests.conftest import tiny_tmpfs
 from tests.helpers.kv_event_publisher import free_port
 from tests.helpers.other_user import OTHER_UID, need_root, run_as_other
+from tests.integration.kvstore.conftest import master_for_a_disk_node
 
 SEGMENT = 16 << 20
 VALUE = 256 << 10
@@ -88,6 +91,44 @@ def test_a_second_node_on_the_same_disk_file_is_refused_naming_the_first(tmp_pat
             assert time.monotonic() - began < 30  # refused at start, not after joining
             assert store.stats()["master"]["segments"] == 1  # the second never joined
             assert store.batch_get(keys) == [v.tobytes() for v in data]
+
+
+def test_a_node_with_a_disk_is_the_same_identity_after_a_reboot(tmp_path: Path) -> None:
+    """Review of issue 39, item 9: the node key lived in tmpfs only, so after a reboot (or a container
+    made anew) within client_ttl the node came back as a new identity: it could not supersede its old
+    registration, its disk records were refused as conflicts and then dropped with the old registration:
+    unreadable though still on disk. The key now lives beside the disk file (0600). The reboot here: the
+    node SIGKILLed and everything it kept in shared memory (key, lock, segment, catalog) removed."""
+    disk = tmp_path / "tier"
+    data = values(48)
+    keys = [f"reboot/{i}" for i in range(len(data))]
+    with master_for_a_disk_node(disk) as (m, node):
+        identity = NodeIdentity(NodeConfig.load(segment_size=SEGMENT, disk=str(disk)), m.address)
+        identity.release()
+        state = m.master.state
+        with Store.connect(m.address, rpc_busy_poll_us=0) as store:
+            with kvstore_process(node) as (proc, _):
+                for i in range(0, len(keys), 8):
+                    assert store.batch_put_from(keys[i : i + 8], data[i : i + 8]) == [0] * 8
+                    time.sleep(0.05)
+                on_disk = {k for k in keys if k in state.objects and state.objects[k].disk is not None}
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+            assert len(on_disk) >= 16
+            key_file = Path(node_key.path_of(identity.stem, str(disk)))
+            assert key_file.parent == disk.parent and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+            tmpfs = [Path(lock_directory()) / f"kvstore-node-{identity.stem}.{x}" for x in ("key", "lock")]
+            memory = Path("/dev/shm") / f"kvstore-{os.geteuid()}" / f"kvstore-node-{identity.stem}"
+            for path in [*tmpfs, memory.with_suffix(".mem"), memory.with_suffix(".held")]:
+                path.unlink(missing_ok=True)  # the reboot
+            with kvstore_process(node):
+                assert store.stats()["master"]["superseded_clients"] == 1  # was 0: a new identity
+                time.sleep(state.config.client_ttl + 1)  # the old registration would have expired by now
+                kept = sorted(on_disk)
+                got = [g for i in range(0, len(kept), 16) for g in store.batch_get(kept[i : i + 16])]
+                expected = [data[keys.index(k)].tobytes() for k in kept]
+                assert all(g is None or g == e for g, e in zip(got, expected, strict=True))  # never wrong
+                assert sum(g == e for g, e in zip(got, expected, strict=True)) >= 0.99 * len(kept)
 
 
 # -- item 4: degraded clears only when an append works ----------------------------------------------------

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import xxhash
 
+from kvstore import local_files
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError, PermissionDeniedError
-from kvstore.local_files import adoptable, discard_unadoptable, private_directory
-from kvstore.node import file_lock
+from kvstore.local_files import adoptable, discard_unadoptable, first_private_directory, private_directory
+from kvstore.node import file_lock, identity, node_key
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.node.identity import MAX_SLOTS, NodeIdentity, lock_directory
@@ -76,6 +77,71 @@ def test_another_user_cannot_plant_a_file_in_the_private_directory(shared_base: 
     planted = os.path.join(mine, "kvstore-node-x-0.mem")
     assert run_as_other(lambda: os.close(os.open(planted, os.O_CREAT | os.O_WRONLY, 0o666))) == 1
     assert not os.path.exists(planted)
+
+
+def test_names_another_user_took_everywhere_leave_a_directory_of_this_process_own(
+    shared_base: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review of issue 39, item 9: `mkdir /dev/shm/kvstore-<uid> /tmp/kvstore-<uid>` by another user kept
+    a node from starting (its identity locks had nowhere to go). The next base is taken (/run/user/<uid>
+    where there is one), and when every one is taken, a mkdtemp directory of this process's own (the
+    same for its life), with what that costs in the log."""
+    bases = [shared_base / "shm", shared_base / "tmp"]
+    for base in bases:
+        base.mkdir()
+        os.chmod(base, 0o1777)
+    squats = [base / f"kvstore-{os.geteuid()}" for base in bases]
+    assert run_as_other(lambda: os.mkdir(squats[0], 0o777)) == 0
+    assert first_private_directory([str(b) for b in bases], "x") == str(squats[1])  # the next base
+    os.rmdir(squats[1])
+    assert run_as_other(lambda: os.mkdir(squats[1], 0o777)) == 0
+    monkeypatch.setattr(local_files, "_own", {})
+    monkeypatch.setattr(identity, "lock_bases", lambda: [str(b) for b in bases])
+    caplog.set_level("WARNING", logger="kvstore")
+    own = identity.lock_directory()
+    assert Path(own).parent == bases[0] and _mode(own) == 0o700 and os.stat(own).st_uid == os.geteuid()
+    assert identity.lock_directory() == own  # the same for the process's life
+    assert [r for r in caplog.records if "identity slots" in r.getMessage()]
+    assert run_as_other(lambda: os.listdir(own)) == 1
+    config = NodeConfig.load(segment_size=1 << 20, name="squatted-test")
+    first = NodeIdentity(config, "m:1")  # the node starts: was PermissionDeniedError
+    twin = NodeIdentity(config, "m:1")
+    assert (first.slot, twin.slot) == (0, 1)  # (within this process, twins still see each other's locks)
+    key = node_key.load(first.stem)
+    assert os.path.dirname(node_key.path_of(first.stem)) == own and node_key.load(first.stem) == key
+    first.release()
+    twin.release()
+
+
+def test_a_node_with_a_disk_keeps_its_key_beside_the_disk_file(tmp_path: Path) -> None:
+    """Review of issue 39, item 9: a key in tmpfs only is a new identity after a reboot. Beside the disk
+    file it is private (0600, never through a link), the same at each start, and a key an earlier version
+    kept in the private directory is carried over (the node stays the identity it was)."""
+    stem = f"beside-disk-test-{os.getpid()}-0"
+    old = Path(node_key.path_of(stem))
+    disk = tmp_path / "tier"
+    old.unlink(missing_ok=True)
+    try:
+        earlier = node_key.load(stem)  # as an earlier version kept it
+        assert node_key.load(stem, str(disk)) == earlier
+        beside = Path(node_key.path_of(stem, str(disk)))
+        assert beside == tmp_path / "tier.node-key" and _mode(beside) == 0o600
+        old.unlink()  # the reboot: tmpfs is empty
+        assert node_key.load(stem, str(disk)) == earlier
+        beside.unlink()
+        beside.symlink_to(tmp_path / "elsewhere")
+        with pytest.raises(PermissionDeniedError, match="not this user's private file"):
+            node_key.load(stem, str(disk))
+        assert not (tmp_path / "elsewhere").exists()
+        if os.geteuid() == 0:
+            beside.unlink()
+            beside.write_text("0" * 32)
+            os.chmod(beside, 0o600)
+            os.chown(beside, OTHER_UID, OTHER_UID)  # planted beside a --disk in a shared directory
+            with pytest.raises(PermissionDeniedError, match="not this user's private file"):
+                node_key.load(stem, str(disk))
+    finally:
+        old.unlink(missing_ok=True)
 
 
 # -- what is adopted --------------------------------------------------------------------------------------
