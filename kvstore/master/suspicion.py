@@ -1,17 +1,17 @@
 """Suspicion of unreachable nodes: a client that fails to reach a node reports it, and the node's
 segments become suspect (not placed on, their replicas not offered while another exists) only on
-evidence that costs something, since a registration costs nothing and a member may lie:
+evidence that costs something, since a registration costs nothing and a member may lie. A report is
+never evidence itself, whoever makes it and however many make it (one process can hold any number of
+registrations and small segments): it only makes the master look. What is evidence:
 
-- the node itself missed a heartbeat: none for SILENT_INTERVALS intervals (judged again every
-  housekeeping tick; one interval is no evidence, as a heartbeat comes a little after each);
+- the node itself missed a heartbeat while reports stand: none for SILENT_INTERVALS intervals (judged
+  again every housekeeping tick; one interval is no evidence, as a heartbeat comes a little after each);
 - the master could not reach the node's engine itself, or found another process owning it (a probe
   through the engine's authenticated handshake, kvstore.master.mount_check, at most one per engine per
-  heartbeat interval, run off the loop by the handlers);
-- two witnesses found the same within REPORT_WINDOW heartbeats, where a witness is a client that holds a
-  usable segment on another engine (a mount the master checked against a real engine's memory: no number
-  of made-up clients is one).
+  heartbeat interval, run off the loop by the handlers).
 
-The node's next heartbeat, an interval after it became suspect, trusts it again
+A probe the engine answers as its owner's disproves the reports made before it began and trusts the
+node's segments again; so does the node's next heartbeat, an interval after it became suspect
 (kvstore.master.membership)."""
 
 from __future__ import annotations
@@ -51,13 +51,16 @@ class Suspicion(StateCore):
             reports = self._unreachable_reports.get(engine, {})
             for reporter in [c for c, when in reports.items() if when <= began]:
                 del reports[reporter]
+            for seg in self._segments_of(engine):  # reachable as its owner's: suspect no more
+                if seg.client_id == owner:
+                    self.space.trust(seg)
             return
         for seg in self._segments_of(engine):
             if seg.client_id == owner and self.space.suspect(seg, now):
                 self.counters.suspected_segments += 1
 
     def judge_unreachable_reports(self) -> None:
-        """Reports of one client are confirmed once the node misses a heartbeat (O(reported engines))."""
+        """Reports are confirmed once the node misses heartbeats (O(reported engines))."""
         now = self.clock()
         for engine in list(self._unreachable_reports):
             self._judge_unreachable(engine, now)
@@ -75,23 +78,11 @@ class Suspicion(StateCore):
             return
         segments = self._segments_of(engine)
         owners = [self.clients.get(seg.client_id) for seg in segments]
-        silent = any(c is None or now - c.last_seen > SILENT_INTERVALS * interval for c in owners)
-        if not silent and sum(1 for c in reports if self._witness(c, engine)) < 2:
-            return
+        if not any(c is None or now - c.last_seen > SILENT_INTERVALS * interval for c in owners):
+            return  # its node heartbeats: only the master's probe can tell (reports cost nothing)
         for seg in segments:
             if self.space.suspect(seg, now):
                 self.counters.suspected_segments += 1
-
-    def _witness(self, client_id: str, engine: str) -> bool:
-        """The client holds a usable segment on another engine: its word costs it a real node."""
-        client = self.clients.get(client_id)
-        if client is None:
-            return False
-        for seg_id in client.segments:
-            seg = self.segments.get(seg_id)
-            if seg is not None and seg.engine != engine and seg.usable:
-                return True
-        return False
 
     def _segments_of(self, engine: str) -> list[Segment]:
         return [seg for seg in self.space if seg.engine == engine]

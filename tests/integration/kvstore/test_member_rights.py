@@ -139,6 +139,43 @@ def test_made_up_clients_cannot_make_a_live_node_suspect() -> None:
         assert second.get(f"k{puts - 1}") == b"v" * 4096  # (the first ones may be evicted by now)
 
 
+def test_a_member_with_two_small_segments_cannot_make_a_live_node_suspect() -> None:
+    """Review item 7: a witness needed only a usable segment on another engine, so a member running two
+    stores with tiny segments (real engines, checked mounts) was two witnesses, and a probe that found
+    the node alive did not clear it: the next pair of reports made it suspect again. Reports now only
+    make the master probe; the probe finds the node alive."""
+    with (
+        embedded(heartbeat_interval=0.3) as master,
+        Store.connect(master.address, segment_size=8 << 20) as first,
+        Store.connect(master.address, segment_size=8 << 20) as second,
+        Store.connect(master.address, segment_size=64 << 10) as liar0,
+        Store.connect(master.address, segment_size=64 << 10) as liar1,
+    ):
+        target = first.session.engine.name
+        stop = threading.Event()
+
+        def lie() -> None:
+            while not stop.is_set():
+                for liar in (liar0, liar1):
+                    liar.master.call(m.ReportReplicas(liar.client_id, [target], [], token=liar.session.token))
+                stop.wait(0.02)
+
+        thread = threading.Thread(target=lie)
+        thread.start()
+        try:
+            failed = puts = 0
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                keys = [f"k{puts + i}" for i in range(8)]
+                failed += sum(c != 0 for c in second.batch_put_from(keys, [b"v" * 4096] * 8, replicas=2))
+                puts += 8
+        finally:
+            stop.set()
+            thread.join()
+        assert failed == 0, f"{failed} of {puts} puts failed"
+        assert second.stats()["master"]["suspected_segments"] == 0
+
+
 def test_the_masters_probe_confirms_a_dead_node_on_one_clients_word() -> None:
     """A node that is really gone is still found out at once: one report, and the master's probe of its
     engine fails (its port is closed), well before a missed heartbeat would tell (client TTL 60 s,

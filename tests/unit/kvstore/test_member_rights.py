@@ -108,15 +108,33 @@ def test_made_up_clients_never_make_a_live_node_suspect() -> None:
     assert state.put_start("n1", "lands", MiB, 1, 2, False) is not None  # both nodes placed on
 
 
-def test_two_witnesses_that_hold_segments_make_a_node_suspect() -> None:
+def test_reports_of_clients_holding_segments_only_make_the_master_probe() -> None:
+    """Review item 7: a "witness" needed only some usable segment on another engine, so one process
+    with two registrations and two 4 KiB regions made a live node suspect. Reports now only make the
+    master look; a probe the engine answers clears the suspicion a failed one raised."""
     clock = Clock()
-    state = make_state(clock, 3)
+    state = make_state(clock, 2)
     target = segment_of(state, "n1")
-    state.report_unreachable(target.engine, "n1")  # its own owner is no witness of another engine...
-    state.report_unreachable(target.engine, "n2")
-    assert target.usable
-    state.report_unreachable(target.engine, "n0")  # ... but two other nodes are
+    for i in range(2):  # one member: two registrations, two tiny regions on engines of its own
+        state.register_client(f"liar{i}", "h9")
+        state.mount_segment(f"liar{i}", f"127.0.0.1:{7100 + i}", 1, 4096, "h9")
+    for _ in range(3):
+        for i in range(2):
+            state.report_unreachable(target.engine, f"liar{i}")
+            state.report_unreachable(target.engine, "n0")  # (a real node's word weighs no more)
+        assert target.usable and not state.space.any_suspect()
+        clock.now += 0.5
+        state.heartbeat("n1")
+        state.expire()
+    assert target.usable and state.counters.suspected_segments == 0
+    state.probed(target.engine, "n1", "the master could not reach it")  # evidence: suspect
     assert not target.usable
+    state.report_unreachable(target.engine, "liar0")
+    state.probed(target.engine, "n1", None)  # the next probe found it answering as n1's: trusted again
+    assert target.usable and not state.space.any_suspect()
+    state.report_unreachable(target.engine, "liar1")  # and the next pair of reports changes nothing
+    state.report_unreachable(target.engine, "liar0")
+    assert target.usable
 
 
 def test_the_master_probes_a_reported_engine_at_most_once_per_interval() -> None:
