@@ -78,6 +78,21 @@ def first_private_directory(bases: Sequence[str], lost: str) -> str:
     return _own[key]
 
 
+def unsafe_directory(path: str) -> str:
+    """Why another user could remove, replace or plant what this user makes in the directory `path` (""
+    when nobody can): it must be a directory (not a link) of this user or root, and writable by nobody
+    else unless sticky (as /tmp and /dev/shm, where only a file's owner may remove or rename it)."""
+    info = os.lstat(path)
+    uid = os.geteuid()
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a directory (a link or a file)"
+    if info.st_uid not in (uid, 0):
+        return f"owned by uid {info.st_uid}, not {uid} (nor root)"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return f"{stat.filemode(info.st_mode)}: others may write in it, and it is not sticky"
+    return ""
+
+
 def adoptable(path: str) -> str:
     """Why the existing file at `path` may not be taken as this process's own ("" when it may, or when
     there is none): it must be this user's regular file (not a link), of mode 0600 or less, with one

@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from kvstore.errors import PermissionDeniedError
+from kvstore.local_files import unsafe_directory
 from kvstore.master.changes import (
     DiskRecordDropped,
     DiskRecordSet,
@@ -77,8 +78,18 @@ def check_endpoint(endpoint: str, insecure: bool, tcp: bool = False) -> None:
 
 def _bind_private(socket: Any, path: str) -> None:
     """Binds an ipc socket that only this user may connect to: made mode 0600 (under a umask that opens
-    it to nobody meanwhile), its directory made 0700 when the master makes it."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    it to nobody meanwhile), its directory made 0700 when the master makes it. A directory another user
+    could remove or replace the socket in (theirs, or open to all and not sticky: kvstore.local_files) is
+    refused: subscribers would connect to whatever they put there."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    why = unsafe_directory(directory)
+    if why:
+        raise PermissionDeniedError(
+            f"KV events socket {path}: its directory {directory} is {why}; another local user could replace "
+            "the socket there. Choose a directory of the master's user"
+        )
     before = os.umask(0o077)  # (process-wide for this instant: anything made meanwhile is only closer)
     try:
         socket.bind(f"ipc://{path}")

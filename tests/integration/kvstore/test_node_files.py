@@ -300,3 +300,22 @@ def test_the_kv_events_socket_is_its_users_only(shared_dir: Path) -> None:
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(str(path))  # its own user may
     assert stat.S_IMODE(os.stat(made.parent).st_mode) == 0o700
+
+
+def test_kv_events_are_never_bound_where_another_user_could_replace_the_socket(shared_dir: Path) -> None:
+    """Review of issue 39 (inconsistencies): the KV events directory was made with makedirs(0700,
+    exist_ok=True), which took a directory another user made first (or one open to all, not sticky), where
+    they can remove the socket and put their own in its place for subscribers. Now it is checked as the
+    node's private files are (kvstore.local_files): this user's or root's, closed to others or sticky."""
+    need_root()
+    theirs, wide = shared_dir / "theirs", shared_dir / "wide"
+    assert run_as_other(lambda: os.mkdir(theirs, 0o755)) == 0
+    wide.mkdir()
+    os.chmod(wide, 0o777)
+    for directory, why in ((theirs, f"uid {OTHER_UID}"), (wide, "not sticky")):
+        args = ["master", "--port", "0", "--kv-events-endpoint", f"ipc://{directory}/events"]
+        with pytest.raises(KVStoreError, match=why), kvstore_process(args):
+            pass
+        assert not (directory / "events").exists()
+    with kvstore_process(["master", "--port", "0", "--kv-events-endpoint", f"ipc://{shared_dir}/events"]):
+        assert stat.S_IMODE(os.stat(shared_dir / "events").st_mode) == 0o600  # sticky: only ours to remove
