@@ -110,8 +110,10 @@ class Handlers:
             m.ReportReplicas: self.report_replicas,
         }
 
-    def handle(self, method: str, params: dict[str, Any]) -> Any:
-        """Parses and answers one request; raises the KVStoreError to send back."""
+    def handle(self, method: str, params: dict[str, Any], peer: str = "") -> Any:
+        """Parses and answers one request; raises the KVStoreError to send back. `peer`: the host the
+        request came from (its connection's peer address; "" in-process), what registrations are counted
+        by per host."""
         try:
             request = m.parse_request(method, params)
         except KeyError:
@@ -122,6 +124,8 @@ class Handlers:
             raise NotSupportedError(f"unknown method {method!r}") from None
         if type(request) in m.OWN_NAME:  # (an unknown client is left to the handler: most say "register")
             self.state.check_token(request.client_id, request.token)  # type: ignore[attr-defined]
+        if isinstance(request, m.RegisterClient):
+            return self.register_client(request, peer)
         return self.by_type[type(request)](request)
 
     def hello(self, r: m.Hello) -> m.HelloReply:
@@ -132,8 +136,8 @@ class Handlers:
             )
         return m.HelloReply(m.PROTOCOL_VERSION, self.epoch)
 
-    def register_client(self, r: m.RegisterClient) -> m.RegisterReply:
-        self.state.register_client(r.client_id, r.host_id, r.node_id, r.token)
+    def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply:
+        self.state.register_client(r.client_id, r.host_id, r.node_id, r.token, peer)
         c = self.state.config
         return m.RegisterReply(
             c.heartbeat_interval,

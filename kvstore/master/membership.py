@@ -4,6 +4,7 @@ a remounted segment or disk names back), and dropping a client with everything i
 from __future__ import annotations
 
 import hmac
+import itertools
 import secrets
 from collections.abc import Iterable
 
@@ -13,18 +14,23 @@ from kvstore.master.model import Client, Segment
 from kvstore.master.state_core import StateCore
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
+FAIR_SHARE_WALK = 64  # clients of the fullest address looked at for one holding nothing (at max_clients)
 
 
 class Membership(StateCore):
-    def register_client(self, client_id: str, host_id: str, node_id: str = "", token: str = "") -> None:
+    def register_client(
+        self, client_id: str, host_id: str, node_id: str = "", token: str = "", address: str = ""
+    ) -> None:
         """Registers a client (again). A storage node that registers with the identity of an older
         registration is that node restarted: the old one is dropped at once (its process is gone), so
         what the node offers back (disk records) is taken, not deleted when the old TTL runs out. Only
         the node itself can name its identity: the request proves the node's key (kvstore.rpc.messages
         RegisterClient.node_id), so no member can drop a live node by naming it.
         `token`: the process's own secret, chosen by it; a registration (again) of a known client with
-        another one is refused, so no process can take over another's name. A new client beyond
-        max_clients (max_clients_per_host) takes the place of an idle one, or is refused."""
+        another one is refused, so no process can take over another's name. `address`: the host the
+        request came from (the connection's peer; "" in-process: the claimed host id stands for it),
+        what max_clients_per_host counts. A new client beyond max_clients (max_clients_per_host) takes
+        the place of an idle one, or is refused."""
         client = self.clients.get(client_id)
         if client is not None:
             self.check_token(client_id, token)
@@ -34,25 +40,32 @@ class Membership(StateCore):
         if old is not None and old != client_id:
             self.counters.superseded_clients += 1
             self.drop_client(old)
-        self._make_room(host_id)
+        address = address or host_id
+        self._make_room(address)
         registration = secrets.randbits(63) | 1  # (never 0: what a report that names none carries)
         self.clients[client_id] = Client(
             client_id, host_id, self.clock(), node_id=node_id, token=token, registration=registration
         )
-        self._hosts.setdefault(host_id, {})[client_id] = None
+        self._hosts.setdefault(address, {})[client_id] = None
+        self._address_of[client_id] = address
         if node_id:
             self._by_node[node_id] = client_id
 
-    def _make_room(self, host_id: str) -> None:
-        """Below the caps, nothing; else drops the longest-silent idle client (of this host when the host
+    def _make_room(self, address: str) -> None:
+        """Below the caps, nothing; else drops the longest-silent idle client (of this address when it
         is at its cap): one that missed a heartbeat and holds no segment, disk or put in progress, so no
-        healthy client is ever dropped for a new one. TooManyConnectionsError when none is idle."""
+        healthy client is ever dropped for a new one. At max_clients with none idle, the address holding
+        the most registrations gives up one that holds nothing, heard from lately or not, when it holds
+        more than the newcomer's would: a member heartbeating made-up clients from a few addresses fills
+        its own share, not everyone's. TooManyConnectionsError when no client can go."""
         c = self.config
-        on_host = self._hosts.get(host_id, {})
+        on_host = self._hosts.get(address, {})
         if len(on_host) >= c.max_clients_per_host:
-            victim, limit = self._idlest(on_host), f"{c.max_clients_per_host} clients of host {host_id}"
+            victim, limit = self._idlest(on_host), f"{c.max_clients_per_host} clients of host {address}"
         elif len(self.clients) >= c.max_clients:
             victim, limit = self._idlest(self.clients), f"{c.max_clients} clients"
+            if victim is None:
+                victim = self._of_the_fullest(len(on_host) + 1)
         else:
             return
         if victim is None:
@@ -62,10 +75,23 @@ class Membership(StateCore):
         self.counters.dropped_clients += 1
         self.drop_client(victim)
 
+    def _of_the_fullest(self, newcomers: int) -> str | None:
+        """The longest-silent client holding nothing of the address with the most registrations, when
+        that one holds more than `newcomers` (the newcomer's address with it); None if none. O(addresses)
+        plus a walk of at most FAIR_SHARE_WALK of its clients."""
+        fullest = max(self._hosts.values(), key=len, default={})
+        if len(fullest) <= newcomers:
+            return None
+        for client_id in itertools.islice(fullest, FAIR_SHARE_WALK):
+            client = self.clients[client_id]
+            if not (client.segments or self._pending.held(client_id)[0] or self._has_disk(client_id)):
+                return client_id
+        return None
+
     def _seen(self, client: Client) -> float:
         """The client was heard from now: it moves last in the tables, which stay in heartbeat order
         (the longest silent first, for _idlest)."""
-        on_host = self._hosts[client.host_id]
+        on_host = self._hosts[self._address_of[client.id]]
         on_host[client.id] = on_host.pop(client.id)
         self.clients[client.id] = self.clients.pop(client.id)
         client.last_seen = now = self.clock()
@@ -172,10 +198,11 @@ class Membership(StateCore):
             return
         if client.node_id and self._by_node.get(client.node_id) == client_id:
             del self._by_node[client.node_id]
-        on_host = self._hosts.get(client.host_id, {})
+        address = self._address_of.pop(client_id, client.host_id)
+        on_host = self._hosts.get(address, {})
         on_host.pop(client_id, None)
         if not on_host:
-            self._hosts.pop(client.host_id, None)
+            self._hosts.pop(address, None)
         self.admins.discard(client_id)
         self._admin_nonces.pop(client_id, None)
         for seg_id in list(client.segments):

@@ -228,7 +228,7 @@ class RpcConnection(asyncio.Protocol):
                 self.buffer.clear()
                 return answered
             answered = True
-            reply = self.master._dispatch(msg_id, method, params)
+            reply = self.master._dispatch(msg_id, method, params, self.host)
             if isinstance(reply, Deferred):
                 self._later(msg_id, reply)
             else:

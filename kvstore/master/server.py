@@ -172,10 +172,12 @@ class Master:
             for send in ready:
                 send()
 
-    def _dispatch(self, msg_id: int, method: str, params: dict[str, Any]) -> list[Any] | Deferred:
+    def _dispatch(
+        self, msg_id: int, method: str, params: dict[str, Any], peer: str = ""
+    ) -> list[Any] | Deferred:
         start = time.perf_counter()
         try:
-            result = self.handlers.handle(method, params)
+            result = self.handlers.handle(method, params, peer)
             if isinstance(result, Deferred):
                 return result
             return [msg_id, 0, "", result]

@@ -42,7 +42,10 @@ class StateCore:
         # engine -> reporting client -> when it last found that engine unreachable (kvstore.master.suspicion)
         self._unreachable_reports: dict[str, dict[str, float]] = {}
         self._probes: dict[str, float] = {}  # engine -> when the master last began to probe it itself
-        self._hosts: dict[str, dict[str, None]] = {}  # host id -> its clients (max_clients_per_host)
+        # Where clients register from -> its clients, in heartbeat order (max_clients_per_host): the
+        # connection's peer address (a claimed host id would let a member fill another host's share).
+        self._hosts: dict[str, dict[str, None]] = {}
+        self._address_of: dict[str, str] = {}  # client -> its key in _hosts
         self.admins: set[str] = set()  # registrations that proved the admin secret (kvstore.master.roles)
         self._admin_nonces: dict[str, str] = {}  # client -> the nonce it was given to prove it over
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects

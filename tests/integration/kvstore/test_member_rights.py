@@ -230,6 +230,21 @@ def test_registrations_are_bounded_and_a_healthy_client_is_never_dropped() -> No
             assert late.get("still") == b"s" * 4096
 
 
+def test_the_per_host_cap_counts_the_connections_address_not_the_claimed_host() -> None:
+    """Review item 6: the per-host cap counted the host id each registration claims, so a member
+    naming a victim's host filled that host's share. The master counts the connection's peer address:
+    made-up clients claiming eight hosts from one address fill that address's share only."""
+    with (
+        embedded(heartbeat_interval=5.0, max_clients=64, max_clients_per_host=8) as master,
+        member(master.address) as evil,
+    ):
+        for i in range(8):
+            register(evil, f"claimed-{i}")
+        with pytest.raises(TooManyConnectionsError, match=r"8 clients of host 127\.0\.0\.1"):
+            register(evil, "claimed-9")
+        assert len(master.master.state.clients) == 8
+
+
 # -- item 9: the destructive calls are an admin's ---------------------------------------------------
 def test_remove_all_and_forced_removals_of_others_need_the_admin_secret() -> None:
     """Was: remove_all needed no registration and no privilege. Now a client proves the admin secret
