@@ -150,7 +150,8 @@ def test_a_full_file_system_keeps_the_disk_degraded_without_flapping(tmp_path: P
         node += ["--disk-size", "64MiB", "--disk-backend", "threads"]
         with kvstore_process(node), Store.connect(m.address, rpc_busy_poll_us=0) as store:
             filler = fs / "filler"
-            with open(filler, "wb") as f, contextlib.suppress(OSError):  # the index has no room left
+            with contextlib.suppress(OSError), open(filler, "wb") as f:  # the index has no room left (the
+                # close flushes what the last write buffered: it fails too)
                 while True:
                     f.write(b"\0" * 65536)
                     f.flush()
