@@ -82,6 +82,7 @@ class Handlers:
         self.admin_secret = admin.load_secret(
             c.admin_secret, c.admin_secret_file, "KVSTORE_MASTER_ADMIN_SECRET"
         )
+        self._superseding: set[str] = set()  # node identities whose holder is being probed (_once_gone)
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
             m.Hello: self.hello,
             m.RegisterClient: self.register_client,
@@ -136,7 +137,49 @@ class Handlers:
             )
         return m.HelloReply(m.PROTOCOL_VERSION, self.epoch)
 
-    def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply:
+    def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply | Deferred:
+        """Registers; a node identity another registration holds (with memory or a disk) is taken only
+        once that process is found gone (_once_gone)."""
+        checks = self.mounts
+        holder = self.state.node_holder(r.node_id, r.client_id) if checks is not None else None
+        if checks is None or holder is None:
+            return self._registered(r, peer)
+        return self._once_gone(r, peer, checks, *holder)
+
+    def _once_gone(
+        self, r: m.RegisterClient, peer: str, checks: MountCheck, owner: str, engine: str
+    ) -> Deferred:
+        """r's registration, which drops `owner` (the registration holding r's node identity), once the
+        master's probe of owner's engine found it not answering as owner's: its process is gone (a
+        restarted node's old one is dead: its port is closed, or the new process answers there). A live
+        holder keeps its identity whoever asks, even with the node's key, which crosses the wire (review
+        item 8): PermissionDeniedError. One probe per identity at a time (a flood queues none)."""
+        if r.node_id in self._superseding:
+            raise MasterUnavailableError(f"a registration of node {r.node_id!r} is being checked: try again")
+        self._superseding.add(r.node_id)
+        found: list[str | None] = []
+
+        def registered() -> m.RegisterReply:
+            if not found:
+                raise MasterUnavailableError(f"the check of engine {engine} took over {checks.timeout} s")
+            if found[0] is None:
+                raise PermissionDeniedError(
+                    f"node identity {r.node_id!r} is held by a live process (its engine {engine} answered "
+                    "as that registration's): a second process cannot take it over"
+                )
+            return self._registered(r, peer)
+
+        reply = Deferred(registered, checks.timeout + 1.0)
+
+        def probed(why: str | None) -> None:
+            self._superseding.discard(r.node_id)
+            found.append(why)
+            reply.ready()
+
+        checks.probe(engine, owner, probed)
+        return reply
+
+    def _registered(self, r: m.RegisterClient, peer: str) -> m.RegisterReply:
         self.state.register_client(r.client_id, r.host_id, r.node_id, r.token, peer)
         c = self.state.config
         return m.RegisterReply(

@@ -25,7 +25,9 @@ class Membership(StateCore):
         registration is that node restarted: the old one is dropped at once (its process is gone), so
         what the node offers back (disk records) is taken, not deleted when the old TTL runs out. Only
         the node itself can name its identity: the request proves the node's key (kvstore.rpc.messages
-        RegisterClient.node_id), so no member can drop a live node by naming it.
+        RegisterClient.node_id), so no member can drop a live node by naming it; nor by showing the key
+        (it crosses the wire): the handlers register an identity a live process holds only once the
+        master's probe found that process gone (node_holder).
         `token`: the process's own secret, chosen by it; a registration (again) of a known client with
         another one is refused, so no process can take over another's name. `address`: the host the
         request came from (the connection's peer; "" in-process: the claimed host id stands for it),
@@ -50,6 +52,21 @@ class Membership(StateCore):
         self._address_of[client_id] = address
         if node_id:
             self._by_node[node_id] = client_id
+
+    def node_holder(self, node_id: str, client_id: str) -> tuple[str, str] | None:
+        """(the client, an engine of its) when another registration holds the node identity `node_id`
+        and holds memory or a disk served by an engine: registering the identity again would drop it,
+        which only that process being gone allows (the handlers probe its engine first). None when such
+        a registration would drop nothing that holds anything."""
+        old = self._by_node.get(node_id) if node_id else None
+        if old is None or old == client_id or old not in self.clients:
+            return None
+        for seg_id in self.clients[old].segments:
+            seg = self.segments.get(seg_id)
+            if seg is not None:
+                return old, seg.engine
+        disk = next((s for s in self.disk.segments.values() if s.client_id == old and s.engine), None)
+        return (old, disk.engine) if disk is not None else None
 
     def _make_room(self, address: str) -> None:
         """Below the caps, nothing; else drops the longest-silent idle client (of this address when it

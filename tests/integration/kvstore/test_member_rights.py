@@ -82,6 +82,36 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             assert [c.node_id for c in list(state.clients.values()) if c.node_id] == [node_id]
 
 
+def test_a_member_that_learned_a_nodes_key_cannot_drop_the_live_node() -> None:
+    """Review item 8: the node key crosses the wire in RegisterClient (frame MACs give integrity, not
+    secrecy), so a member that sniffed it registered the node's identity with it and superseded (dropped)
+    the live node. The master now takes an identity a registration holds only once its probe of the
+    holder's engine finds that process gone: the live node answers, the member is refused."""
+    from pathlib import Path
+
+    from kvstore.node.identity import lock_directory
+
+    keys = [f"k{i}" for i in range(40)]
+    with embedded(heartbeat_interval=0.3) as master:
+        node = ["node", "--master", master.address, "--segment-size", "16MiB"]
+        with kvstore_process(node), Store.connect(master.address) as store, member(master.address) as evil:
+            assert store.batch_put_from(keys, [b"v" * 4096] * 40) == [0] * 40
+            state = master.master.state
+            ((holder, node_id),) = [(c.id, c.node_id) for c in list(state.clients.values()) if c.node_id]
+            fingerprint = node_id.rpartition("#")[2]
+            (node_key,) = [  # what a sniffer reads off the node's RegisterClient
+                k
+                for k in (p.read_text() for p in Path(lock_directory()).glob("kvstore-node-*.key"))
+                if m.node_key_fingerprint(k) == fingerprint
+            ]
+            for _ in range(4):
+                with pytest.raises(PermissionDeniedError, match="held by a live process"):
+                    register(evil, node_id=node_id, node_key=node_key)
+            assert state.counters.superseded_clients == 0
+            assert [c.id for c in list(state.clients.values()) if c.node_id] == [holder]
+            assert store.batch_get(keys) == [b"v" * 4096] * 40
+
+
 def test_a_member_cannot_take_a_clients_id_before_it_registers_again() -> None:
     """A client id is its token's fingerprint: a member that knows a client's id (it is in `kvstore
     status`) can neither register it with a token of its own while the client lives, nor take it first
