@@ -53,7 +53,13 @@ class SegmentFiles:
         try:
             private = private_directory(directory)
         except (OSError, KVStoreError) as exc:
-            log.warning("no private directory for the segment (%s): it is anonymous memory", exc)
+            # (not a directory of this process's own, as the identity locks take: a node killed would
+            # leave its whole segment there, and its next process would not find it anyway)
+            log.warning(
+                "no private directory for the segment (%s): it is anonymous memory, so what the node holds "
+                "does not survive a kill of it (remove the directory another user made to have it back)",
+                exc,
+            )
             return cls()
         base = os.path.join(private, f"kvstore-node-{stem}")
         files = cls(base + ".mem", base + ".held")
