@@ -308,8 +308,11 @@ class DiskTier:
         self._queue_drops(disk.client_id, records)
 
     def _queue_drops(self, client_id: str, records: list[tuple[int, str]]) -> None:
-        new_id = self.space.fences.new_id
-        self._drops.setdefault(client_id, []).extend(m.DiskDrop(o, key, new_id()) for o, key in records)
+        # Each names its key's removal (an older removal's, for an eviction, covers nothing alive): the
+        # node keeps it, so a memory replica that missed its kill cannot bring the key back.
+        new_id, buried = self.space.fences.new_id, self.space.fences.tombstones.generation
+        drops = (m.DiskDrop(o, key, new_id(), buried(key)) for o, key in records)
+        self._drops.setdefault(client_id, []).extend(drops)
         self._wake(client_id)
 
     def take_drops(self, client_id: str, limit: int = 1 << 30) -> list[m.DiskDrop]:

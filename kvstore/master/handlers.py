@@ -346,7 +346,7 @@ class Handlers:
         return self._once_checked(r.client_id, r.engine, r.file_region, r.size, mount)
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
-        return self.state.restore_disk(r.client_id, r.records, r.last)
+        return self.state.restore_disk(r.client_id, r.records, r.last, r.removed)
 
     def disk_degraded(self, r: m.DiskDegraded) -> None:
         self.state.check_client(r.client_id)

@@ -196,15 +196,19 @@ class Membership(StateCore):
         self._drop_segment(seg)
 
     def restore_disk(
-        self, client_id: str, records: list[tuple[int, str, int, int, int]], last: bool = True
+        self,
+        client_id: str,
+        records: list[tuple[int, str, int, int, int]],
+        last: bool = True,
+        removed: list[tuple[str, int]] | None = None,
     ) -> int:
-        """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back; returns
-        how many were taken."""
+        """kvstore.master.restore.restore_disk: the records a restarted node's disk offers back, after the
+        removals it remembers; returns how many were taken."""
         self._client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
             raise NotFoundError(f"client {client_id} has no disk mounted")
-        taken = restore.restore_disk(self, seg, records)
+        taken = restore.restore_disk(self, seg, records, removed or [])
         if last:
             self.disk.disk_space.end_restore(seg)
         return taken

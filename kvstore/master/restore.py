@@ -162,21 +162,28 @@ def _removed(tombs: Tombstones, key: str, gen: int) -> bool:
     return tombs.covers(key, gen) or tombs.forgotten(key, gen)
 
 
-def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, str, int, int, int]]) -> int:
+def restore_disk(
+    state: StateCore,
+    seg: DiskSegment,
+    records: list[tuple[int, str, int, int, int]],
+    removed: list[tuple[str, int]] | None = None,
+) -> int:
     """Takes back the records ([offset, key, size, checksum, generation], verified by the node) its disk
-    `seg` still holds: each becomes a disk-only object, or the disk copy again of the same value still in
-    memory elsewhere (another value of the key wins). One removed since (its tombstone covers the
-    generation of the replica it was written from) is refused, and the node is told to forget it.
-    Returns how many were taken."""
+    `seg` still holds, after the removals its index remembers (`removed`: take_removed): each becomes a
+    disk-only object, or the disk copy again of the same value still in memory elsewhere (another value
+    of the key wins). One removed since (its tombstone covers the generation of the replica it was
+    written from) is refused, and the node is told to forget it. Returns how many were taken."""
+    if removed:
+        take_removed(state, removed)
     disk = state.disk
     tombs = state.space.fences.tombstones
     now = state.clock()
     taken = 0
-    removed: list[tuple[int, str]] = []
+    dead: list[tuple[int, str]] = []
     for offset, key, size, checksum, gen in records:
         known = state.objects.get(key)
         if tombs.covers(key, gen) or (known is None and tombs.forgotten(key, gen)):
-            removed.append((offset, key))
+            dead.append((offset, key))
             continue
         if known is not None and (
             not known.complete or known.disk is not None or (known.size, known.checksum) != (size, checksum)
@@ -194,8 +201,8 @@ def restore_disk(state: StateCore, seg: DiskSegment, records: list[tuple[int, st
             state.ledger.apply([ObjectRestored([meta])])
         disk.policy.on_insert(key, size)
         taken += 1
-    if removed:
-        tombs.refused += len(removed)
-        disk.forget_records(seg, removed)
+    if dead:
+        tombs.refused += len(dead)
+        disk.forget_records(seg, dead)
     disk.restored += taken
     return taken

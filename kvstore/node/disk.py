@@ -74,7 +74,10 @@ class DiskWorker:
         self.degraded = ""
         self._probed = 0.0
         self._unforgotten: set[tuple[int, str]] = set()  # dropped records the index could not mark
-        self._drops: list[tuple[int, str]] = []  # records the master dropped, not marked dead yet
+        self._drops: list[m.DiskDrop] = []  # records the master dropped, not marked dead yet
+        self._drops_of = 0  # the registration they came under (their numbering), and the last one taken
+        self._taken_through = 0
+        self._persisted: tuple[int, int] | None = None  # (registration, seq) marked dead, not yet reported
         self._drops_lock = threading.Lock()
         self._told = ""  # the state the master last heard
         self.restored = 0  # records offered back at the last mount, and how many the checks dropped
@@ -101,6 +104,7 @@ class DiskWorker:
         with self._io:  # checked before mounting: the mount says records follow
             intact = self._intact(self.index.read())
             self.index.rewrite(intact)
+            removed = self.index.removed()
         s.master.call(
             m.MountDisk(
                 client_id=s.client_id,
@@ -109,15 +113,23 @@ class DiskWorker:
                 path=os.path.abspath(self.file.path),
                 engine=s.engine.name,
                 file_region=self.served.id,
-                restoring=bool(intact),
+                restoring=bool(intact or removed),
             )
         )
         self._told = ""  # a disk mounts healthy: the loop tells the master if it is not
         self.restored = 0
-        for start in range(0, len(intact), 4096):
-            chunk = [(e.offset, e.key, e.size, e.checksum, e.gen) for e in intact[start : start + 4096]]
-            last = start + 4096 >= len(intact)
-            self.restored += s.master.call(m.RestoreDisk(client_id=s.client_id, records=chunk, last=last))
+        # The removals it remembers go first (what they cover is refused whichever node names it), in
+        # calls of their own, then the records.
+        calls: list[tuple[list[IndexEntry], list[tuple[str, int]]]] = [
+            ([], removed[i : i + m.FENCE_BATCH]) for i in range(0, len(removed), m.FENCE_BATCH)
+        ]
+        calls += [(intact[i : i + 4096], []) for i in range(0, len(intact), 4096)]
+        for n, (entries, tombs) in enumerate(calls):
+            chunk = [(e.offset, e.key, e.size, e.checksum, e.gen) for e in entries]
+            request = m.RestoreDisk(
+                client_id=s.client_id, records=chunk, last=n == len(calls) - 1, removed=tombs
+            )
+            self.restored += s.master.call(request)
 
     def _intact(self, entries: list[IndexEntry]) -> list[IndexEntry]:
         """The entries whose records read back whole: header naming them, bytes matching the checksum."""
@@ -168,16 +180,41 @@ class DiskWorker:
         # Drops wait apart from the orders: a mount (the master restarted) applies them before it offers
         # the records back, even while the loop is busy with an order.
         if drops:
+            registration = self.work.registration
             with self._drops_lock:
-                self._drops += [(d.offset, d.key) for d in drops]
+                if registration != self._drops_of:  # a new master's numbering
+                    self._drops_of, self._taken_through = registration, 0
+                # The master sends a drop until it is acknowledged, which is only once it is persisted.
+                fresh = [d for d in drops if d.seq > self._taken_through]
+                self._drops += fresh
+                self._taken_through = max(self._taken_through, *(d.seq for d in fresh), 0)
         self._queue.put(([], orders))
 
     def _forget_taken(self) -> None:
-        """Applies the drops taken so far (in the order they came, before any order after them)."""
+        """Applies the drops taken so far (in the order they came, before any order after them), then
+        acknowledges them: only a drop persisted (its record marked dead in the index, or its header
+        zeroed) is acknowledged, so a removal answered on it never comes back from this disk."""
         with self._drops_lock:
             drops, self._drops = self._drops, []
+            registration = self._drops_of
         if drops:
-            self._forget(drops)
+            try:
+                self._forget([(d.offset, d.key, d.buried) for d in drops])
+            except BaseException:
+                with self._drops_lock:  # not persisted: applied again with the next work
+                    if self._drops_of == registration:
+                        self._drops[:0] = drops
+                raise
+            self._persisted = (registration, max(d.seq for d in drops))
+        self._report_drops()
+
+    def _report_drops(self) -> None:
+        """Acknowledges the drops persisted, once none before them is waiting for the index (a probe)."""
+        persisted = self._persisted
+        if persisted is None or self._unforgotten:
+            return
+        self._persisted = None
+        self.work.report_dropped(persisted[1], persisted[0])
 
     def _loop(self) -> None:
         """Runs the orders in the order they came (drops first: an order may reuse a dropped record's
@@ -374,11 +411,11 @@ class DiskWorker:
             ok[i] = True
         return ok
 
-    def _forget(self, records: list[tuple[int, str]]) -> None:
-        """Marks dropped records dead in the index, so a restart never offers them back. When the index
-        cannot be written, their header pages are zeroed now (before any new record can be ordered into
-        their space), which a restart's checks refuse; failing that too, the index takes them once
-        writes work again."""
+    def _forget(self, records: list[tuple[int, str, int]]) -> None:
+        """Marks dropped (offset, key, buried) records dead in the index, so a restart never offers them
+        back, and remembers their removals (DiskIndex.forget). When the index cannot be written, their
+        header pages are zeroed now (before any new record can be ordered into their space), which a
+        restart's checks refuse; failing that too, the index takes them once writes work again."""
         with self._io:
             try:
                 self.index.forget(records)
@@ -390,10 +427,10 @@ class DiskWorker:
             codes = self.file.run(
                 [True] * len(records),
                 [self.staging.addr] * len(records),
-                [o for o, _ in records],
+                [r[0] for r in records],
                 [PAGE] * len(records),
             ).tolist()
-            self._unforgotten.update(r for r, code in zip(records, codes, strict=True) if code)
+            self._unforgotten.update((r[0], r[1]) for r, code in zip(records, codes, strict=True) if code)
 
     def _probe(self) -> None:
         """Tries whether writes work again: the index rewritten (with what it could not take meanwhile),
@@ -412,6 +449,7 @@ class DiskWorker:
             self._unforgotten.clear()
         log.warning("disk tier %s: writes work again; demotions resume", self.file.path)
         self._report("")
+        self._report_drops()  # those that waited for the index
 
     def _degrade(self, reason: str) -> None:
         """Tells the master (once per episode) that this disk fails writes: it demotes nothing here and

@@ -1,5 +1,7 @@
 """The disk tier's index: an append-only file beside the disk file naming every record written (offset,
-key, size, checksum), so a restarted node can offer its records again.
+key, size, checksum), so a restarted node can offer its records again, and the removals of objects whose
+records it dropped (kept TOMB_SECONDS, at most MAX_TOMBS, as the memory tier's catalog keeps its own), so
+a memory replica that missed a removal's kill cannot bring the key back under the next master.
 
 An entry is appended only after its record was written in full, so a node killed mid-demotion loses at
 most the records being written. Entries are never trusted: at start every one is checked against its
@@ -12,11 +14,15 @@ COMPACT_SLACK, so it stays proportional to the disk, not to the demotions ever m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import struct
+import time
 from typing import NamedTuple
 
 import xxhash
+
+from kvstore.node.catalog import MAX_TOMBS, TOMB_SECONDS
 
 _ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; [gen]; entry hash
 _GEN = struct.Struct("<Q")
@@ -24,6 +30,8 @@ _GEN = struct.Struct("<Q")
 HAS_GEN = 1 << 31
 COMPACT_SLACK = 4096  # entries an index may carry beyond twice its live ones before it is rewritten
 TOMBSTONE = 0  # an entry of size 0: the record of that key at that offset is dead (objects are not empty)
+# A tombstone with a generation also remembers the key's removal (a master removed the object: covering
+# that generation; its checksum field: until when, in wall-clock seconds), named to the next master.
 
 
 class IndexEntry(NamedTuple):
@@ -72,6 +80,7 @@ class DiskIndex:
     def __init__(self, path: str) -> None:
         self.path = path
         self._latest: dict[int, IndexEntry] = {}  # per record offset, as the file says
+        self._removals: dict[str, tuple[int, int]] = {}  # key -> (generation, until), oldest first
         self._in_file = 0  # entries in the file
 
     def read(self) -> list[IndexEntry]:
@@ -81,17 +90,43 @@ class DiskIndex:
                 entries = decode_all(f.read())
         except FileNotFoundError:
             entries = []
-        self._latest = {}
+        self._latest, self._removals = {}, {}
         for entry in entries:
             self._note(entry)
         self._in_file = len(entries)
         return list(self._latest.values())
 
+    def removed(self) -> list[tuple[str, int]]:
+        """[key, generation] of the removals remembered and not lapsed, oldest first."""
+        now = time.time()
+        return [(key, gen) for key, (gen, until) in self._removals.items() if until > now]
+
     def _note(self, entry: IndexEntry) -> None:
         if entry.size != TOMBSTONE:
             self._latest[entry.offset] = entry
-        elif (live := self._latest.get(entry.offset)) is not None and live.key == entry.key:
+            return
+        if (live := self._latest.get(entry.offset)) is not None and live.key == entry.key:
             del self._latest[entry.offset]  # a tombstone ends only the record it names
+        if entry.gen:
+            self._remember([(entry.key, entry.gen)], entry.checksum)
+
+    def _remember(self, removals: list[tuple[str, int]], until: int) -> None:
+        """Keeps these removals (in memory: the caller writes them) until `until`, the oldest dropped
+        past MAX_TOMBS."""
+        for key, gen in removals:
+            old = self._removals.pop(key, (0, 0))
+            self._removals[key] = (max(gen, old[0]), max(until, old[1]))
+        for key in list(itertools.islice(self._removals, max(0, len(self._removals) - MAX_TOMBS))):
+            del self._removals[key]
+
+    def _removal_entries(self) -> list[IndexEntry]:
+        """The removals not lapsed, as entries (first in a rewritten index: they end no record there)."""
+        now = time.time()
+        return [
+            IndexEntry(0, k, TOMBSTONE, until, gen)
+            for k, (gen, until) in self._removals.items()
+            if until > now
+        ]
 
     def rewrite(self, entries: list[IndexEntry]) -> None:
         """Replaces the index with `entries`, atomically (a kill leaves the old or the new one)."""
@@ -100,13 +135,15 @@ class DiskIndex:
             os.unlink(temp)  # (left by a kill: made afresh, never written through whatever it is)
         # Readable by the node's user only: the index names every object key on the disk.
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        removals = self._removal_entries()
         with os.fdopen(fd, "wb") as f:
-            f.write(b"".join(encode(e) for e in entries))
+            f.write(b"".join(encode(e) for e in [*removals, *entries]))
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, self.path)
         self._latest = {e.offset: e for e in entries}
-        self._in_file = len(entries)
+        self._removals = {e.key: (e.gen, e.checksum) for e in removals}
+        self._in_file = len(removals) + len(entries)
 
     def append(self, entries: list[IndexEntry]) -> None:
         """Appends entries, all or none: a write that fails (a full file system) is cut back off, so the
@@ -129,7 +166,7 @@ class DiskIndex:
         self._in_file += len(entries)
         for entry in entries:
             self._note(entry)
-        if self._in_file > 2 * len(self._latest) + COMPACT_SLACK:
+        if self._in_file > 2 * (len(self._latest) + len(self._removals)) + COMPACT_SLACK:
             self.rewrite(list(self._latest.values()))
 
     def try_room(self, nbytes: int) -> None:
@@ -151,12 +188,22 @@ class DiskIndex:
             os.close(fd)
 
     def rewrite_without(self, dead: set[tuple[int, str]]) -> None:
-        """Rewrites the index with its live entries, less the (offset, key) records in `dead`."""
+        """Rewrites the index with its live entries, less the (offset, key) records in `dead` (and the
+        removals it remembers)."""
         self.rewrite([e for e in self._latest.values() if (e.offset, e.key) not in dead])
 
-    def forget(self, records: list[tuple[int, str]]) -> None:
-        """Marks these (offset, key) records dead: a restart does not offer them again."""
-        self.append([IndexEntry(offset, key, TOMBSTONE, 0) for offset, key in records])
+    def forget(self, records: list[tuple[int, str, int]]) -> None:
+        """Marks these (offset, key, buried) records dead: a restart does not offer them again; `buried`
+        (not 0): the generation the key's removal covers, remembered TOMB_SECONDS. OSError when the index
+        cannot be written: the removals are remembered still, and written by the next rewrite."""
+        until = int(time.time() + TOMB_SECONDS)
+        try:
+            self.append(
+                [IndexEntry(offset, key, TOMBSTONE, until if b else 0, b) for offset, key, b in records]
+            )
+        except OSError:
+            self._remember([(key, b) for _, key, b in records if b], until)
+            raise
 
     @property
     def entries_in_file(self) -> int:

@@ -46,7 +46,7 @@ class WorkChannel:
         self._lock = threading.Lock()  # the outbox below
         self._acked: list[int] = []  # kills applied, to acknowledge
         self._held_through = 0  # the last hold received and kept
-        self._dropped_through = 0  # the last disk drop received (the disk applies it before any mount)
+        self._dropped_through = 0  # the last disk drop the disk has persisted (report_dropped)
         self._copied: list[tuple[int, bool]] = []
         self._disk_done: list[tuple[int, bool]] = []
         self._checked: list[tuple[int, bool]] = []
@@ -67,6 +67,20 @@ class WorkChannel:
         with self._lock:
             self._disk_done += results
         self.flush()
+
+    def report_dropped(self, through: int, registration: int) -> None:
+        """The disk has persisted every drop numbered up to `through` (received under `registration`):
+        acknowledged only now, so a removal answered on it survives a SIGKILL of this node."""
+        with self._lock:
+            if registration != self._registration or through <= self._dropped_through:
+                return  # another registration's numbering (the master restarted meanwhile), or old news
+            self._dropped_through = through
+        self.flush()
+
+    @property
+    def registration(self) -> int:
+        """The registration the work being dispatched came under (the numbering of its drops)."""
+        return self._registration
 
     def flush(self) -> None:
         """Sends what is waiting to be reported now (the poll may be parked at the master), and handles
@@ -162,14 +176,13 @@ class WorkChannel:
                 with self._lock:
                     self._checked += checked
             if work.disk_drops or work.disk_orders:
-                if self.disk is not None:
+                if self.disk is not None:  # it reports the drops once persisted (report_dropped)
                     self.disk(work.disk_drops, work.disk_orders)
-                else:  # no disk here (the master lost track): its orders fail
+                else:  # no disk here (the master lost track): its orders fail, its drops have nothing to do
                     with self._lock:
                         self._disk_done += [(o.order, False) for o in work.disk_orders]
-                if work.disk_drops:  # taken: applied before any order after them, and before a mount
-                    with self._lock:
-                        self._dropped_through = max(self._dropped_through, *(d.seq for d in work.disk_drops))
+                        seqs = [d.seq for d in work.disk_drops]
+                        self._dropped_through = max(self._dropped_through, *seqs, 0)
 
     def _forget(self) -> None:
         with self._lock:

@@ -54,8 +54,9 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # (Remove/RemoveAll.client_id); admin rights are proved over a master nonce (AdminChallenge, AdminProve);
 # removals are durable across restores: kills name their tombstone (FenceOrder.buried), nodes name the
 # removals they keep (RestoreSegment.removed) and disk records their generation (RestoreDisk), disk drops
-# are numbered and acknowledged (DiskDrop.seq, AwaitWork.dropped_through); a node's reports name the
-# registration they count in (RegisterReply.registration, AwaitWork.registration)
+# are numbered, name their removal and are acknowledged once persisted (DiskDrop.seq and .buried,
+# AwaitWork.dropped_through), and a disk names the removals it keeps (RestoreDisk.removed); a node's
+# reports name the registration they count in (RegisterReply.registration, AwaitWork.registration)
 PROTOCOL_VERSION = 10
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
@@ -397,7 +398,12 @@ class AwaitWork(Request):
             disk_orders.append(order._replace(memory=_record(Placement, order.memory)))
         disk_drops = [_record(DiskDrop, d) for d in drops]
         if any(
-            type(d.offset) is not int or type(d.key) is not str or type(d.seq) is not int for d in disk_drops
+            type(d.offset) is not int
+            or type(d.key) is not str
+            or type(d.seq) is not int
+            or type(d.buried) is not int
+            or not 0 <= d.buried <= 2**63
+            for d in disk_drops
         ):
             raise ProtocolError("master sent a malformed DiskDrop")
         fence_orders = [_record(FenceOrder, f) for f in fences]
@@ -452,13 +458,15 @@ class RestoreDisk(Request):
     [offset, key, size, checksum, generation] (the generation of the replica the record was written from:
     one the master removed since is refused; a record written before it was named is 0, the oldest).
     Keys the master already knows are left alone. Replies how many were taken back. `last` ends the
-    disk's restore (demotions to it begin)."""
+    disk's restore (demotions to it begin). `removed`: [key, generation] of objects a master removed
+    while the disk held their records (DiskDrop.buried, kept in its index), as RestoreSegment's."""
 
     METHOD: ClassVar[str] = "restore_disk"
     client_id: str
     records: list[tuple[int, str, int, int, int]]
     last: bool = True
     token: str = ""  # the client's registration token (OWN_NAME)
+    removed: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RestoreDisk:
@@ -477,7 +485,8 @@ class RestoreDisk(Request):
                     v.integer(f, "gen", 0, U64),
                 )
             )
-        return cls(v.text(p, "client_id"), records, v.flag(p, "last", True))
+        removed = _removed(p) if "removed" in p else []
+        return cls(v.text(p, "client_id"), records, v.flag(p, "last", True), removed=removed)
 
 
 @dataclass

@@ -63,11 +63,13 @@ class DiskOrder(NamedTuple):
 class DiskDrop(NamedTuple):
     """A record the master freed (its object removed, or evicted from disk): the node marks it dead in
     its index, so a restart does not offer it back. Sent until the node acknowledges it (AwaitWork's
-    `dropped_through`: numbered in the order they are queued)."""
+    `dropped_through`: numbered in the order they are queued). `buried`: the generation the key's removal
+    covers (0: none): the node keeps it and names it to the next master (RestoreDisk.removed)."""
 
     offset: int
     key: str
     seq: int
+    buried: int = 0
 
 
 class DiskResult(NamedTuple):

@@ -40,7 +40,7 @@ def test_a_tombstone_ends_only_the_record_it_names(tmp_path: Path) -> None:
     index = DiskIndex(str(tmp_path / "tier.index"))
     index.read()
     index.append([IndexEntry(0, "a", 10, 1), IndexEntry(8192, "b", 20, 2)])
-    index.forget([(0, "a"), (8192, "not-b")])  # the second names another key: b's record stays
+    index.forget([(0, "a", 0), (8192, "not-b", 0)])  # the second names another key: b's record stays
     assert DiskIndex(index.path).read() == [IndexEntry(8192, "b", 20, 2)]
     index.append([IndexEntry(0, "c", 30, 3)])  # a new record where a's was
     assert sorted(DiskIndex(index.path).read()) == [IndexEntry(0, "c", 30, 3), IndexEntry(8192, "b", 20, 2)]

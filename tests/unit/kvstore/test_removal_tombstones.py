@@ -255,7 +255,7 @@ def test_a_disk_index_entry_keeps_the_generation_it_was_written_from(tmp_path: o
     assert decode_all(new_style[:-1]) == []  # torn: reading stops
     index = DiskIndex(f"{tmp_path}/disk.index")
     index.append([IndexEntry(0, "k", 5, 1, 77)])
-    index.forget([(0, "k")])
+    index.forget([(0, "k", 0)])
     index.append([IndexEntry(0, "k", 5, 1, 99)])
     assert index.read() == [IndexEntry(0, "k", 5, 1, 99)]
 
@@ -302,9 +302,10 @@ def test_a_removal_waits_for_the_disk_node_to_take_the_drop_of_its_record() -> N
     assert [r.code for r in reply.make_reply()] == [0]
 
 
-@pytest.mark.parametrize("drop", [[4096, "k"], [4096, "k", "1"], [4096, 7, 1], ["4096", "k", 1]])
+@pytest.mark.parametrize("drop", [[4096, "k", 1], [4096, "k", "1", 0], [4096, 7, 1, 0], ["4096", "k", 1, 0]])
 def test_a_node_refuses_a_malformed_disk_drop(drop: list[object]) -> None:
-    good: list[object] = [4096, "k", 3]
-    assert m.AwaitWork.decode_reply([0, [], [], [], [good], [], []]).disk_drops == [m.DiskDrop(4096, "k", 3)]
+    good: list[object] = [4096, "k", 3, 9]
+    decoded = m.AwaitWork.decode_reply([0, [], [], [], [good], [], []]).disk_drops
+    assert decoded == [m.DiskDrop(4096, "k", 3, 9)]
     with pytest.raises(ProtocolError, match="malformed DiskDrop"):
         m.AwaitWork.decode_reply([0, [], [], [], [good, drop], [], []])
