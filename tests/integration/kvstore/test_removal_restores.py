@@ -111,6 +111,44 @@ def test_keys_removed_by_a_master_that_died_too_do_not_come_back_from_a_late_nod
     assert got == [data[keys.index(k)] for k in kept]
 
 
+def test_keys_removed_while_a_node_was_cut_off_do_not_come_back_when_it_returns_late() -> None:
+    """Review item 1, no master restart: a node stopped (SIGSTOP, as a partition) past the client TTL
+    is dropped with the kills meant for it; half the keys are removed through the other node; the node
+    comes back after twice the TTL and names every key from its catalog. Was: the removals' tombstones
+    had lapsed and every removed key was taken back. Now each is refused; the keys kept are intact."""
+    data = values(40)
+    keys = [f"cut/{i}" for i in range(len(data))]
+    removed, kept = keys[::2], keys[1::2]
+    ttl = ["--client-ttl", "2", "--heartbeat-interval", "0.3"]
+    with kvstore_process(["master", "--port", "0", *ttl]) as (_, ready):
+        address = ready.split()[0]
+        node = ["node", "--master", address, "--segment-size", "32MiB"]
+        with (
+            kvstore_process(node),
+            kvstore_process(node) as (away, _),
+            Store.connect(address, rpc_timeout=3.0, replicas=2) as store,
+        ):
+            assert store.batch_put_from(keys, data) == [0] * len(keys)
+            away.send_signal(signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while store.stats()["master"]["segments"] > 1:  # dropped at its TTL
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                assert store.batch_remove(removed) == [0] * len(removed)
+                time.sleep(5.0)  # past twice the TTL, when the tombstones used to lapse
+                store.put_from("cut/lapse", data[0], replicas=1)  # lapsing is looked at on a removal
+                store.remove("cut/lapse")
+                away.send_signal(signal.SIGCONT)
+                stats = wait_for_segments(store, 2, 30)
+                assert store.batch_exists(removed) == [False] * len(removed)
+                assert stats["restore_refused_removed"] >= len(removed)
+                got = read_all(store, kept)
+            finally:
+                away.send_signal(signal.SIGCONT)
+    assert got == [data[keys.index(k)] for k in kept]
+
+
 def test_objects_removed_once_their_disk_records_came_back_do_not_come_back_from_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
