@@ -1,10 +1,13 @@
 #include "core/fence.h"
 
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <thread>
 
 namespace kvs {
@@ -21,6 +24,15 @@ bool wait_zero(std::atomic<int64_t>& counter, std::chrono::steady_clock::time_po
   }
   return true;
 }
+
+// Sleeps while *word is `seen`, at most `ns` (a shared futex: peers that map the table wait on it too).
+void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, int64_t ns) {
+  const timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+
+// How often a waiter asks whether to give up (its connection cut) while no announcement comes.
+constexpr int64_t kAbandonCheckNs = 50'000'000;
 
 }  // namespace
 
@@ -81,6 +93,7 @@ bool FenceTable::kill(const std::vector<uint32_t>& slots, const std::vector<uint
     while (seen < gens[i] && !killed.compare_exchange_weak(seen, gens[i])) {
     }
   }
+  wake_waiters();  // (one waiting for a killed allocation gives up at once)
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (uint32_t slot : slots) {
     if (slot < n && !wait_zero(entries()[slot].active, until)) return false;
@@ -92,6 +105,7 @@ bool FenceTable::raise_floor(uint64_t floor, int timeout_ms) {
   uint64_t seen = header_->floor.load();
   while (seen < floor && !header_->floor.compare_exchange_weak(seen, floor)) {
   }
+  wake_waiters();
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (uint64_t slot = 0; slot < header_->slots; ++slot) {
     if (!wait_zero(entries()[slot].active, until)) return false;
@@ -110,7 +124,17 @@ void FenceTable::announce(uint32_t slot, uint64_t gen, uint64_t start, uint64_t 
   e.start.store(start);
   e.size.store(size);
   e.written.store(0);
+  e.writer.store(0);
   e.announced.store(gen);
+  wake_waiters();
+}
+
+void FenceTable::wake_waiters() {
+  // Dekker with wait_announced: it counts itself in, then reads `bumps` and the slot; we wrote the slot,
+  // then read `waiters`. So either it sees our store, or we see it and bump past the value it sleeps on.
+  if (header_->waiters.load() == 0) return;
+  header_->bumps.fetch_add(1);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->bumps), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 bool FenceTable::matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint64_t length) const {
@@ -120,16 +144,28 @@ bool FenceTable::matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint
   return offset >= start && length <= size && offset - start <= size - length;
 }
 
-bool FenceTable::wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms) const {
+bool FenceTable::wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms,
+                                const std::function<bool()>& abandon) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  for (int spins = 0;; ++spins) {
+  header_->waiters.fetch_add(1);
+  bool announced = false;
+  for (;;) {
+    const uint32_t bumps = header_->bumps.load();
     const uint64_t now = e.announced.load();
-    if (now == gen) return true;
+    if (now == gen) {
+      announced = true;
+      break;
+    }
     // Never announced while another live allocation holds the slot, and never below the last one.
-    if (!alive(e, gen) || gen < now || (now != 0 && alive(e, now))) return false;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(spins < 64 ? 50 : 1000));
+    if (!alive(e, gen) || gen < now || (now != 0 && alive(e, now))) break;
+    const int64_t left =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(until - std::chrono::steady_clock::now())
+            .count();
+    if (left <= 0 || (abandon && abandon())) break;
+    futex_wait(header_->bumps, bumps, std::min(left, kAbandonCheckNs));
   }
+  header_->waiters.fetch_sub(1);
+  return announced;
 }
 
 bool FenceTable::take_unwritten(FenceSlot& e, uint64_t length) {
@@ -141,16 +177,36 @@ bool FenceTable::take_unwritten(FenceSlot& e, uint64_t length) {
   return true;
 }
 
-bool FenceTable::enter(uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
-                       int wait_ms) {
+bool FenceTable::admit_write(FenceSlot& e, uint64_t length, uint64_t writer, uint64_t* took) {
+  // Its first writer's session may write its bytes again: a resend (an acknowledgement lost, a path
+  // that failed mid-payload) rewrites the same bytes; a reader's session never matches.
+  // (Its new bytes count as written all the same: the allocation is sealed once `size` bytes are in.)
+  if (!take_unwritten(e, length)) return writer != 0 && e.writer.load() == writer;
+  uint64_t none = 0;
+  if (writer != 0) e.writer.compare_exchange_strong(none, writer);
+  if (took != nullptr) *took = length;
+  return true;
+}
+
+bool FenceTable::enter(uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write, int wait_ms,
+                       uint64_t writer, const std::function<bool()>& abandon, uint64_t* took) {
   if (slot >= header_->slots || gen == 0) return false;
   FenceSlot& e = entries()[slot];
-  if (e.announced.load() != gen && !wait_announced(e, gen, wait_ms)) return false;
+  if (e.announced.load() != gen && !wait_announced(e, gen, wait_ms, abandon)) return false;
   e.active.fetch_add(1);
   // (`written` is this generation's: the next announcement resets it only after this one's kill)
-  if (alive(e, gen) && matches(e, gen, offset, length) && (!write || take_unwritten(e, length))) return true;
+  if (alive(e, gen) && matches(e, gen, offset, length) && (!write || admit_write(e, length, writer, took))) {
+    return true;
+  }
   e.active.fetch_sub(1);
   return false;
+}
+
+void FenceTable::unwrite(uint32_t slot, uint64_t gen, uint64_t length) {
+  if (slot >= header_->slots) return;
+  FenceSlot& e = entries()[slot];
+  // (still admitted: the slot cannot have moved on to another allocation, whose count this would be)
+  if (e.announced.load() == gen) e.written.fetch_sub(length);
 }
 
 bool FenceTable::enter_owned(uint32_t slot, uint64_t gen) {
@@ -163,8 +219,8 @@ bool FenceTable::enter_owned(uint32_t slot, uint64_t gen) {
 }
 
 FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length,
-                       bool write, int wait_ms)
-    : table_(table), slot_(slot) {
+                       bool write, int wait_ms, uint64_t writer, const std::function<bool()>& abandon)
+    : table_(table), slot_(slot), gen_(gen) {
   if (table == nullptr) {
     if (gen != 0) status_ = Status(Code::kNotSupported, "region has no allocation fences");
     return;
@@ -173,7 +229,7 @@ FenceEntry::FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen, uint64_t 
     status_ = Status(Code::kPermissionDenied, "region is fenced: a transfer must name its allocation");
     return;
   }
-  admitted_ = table->enter(slot, gen, offset, length, write, wait_ms);
+  admitted_ = table->enter(slot, gen, offset, length, write, wait_ms, writer, abandon, &took_);
   if (!admitted_) {
     status_ =
         Status(Code::kStale, write ? "not the live allocation there, or written already: a stale location"

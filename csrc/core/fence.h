@@ -11,11 +11,17 @@
 // master tells it of the replica (kvstore's holds), which the master sends as it places it; a request
 // that arrives first waits for that announcement a bounded time (kAnnounceWaitMs), only while the slot
 // holds no live allocation. An allocation is written once: peers' writes are admitted for `size` bytes in
-// all, so a reader who learnt (slot, generation) cannot overwrite the object it reads.
+// all, so a reader who learnt (slot, generation) cannot overwrite the object it reads; the session that
+// wrote first may write its bytes again (a resend after a lost acknowledgement or a path that failed), and
+// a write that fails before its bytes are in gives its count back.
+//
+// A request that waits for its announcement sleeps on a futex in the table's memfd (any process that maps
+// it) that announcements and kills bump, and only while someone waits: the owner's common path pays one
+// load. The waiter may give up early (`abandon`: its connection was cut).
 //
 // The table lives in a memfd that same-host peers map, because their copies bypass the owner:
-//   header: floor (every generation <= floor is dead); then per slot {killed generation, active copies,
-//   announced generation and range, bytes written}.
+//   header: floor (every generation <= floor is dead), the waiters' futex; then per slot {killed
+//   generation, active copies, announced generation and range, bytes written, its first writer}.
 //   entrant: active += 1; admitted iff gen > floor, killed < gen, announced == gen, range inside (and, to
 //            write, as many bytes still unwritten); copy; active -= 1
 //   owner:   killed = max(killed, gen); wait until active == 0.
@@ -25,6 +31,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -37,8 +44,13 @@ struct FenceHeader {
   std::atomic<uint64_t> floor;
   uint64_t slots;
   uint64_t reserved[6];
+  // (a cache line of their own: entrants read `floor` on every copy, waiters are rare)
+  std::atomic<uint32_t> bumps;    // the futex waiters sleep on: bumped by announcements and kills ...
+  std::atomic<uint32_t> waiters;  // ... while this is not 0
+  uint64_t reserved2[7];
 };
-static_assert(sizeof(FenceHeader) == 64, "FenceHeader is shared across processes");
+static_assert(sizeof(FenceHeader) == 128, "FenceHeader is shared across processes");
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "a futex word");
 
 struct FenceSlot {
   std::atomic<uint64_t> killed;     // every generation <= this is dead in this slot
@@ -47,8 +59,9 @@ struct FenceSlot {
   std::atomic<uint64_t> start;      // ... and its bytes, [start, start + size) of the region
   std::atomic<uint64_t> size;
   std::atomic<uint64_t> written;  // bytes peers' writes were admitted for: at `size`, it is sealed
+  std::atomic<uint64_t> writer;   // the session whose write was admitted first (0: none yet)
 };
-static_assert(sizeof(FenceSlot) == 48, "FenceSlot is shared across processes");
+static_assert(sizeof(FenceSlot) == 56, "FenceSlot is shared across processes");
 
 // How long a request naming an allocation its owner has not announced yet waits for it (the master
 // tells the owner as it tells the writer: usually microseconds apart).
@@ -81,10 +94,15 @@ class FenceTable {
 
   // Entrant side (a peer's request): true when (slot, gen) is the slot's announced, live allocation and
   // [offset, offset + length) lies inside it, and for a write, when `length` bytes of the allocation are
-  // still unwritten (they count as written then); waits up to wait_ms for an announcement while the slot
-  // holds no live one. The caller then calls leave(slot) after its copy.
+  // still unwritten (they count as written then: *took) or `writer` (not 0) is the session that wrote it
+  // first; waits up to wait_ms for an announcement while the slot holds no live one, unless `abandon`
+  // says to give up. The caller then calls leave(slot) after its copy.
   bool enter(uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
-             int wait_ms = kAnnounceWaitMs);
+             int wait_ms = kAnnounceWaitMs, uint64_t writer = 0, const std::function<bool()>& abandon = {},
+             uint64_t* took = nullptr);
+  // A write admitted for `length` unwritten bytes that failed before they were in gives them back (its
+  // resend, on this path or another, is admitted again). Call before leave(slot).
+  void unwrite(uint32_t slot, uint64_t gen, uint64_t length);
   // The owner's own access (it trusts itself): true when (slot, gen) is not killed, announced or not.
   bool enter_owned(uint32_t slot, uint64_t gen);
   void leave(uint32_t slot) { entries()[slot].active.fetch_sub(1); }
@@ -98,8 +116,11 @@ class FenceTable {
   // Whether (gen, range) is the slot's announced allocation, checked so that a concurrent announcement of
   // the slot's next allocation is never mixed with this one's range.
   bool matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint64_t length) const;
-  bool wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms) const;
+  bool wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms, const std::function<bool()>& abandon);
+  // Wakes the requests waiting for an announcement (they check theirs again), if any.
+  void wake_waiters();
   static bool take_unwritten(FenceSlot& e, uint64_t length);
+  static bool admit_write(FenceSlot& e, uint64_t length, uint64_t writer, uint64_t* took);
 
   int fd_;
   FenceHeader* header_;
@@ -109,12 +130,18 @@ class FenceTable {
 
 // Admission of one peer's copy of [offset, offset + length) (a write when `write`): held while the copy
 // runs. A request with generation 0 names no allocation: it is admitted only into a region without fences.
+// `writer` and `abandon`: as FenceTable::enter.
 class FenceEntry {
  public:
   FenceEntry(FenceTable* table, uint32_t slot, uint64_t gen, uint64_t offset, uint64_t length, bool write,
-             int wait_ms = kAnnounceWaitMs);
+             int wait_ms = kAnnounceWaitMs, uint64_t writer = 0, const std::function<bool()>& abandon = {});
   ~FenceEntry() {
     if (admitted_) table_->leave(slot_);
+  }
+  // The write failed before its bytes were in: what it took of the allocation is given back.
+  void failed() {
+    if (admitted_ && took_ > 0) table_->unwrite(slot_, gen_, took_);
+    took_ = 0;
   }
   FenceEntry(const FenceEntry&) = delete;
   FenceEntry& operator=(const FenceEntry&) = delete;
@@ -123,6 +150,8 @@ class FenceEntry {
  private:
   FenceTable* table_;
   uint32_t slot_;
+  uint64_t gen_;
+  uint64_t took_ = 0;
   bool admitted_ = false;
   Status status_;
 };

@@ -22,6 +22,7 @@ struct TcpConfig {
   int prove_ms = 10000;                   // a connection without a well-formed frame by then is cut
   int idle_ms = 120000;                   // an authenticated one idle this long is cut (0: never)
   int evict_idle_ms = 1000;               // ... idle this long, it gives its place to a new one when full
+  size_t max_waits_per_peer = 16;         // requests from one address waiting for an announcement at once
   int max_stalls() const { return io_timeout_ms / poll_ms + 1; }
 
   static std::vector<OptionSpec> specs();

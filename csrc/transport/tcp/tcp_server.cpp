@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,9 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& stat
   }
   state.prove();  // (authenticated: a peer of this cluster, not an idle, half-open or foreign socket)
   const SessionKeys keys(session.value().key);
+  uint64_t writer = 0;  // (the session key's first bytes: the session's, and no other's)
+  std::memcpy(&writer, session.value().key.data(), sizeof(writer));
+  const Requester r{fd, keys, writer == 0 ? 1 : writer, peer_of(fd).host, state, stopping};
   SocketReader in(fd, kReaderBytes);  // (a batch's request headers arrive together: one recv for many)
   ReadReplies replies;
   for (;;) {
@@ -64,7 +68,7 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& stat
     const FrameHeader& h = header.value();
     if (h.opcode == Opcode::kRead) {
       Status refused;
-      if (add_reply(fd, h, keys, replies, &refused)) {
+      if (add_reply(r, h, replies, &refused)) {
         if (replies.count == ReadReplies::kMaxRun && !send_replies(fd, replies).ok()) break;
         continue;
       }
@@ -74,33 +78,56 @@ void TcpServer::serve(int fd, const std::atomic<bool>& stopping, ConnState& stat
       }
     }
     if (h.opcode == Opcode::kWrite) {
-      if (!receive_write(fd, in, h, keys, replies).ok()) break;
+      if (!receive_write(r, in, h, replies).ok()) break;
       continue;
     }
     if (!send_replies(fd, replies).ok()) break;  // (in order: what came before first)
-    if (!handle(fd, h, keys).ok()) break;
+    if (!handle(r, h, replies).ok()) break;
   }
 }
 
-std::unique_ptr<FenceEntry> TcpServer::enter_fence(int fd, const RegionPin& pin, const FrameHeader& h,
-                                                   ReadReplies& replies) {
+std::unique_ptr<FenceEntry> TcpServer::enter_fence(const Requester& r, const RegionPin& pin,
+                                                   const FrameHeader& h, ReadReplies& replies) {
   const bool write = h.opcode == Opcode::kWrite;
   auto fence = std::make_unique<FenceEntry>(pin.fence(), h.fence_slot, h.fence_gen, h.offset, h.length, write,
-                                            /*wait_ms=*/0);
+                                            /*wait_ms=*/0, r.writer);
   if (fence->status().code() != Code::kStale) return fence;
   // Not announced (yet): the wait for it must not hold back what is queued (nor its fence entries).
   fence.reset();
-  if (!send_replies(fd, replies).ok()) return nullptr;
-  return std::make_unique<FenceEntry>(pin.fence(), h.fence_slot, h.fence_gen, h.offset, h.length, write);
+  if (!send_replies(r.fd, replies).ok()) return nullptr;
+  return wait_fence(r, pin, h);
 }
 
-bool TcpServer::add_reply(int fd, const FrameHeader& h, const SessionKeys& keys, ReadReplies& replies,
-                          Status* refused) {
-  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
+std::unique_ptr<FenceEntry> TcpServer::wait_fence(const Requester& r, const RegionPin& pin,
+                                                  const FrameHeader& h) {
+  const bool write = h.opcode == Opcode::kWrite;
+  bool may_wait = false;
+  {
+    std::lock_guard<std::mutex> lock(waits_mu_);
+    size_t& waiting = waits_[r.peer];
+    may_wait = waiting < config_.max_waits_per_peer;
+    waiting += may_wait;
+    if (waiting == 0) waits_.erase(r.peer);
+  }
+  const int wait_ms = may_wait ? kAnnounceWaitMs : 0;
+  auto abandon = [&r] { return r.stopping.load() || r.state.closing(); };
+  r.state.idle();  // (an announcement, not bytes: a newcomer may take its place; it is told so)
+  auto fence = std::make_unique<FenceEntry>(pin.fence(), h.fence_slot, h.fence_gen, h.offset, h.length, write,
+                                            wait_ms, r.writer, abandon);
+  r.state.busy();
+  if (may_wait) {
+    std::lock_guard<std::mutex> lock(waits_mu_);
+    if (--waits_[r.peer] == 0) waits_.erase(r.peer);
+  }
+  return fence;
+}
+
+bool TcpServer::add_reply(const Requester& r, const FrameHeader& h, ReadReplies& replies, Status* refused) {
+  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, r.keys);
   if (!pin.ok() || pin.value().file() != nullptr || pin.value().info().location.kind == MemoryKind::kGpu) {
     return false;  // (refused, a file or GPU region: handle() answers it alone)
   }
-  auto fence = enter_fence(fd, pin.value(), h, replies);
+  auto fence = enter_fence(r, pin.value(), h, replies);
   if (fence == nullptr) {
     *refused = Status(Code::kConnectionFailed, "the peer stopped reading");
     return false;
@@ -277,16 +304,17 @@ Status device_copy(const RegionPin& pin, uint64_t offset, char* host, uint64_t l
 
 }  // namespace
 
-Status TcpServer::receive_write(int fd, SocketReader& in, const FrameHeader& h, const SessionKeys& keys,
+Status TcpServer::receive_write(const Requester& r, SocketReader& in, const FrameHeader& h,
                                 ReadReplies& replies) {
-  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
+  const int fd = r.fd;
+  auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, r.keys);
   Status refused = pin.ok() ? Status::OK() : pin.status();
   if (refused.ok() && pin.value().info().read_only) {
     refused = Status(Code::kPermissionDenied, "region is read-only");
   }
   std::unique_ptr<FenceEntry> fence;
   if (refused.ok()) {
-    fence = enter_fence(fd, pin.value(), h, replies);
+    fence = enter_fence(r, pin.value(), h, replies);
     if (fence == nullptr) return Status(Code::kConnectionFailed, "the peer stopped reading");
     refused = fence->status();
   }
@@ -299,10 +327,14 @@ Status TcpServer::receive_write(int fd, SocketReader& in, const FrameHeader& h, 
   char* target = gpu ? device_bounce(h.length) : pin.value().at(h.offset);  // GPU: staged through host
   int stalled = 0;
   Status st = in.read(target, h.length, [&](size_t) { return ++stalled < config_.max_stalls(); });
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    fence->failed();  // (its bytes are not all in: a resend, on another path too, writes them)
+    return st;
+  }
   if (gpu) {
     Status copied = device_copy(pin.value(), h.offset, target, h.length, /*to_device=*/true);
     if (!copied.ok()) {
+      fence->failed();
       st = send_replies(fd, replies);
       return st.ok() ? reply_error(fd, h, copied) : st;
     }
@@ -321,16 +353,18 @@ Status TcpServer::receive_write(int fd, SocketReader& in, const FrameHeader& h, 
   return replies.count == ReadReplies::kMaxRun ? send_replies(fd, replies) : Status::OK();
 }
 
-Status TcpServer::handle(int fd, const FrameHeader& h, const SessionKeys& keys) {
+Status TcpServer::handle(const Requester& r, const FrameHeader& h, ReadReplies& replies) {
+  const int fd = r.fd;
   char raw[kHeaderSize];
   FrameHeader reply;
   reply.request_id = h.request_id;
   switch (h.opcode) {
     case Opcode::kRead: {
-      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, keys);
+      auto pin = registry_->pin_remote(h.region_id, h.key, h.offset, h.length, r.keys);
       if (!pin.ok()) return reply_error(fd, h, pin.status());
-      FenceEntry fence(pin.value().fence(), h.fence_slot, h.fence_gen, h.offset, h.length, /*write=*/false);
-      if (!fence.status().ok()) return reply_error(fd, h, fence.status());
+      auto fence = enter_fence(r, pin.value(), h, replies);  // (replies: none queued by now)
+      if (fence == nullptr) return Status(Code::kConnectionFailed, "the peer stopped reading");
+      if (!fence->status().ok()) return reply_error(fd, h, fence->status());
       if (DiskFile* file = pin.value().file()) return send_from_file(fd, h, *file);
       char* source = pin.value().at(h.offset);
       if (pin.value().info().location.kind == MemoryKind::kGpu) {  // staged through host memory

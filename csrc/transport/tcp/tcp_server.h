@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/acceptor.h"
@@ -34,6 +36,16 @@ struct ReadReplies {
   size_t count = 0;
 };
 
+// One authenticated connection, as its requests see it.
+struct Requester {
+  int fd;
+  const SessionKeys& keys;
+  uint64_t writer;   // its session, as the fences know it (a write's resend is its own)
+  std::string peer;  // its address, without the port
+  ConnState& state;
+  const std::atomic<bool>& stopping;
+};
+
 class TcpServer {
  public:
   // `secret`: the cluster secret sessions are derived under ("" : none).
@@ -52,28 +64,32 @@ class TcpServer {
   // A frame's header, read through `in` (the request loop) or exactly (the handshake).
   StatusOr<FrameHeader> receive_header(int fd, SocketReader& in, const std::atomic<bool>& stopping);
   StatusOr<FrameHeader> receive_header(int fd, const std::atomic<bool>& stopping);
-  Status handle(int fd, const FrameHeader& header, const SessionKeys& keys);
+  Status handle(const Requester& r, const FrameHeader& header, ReadReplies& replies);
   Status reply_error(int fd, const FrameHeader& request, const Status& status);
   Status send_from_file(int fd, const FrameHeader& request, const DiskFile& file);
   Status drain(SocketReader& in, uint64_t length);
   // Queues the reply to a read of plain memory. False: refused by its fence (`refused` says why), or
   // refused otherwise, a file or a GPU region (`refused` OK: handle() then answers it alone).
-  bool add_reply(int fd, const FrameHeader& header, const SessionKeys& keys, ReadReplies& replies,
-                 Status* refused);
+  bool add_reply(const Requester& r, const FrameHeader& header, ReadReplies& replies, Status* refused);
   // The request's fence entry in its pinned region; one that waits for its allocation to be announced
-  // first sends the replies queued (nullptr: that failed, the connection is done).
-  std::unique_ptr<FenceEntry> enter_fence(int fd, const RegionPin& pin, const FrameHeader& h,
+  // first sends the replies queued (nullptr: that failed, the connection is done). While it waits the
+  // connection counts as idle (a newcomer may take its place, which ends the wait), and an address has
+  // at most max_waits_per_peer waiting at once (the others are refused as stale at once): a member
+  // naming allocations never announced pins no thread and holds no place.
+  std::unique_ptr<FenceEntry> enter_fence(const Requester& r, const RegionPin& pin, const FrameHeader& h,
                                           ReadReplies& replies);
+  std::unique_ptr<FenceEntry> wait_fence(const Requester& r, const RegionPin& pin, const FrameHeader& h);
   // Receives a write's payload into its region and queues its acknowledgement (a refusal is answered at
   // once, after the queued replies).
-  Status receive_write(int fd, SocketReader& in, const FrameHeader& header, const SessionKeys& keys,
-                       ReadReplies& replies);
+  Status receive_write(const Requester& r, SocketReader& in, const FrameHeader& header, ReadReplies& replies);
   Status send_replies(int fd, ReadReplies& replies);
 
   MemoryRegistry* registry_;
   uint64_t engine_id_;
   std::string secret_;
   TcpConfig config_;
+  std::mutex waits_mu_;
+  std::unordered_map<std::string, size_t> waits_;  // requests waiting for an announcement, per address
   Acceptor acceptor_;  // last: its threads call into the members above, so it stops first
 };
 

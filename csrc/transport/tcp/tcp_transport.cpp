@@ -54,6 +54,10 @@ std::vector<OptionSpec> TcpConfig::specs() {
       {"evict_idle_timeout", OptionKind::kDuration, 1000, 0, 86400000,
        "An authenticated connection idle this long may be cut for a new one when the server is full (0: "
        "never)."},
+      {"max_waits_per_peer", OptionKind::kInt, 16, 0, 65536,
+       "Requests from one address that may wait at once for their allocation's announcement (the node "
+       "announces each as the master places it); the others are refused as stale at once. A waiting "
+       "connection counts as idle."},
   };
 }
 
@@ -71,6 +75,7 @@ TcpConfig TcpConfig::from(const Options& options) {
   c.prove_ms = static_cast<int>(options.get("first_frame_timeout"));
   c.idle_ms = static_cast<int>(options.get("idle_timeout"));
   c.evict_idle_ms = static_cast<int>(options.get("evict_idle_timeout"));
+  c.max_waits_per_peer = static_cast<size_t>(options.get("max_waits_per_peer"));
   c.poll_ms = std::max(1, std::min(100, c.io_timeout_ms / 4));
   return c;
 }

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import ucx_missing
+from tests.helpers.raw_peer import PROOF_ACK, WRITE, WRITE_ACK, RawPeer, open_session
 from transfer_engine import (
     InvalidArgumentError,
     Op,
@@ -17,6 +18,7 @@ from transfer_engine import (
     StaleLocationError,
     TransferEngine,
     _core,
+    _tools,
 )
 
 # Fenced regions are allocated host memory: transports that serve only GPU memory have none to fence, and
@@ -84,13 +86,18 @@ def test_only_the_announced_allocation_exactly_is_admitted(transport: str) -> No
             assert do(Op.WRITE, 4, gen + 1, offset, length) == (RequestState.FAILED, STALE), (offset, length)
         assert do(Op.READ, 3, gen, 8192 + 100, 1000) == (RequestState.COMPLETED, 0)
         assert (buf.array[:1000] == 7).all()
-        # Written once: the owner's object cannot be overwritten by a reader who knows its fence.
+        # Written once: the owner's object cannot be overwritten by a reader who knows its fence. Over tcp
+        # its writer's session may write it again (a resend: an acknowledgement lost, a path that failed).
         buf.array[:4096] = 9
         assert do(Op.WRITE, 4, gen + 1, 65536, 4096) == (RequestState.COMPLETED, 0)
         assert do(Op.WRITE, 4, gen + 1, 65536 + 4096, 4096) == (RequestState.COMPLETED, 0)
-        assert do(Op.WRITE, 4, gen + 1, 65536, 4096) == (RequestState.FAILED, STALE)
-        assert do(Op.WRITE, 4, gen + 1, 65536, 1) == (RequestState.FAILED, STALE)
+        resent = (RequestState.COMPLETED, 0) if transport == "tcp" else (RequestState.FAILED, STALE)
+        assert do(Op.WRITE, 4, gen + 1, 65536, 4096) == resent
+        if transport == "tcp":  # (a session of its own: this process's engines share one)
+            for offset, length in [(65536, 4096), (65536, 1), (65536 + 8191, 1)]:
+                assert _raw_write(a, b.name, segment.id, offset, length, (4, gen + 1)) == STALE
         assert do(Op.READ, 4, gen + 1, 65536, 8192) == (RequestState.COMPLETED, 0)
+        assert (buf.array[:8192] == 9).all()
         # Older announcements and those of killed generations are ignored; a kill at 2^64 - 1 ends the slot.
         b.announce_allocations(segment, [3], [gen - 1], [0], [4096])
         assert do(Op.READ, 3, gen - 1, 0) == (RequestState.FAILED, STALE)
@@ -98,6 +105,21 @@ def test_only_the_announced_allocation_exactly_is_admitted(transport: str) -> No
         b.announce_allocations(segment, [3], [(1 << 64) - 1], [0], [4096])
         assert do(Op.READ, 3, (1 << 64) - 1, 0) == (RequestState.FAILED, STALE)
         assert do(Op.READ, 3, gen) == (RequestState.FAILED, STALE)
+
+
+def _raw_write(engine: TransferEngine, name: str, region: int, offset: int, length: int, fence: tuple) -> int:
+    """A write over the tcp port of `name` in a session of its own (a reader's): its status (0: done)."""
+    peer = engine.open_peer(name)
+    address = engine._core_engine().peer_info(peer.handle)["transports"]["tcp"]["address"]
+    session = open_session(name)
+    with RawPeer(str(address), timeout=15) as raw:
+        assert raw.authenticate(session)["opcode"] == PROOF_ACK
+        key = session["keys"][region]
+        raw.send(
+            _tools.encode_frame_header(WRITE, 0, 1, region, key, offset, length, *fence) + b"\xee" * length
+        )
+        reply = raw.recv_header()
+        return 0 if reply["opcode"] == WRITE_ACK else int(reply["status"])
 
 
 def test_a_request_waits_for_its_allocation_to_be_announced() -> None:
@@ -198,3 +220,36 @@ def test_fenced_requests_go_over_a_transport_that_checks_fences_not_a_one_sided_
         assert a.transfer_one(Op.READ, buf.addr, peer, plain.id, 0, 4096) == (RequestState.COMPLETED, 0)
         tcp_bytes = sum(p.bytes for p in a.paths(peer) if p.transport == "tcp")
         assert tcp_bytes == 4096  # the fenced write alone: the plain read went over ucx
+
+
+def test_a_write_cut_mid_payload_gives_its_bytes_back_and_its_resend_is_admitted() -> None:
+    """Review of issue 39, defect 5: a write's bytes counted as written before its payload arrived and were
+    never given back, so when a connection (or a NIC) dropped mid-payload, the slice's resend on another
+    path was refused as "written already" and that replica's put failed. Now a write that fails before its
+    bytes are in gives its count back; the allocation is still sealed once written (a reader writes
+    nothing)."""
+    with TransferEngine(transport="tcp") as a, TransferEngine(transport="tcp") as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        buf = a.allocate(1 << 16, export=False)
+        assert buf.array is not None and segment.array is not None
+        peer = a.open_peer(b.name)
+        address = a._core_engine().peer_info(peer.handle)["transports"]["tcp"]["address"]
+        b.announce_allocations(segment, [2], [7], [0], [8192])
+        session = open_session(b.name)
+        with RawPeer(str(address), timeout=15) as cut:  # the first path: it drops after half the payload
+            assert cut.authenticate(session)["opcode"] == PROOF_ACK
+            key = session["keys"][segment.id]
+            cut.send(_tools.encode_frame_header(WRITE, 0, 1, segment.id, key, 0, 8192, 2, 7) + b"\xee" * 4096)
+        buf.array[:8192] = 4
+        deadline = time.monotonic() + 5
+
+        def resend() -> tuple[RequestState, int]:
+            return a.transfer_one(Op.WRITE, buf.addr, peer, segment.id, 0, 8192, fence=(2, 7))
+
+        while (done := resend())[1] == STALE:
+            assert time.monotonic() < deadline, "the resend was refused: the cut write kept its bytes"
+            time.sleep(0.05)
+        assert done == (RequestState.COMPLETED, 0)
+        assert (segment.array[:8192] == 4).all()
+        assert _raw_write(a, b.name, segment.id, 0, 4096, (2, 7)) == STALE  # sealed: a reader writes nothing
+        assert (segment.array[:8192] == 4).all()
