@@ -85,27 +85,40 @@ void Acceptor::cut_overdue() {
   }
 }
 
-int Acceptor::eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now) const {
+bool Acceptor::in_flight(const Conn& c, std::chrono::steady_clock::time_point now) const {
+  if (c.state.proved()) return false;
+  const auto spoke = c.state.spoke_ago(now);
+  return spoke && *spoke < std::chrono::milliseconds(config_.protect_ms);
+}
+
+int Acceptor::eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now, bool crowded) const {
   using std::chrono::milliseconds;
   if (c.state.proved()) {
     const bool idle_long =
         config_.evict_idle_ms > 0 && c.state.idle_for(now) >= milliseconds(config_.evict_idle_ms);
-    return idle_long ? 2 : kKeep;  // (one serving a request is never idle)
+    return idle_long ? 3 : kKeep;  // (one serving a request is never idle)
   }
-  const auto spoke = c.state.spoke_ago(now);
-  if (!spoke) return 0;
-  return *spoke >= milliseconds(config_.protect_ms) ? 1 : kKeep;
+  if (!c.state.spoke_ago(now)) return 0;
+  if (!in_flight(c, now)) return 1;
+  return crowded ? 2 : kKeep;
 }
 
 bool Acceptor::make_room(const std::string* peer) {
-  // The lowest rank gives its place (eviction_rank), the one silent the longest among equals.
+  // The lowest rank gives its place (eviction_rank), the one silent the longest among equals (for a
+  // handshake: the one accepted first).
   const auto now = std::chrono::steady_clock::now();
+  size_t in_flight_count = 0;
+  for (const auto& c : conns_) {
+    if (c.live() && (peer == nullptr || c.peer == *peer)) in_flight_count += in_flight(c, now);
+  }
+  const size_t share = peer != nullptr ? config_.max_per_peer : config_.max_connections;
+  const bool crowded = in_flight_count * 2 >= share;
   Conn* victim = nullptr;
   int best = kKeep;
   auto stalest = std::chrono::nanoseconds::min();
   for (auto& c : conns_) {
     if (!c.live() || (peer != nullptr && c.peer != *peer)) continue;
-    const int rank = eviction_rank(c, now);
+    const int rank = eviction_rank(c, now, crowded);
     const auto idle = c.state.idle_for(now);
     if (rank < best || (rank == best && rank != kKeep && idle > stalest)) {
       best = rank;
@@ -117,8 +130,9 @@ bool Acceptor::make_room(const std::string* peer) {
   static const char* const why[] = {
       "a new connection needed its place and it had not spoken the protocol yet",
       "a new connection needed its place and it had not finished its handshake in time",
+      "a new connection needed its place and handshakes in flight held half the share, it the oldest",
       "a new connection needed its place and it was the one idle the longest"};
-  cut(*victim, why[best], /*politely=*/best == 2);
+  cut(*victim, why[best], /*politely=*/best == 3);
   return true;
 }
 

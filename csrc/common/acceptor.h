@@ -4,10 +4,12 @@
 // (the handler says when it has: a handshake passed, a well-formed first frame) within `prove_ms` is cut.
 // A proved one that stays idle for `idle_ms` is cut too. When a new connection finds the server (or its
 // peer's share) full, the connection silent the longest gives its place: one that has said nothing yet
-// first; else one that began its handshake more than `protect_ms` ago and has not finished it; else a
-// proved one idle for at least `evict_idle_ms`. So a flood from an address never cuts a handshake in
-// flight of a member sharing that address, an authenticated peer that holds many idle connections cannot
-// keep the others out, and a connection moving bytes never loses its place to a newcomer.
+// first; else one that began its handshake more than `protect_ms` ago and has not finished it; else, while
+// handshakes in flight hold half the share or more, the oldest of them; else a proved one idle for at
+// least `evict_idle_ms`. A hello needs no secret, so protecting every handshake let a flood of hellos
+// (130 a second an address) keep everyone out; now it holds at most half: a flood from an address never
+// cuts a member's handshake in flight before many newer ones, an authenticated peer that holds many idle
+// connections cannot keep the others out, and a connection moving bytes never loses its place.
 #pragma once
 
 #include <atomic>
@@ -115,10 +117,12 @@ class Acceptor {
   void cut_overdue();
   // Cuts the connection (of `peer`; nullptr: any) that should give its place to a new one, if any.
   bool make_room(const std::string* peer);
-  // Which connections give their place first: 0 silent, 1 a handshake overdue, 2 proved and idle; kKeep:
-  // none (a handshake in flight, a request being served).
-  static constexpr int kKeep = 3;
-  int eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now) const;
+  // Which connections give their place first: 0 silent, 1 a handshake overdue, 2 a handshake in flight
+  // when they hold half the share (`crowded`), 3 proved and idle; kKeep: none (a handshake in flight, a
+  // request being served).
+  static constexpr int kKeep = 4;
+  int eviction_rank(const Conn& c, std::chrono::steady_clock::time_point now, bool crowded) const;
+  bool in_flight(const Conn& c, std::chrono::steady_clock::time_point now) const;
   // Ends a connection: `politely` (an idle proved one) stops its reads only, so its handler can say
   // goodbye first; else it is shut down both ways.
   void cut(Conn& conn, const std::string& why, bool politely = false);

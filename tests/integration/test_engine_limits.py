@@ -13,15 +13,16 @@ import os
 import socket
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
 import numpy as np
 
 from tests.conftest import start_target, stop_target
-from tests.helpers.raw_peer import ERROR, PROOF_ACK, RawPeer, open_session
+from tests.helpers.raw_peer import ERROR, HELLO, PROOF_ACK, READ, RawPeer, open_session
 from tests.helpers.target_process import pattern
-from transfer_engine import KVStoreError, Op, RequestState, TransferEngine
+from transfer_engine import KVStoreError, Op, RequestState, TransferEngine, _tools
 from transfer_engine.errors import CODE_NAMES
 from transfer_engine.security import SecurityConfig
 
@@ -282,3 +283,77 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
             raise ConnectionError("closed by the engine")
         data += chunk
     return data
+
+
+def test_a_flood_of_hellos_without_the_secret_locks_no_member_out() -> None:
+    """Review of issue 39, defect 3: a well-formed HELLO needs no secret, and a connection that sent one
+    kept its place for a second, so ~130 hellos a second an address (here 100 a second, at
+    KVSTORE_TCP_MAX_CONNECTIONS_PER_PEER=32) filled the address's share and every member sharing it was
+    refused. Now handshakes in flight keep at most half the share: past that the oldest gives its place,
+    and the member gets in and reads while the flood goes on."""
+    limits = ["env", "KVSTORE_TCP_MAX_CONNECTIONS_PER_PEER=32"]
+    with tempfile.NamedTemporaryFile("w+") as log:
+        target = start_target(transport="tcp", prefix=limits, stderr=log)
+        stop = threading.Event()
+        flood = threading.Thread(target=_hello_flood, args=(_tcp_port(target.name), stop), daemon=True)
+        try:
+            flood.start()
+            time.sleep(1.0)
+            for _ in range(3):
+                with TransferEngine(transport="tcp") as engine:
+                    read_back(engine, target.name, target.shared_region)
+            assert log_says(log, "handshakes in flight held half the share")
+        finally:
+            stop.set()
+            flood.join()
+            stop_target(target)
+
+
+def _hello_flood(address: str, stop: threading.Event) -> None:
+    """Well-formed hellos (made-up session ids: no secret needed), one every 10 ms, never proved."""
+    host, _, port = address.rpartition(":")
+    held: list[socket.socket] = []
+    payload = os.urandom(96)  # (session id and nonce)
+    while not stop.wait(0.01):
+        with contextlib.suppress(OSError):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(_tools.encode_frame_header(HELLO, length=len(payload)) + payload)
+            held.append(s)
+        while len(held) > 200:
+            held.pop(0).close()
+    for s in held:
+        s.close()
+
+
+def test_a_member_waiting_for_allocations_never_announced_holds_no_place() -> None:
+    """Review of issue 39, defect 4: a request naming an allocation its owner never announced (an unused
+    slot, generation 2^63) waited 3 s with its connection counted busy, so a member repeating it on every
+    connection of its address's share held the server at zero bandwidth. Now a waiting connection counts as
+    idle (a newcomer takes its place, which ends the wait) and an address has at most
+    KVSTORE_TCP_MAX_WAITS_PER_PEER waits at once: past that a request is refused as stale at once."""
+    options = {"tcp_max_connections_per_peer": 4, "tcp_max_waits_per_peer": 3, "tcp_evict_idle_timeout": 0.3}
+    with TransferEngine(transport="tcp", **options) as b:
+        segment = b.allocate(1 << 20, fence_slots=16)
+        b.announce_allocations(segment, [1], [5], [0], [4096])
+        with TransferEngine(transport="tcp") as a:
+            peer = a.open_peer(b.name)
+            address = str(a._core_engine().peer_info(peer.handle)["transports"]["tcp"]["address"])
+        session = open_session(b.name)
+        key = session["keys"][segment.id]
+        with contextlib.ExitStack() as stack:
+            raws = [stack.enter_context(RawPeer(address, timeout=15)) for _ in range(4)]
+            for raw in raws:
+                assert raw.authenticate(session)["opcode"] == PROOF_ACK
+            started = time.monotonic()
+            for raw in raws:
+                raw.send(_tools.encode_frame_header(READ, 0, 1, segment.id, key, 0, 4096, 9, 1 << 63))
+            assert raws[-1].recv_header()["opcode"] == ERROR  # (past the 3 waits: refused at once)
+            assert time.monotonic() - started < 1.5
+            time.sleep(0.5)  # (idle past KVSTORE_TCP_EVICT_IDLE_TIMEOUT while they wait)
+            with TransferEngine(transport="tcp") as c:
+                local = c.allocate(4096, export=False)
+                done = c.transfer_one(
+                    Op.READ, local.addr, c.open_peer(b.name), segment.id, 0, 4096, fence=(1, 5)
+                )
+                assert done == (RequestState.COMPLETED, 0)
+            assert time.monotonic() - started < 2.5  # (the waits were 3 s: nobody waited them out)
