@@ -14,10 +14,11 @@ its catalog an object removed meanwhile; this master handed that allocation out,
 tells a removal from a loss. One crowded out raises `floor`: from then on an unknown key's allocation at or
 below it is refused (it may be a removal forgotten), unless the key was lost with its segment (`lose`: a
 node restarting, which names its objects back within twice the client TTL) and not removed since. So an
-acknowledged removal never comes back; past 2^18 removals, an object of a node away longer than that is
-a miss. Tombstones named by nodes (an earlier master's) and an eviction's (MAX_EVICTED, apart, so a full
-cache's churn never crowds a removal's out) last `until` (twice the client TTL), and never lapse while a
-segment is being restored (it may yet name them).
+acknowledged removal does not come back (one narrow case: past 2^18 removals, an earlier value of a key
+lost with its segment, named by a third node within those seconds); past 2^18 removals, an object of a
+node away longer than that is a miss. Tombstones named by nodes (an earlier master's) and an eviction's
+(MAX_EVICTED, apart, so a full cache's churn never crowds a removal's out) last `until` (twice the client
+TTL), and never lapse while a segment is being restored (it may yet name them).
 """
 
 from __future__ import annotations
