@@ -326,8 +326,8 @@ with TransferEngine(host=host, nics=nics, transport="ucx", ucx_io_timeout=0.5) a
         assert (handle.states() == RequestState.COMPLETED).all(), handle.errors()
         assert np.array_equal(local.array, expected)
 
-    def paths():
-        return {p.local_nic: p for p in engine.paths(peer)}
+    def paths():  # (the ucx paths: tcp is linked beside a forced ucx for fenced requests alone)
+        return {p.local_nic: p for p in engine.paths(peer) if p.transport == "ucx"}
 
     read_all()
     report = {"transports": list(peer.transports), "striped": {n: p.bytes for n, p in paths().items()}}
@@ -357,7 +357,8 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
     """Both sides have two NICs, so each runs a UCX worker per NIC (a rail) and a peer link has a path per
     pair of rails on one subnet: a batch's reads go over both. The second NIC goes down for 1.5 s mid-
     transfer: its path's operations time out, their slices go to the other UCX path (ucx is the only
-    transport here), every request completes with the right bytes, and the path comes back after `up`."""
+    transport for these unfenced reads: tcp is linked for fenced requests alone), every request completes
+    with the right bytes, and the path comes back after `up`."""
     if reason := ucx_missing():
         pytest.skip(f"ucx: {reason}")
     target = start_target(
@@ -375,7 +376,7 @@ def test_ucx_stripes_over_a_rail_per_nic_and_fails_over_between_them(
         )
         report = json.loads(last.removeprefix("OK"))
         print(f"\n{report}")
-        assert report["transports"] == ["ucx"]
+        assert report["transports"] == ["ucx", "tcp"]  # tcp for fenced requests alone: none here
         assert set(report["striped"]) == {first, second_nic.outside}
         assert all(moved >= 4 << 20 for moved in report["striped"].values()), f"{report}\n{_network(netns)}"
         assert report["failures"][second_nic.outside] >= 1, report
