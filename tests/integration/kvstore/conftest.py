@@ -64,7 +64,14 @@ def corrupt_in_place(cluster: Cluster, location: Any, at: int = 100, garbage: by
     pid = next(proc.pid for proc, name in cluster.nodes if name == engine)
     with open(f"/proc/{pid}/maps") as maps:
         mapped = {line.split(maxsplit=5)[-1].strip() for line in maps if line.count(" ") >= 5}
-    (path,) = [p for p in mapped if os.path.basename(p).startswith("kvstore-node-") and p.endswith(".mem")]
+    segments = [p for p in mapped if os.path.basename(p).startswith("kvstore-node-") and p.endswith(".mem")]
+    # (a node maps other nodes' segments too, to copy from them on the same host: its own is the one it
+    # holds locked, kvstore.node.file_lock)
+    with open("/proc/locks") as locks:
+        held = {
+            int(f[-3].rsplit(":", 1)[1]) for f in map(str.split, locks) if len(f) >= 8 and f[4] == str(pid)
+        }
+    (path,) = [p for p in segments if os.stat(p).st_ino in held]
     with open(path, "r+b") as segment:
         segment.seek(offset + at)
         segment.write(garbage)
