@@ -19,7 +19,7 @@ from kvstore.cluster.leader import locator
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, PermissionDeniedError
-from kvstore.rpc import admin
+from kvstore.rpc import admin, node_proof
 from kvstore.rpc import messages as m
 from transfer_engine import Peer, TransferEngine
 
@@ -76,8 +76,9 @@ class Session:
             if node_name and not node_key:
                 raise InvalidArgumentError("a node's identity needs its key (kvstore.node.node_key)")
             self.node_key = node_key
-            fingerprint = m.node_key_fingerprint(node_key)
-            self.node_id = f"{self.host_id}/{node_name}#{fingerprint}" if node_name else ""
+            self.node_id = ""  # (a node's key pair is made once per process: kvstore.rpc.node_proof)
+            if node_name:
+                self.node_id = f"{self.host_id}/{node_name}#{m.node_key_fingerprint(node_key)}"
             self.engine = engine
             self.terms = self._register()
             self.on_heartbeat(self._nic_paths)
@@ -102,13 +103,22 @@ class Session:
                 time.sleep(LEADER_POLL_SECONDS)
 
     def _register(self) -> m.RegisterReply:
+        """Registers; a node signs a fresh master nonce with its key (kvstore.rpc.node_proof), which
+        never crosses the wire itself."""
+        public = nonce = proof = ""
+        if self.node_id:
+            nonce = self.master.call(m.NodeChallenge())
+            public = node_proof.public_of(self.node_key)
+            proof = node_proof.sign(self.node_key, node_proof.message(nonce, self.client_id, self.node_id))
         return self.master.call(
             m.RegisterClient(
                 client_id=self.client_id,
                 host_id=self.host_id,
                 node_id=self.node_id,
                 token=self.token,
-                node_key=self.node_key if self.node_id else "",
+                node_public=public,
+                node_nonce=nonce,
+                node_proof=proof,
             )
         )
 

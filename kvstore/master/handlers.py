@@ -21,6 +21,7 @@ from kvstore.master import node_acks, node_work, reads
 from kvstore.master.loop_watch import LoopWatch
 from kvstore.master.model import Replica
 from kvstore.master.mount_check import MountCheck
+from kvstore.master.node_nonces import NodeNonces
 from kvstore.master.path_reports import PathReports
 from kvstore.master.state import MasterState, RoomComing
 from kvstore.rpc import admin
@@ -83,6 +84,7 @@ class Handlers:
             c.admin_secret, c.admin_secret_file, "KVSTORE_MASTER_ADMIN_SECRET"
         )
         self._superseding: set[str] = set()  # node identities whose holder is being probed (_once_gone)
+        self.node_nonces = NodeNonces(state.clock)  # what a node's registration signs (RegisterClient)
         self.by_type: dict[type[m.Request], Callable[[Any], Any]] = {
             m.Hello: self.hello,
             m.RegisterClient: self.register_client,
@@ -103,6 +105,7 @@ class Handlers:
             m.MatchPrefix: self.match_prefix,
             m.Remove: self.remove,
             m.RemoveAll: self.remove_all,
+            m.NodeChallenge: self.node_challenge,
             m.AdminChallenge: self.admin_challenge,
             m.AdminProve: self.admin_prove,
             m.Stats: self.stats,
@@ -139,7 +142,11 @@ class Handlers:
 
     def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply | Deferred:
         """Registers; a node identity another registration holds (with memory or a disk) is taken only
-        once that process is found gone (_once_gone)."""
+        once that process is found gone (_once_gone). A node's registration must name a fresh nonce of
+        this master's that its identity has not registered with (its signature over it was checked when
+        the request was parsed: kvstore.rpc.messages.RegisterClient)."""
+        if r.node_id:
+            self.node_nonces.spend(r.node_id, r.node_nonce)
         checks = self.mounts
         holder = self.state.node_holder(r.node_id, r.client_id) if checks is not None else None
         if checks is None or holder is None:
@@ -393,6 +400,9 @@ class Handlers:
         first_kill = self.state.space.fences.next_id
         removed = self.state.remove_all(r.force, r.client_id)
         return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
+
+    def node_challenge(self, r: m.NodeChallenge) -> str:
+        return self.node_nonces.new()
 
     def admin_challenge(self, r: m.AdminChallenge) -> str:
         return self.state.admin_challenge(r.client_id)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError, ProtocolError
+from kvstore.rpc import node_proof
 from kvstore.rpc import validate as v
 from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them messages.X
     DISK,
@@ -57,7 +58,9 @@ from kvstore.rpc.records import (  # noqa: F401  re-exported: callers name them 
 # are numbered, name their removal and are acknowledged once persisted (DiskDrop.seq and .buried,
 # AwaitWork.dropped_through), and a disk names the removals it keeps (RestoreDisk.removed); a node's
 # reports name the registration they count in (RegisterReply.registration, AwaitWork.registration)
-PROTOCOL_VERSION = 10
+# 11: a node's registration signs a master nonce with its key instead of carrying the key
+# (NodeChallenge; RegisterClient.node_public, node_nonce, node_proof: kvstore.rpc.node_proof)
+PROTOCOL_VERSION = 11
 U64 = 2**64 - 1
 HOLD_FIELDS = len(HeldReplica._fields)
 _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
@@ -76,10 +79,15 @@ def client_id_for(token: str) -> str:
 
 
 def node_key_fingerprint(node_key: str) -> str:
-    """What a node's identity names of its key (RegisterClient.node_id ends "#<this>"): who registers
-    that identity must show the key itself, so knowing the identity (a member may learn it) is not enough
-    to take it over."""
-    return hashlib.sha256(b"kvstore-node-key\0" + node_key.encode()).hexdigest()[:32]
+    """What a node's identity names of its key (RegisterClient.node_id ends "#<this>"): the fingerprint
+    of the public half of the key's pair (kvstore.rpc.node_proof), so who registers that identity must
+    sign with the key, and knowing the identity or anything a registration carries is not enough to take
+    it over."""
+    return node_public_fingerprint(node_proof.public_of(node_key))
+
+
+def node_public_fingerprint(public: str) -> str:
+    return hashlib.sha256(b"kvstore-node-key\0" + public.encode()).hexdigest()[:32]
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -127,7 +135,11 @@ class RegisterClient(Request):
     # (OWN_NAME), and registering its id again takes the same one. Chosen by the client: it never crosses
     # back.
     token: str = ""
-    node_key: str = ""  # the node's own secret, kept in its private files across restarts (with node_id)
+    # With node_id: the public half of the node key's pair (its fingerprint ends node_id), the nonce
+    # NodeChallenge gave, and the signature over them (kvstore.rpc.node_proof); the key never crosses.
+    node_public: str = ""
+    node_nonce: str = ""
+    node_proof: str = ""
 
     @classmethod
     def parse(cls, p: dict[str, Any]) -> RegisterClient:
@@ -136,13 +148,21 @@ class RegisterClient(Request):
             raise PermissionDeniedError(
                 f"client id {client_id!r} is not its token's (kvstore.rpc.messages.client_id_for)"
             )
+        host_id = v.text(p, "host_id")
         node_id = v.text(p, "node_id") if p.get("node_id") else ""
-        node_key = v.token(p, "node_key") if p.get("node_key") else ""
-        if node_id and node_id.rpartition("#")[2] != node_key_fingerprint(node_key):
+        if not node_id:
+            return cls(client_id, host_id, "", token)
+        public, nonce, proof = (
+            v.text(p, name, node_proof.MAX_PUBLIC_CHARS) if p.get(name) else ""
+            for name in ("node_public", "node_nonce", "node_proof")
+        )
+        if node_id.rpartition("#")[2] != node_public_fingerprint(public) or not node_proof.verify(
+            public, node_proof.message(nonce, client_id, node_id), proof
+        ):
             raise PermissionDeniedError(
-                f"node identity {node_id!r} is not proved: its registration must carry the node's key"
+                f"node identity {node_id!r} is not proved: its registration must be signed with its key"
             )
-        return cls(client_id, v.text(p, "host_id"), node_id, token, node_key)
+        return cls(client_id, host_id, node_id, token, public, nonce, proof)
 
     @staticmethod
     def decode_reply(obj: Any) -> RegisterReply:
@@ -676,6 +696,25 @@ class RemoveAll(Request):
 
 
 @dataclass
+class NodeChallenge(Request):
+    """Asks the master for a fresh nonce to sign a node identity's registration over (RegisterClient
+    .node_nonce); replies it. Good for one registration of the identity, for a short while, at this
+    master only (kvstore.master.node_nonces)."""
+
+    METHOD: ClassVar[str] = "node_challenge"
+
+    @classmethod
+    def parse(cls, p: dict[str, Any]) -> NodeChallenge:
+        return cls()
+
+    @staticmethod
+    def decode_reply(obj: Any) -> str:
+        if not isinstance(obj, str) or not 32 <= len(obj) <= 128:
+            raise ProtocolError("master sent a malformed node nonce")
+        return obj
+
+
+@dataclass
 class AdminChallenge(Request):
     """Asks the master for a fresh nonce to prove admin rights over (AdminProve); replies it (hex). One
     per client at a time: a new one replaces the last."""
@@ -824,6 +863,7 @@ REQUESTS: dict[str, type[Request]] = {
         MatchPrefix,
         Remove,
         RemoveAll,
+        NodeChallenge,
         AdminChallenge,
         AdminProve,
         Stats,

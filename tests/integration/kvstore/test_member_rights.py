@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from kvstore.errors import KVStoreError, PermissionDeniedError, TooManyConnectio
 from kvstore.master.server import EmbeddedMaster, Master
 from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
+from kvstore.rpc import node_proof
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"].encode()  # the suite's (tests/conftest.py)
 
@@ -42,10 +44,19 @@ def member(address: str) -> Iterator[MasterClient]:
         client.close()
 
 
-def register(client: MasterClient, host_id: str = "elsewhere", **fields: str) -> tuple[str, str]:
-    """Registers a made-up client (it costs nothing): its (client id, token)."""
+def register(
+    client: MasterClient, host_id: str = "elsewhere", node_key: str = "", **fields: str
+) -> tuple[str, str]:
+    """Registers a made-up client (it costs nothing): its (client id, token). With `node_key`, signed
+    as a node's registration of fields["node_id"] over a fresh master nonce (kvstore.rpc.node_proof)."""
     token = m.new_token()
     client_id = m.client_id_for(token)
+    if node_key:
+        nonce = client.call(m.NodeChallenge())
+        fields["node_public"] = node_proof.public_of(node_key)
+        fields["node_nonce"] = nonce
+        signed = node_proof.message(nonce, client_id, fields["node_id"])
+        fields["node_proof"] = node_proof.sign(node_key, signed)
     client.call(m.RegisterClient(client_id=client_id, host_id=host_id, token=token, **fields))
     return client_id, token
 
@@ -66,7 +77,7 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             assert len(fingerprint) == 32
             forged = [
                 {"node_id": node_id},  # the whole identity, no key
-                {"node_id": node_id, "node_key": m.new_token()},  # a key of its own
+                {"node_id": node_id, "node_key": m.new_token()},  # a key of its own (its own fingerprint)
                 {"node_id": host_and_name},  # the identity as `kvstore status` shows it
             ]
             failed = 0
@@ -82,28 +93,24 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             assert [c.node_id for c in list(state.clients.values()) if c.node_id] == [node_id]
 
 
-def test_a_member_that_learned_a_nodes_key_cannot_drop_the_live_node() -> None:
-    """Review item 8: the node key crosses the wire in RegisterClient (frame MACs give integrity, not
+def test_a_member_that_learned_a_nodes_key_cannot_drop_the_live_node(tmp_path: Path) -> None:
+    """Review item 8: the node key crossed the wire in RegisterClient (frame MACs give integrity, not
     secrecy), so a member that sniffed it registered the node's identity with it and superseded (dropped)
-    the live node. The master now takes an identity a registration holds only once its probe of the
-    holder's engine finds that process gone: the live node answers, the member is refused."""
-    from pathlib import Path
-
-    from kvstore.node.identity import lock_directory
-
+    the live node. The key no longer crosses (test_member_rights unit tests: a signature over a master
+    nonce), and even with the key (a leaked file) a member cannot drop the live node: the master takes
+    an identity a registration holds only once its probe of the holder's engine finds that process
+    gone; the live node answers, the member is refused."""
     keys = [f"k{i}" for i in range(40)]
+    disk = tmp_path / "tier"
     with embedded(heartbeat_interval=0.3) as master:
-        node = ["node", "--master", master.address, "--segment-size", "16MiB"]
+        node = ["node", "--master", master.address, "--segment-size", "16MiB", "--disk", str(disk)]
+        node += ["--disk-size", "64MiB", "--disk-backend", "threads"]
         with kvstore_process(node), Store.connect(master.address) as store, member(master.address) as evil:
             assert store.batch_put_from(keys, [b"v" * 4096] * 40) == [0] * 40
             state = master.master.state
             ((holder, node_id),) = [(c.id, c.node_id) for c in list(state.clients.values()) if c.node_id]
-            fingerprint = node_id.rpartition("#")[2]
-            (node_key,) = [  # what a sniffer reads off the node's RegisterClient
-                k
-                for k in (p.read_text() for p in Path(lock_directory()).glob("kvstore-node-*.key"))
-                if m.node_key_fingerprint(k) == fingerprint
-            ]
+            node_key = Path(f"{disk}.node-key").read_text()  # (kvstore.node.node_key.path_of)
+            assert m.node_key_fingerprint(node_key) == node_id.rpartition("#")[2]
             for _ in range(4):
                 with pytest.raises(PermissionDeniedError, match="held by a live process"):
                     register(evil, node_id=node_id, node_key=node_key)

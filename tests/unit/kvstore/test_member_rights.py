@@ -11,7 +11,7 @@ from kvstore.config.master import MasterConfig
 from kvstore.errors import PermissionDeniedError, TooManyConnectionsError
 from kvstore.master.model import Segment
 from kvstore.master.state import MasterState
-from kvstore.rpc import admin
+from kvstore.rpc import admin, node_proof
 from kvstore.rpc import messages as m
 
 MiB = 1 << 20
@@ -44,22 +44,63 @@ def put(state: MasterState, key: str, writer: str = "n0") -> None:
 
 
 # -- item 6: a node's identity is proved by its key ---------------------------------------------------
-def _register(node_id: str, node_key: str = "") -> dict[str, object]:
+def _register(node_id: str, node_key: str = "", nonce: str = "0" * 64, signer: str = "") -> dict[str, object]:
+    """RegisterClient's parameters for a new client; with `node_key`, signed as a node's (by `signer`'s
+    key when given: a forgery) over `nonce`."""
     token = m.new_token()
-    params: dict[str, object] = {"client_id": m.client_id_for(token), "host_id": "h9", "token": token}
+    client_id = m.client_id_for(token)
+    params: dict[str, object] = {"client_id": client_id, "host_id": "h9", "token": token}
     params.update({"node_id": node_id} if node_id else {})
-    params.update({"node_key": node_key} if node_key else {})
+    if node_key:
+        proof = node_proof.sign(signer or node_key, node_proof.message(nonce, client_id, node_id))
+        params.update(node_public=node_proof.public_of(node_key), node_nonce=nonce, node_proof=proof)
     return params
 
 
-def test_a_node_identity_is_taken_only_with_the_nodes_key() -> None:
-    key = m.new_token()
+def test_a_node_identity_is_taken_only_with_a_signature_by_the_nodes_key() -> None:
+    """Review item 8: the key itself crossed the wire (RegisterClient.node_key): a sniffer learned it.
+    Now a registration carries the public half of the key's pair and a signature over the master's
+    nonce, the client id and the identity; none of it signs another registration."""
+    key, other = m.new_token(), m.new_token()
     victim = f"h0/abc/0#{m.node_key_fingerprint(key)}"
-    for forged in (_register(victim), _register(victim, m.new_token()), _register("h0/abc/0", key)):
+    captured = _register(victim, key)
+    forged = [
+        _register(victim),  # the identity alone
+        _register(victim, other),  # a pair of its own: another fingerprint
+        _register(victim, key, signer=other),  # the victim's public half, signed by another key
+        _register("h0/abc/0", key),  # the identity as `kvstore status` shows it
+        {**_register(victim, key), "node_proof": captured["node_proof"]},  # a captured proof, another id
+        {**captured, "node_nonce": "1" * 64},  # a captured registration, another nonce
+    ]
+    for params in forged:
         with pytest.raises(PermissionDeniedError, match="not proved"):
-            m.parse_request("register_client", forged)
-    request = m.parse_request("register_client", _register(victim, key))
+            m.parse_request("register_client", params)
+    request = m.parse_request("register_client", captured)
     assert isinstance(request, m.RegisterClient) and request.node_id == victim
+    assert key not in str(captured)  # what crosses the wire
+
+
+def test_a_node_nonce_is_this_masters_fresh_and_spent_once_per_identity() -> None:
+    """A captured registration replayed is refused: its nonce is spent (or stale, or another master's)."""
+    from kvstore.master.node_nonces import NONCE_SECONDS, NodeNonces
+
+    clock = Clock()
+    nonces, later_master = NodeNonces(clock), NodeNonces(clock)
+    first, second = nonces.new(), nonces.new()
+    nonces.spend("h0/n#fp", second)
+    for replayed in (second, first):  # the same, or an older one than the identity registered with
+        with pytest.raises(PermissionDeniedError, match="newer nonce"):
+            nonces.spend("h0/n#fp", replayed)
+    nonces.spend("h1/n#fp", first)  # another identity's registration may use it
+    with pytest.raises(PermissionDeniedError, match="no nonce of this master's"):
+        later_master.spend("h0/n#fp", nonces.new())
+    with pytest.raises(PermissionDeniedError, match="no nonce of this master's"):
+        nonces.spend("h0/n#fp", second[:-1] + ("0" if second[-1] != "0" else "1"))
+    stale = nonces.new()
+    clock.now += NONCE_SECONDS + 1
+    with pytest.raises(PermissionDeniedError, match="stale"):
+        nonces.spend("h0/n#fp", stale)
+    nonces.spend("h0/n#fp", nonces.new())
 
 
 def test_a_client_id_is_its_tokens() -> None:
