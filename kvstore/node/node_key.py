@@ -1,8 +1,9 @@
 """A storage node's key: a secret its identity keeps across restarts. The master knows a node's identity
-by the key's fingerprint (kvstore.rpc.messages.node_key_fingerprint) and lets a registration supersede a
-live one of the same identity only when it shows the key: the same node restarted, never a member that
-merely names it. The file is read and made only while this process holds the identity's lock (or its
-disk file's), so twins never race for it.
+by the fingerprint of the key pair it seeds (kvstore.rpc.messages.node_key_fingerprint) and lets a
+registration take the identity only when it is signed with the key over a fresh master nonce (the key
+never crosses the wire: kvstore.rpc.node_proof), and supersede an earlier registration only once that
+process is found gone: the same node restarted, never a member that names it. The file is read and
+made only while this process holds the identity's lock (or its disk file's), so twins never race for it.
 
 Where: beside the node's --disk file (`<disk>.node-key`, mode 0600) when it has one, so the key lives as
 long as the records it names: after a reboot (or a container made anew) the node is the same identity
