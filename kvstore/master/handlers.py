@@ -159,7 +159,7 @@ class Handlers:
         """r's registration, which drops `owner` (the registration holding r's node identity), once the
         master's probe of owner's engine found it not answering as owner's: its process is gone (a
         restarted node's old one is dead: its port is closed, or the new process answers there). A live
-        holder keeps its identity whoever asks, even with the node's key, which crosses the wire (review
+        holder keeps its identity whoever asks, even one holding the node's key (a leaked file; review
         item 8): PermissionDeniedError. One probe per identity at a time (a flood queues none)."""
         if r.node_id in self._superseding:
             raise MasterUnavailableError(f"a registration of node {r.node_id!r} is being checked: try again")

@@ -25,9 +25,9 @@ class Membership(StateCore):
         registration is that node restarted: the old one is dropped at once (its process is gone), so
         what the node offers back (disk records) is taken, not deleted when the old TTL runs out. Only
         the node itself can name its identity: the request proves the node's key (kvstore.rpc.messages
-        RegisterClient.node_id), so no member can drop a live node by naming it; nor by showing the key
-        (it crosses the wire): the handlers register an identity a live process holds only once the
-        master's probe found that process gone (node_holder).
+        RegisterClient.node_id), so no member can drop a live node by naming it; nor with the key itself
+        (a leaked file): the handlers register an identity a live process holds only once the master's
+        probe found that process gone (node_holder).
         `token`: the process's own secret, chosen by it; a registration (again) of a known client with
         another one is refused, so no process can take over another's name. `address`: the host the
         request came from (the connection's peer; "" in-process: the claimed host id stands for it),
