@@ -159,10 +159,15 @@ class MasterConfig(Component):
     max_clients: int = setting(
         8192,
         "Clients registered at once. A registration beyond it drops the longest-silent client that holds "
-        "nothing (no segment, no put in progress) and has missed a heartbeat; if none, it is refused.",
+        "nothing (no segment, no put in progress) and has missed a heartbeat; if none, the address holding "
+        "the most registrations gives up one that holds nothing when it holds more than the newcomer's "
+        "would; else it is refused.",
     )
     max_clients_per_host: int = setting(
-        1024, "Clients registered at once from one host (as each names it); beyond it as for max_clients."
+        1024,
+        "Clients registered at once from one address (the connection's peer, not the host a client names: "
+        "clients behind one NAT share it); beyond it the longest-silent idle one of that address goes, "
+        "else the registration is refused.",
     )
 
     etcd: str = setting(
