@@ -87,7 +87,7 @@ def public_of(node_key: str) -> str:
 def _digest(n: int, message: bytes) -> int:
     """The message hashed over the whole modulus (full-domain hash), below n."""
     stream = _Stream(_LABEL + n.to_bytes(_BITS // 8, "big") + message)
-    return int.from_bytes(stream.take(_BITS // 8), "big") % n
+    return int.from_bytes(stream.take(_BITS // 8 + 16), "big") % n  # (128 bits more: next to uniform)
 
 
 def sign(node_key: str, message: bytes) -> str:
