@@ -76,7 +76,7 @@ class Session:
             if node_name and not node_key:
                 raise InvalidArgumentError("a node's identity needs its key (kvstore.node.node_key)")
             self.node_key = node_key
-            self.node_id = ""  # (a node's key pair is made once per process: kvstore.rpc.node_proof)
+            self.node_id = ""  # (a node signs with its key pair: kvstore.rpc.node_proof)
             if node_name:
                 self.node_id = f"{self.host_id}/{node_name}#{m.node_key_fingerprint(node_key)}"
             self.engine = engine
