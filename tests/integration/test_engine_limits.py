@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import hmac
 import os
+import select
 import socket
 import struct
 import tempfile
@@ -370,8 +371,11 @@ def test_a_member_waiting_for_allocations_never_announced_holds_no_place() -> No
             started = time.monotonic()
             for raw in raws:
                 raw.send(_tools.encode_frame_header(READ, 0, 1, segment.id, key, 0, 4096, 9, 1 << 63))
-            assert raws[-1].recv_header()["opcode"] == ERROR  # (past the 3 waits: refused at once)
-            assert time.monotonic() - started < 1.5
+            # Past the 3 waits one is refused at once (which one: the order their threads reach it).
+            refused, _, _ = select.select([raw.sock for raw in raws], [], [], 1.5)
+            assert len(refused) == 1 and time.monotonic() - started < 1.5
+            waiting = [raw for raw in raws if raw.sock not in refused]
+            assert next(raw for raw in raws if raw.sock in refused).recv_header()["opcode"] == ERROR
             time.sleep(0.5)  # (idle past KVSTORE_TCP_EVICT_IDLE_TIMEOUT while they wait)
             with TransferEngine(transport="tcp") as c:
                 local = c.allocate(4096, export=False)
@@ -380,3 +384,10 @@ def test_a_member_waiting_for_allocations_never_announced_holds_no_place() -> No
                 )
                 assert done == (RequestState.COMPLETED, 0)
             assert time.monotonic() - started < 2.5  # (the waits were 3 s: nobody waited them out)
+            # The waits whose connections gave their place ended then (their threads free), refused.
+            ready, _, _ = select.select(
+                [raw.sock for raw in waiting], [], [], max(0.0, started + 2.7 - time.monotonic())
+            )
+            assert ready and time.monotonic() - started < 2.8
+            cut = next(raw for raw in waiting if raw.sock in ready)
+            assert cut.recv_header()["opcode"] == ERROR
