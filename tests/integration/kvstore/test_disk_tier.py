@@ -249,7 +249,7 @@ def test_a_full_file_system_under_the_index_degrades_the_disk_until_it_has_room(
             with kvstore_process(node), Store.connect(master.address, rpc_busy_poll_us=0) as store:
                 filler = fs / "filler"
                 # The rest of the file system: the index has no room.
-                with open(filler, "wb") as f, contextlib.suppress(OSError):
+                with contextlib.suppress(OSError), open(filler, "wb") as f:  # (its close fails too: full)
                     while True:
                         f.write(b"\0" * 65536)
                         f.flush()
