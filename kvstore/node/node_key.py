@@ -49,6 +49,15 @@ def load(stem: str, disk: str = "") -> str:
     return key
 
 
+def forget(stem: str, disk: str = "") -> None:
+    """A clean stop of a node without a disk: the master forgot its objects and its segment is gone, so
+    nothing is left for its identity to take back; the key goes with them (a disk's stays: its records
+    are offered again at the next start)."""
+    if not disk:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path_of(stem))
+
+
 def _write(path: str, key: str) -> None:
     """Makes the key file (never through a link or over a file another made meanwhile), on the disk
     before the key is used: a key the node registered with and then lost to a power cut would cost its

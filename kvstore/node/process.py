@@ -10,6 +10,7 @@ from kvstore.node import file_lock
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
 from kvstore.node.memory_tier import prepare_segment
+from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles
 from kvstore.node.storage import StorageNode
@@ -63,6 +64,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         wait_for_stop_request()
         storage.close(forget=True)  # a clean stop: the master forgets our objects, the memory goes
         files.remove()
+        forget_node_key(identity.stem, node.disk)
     finally:
         session.close()
         _release(identity, held)

@@ -7,6 +7,7 @@ import os
 import stat
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,13 @@ def test_a_key_file_of_another_user_is_refused(stem: str) -> None:
     os.chown(path, 12345, 12345)
     with pytest.raises(PermissionDeniedError, match="not this user's private file"):
         node_key.load(stem)
+
+
+def test_a_clean_stop_forgets_the_key_of_a_node_without_a_disk(tmp_path: Path) -> None:
+    stem = f"forget-{uuid.uuid4().hex}"
+    key = node_key.load(stem)
+    node_key.forget(stem, disk=str(tmp_path / "tier"))  # (with a disk: kept, its records name it)
+    assert node_key.load(stem) == key
+    node_key.forget(stem)
+    assert not os.path.exists(node_key.path_of(stem))
+    node_key.forget(stem)  # (twice: nothing to do)
