@@ -150,19 +150,7 @@ class DiskIndex:
         index never holds a torn entry that would hide what is appended after it. OSError then."""
         if not entries:
             return
-        data = b"".join(encode(e) for e in entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            before = os.fstat(fd).st_size
-            try:
-                written = 0
-                while written < len(data):
-                    written += os.write(fd, data[written:])
-            except OSError:
-                os.ftruncate(fd, before)
-                raise
-        finally:
-            os.close(fd)
+        self._append_bytes(b"".join(encode(e) for e in entries), keep=True)
         self._in_file += len(entries)
         for entry in entries:
             self._note(entry)
@@ -174,16 +162,23 @@ class DiskIndex:
         and cuts them back off: OSError when the file system has no room for an append that large (what a
         batch of demotions appends). A rewrite is no such test: it may need no new space at all."""
         entry = encode(IndexEntry(0, "", TOMBSTONE, 0))
-        data = entry * max(1, nbytes // len(entry))
+        self._append_bytes(entry * max(1, nbytes // len(entry)), keep=False)
+
+    def _append_bytes(self, data: bytes, keep: bool) -> None:
+        """Appends `data` whole, or cuts the file back to its size before (always, unless `keep`):
+        no torn entry stays to hide what is appended after it. OSError when it could not."""
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             before = os.fstat(fd).st_size
+            kept = False
             try:
                 written = 0
                 while written < len(data):
                     written += os.write(fd, data[written:])
+                kept = keep
             finally:
-                os.ftruncate(fd, before)
+                if not kept:
+                    os.ftruncate(fd, before)
         finally:
             os.close(fd)
 

@@ -709,9 +709,7 @@ class NodeChallenge(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> str:
-        if not isinstance(obj, str) or not 32 <= len(obj) <= 128:
-            raise ProtocolError("master sent a malformed node nonce")
-        return obj
+        return _nonce(obj, "node")
 
 
 @dataclass
@@ -729,9 +727,7 @@ class AdminChallenge(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> str:
-        if not isinstance(obj, str) or not 32 <= len(obj) <= 128:
-            raise ProtocolError("master sent a malformed admin nonce")
-        return obj
+        return _nonce(obj, "admin")
 
 
 @dataclass
@@ -876,6 +872,13 @@ REQUESTS: dict[str, type[Request]] = {
 
 for _cls in REQUESTS.values():
     _cls.FIELDS = frozenset(f.name for f in fields(_cls))  # type: ignore[arg-type]
+
+
+def _nonce(obj: Any, what: str) -> str:
+    """A challenge's reply: the master's nonce, hex."""
+    if not isinstance(obj, str) or not 32 <= len(obj) <= 128:
+        raise ProtocolError(f"master sent a malformed {what} nonce")
+    return obj
 
 
 def parse_request(method: str, params: dict[str, Any]) -> Request:
