@@ -310,7 +310,7 @@ def test_a_flood_of_hellos_without_the_secret_locks_no_member_out() -> None:
                 with TransferEngine(transport="tcp") as engine, contextlib.suppress(KVStoreError):
                     read_back(engine, target.name, target.shared_region)
                     served += 1
-            assert served >= 4
+            assert served >= 3  # (before the fix: 0)
             assert log_says(log, "handshakes in flight held half the share")
         finally:
             stop.set()
