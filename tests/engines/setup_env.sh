@@ -38,7 +38,9 @@ if [ "$(cat "$stamp")" != "$wanted" ]; then
   pip install -q -c "$here/constraints.txt" -r "$here/requirements.txt"
   echo "$wanted" > "$stamp"
 fi
-# kvstore itself: the wheel tests/run built when it says so, else this checkout.
+# kvstore itself: the wheel tests/run built when it says so, else this checkout (ENGINES_KEEP_KVSTORE=1:
+# keep what the environment has, e.g. an editable install a developer linked in).
+if [ "${ENGINES_KEEP_KVSTORE:-}" = 1 ]; then echo "$venv"; exit 0; fi
 pip install -q --force-reinstall --no-deps "${ENGINES_WHEEL:-$root}"
 pip install -q "${ENGINES_WHEEL:-$root}"
 echo "$venv"
