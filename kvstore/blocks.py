@@ -12,6 +12,7 @@ trailing block is not cached.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -64,3 +65,54 @@ class BlockHasher:
                 raw = block_id
             keys.append(xxhash.xxh3_128(b"engine-id:" + raw + b"|" + self._suffix).hexdigest())
         return keys
+
+
+# -- keys the store itself gives a meaning to ---------------------------------------------------------
+# A *group* is the objects of one block (its layers, KV cache groups, head slices), possibly written by
+# several processes: `<group>#<i>of<n>` is member i of n. The master shows a member only while all n are
+# stored, and leases, evicts and removes the n as one (kvstore.master). Keys of this form are reserved.
+MAX_GROUP_MEMBERS = 1024
+_MEMBER = re.compile(r"(.+)#(0|[1-9][0-9]{0,3})of([1-9][0-9]{0,3})", re.DOTALL)
+
+
+def member_key(group: str, index: int, count: int) -> str:
+    """Member `index` of a group of `count` objects."""
+    if not group or not 0 < count <= MAX_GROUP_MEMBERS or not 0 <= index < count:
+        raise InvalidArgumentError(
+            f"a group member is index 0 <= i < count <= {MAX_GROUP_MEMBERS} of a non-empty group key"
+        )
+    return f"{group}#{index}of{count}"
+
+
+def group_keys(group: str, count: int) -> list[str]:
+    """Every member key of a group, in member order."""
+    return [member_key(group, i, count) for i in range(count)]
+
+
+def group_of(key: str) -> tuple[str, int, int] | None:
+    """(group, index, count) of a member key; None for any other key."""
+    match = _MEMBER.fullmatch(key)
+    if match is None:
+        return None
+    index, count = int(match[2]), int(match[3])
+    return (match[1], index, count) if index < count <= MAX_GROUP_MEMBERS else None
+
+
+# A block keyed by an engine's own 64-bit block hash (the one its KV events carry, RFC #1527 seq_hashes):
+# `<namespace>/0x<16 hex digits>`. Routers that follow the store's events credit it to every instance
+# serving that namespace's model.
+_SEQ = re.compile(r"(.*)/0x([0-9a-f]{16})", re.DOTALL)
+
+
+def seq_key(namespace: str, seq_hash: int) -> str:
+    """The key of a block an engine names by `seq_hash` (0 <= seq_hash < 2^64)."""
+    if isinstance(seq_hash, bool) or not isinstance(seq_hash, int) or not 0 <= seq_hash < 2**64:
+        raise InvalidArgumentError("a sequence hash is an int in [0, 2^64)")
+    return f"{namespace}/0x{seq_hash:016x}"
+
+
+def seq_of(key: str) -> tuple[str, int] | None:
+    """(namespace, sequence hash) of a seq_key, or of a group member whose group is one; else None."""
+    member = group_of(key)
+    match = _SEQ.fullmatch(member[0] if member is not None else key)
+    return (match[1], int(match[2], 16)) if match is not None else None

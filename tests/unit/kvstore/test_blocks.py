@@ -66,3 +66,30 @@ def test_engine_ids() -> None:
     assert BlockHasher(16, "n").keys_from_ids([1]) != keys[:1]
     with pytest.raises(InvalidArgumentError):
         h.keys_from_ids([1.0])  # type: ignore[list-item]
+
+
+def test_group_member_keys_round_trip_and_reject_what_is_not_one() -> None:
+    from kvstore.blocks import MAX_GROUP_MEMBERS, group_keys, group_of, member_key
+
+    assert member_key("ns/abc", 2, 8) == "ns/abc#2of8"
+    assert group_keys("g", 3) == ["g#0of3", "g#1of3", "g#2of3"]
+    assert group_of("ns/abc#2of8") == ("ns/abc", 2, 8)
+    assert group_of("a#b#0of1") == ("a#b", 0, 1)
+    for plain in ("abc", "#0of1", "g#1of1", "g#01of2", "g#0of0", f"g#0of{MAX_GROUP_MEMBERS + 1}", "g#0of2x"):
+        assert group_of(plain) is None, plain
+    for bad in (("", 0, 1), ("g", 1, 1), ("g", -1, 2), ("g", 0, MAX_GROUP_MEMBERS + 1)):
+        with pytest.raises(InvalidArgumentError):
+            member_key(*bad)
+
+
+def test_sequence_hash_keys_name_their_namespace_and_hash() -> None:
+    from kvstore.blocks import member_key, seq_key, seq_of
+
+    key = seq_key("vllm:m/x", 2**64 - 1)
+    assert key == "vllm:m/x/0xffffffffffffffff"
+    assert seq_of(key) == ("vllm:m/x", 2**64 - 1)
+    assert seq_of(member_key(seq_key("ns", 5), 1, 4)) == ("ns", 5)
+    assert seq_of("ns/0x05") is None and seq_of("0x0000000000000005") is None and seq_of("ns/abc") is None
+    for bad in (-1, 2**64, True, 1.0):
+        with pytest.raises(InvalidArgumentError):
+            seq_key("ns", bad)  # type: ignore[arg-type]
