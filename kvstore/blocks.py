@@ -23,6 +23,51 @@ from kvstore.errors import InvalidArgumentError
 _ROOT = bytes(16)
 
 
+# -- the KV-events contract's block hash (RFC #1527, as Dynamo and Mooncake Conductor use it) --------------
+#     local[i] = XXH3_64(tokens of block i as little-endian u32, seed)
+#     seq[0]   = local[0]
+#     seq[i]   = XXH3_64(seq[i-1] as 8 bytes little-endian || local[i] as 8 bytes little-endian, seed)
+# A sequence hash names a block and its whole prefix; only full blocks are hashed. Connectors key blocks by
+# it (seq_key), so a router following the store's KV events (kvstore index) credits them.
+
+DEFAULT_SEED = 1337  # the contract's recommended seed (Dynamo's)
+U64 = (1 << 64) - 1
+
+
+def token_array(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`tokens` as little-endian u32, or InvalidArgumentError (ids must be in [0, 2^32))."""
+    try:
+        array = np.asarray(tokens)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"token ids must be integers: {exc}") from None
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise InvalidArgumentError("token ids must be a flat list of integers")
+    if array.size and (int(array.min()) < 0 or int(array.max()) > 0xFFFFFFFF):
+        raise InvalidArgumentError("token ids must be in [0, 2^32)")
+    return array.astype("<u4", copy=False)
+
+
+def seq_hashes(
+    tokens: Sequence[int] | np.ndarray, block_size: int, seed: int = DEFAULT_SEED, parent: int | None = None
+) -> list[int]:
+    """The sequence hashes of every full block of `tokens`, continuing from `parent` (the sequence hash
+    of the block before the first, None at the root)."""
+    if block_size <= 0:
+        raise InvalidArgumentError("block_size must be positive")
+    data = token_array(tokens).tobytes()
+    step = 4 * block_size
+    local = xxhash.xxh3_64_intdigest
+    out: list[int] = []
+    for start in range(0, len(data) - step + 1, step):
+        block = local(data[start : start + step], seed)
+        if parent is None:
+            parent = block
+        else:
+            parent = local(parent.to_bytes(8, "little") + block.to_bytes(8, "little"), seed)
+        out.append(parent)
+    return out
+
+
 class BlockHasher:
     def __init__(self, block_size: int, namespace: str = "") -> None:
         if not isinstance(block_size, int) or block_size <= 0:
@@ -101,14 +146,19 @@ def group_of(key: str) -> tuple[str, int, int] | None:
 # A block keyed by an engine's own 64-bit block hash (the one its KV events carry, RFC #1527 seq_hashes):
 # `<namespace>/0x<16 hex digits>`. Routers that follow the store's events credit it to every instance
 # serving that namespace's model.
-_SEQ = re.compile(r"(.*)/0x([0-9a-f]{16})", re.DOTALL)
+# An optional `.<32 hex>` after it is a 128-bit digest of the same prefix (BlockHasher.keys): two prefixes
+# whose 64-bit hashes collide still get different keys, so a collision is a miss, never another's bytes.
+_SEQ = re.compile(r"(.*)/0x([0-9a-f]{16})(?:\.[0-9a-f]{32})?", re.DOTALL)
 
 
-def seq_key(namespace: str, seq_hash: int) -> str:
-    """The key of a block an engine names by `seq_hash` (0 <= seq_hash < 2^64)."""
+def seq_key(namespace: str, seq_hash: int, digest: str = "") -> str:
+    """The key of a block an engine names by `seq_hash` (0 <= seq_hash < 2^64), with `digest` (32 lowercase
+    hex digits, e.g. the block's BlockHasher key) when given."""
     if isinstance(seq_hash, bool) or not isinstance(seq_hash, int) or not 0 <= seq_hash < 2**64:
         raise InvalidArgumentError("a sequence hash is an int in [0, 2^64)")
-    return f"{namespace}/0x{seq_hash:016x}"
+    if digest and not re.fullmatch("[0-9a-f]{32}", digest):
+        raise InvalidArgumentError("a block digest is 32 lowercase hex digits")
+    return f"{namespace}/0x{seq_hash:016x}" + (f".{digest}" if digest else "")
 
 
 def seq_of(key: str) -> tuple[str, int] | None:

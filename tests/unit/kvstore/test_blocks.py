@@ -89,6 +89,11 @@ def test_sequence_hash_keys_name_their_namespace_and_hash() -> None:
     assert key == "vllm:m/x/0xffffffffffffffff"
     assert seq_of(key) == ("vllm:m/x", 2**64 - 1)
     assert seq_of(member_key(seq_key("ns", 5), 1, 4)) == ("ns", 5)
+    assert seq_of(seq_key("ns", 7, "ab" * 16)) == ("ns", 7) and seq_key("ns", 7, "ab" * 16).endswith(
+        "." + "ab" * 16
+    )
+    with pytest.raises(InvalidArgumentError):
+        seq_key("ns", 7, "AB" * 16)
     assert seq_of("ns/0x05") is None and seq_of("0x0000000000000005") is None and seq_of("ns/abc") is None
     for bad in (-1, 2**64, True, 1.0):
         with pytest.raises(InvalidArgumentError):
