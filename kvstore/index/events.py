@@ -7,6 +7,11 @@ engine's own hash (vLLM's sha256 bytes, SGLang's ints): the index recomputes the
 from their `token_ids` and its parent's, keeping each engine hash's sequence hash for the blocks that
 follow and for removals. RFC #1527 events (`{"event_type": "stored", "seq_hashes": [...], ...}`) carry
 sequence hashes already.
+
+A kvstore master's events name the namespace of each block keyed by a sequence hash (kvstore.blocks
+seq_key: `"namespace": ...` beside `seq_hashes`). A store registered with a namespace credits that
+namespace's blocks to every instance of its model (PrefixIndex.store_shared) and ignores the rest; one
+registered without (as before) is an instance of its own holding the blocks of keys with no namespace.
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ class Stored(NamedTuple):
     medium: str
     lora_name: str
     standard: bool
+    namespace: str | None = None  # (a store's block keyed by seq_key: its namespace)
 
 
 class Removed(NamedTuple):
     hashes: list[Any]
     medium: str
     standard: bool
+    namespace: str | None = None
 
 
 class Cleared(NamedTuple):
@@ -104,9 +111,11 @@ def _event(e: Any) -> Event:
             medium_name(medium),
             _str_or_none(e.get("lora_name"), "lora_name") or "",
             True,
+            _str_or_none(e.get("namespace"), "namespace"),
         )
     if kind == "removed":
-        return Removed(_hashes(e.get("seq_hashes"), standard=True), medium_name(medium), True)
+        namespace = _str_or_none(e.get("namespace"), "namespace")
+        return Removed(_hashes(e.get("seq_hashes"), standard=True), medium_name(medium), True, namespace)
     if kind == "cleared":
         return Cleared(medium_name(medium) if medium else None)
     raise ProtocolError(f"unknown KV event type {kind!r}")
@@ -166,15 +175,26 @@ class Counts:
     cleared: int = 0
     unplaced: int = 0  # stored blocks whose parent the index never saw (a missed event) or without tokens
     refused: int = 0  # events that contradict the registration (another block size)
+    skipped: int = 0  # a store's blocks of another namespace than the one registered (or of none)
 
 
 class Translator:
     """One publisher's events into the index: its scope, instance and rank, and (for engines that hash
-    their own way) each engine hash's sequence hash."""
+    their own way) each engine hash's sequence hash. With `namespace` (a store's publisher), the blocks
+    of that namespace are the store's, credited to every instance of the scope's model."""
 
-    def __init__(self, index: PrefixIndex, scope: Scope, instance_id: str, dp_rank: int, seed: int) -> None:
+    def __init__(
+        self,
+        index: PrefixIndex,
+        scope: Scope,
+        instance_id: str,
+        dp_rank: int,
+        seed: int,
+        namespace: str | None = None,
+    ) -> None:
         self.index, self.scope, self.seed = index, scope, seed
         self.instance_id, self.dp_rank = instance_id, dp_rank
+        self.namespace = namespace
         self.sequence: dict[Any, int] = {}  # engine hash -> sequence hash
         self.scopes: set[Scope] = {scope}  # (one per LoRA it stored blocks of)
         self.media: set[str] = set()
@@ -194,9 +214,24 @@ class Translator:
                 if event.medium is None:
                     self.sequence.clear()
 
+    def _mine(self, e: Stored | Removed) -> bool:
+        """Whether this publisher's registration covers the event's blocks (only a store's events name a
+        namespace: an engine's always are)."""
+        if e.namespace == self.namespace:
+            return True
+        self.counts.skipped += len(e.hashes)
+        return False
+
     def _stored(self, e: Stored, rank: int) -> None:
         if e.block_size is not None and e.block_size != self.scope.block_size:
             self.counts.refused += 1
+            return
+        if not self._mine(e):
+            return
+        if self.namespace is not None:
+            self.counts.stored += len(e.hashes)
+            self.media.add(e.medium)
+            self.index.store_shared(self.scope, Holder(self.instance_id, e.medium, rank), e.hashes)
             return
         hashes = e.hashes if e.standard else self._recompute(e)
         if hashes is None:
@@ -223,6 +258,12 @@ class Translator:
 
     def _removed(self, e: Removed, rank: int) -> None:
         holder = Holder(self.instance_id, e.medium, rank)
+        if not self._mine(e):
+            return
+        if self.namespace is not None:
+            self.counts.removed += len(e.hashes)
+            self.index.remove_shared(self.scope, holder, e.hashes)
+            return
         hashes = e.hashes if e.standard else [self.sequence[h] for h in e.hashes if h in self.sequence]
         self.counts.removed += len(hashes)
         for scope in self.scopes:

@@ -2,7 +2,7 @@
 after RFCs #1403 and #1527), so a router or gateway written for Conductor works with kvstore unchanged:
 
     POST /register        {endpoint, replay_endpoint?, type, modelname, lora_name?, tenant_id?, instance_id,
-                           block_size, dp_rank, additionalsalt?}
+                           block_size, dp_rank, additionalsalt?, namespace?}
     POST /unregister      {instance_id, tenant_id?, dp_rank, ...}
     POST /query           {model, token_ids, block_size, lora_name?, tenant_id?, instance_id?, cache_salt?}
     POST /query_by_hash   the same with seq_hashes (or block_hash) instead of token_ids
@@ -12,6 +12,14 @@ A query answers, per tenant and instance, the longest matched prefix in tokens, 
 medium (GPU, CPU, DISK) and per data-parallel rank ("DP"). Every instance registered for the query's
 model, block size, tenant and salt is listed (with zeros where it holds nothing), so a router has its
 candidates in one answer. Bad requests get 400 and {"error": "..."}.
+
+A kvstore master's events registered with type "kvstore" and a `namespace` (the connectors' namespace
+for the model, e.g. the one its KV cache group's blocks are keyed under) make the store a shared tier
+rather than an instance: every block it holds in that namespace is a hit for every instance registered
+under the same model, block size, LoRA, tenant and salt. Each instance's row then also has "STORE" (the
+store's run from the start, in tokens), and its "longest_matched" is the longest prefix whose every block
+is on that instance or in the store (the store serves any instance); GPU/CPU/DISK and DP stay the
+instance's own. Without a namespace, a "kvstore" publisher is listed as an instance of its own, as before.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Any
 from kvstore.errors import InternalError, InvalidArgumentError, KVStoreError
 from kvstore.index.hashing import U64, seq_hashes
 from kvstore.index.subscriptions import Registration, Subscriptions
-from kvstore.index.table import MEDIA, Match, PrefixIndex, Scope
+from kvstore.index.table import MEDIA, STORE, Match, Matches, PrefixIndex, Scope
 from kvstore.limited_log import LimitedLog
 
 log = logging.getLogger("kvstore.index")
@@ -61,6 +69,7 @@ class IndexService:
             instance_id=_text(body, "instance_id", required=True),
             dp_rank=_count(body, "dp_rank", required=True, zero=True),
             replay_endpoint=_text(body, "replay_endpoint") or None,
+            namespace=_namespace(body),
         )
         self.subscriptions.register(r)
         return {"status": "registered successfully", "instance_id": r.instance_id}
@@ -85,13 +94,13 @@ class IndexService:
             hashes = seq_hashes(tokens, scope.block_size, self.seed)
         instance = _text(body, "instance_id") or None
         with self.lock:
-            matches = self.index.match(scope, hashes, instance)
+            matches = self.index.match_all(scope, hashes, instance)
+            registered = [r for r in self.subscriptions.registered() if r.scope.group() == scope.group()]
             candidates = {
-                r.instance_id
-                for r in self.subscriptions.registered()
-                if r.scope.group() == scope.group() and instance in (None, r.instance_id)
+                r.instance_id for r in registered if not r.credits_store and instance in (None, r.instance_id)
             }
-        return {scope.tenant_id: _answer(matches, candidates, scope.block_size)}
+            with_store = any(r.credits_store and r.scope == scope for r in registered)
+        return {scope.tenant_id: _answer(matches, candidates, scope.block_size, with_store)}
 
     def _scope(self, body: dict[str, Any]) -> Scope:
         lora = _text(body, "lora_name")
@@ -125,16 +134,28 @@ class IndexService:
         }
 
 
-def _answer(matches: dict[str, Match], candidates: set[str], block_size: int) -> dict[str, Any]:
+def _answer(matches: Matches, candidates: set[str], block_size: int, with_store: bool) -> dict[str, Any]:
+    """A row per instance; "STORE" where a store credits the scope (its run reaches every instance)."""
     out: dict[str, Any] = {}
-    for instance in sorted(candidates | matches.keys()):
-        m = matches.get(instance, Match())
-        row: dict[str, Any] = {"longest_matched": m.longest * block_size}
+    for instance in sorted(candidates | matches.instances.keys()):
+        m = matches.instances.get(instance, Match())
+        row: dict[str, Any] = {"longest_matched": max(m.longest, matches.store) * block_size}
         for medium in (*MEDIA, *sorted(m.media.keys() - set(MEDIA))):
             row[medium] = m.media.get(medium, 0) * block_size
+        if with_store:
+            row[STORE] = matches.store * block_size
         row["DP"] = {str(rank): n * block_size for rank, n in sorted(m.ranks.items())}
         out[instance] = row
     return out
+
+
+def _namespace(body: dict[str, Any]) -> str | None:
+    """The namespace a store's publisher credits (None: not given)."""
+    if body.get("namespace") is None:
+        return None
+    if _text(body, "type").lower() != "kvstore":
+        raise InvalidArgumentError('namespace is for a kvstore master\'s events (type "kvstore")')
+    return _text(body, "namespace")
 
 
 def _text(body: dict[str, Any], name: str, required: bool = False) -> str:

@@ -45,6 +45,12 @@ class Registration:
     instance_id: str
     dp_rank: int
     replay_endpoint: str | None = None
+    namespace: str | None = None  # (a store's publisher: the namespace whose blocks it credits)
+
+    @property
+    def credits_store(self) -> bool:
+        """A store's publisher whose blocks count for every instance of the model (not an instance)."""
+        return self.namespace is not None
 
     @property
     def key(self) -> str:
@@ -180,7 +186,8 @@ class Subscriptions:
         except zmq.ZMQError as exc:
             sub.close()
             raise InvalidArgumentError(f"cannot subscribe to {r.endpoint}: {exc}") from None
-        p = _Publisher(r, Translator(self.index, r.scope, r.instance_id, r.dp_rank, self.seed), sub)
+        translator = Translator(self.index, r.scope, r.instance_id, r.dp_rank, self.seed, r.namespace)
+        p = _Publisher(r, translator, sub)
         if r.replay_endpoint is not None:
             p.replay = self._context.socket(zmq.DEALER)
             p.replay.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
@@ -227,6 +234,8 @@ class Subscriptions:
                     "cleared": c.cleared,
                     "unplaced_blocks": c.unplaced,
                     "refused_events": c.refused,
+                    "skipped_blocks": c.skipped,
+                    "namespace": p.registration.namespace,
                     "missed_batches": p.missed,
                     "bad_batches": p.bad,
                 }

@@ -1,6 +1,12 @@
 """The prefix index: per scope (model, block size, LoRA, tenant, salt), which instances hold each block
 (by its sequence hash), on which medium and data-parallel rank; and the longest prefix each holds.
 
+A shared store (a kvstore master's events: kvstore.index.events) holds blocks for no instance in
+particular: any instance of the scope's model can load them. A block in the store therefore extends every
+instance's run: an instance's longest match is the longest prefix where each block is on it (any medium or
+rank) or in the store. Its per-medium and per-rank runs stay its own; the store's run from the start is
+reported beside them (Matches.store).
+
 A block keeps three bit masks: the instances holding it on any medium or rank, the (instance, medium)
 pairs and the (instance, rank) pairs. A match walks the query's hashes once, and-ing the masks: one dict
 lookup and three integer ands per block, whatever the number of instances (a bit that drops out records
@@ -16,6 +22,7 @@ from typing import Generic, NamedTuple, TypeVar
 K = TypeVar("K")
 
 MEDIA = ("GPU", "CPU", "DISK")  # always in a match (0 when nothing is there)
+STORE = "STORE"  # a shared store's run (in a match's answer where a store credits the scope)
 _MEDIUM_NAMES = {
     "GPU": "GPU",
     "DEVICE": "GPU",
@@ -74,6 +81,14 @@ class Match:
     ranks: dict[int, int] = field(default_factory=dict)
 
 
+class Matches(NamedTuple):
+    """A query's answer: the instances that match at all (their runs counting the store's blocks), and
+    the store's own run from the start (in blocks), which every instance of the model reaches."""
+
+    instances: dict[str, Match]
+    store: int
+
+
 class _Bits(Generic[K]):
     """Names to bit positions, reusing the positions of names let go."""
 
@@ -81,6 +96,7 @@ class _Bits(Generic[K]):
         self.bit: dict[K, int] = {}
         self.name: dict[int, K] = {}
         self.users: dict[int, int] = {}
+        self.all = 0  # every bit in use
         self._free: list[int] = []
 
     def take(self, name: K) -> int:
@@ -90,6 +106,7 @@ class _Bits(Generic[K]):
             self.bit[name] = bit
             self.name[bit] = name
             self.users[bit] = 0
+            self.all |= 1 << bit
         self.users[bit] += 1
         return bit
 
@@ -97,6 +114,7 @@ class _Bits(Generic[K]):
         self.users[bit] -= 1
         if not self.users[bit]:
             del self.users[bit], self.bit[self.name.pop(bit)]
+            self.all &= ~(1 << bit)
             self._free.append(bit)
 
 
@@ -125,10 +143,15 @@ class _Block:
             self.ranks |= s.ranks
 
 
+_NO_BLOCK = _Block()  # (what a hash no instance holds matches: no bit)
+
+
 class _ScopeTable:
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
         self.slots: dict[Holder, _Slot] = {}
+        self.shared: dict[int, int] = {}  # hash -> the store holders holding it
+        self.shared_slots: dict[Holder, set[int]] = {}
         self.inst: _Bits[str] = _Bits()
         self.media: _Bits[tuple[str, str]] = _Bits()  # (instance, medium)
         self.ranks: _Bits[tuple[str, int]] = _Bits()  # (instance, dp rank)
@@ -158,10 +181,36 @@ class _ScopeTable:
         else:
             del self.blocks[digest]
 
+    def unshare(self, digest: int) -> None:
+        left = self.shared[digest] - 1
+        if left:
+            self.shared[digest] = left
+        else:
+            del self.shared[digest]
+
+    def entries(self) -> int:
+        return len(self.blocks) + len(self.shared)
+
+    def empty(self) -> bool:
+        return not self.slots and not self.shared_slots
+
+    def start(self, instance_id: str | None) -> tuple[int, int, int]:
+        """The masks a match starts from: every instance (or the one asked about), all of its media and
+        ranks."""
+        if instance_id is None:
+            return self.inst.all, self.media.all, self.ranks.all
+        bit = self.inst.bit.get(instance_id)
+        if bit is None:
+            return 0, 0, 0
+        media = sum(1 << b for (i, _), b in self.media.bit.items() if i == instance_id)
+        ranks = sum(1 << b for (i, _), b in self.ranks.bit.items() if i == instance_id)
+        return 1 << bit, media, ranks
+
 
 class PrefixIndex:
-    """Every scope's table. `max_blocks` bounds the (scope, hash) entries in all: stores past it are
-    refused and counted (a publisher cannot grow the index without end)."""
+    """Every scope's table. `max_blocks` bounds the (scope, hash) entries in all (an instance's and a
+    store's entries of one hash are two): stores past it are refused and counted (a publisher cannot grow
+    the index without end)."""
 
     def __init__(self, max_blocks: int = 16_000_000) -> None:
         self.max_blocks = max_blocks
@@ -169,10 +218,14 @@ class PrefixIndex:
         self.entries = 0
         self.refused = 0
 
-    def store(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
+    def _table(self, scope: Scope) -> _ScopeTable:
         table = self._scopes.get(scope)
         if table is None:
             table = self._scopes[scope] = _ScopeTable()
+        return table
+
+    def store(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
+        table = self._table(scope)
         s = table.slot(holder)
         blocks = table.blocks
         for digest in hashes:
@@ -193,19 +246,53 @@ class PrefixIndex:
         if not s.hashes:
             self._drop(scope, table, holder)
 
+    def store_shared(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
+        """Blocks a store holds (`holder` names the store's publisher and medium): hits for every instance
+        of the scope's model."""
+        table = self._table(scope)
+        mine = table.shared_slots.setdefault(holder, set())
+        shared = table.shared
+        for digest in hashes:
+            if digest in mine:
+                continue
+            if digest not in shared:
+                if self.entries >= self.max_blocks:
+                    self.refused += 1
+                    continue
+                shared[digest] = 0
+                self.entries += 1
+            shared[digest] += 1
+            mine.add(digest)
+        if not mine:
+            self._drop(scope, table, holder, shared=True)
+
     def remove(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
         table = self._scopes.get(scope)
         s = table.slots.get(holder) if table else None
         if table is None or s is None:
             return
-        before = len(table.blocks)
+        before = table.entries()
         for digest in hashes:
             if digest in s.hashes:
                 s.hashes.discard(digest)
                 table._unhold(digest, s)
-        self.entries -= before - len(table.blocks)
+        self.entries -= before - table.entries()
         if not s.hashes:
             self._drop(scope, table, holder)
+
+    def remove_shared(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
+        table = self._scopes.get(scope)
+        mine = table.shared_slots.get(holder) if table else None
+        if table is None or mine is None:
+            return
+        before = table.entries()
+        for digest in hashes:
+            if digest in mine:
+                mine.discard(digest)
+                table.unshare(digest)
+        self.entries -= before - table.entries()
+        if not mine:
+            self._drop(scope, table, holder, shared=True)
 
     def holds(self, scope: Scope, holder: Holder, digest: int) -> bool:
         table = self._scopes.get(scope)
@@ -213,47 +300,56 @@ class PrefixIndex:
         return s is not None and digest in s.hashes
 
     def clear(self, instance_id: str, dp_rank: int | None = None, medium: str | None = None) -> None:
-        """Forgets what an instance holds (on one rank, one medium, when given), in every scope."""
-        for scope, table in list(self._scopes.items()):
-            for h in [h for h in table.slots if h.instance_id == instance_id]:
-                if (dp_rank is None or h.dp_rank == dp_rank) and (medium is None or h.medium == medium):
-                    self._drop(scope, table, h)
+        """Forgets what an instance (or a store's publisher) holds (on one rank, one medium, when given),
+        in every scope."""
 
-    def _drop(self, scope: Scope, table: _ScopeTable, holder: Holder) -> None:
-        before = len(table.blocks)
-        table.drop_slot(holder)
-        self.entries -= before - len(table.blocks)
-        if not table.slots:
+        def chosen(h: Holder) -> bool:
+            return (
+                h.instance_id == instance_id
+                and (dp_rank is None or h.dp_rank == dp_rank)
+                and (medium is None or h.medium == medium)
+            )
+
+        for scope, table in list(self._scopes.items()):
+            for h in [h for h in table.slots if chosen(h)]:
+                self._drop(scope, table, h)
+            for h in [h for h in table.shared_slots if chosen(h)]:
+                self._drop(scope, table, h, shared=True)
+
+    def _drop(self, scope: Scope, table: _ScopeTable, holder: Holder, shared: bool = False) -> None:
+        before = table.entries()
+        if shared:
+            for digest in table.shared_slots.pop(holder):
+                table.unshare(digest)
+        else:
+            table.drop_slot(holder)
+        self.entries -= before - table.entries()
+        if table.empty():
             del self._scopes[scope]
 
     def match(self, scope: Scope, hashes: list[int], instance_id: str | None = None) -> dict[str, Match]:
-        """Per instance holding the first block: its longest run of `hashes` from the start."""
+        """Per instance matching at least the first block: its longest run of `hashes` from the start."""
+        return self.match_all(scope, hashes, instance_id).instances
+
+    def match_all(self, scope: Scope, hashes: list[int], instance_id: str | None = None) -> Matches:
+        """match(), and the store's run: a block in the store keeps every instance's run going."""
         table = self._scopes.get(scope)
         if table is None or not hashes:
-            return {}
-        blocks = table.blocks
-        first = blocks.get(hashes[0])
-        if first is None:
-            return {}
-        run_i, run_m, run_r = first.inst, first.media, first.ranks
-        if instance_id is not None:
-            bit = table.inst.bit.get(instance_id)
-            if bit is None or not run_i >> bit & 1:
-                return {}
-            run_i = 1 << bit
-            mine = {b for (i, _), b in table.media.bit.items() if i == instance_id}
-            run_m &= sum(1 << b for b in mine)
-            mine = {b for (i, _), b in table.ranks.bit.items() if i == instance_id}
-            run_r &= sum(1 << b for b in mine)
+            return Matches({}, 0)
+        blocks, shared = table.blocks, table.shared
+        run_i, run_m, run_r = table.start(instance_id)
         depth_i: dict[int, int] = {}
         depth_m: dict[int, int] = {}
         depth_r: dict[int, int] = {}
-        depth = 1
-        for digest in hashes[1:]:
-            block = blocks.get(digest)
-            if block is None:
-                break
-            i, m, r = run_i & block.inst, run_m & block.media, run_r & block.ranks
+        store = -1  # (the store's run, once it ends)
+        depth = 0
+        for digest in hashes:
+            block = blocks.get(digest, _NO_BLOCK)
+            in_store = digest in shared
+            if not in_store and store < 0:
+                store = depth
+            i = run_i if in_store else run_i & block.inst
+            m, r = run_m & block.media, run_r & block.ranks
             if i != run_i:
                 _record(run_i & ~i, depth, depth_i)
             if m != run_m:
@@ -261,30 +357,38 @@ class PrefixIndex:
             if r != run_r:
                 _record(run_r & ~r, depth, depth_r)
             run_i, run_m, run_r = i, m, r
-            if not (i | m | r):
+            if store >= 0 and not (i | m | r):
                 break
             depth += 1
         _record(run_i, depth, depth_i)
         _record(run_m, depth, depth_m)
         _record(run_r, depth, depth_r)
-        out: dict[str, Match] = {}
-        for bit, n in depth_i.items():
-            out[table.inst.name[bit]] = Match(longest=n)
-        for bit, n in depth_m.items():
-            inst, medium = table.media.name[bit]
-            out[inst].media[medium] = n
-        for bit, n in depth_r.items():
-            inst, rank = table.ranks.name[bit]
-            out[inst].ranks[rank] = n
-        return out
+        return Matches(_name(table, depth_i, depth_m, depth_r), depth if store < 0 else store)
 
     def scopes(self) -> Iterator[tuple[Scope, int, int]]:
-        """(scope, blocks, holders) of every scope."""
+        """(scope, entries, holders) of every scope (a store's publisher counts as a holder)."""
         for scope, table in self._scopes.items():
-            yield scope, len(table.blocks), len(table.slots)
+            yield scope, table.entries(), len(table.slots) + len(table.shared_slots)
+
+
+def _name(
+    table: _ScopeTable, depth_i: dict[int, int], depth_m: dict[int, int], depth_r: dict[int, int]
+) -> dict[str, Match]:
+    out: dict[str, Match] = {}
+    for bit, n in depth_i.items():
+        out[table.inst.name[bit]] = Match(longest=n)
+    for bit, n in depth_m.items():
+        inst, medium = table.media.name[bit]
+        out[inst].media[medium] = n
+    for bit, n in depth_r.items():
+        inst, rank = table.ranks.name[bit]
+        out[inst].ranks[rank] = n
+    return out
 
 
 def _record(bits: int, depth: int, into: dict[int, int]) -> None:
+    if not depth:
+        return  # (no match at all: not listed)
     while bits:
         low = bits & -bits
         into[low.bit_length() - 1] = depth

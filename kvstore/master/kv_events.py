@@ -5,10 +5,18 @@ in the shape the engines and Mooncake's master use (RFC #1527 events in vLLM's t
 One event per object key as the ledger changes it: `stored` when a put commits, an object is restored or
 a copy lands (medium cpu) or a disk record is set (disk); `removed` when the object goes (cpu and disk),
 when its last memory copy goes (cpu) or its disk record does (disk). An object key that is a sequence hash
-(decimal, or 0x and hex, below 2^64) is carried in `seq_hashes`, any key in `object_key`; register the
-endpoint with the routing index (`kvstore index`, type "kvstore") under the model and block size whose
-blocks the keys name. Events go out from a thread of their own: the master's loop only queues them (a
-full queue drops batches and counts them; a subscriber sees the gap in the sequence numbers).
+(decimal, or 0x and hex, below 2^64) is carried in `seq_hashes`, any key in `object_key`.
+
+A block keyed by a connector's sequence hash (kvstore.blocks.seq_key `<namespace>/0x<16 hex>[.<digest>]`)
+is carried with its hash in `seq_hashes` and its namespace in `namespace`. When its objects are a group
+(`...#<i>of<n>`, the head slices of one block), the block is one event, named by member 0's key: `stored`
+once every member is stored (the group is readable), `removed` when any member goes (it no longer is);
+a memory or disk copy of member 0 coming or going is that medium's event, as for one object.
+
+Register the endpoint with the routing index (`kvstore index`, type "kvstore") under the model and block
+size whose blocks the keys name, with `namespace` to credit that namespace's blocks to every instance of
+the model. Events go out from a thread of their own: the master's loop only queues them (a full queue
+drops batches and counts them; a subscriber sees the gap in the sequence numbers).
 """
 
 from __future__ import annotations
@@ -18,10 +26,12 @@ import os
 import queue
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import msgpack
 
+from kvstore.blocks import group_keys, group_of, member_key, seq_of
 from kvstore.errors import PermissionDeniedError
 from kvstore.local_files import unsafe_directory
 from kvstore.master.changes import (
@@ -51,6 +61,69 @@ def seq_hash(key: str) -> int | None:
     except ValueError:
         return None
     return value if value is not None and 0 <= value < U64 else None
+
+
+class KeyEvent(NamedTuple):
+    """What one event says of a key: the object key it names, its sequence hash and, for a block keyed
+    by seq_key, its namespace."""
+
+    object_key: str
+    seq_hash: int | None
+    namespace: str | None = None
+
+
+def _block(key: str) -> tuple[str, int, tuple[str, int, int] | None] | None:
+    """(namespace, sequence hash, group membership) of a seq-keyed block's object; None for other keys."""
+    if "/0x" not in key:  # (the cheap test first: most keys are not blocks)
+        return None
+    named = seq_of(key)
+    return None if named is None else (named[0], named[1], group_of(key))
+
+
+def stored_events(keys: Iterable[str], complete: Callable[[str], bool], may_complete: bool) -> list[KeyEvent]:
+    """The events of `keys` becoming stored: a plain key or a lone block as itself; a block's group once,
+    as member 0, when every member is `complete` and either the batch may have completed it
+    (`may_complete`: puts, restores) or member 0 itself is among the keys (a copy on a medium)."""
+    out: list[KeyEvent] = []
+    groups: set[str] = set()
+    for key in keys:
+        block = _block(key)
+        if block is None:
+            out.append(KeyEvent(key, seq_hash(key)))
+            continue
+        namespace, digest, member = block
+        if member is None:
+            out.append(KeyEvent(key, digest, namespace))
+            continue
+        group, index, count = member
+        if group in groups or not (may_complete or index == 0):
+            continue
+        groups.add(group)
+        if all(complete(k) for k in group_keys(group, count)):
+            out.append(KeyEvent(member_key(group, 0, count), digest, namespace))
+    return out
+
+
+def removed_events(keys: Iterable[str], object_gone: bool) -> list[KeyEvent]:
+    """The events of `keys` stopping being stored: a plain key or a lone block as itself; a block's group
+    once, as member 0, when any member is gone (`object_gone`) or, for one medium's copies, when member 0's
+    are (another member's copy going leaves the group readable, or its object goes too)."""
+    out: list[KeyEvent] = []
+    groups: set[str] = set()
+    for key in keys:
+        block = _block(key)
+        if block is None:
+            out.append(KeyEvent(key, seq_hash(key)))
+            continue
+        namespace, digest, member = block
+        if member is None:
+            out.append(KeyEvent(key, digest, namespace))
+            continue
+        group, index, count = member
+        if group not in groups and (object_gone or index == 0):
+            groups.add(group)
+            out.append(KeyEvent(member_key(group, 0, count), digest, namespace))
+    return out
 
 
 def check_endpoint(endpoint: str, insecure: bool, tcp: bool = False) -> None:
@@ -118,16 +191,17 @@ class StoreEvents:
         self.dropped = 0
         self._thread = threading.Thread(target=self._publish, name="kvstore-kv-events", daemon=True)
         self._thread.start()
-        stored_cpu = lambda keys: self._events("stored", "cpu", keys)  # noqa: E731
-        ledger.watch(PutsCommitted, lambda rs: stored_cpu([k for r in rs for k in r.keys]))
-        ledger.watch(ObjectRestored, lambda rs: stored_cpu([m.key for r in rs for m in r.metas]))
-        ledger.watch(ObjectsAdopted, lambda rs: stored_cpu([rec[3] for r in rs for rec in r.records]))
-        ledger.watch(ReplicaAdded, lambda rs: stored_cpu([r.key for r in rs]))
-        ledger.watch(ReplicaRestored, lambda rs: stored_cpu([r.key for r in rs]))
+        new = lambda keys: self._stored("cpu", keys, may_complete=True)  # noqa: E731
+        copied = lambda keys: self._stored("cpu", keys, may_complete=False)  # noqa: E731
+        ledger.watch(PutsCommitted, lambda rs: new([k for r in rs for k in r.keys]))
+        ledger.watch(ObjectRestored, lambda rs: new([m.key for r in rs for m in r.metas]))
+        ledger.watch(ObjectsAdopted, lambda rs: new([rec[3] for r in rs for rec in r.records]))
+        ledger.watch(ReplicaAdded, lambda rs: copied([r.key for r in rs]))
+        ledger.watch(ReplicaRestored, lambda rs: copied([r.key for r in rs]))
         ledger.watch(ReplicaDropped, self._replicas_dropped)
         ledger.watch(ObjectDropped, self._objects_dropped)
-        ledger.watch(DiskRecordSet, lambda rs: self._events("stored", "disk", [r.key for r in rs]))
-        ledger.watch(DiskRecordDropped, lambda rs: self._events("removed", "disk", [r.key for r in rs]))
+        ledger.watch(DiskRecordSet, lambda rs: self._stored("disk", [r.key for r in rs], may_complete=False))
+        ledger.watch(DiskRecordDropped, lambda rs: self._removed("disk", [r.key for r in rs], False))
 
     def close(self) -> None:
         self._queue.put(None)
@@ -135,35 +209,45 @@ class StoreEvents:
         self._socket.close(linger=0)
         self._context.term()
 
+    def _complete(self, key: str) -> bool:
+        meta = self._ledger.objects.get(key)
+        return meta is not None and meta.complete
+
+    def _stored(self, medium: str, keys: list[str], may_complete: bool) -> None:
+        self._events("stored", medium, stored_events(keys, self._complete, may_complete))
+
+    def _removed(self, medium: str, keys: list[str], object_gone: bool) -> None:
+        self._events("removed", medium, removed_events(keys, object_gone))
+
     def _replicas_dropped(self, records: list[ReplicaDropped]) -> None:
         objects = self._ledger.objects
         gone = [r.key for r in records if (meta := objects.get(r.key)) is None or not meta.replicas]
-        self._events("removed", "cpu", gone)
+        self._removed("cpu", gone, object_gone=False)
 
     def _objects_dropped(self, records: list[ObjectDropped]) -> None:
         keys = [r.key for r in records]
-        self._events("removed", "cpu", keys)
-        self._events("removed", "disk", keys)
+        self._removed("cpu", keys, object_gone=True)
+        self._removed("disk", keys, object_gone=True)
 
-    def _events(self, kind: str, medium: str, keys: list[str]) -> None:
-        if not keys:
+    def _events(self, kind: str, medium: str, events: list[KeyEvent]) -> None:
+        if not events:
             return
         now = int(time.time() * 1000)
         batch = []
-        for key in keys:
-            digest = seq_hash(key)
-            batch.append(
-                {
-                    "event_id": self._next_id,
-                    "timestamp": now,
-                    "event_type": kind,
-                    "tenant_id": "default",
-                    "backend_id": self._backend,
-                    "medium": medium,
-                    "seq_hashes": [] if digest is None else [digest],
-                    "object_key": key,
-                }
-            )
+        for e in events:
+            event = {
+                "event_id": self._next_id,
+                "timestamp": now,
+                "event_type": kind,
+                "tenant_id": "default",
+                "backend_id": self._backend,
+                "medium": medium,
+                "seq_hashes": [] if e.seq_hash is None else [e.seq_hash],
+                "object_key": e.object_key,
+            }
+            if e.namespace is not None:
+                event["namespace"] = e.namespace
+            batch.append(event)
             self._next_id += 1
         seq, self._seq = self._seq, self._seq + 1  # (numbered when queued: a dropped batch leaves a gap)
         try:
