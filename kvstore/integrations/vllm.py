@@ -7,22 +7,29 @@
 Extra config keys (each falls back to its KVSTORE_* variable, so every worker can be configured by
 environment alone): master, namespace, replicas, transport.
 
-How it works. The scheduler side asks the store which leading blocks of a prompt exist (one batch_exists
-over every TP rank's key; no worker round trip) and plans loads of the blocks vLLM did not find locally and
-saves of the prompt's full blocks the store lacks. The worker side registers each KV allocation with the
-store once and moves one object per (namespace, rank, block) holding that block of every layer, straight
-from and into vLLM's cache tensors (no copy). Loads start in start_load_kv on a background thread and
-wait_for_layer_load waits for them; saves are submitted in wait_for_save and run while the next step
-computes; a finished request's blocks stay pinned (request_finished returns True) until its saves are done.
+How it works. Every KV cache group of full attention, MLA, sliding window or chunked local attention is
+stored (kvstore.integrations.vllm_groups has vLLM's rule for each: which blocks a hit reads). Block i of
+group g is one object holding that block of every layer of the group, keyed by the block's sequence hash
+and digest (kvstore.integrations.vllm_keys). The scheduler side asks the store which objects of a prompt
+exist (one batch_exists; no worker round trip), counts the longest prefix for which every group has what
+it reads, and plans loads of exactly those objects (never into a null block) and saves of the prompt's full
+blocks. The worker side registers each KV allocation with the store once and moves objects straight from
+and into vLLM's cache tensors (no copy). Loads start in start_load_kv on a background thread and
+wait_for_layer_load waits for them; saves of full-attention groups are submitted in wait_for_save and run
+while the next step computes (a finished request's blocks stay pinned until they are done); saves of
+window groups end before wait_for_save returns, since vLLM frees and reuses blocks that leave a window
+while the request still runs.
 
-Failures never feed wrong KV: a block that fails to load (miss, checksum, dead node) is reported through
-get_block_ids_with_load_errors, and vLLM recomputes it or fails the request as kv_load_failure_policy says.
-With the master down, lookups find nothing and saves are dropped: vLLM computes as if the store were empty.
+Failures never feed wrong KV. With one KV cache group a block that fails to load (miss, checksum, dead
+node) is reported through get_block_ids_with_load_errors and vLLM recomputes from it; with several, vLLM
+takes load failures per request only, so loads are asynchronous and a failed one is reported through
+failed_recving (vLLM recomputes the request). With the master down, lookups find nothing and saves are
+dropped: vLLM computes as if the store were empty.
 
-Limits: KV cache groups other than full attention (sliding window, Mamba) are not stored: a hybrid model
-runs (the connector supports HMA) but gets no external hits. CUDA KV caches move through page-locked
-host staging (kvstore.client.gpu_buffers: verified there before any byte reaches the GPU); vLLM's CPU
-backend is the path CI runs, the CUDA one runs in the `gpu` tests on a GPU machine.
+Limits: Mamba / linear-attention state groups (and R-SWA, cross attention) are not served: a model with
+one gets no external hits (a warning says so). CUDA KV caches move through page-locked host staging
+(kvstore.client.gpu_buffers: verified there before any byte reaches the GPU); vLLM's CPU backend is the
+path CI runs, the CUDA one runs in the `gpu` tests on a GPU machine.
 """
 
 from __future__ import annotations
@@ -30,11 +37,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
@@ -43,20 +51,22 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
-from kvstore.blocks import BlockHasher
-from kvstore.errors import KVStoreError
+from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.integrations.paged import (
     Batch,
     BlockMover,
     MoveStats,
     PagedCache,
+    Pieces,
+    Registrations,
     StoreLink,
     ceil_blocks,
     full_blocks,
     layer_geometry,
-    leading_run,
     store_settings,
 )
+from kvstore.integrations.vllm_groups import FULL, GroupRule, longest_hit, rule_for_spec
+from kvstore.integrations.vllm_keys import BlockNames, rank_suffixes
 
 log = logging.getLogger("kvstore.vllm")
 
@@ -64,16 +74,29 @@ log = logging.getLogger("kvstore.vllm")
 # -- metadata (scheduler -> workers) --------------------------------------------------------------------
 @dataclass
 class BlockMove:
-    """Blocks of one request to load or save: their hashes and, per KV cache group, their block ids."""
+    """Objects of one request to load or save: per object, its block's sequence hash and digest, its KV
+    cache group, and the block id it lives in there (parallel lists)."""
 
     req_id: str
-    hashes: list[str]
-    block_ids: list[list[int]]  # [group][i]: where hashes[i] lives in that group
+    seqs: list[int] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    block_ids: list[int] = field(default_factory=list)
+
+    def add(self, seq: int, digest: str, group: int, block_id: int) -> None:
+        self.seqs.append(seq)
+        self.digests.append(digest)
+        self.groups.append(group)
+        self.block_ids.append(block_id)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
 
 
 @dataclass
 class KVStoreConnectorMetadata(KVConnectorMetadata):
-    loads: list[BlockMove] = field(default_factory=list)
+    loads: list[BlockMove] = field(default_factory=list)  # read before this step's forward pass
+    async_loads: list[BlockMove] = field(default_factory=list)  # requests waiting for their KV
     saves: list[BlockMove] = field(default_factory=list)
 
 
@@ -101,19 +124,25 @@ class KVStoreConnectorStats(KVConnectorStats):
 
 
 # -- what both sides agree on ---------------------------------------------------------------------------
-def _attention_layers(kv_cache_config: Any) -> tuple[list[str], list[int], bool]:
-    """(layer names in a fixed order, each layer's group, every group full attention)."""
-    names: list[str] = []
-    groups: list[int] = []
-    all_full = True
-    for g, group in enumerate(getattr(kv_cache_config, "kv_cache_groups", []) or []):
-        spec = group.kv_cache_spec
-        if type(spec).__name__ not in ("FullAttentionSpec", "MLAAttentionSpec"):
-            all_full = False
-        for name in group.layer_names:
-            names.append(name)
-            groups.append(g)
-    return names, groups, all_full
+NULL_BLOCK_ID = 0  # vLLM's BlockPool takes block 0 as the null block: it stands for skipped blocks
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """The model's KV cache groups: each group's layers (in a fixed order) and its rule, None for a kind
+    kvstore does not serve."""
+
+    layers: list[list[str]]
+    rules: list[GroupRule | None]
+
+    @classmethod
+    def of(cls, kv_cache_config: Any) -> GroupLayout:
+        groups = list(getattr(kv_cache_config, "kv_cache_groups", []) or [])
+        return cls([list(g.layer_names) for g in groups], [rule_for_spec(g.kv_cache_spec) for g in groups])
+
+    def unserved(self, block_size: int) -> list[int]:
+        """Groups the connector cannot serve (another kind, or blocks of another size)."""
+        return [g for g, r in enumerate(self.rules) if r is None or r.block_size != block_size]
 
 
 def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
@@ -136,29 +165,17 @@ def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
     return f"vllm:{model}:{digest}"
 
 
-def _rank_suffixes(vllm_config: Any) -> tuple[list[str], str]:
-    """Key suffixes of every TP rank (the scheduler checks all) and of this process's rank."""
-    parallel = getattr(vllm_config, "parallel_config", None)
-    tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
-    pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
-    rank = int(getattr(parallel, "rank", 0) or 0)
-    pp_rank, tp_rank = divmod(rank, tp)
-    pp_ranks = range(pp) if pp > 1 else [0]
-    suffixes = [f"@{t}.{tp}" + (f"/{p}.{pp}" if pp > 1 else "") for p in pp_ranks for t in range(tp)]
-    mine = f"@{tp_rank}.{tp}" + (f"/{pp_rank}.{pp}" if pp > 1 else "")
-    return suffixes, mine
-
-
 # -- scheduler side -------------------------------------------------------------------------------------
 @dataclass
 class _Tracked:
     """A request the scheduler side follows from lookup to finish."""
 
-    hashes: list[str]  # the prompt's full blocks
-    stored: int  # leading blocks the store held at lookup
+    seqs: list[int]  # the prompt's full blocks: sequence hashes
+    digests: list[str]  # ... and 128-bit chain digests
+    hit: int  # blocks of the hit (vLLM's own and the store's) at lookup
     local_blocks: int = 0  # leading blocks vLLM had itself
-    load: tuple[int, int] | None = None  # block range to load
-    block_ids: list[list[int]] = field(default_factory=list)
+    load: tuple[int, int] | None = None  # blocks from..to whose objects to load
+    block_ids: list[list[int]] = field(default_factory=list)  # [group][block position]
     saved: int = 0  # blocks whose save has been scheduled (or that need none)
     saves_scheduled: bool = False
 
@@ -175,43 +192,61 @@ class _SchedulerSide:
         if not c.active or not tokens:
             return 0, False
         known = self.requests.get(request.request_id)  # asked again while it waits: same prompt, same keys
-        if known is not None and len(known.hashes) == full_blocks(len(tokens), c.block_size):
-            hashes = known.hashes
+        if known is not None and len(known.seqs) == full_blocks(len(tokens), c.block_size):
+            seqs, digests = known.seqs, known.digests
         else:
-            hashes = c.hasher.keys(tokens)
+            seqs, digests = c.names.prompt(tokens)
         usable = full_blocks(len(tokens) - 1, c.block_size)  # vLLM computes at least one token
-        stored = self._stored_run(hashes[:usable])
-        tracked = _Tracked(hashes, stored, local_blocks=full_blocks(num_computed_tokens, c.block_size))
-        tracked.saved = stored
+        local = full_blocks(num_computed_tokens, c.block_size)
+        hit = self._hit(seqs[:usable], digests[:usable], local)
+        tracked = _Tracked(seqs, digests, hit, local_blocks=local)
+        tracked.saved = hit
         self.requests[request.request_id] = tracked
-        extra = max(0, stored - tracked.local_blocks) * c.block_size
-        return extra, False
+        extra = max(0, hit - local) * c.block_size
+        # Several groups: a failed load can only be reported per request (vLLM maps failed block ids back
+        # to requests for one group only), so such loads are asynchronous.
+        return extra, extra > 0 and len(c.groups.rules) > 1
 
-    def _stored_run(self, hashes: list[str]) -> int:
-        if not hashes:
-            return 0
+    def _hit(self, seqs: list[int], digests: list[str], local: int) -> int:
+        """Blocks of the longest prefix every group can be served (vLLM's own first, then the store's)."""
+        width = len(seqs) - local
+        if width <= 0:
+            return local
         store = self.c.link.get()
         if store is None:
-            return 0
-        keys = [h + s for h in hashes for s in self.c.all_suffixes]
+            return local
+        ranks, groups = self.c.all_suffixes, range(len(self.c.groups.rules))
+        keys = [
+            self.c.names.key(seqs[i], digests[i], g, r)
+            for g in groups
+            for i in range(local, len(seqs))
+            for r in ranks
+        ]
         try:
-            present = store.batch_exists(keys)
+            flags = store.batch_exists(keys)
         except KVStoreError as exc:
             log.warning("kvstore lookup failed (%s): treating as a miss", exc)
-            return 0
-        run = leading_run(present, len(self.c.all_suffixes))
-        self.c.mover.count_lookup(run)
-        return run
+            return local
+        per_rank = len(ranks)
+        present = [
+            [all(flags[(g * width + j) * per_rank : (g * width + j + 1) * per_rank]) for j in range(width)]
+            for g in groups
+        ]
+        rules = [r for r in self.c.groups.rules if r is not None]
+        hit = longest_hit(rules, present, local)
+        self.c.mover.count_lookup(hit - local)
+        return hit
 
-    def after_alloc(self, request: Any, num_external_tokens: int) -> None:
+    def after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         tracked = self.requests.get(request.request_id)
         if tracked is None or num_external_tokens <= 0:
             return
-        first = tracked.local_blocks
-        tracked.load = (
-            first,
-            min(first + ceil_blocks(num_external_tokens, self.c.block_size), tracked.stored),
-        )
+        end = min(tracked.local_blocks + ceil_blocks(num_external_tokens, self.c.block_size), tracked.hit)
+        tracked.load = (tracked.local_blocks, end)
+        if len(self.c.groups.rules) > 1:  # an asynchronous load: it starts before the request is scheduled
+            tracked.block_ids = [list(ids) for ids in blocks.get_block_ids()]
+            self.pending.async_loads.append(self._load_move(request.request_id, tracked))
+            tracked.load = None
 
     def build_meta(self, scheduler_output: Any) -> KVStoreConnectorMetadata:
         meta, self.pending = self.pending, KVStoreConnectorMetadata()
@@ -222,10 +257,10 @@ class _SchedulerSide:
                 continue
             tracked.block_ids = [list(ids) for ids in new.block_ids]
             if tracked.load is not None:
-                first, end = tracked.load
-                meta.loads.append(self._move(new.req_id, tracked, first, end))
+                meta.loads.append(self._load_move(new.req_id, tracked))
                 tracked.load = None
-            self._plan_save(meta, new.req_id, tracked, new.num_computed_tokens + scheduled.get(new.req_id, 0))
+            computed = new.num_computed_tokens
+            self._plan_save(meta, new.req_id, tracked, computed, computed + scheduled.get(new.req_id, 0))
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             tracked = self.requests.get(req_id)
@@ -237,22 +272,45 @@ class _SchedulerSide:
             elif new_ids is not None:
                 for group, ids in enumerate(new_ids):
                     tracked.block_ids[group].extend(ids)
-            self._plan_save(meta, req_id, tracked, cached.num_computed_tokens[i] + scheduled.get(req_id, 0))
+            computed = cached.num_computed_tokens[i]
+            self._plan_save(meta, req_id, tracked, computed, computed + scheduled.get(req_id, 0))
         return meta
 
-    def _plan_save(
-        self, meta: KVStoreConnectorMetadata, req_id: str, tracked: _Tracked, computed: int
-    ) -> None:
-        end = min(len(tracked.hashes), full_blocks(computed, self.c.block_size))
-        end = min(end, min((len(ids) for ids in tracked.block_ids), default=0))
-        if end > tracked.saved:
-            meta.saves.append(self._move(req_id, tracked, tracked.saved, end))
-            tracked.saved = end
-            tracked.saves_scheduled = True
+    def _load_move(self, req_id: str, tracked: _Tracked) -> BlockMove:
+        """The objects a hit ending at the load's end reads, past vLLM's own blocks."""
+        assert tracked.load is not None
+        first, end = tracked.load
+        move = BlockMove(req_id)
+        for g, rule in enumerate(self.c.groups.rules):
+            assert rule is not None  # (the connector is inactive otherwise)
+            ids = tracked.block_ids[g]
+            for i in range(max(first, rule.first_needed(end)), min(end, len(ids))):
+                if ids[i] == NULL_BLOCK_ID:  # vLLM's rule and ours disagree: load nothing into null
+                    log.warning("kvstore: group %d block %d of %s is null; not loaded", g, i, req_id)
+                    continue
+                move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
+        return move
 
-    @staticmethod
-    def _move(req_id: str, tracked: _Tracked, first: int, end: int) -> BlockMove:
-        return BlockMove(req_id, tracked.hashes[first:end], [ids[first:end] for ids in tracked.block_ids])
+    def _plan_save(
+        self, meta: KVStoreConnectorMetadata, req_id: str, tracked: _Tracked, before: int, computed: int
+    ) -> None:
+        """Saves of the prompt blocks this step completes. A group's blocks vLLM may have freed by now
+        (below its window once `before` tokens were computed) and null blocks are never read."""
+        end = min(len(tracked.seqs), full_blocks(computed, self.c.block_size))
+        end = min(end, min((len(ids) for ids in tracked.block_ids), default=0))
+        if end <= tracked.saved:
+            return
+        move = BlockMove(req_id)
+        for g, rule in enumerate(self.c.groups.rules):
+            assert rule is not None
+            ids = tracked.block_ids[g]
+            for i in range(max(tracked.saved, rule.first_needed(full_blocks(before, rule.block_size))), end):
+                if ids[i] != NULL_BLOCK_ID:
+                    move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
+        tracked.saved = end
+        if len(move):
+            meta.saves.append(move)
+            tracked.saves_scheduled = True
 
     def finished(self, request: Any) -> tuple[bool, dict[str, Any] | None]:
         tracked = self.requests.pop(request.request_id, None)
@@ -264,47 +322,61 @@ class _SchedulerSide:
 class _WorkerSide:
     def __init__(self, connector: KVStoreConnector) -> None:
         self.c = connector
-        self.cache: PagedCache | None = None
-        self.layer_groups: list[int] = []
+        self.caches: dict[int, PagedCache] = {}  # per KV cache group with layers on this rank
+        self.registrations: Registrations | None = None
         self._load: Future[list[bool]] | None = None
-        self._load_blocks: list[list[int]] = []  # per loaded key: its block id in each group
+        self._load_blocks: list[int] = []  # per loaded object: its block id
         self._load_errors: set[int] = set()
+        self._async: dict[str, Future[list[bool]]] = {}  # requests waiting for their KV
+        self._failed_recv: set[str] = set()
         self._saves: dict[str, list[Future[list[bool]]]] = {}
         self._finishing: set[str] = set()
         self._lock = threading.Lock()
 
     def register(self, kv_caches: dict[str, Any]) -> None:
-        names, groups, _ = _attention_layers(self.c.kv_cache_config)
-        order = [(n, g) for n, g in zip(names, groups, strict=True) if n in kv_caches]
-        if not order:  # no config (or names differ): every layer, in the engine's own order
-            order = [(n, 0) for n in kv_caches]
-        self.cache = PagedCache([layer_geometry(n, kv_caches[n]) for n, _ in order])
-        self.layer_groups = [g for _, g in order]
+        for g, names in enumerate(self.c.groups.layers):
+            mine = [n for n in names if n in kv_caches]
+            if mine:
+                self.caches[g] = PagedCache([layer_geometry(n, kv_caches[n]) for n in mine])
+        if not self.caches:  # no config (or names differ): every layer, in the engine's own order
+            self.caches[0] = PagedCache([layer_geometry(n, t) for n, t in kv_caches.items()])
+        self.registrations = Registrations([s for c in self.caches.values() for s in c.spans])
         store = self.c.link.get()
         if store is not None:
-            self.cache.register(store)
+            self.registrations.register(store)
 
-    def _batch(self, moves: Sequence[BlockMove]) -> Batch:
-        assert self.cache is not None, "register_kv_caches was not called"
+    def _batch(self, moves: Sequence[BlockMove], groups: Callable[[int], bool] = lambda g: True) -> Batch:
+        """The objects of `moves` in groups `groups` this rank holds, ordered by group."""
+        if self.registrations is None:
+            raise InvalidArgumentError("register_kv_caches was not called")
         store = self.c.link.get()
         if store is not None:
-            self.cache.register(store)  # no-op once done; after a late connection it registers now
+            self.registrations.register(store)  # no-op once done; after a late connection it registers now
         batch = Batch()
-        rows = []
-        for move in moves:
-            for i, block_hash in enumerate(move.hashes):
-                per_group = [ids[i] for ids in move.block_ids]
-                rows.append([per_group[g] for g in self.layer_groups])
-                batch.keys.append(block_hash + self.c.my_suffix)
-                batch.tags.append((move.req_id, per_group))
-        batch.pieces = self.cache.many_pieces(rows)
+        parts = []
+        for g, cache in self.caches.items():
+            if not groups(g):
+                continue
+            rows = []
+            for move in moves:
+                for seq, digest, group, block_id in zip(
+                    move.seqs, move.digests, move.groups, move.block_ids, strict=True
+                ):
+                    if group == g:
+                        batch.keys.append(self.c.names.key(seq, digest, g, self.c.my_suffix))
+                        batch.tags.append((move.req_id, block_id))
+                        rows.append([block_id] * len(cache.layers))
+            parts.append(cache.many_pieces(rows))
+        batch.pieces = _concat(parts)
         return batch
 
     def start_load(self, meta: KVStoreConnectorMetadata) -> None:
+        for move in meta.async_loads:
+            self._async[move.req_id] = self.c.mover.load(self._batch([move]))
         if not meta.loads:
             return
         batch = self._batch(meta.loads)
-        self._load_blocks = [per_group for _, per_group in batch.tags]
+        self._load_blocks = [block_id for _, block_id in batch.tags]
         self._load = self.c.mover.load(batch)
 
     def wait_load(self) -> None:
@@ -312,9 +384,7 @@ class _WorkerSide:
             return
         ok = self._load.result()
         self._load = None
-        for good, per_group in zip(ok, self._load_blocks, strict=True):
-            if not good:
-                self._load_errors.update(per_group)
+        self._load_errors.update(b for good, b in zip(ok, self._load_blocks, strict=True) if not good)
         self._load_blocks = []
 
     def load_errors(self) -> set[int]:
@@ -322,14 +392,36 @@ class _WorkerSide:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
+    def finished_loads(self) -> set[str]:
+        """Requests whose asynchronous load ended; those with a failed object go to failed_recving too
+        (vLLM recomputes them)."""
+        done = {r for r, f in self._async.items() if f.done()}
+        for req_id in done:
+            if not all(self._async.pop(req_id).result()):
+                self._failed_recv.add(req_id)
+        return done
+
+    def take_failed_loads(self) -> set[str]:
+        failed, self._failed_recv = self._failed_recv, set()
+        return failed
+
     def save(self, meta: KVStoreConnectorMetadata) -> None:
         self.wait_load()  # a step's loads are done before its saves are read
         if not meta.saves:
             return
-        future = self.c.mover.save(self._batch(meta.saves))
+        # vLLM frees a window group's blocks that leave the window while the request still runs and may
+        # give them to another request next step: those are stored before wait_for_save returns.
+        bounded = self._batch(meta.saves, lambda g: not self._reads_every_block(g))
+        if bounded.keys:
+            self.c.mover.save(bounded).result()
+        future = self.c.mover.save(self._batch(meta.saves, self._reads_every_block))
         with self._lock:
             for req_id in {move.req_id for move in meta.saves}:
                 self._saves.setdefault(req_id, []).append(future)
+
+    def _reads_every_block(self, group: int) -> bool:
+        rule = self.c.groups.rules[group]
+        return rule is None or rule.reads_every_block
 
     def finished(self, finished_req_ids: set[str]) -> set[str] | None:
         with self._lock:
@@ -345,6 +437,13 @@ class _WorkerSide:
         self.c.mover.drain()
 
 
+def _concat(parts: list[Pieces]) -> Pieces:
+    if not parts:
+        empty = np.zeros(0, dtype=np.uint64)
+        return Pieces(empty, empty.copy(), np.zeros(0, dtype=np.int64))
+    return Pieces(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
+
+
 # -- the connector ----------------------------------------------------------------------------------------
 class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
@@ -355,13 +454,17 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
         replicas = settings.get("replicas")
         self.link = StoreLink(settings)
         self.block_size = int(vllm_config.cache_config.block_size)
-        _, _, all_full = _attention_layers(kv_cache_config)
-        self.active = all_full
-        if not all_full:
-            log.warning("kvstore connector: a KV cache group is not full attention; no blocks are stored")
+        self.groups = GroupLayout.of(kv_cache_config)
+        if not self.groups.rules:  # no config: one full-attention group over every layer
+            self.groups = GroupLayout([[]], [GroupRule(FULL, self.block_size)])
+        unserved = self.groups.unserved(self.block_size)
+        self.active = not unserved
+        if unserved:
+            kinds = [type(kv_cache_config.kv_cache_groups[g].kv_cache_spec).__name__ for g in unserved]
+            log.warning("kvstore connector: KV cache group(s) %s are not served: no blocks are stored", kinds)
         namespace = self.link.namespace() or _default_namespace(vllm_config, kv_cache_config)
-        self.hasher = BlockHasher(self.block_size, namespace)
-        self.all_suffixes, self.my_suffix = _rank_suffixes(vllm_config)
+        self.names = BlockNames(namespace, self.block_size, len(self.groups.rules))
+        self.all_suffixes, self.my_suffix = rank_suffixes(vllm_config)
         self.mover = BlockMover(self.link, int(replicas) if replicas is not None else None)
         self.scheduler_side = _SchedulerSide(self) if role == KVConnectorRole.SCHEDULER else None
         self.worker_side = _WorkerSide(self) if role == KVConnectorRole.WORKER else None
@@ -377,7 +480,7 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         assert self.scheduler_side is not None
-        self.scheduler_side.after_alloc(request, num_external_tokens)
+        self.scheduler_side.after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         assert self.scheduler_side is not None
@@ -405,8 +508,8 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
         self.worker_side.start_load(meta)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # One object holds a block of every layer, so the first layer waits for the whole load; the
-        # load ran while vLLM prepared the step.
+        # One object holds a block of every layer of a group, so the first layer waits for the whole
+        # load; the load ran while vLLM prepared the step.
         if self.worker_side is not None:
             self.worker_side.wait_load()
 
@@ -424,7 +527,13 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self.worker_side is None:
             return None, None
-        return self.worker_side.finished(finished_req_ids), None
+        return self.worker_side.finished(finished_req_ids), self.worker_side.finished_loads() or None
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> Any:
+        results = super().get_transfer_results(finished_req_ids)
+        if self.worker_side is not None:
+            results.failed_recving = set(self.worker_side.take_failed_loads())
+        return results
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self.worker_side.load_errors() if self.worker_side is not None else set()
@@ -446,8 +555,9 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
     def shutdown(self) -> None:
         self.mover.close()
         store = self.link.current()
-        if store is not None and self.worker_side is not None and self.worker_side.cache is not None:
-            self.worker_side.cache.unregister(store)
+        worker = self.worker_side
+        if store is not None and worker is not None and worker.registrations is not None:
+            worker.registrations.unregister(store)
         self.link.close()
 
 

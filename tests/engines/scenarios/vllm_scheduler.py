@@ -122,7 +122,7 @@ class Instance:
     def step(self) -> bool:
         out = self.scheduler.schedule()
         meta = out.kv_connector_metadata
-        self.loaded += [h for move in meta.loads for h in move.hashes]
+        self.loaded += [s for move in meta.loads for s in move.seqs]
         self.worker.bind_connector_metadata(meta)
         self.worker.start_load_kv(None)
         positions = {}
