@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "meta/msgpack_writer.h"
@@ -91,6 +92,42 @@ py::list keys_where(const ObjectTable& t, const py::list& keys, Test test) {
 
 py::object ref_or_none(const ObjectTable& t, Row row) {
   return row == meta::kNoRow ? py::none() : py::object(py::int_(ref_of(t, row)));
+}
+
+// Readers see it: committed, and not a member of a group missing some member.
+bool visible(const Object& o) {
+  return o.complete && o.group != meta::kHidden;
+}
+
+// The group part of a member key `<group>#<i>of<n>` (kvstore.blocks.member_key: the master marks only keys
+// of that form as members) and n; n is 0 for a key of another form.
+std::pair<std::string_view, uint32_t> group_of(std::string_view key) {
+  const size_t hash = key.rfind('#');
+  const size_t of = hash == std::string_view::npos ? hash : key.find("of", hash);
+  if (of == std::string_view::npos || of + 2 >= key.size()) return {{}, 0};
+  uint32_t n = 0;
+  for (const char ch : key.substr(of + 2)) {
+    if (ch < '0' || ch > '9' || n > 1024) return {{}, 0};
+    n = n * 10 + static_cast<uint32_t>(ch - '0');
+  }
+  return {key.substr(0, hash), n};
+}
+
+// Raises the lease of every member of `key`'s group in the table to `until` (a lease on one member holds
+// them all: eviction and removal take a group whole).
+void lease_group(ObjectTable& t, std::string_view key, double until) {
+  const auto [group, n] = group_of(key);
+  std::string name(group);
+  name += '#';
+  const size_t base = name.size();
+  const std::string tail = "of" + std::to_string(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    name.resize(base);
+    name += std::to_string(i);
+    name += tail;
+    const Row row = t.find(name);
+    if (row != meta::kNoRow && t.at(row).lease_until < until) t.at(row).lease_until = until;
+  }
 }
 
 }  // namespace
@@ -434,6 +471,7 @@ void register_object_table(py::module_& m) {
              double half_life, double hot_heat, const py::dict& places, bool transient) {
             // A reader's lookup of a batch. Each hit is a use: its lease reaches at least `lease_until`, its
             // heat (decayed with `half_life`) grows by one. Returns (reply, hits, notes):
+            // A member of a group missing some member is a miss; a hit on a member leases its whole group.
             //  - reply: the get_replicas reply, msgpack-encoded: per key nil (a miss; with `prefix`, every
             //    key after the first miss too; also a hit with no copy in memory, which the caller fills)
             //    or [size, checksum, [[tier, host, engine, region, offset, slot, gen, ""], ...]], each copy's
@@ -466,15 +504,19 @@ void register_object_table(py::module_& m) {
             reply.reserve(n * 64);
             reply.array(static_cast<uint32_t>(n));
             py::list hits, notes;
+            std::unordered_set<std::string_view> leased_groups;  // (a batch often reads a group whole)
             size_t i = 0;
             for (; i < n; ++i) {
               PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
-              const Row row = t.find(key_of(key));
-              if (row == meta::kNoRow || !t.at(row).complete) {
+              const std::string_view name = key_of(key);
+              const Row row = t.find(name);
+              if (row == meta::kNoRow || !visible(t.at(row))) {
                 reply.nil();
                 if (prefix) break;
                 continue;
               }
+              if (t.at(row).group == meta::kShown && leased_groups.insert(group_of(name).first).second)
+                lease_group(t, name, lease_until);
               Object& o = t.at(row);
               if (o.lease_until < lease_until) o.lease_until = lease_until;
               o.last_access = now;
@@ -520,11 +562,46 @@ void register_object_table(py::module_& m) {
             for (Py_ssize_t i = 0; i < n; ++i) {
               const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
               PyList_SET_ITEM(out.ptr(), i,
-                              py::bool_(row != meta::kNoRow && t.at(row).complete).release().ptr());
+                              py::bool_(row != meta::kNoRow && visible(t.at(row))).release().ptr());
             }
             return out;
           },
-          py::arg("keys"), "Per key: stored and committed.")
+          py::arg("keys"), "Per key: stored, committed and shown (not a member of a group missing some).")
+      .def(
+          "with_hash",
+          [](const ObjectTable&, const py::list& keys) {
+            py::list out;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+              if (key_of(key).find('#') != std::string_view::npos) out.append(py::handle(key));
+            }
+            return out;
+          },
+          py::arg("keys"),
+          "The keys (of these, in order) with a '#': the only ones that may be group members (the put "
+          "path's check, with no Python step per key).")
+      .def(
+          "set_group_many",
+          [](ObjectTable& t, const py::list& keys, uint8_t state) {
+            if (state > meta::kHidden) throw std::invalid_argument("group state is 0, 1 or 2");
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              const Row row = t.find(key_of(PyList_GET_ITEM(keys.ptr(), i)));
+              if (row != meta::kNoRow) t.at(row).group = state;
+            }
+          },
+          py::arg("keys"), py::arg("state"),
+          "Sets the group state (0: no member, 1: shown, 2: hidden) of those of the keys in the table.")
+      .def(
+          "lease_groups",
+          [](ObjectTable& t, const py::list& keys, double until) {
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+              const std::string_view key = key_of(PyList_GET_ITEM(keys.ptr(), i));
+              const Row row = t.find(key);
+              if (row != meta::kNoRow && t.at(row).group != meta::kNotMember) lease_group(t, key, until);
+            }
+          },
+          py::arg("keys"), py::arg("until"),
+          "Raises to `until` the lease of every member of the groups these member keys belong to.")
       .def(
           "in_memory",
           [](const ObjectTable& t, const py::list& keys) {
@@ -671,6 +748,7 @@ void register_object_table(py::module_& m) {
   field(c, "target_replicas", &Object::target_replicas);
   field(c, "complete", &Object::complete);
   field(c, "pinned", &Object::pinned);
+  field(c, "group", &Object::group);
 }
 
 }  // namespace kvs::bind

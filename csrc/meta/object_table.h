@@ -50,7 +50,14 @@ struct Object {
   uint8_t target_replicas = 0;
   bool complete = false;
   bool pinned = false;
+  uint8_t group = 0;  // kNotMember, kShown or kHidden (the master's groups index sets it)
 };
+
+// A row's part in a store group (`<group>#<i>of<n>`, kvstore/master/groups.py): readers see a member only
+// while its whole group is stored, and a lease on one member is a lease on all.
+inline constexpr uint8_t kNotMember = 0;
+inline constexpr uint8_t kShown = 1;   // a member of a group stored whole
+inline constexpr uint8_t kHidden = 2;  // a member of a group missing some member: absent to readers
 
 // An intrusive doubly linked list through the rows (one per order a row can be in).
 struct Links {

@@ -18,11 +18,13 @@ class Access(StateCore):
         """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
         segment suspected unreachable). Readers are given `offered(meta)`."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete or (self.space.any_suspect() and not self.exists(key)):
+        if meta is None or not meta.visible or (self.space.any_suspect() and not self.exists(key)):
             self.counters.misses += 1
             return None
         now = self.clock()
         meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
+        if meta.group:  # a lease on one member holds the whole group (kvstore.master.groups)
+            self.ledger.objects.table.lease_groups([key], meta.lease_until)
         self._read(meta, now)
         return meta
 
@@ -105,7 +107,7 @@ class Access(StateCore):
     def change_replica(self, key: str, replicas: int) -> None:
         """Asks for exactly `replicas` copies of a stored object (0: let its heat decide again)."""
         meta = self.objects.get(key)
-        if meta is None or not meta.complete:
+        if meta is None or not meta.visible:
             raise ObjectNotFoundError(f"no object {key!r}")
         if not 0 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 0..{self.config.max_replicas}")

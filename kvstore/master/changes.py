@@ -47,6 +47,21 @@ class ObjectDropped(NamedTuple):
     key: str
 
 
+class GroupsShown(NamedTuple):
+    """Derived, made by the ledger: these group members (kvstore.master.groups) became visible to readers
+    at once, as the last of their group was committed or restored (watchers that report what readers can
+    find count them from here, not from PutsCommitted). Applying one changes nothing."""
+
+    keys: list[str]
+
+
+class GroupsHidden(NamedTuple):
+    """Derived, made by the ledger: these group members are no longer visible (a member of their group
+    is being dropped, or was committed into a group still missing some). Applying one changes nothing."""
+
+    keys: list[str]
+
+
 class ReplicaAdded(NamedTuple):
     """A copy landed (replication, or a load from disk): the object has one more memory replica."""
 
@@ -140,6 +155,8 @@ Record = (
     | PutsStarted
     | PutsCommitted
     | ObjectDropped
+    | GroupsShown
+    | GroupsHidden
     | ReplicaAdded
     | ReplicaDropped
     | ObjectRestored

@@ -17,6 +17,8 @@ from kvstore.master.changes import (
     DiskRecordDropped,
     DiskRecordSet,
     FencesAcknowledged,
+    GroupsHidden,
+    GroupsShown,
     ObjectDropped,
     ObjectRestored,
     ObjectsAdopted,
@@ -34,6 +36,7 @@ from kvstore.master.changes import (
     SpaceTaken,
 )
 from kvstore.master.fences import FenceBook
+from kvstore.master.groups import GroupIndex
 from kvstore.master.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.master.objects import Objects
 from kvstore.rpc.disk_record import PAGE
@@ -46,6 +49,8 @@ class Ledger:
         it on their work channel)."""
         self.fences = fences
         self.objects = Objects()  # read by everyone, written here only (a C++ table: kvstore.master.objects)
+        # Which group members readers see, kept as members are committed and dropped (likewise).
+        self.groups = GroupIndex(self.objects, fences.clock)
         self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
         # Their allocators and slots as placement walks them, in C++ (csrc/meta/memory_space): a batch of
         # puts is placed in one call (likewise written here only).
@@ -68,6 +73,8 @@ class Ledger:
             DiskRecordSet: self._disk_record_set,
             DiskRecordDropped: self._disk_record_dropped,
             RestoreEnded: self._restore_ended,
+            GroupsShown: lambda r: None,  # (derived: the ledger makes them as groups fill and empty)
+            GroupsHidden: lambda r: None,
         }
         self._watchers: dict[type, list[Callable[[Any], None]]] = {}
 
@@ -142,17 +149,43 @@ class Ledger:
             meta.complete = True
         self.objects.add_many(r.metas)
         self.stored_bytes += sum([meta.size for meta in r.metas])
+        self._committed([meta.key for meta in r.metas])
 
     def _objects_adopted(self, r: ObjectsAdopted) -> None:
         writer = self.objects.writer_number(r.segment.client_id)
         self.stored_bytes += self.objects.table.adopt_many(
             r.segment.id, r.records, writer, r.last_access, r.most_replicas
         )
+        self._committed([record[3] for record in r.records])
 
     def _puts_committed(self, r: PutsCommitted) -> None:
         self.stored_bytes += self.objects.commit_many(r.keys)
+        self._committed(r.keys)
+
+    def _committed(self, keys: list[str]) -> None:
+        """Objects were committed: group members among them are shown or hidden (kvstore.master.groups;
+        one crossing finds them, no Python step per key of no group)."""
+        maybe = self.objects.table.with_hash(keys)
+        if maybe:
+            shown, hidden = self.groups.committed(maybe)
+            if shown:
+                self._tell([GroupsShown(shown)])
+            if hidden:
+                self._tell([GroupsHidden(hidden)])
+
+    def _dropping(self, keys: list[str]) -> None:
+        """These objects are about to be dropped: the rest of any whole group among them are hidden."""
+        maybe = self.objects.table.with_hash(keys)
+        if maybe:
+            objects = self.objects
+            committed = [key for key in maybe if (meta := objects.get(key)) is not None and meta.complete]
+            hidden = self.groups.dropped(committed)
+            if hidden:
+                self._tell([GroupsHidden(hidden)])
 
     def _object_dropped(self, r: ObjectDropped) -> None:
+        if "#" in r.key:
+            self._dropping([r.key])
         freed = self.objects.drop_key(r.key)
         if freed > 0:
             self.stored_bytes -= freed
@@ -188,6 +221,7 @@ class Ledger:
     def drop_objects(self, keys: list[str]) -> None:
         """ObjectDropped of each key, applied in one table crossing (the records are made only for those
         who watch them)."""
+        self._dropping(keys)
         self.stored_bytes -= self.objects.table.erase_many(keys)
         if ObjectDropped in self._watchers and keys:
             self._tell([ObjectDropped(key) for key in keys])

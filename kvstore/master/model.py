@@ -102,6 +102,7 @@ class Counters:
     evicted_bytes: int = 0
     evictions_to_disk: int = 0  # evictions that dropped only memory replicas: the object stayed on disk
     reclaimed_puts: int = 0
+    incomplete_groups_dropped: int = 0  # groups missing a member too long, or first to go under pressure
     dropped_clients: int = 0
     superseded_clients: int = 0  # registrations of nodes that came back (restarted) under a new client id
     suspected_segments: int = 0  # segments clients reported unreachable

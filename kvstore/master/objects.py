@@ -85,7 +85,16 @@ class ObjectMeta:
 
     size = _read_only("size", "Bytes of the value.")
     checksum = _read_only("checksum", "XXH3-64 of the value, as its writer declared it.")
-    complete = _read_only("complete", "Committed (its put ended): readers see it.")
+    complete = _read_only("complete", "Committed (its put ended): readers see it unless it is hidden.")
+    group = _read_only(
+        "group", "0: not a group member; 1: its group is whole; 2: hidden (kvstore.master.groups)."
+    )
+
+    @property
+    def visible(self) -> bool:
+        """Readers see it: committed, and not a member of a group missing some member."""
+        return self.complete and self.group != 2
+
     pinned = _read_only("pinned", "Never evicted.")
     base_replicas = _read_only("base_replicas", "Replicas its put asked for.")
     lease_until = _field("lease_until", "Readers may hold its locations until then.")
@@ -233,7 +242,7 @@ class Objects(Mapping[str, ObjectMeta]):
         return self.table.keys_on(segment.id, isinstance(segment, DiskSegment))
 
     def complete_many(self, keys: list[str]) -> list[bool]:
-        """Per key: stored and committed (one crossing for the batch)."""
+        """Per key: visible (stored, committed, not a hidden group member: one crossing for the batch)."""
         return self.table.complete_many(keys)
 
     # -- the ledger's ----------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from kvstore.errors import ObjectBusyError, ObjectNotFoundError
 from kvstore.master.changes import ReplicaDropped
+from kvstore.master.groups import Group, group_id, members
 from kvstore.master.model import Replica
+from kvstore.master.objects import ObjectMeta
 from kvstore.master.state_core import StateCore
 from kvstore.master.victims import RoomComing
 
@@ -19,13 +21,34 @@ class Removal(StateCore):
         meta = self.objects.get(key)
         if meta is None or not meta.complete:
             raise ObjectNotFoundError(f"no object {key!r}")
-        if meta.lease_until > self.clock():
+        whole = self._whole(meta)  # removing a group member removes its group
+        if max([m.lease_until for m in whole]) > self.clock():
             if not force:
                 raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
-            if by is not None and (not by or meta.writer != by):
+            if by is not None and (not by or any(m.writer != by for m in whole)):
                 self.check_admin(by, f"forcing the removal of {key!r} (another client's, leased to a reader)")
-        self._bury([key])
-        self._delete(meta)
+        self._bury([m.key for m in whole])
+        for m in whole:
+            self._delete(m)
+
+    def _whole(self, meta: ObjectMeta) -> list[ObjectMeta]:
+        """`meta` and, when it is a committed group member, every other committed member of its group."""
+        group = group_id(meta.key) if meta.group else None
+        return [meta] if group is None else self._committed_members(group)
+
+    def _committed_members(self, group: Group) -> list[ObjectMeta]:
+        found = [self.objects.get(key) for key in members(group)]
+        return [m for m in found if m is not None and m.complete]
+
+    def drop_incomplete_groups(self, groups: list[Group]) -> None:
+        """Drops the committed members of groups still missing some (kvstore.master.groups: too old, or
+        first to go under pressure); nobody could read them."""
+        for group in groups:
+            doomed = self._committed_members(group)
+            self.counters.incomplete_groups_dropped += 1
+            self._bury([m.key for m in doomed], evicted=True)
+            for m in doomed:
+                self._delete(m)
 
     def remove_all(self, force: bool = False, by: str | None = None) -> list[str]:
         """Removes every finished object (leased ones only with `force`); returns their keys. For a
@@ -96,16 +119,28 @@ class Removal(StateCore):
     ) -> bool:
         """Evicts the object the planner proposes (kvstore.master.victims: its arguments); False when
         nothing may go. One with a disk record loses only its memory replicas and stays readable."""
+        # Groups missing a member for a put timeout go first: invisible, they hold memory for nothing.
+        stale = self.ledger.groups.stale(self.clock() - self.config.put_timeout)
+        if stale:
+            self.drop_incomplete_groups(stale[:1])
+            return True
         victim = self.victims.choose(leased_too, disk_backed_only, wait_for_room)
         if victim is None:
             return False
-        self.counters.evictions += 1
-        self.counters.evicted_bytes += victim.size
-        if victim.disk is None:
-            self._bury([victim.key], evicted=True)
-            self._delete(victim)
+        whole = self._whole(victim)  # a group goes whole: to disk if every member has a record, else lost
+        self.counters.evictions += len(whole)
+        self.counters.evicted_bytes += sum([m.size for m in whole])
+        if any(m.disk is None for m in whole):
+            self._bury([m.key for m in whole], evicted=True)
+            for m in whole:
+                self._delete(m)
             return True
-        # Its memory replicas go, fenced like a removal's.
+        for m in whole:
+            self._evict_to_disk(m)
+        return True
+
+    def _evict_to_disk(self, victim: ObjectMeta) -> None:
+        """Its memory replicas go, fenced like a removal's; it stays readable from its disk record."""
         self.counters.evictions_to_disk += 1
         self.disk.forget(victim.key)  # a load or demotion of it in flight is moot now
         self.replicator.forget(victim.key)
@@ -114,7 +149,6 @@ class Removal(StateCore):
         for r in dropped:
             self.space.free(victim.key, r, read_until=victim.lease_until)
         self.policy.on_remove(victim.key)
-        return True
 
     def evict_to_watermark(self) -> int:
         """Above the high watermark, evicts down to the low one. With a working disk tier only objects

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from kvstore.config.master import MasterConfig
 from kvstore.master.access import Access
+from kvstore.master.groups import INCOMPLETE_PUT_TIMEOUTS
 from kvstore.master.membership import Membership
 from kvstore.master.puts import Puts
 from kvstore.master.roles import Roles
@@ -52,6 +53,10 @@ class MasterState(Membership, Suspicion, Roles, Puts, Access):
         for meta in self._pending.expired(now):
             self.counters.reclaimed_puts += 1
             self._delete(meta)
+        # Groups missing a member for a few put timeouts (a writer died, a node was lost) are dropped.
+        self.drop_incomplete_groups(
+            self.ledger.groups.stale(now - INCOMPLETE_PUT_TIMEOUTS * self.config.put_timeout)
+        )
         self.judge_unreachable_reports()
         self.corrupt_checks.expire()
         self.replicator.expire()
@@ -62,6 +67,7 @@ class MasterState(Membership, Suspicion, Roles, Puts, Access):
         return {
             "objects": len(self.objects) - len(self._pending),
             "pending_puts": len(self._pending),
+            "groups_incomplete": self.ledger.groups.incomplete(),
             "bytes": self.ledger.stored_bytes,
             "capacity": self.capacity,
             "used": self.used,

@@ -109,7 +109,7 @@ class StateCore:
     def exists(self, key: str) -> bool:
         """Stored, and readable: at least one replica is not on a segment suspected unreachable."""
         meta = self.objects.get(key)
-        return meta is not None and meta.complete and (bool(self.offered(meta)) or meta.disk is not None)
+        return meta is not None and meta.visible and (bool(self.offered(meta)) or meta.disk is not None)
 
     def _delete(self, meta: ObjectMeta) -> None:
         # An unfinished put's writer may still be writing; a finished object's readers may hold its
