@@ -5,14 +5,20 @@
         '{"backend_name": "kvstore", "module_path": "kvstore.integrations.sglang",
           "class_name": "KVStoreHiCacheStorage", "interface_v1": 1, "master": "10.0.0.1:50051"}'
 
-With `"interface_v1": 1` SGLang moves pages zero-copy between its host pool and the store (batch_get_v1 /
+With `"interface_v1": 1` SGLang moves pages zero-copy between its host pools and the store (batch_get_v1 /
 batch_set_v1 over the pool's page buffers, registered once); without it the plain interface (get/set of
-flat page tensors) is used. Keys are SGLang's own page hashes (SHA-256 chains over token ids) under a
-namespace (extra config "namespace", else KVSTORE_NAMESPACE, else the model name). MHA pages are stored
-as K and V objects per TP rank; MLA pages once, by the one writer rank, and read by every rank.
-`batch_exists` counts the leading pages this rank can load (SGLang MIN-reduces it across ranks).
-Saves skip pages already stored. A page that fails to load is reported as such and SGLang recomputes it;
-with the master down every lookup misses and every save is dropped.
+flat page tensors) is used. Hybrid models (sliding-window and Mamba / linear-attention layers beside full
+attention) also go through the v2 interface: SGLang hands over its SWA, Mamba and other side pools by name
+(register_mem_host_pool_v2) and moves their pages with batch_set_v2 / batch_get_v2; batch_exists_v2
+counts a prefix only where every pool has what SGLang's hit policy for it needs (all pages, or the
+trailing window).
+
+Keys (kvstore.integrations.sglang_keys): one store group per (pool, page), named by SGLang's own page hash
+(a SHA-256 chain over the prefix's token ids) under the namespace (extra config "namespace", else
+KVSTORE_NAMESPACE, else the model name); its members are the TP ranks' shards (MHA heads, Mamba state) or
+one object (MLA, stored by the one writer rank and read by every rank). A page counts as present only
+when its group is complete. Saves skip pages already stored. A page that fails to load is reported as
+such and SGLang recomputes it; with the master down every lookup misses and every save is dropped.
 """
 
 from __future__ import annotations
@@ -22,17 +28,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    PoolTransfer,
+    PoolTransferResult,
+)
 
-from kvstore import MISS
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.integrations.paged import Registrations, StoreLink, allocation, leading_run, store_settings
+from kvstore.integrations.paged import StoreLink, store_settings
+from kvstore.integrations.sglang_hits import PoolPresence, restorable
+from kvstore.integrations.sglang_keys import PageKeys, RankShape
+from kvstore.integrations.sglang_pools import PageMove, PagePools, pool_name
 
 log = logging.getLogger("kvstore.sglang")
 
 # Keys of the dynamic backend's extra config that are SGLang's, not ours.
 _SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
-_POOL_TENSORS = ("kv_buffer", "k_buffer", "v_buffer", "index_k_buffer", "index_k_scale_buffer")
+KV = "kv"  # SGLang's PoolName.KV: the pool v1 moves (the full-attention KV of a hybrid model)
 
 
 def _flat_bytes(tensor: Any, writable: bool) -> np.ndarray:
@@ -53,6 +67,23 @@ def _flat_bytes(tensor: Any, writable: bool) -> np.ndarray:
     return view
 
 
+def _rank_shape(config: Any) -> RankShape:
+    def field(name: str, default: int) -> int:
+        value = getattr(config, name, default)
+        return default if value is None else int(value)
+
+    return RankShape(
+        tp_rank=field("tp_rank", 0),
+        tp_size=field("tp_size", 1),
+        pp_rank=field("pp_rank", 0),
+        pp_size=field("pp_size", 1),
+        cp_rank=field("attn_cp_rank", 0),
+        cp_size=field("attn_cp_size", 1),
+        dcp_rank=field("dcp_rank", 0),
+        dcp_size=field("dcp_size", 1),
+    )
+
+
 class KVStoreHiCacheStorage(HiCacheStorage):
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: dict[str, Any] | None = None) -> None:
         extra = dict(storage_config.extra_config or {}) if storage_config is not None else {}
@@ -62,132 +93,149 @@ class KVStoreHiCacheStorage(HiCacheStorage):
             self.link.namespace() or f"sglang:{getattr(storage_config, 'model_name', None) or 'model'}"
         )
         self.is_mla = bool(getattr(storage_config, "is_mla_model", False))
-        tp_rank = int(getattr(storage_config, "tp_rank", 0))
-        pp_rank, pp_size = (
-            int(getattr(storage_config, "pp_rank", 0)),
-            int(getattr(storage_config, "pp_size", 1)),
-        )
-        stage = f"_{pp_rank}" if pp_size > 1 else ""
-        # MLA: one copy per pipeline stage, shared by the TP ranks; MHA: each rank holds its own heads.
-        self.suffix = stage if self.is_mla else f"_{tp_rank}{stage}"
+        self.keys = PageKeys(namespace, _rank_shape(storage_config), rank_replicated=self.is_mla)
         self.writer = bool(getattr(storage_config, "is_storage_writer", True))
-        self.prefix = namespace + "/"
+        self.pools = PagePools(self.keys, writer=self.writer)
         self.mem_pool_host: Any = None
-        self._pool_memory: Registrations | None = None
+        self.registered_pools: dict[Any, Any] = {}
         self.stats = {"loaded_pages": 0, "failed_pages": 0, "saved_pages": 0, "skipped_pages": 0}
 
-    # -- the host pool -----------------------------------------------------------------------------
+    # -- the host pools --------------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """SGLang's KV host pool (the anchor of a hybrid model's pool group), moved by v1."""
         super().register_mem_pool_host(mem_pool_host)
+        self.pools.add(KV, mem_pool_host)
+        self._register_memory()
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """A named pool of a hybrid model (SWA, Mamba, indexer, ...), moved by v2."""
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        self.pools.add(pool_name(host_pool_name), host_pool)
+        self._register_memory()
+
+    def _register_memory(self) -> None:
         store = self.link.get()
         if store is not None:
-            self._register_pool(store)
+            self.pools.register(store)
 
-    def _register_pool(self, store: Any) -> None:
-        if self._pool_memory is not None or self.mem_pool_host is None:
-            return
-        tensors = [getattr(self.mem_pool_host, n, None) for n in _POOL_TENSORS]
-        found = [t for t in tensors if t is not None and hasattr(t, "shape")]
-        if not found:
-            raise InvalidArgumentError(f"the host pool has none of {', '.join(_POOL_TENSORS)}")
-        for t in found:
-            if getattr(getattr(t, "device", None), "type", "cpu") != "cpu":
-                raise InvalidArgumentError("kvstore's SGLang backend takes a host (CPU) pool")
-        memory = Registrations([allocation(t) for t in found])
-        memory.register(store)  # each allocation once, so page buffers move with no copy
-        self._pool_memory = memory
-
-    def _object_keys(self, keys: Sequence[str]) -> list[str]:
-        kinds = ("_k",) if self.is_mla else ("_k", "_v")
-        return [f"{self.prefix}{key}{self.suffix}{kind}" for key in keys for kind in kinds]
-
-    def _page_buffers(self, keys: Sequence[str], host_indices: Any) -> list[list[tuple[int, int]]]:
-        """Per object key, its buffers in the host pool (SGLang's page-buffer contract)."""
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        objects = len(keys) * (1 if self.is_mla else 2)
-        if not objects or len(ptrs) % objects or len(ptrs) != len(sizes):
-            raise InvalidArgumentError(f"{len(ptrs)} page buffers for {objects} objects")
-        per = len(ptrs) // objects
-        if self.is_mla:
-            return [
-                [(int(p), int(s)) for p, s in zip(ptrs[i : i + per], sizes[i : i + per], strict=True)]
-                for i in range(0, len(ptrs), per)
-            ]
-        # MHA: a page's buffers alternate K, V (one pair per layer in layer-first layouts).
-        out = []
-        for page in range(len(keys)):
-            window = slice(page * 2 * per, (page + 1) * 2 * per)
-            chunk = list(zip(ptrs[window], sizes[window], strict=True))
-            out.append([(int(p), int(s)) for p, s in chunk[0::2]])
-            out.append([(int(p), int(s)) for p, s in chunk[1::2]])
-        return out
-
-    # -- v1: zero copy through the host pool ----------------------------------------------------------
-    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+    def _store(self) -> Any:
         store = self.link.get()
+        if store is not None:
+            self.pools.register(store)  # pools registered while the master was away
+        return store
+
+    # -- v1: the KV pool, zero copy ----------------------------------------------------------------------
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        """The leading pages of the KV pool this rank can load (SGLang MIN-reduces it across ranks)."""
+        store = self._store()
         if store is None or not keys:
             return 0
-        objects = self._object_keys(keys)
         try:
-            present = store.batch_exists(objects)
+            (present,) = self.pools.stored(store, [(KV, keys)])
         except KVStoreError as exc:
             log.warning("kvstore lookup failed (%s): a miss", exc)
             return 0
-        return leading_run(present, len(objects) // len(keys))
+        return present.index(False) if False in present else len(present)
 
     def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
-        store = self.link.get()
-        if store is None or not keys:
-            return [False] * len(keys)
-        self._register_pool(store)
-        buffers = self._page_buffers(keys, host_indices)
-        try:
-            results = store.batch_get_into_multi_buffers(self._object_keys(keys), buffers)
-        except KVStoreError as exc:
-            log.warning("kvstore get of %d pages failed: %s", len(keys), exc)
-            results = [MISS] * len(buffers)
-        ok = [r >= 0 and r == sum(s for _, s in parts) for r, parts in zip(results, buffers, strict=True)]
-        per = len(ok) // len(keys)
-        pages = [all(ok[i * per : (i + 1) * per]) for i in range(len(keys))]
-        self.stats["loaded_pages"] += sum(pages)
-        self.stats["failed_pages"] += len(pages) - sum(pages)
-        return pages
+        return self._load([PageMove(KV, keys, host_indices)]).get(KV, [False] * len(keys))
 
     def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> list[bool]:
-        if not keys:
-            return []
-        if not self.writer:
-            return [True] * len(keys)  # MLA: the writer rank stores the page for every rank
-        store = self.link.get()
-        if store is None:
-            return [False] * len(keys)
-        self._register_pool(store)
-        objects = self._object_keys(keys)
-        buffers = self._page_buffers(keys, host_indices)
+        return self._save([PageMove(KV, keys, host_indices)]).get(KV, [False] * len(keys))
+
+    # -- v2: every pool of a hybrid model -----------------------------------------------------------------
+    def batch_exists_v2(
+        self,
+        keys: list[str],
+        pool_transfers: list[PoolTransfer] | None = None,
+        extra_info: HiCacheStorageExtraInfo | None = None,
+    ) -> PoolTransferResult:
+        """The prefix lengths every pool can restore: the KV pool's leading run, cut by each side pool's
+        hit policy (checked against the request's page hashes, as SGLang asks)."""
+        store = self._store()
+        transfers = list(pool_transfers or [])
+        if store is None or not keys:
+            return PoolTransferResult(0, {}, [])
+        asked = [(KV, keys)] + [(t.name, keys) for t in transfers]
         try:
-            present = store.batch_exists(objects)
-            todo = [i for i, there in enumerate(present) if not there]
-            codes = store.batch_put_from_multi_buffers([objects[i] for i in todo], [buffers[i] for i in todo])
+            present = self.pools.stored(store, asked)
         except KVStoreError as exc:
-            log.warning("kvstore set of %d pages failed: %s", len(keys), exc)
-            return [False] * len(keys)
-        ok = [True] * len(objects)
-        for i, code in zip(todo, codes, strict=True):
-            ok[i] = code >= 0
-        per = len(objects) // len(keys)
-        pages = [all(ok[i * per : (i + 1) * per]) for i in range(len(keys))]
-        self.stats["saved_pages"] += sum(pages)
-        self.stats["skipped_pages"] += (len(objects) - len(todo)) // per
-        return pages
+            log.warning("kvstore lookup failed (%s): a miss", exc)
+            return PoolTransferResult(0, {}, [])
+        kv = present[0]
+        kv_pages = kv.index(False) if False in kv else len(kv)
+        pools = [
+            PoolPresence(pool_name(t.name), t.hit_policy, len(t.keys or ()), stored)
+            for t, stored in zip(transfers, present[1:], strict=True)
+        ]
+        stops, longest = restorable(kv_pages, pools)
+        hits = {
+            pool_name(t.name): longest[pool_name(t.name)] for t in transfers if pool_name(t.name) in longest
+        }
+        if kv_pages:
+            hits[KV] = kv_pages
+        return PoolTransferResult(stops[-1] if stops else 0, hits, stops)
+
+    def batch_get_v2(
+        self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[str, list[bool]]:
+        moves = [PageMove(pool_name(t.name), list(t.keys or ()), t.host_indices) for t in transfers]
+        return self._load([m for m in moves if m.pages]) | {m.pool: [] for m in moves if not m.pages}
+
+    def batch_set_v2(
+        self, transfers: list[PoolTransfer], extra_info: HiCacheStorageExtraInfo | None = None
+    ) -> dict[str, list[bool]]:
+        moves = [PageMove(pool_name(t.name), list(t.keys or ()), t.host_indices) for t in transfers]
+        return self._save([m for m in moves if m.pages]) | {m.pool: [] for m in moves if not m.pages}
+
+    # -- the moves under v1 and v2 -------------------------------------------------------------------------
+    def _load(self, moves: Sequence[PageMove]) -> dict[str, list[bool]]:
+        if not moves:
+            return {}
+        store = self._store()
+        if store is None:
+            return {m.pool: [False] * len(m.pages) for m in moves}
+        try:
+            loaded = self.pools.get(store, moves)
+        except KVStoreError as exc:
+            if isinstance(exc, InvalidArgumentError):
+                raise  # SGLang handed over pages that do not fit its own pools: say so
+            log.warning("kvstore get of %d pages failed: %s", sum(len(m.pages) for m in moves), exc)
+            loaded = {m.pool: [False] * len(m.pages) for m in moves}
+        pages = [ok for flags in loaded.values() for ok in flags]
+        self.stats["loaded_pages"] += sum(pages)
+        self.stats["failed_pages"] += len(pages) - sum(pages)
+        return loaded
+
+    def _save(self, moves: Sequence[PageMove]) -> dict[str, list[bool]]:
+        if not moves:
+            return {}
+        store = self._store()
+        if store is None:
+            return {m.pool: [False] * len(m.pages) for m in moves}
+        try:
+            saved, skipped = self.pools.put(store, moves)
+        except KVStoreError as exc:
+            if isinstance(exc, InvalidArgumentError):
+                raise
+            log.warning("kvstore set of %d pages failed: %s", sum(len(m.pages) for m in moves), exc)
+            return {m.pool: [False] * len(m.pages) for m in moves}
+        self.stats["saved_pages"] += sum(ok for flags in saved.values() for ok in flags)
+        self.stats["skipped_pages"] += skipped
+        return saved
 
     # -- the plain interface: whole flat pages (tensors) -----------------------------------------------
-    def _plain_key(self, key: str) -> str:
-        return f"{self.prefix}{key}{self.suffix}_page"
+    def _plain_keys(self, keys: Sequence[str]) -> list[str]:
+        """The KV pool's pages as flat tensors (get_data_page(flat=True)): a format of their own."""
+        pool = self.mem_pool_host
+        layout = str(getattr(pool, "layout", "") or "")
+        tag = self.keys.tag(KV, layout, getattr(pool, "storage_format_tag", None), flat=True)
+        return self.keys.keys(KV, tag, keys)
 
     def exists(self, key: str) -> bool:
         store = self.link.get()
         try:
-            return store is not None and store.exists(self._plain_key(key))
+            return store is not None and store.exists(self._plain_keys([key])[0])
         except KVStoreError:
             return False
 
@@ -202,7 +250,7 @@ class KVStoreHiCacheStorage(HiCacheStorage):
             return [None] * len(keys)
         views = [_flat_bytes(t, writable=True) for t in target_locations]
         try:
-            results = store.batch_get_into([self._plain_key(k) for k in keys], views)
+            results = store.batch_get_into(self._plain_keys(keys), views)
         except KVStoreError as exc:
             log.warning("kvstore get of %d pages failed: %s", len(keys), exc)
             return [None] * len(keys)
@@ -225,7 +273,7 @@ class KVStoreHiCacheStorage(HiCacheStorage):
             return False
         try:
             codes = store.batch_put_from(
-                [self._plain_key(k) for k in keys], [_flat_bytes(v, writable=False) for v in values]
+                self._plain_keys(keys), [_flat_bytes(v, writable=False) for v in values]
             )
         except KVStoreError as exc:
             log.warning("kvstore set of %d pages failed: %s", len(keys), exc)
@@ -239,8 +287,8 @@ class KVStoreHiCacheStorage(HiCacheStorage):
 
     def close(self) -> None:
         store = self.link.current()
-        if store is not None and self._pool_memory is not None:
-            self._pool_memory.unregister(store)
+        if store is not None:
+            self.pools.unregister(store)
         self.link.close()
 
 
