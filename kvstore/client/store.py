@@ -673,6 +673,14 @@ class Store:
         """Stores KV blocks (keys from kvstore.blocks.BlockHasher); per key 0 or a negative code."""
         return self.batch_put_from(keys, buffers, **kwargs)
 
+    def put_group(self, group: str, buffers: Sequence[Any], **kwargs: Any) -> list[int]:
+        """Stores every member of a store group from this process, member i from buffers[i] (keys
+        kvstore.blocks.group_keys(group, len(buffers))): readers see none of them until all are stored,
+        and the master evicts and removes them as one. Per member 0 or a negative code."""
+        from kvstore.blocks import group_keys
+
+        return self.batch_put_from(group_keys(group, len(buffers)), buffers, **kwargs)
+
     def get_blocks(self, keys: Sequence[str], buffers: Sequence[Any]) -> int:
         """Loads the leading run of stored blocks into buffers; returns how many leading blocks loaded.
 
