@@ -10,8 +10,9 @@ when its last memory copy goes (cpu) or its disk record does (disk). An object k
 A block keyed by a connector's sequence hash (kvstore.blocks.seq_key `<namespace>/0x<16 hex>[.<digest>]`)
 is carried with its hash in `seq_hashes` and its namespace in `namespace`. When its objects are a group
 (`...#<i>of<n>`, the head slices of one block), the block is one event, named by member 0's key: `stored`
-once every member is stored (the group is readable), `removed` when any member goes (it no longer is);
-a memory or disk copy of member 0 coming or going is that medium's event, as for one object.
+when the master shows the group (its last member committed: GroupsShown), `removed` when it hides it (a
+member is dropped: GroupsHidden); a memory or disk copy of member 0 coming or going is that medium's
+event, as for one object.
 
 Register the endpoint with the routing index (`kvstore index`, type "kvstore") under the model and block
 size whose blocks the keys name, with `namespace` to credit that namespace's blocks to every instance of
@@ -31,12 +32,14 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from kvstore.blocks import group_keys, group_of, member_key, seq_of
+from kvstore.blocks import group_of, seq_of
 from kvstore.errors import PermissionDeniedError
 from kvstore.local_files import unsafe_directory
 from kvstore.master.changes import (
     DiskRecordDropped,
     DiskRecordSet,
+    GroupsHidden,
+    GroupsShown,
     ObjectDropped,
     ObjectRestored,
     ObjectsAdopted,
@@ -80,49 +83,31 @@ def _block(key: str) -> tuple[str, int, tuple[str, int, int] | None] | None:
     return None if named is None else (named[0], named[1], group_of(key))
 
 
-def stored_events(keys: Iterable[str], complete: Callable[[str], bool], may_complete: bool) -> list[KeyEvent]:
-    """The events of `keys` becoming stored: a plain key or a lone block as itself; a block's group once,
-    as member 0, when every member is `complete` and either the batch may have completed it
-    (`may_complete`: puts, restores) or member 0 itself is among the keys (a copy on a medium)."""
+def stored_events(keys: Iterable[str], shown: Callable[[str, int], bool]) -> list[KeyEvent]:
+    """The events of `keys` becoming stored: a plain key or a lone block as itself; a block's group as its
+    member 0, while readers see the group (`shown(group, count)`)."""
     out: list[KeyEvent] = []
-    groups: set[str] = set()
     for key in keys:
         block = _block(key)
         if block is None:
             out.append(KeyEvent(key, seq_hash(key)))
             continue
         namespace, digest, member = block
-        if member is None:
+        if member is None or (member[1] == 0 and shown(member[0], member[2])):
             out.append(KeyEvent(key, digest, namespace))
-            continue
-        group, index, count = member
-        if group in groups or not (may_complete or index == 0):
-            continue
-        groups.add(group)
-        if all(complete(k) for k in group_keys(group, count)):
-            out.append(KeyEvent(member_key(group, 0, count), digest, namespace))
     return out
 
 
-def removed_events(keys: Iterable[str], object_gone: bool) -> list[KeyEvent]:
+def removed_events(keys: Iterable[str]) -> list[KeyEvent]:
     """The events of `keys` stopping being stored: a plain key or a lone block as itself; a block's group
-    once, as member 0, when any member is gone (`object_gone`) or, for one medium's copies, when member 0's
-    are (another member's copy going leaves the group readable, or its object goes too)."""
+    as its member 0 (the master hides a group whole: GroupsHidden names every member)."""
     out: list[KeyEvent] = []
-    groups: set[str] = set()
     for key in keys:
         block = _block(key)
         if block is None:
             out.append(KeyEvent(key, seq_hash(key)))
-            continue
-        namespace, digest, member = block
-        if member is None:
-            out.append(KeyEvent(key, digest, namespace))
-            continue
-        group, index, count = member
-        if group not in groups and (object_gone or index == 0):
-            groups.add(group)
-            out.append(KeyEvent(member_key(group, 0, count), digest, namespace))
+        elif block[2] is None or block[2][1] == 0:
+            out.append(KeyEvent(key, block[1], block[0]))
     return out
 
 
@@ -191,17 +176,21 @@ class StoreEvents:
         self.dropped = 0
         self._thread = threading.Thread(target=self._publish, name="kvstore-kv-events", daemon=True)
         self._thread.start()
-        new = lambda keys: self._stored("cpu", keys, may_complete=True)  # noqa: E731
-        copied = lambda keys: self._stored("cpu", keys, may_complete=False)  # noqa: E731
+        # A group of members is announced as the ledger shows and hides it; a copy of member 0 coming or
+        # going on a medium is that medium's event while the group is shown.
+        never = lambda group, count: False  # noqa: E731
+        new = lambda keys: self._events("stored", "cpu", stored_events(keys, never))  # noqa: E731
         ledger.watch(PutsCommitted, lambda rs: new([k for r in rs for k in r.keys]))
         ledger.watch(ObjectRestored, lambda rs: new([m.key for r in rs for m in r.metas]))
         ledger.watch(ObjectsAdopted, lambda rs: new([rec[3] for r in rs for rec in r.records]))
-        ledger.watch(ReplicaAdded, lambda rs: copied([r.key for r in rs]))
-        ledger.watch(ReplicaRestored, lambda rs: copied([r.key for r in rs]))
+        ledger.watch(GroupsShown, lambda rs: self._shown([k for r in rs for k in r.keys]))
+        ledger.watch(ReplicaAdded, lambda rs: self._copied("cpu", [r.key for r in rs]))
+        ledger.watch(ReplicaRestored, lambda rs: self._copied("cpu", [r.key for r in rs]))
+        ledger.watch(DiskRecordSet, lambda rs: self._copied("disk", [r.key for r in rs]))
         ledger.watch(ReplicaDropped, self._replicas_dropped)
-        ledger.watch(ObjectDropped, self._objects_dropped)
-        ledger.watch(DiskRecordSet, lambda rs: self._stored("disk", [r.key for r in rs], may_complete=False))
-        ledger.watch(DiskRecordDropped, lambda rs: self._removed("disk", [r.key for r in rs], False))
+        ledger.watch(ObjectDropped, lambda rs: self._gone([r.key for r in rs]))
+        ledger.watch(GroupsHidden, lambda rs: self._gone([k for r in rs for k in r.keys]))
+        ledger.watch(DiskRecordDropped, lambda rs: self._removed("disk", [r.key for r in rs]))
 
     def close(self) -> None:
         self._queue.put(None)
@@ -209,25 +198,25 @@ class StoreEvents:
         self._socket.close(linger=0)
         self._context.term()
 
-    def _complete(self, key: str) -> bool:
-        meta = self._ledger.objects.get(key)
-        return meta is not None and meta.complete
+    def _shown(self, keys: list[str]) -> None:
+        self._events("stored", "cpu", stored_events(keys, lambda group, count: True))
 
-    def _stored(self, medium: str, keys: list[str], may_complete: bool) -> None:
-        self._events("stored", medium, stored_events(keys, self._complete, may_complete))
+    def _copied(self, medium: str, keys: list[str]) -> None:
+        groups = self._ledger.groups
+        self._events("stored", medium, stored_events(keys, lambda *group: groups.complete(group)))
 
-    def _removed(self, medium: str, keys: list[str], object_gone: bool) -> None:
-        self._events("removed", medium, removed_events(keys, object_gone))
+    def _removed(self, medium: str, keys: list[str]) -> None:
+        self._events("removed", medium, removed_events(keys))
 
     def _replicas_dropped(self, records: list[ReplicaDropped]) -> None:
         objects = self._ledger.objects
-        gone = [r.key for r in records if (meta := objects.get(r.key)) is None or not meta.replicas]
-        self._removed("cpu", gone, object_gone=False)
+        self._removed(
+            "cpu", [r.key for r in records if (meta := objects.get(r.key)) is None or not meta.replicas]
+        )
 
-    def _objects_dropped(self, records: list[ObjectDropped]) -> None:
-        keys = [r.key for r in records]
-        self._removed("cpu", keys, object_gone=True)
-        self._removed("disk", keys, object_gone=True)
+    def _gone(self, keys: list[str]) -> None:
+        self._removed("cpu", keys)
+        self._removed("disk", keys)
 
     def _events(self, kind: str, medium: str, events: list[KeyEvent]) -> None:
         if not events:

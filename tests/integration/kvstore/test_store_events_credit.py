@@ -6,9 +6,6 @@ removing one member, or eviction, takes the credit back."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,34 +16,14 @@ import pytest
 from kvstore import Store
 from kvstore.blocks import BlockHasher, member_key, seq_hashes, seq_key
 from kvstore.procs import kvstore_process
+from tests.helpers import store_credit as credit
 from tests.helpers.kv_event_publisher import Publisher
+from tests.helpers.store_credit import call, eventually
 
 BLOCK = 4
 SLICES = 2  # head slices per block: a group of two members
 MODEL = "tiny-llama"
 NAMESPACE = "tiny-llama/kv0"
-
-
-def call(address: str, path: str, body: object = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(address, timeout=10)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        conn.request("GET" if body is None else "POST", path, body=data)
-        reply = conn.getresponse()
-        return reply.status, json.loads(reply.read())
-    finally:
-        conn.close()
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def block_members(tokens: list[int], index: int) -> list[str]:
@@ -84,38 +61,12 @@ def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
         })  # fmt: skip
         assert status == 200, reply
         store = stack.enter_context(Store.connect(master))
-        subscribed(index, store)
+        credit.wait_subscribed(index, store, MODEL, BLOCK, NAMESPACE, "fresh")
         yield index, store
 
 
 def query(index: str, tokens: list[int]) -> dict[str, Any]:
-    status, reply = call(index, "/query", {"model": MODEL, "token_ids": tokens, "block_size": BLOCK})
-    assert status == 200, reply
-    return reply["default"]
-
-
-def subscribed(index: str, store: Store) -> None:
-    """Readiness: the index's subscription to the master has joined once a probe block put now shows up
-    (a PUB socket drops what it sends before a subscriber joins), and the probe is gone again after."""
-    probe = list(range(900, 900 + BLOCK))
-    keys = block_members(probe, 0)
-
-    def credited() -> None:
-        assert query(index, probe)["fresh"]["STORE"] == BLOCK
-
-    deadline = time.monotonic() + 20
-    while True:
-        assert store.batch_put_from(keys, [b"p" * 64] * SLICES) == [0] * SLICES
-        try:
-            eventually(credited, timeout=1.0)
-            break
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            for key in keys:
-                store.remove(key)
-    store.remove(keys[0])
-    eventually(lambda: _true(query(index, probe)["fresh"]["STORE"] == 0))
+    return credit.query(index, MODEL, BLOCK, tokens)
 
 
 def _true(ok: bool) -> None:

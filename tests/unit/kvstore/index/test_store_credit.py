@@ -36,47 +36,36 @@ def event(kind: str, hashes: list[int], namespace: str | None, medium: str = "cp
 
 def test_plain_keys_keep_todays_events_and_lone_blocks_carry_hash_and_namespace() -> None:
     block = seq_key("llama/kv0", 0xABC, DIGEST)
-    assert stored_events(["12", "0x1F", "not-a-hash", block], lambda k: True, True) == [
+    assert stored_events(["12", "0x1F", "not-a-hash", block], lambda g, n: True) == [
         KeyEvent("12", 12),
         KeyEvent("0x1F", 31),
         KeyEvent("not-a-hash", None),
         KeyEvent(block, 0xABC, "llama/kv0"),
     ]
-    assert removed_events([block, "7"], object_gone=False) == [
-        KeyEvent(block, 0xABC, "llama/kv0"),
-        KeyEvent("7", 7),
-    ]
+    assert removed_events([block, "7"]) == [KeyEvent(block, 0xABC, "llama/kv0"), KeyEvent("7", 7)]
     # A member of a group that is not a block is a plain key, as before.
-    assert stored_events(["x#0of2"], lambda k: True, True) == [KeyEvent("x#0of2", None)]
+    assert stored_events(["x#0of2"], lambda g, n: True) == [KeyEvent("x#0of2", None)]
 
 
-def test_a_group_is_stored_once_as_member_0_when_every_member_is() -> None:
+def test_a_group_is_one_event_named_by_member_0_while_it_is_shown() -> None:
     group = seq_key("ns", 5, DIGEST)
     members = group_keys(group, 3)
     first = KeyEvent(member_key(group, 0, 3), 5, "ns")
-    stored = {members[0], members[2]}
-    # Two of three members stored: nothing, whichever arrived.
-    assert stored_events(members[:1], stored.__contains__, True) == []
-    assert stored_events(members[2:], stored.__contains__, True) == []
-    # The last one completes it (a put or a restore): one event, named by member 0.
-    stored.add(members[1])
-    assert stored_events(members[1:2], stored.__contains__, True) == [first]
-    assert stored_events(members, stored.__contains__, True) == [first]  # (once per batch)
-    # A copy on a medium (a replica, a disk record): member 0's speaks for the group, others' do not.
-    assert stored_events(members[1:], stored.__contains__, False) == []
-    assert stored_events(members[:1], stored.__contains__, False) == [first]
-    stored.discard(members[2])
-    assert stored_events(members[:1], stored.__contains__, False) == []
-
-
-def test_a_group_is_removed_when_any_member_goes_and_on_a_medium_when_member_0_does() -> None:
-    group = seq_key("ns", 2**64 - 1)
-    members = group_keys(group, 4)
-    first = KeyEvent(members[0], 2**64 - 1, "ns")
-    assert removed_events([members[3]], object_gone=True) == [first]
-    assert removed_events(members, object_gone=True) == [first]
-    assert removed_events([members[3]], object_gone=False) == []  # (its other copy still serves)
-    assert removed_events([members[0]], object_gone=False) == [first]
+    shown: set[tuple[str, int]] = set()
+    is_shown = lambda g, n: (g, n) in shown  # noqa: E731
+    # Committed, or a copy landing, while the group misses a member: nothing.
+    assert stored_events(members, is_shown) == []
+    # Shown (GroupsShown names every member): one event; a copy of member 0 is its medium's event, another
+    # member's copy says nothing.
+    shown.add((group, 3))
+    assert stored_events(members, is_shown) == [first]
+    assert stored_events(members[1:], is_shown) == []
+    # Hidden (GroupsHidden names every member) or member 0's copy gone: one event; another member's copy
+    # going says nothing (the group hides when a member goes).
+    assert removed_events(members) == [first]
+    assert removed_events(members[2:]) == []
+    big = seq_key("ns", 2**64 - 1)
+    assert removed_events([member_key(big, 0, 1024)]) == [KeyEvent(member_key(big, 0, 1024), 2**64 - 1, "ns")]
 
 
 # -- the index: a store's events and the match rule -------------------------------------------------
