@@ -70,6 +70,14 @@ class TooManyConnectionsError(KVStoreError):
     code = 107
 
 
+class DeadlineExceededError(KVStoreError, TimeoutError):
+    """A read's bytes did not arrive verified by the deadline its call was given (get_blocks and the
+    batch gets' `deadline`): a miss, and no byte of it lands in the caller's buffers after the call
+    returns."""
+
+    code = 108
+
+
 _STORE_ERRORS: dict[int, type[KVStoreError]] = {
     cls.code: cls
     for cls in (
@@ -81,6 +89,7 @@ _STORE_ERRORS: dict[int, type[KVStoreError]] = {
         NotEnoughSegmentsError,
         TooManyPutsError,
         TooManyConnectionsError,
+        DeadlineExceededError,
     )
 }
 
@@ -92,6 +101,7 @@ def error_for_code(code: int, message: str) -> KVStoreError:
 
 
 __all__ = [
+    "DeadlineExceededError",
     "EngineClosedError",
     "InternalError",
     "InvalidArgumentError",

@@ -40,8 +40,12 @@ void copy_pieces(const Slice& slice, char* remote) {
 
 }  // namespace
 
+bool begin_copy_in_time(const Slice& slice) {
+  return Clock::now() < slice.batch->deadline() && slice.batch->begin_copy(slice.request);
+}
+
 Status copy_slice(const Slice& slice, char* remote) {
-  if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
+  if (!begin_copy_in_time(slice)) return Status(Code::kTimedOut, "request over (or past its deadline)");
   if (slice.piece_count != 0) {
     copy_pieces(slice, remote);
   } else if (slice.op == TransferOp::kRead && slice.digest && xxh3::loaded()) {

@@ -86,9 +86,10 @@ def plan(
     )
 
 
-def run(reads: ReadPlan, engine: TransferEngine) -> list[int]:
+def run(reads: ReadPlan, engine: TransferEngine, timeout: float | None = None) -> list[int]:
     """Runs the reads (this thread helping to move bytes), each verified as it lands: per key 0 when its
-    bytes hash to its checksum, else its ReadCheck verdict (< 0) or error code (> 0)."""
+    bytes hash to its checksum, else its ReadCheck verdict (< 0) or error code (> 0: the engine's
+    timed-out code for a read not done within `timeout` seconds; None: the engine's transfer_timeout)."""
     pieces = reads.pieces
     handle = engine.submit(
         _READ,
@@ -97,6 +98,7 @@ def run(reads: ReadPlan, engine: TransferEngine) -> list[int]:
         column_of("Q", reads.regions),
         column_of("Q", reads.offsets),
         column_of("Q", reads.sizes),
+        timeout=timeout,
         fence_slots=column_of("I", reads.slots),
         fence_gens=column_of("Q", reads.gens),
         digests=[True],

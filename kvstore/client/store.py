@@ -19,6 +19,7 @@ import numpy as np
 from kvstore.client import read_plan
 from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums, ints
 from kvstore.client.collector import collector_paused
+from kvstore.client.deadline import Deadline, transfer_timeout
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
 from kvstore.client.put_chunk import PutChunk, PutResult
@@ -27,10 +28,12 @@ from kvstore.cluster.master_client import MasterClient, Sent
 from kvstore.cluster.session import Session
 from kvstore.config import StoreConfig
 from kvstore.errors import (
+    DeadlineExceededError,
     InvalidArgumentError,
     KVStoreError,
     NotFoundError,
     ObjectNotFoundError,
+    TransferTimeoutError,
     error_for_code,
 )
 from kvstore.rpc import messages as m
@@ -42,8 +45,11 @@ log = logging.getLogger("kvstore.client")
 
 MISS = -ObjectNotFoundError.code
 """Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
+LATE = -DeadlineExceededError.code
+"""Per-key result of a batch get given a deadline for a key whose bytes did not arrive verified by then."""
 PIPELINED_CHUNK = 256  # keys of a batch put's chunk (at least) when the batch is pipelined
 PIPELINE_CHUNKS = 4  # chunks a pipelined batch put is cut into (of PIPELINED_CHUNK keys at least)
+TIMED_OUT = TransferTimeoutError.code  # a transfer's error code when it was not done by its batch's timeout
 AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
 
 
@@ -405,31 +411,45 @@ class Store:
         """Bytes read into buffer, or a negative code (MISS when absent)."""
         return self.batch_get_into([key], [buffer])[0]
 
-    def batch_get_into(self, keys: Sequence[str], buffers: Sequence[Any]) -> list[int]:
-        """Per key: bytes read, or a negative code (MISS for absent or unreadable keys)."""
+    def batch_get_into(
+        self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
+    ) -> list[int]:
+        """Per key: bytes read, or a negative code (MISS for absent or unreadable keys; LATE for keys not
+        read by `deadline`, see batch_get_into_multi_buffers)."""
         if len(keys) != len(buffers):
             raise InvalidArgumentError("keys and buffers differ in length")
-        return self.batch_get_into_multi_buffers(keys, [[b] for b in buffers])
+        return self.batch_get_into_multi_buffers(keys, [[b] for b in buffers], deadline=deadline)
 
     @collector_paused
     def batch_get_into_multi_buffers(
-        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]]
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], *, deadline: float | None = None
     ) -> list[int]:
-        """Each key's value is spread over its buffers in order."""
+        """Each key's value is spread over its buffers in order.
+
+        `deadline`: seconds from this call (None: none) by which a key's bytes must have arrived and
+        verified; a key that did not is LATE (DeadlineExceededError's code), is not tried on another
+        replica, and no byte of it lands in its buffers after this returns (the engine fences its
+        requests off; what they landed before is left, not cleared: the result says it is no value). The
+        master lookup is bounded by rpc_timeout, not by the deadline."""
+        until = Deadline.after(deadline)
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
         found, cached = self._locate(list(keys))
-        return self._get_into(list(keys), buffer_lists, found, cached)
+        return self._get_into(list(keys), buffer_lists, found, cached, until)
 
     @collector_paused
-    def batch_get_into_pieces(self, keys: Sequence[str], addrs: Any, lengths: Any, counts: Any) -> list[int]:
+    def batch_get_into_pieces(
+        self, keys: Sequence[str], addrs: Any, lengths: Any, counts: Any, *, deadline: float | None = None
+    ) -> list[int]:
         """batch_get_into_multi_buffers with every key's buffers given as flat arrays (see
-        batch_put_from_pieces): key i's value lands in its counts[i] next (addrs, lengths) pieces."""
+        batch_put_from_pieces): key i's value lands in its counts[i] next (addrs, lengths) pieces.
+        `deadline` as for batch_get_into_multi_buffers."""
+        until = Deadline.after(deadline)
         if len(keys) != len(counts):
             raise InvalidArgumentError("one piece count per key")
         values = self.buffers.piece_values(addrs, lengths, counts, writable=True)
         found, cached = self._locate(list(keys))
-        return self._get_into(list(keys), values, found, cached)
+        return self._get_into(list(keys), values, found, cached, until)
 
     def _get_into(
         self,
@@ -437,13 +457,16 @@ class Store:
         buffers: Sequence[Sequence[Any]] | list[ValueBuffers],
         found: list[Any],
         cached: list[bool],
+        deadline: Deadline | None = None,
     ) -> list[int]:
         self.stats_local.gets += len(keys)
         values = self.buffers.resolved(buffers, writable=True)
         results: list[int] = []
 
         def read(start: int, end: int) -> list[int]:
-            out = self._read_located(keys[start:end], values[start:end], found[start:end], cached[start:end])
+            out = self._read_located(
+                keys[start:end], values[start:end], found[start:end], cached[start:end], deadline
+            )
             for i, result in enumerate(out):
                 if result == MISS and not v.key_ok(keys[start + i]):  # never asked of the master: fails alone
                     out[i] = -InvalidArgumentError.code
@@ -479,23 +502,30 @@ class Store:
         return found, cached
 
     def _read_located(
-        self, keys: list[str], values: list[ValueBuffers], found: list[Any], cached: list[bool]
+        self,
+        keys: list[str],
+        values: list[ValueBuffers],
+        found: list[Any],
+        cached: list[bool],
+        deadline: Deadline | None = None,
     ) -> list[int]:
         """_read, then once more with fresh locations for keys whose lease-cached location failed, and
-        for keys whose direct disk read failed (through the disk's node this time)."""
+        for keys whose direct disk read failed (through the disk's node this time), while the deadline
+        (if any) has not passed."""
         disk_failed: list[int] = []
-        results = self._read_planned(keys, values, found)
+        results = self._read_planned(keys, values, found, deadline)
         if results is None:
-            results = self._read(keys, values, found, disk_failed)
+            results = self._read(keys, values, found, disk_failed, deadline)
         stale = [i for i, r in enumerate(results) if r < 0 and cached[i] and i not in disk_failed]
         # stale: the lease was not enough (a forced removal): ask the master afresh
         for again, direct in ((stale, True), (disk_failed, False)):
-            if not again:
+            if not again or (deadline is not None and deadline.passed()):
                 continue
             retry = [keys[i] for i in again]
             self.leases.drop(retry)
             fresh, _ = self._locate(retry, direct=direct)
-            for i, r in zip(again, self._read(retry, [values[i] for i in again], fresh), strict=True):
+            reread = self._read(retry, [values[i] for i in again], fresh, None, deadline)
+            for i, r in zip(again, reread, strict=True):
                 results[i] = r
         stale_set = set(stale) | set(disk_failed)  # those were counted by the master's fresh lookup
         self.leases.served(
@@ -504,7 +534,7 @@ class Store:
         return results
 
     def _read_planned(
-        self, keys: list[str], values: list[ValueBuffers], found: list[Any]
+        self, keys: list[str], values: list[ValueBuffers], found: list[Any], deadline: Deadline | None = None
     ) -> list[int] | None:
         """_read of a batch that is the usual case (kvstore.client.read_plan) in one engine call; None
         for any other batch. What does not verify goes again through _read, which retries, reports and
@@ -512,13 +542,13 @@ class Store:
         planned = read_plan.plan(found, values, self.session.peer, self._engines_to_avoid())
         if planned is None:
             return None
-        verdicts = read_plan.run(planned, self.engine)
+        verdicts = read_plan.run(planned, self.engine, transfer_timeout(deadline))
         again = [i for i, verdict in enumerate(verdicts) if verdict] if any(verdicts) else []  # (0: verified)
         self.stats_local.hits += len(keys) - len(again)
         results = planned.sizes
         if again:
             retried = [keys[i] for i in again], [values[i] for i in again], [found[i] for i in again]
-            for i, result in zip(again, self._read(*retried), strict=True):
+            for i, result in zip(again, self._read(*retried, None, deadline), strict=True):
                 results[i] = result
         return results
 
@@ -528,11 +558,13 @@ class Store:
         values: list[ValueBuffers],
         found: list[Any],
         disk_failed: list[int] | None = None,
+        deadline: Deadline | None = None,
     ) -> list[int]:
         """Reads each located key into its buffers, verified, from any of its replicas (same-host ones
         first, unreachable engines last; a failed read retried on the next) or disk records; `disk_failed`
         collects the keys whose read from a disk file on this host failed (the caller has their nodes
-        load them instead)."""
+        load them instead). A key not read by `deadline` is LATE: not retried, not reported (a slow node
+        is not a dead one), not cleared (see batch_get_into_multi_buffers)."""
         results = [MISS] * len(keys)
         todo: list[int] = []
         on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself
@@ -576,6 +608,10 @@ class Store:
         expected = {i: found[i][1] for i in todo}
         peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per key)
         while todo:
+            if deadline is not None and deadline.passed():
+                for i in todo:
+                    results[i] = LATE
+                break
             requests = TransferBatch()
             for i in todo:
                 _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
@@ -589,7 +625,7 @@ class Store:
                 requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
             retry = []
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            ended = list(requests.stream(self.engine, expected))
+            ended = list(requests.stream(self.engine, expected, transfer_timeout(deadline)))
             # Keys the engine could not verify (GPU memory, several requests) are hashed in one call.
             unchecked = [i for i, code, verified in ended if code == OK and verified is None]
             if unchecked:
@@ -599,6 +635,9 @@ class Store:
                 if code == OK and (verified if verified is not None else hashed[i]):
                     results[i] = found[i][0]
                     self.stats_local.hits += 1
+                    continue
+                if code == TIMED_OUT and deadline is not None:  # (the engine's timeout is the deadline)
+                    results[i] = LATE
                     continue
                 _tier, _host, engine, region_id, offset, _slot, _gen, _path = choices[i][attempt]
                 attempted.add(i)
@@ -681,18 +720,24 @@ class Store:
 
         return self.batch_put_from(group_keys(group, len(buffers)), buffers, **kwargs)
 
-    def get_blocks(self, keys: Sequence[str], buffers: Sequence[Any]) -> int:
+    def get_blocks(
+        self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
+    ) -> int:
         """Loads the leading run of stored blocks into buffers; returns how many leading blocks loaded.
 
         A block is worthless without its prefix, so blocks after the first miss are not fetched.
+        `deadline`: seconds from this call; the run ends at the first block whose bytes had not arrived
+        verified by then, and no byte lands in any buffer after this returns (see
+        batch_get_into_multi_buffers).
         """
+        until = Deadline.after(deadline)
         if len(keys) != len(buffers):
             raise InvalidArgumentError("keys and buffers differ in length")
         found, cached = self._locate(list(keys), prefix=True)
         n = next((i for i, entry in enumerate(found) if entry is None), len(found))
         if n == 0:
             return 0
-        results = self._get_into(list(keys[:n]), [[b] for b in buffers[:n]], found[:n], cached[:n])
+        results = self._get_into(list(keys[:n]), [[b] for b in buffers[:n]], found[:n], cached[:n], until)
         loaded = 0
         while loaded < n and results[loaded] >= 0:
             loaded += 1
@@ -809,4 +854,4 @@ class Closable(Protocol):
 
 S = TypeVar("S", bound=Store)
 
-__all__ = ["MISS", "OK", "PrefixMatch", "PutResult", "Store", "result_error"]
+__all__ = ["LATE", "MISS", "OK", "PrefixMatch", "PutResult", "Store", "result_error"]

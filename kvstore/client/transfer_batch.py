@@ -97,8 +97,11 @@ class TransferBatch:
         self.failed.add(owner)
         self.failed_peers.add(peer)
 
-    def _submit(self, engine: TransferEngine) -> tuple[BatchHandle, tuple[tuple[int, ...], ...]]:
-        """Submits every request; returns the handle and the requests' columns (owner first)."""
+    def _submit(
+        self, engine: TransferEngine, timeout: float | None = None
+    ) -> tuple[BatchHandle, tuple[tuple[int, ...], ...]]:
+        """Submits every request (`timeout`: seconds until those not done end TIMED_OUT; None: the
+        engine's transfer_timeout); returns the handle and the requests' columns (owner first)."""
         columns = tuple(zip(*self.requests, strict=True))
         _owner, ops, peers, regions, offsets, slots, gens, local, lengths, counts = columns
         op_column = column_of("B", ops)
@@ -110,6 +113,7 @@ class TransferBatch:
             column_of("Q", regions),
             column_of("Q", offsets),
             column_of("Q", lengths),
+            timeout=timeout,
             fence_slots=column_of("I", slots),
             fence_gens=column_of("Q", gens),
             digests=reads if reads.any() else None,
@@ -128,12 +132,13 @@ class TransferBatch:
             self.failed_peers.add(peer.name)
 
     def stream(
-        self, engine: TransferEngine, expected: Mapping[int, int]
+        self, engine: TransferEngine, expected: Mapping[int, int], timeout: float | None = None
     ) -> Iterator[tuple[int, int, bool | None]]:
         """Runs the batch of reads, yielding (owner, 0 or the error code of one of its failed requests,
         whether its bytes hash to expected[owner]) per owner. The engine verifies each read as it lands
         (this thread helping to move bytes, in one call); None where it could not (an owner of several
-        requests, GPU memory): the caller hashes those."""
+        requests, GPU memory): the caller hashes those. `timeout` as for _submit: a request not done by
+        then yields the engine's timed-out code, and no byte of it lands after this returns."""
         for owner in self.failed:
             yield owner, TransferConnectionError.code, None
         if not self.requests:
@@ -141,7 +146,7 @@ class TransferBatch:
         if len(self.requests) == 1 and not self.piece_addrs:  # one read: the single-call path
             owner, _op, peer, region, offset, slot, gen, local, length, _n = self.requests[0]
             verdict = engine.read_one_verified(
-                local, peer, region, offset, length, expected[owner], fence=(slot, gen)
+                local, peer, region, offset, length, expected[owner], timeout=timeout, fence=(slot, gen)
             )
             if verdict > 0:
                 self._failed(0, verdict)
@@ -149,7 +154,7 @@ class TransferBatch:
             else:
                 yield owner, OK, _VERIFIED[verdict]
             return
-        handle, columns = self._submit(engine)
+        handle, columns = self._submit(engine, timeout)
         owners = columns[0]
         owner_ids = np.asarray(owners)
         # An owner's requests are contiguous: owner k covers [starts[k], ends[k]).

@@ -56,6 +56,12 @@ class StoreConfig(Component):
         "node loads them into its memory first).",
     )
     rpc_timeout: float = setting(10.0, "Seconds to wait for a master reply.", "seconds")
+    load_deadline_ms: int = setting(
+        0,
+        "The engine connectors' load budget (vLLM, SGLang, LMCache; connector key load_deadline_ms): a "
+        "block whose bytes did not arrive verified this many milliseconds after its load batch started is a "
+        "load error the engine recomputes, so a slow or dead node costs at most this; 0: no deadline.",
+    )
     rpc_busy_poll_us: int = setting(
         100,
         "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM); "
@@ -110,6 +116,10 @@ class StoreConfig(Component):
             raise InvalidArgumentError("rpc_busy_poll_us must be 0..100000")
         if not 0 < self.rpc_timeout <= 3600:
             raise InvalidArgumentError("rpc_timeout must be positive (seconds)")
+        if not 0 <= self.load_deadline_ms <= 3_600_000:
+            raise InvalidArgumentError(
+                f"load_deadline_ms must be 0 (none) .. 3600000 milliseconds, got {self.load_deadline_ms}"
+            )
         for address in self.master.split(","):
             if address.strip():
                 parse_address(address.strip())

@@ -28,7 +28,7 @@ log = logging.getLogger("kvstore.integrations")
 
 # Settings every connector takes from its engine's extra config, each falling back to its KVSTORE_*
 # variable (Store.connect reads those): the names are StoreConfig's.
-CONNECTOR_SETTINGS = ("master", "namespace", "replicas", "transport")
+CONNECTOR_SETTINGS = ("master", "namespace", "replicas", "transport", "load_deadline_ms")
 RECONNECT_SECONDS = 5.0  # after a failed connection, how long lookups report misses before trying again
 
 
@@ -330,10 +330,13 @@ class BlockMover:
 
     def _load(self, batch: Batch) -> list[bool]:
         def get(store: Store) -> list[bool]:
+            # The load budget (StoreConfig.load_deadline_ms): what has not arrived by then is a load error,
+            # recomputed by the engine, and lands nowhere after this batch returns.
+            deadline = store.config.load_deadline_ms / 1000 or None
             if batch.pieces is not None:
-                results = store.batch_get_into_pieces(batch.keys, *batch.pieces)
+                results = store.batch_get_into_pieces(batch.keys, *batch.pieces, deadline=deadline)
             else:
-                results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers)
+                results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers, deadline=deadline)
             return [r >= 0 and r == size for r, size in zip(results, _sizes(batch), strict=True)]
 
         return self._move("load", batch, get)

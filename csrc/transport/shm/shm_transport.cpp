@@ -54,7 +54,7 @@ Status cma_copy_one(TransferOp op, char* local, uint64_t length, pid_t pid, uint
 }
 
 Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
-  if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
+  if (!begin_copy_in_time(slice)) return Status(Code::kTimedOut, "request over (or past its deadline)");
   uint64_t remote = remote_base + slice.offset;
   Status st;
   if (slice.piece_count == 0) {

@@ -1,12 +1,15 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "common/net.h"
 #include "common/xxh3.h"
+#include "transport/copy.h"
 
 namespace kvs::tcp {
 namespace {
@@ -18,6 +21,13 @@ constexpr size_t kMaxRunIovecs = 1024;               // IOV_MAX on Linux
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Waits up to poll_ms for bytes (or the peer's close) on fd; false when none came.
+bool wait_readable(int fd, int poll_ms) {
+  pollfd pfd{fd, POLLIN, 0};
+  const int rc = poll(&pfd, 1, poll_ms);
+  return rc > 0 || (rc < 0 && errno == EINTR);
 }
 
 Status recv_bytes(int fd, char* dst, uint64_t length, const TcpConfig& config) {
@@ -388,29 +398,49 @@ bool TcpConnection::carries_nothing() {
   return queue_.empty() && outstanding_.empty();
 }
 
-Status TcpConnection::receive_into(const Slice& slice) {
+Status TcpConnection::receive_into(const Slice& slice, bool* landed) {
   const Piece one{slice.local, slice.length};
   const Piece* pieces = slice.piece_count == 0 ? &one : slice.pieces;
-  const uint32_t count = slice.piece_count == 0 ? 1 : slice.piece_count;
-  if (!slice.digest || !xxh3::loaded()) {
-    for (uint32_t k = 0; k < count; ++k) {
-      Status st = recv_bytes(fd_, pieces[k].addr, pieces[k].length, config_);
-      if (!st.ok()) return st;
-    }
-    return Status::OK();
-  }
-  constexpr uint64_t kChunk = 64 << 10;  // hashed as it lands, while in cache
+  const bool hashing = slice.digest && xxh3::loaded();
+  // Hashed as it lands, while in cache; unhashed, the bound on what one recv moves under the copy guard.
+  const uint64_t chunk = hashing ? 64 << 10 : 512 << 10;
+  thread_local std::vector<char> scratch(1 << 16);
   xxh3::Stream hash;
-  for (uint32_t k = 0; k < count; ++k) {
-    for (uint64_t done = 0; done < pieces[k].length;) {
-      const uint64_t n = std::min(kChunk, pieces[k].length - done);
-      Status st = recv_bytes(fd_, pieces[k].addr + done, n, config_);
-      if (!st.ok()) return st;
-      hash.update(pieces[k].addr + done, n);
-      done += n;
+  bool live = true;  // the request still owns the memory; once over, the rest is drained
+  uint32_t k = 0;
+  uint64_t at = 0;  // into pieces[k]
+  int stalled = 0;
+  for (uint64_t left = slice.length; left > 0;) {
+    for (; live && at == pieces[k].length; ++k) at = 0;
+    char* dst = live ? pieces[k].addr + at : scratch.data();
+    const uint64_t want =
+        live ? std::min(chunk, pieces[k].length - at) : std::min<uint64_t>(left, scratch.size());
+    if (live && !begin_copy_in_time(slice)) {
+      live = false;
+      continue;
+    }
+    // The guard is held only while bytes already here are copied, never while the peer is waited for:
+    // a request that ends (its deadline) is fenced off within one such recv.
+    const ssize_t got = recv(fd_, dst, want, MSG_DONTWAIT);
+    if (live) {
+      if (got > 0 && hashing) hash.update(dst, static_cast<size_t>(got));
+      slice.batch->end_copy();
+    }
+    if (got > 0) {
+      left -= static_cast<uint64_t>(got);
+      at += live ? static_cast<uint64_t>(got) : 0;
+      stalled = 0;
+      continue;
+    }
+    if (got == 0) return Status(Code::kConnectionFailed, "connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno_status(Code::kConnectionFailed, "recv");
+    if (!wait_readable(fd_, config_.poll_ms) && ++stalled >= config_.max_stalls()) {
+      return Status(Code::kTimedOut, "peer stopped sending");
     }
   }
-  slice.batch->set_digest(slice.request, hash.digest());
+  if (live && hashing) slice.batch->set_digest(slice.request, hash.digest());
+  *landed = live;
   return Status::OK();
 }
 
@@ -433,15 +463,11 @@ Status TcpConnection::receive_reply(const FrameHeader& h) {
     case Opcode::kReadData:
       if (slice.op != TransferOp::kRead || h.length != slice.length) {
         stream = Status(Code::kProtocolError, "read data does not match the request");
-      } else if (slice.batch->begin_copy(slice.request)) {
-        stream = receive_into(slice);
-        slice.batch->end_copy();
       } else {
-        thread_local std::vector<char> scratch(1 << 16);
-        for (uint64_t left = h.length; left > 0 && stream.ok();) {
-          const size_t n = std::min<uint64_t>(left, scratch.size());
-          stream = recv_bytes(fd_, scratch.data(), n, config_);
-          left -= n;
+        bool landed = false;
+        stream = receive_into(slice, &landed);
+        if (!landed) {  // (drained: what came is not in its memory, and the request is over for its caller)
+          result = Status(Code::kTimedOut, "request over (or past its deadline) as its bytes came");
         }
       }
       break;

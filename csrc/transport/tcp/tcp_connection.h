@@ -64,8 +64,10 @@ class TcpConnection {
   static FrameHeader frame_header(const Slice& slice, uint64_t request_id);
   Status send_slice(const Slice& slice, uint64_t request_id);
   Status receive_reply(const FrameHeader& header);
-  // A read's payload into the slice's memory (its pieces in order), hashed as it lands when asked.
-  Status receive_into(const Slice& slice);
+  // A read's payload into the slice's memory (its pieces in order), hashed as it lands when asked, while
+  // its request is live and in time; `landed` false when it was drained instead (from the first byte
+  // that came after that).
+  Status receive_into(const Slice& slice, bool* landed);
   void fail(const Status& status);
   bool carries_nothing();
   void finish(const Slice& slice, const Status& status);
