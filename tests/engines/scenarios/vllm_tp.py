@@ -1,0 +1,267 @@
+"""One stored layout for every TP size (issue 40 item 2), through vLLM's real connector.
+
+A writer "instance" at TP=2 (its real Scheduler, which builds the scheduler-side connector, and one real
+worker-side KVStoreConnector per TP rank, each over KV tensors that vLLM's own allocate_kv_cache makes for
+that rank's KV heads in the CPU backend's LBHNC layout) runs a 4-block prompt and saves it. Fresh readers at
+TP=1, 2, 4 and 8 (4 KV heads: at TP=8 each head is on two ranks) then run a prompt sharing its first 3
+blocks. Ranks are emulated in one process: a VllmConfig per rank with tensor_parallel_size and rank set,
+their outputs merged by vLLM's KVOutputAggregator.
+
+The model forward is the one thing simulated: each step writes, for every token it computes, a value
+derived from (token, position, layer, global KV head, element, instance) into that token's slot of each
+of the rank's heads, so a reader's block equals the writer's only if it was loaded. Printed as JSON: what
+each reader's scheduler matched, whether each reader's loaded blocks equal the writer's for the same
+global heads byte for byte, and each rank's loaded/saved bytes beside its heads' share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, VllmConfig
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.attention.backends.utils import record_kv_cache_layout
+from vllm.v1.core.kv_cache_utils import (
+    generate_scheduler_kv_cache_config,
+    get_kv_cache_configs,
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.worker.utils import allocate_kv_cache
+
+BLOCK = 16
+KV_HEADS, HEAD = 4, 32
+LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+NUM_BLOCKS = 64
+CONTENT = 2 * HEAD  # K|V values of one token and head (vLLM 0.32's C axis)
+
+
+def tiny_model_dir() -> str:
+    path = tempfile.mkdtemp(prefix="kvstore-tiny-llama-tp-")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 8 * HEAD,
+        "intermediate_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD,
+        "num_hidden_layers": len(LAYERS),
+        "vocab_size": 512,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def rank_config(model: str, tp: int, rank: int) -> VllmConfig:
+    config = VllmConfig(
+        model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
+        cache_config=CacheConfig(block_size=BLOCK),
+        parallel_config=ParallelConfig(tensor_parallel_size=tp, rank=rank),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="KVStoreConnector",
+            kv_connector_module_path="kvstore.integrations.vllm",
+            kv_role="kv_both",
+            kv_connector_extra_config={},  # master from KVSTORE_MASTER; the default namespace
+        ),
+    )
+    record_kv_cache_layout(config.cache_config, KVCacheLayout.LBHNC.name)  # the CPU backend's only one
+    config.cache_config.num_gpu_blocks = NUM_BLOCKS
+    return config
+
+
+def global_heads(rank: int, tp: int) -> list[int]:
+    """The KV heads vLLM's QKVParallelLinear gives TP rank `rank` (replicated when tp > KV_HEADS)."""
+    if tp > KV_HEADS:
+        return [rank // (tp // KV_HEADS)]
+    per = KV_HEADS // tp
+    return list(range(rank * per, (rank + 1) * per))
+
+
+class Instance:
+    """One vLLM instance at TP size `tp`: its scheduler and one worker-side connector per TP rank."""
+
+    def __init__(self, model: str, tp: int, salt: float) -> None:
+        self.tp = tp
+        self.salt = salt  # in every value it computes: a block it computed itself is not the writer's
+        configs = [rank_config(model, tp, r) for r in range(tp)]
+        hash_fn = get_hash_fn_by_name(configs[0].cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)  # as vLLM's engine core does
+        self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
+        # As a worker of this TP size reports its layers: KV heads of its own shard only.
+        spec = FullAttentionSpec(
+            block_size=BLOCK, num_kv_heads=len(global_heads(0, tp)), head_size=HEAD, dtype=torch.float32
+        )
+        specs = [{name: spec for name in LAYERS} for _ in range(tp)]
+        kv_configs = get_kv_cache_configs(
+            configs[0], specs, [NUM_BLOCKS * len(LAYERS) * spec.page_size_bytes] * tp
+        )
+        self.scheduler = Scheduler(
+            vllm_config=configs[0],
+            kv_cache_config=generate_scheduler_kv_cache_config(kv_configs),
+            structured_output_manager=StructuredOutputManager(configs[0]),
+            block_size=BLOCK,
+            log_stats=True,
+        )
+        self.workers = [
+            KVConnectorFactory.create_connector(configs[r], KVConnectorRole.WORKER, kv_configs[r])
+            for r in range(tp)
+        ]
+        self.caches = [
+            allocate_kv_cache(kv_configs[r], torch.device("cpu"), KVCacheLayout.LBHNC) for r in range(tp)
+        ]
+        for worker, caches in zip(self.workers, self.caches, strict=True):
+            for cache in caches.values():
+                cache.fill_(float("nan"))  # "never written"
+            worker.register_kv_caches(caches)
+        self.aggregator = KVOutputAggregator(tp)
+        self.matched: list[int] = []
+        lookup = self.scheduler.connector.get_num_new_matched_tokens
+
+        def recorded(request: Request, computed: int) -> tuple[int | None, bool]:
+            out = lookup(request, computed)
+            self.matched.append(out[0] or 0)
+            return out
+
+        self.scheduler.connector.get_num_new_matched_tokens = recorded
+        self.block_ids: dict[str, list[int]] = {}
+        self.stats = [dict[str, float]() for _ in range(tp)]
+
+    def run(self, request_id: str, prompt: list[int]) -> None:
+        request = Request(
+            request_id, prompt, SamplingParams(max_tokens=1), None, block_hasher=self.block_hasher
+        )
+        self.scheduler.add_request(request)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if not self.scheduler.has_requests() and not self.scheduler.finished_req_ids:
+                return
+            if not self.step():
+                time.sleep(0.005)  # only waiting for saves to finish, as vLLM's busy loop does
+        raise RuntimeError("the request did not finish")
+
+    def step(self) -> bool:
+        out = self.scheduler.schedule()
+        for new in out.scheduled_new_reqs:
+            self.block_ids[new.req_id] = list(new.block_ids[0])
+        outputs = [self.rank_step(rank, out) for rank in range(self.tp)]
+        result = self.aggregator.aggregate(outputs)
+        assert result is not None
+        self.scheduler.update_from_output(out, result)
+        return bool(out.num_scheduled_tokens)
+
+    def rank_step(self, rank: int, out: object) -> ModelRunnerOutput:
+        """One TP rank's part of a step, as vLLM's worker runs it around the forward pass."""
+        worker, caches = self.workers[rank], self.caches[rank]
+        worker.bind_connector_metadata(out.kv_connector_metadata)
+        worker.start_load_kv(None)
+        for layer, name in enumerate(LAYERS):
+            worker.wait_for_layer_load(name)
+            for new in out.scheduled_new_reqs:
+                start = new.num_computed_tokens
+                end = min(start + out.num_scheduled_tokens[new.req_id], len(new.prompt_token_ids))
+                self.compute(rank, caches[name], layer, new.req_id, new.prompt_token_ids, start, end)
+            worker.save_kv_layer(name, caches[name], None)
+        worker.wait_for_save()
+        sending, receiving = worker.get_finished(out.finished_req_ids)
+        errors = worker.get_block_ids_with_load_errors()
+        worker.clear_connector_metadata()
+        stats = worker.get_kv_connector_stats()
+        for key, value in (stats.data if stats is not None else {}).items():
+            self.stats[rank][key] = self.stats[rank].get(key, 0) + value
+        ids = list(out.num_scheduled_tokens)
+        return ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[[7] for _ in ids],
+            kv_connector_output=KVConnectorOutput(
+                finished_sending=sending, finished_recving=receiving, invalid_block_ids=errors
+            ),
+        )
+
+    def compute(
+        self, rank: int, cache: torch.Tensor, layer: int, req_id: str, tokens: list[int], start: int, end: int
+    ) -> None:
+        blocks = self.block_ids[req_id]
+        for pos in range(start, end):
+            for local, head in enumerate(global_heads(rank, self.tp)):
+                base = float(tokens[pos] * 1000 + pos) + layer / 10 + head / 100 + self.salt
+                cache[blocks[pos // BLOCK], local, pos % BLOCK, :] = base + torch.arange(CONTENT) / 1e4
+
+    def head_bytes(self, req_id: str, count: int) -> dict[tuple[int, int, int], bytes]:
+        """{(block position, layer, global head): that head's bytes of the block} over every rank."""
+        out = {}
+        for rank in range(self.tp):
+            for layer, name in enumerate(LAYERS):
+                for local, head in enumerate(global_heads(rank, self.tp)):
+                    for i, block in enumerate(self.block_ids[req_id][:count]):
+                        data = self.caches[rank][name][block, local].contiguous().numpy().tobytes()
+                        assert out.setdefault((i, layer, head), data) == data, "replicas differ"
+        return out
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            worker.shutdown()
+
+
+def head_share(tp: int, blocks: int) -> int:
+    """Bytes of `blocks` blocks of every layer for one rank's heads."""
+    return blocks * len(LAYERS) * len(global_heads(0, tp)) * BLOCK * CONTENT * 4
+
+
+def main() -> None:
+    model = tiny_model_dir()
+    prompt_a = [(i * 7 + 3) % 500 + 5 for i in range(4 * BLOCK)]  # exactly 4 full blocks
+    prompt_b = prompt_a[: 3 * BLOCK] + [(i * 11 + 1) % 500 + 5 for i in range(BLOCK + 5)]
+    writer = Instance(model, 2, salt=0.0)
+    writer.run("a", prompt_a)
+    written = writer.head_bytes("a", 3)
+    report: dict[str, object] = {
+        "writer_matched": writer.matched,
+        "writer_saved_bytes": [s.get("saved_bytes", 0) for s in writer.stats],
+        "writer_share": head_share(2, 4),
+    }
+    writer.shutdown()
+    for tp in (1, 2, 4, 8):
+        reader = Instance(model, tp, salt=0.5)
+        reader.run("b", prompt_b)
+        loaded = reader.head_bytes("b", 3)
+        report[f"tp{tp}"] = {
+            "matched": reader.matched,
+            "equal_bytes": loaded == written,
+            "nan_in_loaded": any(np.isnan(np.frombuffer(data, np.float32)).any() for data in loaded.values()),
+            "loaded_bytes": [s.get("loaded_bytes", 0) for s in reader.stats],
+            "failed_loads": [s.get("failed_loads", 0) for s in reader.stats],
+            "share": head_share(tp, 3),
+            "unfinished": reader.scheduler.get_num_unfinished_requests(),
+        }
+        reader.shutdown()
+    print(json.dumps(report))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
