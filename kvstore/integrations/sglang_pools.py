@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError
-from kvstore.integrations.paged import Registrations, allocation
+from kvstore.integrations.paged import allocation, merge_spans
 from kvstore.integrations.sglang_keys import PageKeys
 from kvstore.store import Store
 
@@ -68,6 +68,8 @@ def _flat(values: Sequence[Any]) -> list[int]:
 def page_buffers(host_pool: Any, pages: int, host_indices: Any) -> list[list[tuple[int, int]]]:
     """Per page, its (address, bytes) buffers in the host pool, in the pool's own order."""
     page_size = int(getattr(host_pool, "page_size", 1) or 1)
+    if host_indices is None:
+        raise InvalidArgumentError(f"no host indices for {pages} pages")
     count = int(host_indices.numel()) if hasattr(host_indices, "numel") else len(host_indices)
     if pages <= 0 or count != pages * page_size:
         raise InvalidArgumentError(f"{count} host indices for {pages} pages of {page_size} tokens")
@@ -90,23 +92,33 @@ class PagePools:
         self.writer = writer  # this rank stores rank-replicated pools (MLA: one rank per DCP shard)
         self.pools: dict[str, Any] = {}
         self.tags: dict[str, str] = {}
-        self._memory: dict[str, Registrations] = {}
+        self._spans: list[tuple[int, int]] = []  # every pool's allocations (pools may share them)
+        self._registered: list[tuple[int, int]] = []
 
     def add(self, name: str, host_pool: Any) -> None:
         name = pool_name(name)
         self.pools[name] = host_pool
         layout = str(getattr(host_pool, "layout", "") or "")
         self.tags[name] = self.keys.tag(name, layout, getattr(host_pool, "storage_format_tag", None))
-        self._memory[name] = Registrations([allocation(t) for t in pool_tensors(host_pool)])
+        self._spans += [allocation(t) for t in pool_tensors(host_pool)]
 
     def register(self, store: Store) -> None:
-        """Each pool's allocations with the store, once, so page buffers move with no copy."""
-        for memory in self._memory.values():
-            memory.register(store)
+        """Each allocation of the pools with the store, once, so page buffers move with no copy. The KV
+        pool comes twice (as the anchor and by name) and pools may share an arena: an allocation that
+        overlaps one already registered is left to the store's staging copy."""
+        for addr, size in merge_spans(self._spans):
+            if (addr, size) in self._registered:
+                continue
+            if any(addr < a + n and a < addr + size for a, n in self._registered):
+                log.info("a host pool allocation overlaps one registered before: moved through a copy")
+                continue
+            store.register_buffer((addr, size))
+            self._registered.append((addr, size))
 
     def unregister(self, store: Store) -> None:
-        for memory in self._memory.values():
-            memory.unregister(store)
+        for span in self._registered:
+            store.unregister_buffer(span)
+        self._registered.clear()
 
     def pool(self, name: Any) -> Any:
         name = pool_name(name)
