@@ -88,6 +88,11 @@ class GroupIndex:
             self._table.set_group_many(hidden, HIDDEN)
         return hidden
 
+    def forget(self, group: Group) -> None:
+        """Stops counting a group none of whose members is in the table."""
+        self._committed.pop(group, None)
+        self._incomplete.pop(group, None)
+
     def complete(self, group: Group) -> bool:
         return self._committed.get(group, 0) == group[1]
 
