@@ -67,6 +67,7 @@ from kvstore.integrations.paged import (
 )
 from kvstore.integrations.vllm_groups import FULL, GroupRule, longest_hit, rule_for_spec
 from kvstore.integrations.vllm_keys import BlockNames, rank_suffixes
+from kvstore.integrations.vllm_memory import KVMemoryLifecycle
 
 log = logging.getLogger("kvstore.vllm")
 
@@ -350,7 +351,7 @@ class _WorkerSide:
         if self.registrations is None:
             raise InvalidArgumentError("register_kv_caches was not called")
         store = self.c.link.get()
-        if store is not None:
+        if store is not None and self.c.kv_memory_awake:  # (asleep: the memory is not the cache's now)
             self.registrations.register(store)  # no-op once done; after a late connection it registers now
         batch = Batch()
         parts = []
@@ -445,7 +446,7 @@ def _concat(parts: list[Pieces]) -> Pieces:
 
 
 # -- the connector ----------------------------------------------------------------------------------------
-class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
+class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self.kv_cache_config = kv_cache_config
@@ -499,6 +500,7 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
     # -- worker side
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
         assert self.worker_side is not None
+        self.remember_kv_caches(kv_caches)  # (registered again after sleep mode's wake-up)
         self.worker_side.register(kv_caches)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:

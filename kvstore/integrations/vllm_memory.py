@@ -41,8 +41,8 @@ class KVMemoryLifecycle:
 
     What it needs from the connector: `link` (a StoreLink: `current()` is the connected Store or None),
     `mover` (a BlockMover: `drain()` waits for every move submitted), `worker_side` (None in the scheduler)
-    with `cache` (the Registrations of the KV memory, or None) and `register(kv_caches)` (builds the
-    geometry from the tensors and registers it). The connector's register_kv_caches calls
+    with `registrations` (the Registrations of the KV memory, or None) and `register(kv_caches)` (builds
+    the geometry from the tensors and registers it). The connector's register_kv_caches calls
     `remember_kv_caches`, and its lazy registration before a move registers only while
     `kv_memory_awake`."""
 
@@ -79,8 +79,8 @@ class KVMemoryLifecycle:
         self._kv_asleep = True  # first: no move registers this memory again from here on
         self.mover.drain()  # loads and saves in flight read or write this memory: they end first
         store = self.link.current()
-        if worker.cache is not None and store is not None:
-            worker.cache.unregister(store)
+        if worker.registrations is not None and store is not None:
+            worker.registrations.unregister(store)
         log.info("kvstore: KV memory unregistered for sleep")
 
     def restore_kv_caches(self) -> None:
