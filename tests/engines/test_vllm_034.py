@@ -42,24 +42,27 @@ def test_vllm_034_connector_registers_kv_memory_and_follows_sleep_mode(
     vllm034_python: Path, store_cluster: str, tmp_path: Path
 ) -> None:
     """Both roles built by 0.34's real factory from a real VllmConfig; the worker's KV memory is real CPU
-    tensors in vLLM's CPU layout, moved by the connector's store client.
+    tensors in vLLM's CPU layout, its blocks saved and loaded through the connector's own calls
+    (bind_connector_metadata, wait_for_save, start_load_kv, get_block_ids_with_load_errors).
 
     - vLLM asks the connector how it reaches the KV cache: REGISTERS (so 0.34 backs each KV segment with
       one physical allocation), and its sleep-mode check accepts the connector;
-    - unregister_kv_caches (before sleep frees the memory) returns only after a save of every block in
-      flight has ended, then a store read into that memory is refused and a block move fails per block,
-      with the memory's bytes untouched;
-    - restore_kv_caches (after wake-up, the tensors at new addresses) registers the new memory: a stored
-      block round-trips into it byte for byte, and the old memory stays refused. Both calls are idempotent
-      and no-ops in the scheduler."""
+    - unregister_kv_caches (before sleep frees the memory) returns only after a save of all 64 blocks
+      submitted just before has ended (get_finished reports the request); then a store read into that
+      memory is refused, and a connector load is a load error of its block, the memory's bytes untouched
+      (no lazy re-registration while asleep);
+    - restore_kv_caches (after wake-up, the tensors at new addresses) registers the new memory: stored
+      blocks round-trip into it byte for byte, and the old memory stays refused. Both calls are
+      idempotent and no-ops in the scheduler."""
     out = run_scenario(vllm034_python, "vllm034_memory", store_cluster, tmp_path)
     assert out["access"] == "REGISTERS" and out["registers_kv_cache_memory"]
     assert out["supports_sleep_mode"] and out["vllm_sleep_mode_check"] == "accepted"
     assert out["roles"] == ["SCHEDULER", "WORKER"]
     assert out["awake_read"] == "ok" and out["awake_round_trip"]
-    assert out["save_done_at_unregister"] and out["saved_blocks"] == 64
+    assert out["saves_done_at_unregister"]
     assert out["asleep_read"] == "InvalidArgumentError"
-    assert out["asleep_move"] == [False] and out["asleep_canary_intact"]
+    assert out["asleep_load_errors"] == [5] and out["asleep_canary_intact"]
     assert out["moved"]
-    assert out["restored_read"] == "ok" and out["restored_round_trip"]
+    assert out["restored_read"] == "ok" and out["restored_load_errors"] == []
+    assert out["restored_round_trip"]
     assert out["old_memory_read"] == "InvalidArgumentError"
