@@ -22,6 +22,7 @@ from kvstore.client.collector import collector_paused
 from kvstore.client.deadline import Deadline, transfer_timeout
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
+from kvstore.client.peer_opening import NotInTime, PeerOpener
 from kvstore.client.put_chunk import PutChunk, PutResult
 from kvstore.client.transfer_batch import OK, STALE, TransferBatch
 from kvstore.cluster.master_client import MasterClient, Sent
@@ -88,6 +89,7 @@ class Store:
             session.engine, session.config.buffer_size, session.config.gpu_pipeline_chunk
         )
         self.disk_reads = DiskReader()
+        self.peers = PeerOpener(session.peer)  # (a read with a deadline waits for a handshake only so long)
         self.leases = LeaseCache(float(session.terms.lease_ttl))
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
 
@@ -153,6 +155,7 @@ class Store:
             return
         for role in self._roles:
             role.close()
+        self.peers.close()
         self.session.close()
         self.buffers.close()
         self.disk_reads.close()
@@ -539,7 +542,12 @@ class Store:
         """_read of a batch that is the usual case (kvstore.client.read_plan) in one engine call; None
         for any other batch. What does not verify goes again through _read, which retries, reports and
         clears."""
-        planned = read_plan.plan(found, values, self.session.peer, self._engines_to_avoid())
+        planned = read_plan.plan(
+            found,
+            values,
+            self.session.peer if deadline is None else self.peers.opened,
+            self._engines_to_avoid(),
+        )
         if planned is None:
             return None
         verdicts = read_plan.run(planned, self.engine, transfer_timeout(deadline))
@@ -606,20 +614,23 @@ class Store:
                     results[i] = found[i][0]
         attempt = 0
         expected = {i: found[i][1] for i in todo}
-        peers: dict[str, Peer | None] = {}  # (one lookup per engine, not per key)
+        peers: dict[str, Peer | NotInTime | None] = {}  # (one lookup per engine, not per key)
         while todo:
             if deadline is not None and deadline.passed():
                 for i in todo:
                     results[i] = LATE
                 break
+            needed = {choices[i][attempt][2] for i in todo} - peers.keys()
+            peers.update(self.peers.open_all(needed, deadline))  # (their handshakes at once)
             requests = TransferBatch()
             for i in todo:
                 _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
-                if engine not in peers:
-                    peers[engine] = self.session.peer(engine)
                 peer = peers[engine]
                 if peer is None:
                     requests.fail(i, engine)
+                    continue
+                if not isinstance(peer, Peer):  # its handshake outlasts the deadline (it goes on)
+                    results[i] = LATE
                     continue
                 addrs, lengths = values[i].pieces(found[i][0])
                 requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)

@@ -219,3 +219,33 @@ def test_a_connectors_load_budget_ends_a_load_stalled_on_a_stopped_node() -> Non
             block = memory[i * BLOCK : (i + 1) * BLOCK]
             assert (block == CANARY).all() if i in slow else np.array_equal(block, layout.values[key])
         mover.close()
+
+
+def test_a_first_contact_with_a_stopped_node_costs_the_deadline_not_a_handshake_timeout() -> None:
+    """A reader that never opened the stopped node: its handshake (up to handshake_timeout, 5 s) is waited
+    for at most half the deadline, the healthy prefix loads, and once the node is back the handshake that
+    went on in the background serves the next read."""
+    with two_nodes() as (address, nodes), Store.connect(address, transport="tcp") as writer:
+        (stopped, stopped_engine), _healthy = nodes
+        layout = put_spread(writer, stopped_engine)
+        memory = np.full(len(layout.keys) * BLOCK, CANARY, np.uint8)
+        buffers = [memory[i * BLOCK : (i + 1) * BLOCK] for i in range(len(layout.keys))]
+        freeze(stopped.pid)  # type: ignore[attr-defined]
+        try:
+            with Store.connect(address, transport="tcp") as reader:
+                reader.register_buffer(memory)
+                started = time.monotonic()
+                loaded = reader.get_blocks(layout.keys, buffers, deadline=DEADLINE)
+                took = time.monotonic() - started
+                returned = memory.copy()
+                stopped.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
+                time.sleep(LATE_REPLIES_SECONDS)
+                print(f"first contact, get_blocks(deadline={DEADLINE * 1000:.0f} ms): {took * 1000:.1f} ms")
+                assert loaded == HEALTHY_FIRST and took < 0.2
+                assert np.array_equal(memory, returned)
+                assert (memory[HEALTHY_FIRST * BLOCK : (HEALTHY_FIRST + 4) * BLOCK] == CANARY).all()
+                assert reader.get_blocks(layout.keys, buffers, deadline=5.0) == len(layout.keys)
+                for key, buffer in zip(layout.keys, buffers, strict=True):
+                    assert np.array_equal(buffer, layout.values[key])
+        finally:
+            stopped.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
