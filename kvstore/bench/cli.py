@@ -313,13 +313,36 @@ def _run_master_bench(args: argparse.Namespace) -> int:
 
 
 def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
-    from kvstore.bench.models import MODELS
+    from kvstore.bench.models import CASES, HYBRID_MODELS, MODELS
 
-    p = sub.add_parser("connector", help="engine connector save/load vs the store's own batch put/get")
-    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
-    p.add_argument("--model", choices=sorted(MODELS), default="llama3-8b", help="KV geometry to use")
+    p = sub.add_parser(
+        "connector",
+        help="engine connector save/load vs the store's own batch put/get",
+        description="Saves and loads requests' KV blocks through a connector's data path and, alternating "
+        "with it, the same bytes as the same objects through the store's own batch put/get. Cases: dense "
+        "(one object per block, --engine vllm or sglang); hybrid (the vLLM connector on a Gemma-3-style "
+        "model: every KV cache group's blocks saved as store groups of head-slice members, loads reading "
+        "what vLLM's rule needs, the window groups' last blocks only); tp-mismatch (the vLLM connector's "
+        "head-slice members written by --write-tp ranks, read by --read-tp ranks, each moving its heads).",
+    )
+    p.add_argument("--case", choices=CASES, default="dense", help="what to move (default dense)")
+    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm", help="dense case only")
+    p.add_argument(
+        "--model",
+        choices=sorted({*MODELS, *HYBRID_MODELS}),
+        help="KV geometry (default llama3-8b; hybrid: gemma3-4b, or another hybrid model)",
+    )
     p.add_argument("--blocks", type=arg.positive_int, default=32, help="blocks (pages) per request")
     p.add_argument("--requests", type=arg.positive_int, default=20, help="requests saved and loaded")
+    p.add_argument(
+        "--window",
+        type=arg.positive_int,
+        default=128,
+        help="hybrid: sliding window in tokens (default 128: a quarter of a 32-block request, as Gemma 3's "
+        "1024 is of a 4096-token prompt)",
+    )
+    p.add_argument("--write-tp", type=arg.positive_int, default=2, help="tp-mismatch: TP ranks that save")
+    p.add_argument("--read-tp", type=arg.positive_int, default=4, help="tp-mismatch: TP ranks that load")
     p.add_argument("--master", type=arg.host_port, help="a running master (default: start a cluster here)")
     p.add_argument("--segment-size", type=arg.size, default=2 << 30, help="storage node segment")
     p.add_argument("--json", action="store_true", help="one JSON object")
@@ -327,9 +350,29 @@ def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
 
 def _run_connector_bench(args: argparse.Namespace) -> int:
     from kvstore.bench import connector_bench, store_bench
+    from kvstore.bench.models import MODELS
+
+    if args.case == "dense" and args.model not in (None, *MODELS):
+        raise KVStoreError(f"the dense case needs a dense model ({', '.join(MODELS)}), not {args.model}")
+    if args.case != "dense" and args.engine != "vllm":
+        raise KVStoreError(f"the {args.case} case follows the vLLM connector (--engine vllm)")
 
     def bench(master: str) -> connector_bench.ConnectorBenchResult:
-        return connector_bench.run(master, args.engine, args.model, args.blocks, args.requests)
+        if args.case == "dense":
+            model = args.model or "llama3-8b"
+            return connector_bench.run(master, args.engine, model, args.blocks, args.requests)
+        from kvstore.bench import connector_cases
+
+        return connector_cases.run_case(
+            master,
+            args.case,
+            args.model,
+            args.blocks,
+            args.requests,
+            args.window,
+            args.write_tp,
+            args.read_tp,
+        )
 
     if args.master:
         r = bench(args.master)
@@ -343,18 +386,7 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(
-            f"{r.engine} connector, {r.model}: {r.blocks} blocks/request of {r.object_bytes / 2**20:.2f} MiB "
-            f"objects, {r.requests} requests\n"
-            f"  save {r.save_gbps:6.2f} GB/s  p50 {r.save_p50_ms:7.2f} ms   "
-            f"store put {r.store_put_gbps:6.2f} GB/s  p50 {r.store_put_p50_ms:7.2f} ms   "
-            f"overhead {r.save_overhead:+.1%}\n"
-            f"  load {r.load_gbps:6.2f} GB/s  p50 {r.load_p50_ms:7.2f} ms   "
-            f"store get {r.store_get_gbps:6.2f} GB/s  p50 {r.store_get_p50_ms:7.2f} ms   "
-            f"overhead {r.load_overhead:+.1%}"
-        )
-        if r.errors:
-            print(f"  ERRORS: {r.errors} objects failed or bytes differed")
+        connector_bench.print_result(r)
     return 0 if r.errors == 0 else 1
 
 

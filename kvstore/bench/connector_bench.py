@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvstore.bench.models import MODELS
+from kvstore.bench.store_bench import _baseline as transport_baseline
 from kvstore.integrations.paged import Batch, BlockMover, PagedCache, StoreLink, layer_geometry
 from kvstore.store import Store
 
@@ -40,6 +41,22 @@ class ConnectorBenchResult:
     store_get_p50_ms: float
     errors: int = 0
     notes: list[str] = field(default_factory=list)
+    # The fields below came with the hybrid and tp-mismatch cases (kvstore.bench.connector_cases).
+    case: str = "dense"
+    write_tp: int = 1  # TP ranks that save
+    read_tp: int = 1  # TP ranks that load
+    kv_cache_groups: int = 1
+    head_split: int = 1  # store group members per block and KV cache group (1: one object per block)
+    window: int = 0  # hybrid: the sliding window in tokens
+    objects_saved: int = 0  # per request, over all ranks
+    objects_loaded: int = 0
+    bytes_saved: int = 0  # per request, over all ranks
+    bytes_loaded: int = 0
+    reader_bytes: list[int] = field(default_factory=list)  # per request, each reading rank's share
+    # The machine's ceiling for the same bytes, measured in the same run (memcpy for a same-host node, a
+    # raw TCP stream for tcp; kvstore.bench.store_bench): None when the node is out of reach of either.
+    baseline_gbps: float | None = None
+    baseline_kind: str | None = None
 
     @property
     def save_overhead(self) -> float:
@@ -50,15 +67,55 @@ class ConnectorBenchResult:
         return 1 - self.load_gbps / self.store_get_gbps if self.store_get_gbps else 0.0
 
 
-def _gbps(seconds: list[float], moved: int) -> float:
+BASELINE_SECONDS = 1.0
+
+
+def measure_baseline(store: Store, object_bytes: int, working_set: int) -> tuple[float | None, str | None]:
+    """(GB/s, what) of the machine's own carrier for objects of this size: after the paths are timed, so
+    it never competes with them."""
+    found = transport_baseline(store, max(4096, object_bytes), max(working_set, 64 << 20), BASELINE_SECONDS)
+    return found if found is not None else (None, None)
+
+
+def print_result(r: ConnectorBenchResult) -> None:
+    """The result as lines a person reads (the JSON has every field)."""
+    if r.case == "dense":
+        print(
+            f"{r.engine} connector, {r.model}: {r.blocks} blocks/request of {r.object_bytes / 2**20:.2f} MiB "
+            f"objects, {r.requests} requests"
+        )
+    else:
+        shape = f"window {r.window} tokens" if r.case == "hybrid" else f"TP={r.write_tp} -> TP={r.read_tp}"
+        print(
+            f"{r.engine} connector, {r.case} {r.model} ({shape}, {r.kv_cache_groups} KV cache groups, "
+            f"{r.head_split} members per group): {r.blocks} blocks/request, {r.requests} requests\n"
+            f"  per request: saves {r.objects_saved} objects ({r.bytes_saved / 2**20:.1f} MiB), loads "
+            f"{r.objects_loaded} ({r.bytes_loaded / 2**20:.1f} MiB; per reading rank "
+            f"{', '.join(f'{b / 2**20:.1f}' for b in r.reader_bytes)} MiB)"
+        )
+    print(
+        f"  save {r.save_gbps:6.2f} GB/s  p50 {r.save_p50_ms:7.2f} ms   "
+        f"store put {r.store_put_gbps:6.2f} GB/s  p50 {r.store_put_p50_ms:7.2f} ms   "
+        f"overhead {r.save_overhead:+.1%}\n"
+        f"  load {r.load_gbps:6.2f} GB/s  p50 {r.load_p50_ms:7.2f} ms   "
+        f"store get {r.store_get_gbps:6.2f} GB/s  p50 {r.store_get_p50_ms:7.2f} ms   "
+        f"overhead {r.load_overhead:+.1%}"
+    )
+    if r.baseline_gbps is not None:
+        print(f"  baseline {r.baseline_gbps:6.2f} GB/s ({r.baseline_kind})")
+    if r.errors:
+        print(f"  ERRORS: {r.errors} objects failed or bytes differed")
+
+
+def gbps(seconds: list[float], moved: int) -> float:
     return moved / sum(seconds) / 1e9 if seconds else 0.0
 
 
-def _p50_ms(seconds: list[float]) -> float:
+def p50_ms(seconds: list[float]) -> float:
     return float(np.median(seconds) * 1e3) if seconds else 0.0
 
 
-def _memory(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def mapped_memory(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Random uint16 values in memory of its own mapping. Both paths use such memory so that they differ
     only in the connector: numpy would give the flat buffers (>= 4 MiB) huge pages and not the smaller
     per-layer tensors, and page size alone moves copy and hash speed by ~30% here. 4 KiB pages are what
@@ -77,11 +134,11 @@ class _Layout:
         rng = np.random.default_rng(seed)
         self.engine = engine
         if engine == "vllm":  # one tensor per layer: [blocks, heads, block tokens, K|V]
-            self.tensors = [_memory((blocks, heads, tokens, 2 * dim), rng) for _ in range(layers)]
+            self.tensors = [mapped_memory((blocks, heads, tokens, 2 * dim), rng) for _ in range(layers)]
             self.cache = PagedCache([layer_geometry(f"l{i}", t) for i, t in enumerate(self.tensors)])
             self.objects_per_block = 1
         else:  # SGLang page_first host pool: [K|V, tokens, layers, heads, dim]
-            pool = _memory((2, blocks * tokens, layers, heads, dim), rng)
+            pool = mapped_memory((2, blocks * tokens, layers, heads, dim), rng)
             self.tensors = [pool]
             self.cache = PagedCache([layer_geometry("k", pool[0].reshape(blocks, -1))])
             self.kv_offset = pool[1].ctypes.data - pool[0].ctypes.data
@@ -112,8 +169,8 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
         for layout in (source, target):
             layout.cache.register(store)
         per_request = blocks * layout.objects_per_block * layout.object_bytes
-        flat_src = _memory((per_request // 2,), np.random.default_rng(3)).view(np.uint8)
-        flat_dst = _memory((per_request // 2,), np.random.default_rng(4)).view(np.uint8)
+        flat_src = mapped_memory((per_request // 2,), np.random.default_rng(3)).view(np.uint8)
+        flat_dst = mapped_memory((per_request // 2,), np.random.default_rng(4)).view(np.uint8)
         store.register_buffer(flat_src)
         store.register_buffer(flat_dst)
         errors = 0
@@ -191,21 +248,30 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
         get_s, get_b = timings["get"]
         if not target.equal(source) or not np.array_equal(flat_src, flat_dst):
             errors += 1
+        objects = blocks * source.objects_per_block
+        baseline = measure_baseline(store, source.object_bytes, per_request)
         return ConnectorBenchResult(
             engine,
             model,
             blocks,
             source.object_bytes,
             requests,
-            _gbps(save_s, save_b),
-            _gbps(load_s, load_b),
-            _gbps(put_s, put_b),
-            _gbps(get_s, get_b),
-            _p50_ms(save_s),
-            _p50_ms(load_s),
-            _p50_ms(put_s),
-            _p50_ms(get_s),
+            gbps(save_s, save_b),
+            gbps(load_s, load_b),
+            gbps(put_s, put_b),
+            gbps(get_s, get_b),
+            p50_ms(save_s),
+            p50_ms(load_s),
+            p50_ms(put_s),
+            p50_ms(get_s),
             errors,
+            objects_saved=objects,
+            objects_loaded=objects,
+            bytes_saved=per_request,
+            bytes_loaded=per_request,
+            reader_bytes=[per_request],
+            baseline_gbps=baseline[0],
+            baseline_kind=baseline[1],
         )
     finally:
         mover.close()
