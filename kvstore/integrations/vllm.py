@@ -52,21 +52,20 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.integrations.head_layout import HeadLayout, HeadSplit, layer_view
 from kvstore.integrations.paged import (
     Batch,
     BlockMover,
     MoveStats,
-    PagedCache,
     Pieces,
     Registrations,
     StoreLink,
     ceil_blocks,
     full_blocks,
-    layer_geometry,
     store_settings,
 )
 from kvstore.integrations.vllm_groups import FULL, GroupRule, longest_hit, rule_for_spec
-from kvstore.integrations.vllm_keys import BlockNames, rank_suffixes
+from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.integrations.vllm_memory import KVMemoryLifecycle
 
 log = logging.getLogger("kvstore.vllm")
@@ -125,29 +124,58 @@ class KVStoreConnectorStats(KVConnectorStats):
 
 
 # -- what both sides agree on ---------------------------------------------------------------------------
-NULL_BLOCK_ID = 0  # vLLM's BlockPool takes block 0 as the null block: it stands for skipped blocks
+# vLLM's BlockPool takes block 0 as the null block: it stands for the blocks a window group skips (a
+# full-attention group never holds it).
+NULL_BLOCK_ID = 0
 
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """The model's KV cache groups: each group's layers (in a fixed order) and its rule, None for a kind
-    kvstore does not serve."""
+    """The model's KV cache groups: each group's layers (in a fixed order), its rule (None for a kind
+    kvstore does not serve) and its KV heads in the whole model (1 for MLA's latent: not split by heads)."""
 
     layers: list[list[str]]
     rules: list[GroupRule | None]
+    heads: list[int]
 
     @classmethod
-    def of(cls, kv_cache_config: Any) -> GroupLayout:
+    def of(cls, kv_cache_config: Any, vllm_config: Any) -> GroupLayout:
         groups = list(getattr(kv_cache_config, "kv_cache_groups", []) or [])
-        return cls([list(g.layer_names) for g in groups], [rule_for_spec(g.kv_cache_spec) for g in groups])
+        return cls(
+            [list(g.layer_names) for g in groups],
+            [rule_for_spec(g.kv_cache_spec) for g in groups],
+            [_group_heads(vllm_config, g.kv_cache_spec) for g in groups],
+        )
+
+    def members(self, group: int) -> int:
+        """Head slices (members) of a block of `group`: one per KV head, so every TP size reads whole
+        members (kvstore.integrations.head_layout)."""
+        return self.heads[group]
 
     def unserved(self, block_size: int) -> list[int]:
         """Groups the connector cannot serve (another kind, or blocks of another size)."""
         return [g for g, r in enumerate(self.rules) if r is None or r.block_size != block_size]
 
 
+def _total_kv_heads(vllm_config: Any, spec: Any = None) -> int:
+    """The model's KV heads (not one TP rank's): from the model config, else a rank's spec times TP."""
+    model_config = getattr(vllm_config, "model_config", None)
+    total = getattr(model_config, "get_total_num_kv_heads", None)
+    if callable(total):
+        return int(total())
+    parallel = getattr(vllm_config, "parallel_config", None)
+    tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+    return max(1, int(getattr(spec, "num_kv_heads", 1) or 1) * tp)
+
+
+def _group_heads(vllm_config: Any, spec: Any) -> int:
+    """KV heads a group's blocks are split by: MLA's latent is not split (1)."""
+    return 1 if "MLA" in type(spec).__name__ else _total_kv_heads(vllm_config, spec)
+
+
 def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
-    """Model + KV layout: two deployments share blocks only when their KV bytes mean the same."""
+    """Model + KV layout (the whole model's, not one rank's: every TP size shares a block): two
+    deployments share blocks only when their KV bytes mean the same."""
     model = getattr(getattr(vllm_config, "model_config", None), "model", "model")
     layout = []
     for group in getattr(kv_cache_config, "kv_cache_groups", []) or []:
@@ -156,7 +184,7 @@ def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
             (
                 type(spec).__name__,
                 getattr(spec, "block_size", None),
-                getattr(spec, "num_kv_heads", None),
+                _group_heads(vllm_config, spec),
                 getattr(spec, "head_size", None),
                 str(getattr(spec, "dtype", "")),
                 tuple(group.layer_names),
@@ -216,21 +244,22 @@ class _SchedulerSide:
         store = self.c.link.get()
         if store is None:
             return local
-        ranks, groups = self.c.all_suffixes, range(len(self.c.groups.rules))
+        # Member 0 of each (block, group, stage): the master shows a member only while its group is whole.
+        stages, groups = self.c.all_stages, range(len(self.c.groups.rules))
         keys = [
-            self.c.names.key(seqs[i], digests[i], g, r)
+            self.c.names.key(seqs[i], digests[i], g, 0, self.c.groups.members(g), stage)
             for g in groups
             for i in range(local, len(seqs))
-            for r in ranks
+            for stage in stages
         ]
         try:
             flags = store.batch_exists(keys)
         except KVStoreError as exc:
             log.warning("kvstore lookup failed (%s): treating as a miss", exc)
             return local
-        per_rank = len(ranks)
+        per = len(stages)
         present = [
-            [all(flags[(g * width + j) * per_rank : (g * width + j + 1) * per_rank]) for j in range(width)]
+            [all(flags[(g * width + j) * per : (g * width + j + 1) * per]) for j in range(width)]
             for g in groups
         ]
         rules = [r for r in self.c.groups.rules if r is not None]
@@ -286,7 +315,9 @@ class _SchedulerSide:
             assert rule is not None  # (the connector is inactive otherwise)
             ids = tracked.block_ids[g]
             for i in range(max(first, rule.first_needed(end)), min(end, len(ids))):
-                if ids[i] == NULL_BLOCK_ID:  # vLLM's rule and ours disagree: load nothing into null
+                if (
+                    ids[i] == NULL_BLOCK_ID and not rule.reads_every_block
+                ):  # (rules disagree): never load there
                     log.warning("kvstore: group %d block %d of %s is null; not loaded", g, i, req_id)
                     continue
                 move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
@@ -306,7 +337,7 @@ class _SchedulerSide:
             assert rule is not None
             ids = tracked.block_ids[g]
             for i in range(max(tracked.saved, rule.first_needed(full_blocks(before, rule.block_size))), end):
-                if ids[i] != NULL_BLOCK_ID:
+                if ids[i] != NULL_BLOCK_ID or rule.reads_every_block:
                     move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
         tracked.saved = end
         if len(move):
@@ -323,7 +354,7 @@ class _SchedulerSide:
 class _WorkerSide:
     def __init__(self, connector: KVStoreConnector) -> None:
         self.c = connector
-        self.caches: dict[int, PagedCache] = {}  # per KV cache group with layers on this rank
+        self.layouts: dict[int, HeadLayout] = {}  # per KV cache group with layers on this rank
         self.registrations: Registrations | None = None
         self._load: Future[list[bool]] | None = None
         self._load_blocks: list[int] = []  # per loaded object: its block id
@@ -335,19 +366,28 @@ class _WorkerSide:
         self._lock = threading.Lock()
 
     def register(self, kv_caches: dict[str, Any]) -> None:
-        for g, names in enumerate(self.c.groups.layers):
+        """Each group's layers (vLLM >= 0.32 hands [blocks, heads, tokens, K|V] views) and this rank's
+        share of its head slices."""
+        c = self.c
+        self.layouts = {}
+        for g, names in enumerate(c.groups.layers):
             mine = [n for n in names if n in kv_caches]
             if mine:
-                self.caches[g] = PagedCache([layer_geometry(n, kv_caches[n]) for n in mine])
-        if not self.caches:  # no config (or names differ): every layer, in the engine's own order
-            self.caches[0] = PagedCache([layer_geometry(n, t) for n, t in kv_caches.items()])
-        self.registrations = Registrations([s for c in self.caches.values() for s in c.spans])
+                split = HeadSplit.plan(c.groups.heads[g], c.tp_rank, c.tp_size, c.groups.members(g))
+                self.layouts[g] = HeadLayout([layer_view(n, kv_caches[n]) for n in mine], split)
+        if not self.layouts:  # no config (or names differ): every layer, in the engine's own order
+            split = HeadSplit.plan(c.groups.heads[0], c.tp_rank, c.tp_size, c.groups.members(0))
+            self.layouts[0] = HeadLayout([layer_view(n, t) for n, t in kv_caches.items()], split)
+        self.registrations = Registrations([s for layout in self.layouts.values() for s in layout.spans])
         store = self.c.link.get()
         if store is not None:
             self.registrations.register(store)
 
-    def _batch(self, moves: Sequence[BlockMove], groups: Callable[[int], bool] = lambda g: True) -> Batch:
-        """The objects of `moves` in groups `groups` this rank holds, ordered by group."""
+    def _batch(
+        self, moves: Sequence[BlockMove], groups: Callable[[int], bool] = lambda g: True, saving: bool = False
+    ) -> Batch:
+        """The members this rank holds of the objects of `moves` in groups `groups`, ordered by group (when
+        `saving`, only those it writes: one writer per member)."""
         if self.registrations is None:
             raise InvalidArgumentError("register_kv_caches was not called")
         store = self.c.link.get()
@@ -355,19 +395,26 @@ class _WorkerSide:
             self.registrations.register(store)  # no-op once done; after a late connection it registers now
         batch = Batch()
         parts = []
-        for g, cache in self.caches.items():
-            if not groups(g):
+        names, stage = self.c.names, self.c.my_stage
+        for g, layout in self.layouts.items():
+            if not groups(g) or (saving and not layout.writes):
                 continue
-            rows = []
-            for move in moves:
+            blocks = [
+                (seq, digest, block_id)
+                for move in moves
                 for seq, digest, group, block_id in zip(
                     move.seqs, move.digests, move.groups, move.block_ids, strict=True
-                ):
-                    if group == g:
-                        batch.keys.append(self.c.names.key(seq, digest, g, self.c.my_suffix))
-                        batch.tags.append((move.req_id, block_id))
-                        rows.append([block_id] * len(cache.layers))
-            parts.append(cache.many_pieces(rows))
+                )
+                if group == g
+            ]
+            pieces, members = layout.rank_pieces([[block_id] * len(layout.layers) for *_, block_id in blocks])
+            per_block = len(layout.members)
+            for (seq, digest, block_id), member in zip(
+                (b for b in blocks for _ in range(per_block)), members.tolist(), strict=True
+            ):
+                batch.keys.append(names.key(seq, digest, g, member, layout.count, stage))
+                batch.tags.append(block_id)
+            parts.append(pieces)
         batch.pieces = _concat(parts)
         return batch
 
@@ -377,7 +424,7 @@ class _WorkerSide:
         if not meta.loads:
             return
         batch = self._batch(meta.loads)
-        self._load_blocks = [block_id for _, block_id in batch.tags]
+        self._load_blocks = list(batch.tags)
         self._load = self.c.mover.load(batch)
 
     def wait_load(self) -> None:
@@ -412,10 +459,10 @@ class _WorkerSide:
             return
         # vLLM frees a window group's blocks that leave the window while the request still runs and may
         # give them to another request next step: those are stored before wait_for_save returns.
-        bounded = self._batch(meta.saves, lambda g: not self._reads_every_block(g))
+        bounded = self._batch(meta.saves, lambda g: not self._reads_every_block(g), saving=True)
         if bounded.keys:
             self.c.mover.save(bounded).result()
-        future = self.c.mover.save(self._batch(meta.saves, self._reads_every_block))
+        future = self.c.mover.save(self._batch(meta.saves, self._reads_every_block, saving=True))
         with self._lock:
             for req_id in {move.req_id for move in meta.saves}:
                 self._saves.setdefault(req_id, []).append(future)
@@ -455,9 +502,11 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         replicas = settings.get("replicas")
         self.link = StoreLink(settings)
         self.block_size = int(vllm_config.cache_config.block_size)
-        self.groups = GroupLayout.of(kv_cache_config)
+        self.groups = GroupLayout.of(kv_cache_config, vllm_config)
         if not self.groups.rules:  # no config: one full-attention group over every layer
-            self.groups = GroupLayout([[]], [GroupRule(FULL, self.block_size)])
+            self.groups = GroupLayout(
+                [[]], [GroupRule(FULL, self.block_size)], [_total_kv_heads(vllm_config)]
+            )
         unserved = self.groups.unserved(self.block_size)
         self.active = not unserved
         if unserved:
@@ -465,7 +514,7 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
             log.warning("kvstore connector: KV cache group(s) %s are not served: no blocks are stored", kinds)
         namespace = self.link.namespace() or _default_namespace(vllm_config, kv_cache_config)
         self.names = BlockNames(namespace, self.block_size, len(self.groups.rules))
-        self.all_suffixes, self.my_suffix = rank_suffixes(vllm_config)
+        self.tp_rank, self.tp_size, self.all_stages, self.my_stage = parallel_ranks(vllm_config)
         self.mover = BlockMover(self.link, int(replicas) if replicas is not None else None)
         self.scheduler_side = _SchedulerSide(self) if role == KVConnectorRole.SCHEDULER else None
         self.worker_side = _WorkerSide(self) if role == KVConnectorRole.WORKER else None

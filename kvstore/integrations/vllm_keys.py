@@ -4,9 +4,9 @@ Full block i of a prompt is named by the KV-events contract's sequence hash of i
 same in every process: routers following the store's events credit it) and by its 128-bit namespaced chain
 hash (a 64-bit collision is then a miss, never another prefix's bytes). Block i of KV cache group g is one
 store group, `seq_key(ns_g, seq_i, digest_i)`, with ns_g the namespace (one KV cache group) or
-`<namespace>/kv<g>`; its members are head slices: `member_key(group, s, S)`. Until the head-layout library
-serves every TP size, S = 1 and each TP (and PP) rank writes its own whole block under a namespace that
-names the rank (`<namespace>@t.T[/p.P]`), as the connector always has.
+`<namespace>/kv<g>`; its members are the group's head slices, `member_key(group, s, S)`, in the canonical
+order of kvstore.integrations.head_layout, so a reader at any TP size reads what a writer at another wrote.
+Pipeline stages hold different layers: with PP > 1 each stage's blocks are apart (`<namespace>/pp<p>.<P>`).
 """
 
 from __future__ import annotations
@@ -17,21 +17,20 @@ from typing import Any
 from kvstore.blocks import BlockHasher, member_key, seq_hashes, seq_key
 
 
-def rank_suffixes(vllm_config: Any) -> tuple[list[str], str]:
-    """Namespace suffixes of every TP/PP rank (the scheduler checks all) and of this process's rank."""
+def parallel_ranks(vllm_config: Any) -> tuple[int, int, list[str], str]:
+    """(TP rank, TP size, namespace suffixes of every PP stage (the scheduler checks all), this stage's)."""
     parallel = getattr(vllm_config, "parallel_config", None)
     tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
     pp = int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
     rank = int(getattr(parallel, "rank", 0) or 0)
     pp_rank, tp_rank = divmod(rank, tp)
-    pp_ranks = range(pp) if pp > 1 else [0]
-    suffixes = [f"@{t}.{tp}" + (f"/{p}.{pp}" if pp > 1 else "") for p in pp_ranks for t in range(tp)]
-    mine = f"@{tp_rank}.{tp}" + (f"/{pp_rank}.{pp}" if pp > 1 else "")
-    return suffixes, mine
+    if pp == 1:
+        return tp_rank, tp, [""], ""
+    return tp_rank, tp, [f"/pp{p}.{pp}" for p in range(pp)], f"/pp{pp_rank}.{pp}"
 
 
 class BlockNames:
-    """Names a prompt's blocks and makes the key of (block, KV cache group, rank)."""
+    """Names a prompt's blocks and makes the key of (block, KV cache group, head slice, PP stage)."""
 
     def __init__(self, namespace: str, block_size: int, num_groups: int) -> None:
         self.namespace = namespace
@@ -43,7 +42,7 @@ class BlockNames:
         """(sequence hashes, digests) of every full block of `tokens`."""
         return seq_hashes(tokens, self.block_size), self._hasher.keys(tokens)
 
-    def key(self, seq: int, digest: str, group: int, rank: str) -> str:
-        """The key of block (seq, digest) of KV cache group `group`, written by rank suffix `rank`."""
-        namespace = self.namespace + rank + (f"/kv{group}" if self.num_groups > 1 else "")
-        return member_key(seq_key(namespace, seq, digest), 0, 1)
+    def key(self, seq: int, digest: str, group: int, member: int, count: int, stage: str = "") -> str:
+        """Member `member` of `count` of block (seq, digest) of KV cache group `group` in PP stage `stage`."""
+        namespace = self.namespace + stage + (f"/kv{group}" if self.num_groups > 1 else "")
+        return member_key(seq_key(namespace, seq, digest), member, count)

@@ -21,14 +21,15 @@ def test_vllm_scheduler_and_worker_share_a_prefix_across_instances(
     engines_python: Path, store_cluster: str, tmp_path: Path
 ) -> None:
     """Instance A saves a 4-block prompt; a fresh instance B with 3 blocks in common gets 48 matched
-    tokens from the real Scheduler, loads exactly those 3 blocks, and its KV equals A's byte for byte."""
+    tokens from the real Scheduler, loads exactly those 3 blocks, and its KV equals A's byte for byte.
+    A block is stored as one member per KV head (2 here: every TP size reads whole members)."""
     out = run_scenario(engines_python, "vllm_scheduler", store_cluster, tmp_path)
     assert out["a_matched"] == [0]
-    assert out["a_saved_blocks"] == 4
+    assert out["a_saved_blocks"] == 4 * 2
     assert out["b_matched"] == [48]
-    assert out["b_loaded_keys"] == 3 and out["b_loaded_blocks"] == 3 and out["b_failed_loads"] == 0
+    assert out["b_loaded_keys"] == 3 and out["b_loaded_blocks"] == 3 * 2 and out["b_failed_loads"] == 0
     assert out["equal_bytes"] and not out["nan_in_loaded"]
-    assert out["b_saved_blocks"] == 1  # only its own 4th block: the first 3 were already stored
+    assert out["b_saved_blocks"] == 1 * 2  # only its own 4th block: the first 3 were already stored
     assert out["b_unfinished"] == 0
 
 

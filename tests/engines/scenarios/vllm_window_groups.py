@@ -165,8 +165,9 @@ class Instance:
             ):
                 if group != 0:
                     continue
-                key = names.key(seq, digest, group, self.worker.my_suffix)
-                self.window_missing_after_save += not store.batch_exists([key])[0]
+                count = self.worker.groups.members(group)  # head slices: one per KV head
+                keys = [names.key(seq, digest, group, m, count) for m in range(count)]
+                self.window_missing_after_save += not all(store.batch_exists(keys))
                 self.window_saved[seq] = self.caches[LAYERS[0]][block_id].numpy().tobytes()
                 self.caches[LAYERS[0]][block_id].fill_(-1.0)
 
@@ -207,7 +208,7 @@ def main() -> None:
     c = Instance(model, on_load_failure="recompute")
     store = c.worker.link.get()
     seqs, digests = c.worker.names.prompt(prompt_b)
-    doomed = c.worker.names.key(seqs[3], digests[3], 0, c.worker.my_suffix)
+    doomed = c.worker.names.key(seqs[3], digests[3], 0, 0, c.worker.groups.members(0))
 
     def remove_once() -> None:
         if not (c.scheduler.connector.scheduler_side.requests and store.batch_exists([doomed])[0]):

@@ -54,7 +54,7 @@ class FullAttentionSpec:  # the spec class name is what the connector checks
     dtype = "float32"
 
 
-class SlidingWindowSpec(FullAttentionSpec):
+class MambaSpec(FullAttentionSpec):
     pass
 
 
@@ -140,7 +140,7 @@ def test_vllm_prefix_saved_by_one_instance_is_loaded_by_another(store: Store) ->
     req = SimpleNamespace(request_id="a", prompt_token_ids=tokens_a)
     assert a.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
     meta, _ = a.step("a", tokens_a, [3, 9, 4, 7], 0)
-    assert [len(m.hashes) for m in meta.saves] == [4] and not meta.loads
+    assert [len(m) for m in meta.saves] == [4] and not meta.loads
     assert a.finish("a")  # blocks stay pinned until the save is done, then are released
 
     b = VllmInstance(store.master_address, "vllm-share")
@@ -149,12 +149,12 @@ def test_vllm_prefix_saved_by_one_instance_is_loaded_by_another(store: Store) ->
     assert b.scheduler.get_num_new_matched_tokens(req_b, 0) == (3 * BLOCK, False)
     b.scheduler.update_state_after_alloc(req_b, None, 3 * BLOCK)
     meta, errors = b.step("b", tokens_b, [0, 1, 2, 5, 6], 3 * BLOCK)
-    assert [len(m.hashes) for m in meta.loads] == [3] and meta.loads[0].block_ids == [[0, 1, 2]]
-    assert [len(m.hashes) for m in meta.saves] == [1]  # only its own 4th block
+    assert [len(m) for m in meta.loads] == [3] and meta.loads[0].block_ids == [0, 1, 2]
+    assert [len(m) for m in meta.saves] == [1]  # only its own 4th block
     assert not errors
     assert b.block_bytes([0, 1, 2]) == a.block_bytes([3, 9, 4])
     stats = b.worker.get_kv_connector_stats()
-    assert stats is not None and stats.data["loaded_blocks"] == 3
+    assert stats is not None and stats.data["loaded_blocks"] == 3 * 2  # a member per KV head
     assert b.finish("b")
 
 
@@ -168,7 +168,8 @@ def test_vllm_a_block_that_fails_to_load_is_reported_not_used(store: Store) -> N
     req = SimpleNamespace(request_id="b", prompt_token_ids=tokens)
     assert b.scheduler.get_num_new_matched_tokens(req, 0) == (3 * BLOCK, False)
     b.scheduler.update_state_after_alloc(req, None, 3 * BLOCK)
-    second = b.scheduler.scheduler_side.requests["b"].hashes[1] + b.scheduler.my_suffix
+    tracked = b.scheduler.scheduler_side.requests["b"]
+    second = b.scheduler.names.key(tracked.seqs[1], tracked.digests[1], 0, 0, 2)  # member 0 of 2 heads
     store.remove(second, force=True)  # evicted between lookup and load
     _, errors = b.step("b", tokens, [10, 11, 12, 13], 3 * BLOCK)
     assert errors == {11}  # vLLM recomputes (or fails) exactly that block, per kv_load_failure_policy
@@ -184,16 +185,16 @@ def test_vllm_dead_master_means_no_hits_and_dropped_saves(engines: None) -> None
     assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
     inst.step("x", tokens, [0, 1, 2], 0)
     inst.worker.mover.drain()
-    assert inst.worker.mover.stats.failed_saves == 2
+    assert inst.worker.mover.stats.failed_saves == 2 * 2  # 2 blocks, a member per KV head
 
 
-def test_vllm_supports_hma_and_stores_nothing_for_non_full_attention(store: Store) -> None:
+def test_vllm_supports_hma_and_stores_nothing_for_a_model_with_a_group_it_cannot_serve(store: Store) -> None:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
 
     from kvstore.integrations.vllm import KVStoreConnector
 
     assert issubclass(KVStoreConnector, SupportsHMA)
-    inst = VllmInstance(store.master_address, "vllm-hybrid", spec=SlidingWindowSpec)
+    inst = VllmInstance(store.master_address, "vllm-hybrid", spec=MambaSpec)
     tokens = prompt(3 * BLOCK, 5)
     assert inst.scheduler.get_num_new_matched_tokens(
         SimpleNamespace(request_id="h", prompt_token_ids=tokens), 0
@@ -212,7 +213,7 @@ def test_vllm_settings_come_from_kvstore_variables_and_bad_ones_are_refused(
     config = vllm_config("", "")
     config.kv_transfer_config.kv_connector_extra_config = {}
     connector = KVStoreConnector(config, KVConnectorRole.SCHEDULER, kv_config())
-    assert connector.hasher.namespace == "from-env"
+    assert connector.names.namespace == "from-env"
     assert connector.link.get() is not None and connector.link.get().master_address == store.master_address
     config.kv_transfer_config.kv_connector_extra_config = {"mastr": "x"}
     with pytest.raises(InvalidArgumentError, match="mastr"):

@@ -68,13 +68,17 @@ def test_bad_rules_and_rows_are_refused() -> None:
         longest_hit([GroupRule(FULL, BS)] * 2, [[True], [True, True]], 0)
 
 
-def test_block_keys_name_the_sequence_hash_digest_group_and_rank() -> None:
+def test_block_keys_name_the_sequence_hash_digest_group_head_slice_and_stage() -> None:
     tokens = list(range(5, 5 + 3 * BS + 7))
     one, two = BlockNames("vllm:m:x", BS, 1), BlockNames("vllm:m:x", BS, 2)
     seqs, digests = one.prompt(tokens)
     assert len(seqs) == len(digests) == 3
-    assert one.key(seqs[0], digests[0], 0, "@0.1") == f"vllm:m:x@0.1/0x{seqs[0]:016x}.{digests[0]}#0of1"
-    assert two.key(seqs[2], digests[2], 1, "@1.2") == f"vllm:m:x@1.2/kv1/0x{seqs[2]:016x}.{digests[2]}#0of1"
+    assert one.key(seqs[0], digests[0], 0, 0, 1) == f"vllm:m:x/0x{seqs[0]:016x}.{digests[0]}#0of1"
+    assert two.key(seqs[2], digests[2], 1, 3, 8) == f"vllm:m:x/kv1/0x{seqs[2]:016x}.{digests[2]}#3of8"
+    assert (
+        one.key(seqs[1], digests[1], 0, 1, 2, "/pp1.2")
+        == f"vllm:m:x/pp1.2/0x{seqs[1]:016x}.{digests[1]}#1of2"
+    )
     # A prompt sharing the first two blocks shares their keys, not the third's.
     other_seqs, other_digests = one.prompt(tokens[: 2 * BS] + [9] * BS)
     assert other_seqs[:2] == seqs[:2] and other_digests[:2] == digests[:2]
