@@ -7,18 +7,20 @@
 Extra config keys (each falls back to its KVSTORE_* variable, so every worker can be configured by
 environment alone): master, namespace, replicas, transport.
 
-How it works. Every KV cache group of full attention, MLA, sliding window or chunked local attention is
-stored (kvstore.integrations.vllm_groups has vLLM's rule for each: which blocks a hit reads). Block i of
-group g is one object holding that block of every layer of the group, keyed by the block's sequence hash
-and digest (kvstore.integrations.vllm_keys). The scheduler side asks the store which objects of a prompt
-exist (one batch_exists; no worker round trip), counts the longest prefix for which every group has what
-it reads, and plans loads of exactly those objects (never into a null block) and saves of the prompt's full
-blocks. The worker side registers each KV allocation with the store once and moves objects straight from
-and into vLLM's cache tensors (no copy). Loads start in start_load_kv on a background thread and
-wait_for_layer_load waits for them; saves of full-attention groups are submitted in wait_for_save and run
-while the next step computes (a finished request's blocks stay pinned until they are done); saves of
-window groups end before wait_for_save returns, since vLLM frees and reuses blocks that leave a window
-while the request still runs.
+How it works. Every KV cache group of full attention, MLA, sliding window or chunked local attention is stored
+(kvstore.integrations.vllm_groups has vLLM's rule for each: which blocks a hit reads). Block i of group g is
+one store group keyed by the block's sequence hash and digest (kvstore.integrations.vllm_keys), visible only
+while whole; its members are head slices, one per KV head, each holding its heads of every layer of the group
+in one canonical order (kvstore.integrations.head_layout), so a store written at one TP size serves every
+other. The scheduler side asks the store which blocks of a prompt exist (member 0 of each group, one
+batch_exists; no worker round trip), counts the longest prefix for which every group has what it reads, and
+plans loads of exactly those blocks (never into a null block) and saves of the prompt's full blocks. The
+worker side registers each KV allocation with the store once and moves the members of its own heads straight
+from and into vLLM's cache tensors (no copy); only the first replica of a head writes it. Loads start in
+start_load_kv on a background thread and wait_for_layer_load waits for them; saves of full-attention groups
+are submitted in wait_for_save and run while the next step computes (a finished request's blocks stay pinned
+until they are done); saves of window groups end before wait_for_save returns, since vLLM frees and reuses
+blocks that leave a window while the request still runs.
 
 Failures never feed wrong KV. With one KV cache group a block that fails to load (miss, checksum, dead
 node) is reported through get_block_ids_with_load_errors and vLLM recomputes from it; with several, vLLM
