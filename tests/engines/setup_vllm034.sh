@@ -7,13 +7,15 @@
 #   tests/engines/setup_vllm034.sh ENGINES_VENV [VENV]     default VENV: $VLLM034_VENV or ENGINES_VENV/vllm034
 #
 # VLLM034_WHEEL: a local copy of the wheel; else pip fetches vllm==0.34.0 (about 240 MB, once: the stamp
-# keeps the environment). Exits 3 when the wheel cannot be installed here: the test is then skipped with
-# that reason. Inside the engines environment by default, so rebuilding that one drops this one too.
+# keeps the environment). Exits 3 when the wheel cannot be installed here, or with VLLM034_SKIP=1: the test
+# is then skipped with that reason. Inside the engines environment by default, so rebuilding that one
+# drops this one too.
 set -euo pipefail
 engines="${1:?usage: setup_vllm034.sh ENGINES_VENV [VENV]}"
 venv="${2:-${VLLM034_VENV:-$engines/vllm034}}"
 stamp="$venv/.vllm034-ready"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ "${VLLM034_SKIP:-}" = 1 ]; then echo "VLLM034_SKIP=1: the vLLM 0.34 environment is not built" >&2; exit 3; fi
 if [ -f "$stamp" ]; then echo "$venv"; exit 0; fi
 
 rm -rf "$venv"
@@ -24,7 +26,8 @@ base="$("$engines/bin/python" -c 'import sys; print(sys.base_prefix)')"
 # (an editable kvstore's, say).
 echo "import site; site.addsitedir('$("$engines/bin/python" -c "$purelib")')" \
   > "$("$venv/bin/python" -c "$purelib")/zz-engines-env.pth"
-if ! "$venv/bin/python" -m pip install -q --no-deps "${VLLM034_WHEEL:-vllm==0.34.0}"; then
+if ! "$venv/bin/python" -m pip install -q --no-deps "${VLLM034_WHEEL:-vllm==0.34.0}" \
+  2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); then
   echo "vLLM 0.34.0's wheel cannot be installed here (no index, no VLLM034_WHEEL)" >&2
   exit 3
 fi
