@@ -356,6 +356,10 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
         raise KVStoreError(f"the dense case needs a dense model ({', '.join(MODELS)}), not {args.model}")
     if args.case != "dense" and args.engine != "vllm":
         raise KVStoreError(f"the {args.case} case follows the vLLM connector (--engine vllm)")
+    if args.case != "dense":  # a model or TP size the case cannot run is refused before a cluster starts
+        from kvstore.bench import connector_cases
+
+        connector_cases.plan_case(args.case, args.model, args.window, args.write_tp, args.read_tp)
 
     def bench(master: str) -> connector_bench.ConnectorBenchResult:
         if args.case == "dense":

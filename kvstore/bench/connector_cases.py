@@ -235,13 +235,13 @@ def run_case(
     store = Store.connect(master)
     mover = BlockMover(StoreLink.wrapping(store))
     try:
-        return _Run(store, mover, spec, blocks, requests).measure()
+        return CaseRun(store, mover, spec, blocks, requests).measure()
     finally:
         mover.close()
         store.close()
 
 
-class _Run:
+class CaseRun:
     """One case's alternating measurement: connector save, plain put, connector load, plain get, per
     request; round 0 warms up and is not counted; each request's objects are removed once read back."""
 
