@@ -176,6 +176,8 @@ def rank_batch(
         batch.keys += object_keys(namespace, len(wanted), g, layout.split, wanted[g], names)
         parts.append(layout.rank_pieces(rows)[0])
     batch.tags = [None] * len(batch.keys)
+    if not parts:  # a rank that writes nothing (a second replica of its heads)
+        return batch
     batch.pieces = Pieces(
         np.concatenate([p.addrs for p in parts]),
         np.concatenate([p.lengths for p in parts]),
@@ -267,7 +269,6 @@ class CaseRun:
         }
         self.errors = 0
         self.reader_bytes = [0] * spec.read_tp
-        self.written: list[str] = []
 
     def _plain_side(self) -> PlainSide:
         save_sizes = [member_sizes(self.source, r, want) for r, want in enumerate(self.saves)]

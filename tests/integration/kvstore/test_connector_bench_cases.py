@@ -111,10 +111,10 @@ def test_cases_refuse_what_they_cannot_run(args: list[str], message: str) -> Non
     assert r.returncode == 1 and message in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize(("write_tp", "read_tp"), [(1, 8), (8, 2), (4, 16)])
+@pytest.mark.parametrize(("write_tp", "read_tp"), [(1, 8), (8, 2), (4, 16), (16, 4)])
 def test_tp_sizes_in_both_directions(cluster: Any, write_tp: int, read_tp: int) -> None:
-    """Fewer and more readers than writers, and readers beyond the KV heads (TP=16 over 8 heads: two
-    ranks hold each head, both read it, one of its two writers' replicas wrote it)."""
+    """Fewer and more readers than writers, and ranks beyond the KV heads (TP=16 over 8 heads: two ranks
+    hold each head; both read it, only the first writes it)."""
     result = run(cluster.master, "tp-mismatch", blocks=2, write_tp=write_tp, read_tp=read_tp)
     member = 32 * LLAMA_HEAD_BLOCK
     assert result.errors == 0 and result.objects_saved == 2 * 8
