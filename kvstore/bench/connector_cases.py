@@ -56,7 +56,7 @@ class CaseSpec:
     model: str
     groups: tuple[KVGroup, ...]
     heads: int
-    content: int  # values (uint16) of one token of one head: K then V
+    content: int  # uint16 values of one token of one head: K then V
     block_tokens: int
     write_tp: int
     read_tp: int
@@ -70,10 +70,8 @@ def vllm_kv_groups(layers: int, full_every: int, block_tokens: int, window: int)
     smallest type's count (the largest's when within 1.5x), group k of a type taking layers k::groups."""
     full = [i for i in range(layers) if full_every <= 1 or (i + 1) % full_every == 0]
     sliding = [i for i in range(layers) if i not in set(full)]
-    buckets = [(GroupRule(FULL, block_tokens), full)]
-    if sliding:
-        bucket = (GroupRule(WINDOW, block_tokens, window), sliding)
-        buckets.insert(0 if sliding[0] < full[0] else 1, bucket)  # vLLM's order: the layers' first type
+    types = [(GroupRule(FULL, block_tokens), full), (GroupRule(WINDOW, block_tokens, window), sliding)]
+    buckets = sorted((t for t in types if t[1]), key=lambda t: t[1][0])  # vLLM's order: the first layer's
     sizes = [len(names) for _, names in buckets]
     size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
     groups = []
@@ -93,7 +91,7 @@ def plan_case(case: str, model: str | None, window: int, write_tp: int, read_tp:
         if window <= 0:
             raise InvalidArgumentError("the sliding window must be a positive number of tokens")
         groups = vllm_kv_groups(layers, full_every, tokens, window)
-        return CaseSpec(case, model, tuple(groups), heads, dim * elem, tokens, 1, 1, window)
+        return CaseSpec(case, model, tuple(groups), heads, _values(dim, elem), tokens, 1, 1, window)
     if case != "tp-mismatch":
         raise InvalidArgumentError(f"unknown connector bench case {case!r}")
     model = model or "llama3-8b"
@@ -103,7 +101,12 @@ def plan_case(case: str, model: str | None, window: int, write_tp: int, read_tp:
     for tp in (write_tp, read_tp):
         HeadSplit.plan(heads, 0, tp)  # a TP size the heads do not allow is refused here, before any work
     groups = vllm_kv_groups(layers, 1, tokens, 0)
-    return CaseSpec(case, model, tuple(groups), heads, dim * elem, tokens, write_tp, read_tp)
+    return CaseSpec(case, model, tuple(groups), heads, _values(dim, elem), tokens, write_tp, read_tp)
+
+
+def _values(head_dim: int, elem: int) -> int:
+    """uint16 values of one token of one head: its K and V, 2 * head_dim * elem bytes."""
+    return 2 * head_dim * elem // 2
 
 
 class Instance:
