@@ -70,8 +70,10 @@ def vllm_kv_groups(layers: int, full_every: int, block_tokens: int, window: int)
     smallest type's count (the largest's when within 1.5x), group k of a type taking layers k::groups."""
     full = [i for i in range(layers) if full_every <= 1 or (i + 1) % full_every == 0]
     sliding = [i for i in range(layers) if i not in set(full)]
-    types = [(GroupRule(FULL, block_tokens), full), (GroupRule(WINDOW, block_tokens, window), sliding)]
-    buckets = sorted((t for t in types if t[1]), key=lambda t: t[1][0])  # vLLM's order: the first layer's
+    buckets = [(GroupRule(FULL, block_tokens), full)] if full else []
+    if sliding:
+        buckets.append((GroupRule(WINDOW, block_tokens, window), sliding))
+    buckets.sort(key=lambda bucket: bucket[1][0])  # vLLM's order: the type of the first layer first
     sizes = [len(names) for _, names in buckets]
     size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
     groups = []
