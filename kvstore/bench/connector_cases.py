@@ -249,8 +249,9 @@ def run_case(
 
 
 class CaseRun:
-    """One case's alternating measurement: connector save, plain put, connector load, plain get, per
-    request; round 0 warms up and is not counted; each request's objects are removed once read back."""
+    """One case's alternating measurement: connector save, plain put, connector load, plain get for one
+    request, plain first for the next; round 0 warms up and is not counted; each request's objects are
+    removed once read back."""
 
     def __init__(self, store: Store, mover: BlockMover, spec: CaseSpec, blocks: int, requests: int) -> None:
         self.store, self.mover, self.spec, self.blocks, self.requests = store, mover, spec, blocks, requests
@@ -354,9 +355,12 @@ class CaseRun:
     # -- the run ---------------------------------------------------------------------------------------
     def measure(self) -> ConnectorBenchResult:
         timings: dict[str, tuple[list[float], int]] = {}
-        steps: list[Callable[[int], int]] = [self.save, self.put, self.load, self.get]
+        first: list[Callable[[int], int]] = [self.save, self.put, self.load, self.get]
+        second: list[Callable[[int], int]] = [self.put, self.save, self.get, self.load]
         for i in range(self.requests + 1):
-            for step in steps:
+            # Which path goes first swaps every request: the second finds the caches as the first left
+            # them (the first one's written objects, the node's pages), and neither may always have that.
+            for step in first if i % 2 else second:
                 start = time.perf_counter()
                 moved = step(i)
                 seconds = time.perf_counter() - start
