@@ -175,9 +175,10 @@ def rank_batch(
     batch = Batch()
     parts = []
     for g, layout in enumerate(instance.layouts[rank]):
-        rows = [[g * instance.blocks + i] * len(layout.layers) for i in wanted[g]]
-        if not rows:
+        if not wanted[g]:
             continue
+        ids = g * instance.blocks + np.arange(wanted[g].start, wanted[g].stop, dtype=np.int64)
+        rows = np.repeat(ids[:, None], len(layout.layers), axis=1)  # an array: no Python int per piece
         batch.keys += object_keys(namespace, len(wanted), g, layout.split, wanted[g], names)
         parts.append(layout.rank_pieces(rows)[0])
     batch.tags = [None] * len(batch.keys)
