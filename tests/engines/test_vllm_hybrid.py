@@ -62,3 +62,19 @@ def test_window_groups_are_saved_before_their_blocks_can_be_reused_and_loaded_on
     assert out["b_failed_recving"] == []
     assert out["c_matched"] == [80, 48]  # B stored its 5th block too; the failed load left 3 whole
     assert out["c_failed_recving"] == ["c"] and out["c_full_equal"] and out["c_unfinished"] == 0
+
+
+def test_the_connectors_group_rules_are_vllms_own_and_a_mamba_group_counts_no_hit(
+    engines_python: Path, store_cluster: str, tmp_path: Path
+) -> None:
+    """With vLLM's real spec classes and managers: for full attention, MLA, sliding window (window 128 and
+    100) and chunked local attention, the connector's skipped-token rule equals get_num_skipped_tokens
+    and its longest hit equals find_longest_cache_hit over a pool holding the same blocks (300 random
+    patterns each). Mamba state and cross attention have no rule: a connector over a model with a Mamba
+    group counts no hit even with every full-attention block stored (a Mamba state is valid only at the
+    block boundaries where vLLM's align mode checkpointed it, which a connector is not told)."""
+    out = run_scenario(engines_python, "vllm_group_rules", store_cluster, tmp_path)
+    for kind in ("full", "mla", "window", "window_odd", "chunked"):
+        assert out[kind]["skipped_agree"] and out[kind]["hits_agree"] == [300, 300], (kind, out[kind])
+    assert out["unserved"] == {"mamba": True, "cross": True}
+    assert out["mamba_stored"] and not out["mamba_active"] and out["mamba_matched"] == [0, False]
