@@ -5,7 +5,8 @@
         "kv_connector_extra_config": {"master": "10.0.0.1:50051"}}'
 
 Extra config keys (each falls back to its KVSTORE_* variable, so every worker can be configured by
-environment alone): master, namespace, replicas, transport.
+environment alone): master, namespace, replicas, transport, load_deadline_ms (the load budget: a block not
+arrived by then is a load error, recomputed).
 
 How it works. Every KV cache group of full attention, MLA, sliding window or chunked local attention is stored
 (kvstore.integrations.vllm_groups has vLLM's rule for each: which blocks a hit reads). Block i of group g is
