@@ -326,7 +326,12 @@ def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
         "head-slice members written by --write-tp ranks, read by --read-tp ranks, each moving its heads).",
     )
     p.add_argument("--case", choices=CASES, default="dense", help="what to move (default dense)")
-    p.add_argument("--engine", choices=["vllm", "sglang"], default="vllm", help="dense case only")
+    p.add_argument(
+        "--engine",
+        choices=["vllm", "sglang"],
+        default="vllm",
+        help="dense: whose connector (the others: vllm)",
+    )
     p.add_argument(
         "--model",
         choices=sorted({*MODELS, *HYBRID_MODELS}),
@@ -341,8 +346,8 @@ def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
         help="hybrid: sliding window in tokens (default 128: a quarter of a 32-block request, as Gemma 3's "
         "1024 is of a 4096-token prompt)",
     )
-    p.add_argument("--write-tp", type=arg.positive_int, default=2, help="tp-mismatch: TP ranks that save")
-    p.add_argument("--read-tp", type=arg.positive_int, default=4, help="tp-mismatch: TP ranks that load")
+    p.add_argument("--write-tp", type=arg.positive_int, default=2, help="tp-mismatch: TP ranks that save (2)")
+    p.add_argument("--read-tp", type=arg.positive_int, default=4, help="tp-mismatch: TP ranks that load (4)")
     p.add_argument("--master", type=arg.host_port, help="a running master (default: start a cluster here)")
     p.add_argument("--segment-size", type=arg.size, default=2 << 30, help="storage node segment")
     p.add_argument("--json", action="store_true", help="one JSON object")
