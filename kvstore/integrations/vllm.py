@@ -339,7 +339,8 @@ class _SchedulerSide:
         for g, rule in enumerate(self.c.groups.rules):
             assert rule is not None
             ids = tracked.block_ids[g]
-            for i in range(max(tracked.saved, rule.first_needed(full_blocks(before, rule.block_size))), end):
+            freed = rule.skipped_tokens(before) // rule.block_size  # vLLM may have freed these already
+            for i in range(max(tracked.saved, freed), end):
                 if ids[i] != NULL_BLOCK_ID or rule.reads_every_block:
                     move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
         tracked.saved = end
