@@ -16,7 +16,7 @@ import pytest
 
 from kvstore import Store
 from kvstore.blocks import seq_of
-from kvstore.integrations.vllm_keys import BlockNames, rank_suffixes
+from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.procs import kvstore_process
 from tests.engines.conftest import HERE, run_scenario
 from tests.helpers.store_credit import call, query, wait_subscribed
@@ -39,8 +39,8 @@ def _scenario() -> Any:
 def connector_namespace(namespace: str, block: int) -> str:
     """The namespace the vLLM connector's keys carry for a one-group model at TP=1 (its own naming code)."""
     single = SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1, rank=0)
-    _, suffix = rank_suffixes(SimpleNamespace(parallel_config=single))
-    named = seq_of(BlockNames(namespace, block, 1).key(1, "0" * 32, 0, suffix))
+    *_, stage = parallel_ranks(SimpleNamespace(parallel_config=single))
+    named = seq_of(BlockNames(namespace, block, 1).key(1, "0" * 32, 0, 0, 1, stage))
     assert named is not None
     return named[0]
 
