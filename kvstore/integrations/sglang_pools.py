@@ -48,7 +48,8 @@ def pool_tensors(host_pool: Any) -> list[Any]:
     found = [getattr(host_pool, name, None) for name in POOL_TENSORS]
     for name in POOL_TENSOR_LISTS:
         found += list(getattr(host_pool, name, None) or [])
-    tensors = [t for t in found if t is not None and hasattr(t, "data_ptr")]
+    # Tensors or arrays (allocation() takes both); "shape" is what they share.
+    tensors = [t for t in found if t is not None and hasattr(t, "shape")]
     for t in tensors:
         if getattr(getattr(t, "device", None), "type", "cpu") != "cpu":
             raise InvalidArgumentError("kvstore's SGLang backend takes host (CPU) pools")
