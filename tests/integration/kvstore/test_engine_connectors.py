@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from kvstore import Store
+from kvstore.blocks import member_key
 from kvstore.errors import InvalidArgumentError, NotSupportedError
 
 STANDINS = Path(__file__).resolve().parents[2] / "helpers" / "engine_standins"
@@ -304,7 +305,34 @@ class MLAPool(MHAPool):
         return self.kv_buffer[p * PAGE : (p + 1) * PAGE].tobytes()
 
 
-def sglang_backend(master: str, pool: Any, *, mla: bool = False, tp_rank: int = 0) -> Any:
+class MambaPool:
+    """SGLang's MambaPoolHost contract: page_size 1 (one state slot per page), each slot's temporal state
+    then each conv state."""
+
+    layout, page_size = "page_first", 1
+
+    def __init__(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.temporal_buffer = rng.standard_normal((32, SG_LAYERS, 4, 8)).astype(np.float32)
+        self.conv_buffer = [rng.standard_normal((32, SG_LAYERS, 3, 8)).astype(np.float32)]
+
+    def get_page_buffer_meta(self, indices: np.ndarray) -> tuple[list[int], list[int]]:
+        ptrs, sizes = [], []
+        for slot in list(indices):
+            for buf in (self.temporal_buffer, *self.conv_buffer):
+                ptrs.append(buf.ctypes.data + int(slot) * buf[0].nbytes)
+                sizes.append(buf[0].nbytes)
+        return ptrs, sizes
+
+    def page(self, slot: int) -> bytes:
+        return b"".join(buf[slot].tobytes() for buf in (self.temporal_buffer, *self.conv_buffer))
+
+
+def sglang_backend(
+    master: str, pool: Any, *, mla: bool = False, tp_rank: int = 0, namespace: str | None = None
+) -> Any:
+    """kvstore's backend for one of two TP ranks, built from the dynamic factory's extra config, with
+    `pool` as its KV host pool."""
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
     from kvstore.integrations.sglang import KVStoreHiCacheStorage
@@ -313,7 +341,7 @@ def sglang_backend(master: str, pool: Any, *, mla: bool = False, tp_rank: int = 
         tp_rank, 2, 0, 1, 0, 1, mla, False, True, "tiny",
         extra_config={"backend_name": "kvstore", "module_path": "kvstore.integrations.sglang",
                       "class_name": "KVStoreHiCacheStorage", "interface_v1": 1, "master": master,
-                      "namespace": f"sglang-{'mla' if mla else 'mha'}"},
+                      "namespace": namespace or f"sglang-{'mla' if mla else 'mha'}"},
     )  # fmt: skip
     backend = KVStoreHiCacheStorage(config, {})
     backend.register_mem_pool_host(pool)
@@ -321,18 +349,27 @@ def sglang_backend(master: str, pool: Any, *, mla: bool = False, tp_rank: int = 
 
 
 def test_sglang_mha_pages_per_rank_round_trip_and_skip_stored_pages(store: Store) -> None:
+    """Each TP rank stores its shard of a page (K and V of every layer) as one object in sglang_keys'
+    form; a page counts only once every rank's shard is stored; stored pages are skipped; each rank
+    reads back its own bytes."""
     keys = [f"{i:064x}" for i in range(1, 5)]
     indices = np.arange(len(keys) * PAGE)
-    pool_a, pool_b = MHAPool(1), MHAPool(2)
-    a, b = sglang_backend(store.master_address, pool_a), sglang_backend(store.master_address, pool_b)
-    assert b.batch_exists(keys) == 0
-    assert a.batch_set_v1(keys[:2], indices[: 2 * PAGE]) == [True, True]
-    assert b.batch_exists(keys) == 2  # the leading run
-    assert a.batch_set_v1(keys, indices) == [True] * 4 and a.stats["skipped_pages"] == 2
-    assert sglang_backend(store.master_address, MHAPool(3), tp_rank=1).batch_exists(keys) == 0  # per rank
-    assert b.batch_get_v1(keys, indices) == [True] * 4
-    assert all(pool_a.page(p) == pool_b.page(p) for p in range(4))
-    assert b.batch_get_v1([f"{99:064x}"], indices[:PAGE]) == [False]
+    written, read = [MHAPool(1), MHAPool(2)], [MHAPool(3), MHAPool(4)]  # [rank 0's heads, rank 1's]
+    writers = [sglang_backend(store.master_address, pool, tp_rank=rank) for rank, pool in enumerate(written)]
+    readers = [sglang_backend(store.master_address, pool, tp_rank=rank) for rank, pool in enumerate(read)]
+    assert readers[0].batch_exists(keys) == 0
+    assert writers[0].batch_set_v1(keys[:2], indices[: 2 * PAGE]) == [True, True]
+    assert [r.batch_exists(keys) for r in readers] == [0, 0]  # rank 1's shards missing: no page is whole
+    assert writers[1].batch_set_v1(keys[:2], indices[: 2 * PAGE]) == [True, True]
+    assert [r.batch_exists(keys) for r in readers] == [2, 2]  # the leading run
+    assert writers[0].batch_set_v1(keys, indices) == [True] * 4 and writers[0].stats["skipped_pages"] == 2
+    assert writers[1].batch_set_v1(keys, indices) == [True] * 4
+    for rank, pool in enumerate(written):
+        assert store.get(member_key(f"sglang-mha/kv.page_first/{keys[0]}", rank, 2)) == pool.page(0)
+    for reader, pool, source in zip(readers, read, written, strict=True):
+        assert reader.batch_get_v1(keys, indices) == [True] * 4
+        assert all(pool.page(p) == source.page(p) for p in range(4))
+    assert readers[0].batch_get_v1([f"{99:064x}"], indices[:PAGE]) == [False]
 
 
 def test_sglang_mla_pages_are_written_once_and_read_by_every_rank(store: Store) -> None:
@@ -348,16 +385,78 @@ def test_sglang_mla_pages_are_written_once_and_read_by_every_rank(store: Store) 
     assert writer.batch_set_v1(keys, indices) == [True] * 3
     assert reader.batch_exists(keys) == 3 and reader.batch_get_v1(keys, indices) == [True] * 3
     assert all(writer_pool.page(p) == reader_pool.page(p) for p in range(3))
+    # One object for every rank: the group has a single member.
+    assert store.get(member_key(f"sglang-mla/kv.page_first/{keys[0]}", 0, 1)) == writer_pool.page(0)
 
 
 def test_sglang_plain_interface_moves_flat_pages(store: Store) -> None:
-    b = sglang_backend(store.master_address, MHAPool(7))
-    pages = [np.random.default_rng(i).standard_normal(64).astype(np.float32) for i in range(3)]
+    ranks = [sglang_backend(store.master_address, MHAPool(7), tp_rank=rank) for rank in (0, 1)]
+    pages = [[np.random.default_rng(10 * r + i).standard_normal(64).astype(np.float32) for i in range(3)]
+             for r in (0, 1)]  # fmt: skip
     keys = [f"{i:064x}" for i in range(20, 23)]
-    assert b.batch_set(keys, pages)
-    got = b.batch_get(keys, [np.zeros(64, np.float32) for _ in keys])
-    assert all(g is not None and np.array_equal(g, p) for g, p in zip(got, pages, strict=True))
-    assert b.batch_get([f"{77:064x}"], [np.zeros(64, np.float32)]) == [None] and b.exists(keys[0])
+    assert ranks[0].batch_set(keys, pages[0])
+    empty = [np.zeros(64, np.float32) for _ in keys]
+    assert ranks[0].batch_get(keys, empty) == [None] * 3  # rank 1's shards missing: no page is whole
+    assert ranks[1].batch_set(keys, pages[1])
+    for backend, mine in zip(ranks, pages, strict=True):
+        got = backend.batch_get(keys, [np.zeros(64, np.float32) for _ in keys])
+        assert all(g is not None and np.array_equal(g, p) for g, p in zip(got, mine, strict=True))
+    assert ranks[0].batch_get([f"{77:064x}"], [np.zeros(64, np.float32)]) == [None]
+    assert ranks[0].exists(keys[0])
+    assert ranks[0].batch_exists(keys) == 0  # flat pages are a format of their own: never read as v1 pages
+
+
+def hybrid_rank(master: str, rank: int, seed: int) -> tuple[Any, MHAPool, MHAPool, MambaPool]:
+    """One TP rank of a hybrid model: the full-attention KV pool (anchor), an SWA pool and Mamba state,
+    attached as SGLang's HybridCacheController attaches them."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    kv, swa, mamba = MHAPool(seed), MHAPool(seed + 1), MambaPool(seed + 2)
+    backend = sglang_backend(master, kv, tp_rank=rank, namespace="sglang-hybrid")
+    for name, pool in ((PoolName.KV, kv), (PoolName.SWA, swa), (PoolName.MAMBA, mamba)):
+        backend.register_mem_host_pool_v2(pool, name)
+    backend.on_host_pools_registered()
+    return backend, kv, swa, mamba
+
+
+def test_sglang_v2_hybrid_counts_a_stop_only_when_every_rank_of_every_pool_has_it(store: Store) -> None:
+    """v2 at TP=2: SWA (a trailing window of 2 pages) and Mamba state (the last page) beside the KV pool; a
+    prefix is restorable only where each pool's group of both ranks' shards is whole; loads are
+    byte-exact per rank."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    def lookups(upto: int) -> list[PoolTransfer]:
+        trailing = PoolHitPolicy.TRAILING_PAGES
+        return [PoolTransfer(PoolName.SWA, keys=keys[upto - 2 : upto], hit_policy=trailing),
+                PoolTransfer(PoolName.MAMBA, keys=keys[upto - 1 : upto], hit_policy=trailing)]  # fmt: skip
+
+    keys = [f"{i:064x}" for i in range(30, 36)]
+    pages = np.arange(6 * PAGE)
+    writers = [hybrid_rank(store.master_address, rank, 40 + 10 * rank) for rank in (0, 1)]
+    for rank, (backend, *_) in enumerate(writers):
+        states = [3, 5] if rank == 0 else [5]  # Mamba state slots = pages; rank 1 leaves out page 4's
+        sides = [
+            PoolTransfer(PoolName.SWA, host_indices=pages, keys=keys),
+            PoolTransfer(PoolName.MAMBA, host_indices=np.array(states), keys=[keys[p] for p in states]),
+        ]
+        assert backend.batch_set_v2(sides) == {"swa": [True] * 6, "mamba": [True] * len(states)}
+        assert backend.batch_set_v1(keys, pages) == [True] * 6
+    reader, kv, swa, mamba = hybrid_rank(store.master_address, 0, 90)
+    found = reader.batch_exists_v2(keys, lookups(6))
+    assert (found.kv_hit_pages, found.restorable_prefix_pages) == (6, [6])  # page 4's state is half there
+    assert reader.batch_exists_v2(keys[:4], lookups(4)).kv_hit_pages == 0
+    writers[1][0].batch_set_v2([PoolTransfer(PoolName.MAMBA, host_indices=np.array([3]), keys=keys[3:4])])
+    assert reader.batch_exists_v2(keys[:4], lookups(4)).restorable_prefix_pages == [4]
+    loads = [PoolTransfer(PoolName.SWA, host_indices=pages[4 * PAGE :], keys=keys[4:]),
+             PoolTransfer(PoolName.MAMBA, host_indices=np.array([7]), keys=keys[5:])]  # fmt: skip
+    outside_window = swa.kv_buffer[:, : 4 * PAGE].copy()
+    assert reader.batch_get_v1(keys, pages) == [True] * 6
+    assert reader.batch_get_v2(loads) == {"swa": [True, True], "mamba": [True]}
+    _, kv0, swa0, mamba0 = writers[0]
+    assert all(kv.page(p) == kv0.page(p) for p in range(6))
+    assert all(swa.page(p) == swa0.page(p) for p in (4, 5))
+    assert np.array_equal(swa.kv_buffer[:, : 4 * PAGE], outside_window)  # SWA pages 1-4: not loaded
+    assert mamba.page(7) == mamba0.page(5)
 
 
 # -- LMCache -----------------------------------------------------------------------------------------
