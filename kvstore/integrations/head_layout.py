@@ -224,11 +224,24 @@ class HeadLayout(Registrations):
         self.split = split
         per = split.heads_per_member
         self.member_bytes = sum(layer.block_bytes // layer.heads * per for layer in self.layers)
-        self._runs = [_coalesce_one(layer.offsets(per), layer.content) for layer in self.layers]
+        runs = [_coalesce_one(layer.offsets(per), layer.content) for layer in self.layers]
         self._bases = np.array([layer.base for layer in self.layers], dtype=np.int64)
         self._strides = np.array([layer.block_stride for layer in self.layers], dtype=np.int64)
         self._shifts = np.array([layer.head_stride * per for layer in self.layers], dtype=np.int64)
         self._num_blocks = np.array([layer.num_blocks for layer in self.layers], dtype=np.int64)
+        # One member's runs over every layer, fixed at registration: a batch's pieces are then one
+        # broadcast of each object's (layer) starts over this template, with no loop over layers.
+        per_layer = np.array([len(lengths) for _, lengths in runs], dtype=np.int64)
+        self._run_layer = np.repeat(np.arange(len(self.layers)), per_layer)
+        self._run_offsets = np.concatenate([offsets for offsets, _ in runs]) + self._bases[self._run_layer]
+        self._run_lengths = np.concatenate([lengths for _, lengths in runs]).astype(np.uint64)
+        # Runs of one layer never merge in a batch (one shift moves them all); a layer's last run can
+        # meet the next layer's first (layers adjacent in memory), which only a batch's blocks decide.
+        self._last_runs = np.cumsum(per_layer)[:-1] - 1
+        self._last_ends = self._run_offsets[self._last_runs] + self._run_lengths[self._last_runs].astype(
+            np.int64
+        )
+        self._one_run_per_layer = bool((per_layer == 1).all())
 
     @property
     def count(self) -> int:
@@ -258,14 +271,20 @@ class HeadLayout(Registrations):
                 f"{mine.stop - 1} of {self.count}, not {sorted(set(wanted.tolist()) - set(mine))}"
             )
         local = wanted - mine.start
-        columns = []
-        for i, (offsets, _) in enumerate(self._runs):
-            start = self._bases[i] + blocks[:, i] * self._strides[i] + local * self._shifts[i]
-            columns.append(start[:, None] + offsets[None, :])
-        addrs = np.concatenate(columns, axis=1).astype(np.uint64).ravel()
-        one_row = np.concatenate([lengths for _, lengths in self._runs]).astype(np.uint64)
-        lengths = np.tile(one_row, len(blocks))
-        return coalesce(Pieces(addrs, lengths, np.full(len(blocks), len(one_row), dtype=np.int64)))
+        starts = blocks * self._strides + local[:, None] * self._shifts  # (object, layer) shifts
+        shifts = starts if self._one_run_per_layer else starts[:, self._run_layer]
+        addrs = shifts + self._run_offsets
+        runs = len(self._run_lengths)
+        pieces = Pieces(
+            addrs.ravel().view(np.uint64),
+            np.tile(self._run_lengths, len(blocks)),
+            np.full(len(blocks), runs, dtype=np.int64),
+        )
+        first_runs = self._last_runs + 1
+        ends = starts[:, self._run_layer[self._last_runs]] + self._last_ends
+        if len(first_runs) and (ends == addrs[:, first_runs]).any():
+            return coalesce(pieces)  # (layers adjacent in memory: merged as one run)
+        return pieces
 
     def rank_pieces(self, rows: Sequence[Sequence[int]] | np.ndarray) -> tuple[Pieces, np.ndarray]:
         """Every member this rank holds of each block: (pieces, member per object), object i*m + j being
