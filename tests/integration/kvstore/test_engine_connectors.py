@@ -55,7 +55,7 @@ class FullAttentionSpec:  # the spec class name is what the connector checks
     dtype = "float32"
 
 
-class MambaSpec(FullAttentionSpec):
+class CrossAttentionSpec(FullAttentionSpec):  # a kind the connector has no rule for (encoder-decoder models)
     pass
 
 
@@ -195,7 +195,7 @@ def test_vllm_supports_hma_and_stores_nothing_for_a_model_with_a_group_it_cannot
     from kvstore.integrations.vllm import KVStoreConnector
 
     assert issubclass(KVStoreConnector, SupportsHMA)
-    inst = VllmInstance(store.master_address, "vllm-hybrid", spec=MambaSpec)
+    inst = VllmInstance(store.master_address, "vllm-hybrid", spec=CrossAttentionSpec)
     tokens = prompt(3 * BLOCK, 5)
     assert inst.scheduler.get_num_new_matched_tokens(
         SimpleNamespace(request_id="h", prompt_token_ids=tokens), 0
