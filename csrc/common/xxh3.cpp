@@ -57,6 +57,23 @@ class ThreadState {
   State* state_ = nullptr;
 };
 
+// A thread's states for hashing a group of values side by side (hash_interleaved), created once.
+class StateGroup {
+ public:
+  static constexpr size_t kSize = 64;  // values hashed side by side: their states stay in L1/L2
+
+  ~StateGroup() {
+    for (State* state : states_) api.free(state);
+  }
+  State* operator[](size_t i) {
+    while (states_.size() <= i) states_.push_back(api.create());
+    return states_[i];
+  }
+
+ private:
+  std::vector<State*> states_;
+};
+
 }  // namespace
 
 Status load(const std::string& library) {
@@ -103,6 +120,55 @@ bool loaded() {
   return ready.load();
 }
 
+namespace {
+
+StateGroup& this_thread_group() {
+  thread_local StateGroup group;
+  return group;
+}
+
+// hash_pieces() of values [from, to) into out[]. Values of several pieces go a group at a time, piece k
+// of every value of the group before any piece k + 1: a paged KV cache's value takes one piece from each
+// layer's tensor, and the group's k-th pieces lie side by side in that tensor, so memory is read in long
+// runs rather than a few KiB from each tensor in turn (twice as fast from memory here, 32 pieces of 8 KiB
+// per value). Each value's pieces still enter its own state in order: the digests do not change. A value
+// whose pieces continue one another goes alone: side by side, the group's values would be so many streams.
+void hash_interleaved(const uint64_t* addrs, const uint64_t* lengths, const uint64_t* counts,
+                      const std::vector<size_t>& first, size_t from, size_t to, uint64_t* out) {
+  StateGroup& states = this_thread_group();
+  std::vector<size_t> group;
+  group.reserve(StateGroup::kSize);
+  auto flush = [&] {
+    uint64_t rounds = 0;
+    for (size_t j = 0; j < group.size(); ++j) {
+      api.reset(states[j]);
+      rounds = std::max(rounds, counts[group[j]]);
+    }
+    for (uint64_t k = 0; k < rounds; ++k) {
+      for (size_t j = 0; j < group.size(); ++j) {
+        const size_t v = group[j];
+        if (k < counts[v])
+          api.update(states[j], reinterpret_cast<const void*>(addrs[first[v] + k]), lengths[first[v] + k]);
+      }
+    }
+    for (size_t j = 0; j < group.size(); ++j) out[group[j]] = api.digest(states[j]);
+    group.clear();
+  };
+  for (size_t v = from; v < to; ++v) {
+    const uint64_t* a = addrs + first[v];
+    // (a value whose pieces continue one another is read in one run already: alone, in order)
+    if (counts[v] <= 1 || a[0] + lengths[first[v]] == a[1]) {
+      out[v] = hash_pieces(a, lengths + first[v], counts[v]);
+      continue;
+    }
+    group.push_back(v);
+    if (group.size() == StateGroup::kSize) flush();
+  }
+  if (!group.empty()) flush();
+}
+
+}  // namespace
+
 void hash_values(const uint64_t* addrs, const uint64_t* lengths, const uint64_t* counts, size_t values,
                  uint64_t* out) {
   std::vector<size_t> first(values + 1, 0);  // value v's first piece
@@ -110,7 +176,7 @@ void hash_values(const uint64_t* addrs, const uint64_t* lengths, const uint64_t*
   for (size_t v = 0; v < values; ++v) first[v + 1] = first[v] + counts[v];
   for (size_t k = 0; k < first[values]; ++k) bytes += lengths[k];
   auto hash_range = [&](size_t from, size_t to) {
-    for (size_t v = from; v < to; ++v) out[v] = hash_pieces(addrs + first[v], lengths + first[v], counts[v]);
+    hash_interleaved(addrs, lengths, counts, first, from, to, out);
   };
   // A thread costs tens of microseconds to start: only for batches that take milliseconds to hash.
   constexpr uint64_t kSplitFrom = 16 << 20;
