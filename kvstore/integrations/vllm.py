@@ -8,8 +8,9 @@ Extra config keys (each falls back to its KVSTORE_* variable, so every worker ca
 environment alone): master, namespace, replicas, transport, load_deadline_ms (the load budget: a block not
 arrived by then is a load error, recomputed).
 
-How it works. Every KV cache group of full attention, MLA, sliding window or chunked local attention is stored
-(kvstore.integrations.vllm_groups has vLLM's rule for each: which blocks a hit reads). Block i of group g is
+How it works. Every KV cache group of full attention, MLA, sliding window, chunked local attention or Mamba /
+linear-attention state (vLLM's "align" mode) is stored (kvstore.integrations.vllm_groups has vLLM's rule for
+each: which blocks a hit reads; a state group reads the state of the hit's last block). Block i of group g is
 one store group keyed by the block's sequence hash and digest (kvstore.integrations.vllm_keys), visible only
 while whole; its members are head slices, one per KV head, each holding its heads of every layer of the group
 in one canonical order (kvstore.integrations.head_layout), so a store written at one TP size serves every
@@ -21,18 +22,21 @@ from and into vLLM's cache tensors (no copy); only the first replica of a head w
 start_load_kv on a background thread and wait_for_layer_load waits for them; saves of full-attention groups
 are submitted in wait_for_save and run while the next step computes (a finished request's blocks stay pinned
 until they are done); saves of window groups end before wait_for_save returns, since vLLM frees and reuses
-blocks that leave a window while the request still runs.
+blocks that leave a window while the request still runs. A state group's block is saved only where vLLM's
+scheduler offers it as a cached state (its exact block id and boundary), also before wait_for_save
+returns; a sharded state is one member per TP rank, under a key that names the TP size
+(kvstore.integrations.vllm_state), so it is shared between instances of the same TP size only.
 
 Failures never feed wrong KV. With one KV cache group a block that fails to load (miss, checksum, dead
-node) is reported through get_block_ids_with_load_errors and vLLM recomputes from it; with several, vLLM
-takes load failures per request only, so loads are asynchronous and a failed one is reported through
-failed_recving (vLLM recomputes the request). With the master down, lookups find nothing and saves are
-dropped: vLLM computes as if the store were empty.
+node) is reported through get_block_ids_with_load_errors and vLLM recomputes from it; with several (or a
+state group, whose hit state vLLM copies before a step's loads start), loads are asynchronous and a failed
+one is reported through failed_recving (vLLM recomputes the request). With the master down, lookups find
+nothing and saves are dropped: vLLM computes as if the store were empty.
 
-Limits: Mamba / linear-attention state groups (and R-SWA, cross attention) are not served: a model with
-one gets no external hits (a warning says so). CUDA KV caches move through page-locked host staging
-(kvstore.client.gpu_buffers: verified there before any byte reaches the GPU); vLLM's CPU backend is the
-path CI runs, the CUDA one runs in the `gpu` tests on a GPU machine.
+Limits: R-SWA, cross attention, and Mamba state outside "align" mode or with speculative blocks are not
+served: a model with one gets no external hits (a warning says so). CUDA KV caches move through
+page-locked host staging (kvstore.client.gpu_buffers: verified there before any byte reaches the GPU);
+vLLM's CPU backend is the path CI runs, the CUDA one runs in the `gpu` tests on a GPU machine.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from kvstore.integrations.paged import (
 from kvstore.integrations.vllm_groups import FULL, GroupRule, longest_hit, rule_for_spec
 from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.integrations.vllm_memory import KVMemoryLifecycle
+from kvstore.integrations.vllm_state import checkpointed_blocks, state_heads, state_suffix, state_view
 
 log = logging.getLogger("kvstore.vllm")
 
@@ -85,6 +90,7 @@ class BlockMove:
     digests: list[str] = field(default_factory=list)
     groups: list[int] = field(default_factory=list)
     block_ids: list[int] = field(default_factory=list)
+    unloadable: bool = False  # a load whose target vLLM did not allocate: reported failed, nothing moved
 
     def add(self, seq: int, digest: str, group: int, block_id: int) -> None:
         self.seqs.append(seq)
@@ -140,15 +146,30 @@ class GroupLayout:
     layers: list[list[str]]
     rules: list[GroupRule | None]
     heads: list[int]
+    suffixes: list[str] = field(default_factory=list)  # per group: its keys' namespace suffix (state groups)
 
     @classmethod
     def of(cls, kv_cache_config: Any, vllm_config: Any) -> GroupLayout:
         groups = list(getattr(kv_cache_config, "kv_cache_groups", []) or [])
+        rules = [rule_for_spec(g.kv_cache_spec) for g in groups]
+        tp = _tp_size(vllm_config)
         return cls(
             [list(g.layer_names) for g in groups],
-            [rule_for_spec(g.kv_cache_spec) for g in groups],
+            rules,
             [_group_heads(vllm_config, g.kv_cache_spec) for g in groups],
+            [
+                state_suffix(g.kv_cache_spec, tp) if rule is not None and rule.holds_state else ""
+                for g, rule in zip(groups, rules, strict=True)
+            ],
         )
+
+    def suffix(self, group: int) -> str:
+        """The namespace suffix of a group's keys (a sharded state group's names its TP size)."""
+        return self.suffixes[group] if group < len(self.suffixes) else ""
+
+    def holds_state(self, group: int) -> bool:
+        rule = self.rules[group]
+        return rule is not None and rule.holds_state
 
     def members(self, group: int) -> int:
         """Head slices (members) of a block of `group`: one per KV head, so every TP size reads whole
@@ -166,13 +187,19 @@ def _total_kv_heads(vllm_config: Any, spec: Any = None) -> int:
     total = getattr(model_config, "get_total_num_kv_heads", None)
     if callable(total):
         return int(total())
+    return max(1, int(getattr(spec, "num_kv_heads", 1) or 1) * _tp_size(vllm_config))
+
+
+def _tp_size(vllm_config: Any) -> int:
     parallel = getattr(vllm_config, "parallel_config", None)
-    tp = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
-    return max(1, int(getattr(spec, "num_kv_heads", 1) or 1) * tp)
+    return int(getattr(parallel, "tensor_parallel_size", 1) or 1)
 
 
 def _group_heads(vllm_config: Any, spec: Any) -> int:
-    """KV heads a group's blocks are split by: MLA's latent is not split (1)."""
+    """KV heads a group's blocks are split by: MLA's latent is not split (1); a Mamba state has one
+    member per TP rank, or one if every rank holds it whole (kvstore.integrations.vllm_state)."""
+    if type(spec).__name__ == "MambaSpec":
+        return state_heads(spec, _tp_size(vllm_config))
     return 1 if "MLA" in type(spec).__name__ else _total_kv_heads(vllm_config, spec)
 
 
@@ -235,9 +262,7 @@ class _SchedulerSide:
         tracked.saved = hit
         self.requests[request.request_id] = tracked
         extra = max(0, hit - local) * c.block_size
-        # Several groups: a failed load can only be reported per request (vLLM maps failed block ids back
-        # to requests for one group only), so such loads are asynchronous.
-        return extra, extra > 0 and len(c.groups.rules) > 1
+        return extra, extra > 0 and c.async_loads
 
     def _hit(self, seqs: list[int], digests: list[str], local: int) -> int:
         """Blocks of the longest prefix every group can be served (vLLM's own first, then the store's)."""
@@ -250,7 +275,9 @@ class _SchedulerSide:
         # Member 0 of each (block, group, stage): the master shows a member only while its group is whole.
         stages, groups = self.c.all_stages, range(len(self.c.groups.rules))
         keys = [
-            self.c.names.key(seqs[i], digests[i], g, 0, self.c.groups.members(g), stage)
+            self.c.names.key(
+                seqs[i], digests[i], g, 0, self.c.groups.members(g), stage + self.c.groups.suffix(g)
+            )
             for g in groups
             for i in range(local, len(seqs))
             for stage in stages
@@ -276,7 +303,7 @@ class _SchedulerSide:
             return
         end = min(tracked.local_blocks + ceil_blocks(num_external_tokens, self.c.block_size), tracked.hit)
         tracked.load = (tracked.local_blocks, end)
-        if len(self.c.groups.rules) > 1:  # an asynchronous load: it starts before the request is scheduled
+        if self.c.async_loads:  # an asynchronous load: it starts before the request is scheduled
             tracked.block_ids = [list(ids) for ids in blocks.get_block_ids()]
             self.pending.async_loads.append(self._load_move(request.request_id, tracked))
             tracked.load = None
@@ -307,7 +334,25 @@ class _SchedulerSide:
                     tracked.block_ids[group].extend(ids)
             computed = cached.num_computed_tokens[i]
             self._plan_save(meta, req_id, tracked, computed, computed + scheduled.get(req_id, 0))
+        self._plan_state_saves(meta, scheduler_output)
         return meta
+
+    def _plan_state_saves(self, meta: KVStoreConnectorMetadata, scheduler_output: Any) -> None:
+        """Saves of the state blocks vLLM says hold a cached state this step (kvstore.integrations.
+        vllm_state): the prompt's blocks past the hit (the store had those the hit needed)."""
+        block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+        offers = getattr(block_state, "boundary_state_offloads", None) or {}
+        groups = {g for g in range(len(self.c.groups.rules)) if self.c.groups.holds_state(g)}
+        for req_id, entries in offers.items():
+            tracked = self.requests.get(req_id)
+            if tracked is None or not groups:
+                continue
+            move = BlockMove(req_id)
+            picked = checkpointed_blocks(entries, groups, self.c.block_size, tracked.hit, len(tracked.seqs))
+            for index, group, block_id in picked:
+                move.add(tracked.seqs[index], tracked.digests[index], group, block_id)
+            if len(move):
+                meta.saves.append(move)
 
     def _load_move(self, req_id: str, tracked: _Tracked) -> BlockMove:
         """The objects a hit ending at the load's end reads, past vLLM's own blocks."""
@@ -317,6 +362,11 @@ class _SchedulerSide:
         for g, rule in enumerate(self.c.groups.rules):
             assert rule is not None  # (the connector is inactive otherwise)
             ids = tracked.block_ids[g]
+            if rule.holds_state and (end > len(ids) or ids[end - 1] == NULL_BLOCK_ID):
+                # The hit's state has nowhere to go: without it the request would run from a wrong state.
+                log.warning("kvstore: no state block for %s at block %d; its load fails", req_id, end - 1)
+                move.unloadable = True
+                continue
             for i in range(max(first, rule.first_needed(end)), min(end, len(ids))):
                 if (
                     ids[i] == NULL_BLOCK_ID and not rule.reads_every_block
@@ -338,6 +388,8 @@ class _SchedulerSide:
         move = BlockMove(req_id)
         for g, rule in enumerate(self.c.groups.rules):
             assert rule is not None
+            if rule.holds_state:  # saved only where vLLM offers a checkpoint (_plan_state_saves)
+                continue
             ids = tracked.block_ids[g]
             freed = rule.skipped_tokens(before) // rule.block_size  # vLLM may have freed these already
             for i in range(max(tracked.saved, freed), end):
@@ -378,7 +430,10 @@ class _WorkerSide:
             mine = [n for n in names if n in kv_caches]
             if mine:
                 split = HeadSplit.plan(c.groups.heads[g], c.tp_rank, c.tp_size, c.groups.members(g))
-                self.layouts[g] = HeadLayout([layer_view(n, kv_caches[n]) for n in mine], split)
+                views = [layer_view(n, kv_caches[n]) for n in mine]
+                if c.groups.holds_state(g):  # a rank's whole state is one member
+                    views = [state_view(view) for view in views]
+                self.layouts[g] = HeadLayout(views, split)
         if not self.layouts:  # no config (or names differ): every layer, in the engine's own order
             split = HeadSplit.plan(c.groups.heads[0], c.tp_rank, c.tp_size, c.groups.members(0))
             self.layouts[0] = HeadLayout([layer_view(n, t) for n, t in kv_caches.items()], split)
@@ -413,10 +468,11 @@ class _WorkerSide:
             ]
             pieces, members = layout.rank_pieces([[block_id] * len(layout.layers) for *_, block_id in blocks])
             per_block = len(layout.members)
+            group_stage = stage + self.c.groups.suffix(g)
             for (seq, digest, block_id), member in zip(
                 (b for b in blocks for _ in range(per_block)), members.tolist(), strict=True
             ):
-                batch.keys.append(names.key(seq, digest, g, member, layout.count, stage))
+                batch.keys.append(names.key(seq, digest, g, member, layout.count, group_stage))
                 batch.tags.append(block_id)
             parts.append(pieces)
         batch.pieces = _concat(parts)
@@ -424,12 +480,20 @@ class _WorkerSide:
 
     def start_load(self, meta: KVStoreConnectorMetadata) -> None:
         for move in meta.async_loads:
-            self._async[move.req_id] = self.c.mover.load(self._batch([move]))
+            self._async[move.req_id] = (
+                self._unloadable() if move.unloadable else self.c.mover.load(self._batch([move]))
+            )
         if not meta.loads:
             return
         batch = self._batch(meta.loads)
         self._load_blocks = list(batch.tags)
         self._load = self.c.mover.load(batch)
+
+    @staticmethod
+    def _unloadable() -> Future[list[bool]]:
+        failed: Future[list[bool]] = Future()
+        failed.set_result([False])
+        return failed
 
     def wait_load(self) -> None:
         if self._load is None:
@@ -513,6 +577,12 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
             )
         unserved = self.groups.unserved(self.block_size)
         self.active = not unserved
+        # Several groups: a failed load can only be reported per request (vLLM maps failed block ids back
+        # to requests for one group only); a state group: vLLM copies the hit's state before this step's
+        # loads start. Such loads are asynchronous: they end before the request is scheduled.
+        self.async_loads = len(self.groups.rules) > 1 or any(
+            r is not None and r.holds_state for r in self.groups.rules
+        )
         if unserved:
             kinds = [type(kv_cache_config.kv_cache_groups[g].kv_cache_spec).__name__ for g in unserved]
             log.warning("kvstore connector: KV cache group(s) %s are not served: no blocks are stored", kinds)

@@ -7,11 +7,17 @@ the group manager's get_num_skipped_tokens (vllm/v1/core/single_type_kv_cache_ma
     full attention, MLA      0                                   (every block of the hit)
     sliding window w         max(0, T - w + 1 - extra_retained)  (the last ceil((w - 1) / bs) blocks)
     chunked local, chunk c   T // c * c                          (the blocks of T's chunk)
+    Mamba / linear-attention T - 1                               (the hit's last block: its state)
+
+A state group (MambaSpec in vLLM's "align" mode, the default with prefix caching) holds in block i the
+recurrent state after token (i + 1) * block_size, and only where vLLM checkpointed it: vLLM's own hit
+(MambaManager.find_longest_cache_hit) ends where the state of its last block is cached, and so does the
+connector's. Which blocks hold a valid state is vLLM's to say (kvstore.integrations.vllm_state).
 
 The external hit is the longest prefix for which every group finds what it reads; a block a group skips is
-neither loaded (vLLM gives it the null block) nor needed. Groups of other kinds (Mamba / linear-attention
-state, R-SWA, cross attention) are not served: a model that has one gets no external hits, so nothing is
-counted that a group cannot load.
+neither loaded (vLLM gives it the null block) nor needed. Groups of other kinds (Mamba in another cache
+mode or with speculative blocks, R-SWA, cross attention) are not served: a model that has one gets no
+external hits, so nothing is counted that a group cannot load.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 from kvstore.errors import InvalidArgumentError
 
-FULL, WINDOW, CHUNKED = "full", "window", "chunked"
+FULL, WINDOW, CHUNKED, STATE = "full", "window", "chunked", "state"
 # vLLM's KV cache spec classes, by exact name (subclasses such as RSWASpec follow other rules).
 _SPEC_KINDS = {
     "FullAttentionSpec": FULL,
@@ -31,6 +37,7 @@ _SPEC_KINDS = {
     "SlidingWindowSpec": WINDOW,
     "SlidingWindowMLASpec": WINDOW,
     "ChunkedLocalAttentionSpec": CHUNKED,
+    "MambaSpec": STATE,
 }
 
 
@@ -38,15 +45,16 @@ _SPEC_KINDS = {
 class GroupRule:
     """One KV cache group's rule: which of a hit's blocks it reads."""
 
-    kind: str  # FULL, WINDOW or CHUNKED
+    kind: str  # FULL, WINDOW, CHUNKED or STATE
     block_size: int
     span: int = 0  # WINDOW: the window in tokens; CHUNKED: the chunk size in tokens
     extra_retained: int = 0  # WINDOW: tokens below the window vLLM keeps as well
 
     def __post_init__(self) -> None:
-        if self.kind not in (FULL, WINDOW, CHUNKED):
+        if self.kind not in (FULL, WINDOW, CHUNKED, STATE):
             raise InvalidArgumentError(f"unknown KV cache group kind {self.kind!r}")
-        if self.block_size <= 0 or (self.kind != FULL and self.span <= 0) or self.extra_retained < 0:
+        spanned = self.kind in (WINDOW, CHUNKED)
+        if self.block_size <= 0 or (spanned and self.span <= 0) or self.extra_retained < 0:
             raise InvalidArgumentError(f"a {self.kind} group needs a positive block size and span")
 
     @property
@@ -54,12 +62,19 @@ class GroupRule:
         """Full attention: no block of a running request is ever freed before it finishes."""
         return self.kind == FULL
 
+    @property
+    def holds_state(self) -> bool:
+        """A recurrent state group: a block is saved only where vLLM says it holds a checkpoint."""
+        return self.kind == STATE
+
     def skipped_tokens(self, num_tokens: int) -> int:
         """vLLM's get_num_skipped_tokens for this group once `num_tokens` tokens are computed."""
         if self.kind == WINDOW:
             return max(0, num_tokens - self.span + 1 - self.extra_retained)
         if self.kind == CHUNKED:
             return num_tokens // self.span * self.span
+        if self.kind == STATE:  # MambaManager keeps the state of the last computed token only
+            return max(0, num_tokens - 1)
         return 0
 
     def first_needed(self, end_block: int) -> int:
@@ -83,6 +98,12 @@ def rule_for_spec(spec: Any) -> GroupRule | None:
     if kind == CHUNKED:
         chunk = getattr(spec, "attention_chunk_size", None)
         return GroupRule(CHUNKED, block_size, int(chunk)) if chunk else None
+    if kind == STATE:
+        # Only "align" mode keeps states at block boundaries; speculative blocks move the running state
+        # around in the block table (not followed here).
+        aligned = getattr(spec, "mamba_cache_mode", None) == "align"
+        speculative = int(getattr(spec, "num_speculative_blocks", 0) or 0)
+        return GroupRule(STATE, block_size) if aligned and not speculative else None
     return GroupRule(FULL, block_size)
 
 
