@@ -205,16 +205,18 @@ def _group_heads(vllm_config: Any, spec: Any) -> int:
 
 def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
     """Model + KV layout (the whole model's, not one rank's: every TP size shares a block): two
-    deployments share blocks only when their KV bytes mean the same."""
+    deployments share blocks only when their KV bytes mean the same. (A state group's per-rank layout is
+    in its keys' suffix instead, so a hybrid model's attention blocks are shared across TP sizes.)"""
     model = getattr(getattr(vllm_config, "model_config", None), "model", "model")
     layout = []
     for group in getattr(kv_cache_config, "kv_cache_groups", []) or []:
         spec = group.kv_cache_spec
+        state = type(spec).__name__ == "MambaSpec"
         layout.append(
             (
                 type(spec).__name__,
                 getattr(spec, "block_size", None),
-                _group_heads(vllm_config, spec),
+                "state" if state else _group_heads(vllm_config, spec),
                 getattr(spec, "head_size", None),
                 str(getattr(spec, "dtype", "")),
                 tuple(group.layer_names),

@@ -84,3 +84,18 @@ def test_a_fresh_instance_reuses_a_stored_linear_attention_state_as_its_own_cach
     # the first token's top log-probabilities are bit-identical too: the loaded state is the computed one
     assert second["first_logprobs"] == reference["second_cold"]["first_logprobs"]
     assert runs["first"]["first"]["tokens"] == reference["first"]["tokens"]
+
+
+def test_a_sharded_state_is_read_by_each_rank_of_the_writers_tp_size_and_by_no_other(
+    engines_python: Path, store_cluster: str, tmp_path: Path
+) -> None:
+    """vLLM's real Scheduler with one real worker-side connector per TP rank (emulated in one process):
+    a TP=2 writer stores each rank's state shard as its own member; a fresh TP=2 reader sharing 6 blocks
+    is credited 96 tokens and each rank loads its own shard byte-exact into the block vLLM allocated; a
+    TP=1 reader is credited nothing (a shard is not a TP=1 state: the key names the TP size), although
+    the full-attention blocks are stored for every TP size."""
+    out = run_scenario(engines_python, "vllm_mamba_tp", store_cluster, tmp_path)
+    assert out["writer_matched"] == [0]
+    assert out["tp2_matched"] == [96] and out["tp2_targets"] == [5]
+    assert out["tp2_ranks_loaded_their_shard"] == [True, True]
+    assert out["tp1_matched"] == [0]
