@@ -98,4 +98,4 @@ def test_a_sharded_state_is_read_by_each_rank_of_the_writers_tp_size_and_by_no_o
     assert out["writer_matched"] == [0]
     assert out["tp2_matched"] == [96] and out["tp2_targets"] == [5]
     assert out["tp2_ranks_loaded_their_shard"] == [True, True]
-    assert out["tp1_matched"] == [0]
+    assert out["tp1_matched"] == [0] and out["tp1_sees_the_attention_blocks"]

@@ -183,6 +183,12 @@ def main() -> None:
     reader.run("r2", prompt_b)
     single = Instance(model, 1)
     single.run("r1", prompt_b)
+    worker = single.workers[0]
+    seqs, digests = worker.names.prompt(prompt_b)
+    members = worker.groups.members(0)
+    attention = [
+        worker.names.key(seqs[i], digests[i], 0, m, members) for i in range(6) for m in range(members)
+    ]
     expected = [state_of([*prompt_b[: 6 * BLOCK], rank]).numpy().tobytes() for rank in range(2)]
     print(
         json.dumps(
@@ -192,6 +198,7 @@ def main() -> None:
                 "tp2_targets": [reader.block_ids["r2"][1].index(b) for b in reader.targets.get("r2", [])],
                 "tp2_ranks_loaded_their_shard": [reader.loaded.get(r) == [expected[r]] for r in range(2)],
                 "tp1_matched": single.matched,
+                "tp1_sees_the_attention_blocks": all(worker.link.get().batch_exists(attention)),
             }
         )
     )
