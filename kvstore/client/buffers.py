@@ -12,7 +12,7 @@ import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -140,14 +140,52 @@ def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list
     ]
 
 
-def _raw_piece_arrays(counts: np.ndarray, addrs: np.ndarray, lengths: np.ndarray) -> list[ValueBuffers]:
-    """_raw_pieces from uint64 arrays: many pieces per value stay arrays (views, no per-piece step)."""
+def _raw_piece_arrays(counts: np.ndarray, addrs: np.ndarray, lengths: np.ndarray) -> Sequence[ValueBuffers]:
+    """_raw_pieces from uint64 arrays: many pieces per value stay arrays (PieceValues, no per-piece step)."""
     if addrs.size == counts.size:
         return _raw_pieces(counts.tolist(), addrs.tolist(), lengths.tolist())
-    ends = np.cumsum(counts).tolist()
-    starts = [0, *ends[:-1]]
-    sizes = np.add.reduceat(lengths, starts).tolist()
-    return [RawPieces(addrs[a:b], lengths[a:b], size) for a, b, size in zip(starts, ends, sizes, strict=True)]
+    return PieceValues(addrs, lengths, counts)
+
+
+class PieceValues(Sequence[RawPieces]):
+    """Many values' raw pieces as the flat arrays they came in (value i: its counts[i] next pieces),
+    with a RawPieces per value made only when asked for: the usual read hands the arrays to the engine as
+    they are (kvstore.client.read_plan), where a value's own arrays cost a slice, then a join, per value.
+    A slice of consecutive values is a PieceValues of the same arrays' range."""
+
+    def __init__(self, addrs: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> None:
+        self.addrs, self.lengths, self.counts = addrs, lengths, counts
+        ends = np.cumsum(counts)
+        self._starts = np.concatenate(([0], ends)).tolist()  # value i: pieces starts[i]..starts[i + 1]
+        self.sizes: list[int] = (
+            np.add.reduceat(lengths, self._starts[:-1]).tolist() if len(counts) and len(lengths) else []
+        )
+        self._made: list[RawPieces | None] = [None] * len(counts)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, i: int) -> RawPieces: ...
+    @overload
+    def __getitem__(self, i: slice) -> PieceValues: ...
+    def __getitem__(self, i: int | slice) -> RawPieces | PieceValues:
+        if isinstance(i, slice):
+            first, stop, step = i.indices(len(self))
+            if step != 1:
+                raise InvalidArgumentError("values are sliced in order")
+            stop = max(first, stop)
+            a, b = self._starts[first], self._starts[stop]
+            return PieceValues(self.addrs[a:b], self.lengths[a:b], self.counts[first:stop])
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("value index out of range")
+        made = self._made[i]
+        if made is None:
+            a, b = self._starts[i], self._starts[i + 1]
+            made = self._made[i] = RawPieces(self.addrs[a:b], self.lengths[a:b], self.sizes[i])
+        return made
 
 
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
@@ -254,7 +292,7 @@ class BufferManager:
             return None
         return _raw_pieces(counts, *spans)
 
-    def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> list[ValueBuffers]:
+    def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> Sequence[ValueBuffers]:
         """Values given as flat piece arrays (value i: its counts[i] next pieces): RawPieces when every
         piece is inside a long-lived registration (found in a few array operations), else via values()."""
         try:
@@ -276,8 +314,10 @@ class BufferManager:
         flat = list(zip(a.tolist(), n.tolist(), strict=True))
         return self.values(list(split(counted, flat)), writable)
 
-    def resolved(self, buffers: Sequence[Any], writable: bool) -> list[ValueBuffers]:
+    def resolved(self, buffers: Sequence[Any], writable: bool) -> Sequence[ValueBuffers]:
         """Values already resolved (by piece_values) as they are; buffer lists through values()."""
+        if isinstance(buffers, PieceValues):
+            return buffers
         if buffers and isinstance(buffers[0], (RawPieces, SpanList, GpuStaged)):
             return list(buffers)
         return self.values(buffers, writable)

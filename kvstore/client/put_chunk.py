@@ -6,7 +6,7 @@ chunk's start and end are answered by the master while the client works on its n
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from kvstore.client.buffers import ValueBuffers, checksums
@@ -34,7 +34,7 @@ class PutResult(NamedTuple):
 
 class PutChunk:
     def __init__(
-        self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
+        self, keys: list[str], values: Sequence[ValueBuffers], replicas: int, pin: bool, least: int
     ) -> None:
         self.keys, self.values, self.replicas, self.pin, self.least = keys, values, replicas, pin, least
         n = len(keys)

@@ -8,13 +8,13 @@ for); any other batch, and any read that does not verify, takes the store's gene
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kvstore.client.buffers import RawPieces, ValueBuffers
+from kvstore.client.buffers import PieceValues, RawPieces, ValueBuffers
 from kvstore.client.transfer_batch import MAX_REQUEST_PIECES, column_of, joined
 from transfer_engine import Op, Peer, TransferEngine
 
@@ -37,34 +37,30 @@ class ReadPlan:
     offsets: list[int]
     slots: list[int]
     gens: list[int]
-    pieces: tuple[list[int], Any, Any] | None = None  # (per key its piece count, addresses, lengths)
+    pieces: tuple[Any, Any, Any] | None = None  # (per key its piece count, addresses, lengths)
 
 
 def plan(
-    found: list[Any], values: list[ValueBuffers], peer_of: Callable[[str], Peer | None], avoid: set[str]
+    found: list[Any], values: Sequence[ValueBuffers], peer_of: Callable[[str], Peer | None], avoid: set[str]
 ) -> ReadPlan | None:
     """The batch's reads when it is the usual case (see the module's doc), else None. Values of several
     pieces (a paged cache's) are read whole: each must be exactly its object's size."""
-    if len(found) < 2 or avoid or None in found or set(map(type, values)) != {RawPieces}:
+    if len(found) < 2 or avoid or None in found:
         return None
     places = list(map(_locations, found))
     if set(map(len, places)) != {1}:
         return None
     sizes = list(map(_size, found))
-    lengths = list(map(_lengths, values))
-    counts = list(map(len, lengths))
-    if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
-        return None
-    pieces = None
-    if max(counts) == 1 and set(map(type, lengths)) == {list}:
-        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+    if isinstance(values, PieceValues):  # (a batch's pieces as the caller's arrays: no step per value)
+        if sizes != values.sizes or int(values.counts.max()) > MAX_REQUEST_PIECES:
             return None
-        local = list(map(_first, map(_addrs, values)))
-    elif sizes == list(map(_value_size, values)):  # (a value cut short: the general path cuts it)
         local = [0] * len(sizes)
-        pieces = (counts, joined(list(map(_addrs, values))), joined(lengths))
+        pieces = (values.counts, values.addrs, values.lengths)
     else:
-        return None
+        listed = _listed(sizes, values)
+        if listed is None:
+            return None
+        local, pieces = listed
     locations = list(map(_first, places))
     engines = list(map(_engine, locations))
     handles: dict[str, int] = {}
@@ -86,6 +82,27 @@ def plan(
     )
 
 
+def _listed(sizes: list[int], values: Sequence[ValueBuffers]) -> tuple[list[int], Any] | None:
+    """(local addresses, pieces) of values given one by one, or None when they are not the usual case."""
+    if set(map(type, values)) != {RawPieces}:
+        return None
+    lengths = list(map(_lengths, values))
+    counts = list(map(len, lengths))
+    if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
+        return None
+    if max(counts) == 1 and set(map(type, lengths)) == {list}:
+        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+            return None
+        return list(map(_first, map(_addrs, values))), None
+    if sizes == list(map(_value_size, values)):  # (a value cut short: the general path cuts it)
+        return [0] * len(sizes), (counts, joined(list(map(_addrs, values))), joined(lengths))
+    return None
+
+
+def _counts(counts: Any) -> Any:
+    return counts.astype(np.uint32) if isinstance(counts, np.ndarray) else column_of("I", counts)
+
+
 def run(reads: ReadPlan, engine: TransferEngine, timeout: float | None = None) -> list[int]:
     """Runs the reads (this thread helping to move bytes), each verified as it lands: per key 0 when its
     bytes hash to its checksum, else its ReadCheck verdict (< 0) or error code (> 0: the engine's
@@ -102,7 +119,7 @@ def run(reads: ReadPlan, engine: TransferEngine, timeout: float | None = None) -
         fence_slots=column_of("I", reads.slots),
         fence_gens=column_of("Q", reads.gens),
         digests=[True],
-        pieces=None if pieces is None else (column_of("I", pieces[0]), pieces[1], pieces[2]),
+        pieces=None if pieces is None else (_counts(pieces[0]), pieces[1], pieces[2]),
     )
     expected = np.asarray(column_of("Q", reads.expected), np.uint64)
     return list(handle.wait_verified(expected, np.ones(len(reads.sizes), np.uint8)).tolist())

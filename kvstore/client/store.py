@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from kvstore.client import read_plan
-from kvstore.client.buffers import BufferManager, SpanList, ValueBuffers, checksums, ints
+from kvstore.client.buffers import BufferManager, PieceValues, SpanList, ValueBuffers, checksums, ints
 from kvstore.client.collector import collector_paused
 from kvstore.client.deadline import Deadline, transfer_timeout
 from kvstore.client.disk_reads import DiskReader
@@ -274,7 +274,7 @@ class Store:
     def _put(
         self,
         keys: Sequence[str],
-        buffers: Sequence[Sequence[Any]] | list[ValueBuffers],
+        buffers: Sequence[Sequence[Any]] | Sequence[ValueBuffers],
         replicas: int | None,
         pin: bool,
         min_replicas: int | None = None,
@@ -294,8 +294,9 @@ class Store:
                 lambda start, end: self._put_many(keys[start:end], values[start:end], count, pin, least),
             )
         finally:
-            for value in values:
-                value.release(self.buffers)
+            if not isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
+                for value in values:
+                    value.release(self.buffers)
 
     def _replicas(self, replicas: int | None) -> int:
         """None: the default (StoreConfig.replicas); anything else must be 1..64 (0 is an error)."""
@@ -306,7 +307,7 @@ class Store:
         return replicas
 
     def _put_many(
-        self, keys: list[str], values: list[ValueBuffers], replicas: int, pin: bool, least: int
+        self, keys: list[str], values: Sequence[ValueBuffers], replicas: int, pin: bool, least: int
     ) -> list[PutResult]:
         """Per key its PutResult. The keys go to the master in chunks (requests it bounds at
         MAX_PUT_ITEMS), pipelined when there are many: the master places the next chunk while this
@@ -457,7 +458,7 @@ class Store:
     def _get_into(
         self,
         keys: list[str],
-        buffers: Sequence[Sequence[Any]] | list[ValueBuffers],
+        buffers: Sequence[Sequence[Any]] | Sequence[ValueBuffers],
         found: list[Any],
         cached: list[bool],
         deadline: Deadline | None = None,
@@ -479,8 +480,9 @@ class Store:
             results = self.buffers.pipeline.get(values, read)
             return results
         finally:
-            for i, value in enumerate(values):
-                value.release(self.buffers, results[i] if i < len(results) and results[i] > 0 else 0)
+            if not isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
+                for i, value in enumerate(values):
+                    value.release(self.buffers, results[i] if i < len(results) and results[i] > 0 else 0)
 
     def _locate(
         self, keys: list[str], prefix: bool = False, direct: bool = True
@@ -507,7 +509,7 @@ class Store:
     def _read_located(
         self,
         keys: list[str],
-        values: list[ValueBuffers],
+        values: Sequence[ValueBuffers],
         found: list[Any],
         cached: list[bool],
         deadline: Deadline | None = None,
@@ -537,7 +539,11 @@ class Store:
         return results
 
     def _read_planned(
-        self, keys: list[str], values: list[ValueBuffers], found: list[Any], deadline: Deadline | None = None
+        self,
+        keys: list[str],
+        values: Sequence[ValueBuffers],
+        found: list[Any],
+        deadline: Deadline | None = None,
     ) -> list[int] | None:
         """_read of a batch that is the usual case (kvstore.client.read_plan) in one engine call; None
         for any other batch. What does not verify goes again through _read, which retries, reports and
@@ -563,7 +569,7 @@ class Store:
     def _read(
         self,
         keys: list[str],
-        values: list[ValueBuffers],
+        values: Sequence[ValueBuffers],
         found: list[Any],
         disk_failed: list[int] | None = None,
         deadline: Deadline | None = None,
@@ -671,7 +677,7 @@ class Store:
         return results
 
     def _read_disk(
-        self, values: list[ValueBuffers], found: list[Any], on_disk: dict[int, m.Location]
+        self, values: Sequence[ValueBuffers], found: list[Any], on_disk: dict[int, m.Location]
     ) -> list[int]:
         """Reads disk-only objects from their disk files on this host; returns the keys that failed
         (unreadable, or bytes that do not verify: a record freed or reused since it was located)."""
