@@ -63,11 +63,13 @@ def test_states_are_saved_where_vllm_checkpoints_them_and_loaded_into_the_block_
 def test_a_fresh_instance_reuses_a_stored_linear_attention_state_as_its_own_cache_would(
     engines_python: Path, store_cluster: str, tmp_path: Path
 ) -> None:
-    """vllm.LLM on CPU, a tiny dummy-weight Qwen3-Next-style hybrid (3 Gated DeltaNet layers: a Mamba state
-    group in "align" mode; 1 full-attention layer). A fresh second instance sharing 12 blocks of a prompt
-    the first stored is served as many tokens as vLLM's own prefix cache serves an instance that ran the
-    first prompt itself (384), computes only the rest, and generates the tokens of an instance that
-    computed the whole prompt (before: 0 cached tokens, a state group turned the connector off)."""
+    """vllm.LLM on CPU, a tiny Qwen3-Next-style hybrid (3 Gated DeltaNet layers: a Mamba state group in
+    "align" mode; 1 full-attention layer) with seeded random weights. A fresh second instance sharing 12
+    blocks of a prompt the first stored is served as many tokens as vLLM's own prefix cache serves an
+    instance that ran the first prompt itself (384), computes only the rest, and generates the tokens of
+    an instance that computed the whole prompt, with bit-identical first-token log-probabilities
+    (zeroing the loaded states moves them; before: 0 cached tokens, a state group turned the connector
+    off)."""
     runs = {
         role: run_scenario(engines_python, "vllm_mamba_llm", store_cluster, tmp_path, args=[role])
         for role in ("reference", "first", "second")

