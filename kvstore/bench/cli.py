@@ -367,9 +367,22 @@ def _run_connector_bench(args: argparse.Namespace) -> int:
         connector_cases.plan_case(args.case, args.model, args.window, args.write_tp, args.read_tp)
 
     def bench(master: str) -> connector_bench.ConnectorBenchResult:
-        if args.case == "dense":
+        if args.case == "dense" and args.engine == "sglang":
             model = args.model or "llama3-8b"
             return connector_bench.run(master, args.engine, model, args.blocks, args.requests)
+        if args.case == "dense":  # vLLM: the connector's own data path, head-slice members, at TP=1
+            from kvstore.bench import connector_cases
+
+            r = connector_cases.run_case(
+                master,
+                "tp-mismatch",
+                args.model or "llama3-8b",
+                args.blocks,
+                args.requests,
+                write_tp=1,
+                read_tp=1,
+            )
+            return dataclasses.replace(r, case="dense")
         from kvstore.bench import connector_cases
 
         return connector_cases.run_case(

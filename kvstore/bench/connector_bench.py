@@ -1,10 +1,11 @@
 """`kvstore bench connector`: what an engine connector adds on top of the store's own batch put/get.
 
 For a named model's KV geometry it saves and loads one request's blocks (a) through the connectors' data
-path, in the engine's own layout (vLLM: one object per block gathering that block from every layer's
-[blocks, heads, block_tokens, K|V] tensor, kvstore.integrations.paged as the vLLM worker runs it; SGLang:
-K and V objects per page from a page_first host pool, with the existence check that skips stored pages),
-and (b) with plain batch put/get of the same bytes from one contiguous buffer per object, in the same run.
+path, in the engine's own layout, and (b) with plain batch put/get of the same bytes from one contiguous
+buffer per object, in the same run. This module runs SGLang's dense case (one object per page: its K, then
+its V, from a page_first host pool, with the existence check that skips stored pages, as
+kvstore.integrations.sglang_pools moves it); vLLM's cases, the dense one included (head-slice members of
+each block at TP=1, as the vLLM worker moves them since 2026-12-07), run in kvstore.bench.connector_cases.
 The ratio is the connector's overhead. The engines themselves are not needed (their metadata bookkeeping
 is not on the data path); the `engines` test tier runs the same code under the real vLLM and SGLang.
 """
@@ -133,26 +134,22 @@ class _Layout:
         layers, heads, dim, elem, tokens = MODELS[model]
         rng = np.random.default_rng(seed)
         self.engine = engine
-        if engine == "vllm":  # one tensor per layer: [blocks, heads, block tokens, K|V]
-            self.tensors = [mapped_memory((blocks, heads, tokens, 2 * dim), rng) for _ in range(layers)]
-            self.cache = PagedCache([layer_geometry(f"l{i}", t) for i, t in enumerate(self.tensors)])
-            self.objects_per_block = 1
-        else:  # SGLang page_first host pool: [K|V, tokens, layers, heads, dim]
-            pool = mapped_memory((2, blocks * tokens, layers, heads, dim), rng)
-            self.tensors = [pool]
-            self.cache = PagedCache([layer_geometry("k", pool[0].reshape(blocks, -1))])
-            self.kv_offset = pool[1].ctypes.data - pool[0].ctypes.data
-            self.objects_per_block = 2
+        if engine != "sglang":
+            raise ValueError("this layout is SGLang's (vLLM's cases run in kvstore.bench.connector_cases)")
+        # SGLang's page_first host pool: [K|V, tokens, layers, heads, dim]; a page is one object (K, V)
+        pool = mapped_memory((2, blocks * tokens, layers, heads, dim), rng)
+        self.tensors = [pool]
+        self.cache = PagedCache([layer_geometry("k", pool[0].reshape(blocks, -1))])
+        self.kv_offset = pool[1].ctypes.data - pool[0].ctypes.data
+        self.objects_per_block = 1
         self.object_bytes = layers * heads * tokens * 2 * dim * elem // self.objects_per_block
 
     def objects(self, blocks: int) -> list[list[tuple[int, int]]]:
         """The buffers of every object of blocks 0..blocks-1, as the connector computes them."""
-        if self.engine == "vllm":
-            return self.cache.many_buffers([[block] * len(self.cache.layers) for block in range(blocks)])
         out = []
-        for block in range(blocks):
+        for block in range(blocks):  # (as kvstore.integrations.sglang_pools: the page's K, then its V)
             addr, size = self.cache.layers[0].span(block)
-            out += [[(addr, size)], [(addr + self.kv_offset, size)]]
+            out.append([(addr, size), (addr + self.kv_offset, size)])
         return out
 
     def equal(self, other: _Layout) -> bool:
@@ -183,12 +180,6 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
 
         def batch(layout: _Layout, names: list[str]) -> Batch:
             b = Batch()
-            if layout.engine == "vllm":  # (as the vLLM connector builds its batches: flat piece arrays)
-                b.keys, b.tags = list(names), [None] * len(names)
-                b.pieces = layout.cache.many_pieces(
-                    [[block] * len(layout.cache.layers) for block in range(blocks)]
-                )
-                return b
             for name, parts in zip(names, layout.objects(blocks), strict=True):
                 b.add(name, parts)
             return b

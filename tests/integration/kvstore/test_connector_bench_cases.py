@@ -91,8 +91,10 @@ def test_dense_case_keeps_its_fields() -> None:
     """Scripts read the dense case's JSON: its fields stay, the new ones describe it."""
     out = bench_json("--blocks", "4")
     assert out["errors"] == 0 and out["engine"] == "vllm" and out["model"] == "llama3-8b"
-    assert out["object_bytes"] == 2 << 20 and out["blocks"] == 4 and out["requests"] == 2
-    assert out["case"] == "dense" and out["objects_saved"] == 4 and out["bytes_loaded"] == 4 * (2 << 20)
+    # Since 2026-12-07 a block is its 8 KV heads' members, as the vLLM connector stores it (TP=1)
+    assert out["object_bytes"] == (2 << 20) // 8 and out["blocks"] == 4 and out["requests"] == 2
+    assert out["case"] == "dense" and out["objects_saved"] == 4 * 8 and out["bytes_loaded"] == 4 * (2 << 20)
+    assert out["write_tp"] == out["read_tp"] == 1 and out["head_split"] == 8
 
 
 @pytest.mark.parametrize(
