@@ -62,6 +62,15 @@ class StoreConfig(Component):
         "block whose bytes did not arrive verified this many milliseconds after its load batch started is a "
         "load error the engine recomputes, so a slow or dead node costs at most this; 0: no deadline.",
     )
+    head_split: int = setting(
+        0,
+        "Members (head slices) per block of each attention KV cache group the vLLM connector stores "
+        "(connector key head_split): a positive divisor of the model's KV heads that every TP size of the "
+        "deployment divides (a rank reads whole members), like vLLM Mooncake's store_tp_size; fewer "
+        "members, fewer objects per block. Deployments sharing a store must agree on it (the largest TP "
+        "size among them, or the default): other splits never read each other's members. MLA and state "
+        "groups keep their own counts. 0: one member per KV head (every TP size reads it).",
+    )
     rpc_busy_poll_us: int = setting(
         100,
         "Microseconds to poll for a master reply before sleeping (a wake-up costs tens of µs on a VM); "
@@ -119,6 +128,11 @@ class StoreConfig(Component):
         if not 0 <= self.load_deadline_ms <= 3_600_000:
             raise InvalidArgumentError(
                 f"load_deadline_ms must be 0 (none) .. 3600000 milliseconds, got {self.load_deadline_ms}"
+            )
+        if not 0 <= self.head_split <= 65536:
+            raise InvalidArgumentError(
+                f"head_split must be 0 (one member per KV head) or a positive divisor of the model's KV "
+                f"heads, got {self.head_split}"
             )
         for address in self.master.split(","):
             if address.strip():

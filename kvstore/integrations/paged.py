@@ -28,7 +28,7 @@ log = logging.getLogger("kvstore.integrations")
 
 # Settings every connector takes from its engine's extra config, each falling back to its KVSTORE_*
 # variable (Store.connect reads those): the names are StoreConfig's.
-CONNECTOR_SETTINGS = ("master", "namespace", "replicas", "transport", "load_deadline_ms")
+CONNECTOR_SETTINGS = ("master", "namespace", "replicas", "transport", "load_deadline_ms", "head_split")
 RECONNECT_SECONDS = 5.0  # after a failed connection, how long lookups report misses before trying again
 
 

@@ -6,7 +6,12 @@
 
 Extra config keys (each falls back to its KVSTORE_* variable, so every worker can be configured by
 environment alone): master, namespace, replicas, transport, load_deadline_ms (the load budget: a block not
-arrived by then is a load error, recomputed).
+arrived by then is a load error, recomputed), head_split (members per block of an attention group; 0: one
+per KV head. A positive divisor of the KV heads that every TP size of the deployment divides, like vLLM
+Mooncake's store_tp_size: fewer objects per block, e.g. 1 for a TP=1-only deployment instead of 8 for
+Llama-3-8B. Deployments sharing a store must agree on it (the largest TP size among them, or the default):
+a member key names its split, `#<i>of<n>`, so other splits never read each other's members. A split this
+instance's TP size cannot read as whole members is refused at construction).
 
 How it works. Every KV cache group of full attention, MLA, sliding window, chunked local attention or Mamba /
 linear-attention state (vLLM's "align" mode) is stored (kvstore.integrations.vllm_groups has vLLM's rule for
@@ -58,6 +63,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
+from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.integrations.head_layout import HeadLayout, HeadSplit, layer_view
 from kvstore.integrations.paged import (
@@ -147,19 +153,27 @@ class GroupLayout:
     rules: list[GroupRule | None]
     heads: list[int]
     suffixes: list[str] = field(default_factory=list)  # per group: its keys' namespace suffix (state groups)
+    splits: list[int] = field(default_factory=list)  # per group: members per block (default: its heads)
 
     @classmethod
-    def of(cls, kv_cache_config: Any, vllm_config: Any) -> GroupLayout:
+    def of(cls, kv_cache_config: Any, vllm_config: Any, head_split: int = 0) -> GroupLayout:
+        """`head_split` (StoreConfig.head_split; 0: one member per KV head) splits the blocks of groups
+        split by heads; MLA's latent and state groups keep their own member counts."""
         groups = list(getattr(kv_cache_config, "kv_cache_groups", []) or [])
         rules = [rule_for_spec(g.kv_cache_spec) for g in groups]
         tp = _tp_size(vllm_config)
+        heads = [_group_heads(vllm_config, g.kv_cache_spec) for g in groups]
         return cls(
             [list(g.layer_names) for g in groups],
             rules,
-            [_group_heads(vllm_config, g.kv_cache_spec) for g in groups],
+            heads,
             [
                 state_suffix(g.kv_cache_spec, tp) if rule is not None and rule.holds_state else ""
                 for g, rule in zip(groups, rules, strict=True)
+            ],
+            [
+                _member_count(h, head_split, tp) if _split_by_heads(g.kv_cache_spec) else h
+                for g, h in zip(groups, heads, strict=True)
             ],
         )
 
@@ -172,9 +186,9 @@ class GroupLayout:
         return rule is not None and rule.holds_state
 
     def members(self, group: int) -> int:
-        """Head slices (members) of a block of `group`: one per KV head, so every TP size reads whole
-        members (kvstore.integrations.head_layout)."""
-        return self.heads[group]
+        """Head slices (members) of a block of `group`: by default one per KV head, so every TP size reads
+        whole members (kvstore.integrations.head_layout); fewer under a head_split setting."""
+        return self.splits[group] if group < len(self.splits) else self.heads[group]
 
     def unserved(self, block_size: int) -> list[int]:
         """Groups the connector cannot serve (another kind, or blocks of another size)."""
@@ -193,6 +207,26 @@ def _total_kv_heads(vllm_config: Any, spec: Any = None) -> int:
 def _tp_size(vllm_config: Any) -> int:
     parallel = getattr(vllm_config, "parallel_config", None)
     return int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+
+
+def _member_count(heads: int, head_split: int, tp_size: int) -> int:
+    """Members per block of a group split by heads: `head_split`, or one per KV head (0). A split this TP
+    size cannot read as whole members is refused here, at construction (HeadSplit's error; rank 0 stands
+    for every rank: the check is the same for all)."""
+    if not head_split:
+        return heads
+    try:
+        HeadSplit.plan(heads, 0, tp_size, head_split)
+    except KVStoreError as exc:
+        raise type(exc)(f"head_split={head_split} (KVSTORE_HEAD_SPLIT): {exc}") from exc
+    return head_split
+
+
+def _split_by_heads(spec: Any) -> bool:
+    """Whether a group's blocks are head slices that head_split may group (not MLA's latent nor a
+    state)."""
+    name = type(spec).__name__
+    return name != "MambaSpec" and "MLA" not in name
 
 
 def _group_heads(vllm_config: Any, spec: Any) -> int:
@@ -572,10 +606,15 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         replicas = settings.get("replicas")
         self.link = StoreLink(settings)
         self.block_size = int(vllm_config.cache_config.block_size)
-        self.groups = GroupLayout.of(kv_cache_config, vllm_config)
+        head_split = StoreConfig.load(**settings).head_split
+        self.groups = GroupLayout.of(kv_cache_config, vllm_config, head_split)
         if not self.groups.rules:  # no config: one full-attention group over every layer
+            heads = _total_kv_heads(vllm_config)
             self.groups = GroupLayout(
-                [[]], [GroupRule(FULL, self.block_size)], [_total_kv_heads(vllm_config)]
+                [[]],
+                [GroupRule(FULL, self.block_size)],
+                [heads],
+                splits=[_member_count(heads, head_split, _tp_size(vllm_config))],
             )
         unserved = self.groups.unserved(self.block_size)
         self.active = not unserved

@@ -7,6 +7,12 @@ TP=1, 2, 4 and 8 (4 KV heads: at TP=8 each head is on two ranks) then run a prom
 blocks. Ranks are emulated in one process: a VllmConfig per rank with tensor_parallel_size and rank set,
 their outputs merged by vLLM's KVOutputAggregator.
 
+Then the same under the connector's head_split=2 setting (2 members per block instead of 4): a TP=1
+reader with it finds none of the default split's members of that prompt; a TP=2 writer of another prompt
+stores exactly members #0of2 and #1of2 of each block (no #<i>of4); TP=1 and TP=2 readers with the setting
+read them byte-exact, each rank its heads' share; a reader with the default split finds none of them; and
+TP=4, whose ranks would each read half a member, is refused at construction on both roles.
+
 The model forward is the one thing simulated: each step writes, for every token it computes, a value
 derived from (token, position, layer, global KV head, element, instance) into that token's slot of each
 of the rank's heads, so a reader's block equals the writer's only if it was loaded. Printed as JSON: what
@@ -76,7 +82,7 @@ def tiny_model_dir() -> str:
     return path
 
 
-def rank_config(model: str, tp: int, rank: int) -> VllmConfig:
+def rank_config(model: str, tp: int, rank: int, extra: dict[str, object] | None = None) -> VllmConfig:
     config = VllmConfig(
         model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
         cache_config=CacheConfig(block_size=BLOCK),
@@ -85,7 +91,8 @@ def rank_config(model: str, tp: int, rank: int) -> VllmConfig:
             kv_connector="KVStoreConnector",
             kv_connector_module_path="kvstore.integrations.vllm",
             kv_role="kv_both",
-            kv_connector_extra_config={},  # master from KVSTORE_MASTER; the default namespace
+            # master from KVSTORE_MASTER; the default namespace
+            kv_connector_extra_config=dict(extra or {}),
         ),
     )
     record_kv_cache_layout(config.cache_config, KVCacheLayout.LBHNC.name)  # the CPU backend's only one
@@ -101,24 +108,28 @@ def global_heads(rank: int, tp: int) -> list[int]:
     return list(range(rank * per, (rank + 1) * per))
 
 
+def kv_cache_configs(configs: list[VllmConfig]) -> list[object]:
+    """Each rank's KV cache config, as a worker of this TP size reports its layers: KV heads of its own
+    shard only."""
+    tp = len(configs)
+    spec = FullAttentionSpec(
+        block_size=BLOCK, num_kv_heads=len(global_heads(0, tp)), head_size=HEAD, dtype=torch.float32
+    )
+    specs = [{name: spec for name in LAYERS} for _ in range(tp)]
+    return get_kv_cache_configs(configs[0], specs, [NUM_BLOCKS * len(LAYERS) * spec.page_size_bytes] * tp)
+
+
 class Instance:
     """One vLLM instance at TP size `tp`: its scheduler and one worker-side connector per TP rank."""
 
-    def __init__(self, model: str, tp: int, salt: float) -> None:
+    def __init__(self, model: str, tp: int, salt: float, extra: dict[str, object] | None = None) -> None:
         self.tp = tp
         self.salt = salt  # in every value it computes: a block it computed itself is not the writer's
-        configs = [rank_config(model, tp, r) for r in range(tp)]
+        configs = [rank_config(model, tp, r, extra) for r in range(tp)]
         hash_fn = get_hash_fn_by_name(configs[0].cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)  # as vLLM's engine core does
         self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
-        # As a worker of this TP size reports its layers: KV heads of its own shard only.
-        spec = FullAttentionSpec(
-            block_size=BLOCK, num_kv_heads=len(global_heads(0, tp)), head_size=HEAD, dtype=torch.float32
-        )
-        specs = [{name: spec for name in LAYERS} for _ in range(tp)]
-        kv_configs = get_kv_cache_configs(
-            configs[0], specs, [NUM_BLOCKS * len(LAYERS) * spec.page_size_bytes] * tp
-        )
+        kv_configs = kv_cache_configs(configs)
         self.scheduler = Scheduler(
             vllm_config=configs[0],
             kv_cache_config=generate_scheduler_kv_cache_config(kv_configs),
@@ -232,6 +243,80 @@ def head_share(tp: int, blocks: int) -> int:
     return blocks * len(LAYERS) * len(global_heads(0, tp)) * BLOCK * CONTENT * 4
 
 
+def stored_members(instance: Instance, prompt: list[int], count: int) -> list[bool]:
+    """Whether member i of `count` of each full block of `prompt` is in the store (block-major)."""
+    connector = instance.scheduler.connector
+    seqs, digests = connector.names.prompt(prompt)
+    keys = [
+        connector.names.key(seq, digest, 0, member, count)
+        for seq, digest in zip(seqs, digests, strict=True)
+        for member in range(count)
+    ]
+    return connector.link.get().batch_exists(keys)
+
+
+def refusals(model: str, tp: int, extra: dict[str, object]) -> dict[str, str]:
+    """How each role's connector construction answers a head split TP size `tp` cannot read whole."""
+    configs = [rank_config(model, tp, r, extra) for r in range(tp)]
+    kv_configs = kv_cache_configs(configs)
+    out = {}
+    for role, rank in ((KVConnectorRole.SCHEDULER, 0), (KVConnectorRole.WORKER, tp - 1)):
+        try:
+            KVConnectorFactory.create_connector(configs[rank], role, kv_configs[rank]).shutdown()
+            out[role.name] = "constructed"
+        except Exception as exc:  # the test checks which error and what it says
+            out[role.name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def head_split_case(model: str, prompt_a: list[int]) -> dict[str, object]:
+    """The head_split=2 deployment (module docstring): 2 members of 2 KV heads each per block."""
+    split = {"head_split": 2}
+    report: dict[str, object] = {}
+    probe = Instance(model, 1, salt=0.75, extra=split)
+    probe.run("p", prompt_a[: 3 * BLOCK] + [(i * 5 + 2) % 500 + 5 for i in range(BLOCK)])
+    report["probe_matched"] = probe.matched  # the default split's members of prompt_a are not read
+    probe.shutdown()
+    prompt_c = [(i * 13 + 1) % 500 + 5 for i in range(4 * BLOCK)]
+    writer = Instance(model, 2, salt=0.25, extra=split)
+    writer.run("c", prompt_c)
+    written = writer.head_bytes("c", 3)
+    report["writer_saved_bytes"] = [s.get("saved_bytes", 0) for s in writer.stats]
+    report["writer_share"] = head_share(2, 4)
+    report["members_of_2"] = stored_members(writer, prompt_c, 2)
+    report["members_of_4"] = stored_members(writer, prompt_c, 4)
+    writer.shutdown()
+    for tp in (1, 2):
+        reader = Instance(model, tp, salt=0.5, extra=split)
+        reader.run("d", prompt_c[: 3 * BLOCK] + [(i * 17 + tp) % 500 + 5 for i in range(BLOCK + 3)])
+        loaded = reader.head_bytes("d", 3)
+        report[f"tp{tp}"] = {
+            "matched": reader.matched,
+            "equal_bytes": loaded == written,
+            "loaded_bytes": [s.get("loaded_bytes", 0) for s in reader.stats],
+            "failed_loads": [s.get("failed_loads", 0) for s in reader.stats],
+            "share": head_share(tp, 3),
+        }
+        reader.shutdown()
+    default = Instance(model, 1, salt=0.5)
+    default.run("e", prompt_c[: 3 * BLOCK] + [(i * 19 + 3) % 500 + 5 for i in range(BLOCK)])
+    report["default_split_matched"] = default.matched  # split-2 members are not the default's
+    default.shutdown()
+    report["tp4_refused"] = refusals(model, 4, split)
+    return report
+
+
+def main_head_split() -> None:
+    """The head_split=2 case alone (argument `head_split`), after a default-split writer of prompt_a."""
+    model = tiny_model_dir()
+    prompt_a = [(i * 7 + 3) % 500 + 5 for i in range(4 * BLOCK)]
+    writer = Instance(model, 2, salt=0.0)
+    writer.run("a", prompt_a)
+    writer.shutdown()
+    print(json.dumps({"split2": head_split_case(model, prompt_a)}))
+    sys.stdout.flush()
+
+
 def main() -> None:
     model = tiny_model_dir()
     prompt_a = [(i * 7 + 3) % 500 + 5 for i in range(4 * BLOCK)]  # exactly 4 full blocks
@@ -264,4 +349,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main_head_split() if sys.argv[1:] == ["head_split"] else main()
