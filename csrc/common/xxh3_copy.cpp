@@ -64,7 +64,8 @@ __attribute__((target("avx2"))) inline void scramble(__m256i& acc, const unsigne
 }
 
 // Folds `count` stripes from `src`, numbered from `first`, copying each to `dst` (when set) from the same
-// registers; with `stream`, in non-temporal stores (dst 32-byte aligned).
+// registers; with `stream`, in non-temporal stores (dst 32-byte aligned), which the caller fences
+// (store_fence) before the copy is reported done.
 __attribute__((target("avx2"))) void fold_stripes(uint64_t* acc, char* dst, const char* src, uint64_t count,
                                                   uint64_t first, bool stream) {
   __m256i a0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc));
@@ -91,7 +92,10 @@ __attribute__((target("avx2"))) void fold_stripes(uint64_t* acc, char* dst, cons
   }
   _mm256_store_si256(reinterpret_cast<__m256i*>(acc), a0);
   _mm256_store_si256(reinterpret_cast<__m256i*>(acc + 4), a1);
-  if (stream) _mm_sfence();  // the bytes are visible before the copy is reported done
+}
+
+void store_fence() {
+  _mm_sfence();
 }
 
 __attribute__((target("avx2"))) void fold_last(uint64_t* acc, const unsigned char* stripe) {
@@ -112,6 +116,7 @@ bool has_avx2() {
 
 void fold_stripes(uint64_t*, char*, const char*, uint64_t, uint64_t, bool) {}
 void fold_last(uint64_t*, const unsigned char*) {}
+void store_fence() {}
 bool has_avx2() {
   return false;
 }
@@ -210,6 +215,7 @@ void FusedCopy::copy(void* dst, const void* src, size_t n) {
     // through the cache is read first (a third of the memory traffic).
     const bool stream = total_ >= kStreamFrom && (reinterpret_cast<uintptr_t>(d) & 31) == 0;
     fold_stripes(acc_, d, s, whole, stripe_, stream);
+    streamed_ = streamed_ || stream;
     stripe_ += whole;
     d += whole * kStripe, s += whole * kStripe, striped -= whole * kStripe;
   }
@@ -220,6 +226,9 @@ void FusedCopy::copy(void* dst, const void* src, size_t n) {
     d += striped, s += striped;
   }
   if (n > 0) copy_bytes(d, s, n);
+  // One fence for every piece's non-temporal stores, after the last byte (a value of 32 paged pieces
+  // was fenced 32 times): the bytes are visible before the copy is reported done.
+  if (streamed_ && seen_ == total_) store_fence();
 }
 
 uint64_t FusedCopy::digest() const {

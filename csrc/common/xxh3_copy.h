@@ -18,7 +18,8 @@ namespace kvs::xxh3 {
 bool enable_fused(const unsigned char* secret, uint64_t (*reference)(const void*, size_t));
 bool fused_enabled();
 
-// The digest of `total` bytes (> kFusedMin) arriving as pieces in order, each copied by copy().
+// The digest of `total` bytes (> kFusedMin) arriving as pieces in order, each copied by copy(); the copy
+// of the last byte makes every piece's bytes visible (fences their non-temporal stores).
 // Requires fused_enabled().
 class FusedCopy {
  public:
@@ -41,6 +42,7 @@ class FusedCopy {
   uint64_t stripe_ = 0;  // stripes folded so far
   uint64_t stripes_;     // how many stripes fold normally (the rest only feed the final step)
   size_t carry_len_ = 0;
+  bool streamed_ = false;  // some stripes went around the cache: fenced once the last byte is copied
 };
 
 }  // namespace kvs::xxh3
