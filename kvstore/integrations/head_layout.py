@@ -270,7 +270,20 @@ class HeadLayout(Registrations):
                 f"rank {self.split.tp_rank} of {self.split.tp_size} holds members {mine.start}.."
                 f"{mine.stop - 1} of {self.count}, not {sorted(set(wanted.tolist()) - set(mine))}"
             )
-        local = wanted - mine.start
+        return self._pieces(blocks, wanted - mine.start)
+
+    def rank_pieces(self, rows: Sequence[Sequence[int]] | np.ndarray) -> tuple[Pieces, np.ndarray]:
+        """Every member this rank holds of each block: (pieces, member per object), object i*m + j being
+        member members[j] of rows[i]."""
+        blocks = self._blocks(rows)
+        mine = self.split.members
+        local = np.tile(np.arange(len(mine), dtype=np.int64), len(blocks))
+        # (the blocks checked once, the members this rank's own: none of many_pieces' checks again)
+        pieces = self._pieces(np.repeat(blocks, len(mine), axis=0), local)
+        return pieces, local + mine.start
+
+    def _pieces(self, blocks: np.ndarray, local: np.ndarray) -> Pieces:
+        """many_pieces of checked block rows and members counted from this rank's first."""
         starts = blocks * self._strides + local[:, None] * self._shifts  # (object, layer) shifts
         shifts = starts if self._one_run_per_layer else starts[:, self._run_layer]
         addrs = shifts + self._run_offsets
@@ -285,14 +298,6 @@ class HeadLayout(Registrations):
         if len(first_runs) and (ends == addrs[:, first_runs]).any():
             return coalesce(pieces)  # (layers adjacent in memory: merged as one run)
         return pieces
-
-    def rank_pieces(self, rows: Sequence[Sequence[int]] | np.ndarray) -> tuple[Pieces, np.ndarray]:
-        """Every member this rank holds of each block: (pieces, member per object), object i*m + j being
-        member members[j] of rows[i]."""
-        blocks = self._blocks(rows)
-        mine = np.arange(self.split.members.start, self.split.members.stop, dtype=np.int64)
-        members = np.tile(mine, len(blocks))
-        return self.many_pieces(np.repeat(blocks, len(mine), axis=0), members), members
 
     def _blocks(self, rows: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
         blocks = np.asarray(rows, dtype=np.int64)
