@@ -320,7 +320,8 @@ def _add_connector_bench(sub: argparse._SubParsersAction) -> None:
         help="engine connector save/load vs the store's own batch put/get",
         description="Saves and loads requests' KV blocks through a connector's data path and, alternating "
         "with it, the same bytes as the same objects through the store's own batch put/get. Cases: dense "
-        "(one object per block, --engine vllm or sglang); hybrid (the vLLM connector on a Gemma-3-style "
+        "(a dense model at TP=1: vLLM's head-slice members of each block, or SGLang's one object per page; "
+        "--engine vllm or sglang); hybrid (the vLLM connector on a Gemma-3-style "
         "model: every KV cache group's blocks saved as store groups of head-slice members, loads reading "
         "what vLLM's rule needs, the window groups' last blocks only); tp-mismatch (the vLLM connector's "
         "head-slice members written by --write-tp ranks, read by --read-tp ranks, each moving its heads).",
