@@ -41,8 +41,7 @@ from typing import Any
 import numpy as np
 
 from kvstore.errors import InvalidArgumentError, NotSupportedError
-from kvstore.integrations.paged import Pieces, Registrations, allocation
-from transfer_engine import cuda
+from kvstore.integrations.paged import Pieces, Registrations, allocation, require_movable_device
 
 AXES = "BHNCK"  # block, head, token, content (bytes of one token of one head), K/V part
 
@@ -189,14 +188,7 @@ def layer_view(name: str, tensor: Any, axes: str = "BHNC", num_blocks: int | Non
 def _strided(name: str, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
     """(shape, strides in elements, element bytes, address) of a CPU/CUDA tensor or a numpy array."""
     if hasattr(tensor, "data_ptr"):  # torch
-        device = getattr(getattr(tensor, "device", None), "type", "cpu")
-        if device == "cuda":
-            try:
-                cuda.require()
-            except NotSupportedError as exc:
-                raise NotSupportedError(f"layer {name} is on the GPU, but {exc}") from exc
-        elif device != "cpu":
-            raise NotSupportedError(f"layer {name} is on {device}: kvstore moves CPU and CUDA tensors only")
+        require_movable_device(name, tensor)
         return tuple(tensor.shape), tuple(tensor.stride()), tensor.element_size(), tensor.data_ptr()
     if not hasattr(tensor, "__array_interface__") or not hasattr(tensor, "strides"):
         raise InvalidArgumentError(f"layer {name}: not a tensor or array ({type(tensor).__name__})")

@@ -117,14 +117,7 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
     block (vLLM >= 0.32: [blocks, heads, block_tokens, K|V]; SGLang host pools: [pages, ...]). Each block
     must be contiguous; blocks may be strided (several layers sharing one allocation)."""
     if hasattr(tensor, "data_ptr"):  # torch
-        device = getattr(getattr(tensor, "device", None), "type", "cpu")
-        if device == "cuda":
-            try:
-                cuda.require()
-            except NotSupportedError as exc:
-                raise NotSupportedError(f"layer {name} is on the GPU, but {exc}") from exc
-        elif device != "cpu":
-            raise NotSupportedError(f"layer {name} is on {device}: kvstore moves CPU and CUDA tensors only")
+        require_movable_device(name, tensor)
         if tensor.dim() < 1 or tensor.shape[0] == 0:
             raise InvalidArgumentError(f"layer {name} has no blocks")
         if not tensor[0].is_contiguous():
@@ -153,6 +146,18 @@ def layer_geometry(name: str, tensor: Any) -> LayerGeometry:
         int(shape[0]),
         allocation(tensor),
     )
+
+
+def require_movable_device(name: str, tensor: Any) -> None:
+    """Refuses layer `name`'s torch tensor unless it is on the CPU, or on a GPU with CUDA available here."""
+    device = getattr(getattr(tensor, "device", None), "type", "cpu")
+    if device == "cuda":
+        try:
+            cuda.require()
+        except NotSupportedError as exc:
+            raise NotSupportedError(f"layer {name} is on the GPU, but {exc}") from exc
+    elif device != "cpu":
+        raise NotSupportedError(f"layer {name} is on {device}: kvstore moves CPU and CUDA tensors only")
 
 
 def allocation(tensor: Any) -> tuple[int, int]:
