@@ -116,6 +116,18 @@ def p50_ms(seconds: list[float]) -> float:
     return float(np.median(seconds) * 1e3) if seconds else 0.0
 
 
+Rates = tuple[float, float, float, float, float, float, float, float]
+
+
+def rates(timings: dict[str, tuple[list[float], int]]) -> Rates:
+    """ConnectorBenchResult's throughput and p50 fields, in its order, from the timed rounds of each path
+    (save, load, put, get: each its seconds per request and the bytes it moved in all)."""
+    paths = [timings[name] for name in ("save", "load", "put", "get")]
+    save, load, put, get = (gbps(seconds, moved) for seconds, moved in paths)
+    save_ms, load_ms, put_ms, get_ms = (p50_ms(seconds) for seconds, _ in paths)
+    return save, load, put, get, save_ms, load_ms, put_ms, get_ms
+
+
 def mapped_memory(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Random uint16 values in memory of its own mapping. Both paths use such memory so that they differ
     only in the connector: numpy would give the flat buffers (>= 4 MiB) huge pages and not the smaller
@@ -233,10 +245,6 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
                     total = timings.get(fn.__name__, ([], 0))
                     timings[fn.__name__] = (total[0] + seconds, total[1] + moved)
             store.batch_remove(saved[i] + plain[i], force=True)
-        save_s, save_b = timings["save"]
-        put_s, put_b = timings["put"]
-        load_s, load_b = timings["load"]
-        get_s, get_b = timings["get"]
         if not target.equal(source) or not np.array_equal(flat_src, flat_dst):
             errors += 1
         objects = blocks * source.objects_per_block
@@ -247,15 +255,8 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
             blocks,
             source.object_bytes,
             requests,
-            gbps(save_s, save_b),
-            gbps(load_s, load_b),
-            gbps(put_s, put_b),
-            gbps(get_s, get_b),
-            p50_ms(save_s),
-            p50_ms(load_s),
-            p50_ms(put_s),
-            p50_ms(get_s),
-            errors,
+            *rates(timings),
+            errors=errors,
             objects_saved=objects,
             objects_loaded=objects,
             bytes_saved=per_request,

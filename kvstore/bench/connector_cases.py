@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvstore.bench.connector_bench import ConnectorBenchResult, gbps, mapped_memory, measure_baseline, p50_ms
+from kvstore.bench.connector_bench import ConnectorBenchResult, mapped_memory, measure_baseline, rates
 from kvstore.bench.models import HYBRID_MODELS, MODELS
 from kvstore.blocks import BlockHasher, member_key, seq_hashes, seq_key
 from kvstore.errors import InvalidArgumentError
@@ -402,8 +402,6 @@ class CaseRun:
         return True
 
     def _result(self, timings: dict[str, tuple[list[float], int]]) -> ConnectorBenchResult:
-        (save_s, save_b), (put_s, put_b) = timings["save"], timings["put"]
-        (load_s, load_b), (get_s, get_b) = timings["load"], timings["get"]
         saved, loaded = self._sizes("save"), self._sizes("load")
         objects_saved = sum(len(sizes) for sizes in saved)
         bytes_saved = sum(sum(sizes) for sizes in saved)
@@ -416,15 +414,8 @@ class CaseRun:
             self.blocks,
             object_bytes,
             self.requests,
-            gbps(save_s, save_b),
-            gbps(load_s, load_b),
-            gbps(put_s, put_b),
-            gbps(get_s, get_b),
-            p50_ms(save_s),
-            p50_ms(load_s),
-            p50_ms(put_s),
-            p50_ms(get_s),
-            self.errors,
+            *rates(timings),
+            errors=self.errors,
             case=spec.case,
             write_tp=spec.write_tp,
             read_tp=spec.read_tp,
