@@ -24,8 +24,8 @@ such and SGLang recomputes it; with the master down every lookup misses and ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from sglang.srt.mem_cache.hicache_storage import (
@@ -43,6 +43,7 @@ from kvstore.integrations.sglang_keys import PageKeys, RankShape
 from kvstore.integrations.sglang_pools import PageMove, PagePools, pool_name
 
 log = logging.getLogger("kvstore.sglang")
+T = TypeVar("T")
 
 # Keys of the dynamic backend's extra config that are SGLang's, not ours.
 _SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1")
@@ -194,14 +195,10 @@ class KVStoreHiCacheStorage(HiCacheStorage):
             return {}
         store = self._store()
         if store is None:
-            return {m.pool: [False] * len(m.pages) for m in moves}
-        try:
-            loaded = self.pools.get(store, moves)
-        except KVStoreError as exc:
-            if isinstance(exc, InvalidArgumentError):
-                raise  # SGLang handed over pages that do not fit its own pools: say so
-            log.warning("kvstore get of %d pages failed: %s", sum(len(m.pages) for m in moves), exc)
-            loaded = {m.pool: [False] * len(m.pages) for m in moves}
+            return none_moved(moves)
+        loaded = self._guarded("get", moves, lambda: self.pools.get(store, moves))
+        if loaded is None:
+            loaded = none_moved(moves)
         pages = [ok for flags in loaded.values() for ok in flags]
         self.stats["loaded_pages"] += sum(pages)
         self.stats["failed_pages"] += len(pages) - sum(pages)
@@ -212,17 +209,26 @@ class KVStoreHiCacheStorage(HiCacheStorage):
             return {}
         store = self._store()
         if store is None:
-            return {m.pool: [False] * len(m.pages) for m in moves}
-        try:
-            saved, skipped = self.pools.put(store, moves)
-        except KVStoreError as exc:
-            if isinstance(exc, InvalidArgumentError):
-                raise
-            log.warning("kvstore set of %d pages failed: %s", sum(len(m.pages) for m in moves), exc)
-            return {m.pool: [False] * len(m.pages) for m in moves}
+            return none_moved(moves)
+        result = self._guarded("set", moves, lambda: self.pools.put(store, moves))
+        if result is None:
+            return none_moved(moves)
+        saved, skipped = result
         self.stats["saved_pages"] += sum(ok for flags in saved.values() for ok in flags)
         self.stats["skipped_pages"] += skipped
         return saved
+
+    @staticmethod
+    def _guarded(verb: str, moves: Sequence[PageMove], move: Callable[[], T]) -> T | None:
+        """move(), or None where the store failed it (logged: SGLang recomputes those pages). Invalid
+        arguments propagate: SGLang handed over pages that do not fit its own pools."""
+        try:
+            return move()
+        except KVStoreError as exc:
+            if isinstance(exc, InvalidArgumentError):
+                raise
+            log.warning("kvstore %s of %d pages failed: %s", verb, sum(len(m.pages) for m in moves), exc)
+            return None
 
     # -- the plain interface: whole flat pages (tensors) -----------------------------------------------
     def _plain_keys(self, keys: Sequence[str]) -> list[str]:
@@ -290,6 +296,11 @@ class KVStoreHiCacheStorage(HiCacheStorage):
         if store is not None:
             self.pools.unregister(store)
         self.link.close()
+
+
+def none_moved(moves: Sequence[PageMove]) -> dict[str, list[bool]]:
+    """Every page of `moves` reported as not moved."""
+    return {m.pool: [False] * len(m.pages) for m in moves}
 
 
 __all__ = ["KVStoreHiCacheStorage"]
