@@ -17,6 +17,7 @@ import pytest
 from kvstore.index.hashing import seq_hashes
 from kvstore.procs import kvstore_process
 from tests.helpers.kv_event_publisher import Publisher, block_stored
+from tests.helpers.store_credit import eventually
 
 BLOCK = 4
 MODEL = "llama"
@@ -55,17 +56,6 @@ def query(address: str, tokens: list[int]) -> dict:
     status, reply = call(address, "/query", {"model": MODEL, "token_ids": tokens, "block_size": BLOCK})
     assert status == 200, reply
     return reply["default"]
-
-
-def eventually(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def test_events_before_and_after_registering_and_a_gap_are_all_indexed(index: str) -> None:
