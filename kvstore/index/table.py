@@ -15,7 +15,7 @@ its depth). Not thread-safe: one writer (kvstore.index.subscriptions) applies ev
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
@@ -271,28 +271,35 @@ class PrefixIndex:
         s = table.slots.get(holder) if table else None
         if table is None or s is None:
             return
-        before = table.entries()
-        for digest in hashes:
-            if digest in s.hashes:
-                s.hashes.discard(digest)
-                table._unhold(digest, s)
-        self.entries -= before - table.entries()
-        if not s.hashes:
-            self._drop(scope, table, holder)
+        self._release(scope, table, holder, s.hashes, hashes, lambda digest: table._unhold(digest, s))
 
     def remove_shared(self, scope: Scope, holder: Holder, hashes: Iterable[int]) -> None:
         table = self._scopes.get(scope)
         mine = table.shared_slots.get(holder) if table else None
         if table is None or mine is None:
             return
+        self._release(scope, table, holder, mine, hashes, table.unshare, shared=True)
+
+    def _release(
+        self,
+        scope: Scope,
+        table: _ScopeTable,
+        holder: Holder,
+        held: set[int],
+        hashes: Iterable[int],
+        let_go: Callable[[int], None],
+        shared: bool = False,
+    ) -> None:
+        """Lets go of the blocks of `hashes` that `holder` holds (`held`: its own or its shared set), and of
+        the holder once it holds none."""
         before = table.entries()
         for digest in hashes:
-            if digest in mine:
-                mine.discard(digest)
-                table.unshare(digest)
+            if digest in held:
+                held.discard(digest)
+                let_go(digest)
         self.entries -= before - table.entries()
-        if not mine:
-            self._drop(scope, table, holder, shared=True)
+        if not held:
+            self._drop(scope, table, holder, shared=shared)
 
     def holds(self, scope: Scope, holder: Holder, digest: int) -> bool:
         table = self._scopes.get(scope)
