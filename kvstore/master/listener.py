@@ -38,13 +38,15 @@ class Listener:
         *,
         what: str,
         admit: Callable[[], bool] = lambda: True,
+        full: Callable[[], bool] = lambda: False,
         tls: ssl.SSLContext | None = None,
         tls_timeout: float = 5.0,
         max_handshakes: int = 256,
     ) -> None:
-        self.sock, self.factory, self.what, self.admit = sock, factory, what, admit
+        self.sock, self.factory, self.what, self.admit, self.full = sock, factory, what, admit, full
         self.tls, self.tls_timeout, self.max_handshakes = tls, tls_timeout, max_handshakes
         self.handshakes: dict[asyncio.Task[object], None] = {}  # TLS handshakes running, oldest first
+        self.starting = 0  # plain sockets accepted, their protocol not started yet (each holds a descriptor)
         self.pause = PAUSE_FIRST
         self._log = LimitedLog(log)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,12 +92,15 @@ class Listener:
                 continue
             conn.setblocking(False)
             self._serve(conn)
+            if self.full():  # the loop closes what admit evicted (and counts what arrived) before more
+                return
 
     def _serve(self, conn: socket.socket) -> None:
         assert self._loop is not None
         if self.tls is None:
             task = self._loop.create_task(self._loop.connect_accepted_socket(self.factory, conn))
-            task.add_done_callback(self._done)
+            self.starting += 1
+            task.add_done_callback(self._started)
             return
         task = self._loop.create_task(
             self._loop.connect_accepted_socket(
@@ -106,6 +111,10 @@ class Listener:
         task.add_done_callback(self._done)
         if len(self.handshakes) > self.max_handshakes:
             next(iter(self.handshakes)).cancel()  # (the oldest: a flood never locks out a new peer)
+
+    def _started(self, task: asyncio.Task[object]) -> None:
+        self.starting -= 1
+        self._done(task)
 
     def _done(self, task: asyncio.Task[object]) -> None:
         self.handshakes.pop(task, None)

@@ -104,11 +104,12 @@ class Master:
             lambda: RpcConnection(self),
             what="master RPC",
             admit=table.admit_socket,
+            full=lambda: table.held() >= table.budget,
             tls=self.tls,
             tls_timeout=auth.TIMEOUT_SECONDS,
             max_handshakes=table.unauthenticated,
         )
-        table.others = lambda: len(rpc_listener.handshakes) + self.http_open
+        table.others = lambda: len(rpc_listener.handshakes) + rpc_listener.starting + self.http_open
         self._listen(rpc_listener)
         self.address = rpc_listener.address
         if self.config.http_port is not None:
