@@ -3,12 +3,15 @@ of their own (tests/engines/setup_env.sh builds it once; later runs only reinsta
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -68,3 +71,40 @@ def run_scenario(
     # The last line that is a JSON object (engines log to stdout as well, and may do so after it).
     last = [line for line in run.stdout.splitlines() if line.startswith("{")][-1]
     return json.loads(last)
+
+
+def load_scenario(name: str) -> ModuleType:
+    """tests/engines/scenarios/NAME.py loaded as a module here, for its constants and prompts (a scenario
+    imports its engine only in main()); its folder is on sys.path while it loads, as when it runs, so
+    its engine-free shared module (llm_common) imports."""
+    folder = str(HERE / "scenarios")
+    spec = importlib.util.spec_from_file_location(name, HERE / "scenarios" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def run_reuse_roles(python: Path, name: str, master: str, tmp: Path, args: list[str] | None = None) -> dict:
+    """A vllm.LLM scenario's three roles, each a fresh process: `reference` (no connector: vLLM's own
+    prefix cache and the cold tokens), `first` (stores its prompt), `second` (shares the first's blocks).
+    Returns role -> the JSON it printed."""
+    roles = ("reference", "first", "second")
+    return {role: run_scenario(python, name, master, tmp, args=[*(args or []), role]) for role in roles}
+
+
+def assert_second_reuses_as_its_own_cache_would(runs: dict, shared_tokens: int, computed_tokens: int) -> None:
+    """The second instance is served through the store what vLLM's own prefix cache serves an instance
+    that ran the first prompt (`shared_tokens`), computes only the rest, and generates the cold tokens."""
+    reference, second = runs["reference"], runs["second"]["second"]
+    assert reference["second"]["num_cached_tokens"] == shared_tokens, reference  # vLLM's own cache
+    assert reference["second_cold"]["num_cached_tokens"] == 0
+    assert runs["first"]["first"]["num_cached_tokens"] == 0
+    assert second["num_cached_tokens"] == reference["second"]["num_cached_tokens"]
+    assert second["prompt_tokens"] - second["num_cached_tokens"] == computed_tokens
+    assert second["tokens"] == reference["second_cold"]["tokens"] and len(second["tokens"]) == 8
+    assert runs["first"]["first"]["tokens"] == reference["first"]["tokens"]

@@ -5,7 +5,6 @@ the store's blocks to every instance of the model. A fresh instance then loads e
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,7 +17,7 @@ from kvstore import Store
 from kvstore.blocks import seq_of
 from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.procs import kvstore_process
-from tests.engines.conftest import HERE, run_scenario
+from tests.engines.conftest import load_scenario, run_scenario
 from tests.helpers.store_credit import call, query, wait_subscribed
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
@@ -27,13 +26,7 @@ MODEL = "tiny-llama"
 
 
 def _scenario() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "vllm_index_credit", HERE / "scenarios" / "vllm_index_credit.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_scenario("vllm_index_credit")
 
 
 def connector_namespace(namespace: str, block: int) -> str:

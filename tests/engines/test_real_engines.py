@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from kvstore.procs import kvstore_process
-from tests.engines.conftest import HERE, run_scenario
+from tests.engines.conftest import load_scenario, run_scenario
 
 # The first test builds the engines environment (engines_python: minutes on a fresh machine, which the
 # suite's 300 s per-test limit cut short on a clean CI machine); the scenarios themselves are bounded.
@@ -118,8 +117,4 @@ def _get(address: str, path: str) -> dict:
 
 def _vllm_llm_prompts() -> dict[str, list[int]]:
     """The vllm_llm scenario's prompts (its module is only loaded: it imports vLLM only in main())."""
-    spec = importlib.util.spec_from_file_location("vllm_llm", HERE / "scenarios" / "vllm_llm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.prompts()
+    return load_scenario("vllm_llm").prompts()

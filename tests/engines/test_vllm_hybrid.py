@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import run_scenario
+from tests.engines.conftest import (
+    assert_second_reuses_as_its_own_cache_would,
+    run_reuse_roles,
+    run_scenario,
+)
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
 
@@ -25,18 +29,8 @@ def test_a_fresh_instance_reuses_stored_window_blocks_as_its_own_cache_would(
     serves an instance that ran the first prompt itself (384), computes only the rest, and generates the
     tokens of an instance without the connector. (Before: 0 cached tokens, the connector was off for any
     group but full attention.)"""
-    runs = {
-        role: run_scenario(engines_python, "vllm_hybrid", store_cluster, tmp_path, args=[model, role])
-        for role in ("reference", "first", "second")
-    }
-    reference, second = runs["reference"], runs["second"]["second"]
-    assert reference["second"]["num_cached_tokens"] == SHARED_TOKENS, reference  # vLLM's own cache
-    assert reference["second_cold"]["num_cached_tokens"] == 0
-    assert runs["first"]["first"]["num_cached_tokens"] == 0
-    assert second["num_cached_tokens"] == reference["second"]["num_cached_tokens"]
-    assert second["prompt_tokens"] - second["num_cached_tokens"] == 2 * 32 + 5
-    assert second["tokens"] == reference["second_cold"]["tokens"] and len(second["tokens"]) == 8
-    assert runs["first"]["first"]["tokens"] == reference["first"]["tokens"]
+    runs = run_reuse_roles(engines_python, "vllm_hybrid", store_cluster, tmp_path, args=[model])
+    assert_second_reuses_as_its_own_cache_would(runs, SHARED_TOKENS, computed_tokens=2 * 32 + 5)
 
 
 def test_window_groups_are_saved_before_their_blocks_can_be_reused_and_loaded_only_where_vllm_reads(

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import run_scenario
+from tests.engines.conftest import (
+    assert_second_reuses_as_its_own_cache_would,
+    run_reuse_roles,
+    run_scenario,
+)
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(1800)]
 
@@ -70,22 +74,13 @@ def test_a_fresh_instance_reuses_a_stored_linear_attention_state_as_its_own_cach
     an instance that computed the whole prompt, with bit-identical first-token log-probabilities
     (zeroing the loaded states moves them; before: 0 cached tokens, a state group turned the connector
     off)."""
-    runs = {
-        role: run_scenario(engines_python, "vllm_mamba_llm", store_cluster, tmp_path, args=[role])
-        for role in ("reference", "first", "second")
-    }
+    runs = run_reuse_roles(engines_python, "vllm_mamba_llm", store_cluster, tmp_path)
     reference, second = runs["reference"], runs["second"]["second"]
     assert reference["block_size"] == 32, reference  # (the attention page holds one state per block)
-    assert reference["second"]["num_cached_tokens"] == SHARED_TOKENS, reference  # vLLM's own cache
-    assert reference["second_cold"]["num_cached_tokens"] == 0
-    assert runs["first"]["first"]["num_cached_tokens"] == 0
-    assert second["num_cached_tokens"] == reference["second"]["num_cached_tokens"]
-    assert second["prompt_tokens"] - second["num_cached_tokens"] == 2 * 32 + 5
-    assert second["tokens"] == reference["second_cold"]["tokens"] and len(second["tokens"]) == 8
+    assert_second_reuses_as_its_own_cache_would(runs, SHARED_TOKENS, computed_tokens=2 * 32 + 5)
     assert second["tokens"] == reference["second"]["tokens"]
     # the first token's top log-probabilities are bit-identical too: the loaded state is the computed one
     assert second["first_logprobs"] == reference["second_cold"]["first_logprobs"]
-    assert runs["first"]["first"]["tokens"] == reference["first"]["tokens"]
 
 
 def test_a_sharded_state_is_read_by_each_rank_of_the_writers_tp_size_and_by_no_other(

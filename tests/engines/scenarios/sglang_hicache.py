@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 
 import torch
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
-from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-from sglang.srt.mem_cache.utils import get_hash_str
+from sglang_common import kvstore_backend, page_keys
 
 PAGE = 16
 LAYERS, HEADS, DIM = 4, 2, 32
@@ -80,36 +78,18 @@ class MLAPagePool:
 
 
 def backend(pool: object, *, mla: bool, tp_rank: int = 0, tp_size: int = 1, v1: bool = True) -> object:
-    config = HiCacheStorageConfig(
+    storage = kvstore_backend(
+        pool,
+        namespace=f"sglang-test-{'mla' if mla else 'mha'}-{'v1' if v1 else 'plain'}",
+        model_name="tiny-test-model",
+        mla=mla,
+        page_first=True,
+        interface_v1=v1,
         tp_rank=tp_rank,
         tp_size=tp_size,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=mla,
-        enable_storage_metrics=False,
-        is_page_first_layout=True,
-        model_name="tiny-test-model",
-        extra_config={
-            "backend_name": "kvstore",
-            "module_path": "kvstore.integrations.sglang",
-            "class_name": "KVStoreHiCacheStorage",
-            "interface_v1": int(v1),
-            "namespace": f"sglang-test-{'mla' if mla else 'mha'}-{'v1' if v1 else 'plain'}",
-        },
     )
-    storage = StorageBackendFactory.create_backend("dynamic", config, pool)
     storage.register_mem_pool_host(pool)  # as SGLang's cache controller does after creating it
     return storage
-
-
-def page_keys(tokens: list[int]) -> list[str]:
-    keys, prior = [], None
-    for start in range(0, len(tokens) - PAGE + 1, PAGE):
-        prior = get_hash_str(tokens[start : start + PAGE], prior)
-        keys.append(prior)
-    return keys
 
 
 def fill(pool: object, pages: int, seed: int) -> None:
@@ -120,7 +100,7 @@ def fill(pool: object, pages: int, seed: int) -> None:
 
 def main() -> None:
     tokens = [(i * 13 + 5) % 30000 for i in range(5 * PAGE)]
-    keys = page_keys(tokens)
+    keys = page_keys(tokens, PAGE)
     out: dict[str, object] = {"keys": len(keys), "key_len": len(keys[0])}
     indices = torch.arange(0, len(keys) * PAGE, dtype=torch.int64)
 

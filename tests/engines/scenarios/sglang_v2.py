@@ -22,13 +22,11 @@ import json
 
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
-    HiCacheStorageConfig,
     PoolHitPolicy,
     PoolName,
     PoolTransfer,
 )
-from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-from sglang.srt.mem_cache.utils import get_hash_str
+from sglang_common import kvstore_backend, page_keys
 
 from kvstore import Store
 
@@ -131,26 +129,15 @@ def real_pool_import_error() -> str:
 
 
 def backend(namespace: str, *, mla: bool = False, tp_rank: int = 0, tp_size: int = 1) -> object:
-    config = HiCacheStorageConfig(
+    return kvstore_backend(
+        None,
+        namespace=namespace,
+        model_name="tiny-hybrid",
+        mla=mla,
+        page_first=False,
         tp_rank=tp_rank,
         tp_size=tp_size,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=mla,
-        enable_storage_metrics=False,
-        is_page_first_layout=False,
-        model_name="tiny-hybrid",
-        extra_config={
-            "backend_name": "kvstore",
-            "module_path": "kvstore.integrations.sglang",
-            "class_name": "KVStoreHiCacheStorage",
-            "interface_v1": 1,
-            "namespace": namespace,
-        },
     )
-    return StorageBackendFactory.create_backend("dynamic", config, None)
 
 
 def attach(storage: object, kv: object, sides: dict[PoolName, object]) -> None:
@@ -159,14 +146,6 @@ def attach(storage: object, kv: object, sides: dict[PoolName, object]) -> None:
     for name, pool in {PoolName.KV: kv, **sides}.items():
         storage.register_mem_host_pool_v2(pool, name)  # type: ignore[attr-defined]
     storage.on_host_pools_registered()  # type: ignore[attr-defined]
-
-
-def page_keys(tokens: list[int]) -> list[str]:
-    keys, prior = [], None
-    for start in range(0, len(tokens) - PAGE + 1, PAGE):
-        prior = get_hash_str(tokens[start : start + PAGE], prior)
-        keys.append(prior)
-    return keys
 
 
 def randomize(gen: torch.Generator, *tensors: torch.Tensor) -> None:
@@ -236,7 +215,7 @@ def hybrid(out: dict[str, object], keys: list[str], ns: str) -> None:
 
     # One pool's piece gone: that page's prefixes stop counting. Another prompt, saved by A and never
     # read (a read leases its objects), its pieces removed by their keys in the documented scheme.
-    other = page_keys([(i * 31 + 11) % 30000 for i in range(PAGES * PAGE)])
+    other = page_keys([(i * 31 + 11) % 30000 for i in range(PAGES * PAGE)], PAGE)
     a.batch_set_v2(
         [transfer(PoolName.SWA, a_swa, other, slots), transfer(PoolName.MAMBA, a_mamba, other[5:], [15])]
     )
@@ -296,7 +275,7 @@ def mla_with_mamba(out: dict[str, object], keys: list[str], ns: str) -> None:
 
 def main() -> None:
     tokens = [(i * 17 + 3) % 30000 for i in range(PAGES * PAGE)]
-    keys = page_keys(tokens)
+    keys = page_keys(tokens, PAGE)
     out: dict[str, object] = {"pages": len(keys), "real_pool_import_error": real_pool_import_error()}
     hybrid(out, keys, "sglang-v2-hybrid")
     mla_with_mamba(out, keys, "sglang-v2-mla")

@@ -12,11 +12,11 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
 import numpy as np
 import torch
+from llm_common import llama_config, temp_model_dir
 from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
@@ -31,25 +31,8 @@ NUM_BLOCKS = 64
 
 
 def tiny_model_dir() -> str:
-    path = tempfile.mkdtemp(prefix="kvstore-tiny-llama-")
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 256,
-        "intermediate_size": 256,
-        "num_attention_heads": 4,
-        "num_key_value_heads": HEADS,
-        "head_dim": HEAD,
-        "num_hidden_layers": len(LAYERS),
-        "vocab_size": 512,
-        "max_position_embeddings": 1024,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
-    }
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
-    return path
+    config = llama_config(hidden=256, heads=4, kv_heads=HEADS, head_dim=HEAD, layers=len(LAYERS))
+    return temp_model_dir("kvstore-tiny-llama-", config)
 
 
 def vllm_config(module: str) -> VllmConfig:

@@ -18,7 +18,6 @@ import random
 from types import SimpleNamespace
 
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.v1.core import single_type_kv_cache_manager as managers
@@ -32,6 +31,7 @@ from vllm.v1.kv_cache_interface import (
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
+from vllm_common import CachedBlockPool, connector_config
 from vllm_scheduler import tiny_model_dir
 
 from kvstore.integrations.vllm_groups import longest_hit, rule_for_spec
@@ -51,20 +51,6 @@ SERVED = {
         managers.ChunkedLocalAttentionManager,
     ),
 }
-
-
-class Pool:
-    """A block pool holding exactly the blocks whose index is in `present` (vLLM's managers ask it only
-    for cached blocks by hash, the null block and the hash block size)."""
-
-    def __init__(self, present: set[int]) -> None:
-        self.present = present
-        self.null_block = SimpleNamespace(block_id=0, is_null=True)
-        self.hash_block_size = BLOCK
-
-    def get_cached_block(self, block_hash: bytes, group_ids: list[int]) -> list | None:
-        index = int.from_bytes(block_hash, "little")
-        return [SimpleNamespace(block_id=index + 1)] * len(group_ids) if index in self.present else None
 
 
 def skipped_rule_agrees(spec, manager_class) -> bool:
@@ -89,7 +75,7 @@ def hits_agree(spec, manager_class, rng: random.Random, trials: int = 300) -> tu
         present = {i for i in range(blocks) if rng.random() < density}
         hashes = [i.to_bytes(8, "little") for i in range(blocks)]
         _, vllm_hit = manager_class.find_longest_cache_hit(
-            hashes, blocks * BLOCK, [0], Pool(present), spec, False, BLOCK
+            hashes, blocks * BLOCK, [0], CachedBlockPool(present, BLOCK), spec, False, BLOCK
         )
         ours = longest_hit([rule], [[i in present for i in range(blocks)]], 0) * BLOCK
         agree += ours == vllm_hit
@@ -97,16 +83,7 @@ def hits_agree(spec, manager_class, rng: random.Random, trials: int = 300) -> tu
 
 
 def mamba_model_gets_no_hits(model: str) -> dict:
-    config = VllmConfig(
-        model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
-        cache_config=CacheConfig(block_size=BLOCK),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="KVStoreConnector",
-            kv_connector_module_path="kvstore.integrations.vllm",
-            kv_role="kv_both",
-            kv_connector_extra_config={},
-        ),
-    )
+    config = connector_config(model, BLOCK, None)
     mamba = MambaSpec(block_size=BLOCK, shapes=((4, 16),), dtypes=(torch.float32,), mamba_cache_mode="align")
     groups = [
         KVCacheGroupSpec(["model.layers.0.self_attn.attn"], FullAttentionSpec(**SHAPE)),

@@ -19,6 +19,8 @@ import json
 import os
 import sys
 
+from llm_common import connector_transfer, write_model_config
+
 BLOCK = 32  # vLLM's CPU attention wants multiples of 32
 SHARED_BLOCKS = 12
 WINDOW = 128
@@ -61,11 +63,7 @@ MODELS = {
 
 def model_dir(model: str) -> str:
     """One path per model for every instance (the default namespace names the model's path)."""
-    path = os.path.abspath(f"hybrid-{model}")
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({**COMMON, **MODELS[model]}, f)
-    return path
+    return write_model_config(os.path.abspath(f"hybrid-{model}"), {**COMMON, **MODELS[model]})
 
 
 def prompts() -> dict[str, list[int]]:
@@ -83,12 +81,7 @@ def main() -> None:
     # window at a prompt's end): it holds the shared blocks the way the store does.
     options: dict = {"prefix_cache_retention_interval": None} if role == "reference" else {}
     if role != "reference":
-        options["kv_transfer_config"] = {
-            "kv_connector": "KVStoreConnector",
-            "kv_connector_module_path": "kvstore.integrations.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {},  # the master from KVSTORE_MASTER
-        }
+        options["kv_transfer_config"] = connector_transfer()
     llm = LLM(
         model=model_dir(model),
         load_format="dummy",

@@ -15,28 +15,14 @@ import json
 import os
 import sys
 
+from llm_common import connector_transfer, llama_config, write_model_config
+
 BLOCK = 32  # vLLM's CPU attention wants multiples of 32
 FULL_BLOCKS = 4
 VOCAB = 512
 NAMESPACE = "index-credit-llama"
 
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "num_hidden_layers": 2,
-    "vocab_size": VOCAB,
-    "max_position_embeddings": 1024,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
+CONFIG = llama_config(hidden=128, heads=4, kv_heads=2, head_dim=32, layers=2, vocab=VOCAB)
 
 
 def prompt() -> list[int]:
@@ -48,10 +34,7 @@ def main() -> None:
     role = sys.argv[1]
     from vllm import LLM, SamplingParams
 
-    path = os.path.abspath("index-credit-llama")
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(CONFIG, f)
+    path = write_model_config(os.path.abspath("index-credit-llama"), CONFIG)
     llm = LLM(
         model=path,
         load_format="dummy",
@@ -63,12 +46,7 @@ def main() -> None:
         block_size=BLOCK,
         max_num_seqs=1,
         kv_cache_memory_bytes=32 << 20,
-        kv_transfer_config={
-            "kv_connector": "KVStoreConnector",
-            "kv_connector_module_path": "kvstore.integrations.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {"namespace": NAMESPACE},  # (the master from KVSTORE_MASTER)
-        },
+        kv_transfer_config=connector_transfer({"namespace": NAMESPACE}),
     )
     params = SamplingParams(max_tokens=6, temperature=0, detokenize=False)
     (out,) = llm.generate([{"prompt_token_ids": prompt()}], params, use_tqdm=False)

@@ -20,6 +20,8 @@ import os
 import sys
 import time
 
+from llm_common import connector_transfer, llama_config, write_model_config
+
 BLOCK = 32  # vLLM's CPU attention wants multiples of 32
 SHARED_BLOCKS = 31
 VOCAB = 512
@@ -29,28 +31,9 @@ def model_dir() -> str:
     """A Llama-shaped model big enough that prefill costs something on two cores (~50M parameters)."""
     # One path for every instance: the connector's default namespace is the model's name (plus a digest
     # of the KV layout), as two instances serving the same model would have it.
-    path = os.path.abspath("e2e-llama")
-    os.makedirs(path, exist_ok=True)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 1024,
-        "intermediate_size": 2816,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "num_hidden_layers": 4,
-        "vocab_size": VOCAB,
-        "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
-    return path
+    shape = {"hidden": 1024, "heads": 8, "kv_heads": 8, "head_dim": 128, "layers": 4, "intermediate": 2816}
+    config = llama_config(**shape, vocab=VOCAB, max_positions=4096)
+    return write_model_config(os.path.abspath("e2e-llama"), config)
 
 
 def prompts() -> dict[str, list[int]]:
@@ -74,12 +57,7 @@ def main() -> None:
             enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint, replay_endpoint=replay
         )
     if role != "baseline":
-        options["kv_transfer_config"] = {
-            "kv_connector": "KVStoreConnector",
-            "kv_connector_module_path": "kvstore.integrations.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {},  # the master from KVSTORE_MASTER, as an operator would
-        }
+        options["kv_transfer_config"] = connector_transfer()
     llm = LLM(
         model=model_dir(),
         load_format="dummy",

@@ -26,6 +26,8 @@ import json
 import os
 import sys
 
+from llm_common import connector_transfer, write_model_config
+
 BLOCK = 32  # vLLM's CPU attention wants multiples of 32
 SHARED_BLOCKS = 12
 VOCAB = 512
@@ -78,9 +80,7 @@ def model_dir() -> str:
     torch.manual_seed(0)
     fields = {k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")}
     Qwen3NextForCausalLM(Qwen3NextConfig(**fields)).to(torch.bfloat16).save_pretrained(path)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(CONFIG, f)
-    return path
+    return write_model_config(path, CONFIG)
 
 
 def prompts() -> dict[str, list[int]]:
@@ -108,12 +108,7 @@ def main() -> None:
 
     options: dict = {}
     if role != "reference":
-        options["kv_transfer_config"] = {
-            "kv_connector": "KVStoreConnector",
-            "kv_connector_module_path": "kvstore.integrations.vllm",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": {},  # the master from KVSTORE_MASTER
-        }
+        options["kv_transfer_config"] = connector_transfer()
     llm = LLM(
         model=model_dir(),
         load_format="safetensors",

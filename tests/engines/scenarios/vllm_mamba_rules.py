@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import torch
 from vllm.v1.core import single_type_kv_cache_manager as managers
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+from vllm_common import CachedBlockPool
 
 from kvstore.integrations.vllm_groups import GroupRule, longest_hit, rule_for_spec
 from kvstore.integrations.vllm_state import checkpointed_blocks
@@ -30,23 +31,10 @@ MAMBA = MambaSpec(block_size=BLOCK, shapes=((4, 16),), dtypes=(torch.float32,), 
 FULL = FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=32, dtype=torch.float32)
 
 
-class Pool:
-    """A block pool holding exactly the blocks whose index is in `present`."""
-
-    def __init__(self, present: set[int]) -> None:
-        self.present = present
-        self.null_block = SimpleNamespace(block_id=0, is_null=True)
-        self.hash_block_size = BLOCK
-
-    def get_cached_block(self, block_hash: bytes, group_ids: list[int]) -> list | None:
-        index = int.from_bytes(block_hash, "little")
-        return [SimpleNamespace(block_id=index + 1)] * len(group_ids) if index in self.present else None
-
-
 def vllm_hit(manager_class, spec, present: set[int], blocks: int, max_blocks: int) -> int:
     hashes = [i.to_bytes(8, "little") for i in range(blocks)]
     _, hit = manager_class.find_longest_cache_hit(
-        hashes, max_blocks * BLOCK, [0], Pool(present), spec, False, BLOCK
+        hashes, max_blocks * BLOCK, [0], CachedBlockPool(present, BLOCK), spec, False, BLOCK
     )
     return hit // BLOCK
 

@@ -23,23 +23,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
+from vllm_common import (
+    add_request,
+    computed_tokens,
+    connector_config,
+    real_scheduler,
+    remove_after_lookup,
+    request_block_hasher,
+    runner_output,
+    step_until_done,
+    track_group_blocks,
+    transfer_output,
+)
 from vllm_scheduler import HEAD, HEADS, tiny_model_dir
-
-from kvstore.errors import ObjectBusyError
 
 BLOCK = 16
 LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.mixer"]  # group 0 (full), group 1 (state)
@@ -56,40 +58,27 @@ def state_of(tokens: list[int]) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw), dtype=torch.int8).view(1, 1, STATE_BYTES)
 
 
+def full_and_state_groups(kv_heads: int) -> KVCacheConfig:
+    """The KV cache config of a rank with `kv_heads` KV heads: group 0 full attention, group 1 the Mamba
+    state (align mode)."""
+    full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=kv_heads, head_size=HEAD, dtype=torch.float32)
+    mamba = MambaSpec(
+        block_size=BLOCK,
+        shapes=(CONV, SSM),
+        dtypes=(torch.float32, torch.float32),
+        mamba_cache_mode="align",
+    )
+    groups = [KVCacheGroupSpec([LAYERS[0]], full), KVCacheGroupSpec([LAYERS[1]], mamba)]
+    return KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups)
+
+
 class Instance:
     def __init__(self, model: str, on_load_failure: str = "fail") -> None:
-        config = VllmConfig(
-            model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
-            cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True),
-            kv_transfer_config=KVTransferConfig(
-                kv_connector="KVStoreConnector",
-                kv_connector_module_path="kvstore.integrations.vllm",
-                kv_role="kv_both",
-                kv_connector_extra_config={},
-                kv_load_failure_policy=on_load_failure,
-            ),
-        )
-        config.cache_config.num_gpu_blocks = NUM_BLOCKS
+        config = connector_config(model, BLOCK, NUM_BLOCKS, on_load_failure=on_load_failure)
         config.cache_config.mamba_cache_mode = "align"
-        hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
-        full = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float32)
-        mamba = MambaSpec(
-            block_size=BLOCK,
-            shapes=(CONV, SSM),
-            dtypes=(torch.float32, torch.float32),
-            mamba_cache_mode="align",
-        )
-        groups = [KVCacheGroupSpec([LAYERS[0]], full), KVCacheGroupSpec([LAYERS[1]], mamba)]
-        kv_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups)
-        self.scheduler = Scheduler(
-            vllm_config=config,
-            kv_cache_config=kv_config,
-            structured_output_manager=StructuredOutputManager(config),
-            block_size=BLOCK,
-            log_stats=True,
-        )
+        self.block_hasher = request_block_hasher(config, BLOCK)
+        kv_config = full_and_state_groups(HEADS)
+        self.scheduler = real_scheduler(config, kv_config, BLOCK)
         self.worker = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_config)
         # vLLM's views: attention [blocks, kv heads, tokens, K|V]; a state layer [blocks, 1, 1, state bytes].
         self.caches = {
@@ -131,18 +120,9 @@ class Instance:
         connector.build_connector_meta = offered
 
     def run(self, request_id: str, prompt: list[int]) -> None:
-        request = Request(
-            request_id, prompt, SamplingParams(max_tokens=2), None, block_hasher=self.block_hasher
-        )
         self.tokens[request_id] = list(prompt)
-        self.scheduler.add_request(request)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if not self.scheduler.has_requests() and not self.scheduler.finished_req_ids:
-                return
-            if not self.step():
-                time.sleep(0.005)
-        raise RuntimeError("the request did not finish")
+        add_request(self.scheduler, request_id, prompt, 2, self.block_hasher)
+        step_until_done(self.scheduler, self.step, 60)
 
     def step(self) -> bool:
         out = self.scheduler.schedule()
@@ -155,11 +135,13 @@ class Instance:
         self.worker.bind_connector_metadata(meta)
         self.before_load()
         self.worker.start_load_kv(None)
-        self._track_blocks(out)
+        track_group_blocks(out, self.block_ids)
+        for new in out.scheduled_new_reqs:
+            self.tokens[new.req_id] = list(new.prompt_token_ids)
         self.worker.wait_for_layer_load(LAYERS[0])
         sampled = []
         for req_id, count in out.num_scheduled_tokens.items():
-            start = self._computed(out, req_id)
+            start = computed_tokens(out, req_id)
             self.compute(req_id, start, start + count)
             if start + count >= len(self.tokens[req_id]):  # past the prompt: a token is sampled
                 sampled.append(req_id)
@@ -176,37 +158,9 @@ class Instance:
         ids = list(out.num_scheduled_tokens)
         for rid in sampled:
             self.tokens[rid].append(7)
-        connector_output = KVConnectorOutput(
-            finished_sending=results.finished_sending or None,
-            finished_recving=results.finished_recving or None,
-            invalid_block_ids=errors,
-            failed_recving=results.failed_recving,
-        )
-        result = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-            kv_connector_output=connector_output,
-        )
+        result = runner_output(ids, transfer_output(results, errors))
         self.scheduler.update_from_output(out, result)
         return bool(ids) or bool(results.finished_recving)
-
-    def _track_blocks(self, out) -> None:
-        for new in out.scheduled_new_reqs:
-            self.block_ids[new.req_id] = [list(ids) for ids in new.block_ids]
-            self.tokens[new.req_id] = list(new.prompt_token_ids)
-        cached = out.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            for g, ids in enumerate(cached.new_block_ids[i] or []):
-                self.block_ids[rid][g].extend(ids)
-
-    @staticmethod
-    def _computed(out, req_id: str) -> int:
-        for new in out.scheduled_new_reqs:
-            if new.req_id == req_id:
-                return new.num_computed_tokens
-        cached = out.scheduled_cached_reqs
-        return cached.num_computed_tokens[cached.req_ids.index(req_id)]
 
     def compute(self, req_id: str, start: int, end: int) -> None:
         tokens, (full_ids, state_ids) = self.tokens[req_id], self.block_ids[req_id]
@@ -231,25 +185,6 @@ class Instance:
                 index = self.block_ids[move.req_id][1].index(block_id)
                 self.state_saved[index] = self.caches[LAYERS[1]][block_id].numpy().tobytes()
                 self.caches[LAYERS[1]][block_id].fill_(UNWRITTEN - 1)
-
-
-def remover(instance: Instance, key: str):
-    """Removes `key` once, right after the instance's lookup credited it (before its load runs)."""
-    store = instance.worker.link.get()
-
-    def remove_once() -> None:
-        if not (instance.scheduler.connector.scheduler_side.requests and store.batch_exists([key])[0]):
-            return
-        until = time.monotonic() + 60
-        while True:
-            try:
-                return store.remove(key)
-            except ObjectBusyError:  # an earlier read's lease has not lapsed yet
-                if time.monotonic() > until:
-                    raise
-                time.sleep(0.2)
-
-    return remove_once
 
 
 def main() -> None:
@@ -297,9 +232,8 @@ def main() -> None:
     d = Instance(model, on_load_failure="recompute")
     seqs, digests = d.worker.names.prompt(prompt_d)
     members = d.worker.groups.members(1)
-    d.before_load = remover(
-        d, d.worker.names.key(seqs[5], digests[5], 1, 0, members, d.worker.groups.suffix(1))
-    )
+    doomed = d.worker.names.key(seqs[5], digests[5], 1, 0, members, d.worker.groups.suffix(1))
+    d.before_load = remove_after_lookup(d.scheduler, d.worker.link.get(), doomed)
     d.run("d", prompt_d)
     out.update(
         {

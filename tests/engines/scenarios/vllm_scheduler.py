@@ -12,23 +12,22 @@ derived from (token id, position, layer) into that token's slot of every layer, 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-import time
 
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, VllmConfig
+from llm_common import llama_config, temp_model_dir
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
+from vllm_common import (
+    add_request,
+    connector_config,
+    real_scheduler,
+    record_matches,
+    request_block_hasher,
+    step_until_done,
+    worker_output,
+)
 
 BLOCK = 16
 HEADS, HEAD = 2, 32
@@ -37,27 +36,8 @@ NUM_BLOCKS = 64
 
 
 def tiny_model_dir() -> str:
-    path = tempfile.mkdtemp(prefix="kvstore-tiny-llama-")
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": HEADS * HEAD * 2,
-        "intermediate_size": 256,
-        "num_attention_heads": 4,
-        "num_key_value_heads": HEADS,
-        "head_dim": HEAD,
-        "num_hidden_layers": len(LAYERS),
-        "vocab_size": 512,
-        "max_position_embeddings": 1024,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
-    return path
+    config = llama_config(hidden=HEADS * HEAD * 2, heads=4, kv_heads=HEADS, head_dim=HEAD, layers=len(LAYERS))
+    return temp_model_dir("kvstore-tiny-llama-", config)
 
 
 class Instance:
@@ -65,59 +45,24 @@ class Instance:
     (the worker-side connector over real KV tensors in vLLM's CPU layout)."""
 
     def __init__(self, model: str) -> None:
-        config = VllmConfig(
-            model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
-            cache_config=CacheConfig(block_size=BLOCK),
-            kv_transfer_config=KVTransferConfig(
-                kv_connector="KVStoreConnector",
-                kv_connector_module_path="kvstore.integrations.vllm",
-                kv_role="kv_both",
-                kv_connector_extra_config={},  # master from KVSTORE_MASTER
-            ),
-        )
-        config.cache_config.num_gpu_blocks = NUM_BLOCKS
-        hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)  # as vLLM's engine core does
-        self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
+        config = connector_config(model, BLOCK, NUM_BLOCKS)
+        self.block_hasher = request_block_hasher(config, BLOCK)
         spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float32)
         kv_config = KVCacheConfig(
             num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(LAYERS, spec)]
         )
-        self.scheduler = Scheduler(
-            vllm_config=config,
-            kv_cache_config=kv_config,
-            structured_output_manager=StructuredOutputManager(config),
-            block_size=BLOCK,
-            log_stats=True,
-        )
+        self.scheduler = real_scheduler(config, kv_config, BLOCK)
         self.worker = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_config)
         # vLLM's CPU attention layout: [blocks, kv heads, block tokens, K|V]; NaN marks "never written".
         self.caches = {n: torch.full((NUM_BLOCKS, HEADS, BLOCK, 2 * HEAD), float("nan")) for n in LAYERS}
         self.worker.register_kv_caches(self.caches)
-        self.matched: list[int] = []
-        lookup = self.scheduler.connector.get_num_new_matched_tokens
-
-        def recorded(request: Request, computed: int) -> tuple[int | None, bool]:
-            out = lookup(request, computed)
-            self.matched.append(out[0] or 0)
-            return out
-
-        self.scheduler.connector.get_num_new_matched_tokens = recorded
+        self.matched = record_matches(self.scheduler)
         self.loaded: list[str] = []
         self.block_ids: dict[str, list[int]] = {}
 
     def run(self, request_id: str, prompt: list[int]) -> None:
-        request = Request(
-            request_id, prompt, SamplingParams(max_tokens=1), None, block_hasher=self.block_hasher
-        )
-        self.scheduler.add_request(request)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if not self.scheduler.has_requests() and not self.scheduler.finished_req_ids:
-                return
-            if not self.step():
-                time.sleep(0.005)  # only waiting for saves to finish, as vLLM's busy loop does
-        raise RuntimeError("the request did not finish")
+        add_request(self.scheduler, request_id, prompt, 1, self.block_hasher)
+        step_until_done(self.scheduler, self.step, 60)
 
     def step(self) -> bool:
         out = self.scheduler.schedule()
@@ -136,18 +81,8 @@ class Instance:
                 self.compute(name, layer_index, self.block_ids[req_id], tokens, start, min(end, len(tokens)))
             self.worker.save_kv_layer(name, self.caches[name], None)
         self.worker.wait_for_save()
-        sending, receiving = self.worker.get_finished(out.finished_req_ids)
-        errors = self.worker.get_block_ids_with_load_errors()
-        self.worker.clear_connector_metadata()
         ids = list(out.num_scheduled_tokens)
-        result = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-            kv_connector_output=KVConnectorOutput(
-                finished_sending=sending, finished_recving=receiving, invalid_block_ids=errors
-            ),
-        )
+        result = worker_output(self.worker, out.finished_req_ids, ids)
         self.scheduler.update_from_output(out, result)
         return bool(ids)
 

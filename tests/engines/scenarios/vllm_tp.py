@@ -23,33 +23,30 @@ global heads byte for byte, and each rank's loaded/saved bytes beside its heads'
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-import time
 
 import numpy as np
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, VllmConfig
+from llm_common import llama_config, temp_model_dir
+from vllm.config import VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.attention.backends.utils import record_kv_cache_layout
-from vllm.v1.core.kv_cache_utils import (
-    generate_scheduler_kv_cache_config,
-    get_kv_cache_configs,
-    get_request_block_hasher,
-    init_none_hash,
-)
-from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_configs
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.kv_cache_layout import KVCacheLayout
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.utils import allocate_kv_cache
+from vllm_common import (
+    add_request,
+    connector_config,
+    real_scheduler,
+    record_matches,
+    request_block_hasher,
+    step_until_done,
+    worker_output,
+)
 
 BLOCK = 16
 KV_HEADS, HEAD = 4, 32
@@ -59,44 +56,15 @@ CONTENT = 2 * HEAD  # K|V values of one token and head (vLLM 0.32's C axis)
 
 
 def tiny_model_dir() -> str:
-    path = tempfile.mkdtemp(prefix="kvstore-tiny-llama-tp-")
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 8 * HEAD,
-        "intermediate_size": 256,
-        "num_attention_heads": 8,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD,
-        "num_hidden_layers": len(LAYERS),
-        "vocab_size": 512,
-        "max_position_embeddings": 512,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f)
-    return path
+    config = llama_config(
+        hidden=8 * HEAD, heads=8, kv_heads=KV_HEADS, head_dim=HEAD, layers=len(LAYERS), max_positions=512
+    )
+    return temp_model_dir("kvstore-tiny-llama-tp-", config)
 
 
 def rank_config(model: str, tp: int, rank: int, extra: dict[str, object] | None = None) -> VllmConfig:
-    config = VllmConfig(
-        model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
-        cache_config=CacheConfig(block_size=BLOCK),
-        parallel_config=ParallelConfig(tensor_parallel_size=tp, rank=rank),
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="KVStoreConnector",
-            kv_connector_module_path="kvstore.integrations.vllm",
-            kv_role="kv_both",
-            # master from KVSTORE_MASTER; the default namespace
-            kv_connector_extra_config=dict(extra or {}),
-        ),
-    )
+    config = connector_config(model, BLOCK, NUM_BLOCKS, extra=extra, tp=tp, rank=rank)
     record_kv_cache_layout(config.cache_config, KVCacheLayout.LBHNC.name)  # the CPU backend's only one
-    config.cache_config.num_gpu_blocks = NUM_BLOCKS
     return config
 
 
@@ -126,17 +94,9 @@ class Instance:
         self.tp = tp
         self.salt = salt  # in every value it computes: a block it computed itself is not the writer's
         configs = [rank_config(model, tp, r, extra) for r in range(tp)]
-        hash_fn = get_hash_fn_by_name(configs[0].cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)  # as vLLM's engine core does
-        self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
+        self.block_hasher = request_block_hasher(configs[0], BLOCK)
         kv_configs = kv_cache_configs(configs)
-        self.scheduler = Scheduler(
-            vllm_config=configs[0],
-            kv_cache_config=generate_scheduler_kv_cache_config(kv_configs),
-            structured_output_manager=StructuredOutputManager(configs[0]),
-            block_size=BLOCK,
-            log_stats=True,
-        )
+        self.scheduler = real_scheduler(configs[0], generate_scheduler_kv_cache_config(kv_configs), BLOCK)
         self.workers = [
             KVConnectorFactory.create_connector(configs[r], KVConnectorRole.WORKER, kv_configs[r])
             for r in range(tp)
@@ -149,30 +109,13 @@ class Instance:
                 cache.fill_(float("nan"))  # "never written"
             worker.register_kv_caches(caches)
         self.aggregator = KVOutputAggregator(tp)
-        self.matched: list[int] = []
-        lookup = self.scheduler.connector.get_num_new_matched_tokens
-
-        def recorded(request: Request, computed: int) -> tuple[int | None, bool]:
-            out = lookup(request, computed)
-            self.matched.append(out[0] or 0)
-            return out
-
-        self.scheduler.connector.get_num_new_matched_tokens = recorded
+        self.matched = record_matches(self.scheduler)
         self.block_ids: dict[str, list[int]] = {}
         self.stats = [dict[str, float]() for _ in range(tp)]
 
     def run(self, request_id: str, prompt: list[int]) -> None:
-        request = Request(
-            request_id, prompt, SamplingParams(max_tokens=1), None, block_hasher=self.block_hasher
-        )
-        self.scheduler.add_request(request)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if not self.scheduler.has_requests() and not self.scheduler.finished_req_ids:
-                return
-            if not self.step():
-                time.sleep(0.005)  # only waiting for saves to finish, as vLLM's busy loop does
-        raise RuntimeError("the request did not finish")
+        add_request(self.scheduler, request_id, prompt, 1, self.block_hasher)
+        step_until_done(self.scheduler, self.step, 120)
 
     def step(self) -> bool:
         out = self.scheduler.schedule()
@@ -197,21 +140,12 @@ class Instance:
                 self.compute(rank, caches[name], layer, new.req_id, new.prompt_token_ids, start, end)
             worker.save_kv_layer(name, caches[name], None)
         worker.wait_for_save()
-        sending, receiving = worker.get_finished(out.finished_req_ids)
-        errors = worker.get_block_ids_with_load_errors()
-        worker.clear_connector_metadata()
+        ids = list(out.num_scheduled_tokens)
+        output = worker_output(worker, out.finished_req_ids, ids)
         stats = worker.get_kv_connector_stats()
         for key, value in (stats.data if stats is not None else {}).items():
             self.stats[rank][key] = self.stats[rank].get(key, 0) + value
-        ids = list(out.num_scheduled_tokens)
-        return ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-            kv_connector_output=KVConnectorOutput(
-                finished_sending=sending, finished_recving=receiving, invalid_block_ids=errors
-            ),
-        )
+        return output
 
     def compute(
         self, rank: int, cache: torch.Tensor, layer: int, req_id: str, tokens: list[int], start: int, end: int

@@ -18,23 +18,24 @@ derived from (token, position, layer) into that token's slot of every layer, as 
 from __future__ import annotations
 
 import json
-import time
 
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, VllmConfig
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
+from vllm_common import (
+    add_request,
+    connector_config,
+    real_scheduler,
+    record_matches,
+    remove_after_lookup,
+    request_block_hasher,
+    runner_output,
+    step_until_done,
+    track_group_blocks,
+    transfer_output,
+)
 from vllm_scheduler import HEAD, HEADS, tiny_model_dir
-
-from kvstore.errors import ObjectBusyError
 
 BLOCK = 16
 WINDOW = 32
@@ -44,46 +45,19 @@ NUM_BLOCKS = 64
 
 class Instance:
     def __init__(self, model: str, on_load_failure: str = "fail") -> None:
-        config = VllmConfig(
-            model_config=ModelConfig(model=model, skip_tokenizer_init=True, dtype="float32", seed=0),
-            cache_config=CacheConfig(block_size=BLOCK),
-            kv_transfer_config=KVTransferConfig(
-                kv_connector="KVStoreConnector",
-                kv_connector_module_path="kvstore.integrations.vllm",
-                kv_role="kv_both",
-                kv_connector_extra_config={},
-                kv_load_failure_policy=on_load_failure,
-            ),
-        )
-        config.cache_config.num_gpu_blocks = NUM_BLOCKS
-        hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        self.block_hasher = get_request_block_hasher(BLOCK, hash_fn)
+        config = connector_config(model, BLOCK, NUM_BLOCKS, on_load_failure=on_load_failure)
+        self.block_hasher = request_block_hasher(config, BLOCK)
         shape = {"block_size": BLOCK, "num_kv_heads": HEADS, "head_size": HEAD, "dtype": torch.float32}
         groups = [
             KVCacheGroupSpec([LAYERS[0]], SlidingWindowSpec(sliding_window=WINDOW, **shape)),
             KVCacheGroupSpec([LAYERS[1]], FullAttentionSpec(**shape)),
         ]
         kv_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups)
-        self.scheduler = Scheduler(
-            vllm_config=config,
-            kv_cache_config=kv_config,
-            structured_output_manager=StructuredOutputManager(config),
-            block_size=BLOCK,
-            log_stats=True,
-        )
+        self.scheduler = real_scheduler(config, kv_config, BLOCK)
         self.worker = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_config)
         self.caches = {n: torch.full((NUM_BLOCKS, HEADS, BLOCK, 2 * HEAD), float("nan")) for n in LAYERS}
         self.worker.register_kv_caches(self.caches)
-        self.matched: list[int] = []
-        lookup = self.scheduler.connector.get_num_new_matched_tokens
-
-        def recorded(request: Request, computed: int) -> tuple[int | None, bool]:
-            out = lookup(request, computed)
-            self.matched.append(out[0] or 0)
-            return out
-
-        self.scheduler.connector.get_num_new_matched_tokens = recorded
+        self.matched = record_matches(self.scheduler)
         self.block_ids: dict[str, list[list[int]]] = {}
         self.loads: list[tuple[int, int]] = []  # (group, block id) of every object loaded
         self.failed_recving: set[str] = set()
@@ -92,17 +66,8 @@ class Instance:
         self.before_load = lambda: None
 
     def run(self, request_id: str, prompt: list[int]) -> None:
-        request = Request(
-            request_id, prompt, SamplingParams(max_tokens=2), None, block_hasher=self.block_hasher
-        )
-        self.scheduler.add_request(request)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if not self.scheduler.has_requests() and not self.scheduler.finished_req_ids:
-                return
-            if not self.step(request_id, prompt):
-                time.sleep(0.005)
-        raise RuntimeError("the request did not finish")
+        add_request(self.scheduler, request_id, prompt, 2, self.block_hasher)
+        step_until_done(self.scheduler, lambda: self.step(request_id, prompt), 60)
 
     def step(self, req_id: str, prompt: list[int]) -> bool:
         out = self.scheduler.schedule()
@@ -112,12 +77,7 @@ class Instance:
         self.worker.bind_connector_metadata(meta)
         self.before_load()
         self.worker.start_load_kv(None)
-        for new in out.scheduled_new_reqs:
-            self.block_ids[new.req_id] = [list(ids) for ids in new.block_ids]
-        cached = out.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            for g, ids in enumerate(cached.new_block_ids[i] or []):
-                self.block_ids[rid][g].extend(ids)
+        track_group_blocks(out, self.block_ids)
         # Prompt tokens are computed in a new request's first step (decode tokens are never saved).
         first = {new.req_id: new.num_computed_tokens for new in out.scheduled_new_reqs}
         for g, name in enumerate(LAYERS):
@@ -133,18 +93,7 @@ class Instance:
         errors = self.worker.get_block_ids_with_load_errors()
         self.worker.clear_connector_metadata()
         ids = list(out.num_scheduled_tokens)
-        connector_output = KVConnectorOutput(
-            finished_sending=results.finished_sending or None,
-            finished_recving=results.finished_recving or None,
-            invalid_block_ids=errors,
-            failed_recving=results.failed_recving,
-        )
-        result = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[[7] for _ in ids],
-            kv_connector_output=connector_output,
-        )
+        result = runner_output(ids, transfer_output(results, errors))
         self.scheduler.update_from_output(out, result)
         return bool(ids) or bool(results.finished_recving)
 
@@ -206,23 +155,9 @@ def main() -> None:
     }
 
     c = Instance(model, on_load_failure="recompute")
-    store = c.worker.link.get()
     seqs, digests = c.worker.names.prompt(prompt_b)
     doomed = c.worker.names.key(seqs[3], digests[3], 0, 0, c.worker.groups.members(0))
-
-    def remove_once() -> None:
-        if not (c.scheduler.connector.scheduler_side.requests and store.batch_exists([doomed])[0]):
-            return
-        until = time.monotonic() + 60
-        while True:
-            try:
-                return store.remove(doomed)
-            except ObjectBusyError:  # B's read lease has not lapsed yet
-                if time.monotonic() > until:
-                    raise
-                time.sleep(0.2)
-
-    c.before_load = remove_once
+    c.before_load = remove_after_lookup(c.scheduler, c.worker.link.get(), doomed)  # B's lease may hold it
     c.run("c", prompt_b)
     c_ids = c.block_ids["c"]
     out.update(
