@@ -129,9 +129,20 @@ def member_key(group: str, index: int, count: int) -> str:
     return f"{group}#{index}of{count}"
 
 
+def member_keys(group: str, indices: Iterable[int], count: int) -> list[str]:
+    """The keys of members `indices` of a group of `count` (the group and count checked once)."""
+    member_key(group, 0, count)
+    keys = []
+    for i in indices:
+        if not 0 <= i < count:
+            raise InvalidArgumentError(f"member {i} of a group of {count}")
+        keys.append(f"{group}#{i}of{count}")
+    return keys
+
+
 def group_keys(group: str, count: int) -> list[str]:
     """Every member key of a group, in member order."""
-    return [member_key(group, i, count) for i in range(count)]
+    return member_keys(group, range(count), count)
 
 
 def group_of(key: str) -> tuple[str, int, int] | None:

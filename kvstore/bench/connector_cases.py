@@ -32,11 +32,12 @@ import numpy as np
 
 from kvstore.bench.connector_bench import ConnectorBenchResult, mapped_memory, measure_baseline, rates
 from kvstore.bench.models import HYBRID_MODELS, MODELS
-from kvstore.blocks import BlockHasher, member_key, seq_hashes, seq_key
+from kvstore.blocks import BlockHasher, seq_hashes
 from kvstore.errors import InvalidArgumentError
 from kvstore.integrations.head_layout import HeadLayout, HeadSplit, layer_view
 from kvstore.integrations.paged import Batch, BlockMover, Pieces, Registrations, StoreLink
 from kvstore.integrations.vllm_groups import FULL, WINDOW, GroupRule
+from kvstore.integrations.vllm_keys import BlockNames
 from kvstore.store import Store
 
 
@@ -158,12 +159,12 @@ def prompt(namespace: str, tokens: np.ndarray, block_tokens: int) -> Prompt:
 def object_keys(
     namespace: str, groups: int, group: int, split: HeadSplit, blocks: Sequence[int], names: Prompt
 ) -> list[str]:
-    """The keys of this rank's members of `blocks` of KV cache group `group`, block by block."""
-    space = namespace if groups == 1 else f"{namespace}/kv{group}"
+    """The keys of this rank's members of `blocks` of KV cache group `group`, block by block, as the vLLM
+    connector names them (kvstore.integrations.vllm_keys)."""
+    naming = BlockNames(namespace, 1, groups)  # (block size: only for hashing prompts, not used here)
     keys = []
     for i in blocks:
-        block = seq_key(space, names.seqs[i], names.digests[i])
-        keys += [member_key(block, s, split.count) for s in split.members]
+        keys += naming.keys(names.seqs[i], names.digests[i], group, split.members, split.count)
     return keys
 
 

@@ -502,14 +502,12 @@ class _WorkerSide:
                 )
                 if group == g
             ]
-            pieces, members = layout.rank_pieces([[block_id] * len(layout.layers) for *_, block_id in blocks])
-            per_block = len(layout.members)
+            pieces, _ = layout.rank_pieces([[block_id] * len(layout.layers) for *_, block_id in blocks])
+            mine = list(layout.members)  # (rank_pieces: block i's members in this order, block by block)
             group_stage = stage + self.c.groups.suffix(g)
-            for (seq, digest, block_id), member in zip(
-                (b for b in blocks for _ in range(per_block)), members.tolist(), strict=True
-            ):
-                batch.keys.append(names.key(seq, digest, g, member, layout.count, group_stage))
-                batch.tags.append(block_id)
+            for seq, digest, block_id in blocks:
+                batch.keys += names.keys(seq, digest, g, mine, layout.count, group_stage)
+                batch.tags += [block_id] * len(mine)
             parts.append(pieces)
         batch.pieces = _concat(parts)
         return batch

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.blocks import BlockHasher, member_key, seq_hashes, seq_key
+from kvstore.blocks import BlockHasher, member_key, member_keys, seq_hashes, seq_key
 
 
 def parallel_ranks(vllm_config: Any) -> tuple[int, int, list[str], str]:
@@ -44,5 +44,14 @@ class BlockNames:
 
     def key(self, seq: int, digest: str, group: int, member: int, count: int, stage: str = "") -> str:
         """Member `member` of `count` of block (seq, digest) of KV cache group `group` in PP stage `stage`."""
-        namespace = self.namespace + stage + (f"/kv{group}" if self.num_groups > 1 else "")
-        return member_key(seq_key(namespace, seq, digest), member, count)
+        return member_key(self.group_key(seq, digest, group, stage), member, count)
+
+    def keys(
+        self, seq: int, digest: str, group: int, members: Sequence[int], count: int, stage: str = ""
+    ) -> list[str]:
+        """key() of several members of one block (its group key made once)."""
+        return member_keys(self.group_key(seq, digest, group, stage), members, count)
+
+    def group_key(self, seq: int, digest: str, group: int, stage: str = "") -> str:
+        """The store group of block (seq, digest) of KV cache group `group` in PP stage `stage`."""
+        return seq_key(self.namespace + stage + (f"/kv{group}" if self.num_groups > 1 else ""), seq, digest)

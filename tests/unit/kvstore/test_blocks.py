@@ -98,3 +98,12 @@ def test_sequence_hash_keys_name_their_namespace_and_hash() -> None:
     for bad in (-1, 2**64, True, 1.0):
         with pytest.raises(InvalidArgumentError):
             seq_key("ns", bad)  # type: ignore[arg-type]
+
+
+def test_member_keys_are_member_key_of_each_index() -> None:
+    from kvstore.blocks import member_key, member_keys
+
+    assert member_keys("g", [2, 0, 3], 4) == [member_key("g", i, 4) for i in (2, 0, 3)]
+    for bad in (("g", [4], 4), ("g", [-1], 4), ("", [0], 1), ("g", [0], 0)):
+        with pytest.raises(InvalidArgumentError):
+            member_keys(*bad)
