@@ -709,6 +709,16 @@ def buffer_spans(objects: Sequence[Any], writable: bool) -> tuple[list[int], lis
     return _core.buffer_spans(objects, writable)
 
 
+def range_tags(
+    starts: np.ndarray, ends: np.ndarray, tags: np.ndarray, addrs: Any, lengths: Any
+) -> np.ndarray | None:
+    """Per piece (addrs[i], lengths[i]) the tag of the range [starts[k], ends[k]) that holds it whole
+    (`starts` ascending, the ranges disjoint), in one call for the batch; None when a piece is empty or
+    outside every range."""
+    out: np.ndarray | None = _core.range_tags(starts, ends, tags, addrs, lengths)
+    return out
+
+
 def _as_column(values: Any, dtype: Any) -> np.ndarray:
     """A batch column as a flat array of `dtype`; a value that does not fit is a clear error."""
     try:

@@ -25,7 +25,7 @@ constexpr uint64_t kStripesPerBlock = (kSecretSize - kStripe) / 8;
 constexpr size_t kScrambleAt = kSecretSize - kStripe;
 constexpr size_t kLastStripeAt = kSecretSize - kStripe - 7;
 constexpr size_t kMergeAt = 11;
-constexpr uint64_t kStreamFrom = 256 << 10;
+constexpr uint64_t kStreamFrom = 64 << 10;
 
 constexpr uint64_t kPrime32_1 = 0x9E3779B1U;
 constexpr uint64_t kPrime32_2 = 0x85EBCA77U;

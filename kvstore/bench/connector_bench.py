@@ -12,9 +12,12 @@ is not on the data path); the `engines` test tier runs the same code under the r
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import mmap
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,6 +109,20 @@ def print_result(r: ConnectorBenchResult) -> None:
         print(f"  baseline {r.baseline_gbps:6.2f} GB/s ({r.baseline_kind})")
     if r.errors:
         print(f"  ERRORS: {r.errors} objects failed or bytes differed")
+
+
+@contextlib.contextmanager
+def startup_heap_frozen() -> Iterator[None]:
+    """The heap so far left out of the collector's scans while the paths are timed, as vLLM's engine
+    core freezes its heap after startup. Otherwise a full collection of this process's imports and
+    set-up (~13 ms here) lands in one of the ~20 timed requests of one path or the other, by chance:
+    it moved a run's connector overhead by ±9 points."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def gbps(seconds: list[float], moved: int) -> float:
@@ -236,15 +253,16 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
         # request's objects once read back, so the working set is one request whatever the node's size.
         # Round 0 warms up connections and memory and is not counted.
         timings: dict[str, tuple[list[float], int]] = {}
-        for i in range(requests + 1):
-            for fn in (save, put, load, get):
-                start = time.perf_counter()
-                moved = fn(i)
-                seconds = [time.perf_counter() - start]
-                if i:
-                    total = timings.get(fn.__name__, ([], 0))
-                    timings[fn.__name__] = (total[0] + seconds, total[1] + moved)
-            store.batch_remove(saved[i] + plain[i], force=True)
+        with startup_heap_frozen():
+            for i in range(requests + 1):
+                for fn in (save, put, load, get):
+                    start = time.perf_counter()
+                    moved = fn(i)
+                    seconds = [time.perf_counter() - start]
+                    if i:
+                        total = timings.get(fn.__name__, ([], 0))
+                        timings[fn.__name__] = (total[0] + seconds, total[1] + moved)
+                store.batch_remove(saved[i] + plain[i], force=True)
         if not target.equal(source) or not np.array_equal(flat_src, flat_dst):
             errors += 1
         objects = blocks * source.objects_per_block

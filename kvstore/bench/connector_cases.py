@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvstore.bench.connector_bench import ConnectorBenchResult, mapped_memory, measure_baseline, rates
+from kvstore.bench.connector_bench import (
+    ConnectorBenchResult,
+    mapped_memory,
+    measure_baseline,
+    rates,
+    startup_heap_frozen,
+)
 from kvstore.bench.models import HYBRID_MODELS, MODELS
 from kvstore.blocks import BlockHasher, seq_hashes
 from kvstore.errors import InvalidArgumentError
@@ -179,11 +185,13 @@ def rank_batch(
         if not wanted[g]:
             continue
         ids = g * instance.blocks + np.arange(wanted[g].start, wanted[g].stop, dtype=np.int64)
-        rows = np.repeat(ids[:, None], len(layout.layers), axis=1)  # an array: no Python int per piece
         batch.keys += object_keys(namespace, len(wanted), g, layout.split, wanted[g], names)
-        parts.append(layout.rank_pieces(rows)[0])
+        parts.append(layout.rank_block_pieces(ids))  # (an array: no Python int per piece)
     batch.tags = [None] * len(batch.keys)
     if not parts:  # a rank that writes nothing (a second replica of its heads)
+        return batch
+    if len(parts) == 1:
+        batch.pieces = parts[0]
         return batch
     batch.pieces = Pieces(
         np.concatenate([p.addrs for p in parts]),
@@ -244,7 +252,9 @@ def run_case(
     store = Store.connect(master)
     mover = BlockMover(StoreLink.wrapping(store))
     try:
-        return CaseRun(store, mover, spec, blocks, requests).measure()
+        run = CaseRun(store, mover, spec, blocks, requests)
+        with startup_heap_frozen():
+            return run.measure()
     finally:
         mover.close()
         store.close()
@@ -309,15 +319,20 @@ class CaseRun:
         return sum(self._count(f.result(), s) for f, s in zip(futures, sizes, strict=True))
 
     def load(self, i: int) -> int:
-        moved = 0
-        futures = [
-            self.mover.load(rank_batch(self.target, r, want, self.namespaces["c"], self.prompts["c"][i]))
+        # As the worker loads: one KV cache group's loads on the calling thread, in start_load_kv; with
+        # several groups, asynchronously on the mover's thread (vLLM schedules the request once they end).
+        batches = (
+            rank_batch(self.target, r, want, self.namespaces["c"], self.prompts["c"][i])
             for r, want in enumerate(self.loads)
-        ]
-        for r, (future, sizes) in enumerate(zip(futures, self._sizes("load"), strict=True)):
-            got = self._count(future.result(), sizes)
-            self.reader_bytes[r] = got
-            moved += got
+        )
+        if len(self.spec.groups) == 1:
+            results = [self.mover.load_here(batch) for batch in batches]
+        else:
+            results = [future.result() for future in [self.mover.load(batch) for batch in batches]]
+        moved = 0
+        for r, (ok, sizes) in enumerate(zip(results, self._sizes("load"), strict=True)):
+            self.reader_bytes[r] = self._count(ok, sizes)
+            moved += self.reader_bytes[r]
         return moved
 
     def put(self, i: int) -> int:

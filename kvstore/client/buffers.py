@@ -307,12 +307,11 @@ class BufferManager:
             return []
         if int(c.min()) <= 0:
             raise InvalidArgumentError("every value needs at least one piece")
-        counted = c.tolist()
         if self._in_registrations(a, n, writable):
             return _raw_piece_arrays(c, a, n)
         # GPU memory, or a piece outside every registration: values() moves it, or says which.
         flat = list(zip(a.tolist(), n.tolist(), strict=True))
-        return self.values(list(split(counted, flat)), writable)
+        return self.values(list(split(c.tolist(), flat)), writable)
 
     def resolved(self, buffers: Sequence[Any], writable: bool) -> Sequence[ValueBuffers]:
         """Values already resolved (by piece_values) as they are; buffer lists through values()."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from transfer_engine.engine import range_tags
+
 _FEW = 4  # pieces looked up one by one rather than as arrays
 
 
@@ -69,14 +71,13 @@ class RangeTable:
         if isinstance(addrs, list) and isinstance(lengths, list) and len(addrs) <= _FEW:  # (cheaper so)
             return self._few_tags(first, ends, tags, addrs, lengths)
         try:
-            a = np.array(addrs, dtype=np.int64)
-            n = np.array(lengths, dtype=np.int64)
+            a = np.asarray(addrs, dtype=np.uint64)
+            n = np.asarray(lengths, dtype=np.uint64)
         except (OverflowError, TypeError, ValueError):
             return None
-        at = np.searchsorted(starts, a, side="right") - 1
-        if (n <= 0).any() or (at < 0).any() or (a + n > ends[at]).any():
+        if a.ndim != 1 or a.shape != n.shape:
             return None
-        return tags[at]
+        return range_tags(starts, ends, tags, a, n)
 
     @staticmethod
     def _few_tags(

@@ -234,6 +234,15 @@ class HeadLayout(Registrations):
             np.int64
         )
         self._one_run_per_layer = bool((per_layer == 1).all())
+        # The same for blocks with one id in every layer (one block table per group, as vLLM keeps):
+        # each run's shift per block, and each of this rank's members' runs at block 0.
+        self._run_strides = self._strides[self._run_layer]
+        self._member_runs = (
+            np.arange(len(split.members), dtype=np.int64)[:, None] * self._shifts[self._run_layer]
+            + self._run_offsets
+        )
+        self._fewest_blocks = int(self._num_blocks.min())
+        self._last_lengths = self._run_lengths[self._last_runs].astype(np.int64)
 
     @property
     def count(self) -> int:
@@ -273,6 +282,31 @@ class HeadLayout(Registrations):
         # (the blocks checked once, the members this rank's own: none of many_pieces' checks again)
         pieces = self._pieces(np.repeat(blocks, len(mine), axis=0), local)
         return pieces, local + mine.start
+
+    def rank_block_pieces(self, block_ids: Sequence[int] | np.ndarray) -> Pieces:
+        """rank_pieces of blocks whose id is the same in every layer (one block table for the group):
+        object i*m + j is member members[j] of block_ids[i]. One broadcast for the batch."""
+        ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self._fewest_blocks):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise InvalidArgumentError(
+                f"block {bad} outside the group's layers ({self._fewest_blocks} blocks)"
+            )
+        runs = self._member_runs.shape[1]
+        addrs = ids[:, None, None] * self._run_strides + self._member_runs  # (block, member, run)
+        objects = addrs.reshape(-1, runs)
+        pieces = Pieces(
+            objects.ravel().view(np.uint64),
+            np.tile(self._run_lengths, len(objects)),
+            np.full(len(objects), runs, dtype=np.int64),
+        )
+        first_runs = self._last_runs + 1
+        if (
+            len(first_runs)
+            and (objects[:, self._last_runs] + self._last_lengths == objects[:, first_runs]).any()
+        ):
+            return coalesce(pieces)  # (layers adjacent in memory: merged as one run)
+        return pieces
 
     def _pieces(self, blocks: np.ndarray, local: np.ndarray) -> Pieces:
         """many_pieces of checked block rows and members counted from this rank's first."""

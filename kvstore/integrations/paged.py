@@ -9,6 +9,7 @@ plus the rank that wrote it (kvstore.blocks).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -315,7 +316,8 @@ class Batch:
 
 class BlockMover:
     """Runs batch puts and gets on background threads so they overlap the engine's compute. Saves run
-    in submission order on one thread; loads on another (a load never waits behind a save)."""
+    in submission order on one thread; loads on another (a load never waits behind a save); a load
+    the caller waits for at once runs on the caller's thread (load_here)."""
 
     def __init__(self, link: StoreLink, replicas: int | None = None) -> None:
         self.link = link
@@ -329,12 +331,17 @@ class BlockMover:
         """Reads each key into its buffers; per key True when every byte arrived and verified."""
         return self._loader.submit(self._load, batch)
 
+    def load_here(self, batch: Batch) -> list[bool]:
+        """load() on the calling thread, for a caller that would wait for it at once: no thread to wake,
+        nor to wake the caller again (each hand-off cost 60-100 µs here, ~10% of a 16 MiB load)."""
+        return self._load(batch)
+
     def save(self, batch: Batch) -> Future[list[bool]]:
         """Stores each key from its buffers; per key True when stored (or already stored)."""
         return self._saver.submit(self._save, batch)
 
     def _load(self, batch: Batch) -> list[bool]:
-        def get(store: Store) -> list[bool]:
+        def get(store: Store, sizes: list[int]) -> list[bool]:
             # The load budget (StoreConfig.load_deadline_ms): what has not arrived by then is a load error,
             # recomputed by the engine, and lands nowhere after this batch returns.
             deadline = store.config.load_deadline_ms / 1000 or None
@@ -342,12 +349,12 @@ class BlockMover:
                 results = store.batch_get_into_pieces(batch.keys, *batch.pieces, deadline=deadline)
             else:
                 results = store.batch_get_into_multi_buffers(batch.keys, batch.buffers, deadline=deadline)
-            return [r >= 0 and r == size for r, size in zip(results, _sizes(batch), strict=True)]
+            return [r == size for r, size in zip(results, sizes, strict=True)]  # (an error is < 0)
 
         return self._move("load", batch, get)
 
     def _save(self, batch: Batch) -> list[bool]:
-        def put(store: Store) -> list[bool]:
+        def put(store: Store, sizes: list[int]) -> list[bool]:
             if batch.pieces is not None:
                 codes = store.batch_put_from_pieces(batch.keys, *batch.pieces, replicas=self.replicas)
             else:
@@ -356,19 +363,20 @@ class BlockMover:
 
         return self._move("save", batch, put)
 
-    def _move(self, kind: str, batch: Batch, move: Callable[[Store], list[bool]]) -> list[bool]:
+    def _move(self, kind: str, batch: Batch, move: Callable[[Store, list[int]], list[bool]]) -> list[bool]:
         """Runs one batch move and counts it; any failure is a per-key False, never an exception."""
         if not batch.keys:
             return []
         start = time.perf_counter()
+        sizes = _sizes(batch)
         store = self.link.get()
         ok = [False] * len(batch.keys)
         if store is not None:
             try:
-                ok = move(store)
+                ok = move(store, sizes)
             except KVStoreError as exc:
                 log.warning("kvstore %s of %d blocks failed: %s", kind, len(batch.keys), exc)
-        moved = sum(size for good, size in zip(ok, _sizes(batch), strict=True) if good)
+        moved = sum(itertools.compress(sizes, ok))
         with self._stats_lock:
             self.stats.count(kind, sum(ok), len(ok) - sum(ok), moved, time.perf_counter() - start)
         return ok
@@ -397,7 +405,7 @@ def _sizes(batch: Batch) -> list[int]:
         if not batch.keys:
             return []
         p = batch.pieces
-        return np.add.reduceat(p.lengths, np.r_[0, np.cumsum(p.counts)[:-1]]).tolist()
+        return np.add.reduceat(p.lengths, np.cumsum(p.counts) - p.counts).tolist()
     return [sum(size for _, size in parts) for parts in batch.buffers]
 
 

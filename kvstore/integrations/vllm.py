@@ -23,8 +23,9 @@ other. The scheduler side asks the store which blocks of a prompt exist (member 
 batch_exists; no worker round trip), counts the longest prefix for which every group has what it reads, and
 plans loads of exactly those blocks (never into a null block) and saves of the prompt's full blocks. The
 worker side registers each KV allocation with the store once and moves the members of its own heads straight
-from and into vLLM's cache tensors (no copy); only the first replica of a head writes it. Loads start in
-start_load_kv on a background thread and wait_for_layer_load waits for them; saves of full-attention groups
+from and into vLLM's cache tensors (no copy); only the first replica of a head writes it. A step's
+synchronous loads run in start_load_kv on the calling thread (the first attention layer would wait for the
+whole load anyway: an object holds every layer of its block); saves of full-attention groups
 are submitted in wait_for_save and run while the next step computes (a finished request's blocks stay pinned
 until they are done); saves of window groups end before wait_for_save returns, since vLLM frees and reuses
 blocks that leave a window while the request still runs. A state group's block is saved only where vLLM's
@@ -448,8 +449,6 @@ class _WorkerSide:
         self.c = connector
         self.layouts: dict[int, HeadLayout] = {}  # per KV cache group with layers on this rank
         self.registrations: Registrations | None = None
-        self._load: Future[list[bool]] | None = None
-        self._load_blocks: list[int] = []  # per loaded object: its block id
         self._load_errors: set[int] = set()
         self._async: dict[str, Future[list[bool]]] = {}  # requests waiting for their KV
         self._failed_recv: set[str] = set()
@@ -502,8 +501,8 @@ class _WorkerSide:
                 )
                 if group == g
             ]
-            pieces, _ = layout.rank_pieces([[block_id] * len(layout.layers) for *_, block_id in blocks])
-            mine = list(layout.members)  # (rank_pieces: block i's members in this order, block by block)
+            pieces = layout.rank_block_pieces([block_id for *_, block_id in blocks])
+            mine = list(layout.members)  # (block i's members in this order, block by block)
             group_stage = stage + self.c.groups.suffix(g)
             for seq, digest, block_id in blocks:
                 batch.keys += names.keys(seq, digest, g, mine, layout.count, group_stage)
@@ -519,9 +518,12 @@ class _WorkerSide:
             )
         if not meta.loads:
             return
+        # A step's synchronous loads run here rather than on the mover's thread: vLLM's first attention
+        # layer waits for the whole load (an object holds every layer of its block), so a thread overlapped
+        # almost nothing (the embedding) and cost two wake-ups a step.
         batch = self._batch(meta.loads)
-        self._load_blocks = list(batch.tags)
-        self._load = self.c.mover.load(batch)
+        ok = self.c.mover.load_here(batch)
+        self._load_errors.update(b for good, b in zip(ok, batch.tags, strict=True) if not good)
 
     @staticmethod
     def _unloadable() -> Future[list[bool]]:
@@ -529,16 +531,7 @@ class _WorkerSide:
         failed.set_result([False])
         return failed
 
-    def wait_load(self) -> None:
-        if self._load is None:
-            return
-        ok = self._load.result()
-        self._load = None
-        self._load_errors.update(b for good, b in zip(ok, self._load_blocks, strict=True) if not good)
-        self._load_blocks = []
-
     def load_errors(self) -> set[int]:
-        self.wait_load()
         errors, self._load_errors = self._load_errors, set()
         return errors
 
@@ -556,7 +549,6 @@ class _WorkerSide:
         return failed
 
     def save(self, meta: KVStoreConnectorMetadata) -> None:
-        self.wait_load()  # a step's loads are done before its saves are read
         if not meta.saves:
             return
         # vLLM frees a window group's blocks that leave the window while the request still runs and may
@@ -591,6 +583,8 @@ def _concat(parts: list[Pieces]) -> Pieces:
     if not parts:
         empty = np.zeros(0, dtype=np.uint64)
         return Pieces(empty, empty.copy(), np.zeros(0, dtype=np.int64))
+    if len(parts) == 1:
+        return parts[0]
     return Pieces(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
 
 
@@ -672,10 +666,7 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         self.worker_side.start_load(meta)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # One object holds a block of every layer of a group, so the first layer waits for the whole
-        # load; the load ran while vLLM prepared the step.
-        if self.worker_side is not None:
-            self.worker_side.wait_load()
+        return  # a step's synchronous loads ended in start_load_kv (see _WorkerSide.start_load)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         return  # blocks are saved whole (every layer) in wait_for_save, after the forward pass

@@ -290,3 +290,21 @@ def test_thousands_of_rows_are_one_array_pass() -> None:
     rows = np.random.default_rng(0).integers(0, 64, (4096, LAYERS))
     pieces, members = cache.rank_pieces(rows)
     assert len(members) == 8192 and pieces.counts.sum() == len(pieces.addrs) == 8192 * LAYERS * TOKENS
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_blocks_with_one_id_in_every_layer_give_the_pieces_of_their_rows(layout: str, tp: int) -> None:
+    """rank_block_pieces (one block table for the group, as vLLM keeps) = rank_pieces of rows that repeat
+    the id in every layer, adjacent layers merged alike; an id outside the layers is refused."""
+    ids = np.random.default_rng(4).integers(0, BLOCKS, 9)
+    for rank in range(tp):
+        _, views = allocate(layout, len(rank_heads(4, rank, tp)))
+        cache = HeadLayout([layer_view(f"l{i}", v) for i, v in enumerate(views)], HeadSplit.plan(4, rank, tp))
+        fast = cache.rank_block_pieces(ids)
+        rows = np.repeat(ids[:, None], len(views), axis=1)
+        assert objects(fast) == objects(cache.rank_pieces(rows)[0])
+        assert objects(cache.rank_block_pieces([])) == []
+        for bad in (-1, BLOCKS):
+            with pytest.raises(InvalidArgumentError, match=f"block {bad} outside"):
+                cache.rank_block_pieces([0, bad])
