@@ -220,14 +220,14 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
             names = keys("c", i)
             if engine == "sglang":  # the backend checks existence first and writes only missing pages
                 store.batch_exists(names)
-            ok = mover.save(batch(source, names)).result()
+            ok = mover.save_here(batch(source, names))  # (SGLang calls from its own I/O threads)
             errors += len(ok) - sum(ok)
             saved.append(names)
             return sum(ok) * source.object_bytes
 
         def load(i: int) -> int:
             nonlocal errors
-            ok = mover.load(batch(target, saved[i])).result()
+            ok = mover.load_here(batch(target, saved[i]))
             errors += len(ok) - sum(ok)
             return sum(ok) * source.object_bytes
 

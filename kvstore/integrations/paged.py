@@ -340,6 +340,10 @@ class BlockMover:
         """Stores each key from its buffers; per key True when stored (or already stored)."""
         return self._saver.submit(self._save, batch)
 
+    def save_here(self, batch: Batch) -> list[bool]:
+        """save() on the calling thread (an engine that calls the store from its own I/O thread)."""
+        return self._save(batch)
+
     def _load(self, batch: Batch) -> list[bool]:
         def get(store: Store, sizes: list[int]) -> list[bool]:
             # The load budget (StoreConfig.load_deadline_ms): what has not arrived by then is a load error,
