@@ -10,9 +10,11 @@ import struct
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 from tests.conftest import start_target, stop_target
+from tests.helpers.target_process import pattern
 from transfer_engine import TransferEngine
 from transfer_engine.errors import PermissionDeniedError
 
@@ -44,7 +46,11 @@ def test_engines_sharing_the_secret_link() -> None:
         with TransferEngine() as engine:
             peer = engine.open_peer(target.name)
             local = engine.allocate(4096)
+            assert local.array is not None
+            local.array[:] = 0xFF  # (a byte the pattern (values < 251) never holds: a read that
+            # moves nothing cannot pass)
             engine.read(local.addr, peer, target.shared_region, 0, 4096)
+            assert np.array_equal(local.array, pattern(4096))
     finally:
         stop_target(target)
 
