@@ -546,10 +546,10 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
             raise KVStoreError(
                 "--disk-capacity-blocks: no --plot; a real replay (no --simulate) is global only"
             )
+        from kvstore.bench.tiered_replay import replay_real_tiered, simulate_tiered
+
         for policy in policies:
             if not args.simulate:
-                from kvstore.bench.tiered_replay import replay_real_tiered
-
                 results.append(
                     replay_real_tiered(
                         requests,
@@ -563,7 +563,7 @@ def _run_trace_bench(args: argparse.Namespace) -> int:
                 )
                 continue
             results.append(
-                tr.simulate_tiered(
+                simulate_tiered(
                     requests,
                     capacity,
                     args.disk_capacity_blocks,

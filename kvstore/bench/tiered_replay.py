@@ -1,5 +1,6 @@
-"""`kvstore bench trace --disk-capacity-blocks N` without --simulate: the trace replayed through a real
-store whose node has `capacity` blocks of memory over a disk tier of N blocks (global mode).
+"""`kvstore bench trace --disk-capacity-blocks N`: the trace replayed over `capacity` blocks of memory above
+a disk tier of N blocks, simulated (simulate_tiered: kvstore.bench.tiered_cache) or, without --simulate,
+through a real store whose node has that memory and disk tier (replay_real_tiered, global mode).
 
 Each request asks the master for its stored prefix (match_prefix), reads the hits that are only on disk
 (so the node loads them and the promotion rule runs, as an engine reading its hits would make happen),
@@ -14,7 +15,44 @@ from pathlib import Path
 
 import numpy as np
 
-from kvstore.bench.trace import Trace, TraceResult, _Node, _result, replay, replay_master_config
+from kvstore.bench.tiered_cache import TieredCache
+from kvstore.bench.trace import ROUTES, Trace, TraceResult, _Node, _result, replay, replay_master_config
+from kvstore.errors import InvalidArgumentError
+
+
+def simulate_tiered(
+    trace: Trace,
+    capacity: int,
+    disk_capacity: int,
+    policy: str = "adaptive",
+    mode: str = "global",
+    nodes: int = 1,
+    name: str = "trace",
+    route: str = "longest",
+    times: Sequence[float] | None = None,
+    promote_window: float = 600.0,
+) -> TraceResult:
+    """simulate() with a disk tier of `disk_capacity` blocks per node under each node's `capacity` blocks
+    of memory (kvstore.bench.tiered_cache); promotion windows are in trace seconds (request index where
+    the trace has no timestamps)."""
+    if mode not in ("global", "local") or route not in ROUTES:
+        raise InvalidArgumentError("mode is global or local; route is longest or balanced")
+    count = 1 if mode == "global" else nodes
+    scale = nodes if mode == "global" else 1
+    caches = [
+        TieredCache(policy, capacity * scale, disk_capacity * scale, promote_window) for _ in range(count)
+    ]
+    replay_nodes = [_Node(c.prefix, c.admit) for c in caches]
+    replay(trace, replay_nodes, mode, route, times)
+    result = _result(
+        name, mode, nodes, capacity, policy, len(trace), replay_nodes, sum(c.evictions for c in caches), True
+    )
+    result.disk_capacity_blocks = disk_capacity
+    result.memory_hits = sum(c.memory_hits for c in caches)
+    result.disk_hits = sum(c.disk_hits for c in caches)
+    result.demotions = sum(c.demotions for c in caches)
+    result.promotions = sum(c.promotions for c in caches)
+    return result
 
 
 def replay_real_tiered(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvstore.bench.tiered_cache import TieredCache
-from kvstore.bench.trace import load_timed_trace, simulate, simulate_tiered
+from kvstore.bench.tiered_replay import simulate_tiered
+from kvstore.bench.trace import load_timed_trace, simulate
 from kvstore.errors import InvalidArgumentError
 from tests.unit.kvstore.test_trace import SHIPPED
 
