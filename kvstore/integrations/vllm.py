@@ -49,13 +49,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
@@ -65,57 +61,26 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.integrations.head_layout import HeadLayout, HeadSplit, layer_view
+from kvstore.errors import KVStoreError
+from kvstore.integrations.head_layout import HeadSplit
 from kvstore.integrations.paged import (
-    Batch,
     BlockMover,
     MoveStats,
-    Pieces,
-    Registrations,
     StoreLink,
-    ceil_blocks,
-    full_blocks,
     store_settings,
 )
-from kvstore.integrations.vllm_groups import FULL, GroupRule, longest_hit, rule_for_spec
+from kvstore.integrations.vllm_groups import FULL, GroupRule, rule_for_spec
 from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.integrations.vllm_memory import KVMemoryLifecycle
-from kvstore.integrations.vllm_state import checkpointed_blocks, state_heads, state_suffix, state_view
+from kvstore.integrations.vllm_metadata import KVStoreConnectorMetadata
+from kvstore.integrations.vllm_scheduler_side import SchedulerSide
+from kvstore.integrations.vllm_state import state_heads, state_suffix
+from kvstore.integrations.vllm_worker_side import WorkerSide
 
 log = logging.getLogger("kvstore.vllm")
 
 
-# -- metadata (scheduler -> workers) --------------------------------------------------------------------
-@dataclass
-class BlockMove:
-    """Objects of one request to load or save: per object, its block's sequence hash and digest, its KV
-    cache group, and the block id it lives in there (parallel lists)."""
-
-    req_id: str
-    seqs: list[int] = field(default_factory=list)
-    digests: list[str] = field(default_factory=list)
-    groups: list[int] = field(default_factory=list)
-    block_ids: list[int] = field(default_factory=list)
-    unloadable: bool = False  # a load whose target vLLM did not allocate: reported failed, nothing moved
-
-    def add(self, seq: int, digest: str, group: int, block_id: int) -> None:
-        self.seqs.append(seq)
-        self.digests.append(digest)
-        self.groups.append(group)
-        self.block_ids.append(block_id)
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-
-@dataclass
-class KVStoreConnectorMetadata(KVConnectorMetadata):
-    loads: list[BlockMove] = field(default_factory=list)  # read before this step's forward pass
-    async_loads: list[BlockMove] = field(default_factory=list)  # requests waiting for their KV
-    saves: list[BlockMove] = field(default_factory=list)
-
-
+# -- stats (the metadata the scheduler sends its workers: kvstore.integrations.vllm_metadata) ----------
 class KVStoreConnectorStats(KVConnectorStats):
     """kvstore's counters in vLLM's connector stats (summed over workers and steps)."""
 
@@ -140,9 +105,6 @@ class KVStoreConnectorStats(KVConnectorStats):
 
 
 # -- what both sides agree on ---------------------------------------------------------------------------
-# vLLM's BlockPool takes block 0 as the null block: it stands for the blocks a window group skips (a
-# full-attention group never holds it).
-NULL_BLOCK_ID = 0
 
 
 @dataclass(frozen=True)
@@ -261,333 +223,6 @@ def _default_namespace(vllm_config: Any, kv_cache_config: Any) -> str:
     return f"vllm:{model}:{digest}"
 
 
-# -- scheduler side -------------------------------------------------------------------------------------
-@dataclass
-class _Tracked:
-    """A request the scheduler side follows from lookup to finish."""
-
-    seqs: list[int]  # the prompt's full blocks: sequence hashes
-    digests: list[str]  # ... and 128-bit chain digests
-    hit: int  # blocks of the hit (vLLM's own and the store's) at lookup
-    local_blocks: int = 0  # leading blocks vLLM had itself
-    load: tuple[int, int] | None = None  # blocks from..to whose objects to load
-    block_ids: list[list[int]] = field(default_factory=list)  # [group][block position]
-    saved: int = 0  # blocks whose save has been scheduled (or that need none)
-    saves_scheduled: bool = False
-
-
-class _SchedulerSide:
-    def __init__(self, connector: KVStoreConnector) -> None:
-        self.c = connector
-        self.requests: dict[str, _Tracked] = {}
-        self.pending = KVStoreConnectorMetadata()
-
-    def matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
-        c = self.c
-        tokens = list(getattr(request, "prompt_token_ids", None) or [])
-        if not c.active or not tokens:
-            return 0, False
-        known = self.requests.get(request.request_id)  # asked again while it waits: same prompt, same keys
-        if known is not None and len(known.seqs) == full_blocks(len(tokens), c.block_size):
-            seqs, digests = known.seqs, known.digests
-        else:
-            seqs, digests = c.names.prompt(tokens)
-        usable = full_blocks(len(tokens) - 1, c.block_size)  # vLLM computes at least one token
-        local = full_blocks(num_computed_tokens, c.block_size)
-        hit = self._hit(seqs[:usable], digests[:usable], local)
-        tracked = _Tracked(seqs, digests, hit, local_blocks=local)
-        tracked.saved = hit
-        self.requests[request.request_id] = tracked
-        extra = max(0, hit - local) * c.block_size
-        return extra, extra > 0 and c.async_loads
-
-    def _hit(self, seqs: list[int], digests: list[str], local: int) -> int:
-        """Blocks of the longest prefix every group can be served (vLLM's own first, then the store's)."""
-        width = len(seqs) - local
-        if width <= 0:
-            return local
-        store = self.c.link.get()
-        if store is None:
-            return local
-        # Member 0 of each (block, group, stage): the master shows a member only while its group is whole.
-        stages, groups = self.c.all_stages, range(len(self.c.groups.rules))
-        keys = [
-            self.c.names.key(
-                seqs[i], digests[i], g, 0, self.c.groups.members(g), stage + self.c.groups.suffix(g)
-            )
-            for g in groups
-            for i in range(local, len(seqs))
-            for stage in stages
-        ]
-        try:
-            flags = store.batch_exists(keys)
-        except KVStoreError as exc:
-            log.warning("kvstore lookup failed (%s): treating as a miss", exc)
-            return local
-        per = len(stages)
-        present = [
-            [all(flags[(g * width + j) * per : (g * width + j + 1) * per]) for j in range(width)]
-            for g in groups
-        ]
-        rules = [r for r in self.c.groups.rules if r is not None]
-        hit = longest_hit(rules, present, local)
-        self.c.mover.count_lookup(hit - local)
-        return hit
-
-    def after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
-        tracked = self.requests.get(request.request_id)
-        if tracked is None or num_external_tokens <= 0:
-            return
-        end = min(tracked.local_blocks + ceil_blocks(num_external_tokens, self.c.block_size), tracked.hit)
-        tracked.load = (tracked.local_blocks, end)
-        if self.c.async_loads:  # an asynchronous load: it starts before the request is scheduled
-            tracked.block_ids = [list(ids) for ids in blocks.get_block_ids()]
-            self.pending.async_loads.append(self._load_move(request.request_id, tracked))
-            tracked.load = None
-
-    def build_meta(self, scheduler_output: Any) -> KVStoreConnectorMetadata:
-        meta, self.pending = self.pending, KVStoreConnectorMetadata()
-        scheduled = scheduler_output.num_scheduled_tokens
-        for new in scheduler_output.scheduled_new_reqs:
-            tracked = self.requests.get(new.req_id)
-            if tracked is None:
-                continue
-            tracked.block_ids = [list(ids) for ids in new.block_ids]
-            if tracked.load is not None:
-                meta.loads.append(self._load_move(new.req_id, tracked))
-                tracked.load = None
-            computed = new.num_computed_tokens
-            self._plan_save(meta, new.req_id, tracked, computed, computed + scheduled.get(new.req_id, 0))
-        cached = scheduler_output.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            tracked = self.requests.get(req_id)
-            if tracked is None:
-                continue
-            new_ids = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids:
-                tracked.block_ids = [list(ids) for ids in (new_ids or [])]
-            elif new_ids is not None:
-                for group, ids in enumerate(new_ids):
-                    tracked.block_ids[group].extend(ids)
-            computed = cached.num_computed_tokens[i]
-            self._plan_save(meta, req_id, tracked, computed, computed + scheduled.get(req_id, 0))
-        self._plan_state_saves(meta, scheduler_output)
-        return meta
-
-    def _plan_state_saves(self, meta: KVStoreConnectorMetadata, scheduler_output: Any) -> None:
-        """Saves of the state blocks vLLM says hold a cached state this step (kvstore.integrations.
-        vllm_state): the prompt's blocks past the hit (the store had those the hit needed)."""
-        block_state = getattr(scheduler_output, "kv_connector_block_state", None)
-        offers = getattr(block_state, "boundary_state_offloads", None) or {}
-        groups = {g for g in range(len(self.c.groups.rules)) if self.c.groups.holds_state(g)}
-        for req_id, entries in offers.items():
-            tracked = self.requests.get(req_id)
-            if tracked is None or not groups:
-                continue
-            move = BlockMove(req_id)
-            picked = checkpointed_blocks(entries, groups, self.c.block_size, tracked.hit, len(tracked.seqs))
-            for index, group, block_id in picked:
-                move.add(tracked.seqs[index], tracked.digests[index], group, block_id)
-            if len(move):
-                meta.saves.append(move)
-
-    def _load_move(self, req_id: str, tracked: _Tracked) -> BlockMove:
-        """The objects a hit ending at the load's end reads, past vLLM's own blocks."""
-        assert tracked.load is not None
-        first, end = tracked.load
-        move = BlockMove(req_id)
-        for g, rule in enumerate(self.c.groups.rules):
-            assert rule is not None  # (the connector is inactive otherwise)
-            ids = tracked.block_ids[g]
-            if rule.holds_state and (end > len(ids) or ids[end - 1] == NULL_BLOCK_ID):
-                # The hit's state has nowhere to go: without it the request would run from a wrong state.
-                log.warning("kvstore: no state block for %s at block %d; its load fails", req_id, end - 1)
-                move.unloadable = True
-                continue
-            for i in range(max(first, rule.first_needed(end)), min(end, len(ids))):
-                if (
-                    ids[i] == NULL_BLOCK_ID and not rule.reads_every_block
-                ):  # (rules disagree): never load there
-                    log.warning("kvstore: group %d block %d of %s is null; not loaded", g, i, req_id)
-                    continue
-                move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
-        return move
-
-    def _plan_save(
-        self, meta: KVStoreConnectorMetadata, req_id: str, tracked: _Tracked, before: int, computed: int
-    ) -> None:
-        """Saves of the prompt blocks this step completes. A group's blocks vLLM may have freed by now
-        (below its window once `before` tokens were computed) and null blocks are never read."""
-        end = min(len(tracked.seqs), full_blocks(computed, self.c.block_size))
-        end = min(end, min((len(ids) for ids in tracked.block_ids), default=0))
-        if end <= tracked.saved:
-            return
-        move = BlockMove(req_id)
-        for g, rule in enumerate(self.c.groups.rules):
-            assert rule is not None
-            if rule.holds_state:  # saved only where vLLM offers a checkpoint (_plan_state_saves)
-                continue
-            ids = tracked.block_ids[g]
-            freed = rule.skipped_tokens(before) // rule.block_size  # vLLM may have freed these already
-            for i in range(max(tracked.saved, freed), end):
-                if ids[i] != NULL_BLOCK_ID or rule.reads_every_block:
-                    move.add(tracked.seqs[i], tracked.digests[i], g, ids[i])
-        tracked.saved = end
-        if len(move):
-            meta.saves.append(move)
-            tracked.saves_scheduled = True
-
-    def finished(self, request: Any) -> tuple[bool, dict[str, Any] | None]:
-        tracked = self.requests.pop(request.request_id, None)
-        # Saves still in flight read these blocks: keep them until the workers say the saves are done.
-        return (tracked is not None and tracked.saves_scheduled), None
-
-
-# -- worker side ----------------------------------------------------------------------------------------
-class _WorkerSide:
-    def __init__(self, connector: KVStoreConnector) -> None:
-        self.c = connector
-        self.layouts: dict[int, HeadLayout] = {}  # per KV cache group with layers on this rank
-        self.registrations: Registrations | None = None
-        self._load_errors: set[int] = set()
-        self._async: dict[str, Future[list[bool]]] = {}  # requests waiting for their KV
-        self._failed_recv: set[str] = set()
-        self._saves: dict[str, list[Future[list[bool]]]] = {}
-        self._finishing: set[str] = set()
-        self._lock = threading.Lock()
-
-    def register(self, kv_caches: dict[str, Any]) -> None:
-        """Each group's layers (vLLM >= 0.32 hands [blocks, heads, tokens, K|V] views) and this rank's
-        share of its head slices."""
-        c = self.c
-        self.layouts = {}
-        for g, names in enumerate(c.groups.layers):
-            mine = [n for n in names if n in kv_caches]
-            if mine:
-                split = HeadSplit.plan(c.groups.heads[g], c.tp_rank, c.tp_size, c.groups.members(g))
-                views = [layer_view(n, kv_caches[n]) for n in mine]
-                if c.groups.holds_state(g):  # a rank's whole state is one member
-                    views = [state_view(view) for view in views]
-                self.layouts[g] = HeadLayout(views, split)
-        if not self.layouts:  # no config (or names differ): every layer, in the engine's own order
-            split = HeadSplit.plan(c.groups.heads[0], c.tp_rank, c.tp_size, c.groups.members(0))
-            self.layouts[0] = HeadLayout([layer_view(n, t) for n, t in kv_caches.items()], split)
-        self.registrations = Registrations([s for layout in self.layouts.values() for s in layout.spans])
-        store = self.c.link.get()
-        if store is not None:
-            self.registrations.register(store)
-
-    def _batch(
-        self, moves: Sequence[BlockMove], groups: Callable[[int], bool] = lambda g: True, saving: bool = False
-    ) -> Batch:
-        """The members this rank holds of the objects of `moves` in groups `groups`, ordered by group (when
-        `saving`, only those it writes: one writer per member)."""
-        if self.registrations is None:
-            raise InvalidArgumentError("register_kv_caches was not called")
-        store = self.c.link.get()
-        if store is not None and self.c.kv_memory_awake:  # (asleep: the memory is not the cache's now)
-            self.registrations.register(store)  # no-op once done; after a late connection it registers now
-        batch = Batch()
-        parts = []
-        names, stage = self.c.names, self.c.my_stage
-        for g, layout in self.layouts.items():
-            if not groups(g) or (saving and not layout.writes):
-                continue
-            blocks = [
-                (seq, digest, block_id)
-                for move in moves
-                for seq, digest, group, block_id in zip(
-                    move.seqs, move.digests, move.groups, move.block_ids, strict=True
-                )
-                if group == g
-            ]
-            pieces = layout.rank_block_pieces([block_id for *_, block_id in blocks])
-            mine = list(layout.members)  # (block i's members in this order, block by block)
-            group_stage = stage + self.c.groups.suffix(g)
-            for seq, digest, block_id in blocks:
-                batch.keys += names.keys(seq, digest, g, mine, layout.count, group_stage)
-                batch.tags += [block_id] * len(mine)
-            parts.append(pieces)
-        batch.pieces = _concat(parts)
-        return batch
-
-    def start_load(self, meta: KVStoreConnectorMetadata) -> None:
-        for move in meta.async_loads:
-            self._async[move.req_id] = (
-                self._unloadable() if move.unloadable else self.c.mover.load(self._batch([move]))
-            )
-        if not meta.loads:
-            return
-        # A step's synchronous loads run here rather than on the mover's thread: vLLM's first attention
-        # layer waits for the whole load (an object holds every layer of its block), so a thread overlapped
-        # almost nothing (the embedding) and cost two wake-ups a step.
-        batch = self._batch(meta.loads)
-        ok = self.c.mover.load_here(batch)
-        self._load_errors.update(b for good, b in zip(ok, batch.tags, strict=True) if not good)
-
-    @staticmethod
-    def _unloadable() -> Future[list[bool]]:
-        failed: Future[list[bool]] = Future()
-        failed.set_result([False])
-        return failed
-
-    def load_errors(self) -> set[int]:
-        errors, self._load_errors = self._load_errors, set()
-        return errors
-
-    def finished_loads(self) -> set[str]:
-        """Requests whose asynchronous load ended; those with a failed object go to failed_recving too
-        (vLLM recomputes them)."""
-        done = {r for r, f in self._async.items() if f.done()}
-        for req_id in done:
-            if not all(self._async.pop(req_id).result()):
-                self._failed_recv.add(req_id)
-        return done
-
-    def take_failed_loads(self) -> set[str]:
-        failed, self._failed_recv = self._failed_recv, set()
-        return failed
-
-    def save(self, meta: KVStoreConnectorMetadata) -> None:
-        if not meta.saves:
-            return
-        # vLLM frees a window group's blocks that leave the window while the request still runs and may
-        # give them to another request next step: those are stored before wait_for_save returns.
-        bounded = self._batch(meta.saves, lambda g: not self._reads_every_block(g), saving=True)
-        if bounded.keys:
-            self.c.mover.save(bounded).result()
-        future = self.c.mover.save(self._batch(meta.saves, self._reads_every_block, saving=True))
-        with self._lock:
-            for req_id in {move.req_id for move in meta.saves}:
-                self._saves.setdefault(req_id, []).append(future)
-
-    def _reads_every_block(self, group: int) -> bool:
-        rule = self.c.groups.rules[group]
-        return rule is None or rule.reads_every_block
-
-    def finished(self, finished_req_ids: set[str]) -> set[str] | None:
-        with self._lock:
-            self._finishing |= {r for r in finished_req_ids if r in self._saves}
-            done = {r for r in self._finishing if all(f.done() for f in self._saves[r])}
-            for r in done:
-                self._finishing.discard(r)
-                del self._saves[r]
-        return done or None
-
-    def drain(self) -> None:
-        """Every save submitted so far is done (before blocks of preempted requests are reused)."""
-        self.c.mover.drain()
-
-
-def _concat(parts: list[Pieces]) -> Pieces:
-    if not parts:
-        empty = np.zeros(0, dtype=np.uint64)
-        return Pieces(empty, empty.copy(), np.zeros(0, dtype=np.int64))
-    if len(parts) == 1:
-        return parts[0]
-    return Pieces(*(np.concatenate(arrays) for arrays in zip(*parts, strict=True)))
-
-
 # -- the connector ----------------------------------------------------------------------------------------
 class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
@@ -623,8 +258,8 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         self.names = BlockNames(namespace, self.block_size, len(self.groups.rules))
         self.tp_rank, self.tp_size, self.all_stages, self.my_stage = parallel_ranks(vllm_config)
         self.mover = BlockMover(self.link, int(replicas) if replicas is not None else None)
-        self.scheduler_side = _SchedulerSide(self) if role == KVConnectorRole.SCHEDULER else None
-        self.worker_side = _WorkerSide(self) if role == KVConnectorRole.WORKER else None
+        self.scheduler_side = SchedulerSide(self) if role == KVConnectorRole.SCHEDULER else None
+        self.worker_side = WorkerSide(self) if role == KVConnectorRole.WORKER else None
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -666,7 +301,7 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         self.worker_side.start_load(meta)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # a step's synchronous loads ended in start_load_kv (see _WorkerSide.start_load)
+        return  # a step's synchronous loads ended in start_load_kv (see WorkerSide.start_load)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         return  # blocks are saved whole (every layer) in wait_for_save, after the forward pass
