@@ -3,14 +3,13 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <unordered_map>
 
 #include "common/bytes.h"
 #include "cuda/driver.h"
 #include "transport/copy.h"
 #include "transport/same_host.h"
+#include "transport/same_host_channel.h"
 
 namespace kvs::cuda_ipc {
 namespace {
@@ -19,83 +18,40 @@ constexpr uint8_t kSectionVersion = 1;
 // A region's grant: u64 offset of the region in the allocation the handle opens, then the handle.
 constexpr size_t kGrantBytes = 8 + cuda::kIpcHandleBytes;
 
-// A peer region as reached from here: its first byte in this process, on which GPU's context it was
-// opened (copies run on that GPU's streams), and its fences.
-struct OpenedRegion {
-  uint64_t base = 0;
-  uint64_t allocation = 0;  // what ipc_close takes; 0 for memory of this process (nothing opened)
-  int device = 0;
-  std::shared_ptr<FenceTable> fence;
-};
-
-// What the peer granted, opened here: its pin table and its GPU regions.
-struct PeerGpuMemory {
-  PeerPinTable table;
-  std::unordered_map<uint64_t, OpenedRegion> regions;
-
-  PeerGpuMemory() = default;
-  PeerGpuMemory(PeerGpuMemory&&) = default;
-  ~PeerGpuMemory() {
-    for (auto& [id, r] : regions) {
-      if (r.allocation != 0) cuda::ipc_close(r.device, r.allocation);
-    }
+// How cuda_ipc reaches a peer's GPU regions: opened here by their IPC handles, copied on the GPU's streams.
+struct CudaIpcAccess {
+  static constexpr const char* kName = "cuda_ipc";
+  // A peer region as reached from here: its first byte in this process, on which GPU's context it was
+  // opened (copies run on that GPU's streams), and its fences.
+  struct Region {
+    uint64_t base = 0;
+    uint64_t allocation = 0;  // what ipc_close takes; 0 for memory of this process (nothing opened)
+    int device = 0;
+    std::shared_ptr<FenceTable> fence;
+  };
+  static void close(Region& opened) {
+    if (opened.allocation != 0) cuda::ipc_close(opened.device, opened.allocation);
+  }
+  static Status unopened() { return Status(Code::kNotFound, "peer did not share that GPU region"); }
+  static Status copy(const Slice& slice, const RegionInfo&, const Region* opened, const PeerProcess&) {
+    if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
+    const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
+    const uint64_t remote = opened->base + slice.offset;
+    const bool read = slice.op == TransferOp::kRead;
+    const cuda::Copy copy{read ? local : remote, read ? remote : local, slice.length};
+    Status st = cuda::copy(opened->device, &copy, 1);
+    slice.batch->end_copy();
+    return st;
   }
 };
-
-class CudaIpcChannel : public Channel, public std::enable_shared_from_this<CudaIpcChannel> {
- public:
-  CudaIpcChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process,
-                 PeerGpuMemory memory)
-      : pool_(pool),
-        peer_(std::move(peer)),
-        slots_(peer_, "cuda_ipc"),
-        process_(std::move(process)),
-        memory_(std::move(memory)) {}
-  bool healthy() const override { return process_->alive(); }
-
-  void submit(std::vector<Slice>&& slices) override {
-    std::vector<std::function<void()>> tasks;
-    tasks.reserve(slices.size());
-    for (auto& s : slices) {
-      tasks.emplace_back([self = shared_from_this(), slice = std::move(s)] { slice.done(self->run(slice)); });
-    }
-    pool_->post(std::move(tasks));
-  }
-
- private:
-  Status run(const Slice& slice) const {
-    if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
-    auto it = memory_.regions.find(slice.region_id);
-    if (it == memory_.regions.end()) return Status(Code::kNotFound, "peer did not share that GPU region");
-    const OpenedRegion& opened = it->second;
-    const uint32_t slot = slots_.of(slice.region_id);
-    return pinned_copy(peer_, memory_.table.slots(), slot, opened.fence.get(), slice, [&](const RegionInfo&) {
-      if (!slice.batch->begin_copy(slice.request)) return Status(Code::kTimedOut, "request already over");
-      const uint64_t local = reinterpret_cast<uint64_t>(slice.local);
-      const uint64_t remote = opened.base + slice.offset;
-      const bool read = slice.op == TransferOp::kRead;
-      const cuda::Copy copy{read ? local : remote, read ? remote : local, slice.length};
-      Status st = cuda::copy(opened.device, &copy, 1);
-      slice.batch->end_copy();
-      return st;
-    });
-  }
-
-  CopyPool* pool_;
-  EngineDescriptor peer_;
-  PeerSlots slots_;
-  std::unique_ptr<PeerProcess> process_;
-  PeerGpuMemory memory_;
-};
-
 // Opens one granted region here. A handle opens a whole allocation: the region must lie inside what was
 // opened, so a peer cannot point this process's copies past the memory it mapped.
-StatusOr<OpenedRegion> open_region(const RegionInfo& region, const std::vector<char>& grant,
-                                   bool same_process) {
+StatusOr<CudaIpcAccess::Region> open_region(const RegionInfo& region, const std::vector<char>& grant,
+                                            bool same_process) {
   if (grant.size() != kGrantBytes) return Status(Code::kProtocolError, "bad cuda_ipc grant");
   ByteReader r(grant.data(), grant.size());
   const uint64_t offset = r.get<uint64_t>();
-  OpenedRegion out;
+  CudaIpcAccess::Region out;
   out.device = region.location.device < cuda::device_count() ? region.location.device : 0;
   if (same_process) {
     out.base = region.base;  // the registry checked it is device memory of this process
@@ -117,7 +73,7 @@ StatusOr<OpenedRegion> open_region(const RegionInfo& region, const std::vector<c
 class CudaIpcTransport : public SameHostTransport {
  public:
   CudaIpcTransport(const TransportContext& context, const Options& options)
-      : SameHostTransport("cuda_ipc", kSectionVersion, context,
+      : SameHostTransport(CudaIpcAccess::kName, kSectionVersion, context,
                           static_cast<uint64_t>(options.get("slice_size"))),
         partial_allocations_(options.get("partial_allocations") != 0) {}
 
@@ -157,7 +113,7 @@ class CudaIpcTransport : public SameHostTransport {
                                                   std::unique_ptr<PeerProcess> process,
                                                   PeerGrants grants) override {
     const bool same_process = process->pid() == getpid();
-    PeerGpuMemory memory;
+    PeerMemory<CudaIpcAccess> memory;
     memory.table = std::move(grants.table);
     for (auto& g : grants.regions) {
       if (!g.granted) continue;
@@ -166,8 +122,7 @@ class CudaIpcTransport : public SameHostTransport {
       opened.value().fence = std::move(g.fence);
       memory.regions[g.region->id] = std::move(opened.value());
     }
-    return std::shared_ptr<Channel>(
-        std::make_shared<CudaIpcChannel>(context().pool, peer, std::move(process), std::move(memory)));
+    return same_host_channel(context().pool, peer, std::move(process), std::move(memory));
   }
 
  private:

@@ -6,35 +6,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <functional>
 #include <memory>
-#include <unordered_map>
 
 #include "core/fence.h"
 #include "core/pin_table.h"
 #include "transport/copy.h"
 #include "transport/same_host.h"
+#include "transport/same_host_channel.h"
 
 namespace kvs::shm {
 namespace {
-
-struct Mapping {
-  char* base = nullptr;
-  uint64_t length = 0;
-  std::shared_ptr<FenceTable> fence;  // the region's allocation fences, when it has them
-};
-
-// What the peer's shm server handed over: its pin table and its memfd regions, mapped here.
-struct PeerMemory {
-  PeerPinTable table;
-  std::unordered_map<uint64_t, Mapping> regions;
-
-  PeerMemory() = default;
-  PeerMemory(PeerMemory&&) = default;
-  ~PeerMemory() {
-    for (auto& [id, m] : regions) munmap(m.base, m.length);
-  }
-};
 
 // Cross-memory attach for regions that are not memfd-backed.
 Status cma_copy_one(TransferOp op, char* local, uint64_t length, pid_t pid, uint64_t remote) {
@@ -68,42 +49,21 @@ Status cma_copy(const Slice& slice, pid_t pid, uint64_t remote_base) {
   return st;
 }
 
-class ShmChannel : public Channel, public std::enable_shared_from_this<ShmChannel> {
- public:
-  ShmChannel(CopyPool* pool, EngineDescriptor peer, std::unique_ptr<PeerProcess> process, PeerMemory memory)
-      : pool_(pool),
-        peer_(std::move(peer)),
-        slots_(peer_, "shm"),
-        process_(std::move(process)),
-        memory_(std::move(memory)) {}
-  bool healthy() const override { return process_->alive(); }
-
-  void submit(std::vector<Slice>&& slices) override {
-    std::vector<std::function<void()>> tasks;
-    tasks.reserve(slices.size());
-    for (auto& s : slices) {
-      tasks.emplace_back([self = shared_from_this(), slice = std::move(s)] { slice.done(self->run(slice)); });
-    }
-    pool_->post(std::move(tasks));
+// How shm reaches a peer's regions: memfd regions mapped here (one memcpy), the rest by CMA.
+struct ShmAccess {
+  static constexpr const char* kName = "shm";
+  struct Region {
+    char* base = nullptr;
+    uint64_t length = 0;
+    std::shared_ptr<FenceTable> fence;  // the region's allocation fences, when it has them
+  };
+  static void close(Region& mapped) { munmap(mapped.base, mapped.length); }
+  static Status unopened() { return Status::OK(); }  // (reached by CMA)
+  static Status copy(const Slice& slice, const RegionInfo& region, const Region* mapped,
+                     const PeerProcess& process) {
+    return mapped ? copy_slice(slice, mapped->base + slice.offset)
+                  : cma_copy(slice, process.pid(), region.base);
   }
-
- private:
-  Status run(const Slice& slice) const {
-    if (!healthy()) return Status(Code::kConnectionFailed, "peer process is gone");
-    auto it = memory_.regions.find(slice.region_id);
-    const Mapping* mapped = it != memory_.regions.end() ? &it->second : nullptr;
-    return pinned_copy(peer_, memory_.table.slots(), slots_.of(slice.region_id),
-                       mapped ? mapped->fence.get() : nullptr, slice, [&](const RegionInfo& region) {
-                         return mapped ? copy_slice(slice, mapped->base + slice.offset)
-                                       : cma_copy(slice, process_->pid(), region.base);
-                       });
-  }
-
-  CopyPool* pool_;
-  EngineDescriptor peer_;
-  PeerSlots slots_;
-  std::unique_ptr<PeerProcess> process_;
-  PeerMemory memory_;
 };
 
 constexpr uint8_t kSectionVersion = 1;
@@ -111,8 +71,8 @@ constexpr uint8_t kSectionVersion = 1;
 class ShmTransport : public SameHostTransport {
  public:
   ShmTransport(const TransportContext& context, const Options& options)
-      : SameHostTransport("shm", kSectionVersion, context, static_cast<uint64_t>(options.get("slice_size"))) {
-  }
+      : SameHostTransport(ShmAccess::kName, kSectionVersion, context,
+                          static_cast<uint64_t>(options.get("slice_size"))) {}
 
   // The grant server calls grant(): stop it before this object goes.
   ~ShmTransport() override { stop(); }
@@ -136,16 +96,16 @@ class ShmTransport : public SameHostTransport {
   StatusOr<std::shared_ptr<Channel>> open_channel(const EngineDescriptor& peer,
                                                   std::unique_ptr<PeerProcess> process,
                                                   PeerGrants grants) override {
-    PeerMemory memory;
+    PeerMemory<ShmAccess> memory;
     memory.table = std::move(grants.table);
     for (auto& g : grants.regions) {
       if (!g.granted || g.fd < 0) continue;
       void* p = mmap(nullptr, g.region->length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, g.fd, 0);
       if (p == MAP_FAILED) return errno_status(Code::kNoMemory, "mapping peer memory");
-      memory.regions[g.region->id] = Mapping{static_cast<char*>(p), g.region->length, std::move(g.fence)};
+      memory.regions[g.region->id] =
+          ShmAccess::Region{static_cast<char*>(p), g.region->length, std::move(g.fence)};
     }
-    return std::shared_ptr<Channel>(
-        std::make_shared<ShmChannel>(context().pool, peer, std::move(process), std::move(memory)));
+    return same_host_channel(context().pool, peer, std::move(process), std::move(memory));
   }
 };
 
