@@ -15,83 +15,65 @@ from pathlib import Path
 from typing import Any
 
 from kvstore import cli_args as arg
+from kvstore import cli_flags as flags
 from kvstore.bench.cli import Runner, add_bench_commands
+from kvstore.cli_flags import add_flags, flag
 from transfer_engine.errors import InvalidArgumentError, KVStoreError
 
-
-def _add_master(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("master", help="run the metadata master (until SIGTERM/SIGINT)")
-    p.add_argument("--host", help="default: KVSTORE_MASTER_HOST, else 127.0.0.1")
-    p.add_argument("--port", type=arg.port, help="default: KVSTORE_MASTER_PORT, else 50051")
-    p.add_argument("--http-port", type=arg.port, help="serve /metrics and /health here")
-    p.add_argument("--eviction-policy")
-    p.add_argument("--client-ttl", type=arg.positive_float)
-    p.add_argument("--heartbeat-interval", type=arg.positive_float)
-    p.add_argument("--lease-ttl", type=arg.positive_float)
-    p.add_argument(
-        "--put-timeout", type=arg.positive_float, help="seconds before an unfinished put is reclaimed"
-    )
-    p.add_argument("--high-watermark", type=arg.positive_float)
-    p.add_argument("--low-watermark", type=arg.positive_float)
-    p.add_argument("--hot-access-rate", type=arg.positive_float, help="reads/s that make a key hot")
-    p.add_argument("--cool-access-rate", type=arg.positive_float)
-    p.add_argument("--heat-half-life", type=arg.positive_float, help="seconds")
-    p.add_argument(
-        "--etcd",
-        type=arg.host_ports,
+_MASTER_SETTINGS = (
+    flags.HOST.but(help="default: KVSTORE_MASTER_HOST, else 127.0.0.1"),
+    flags.PORT.but(help="default: KVSTORE_MASTER_PORT, else 50051"),
+    flag("--http-port", type=arg.port, help="serve /metrics and /health here"),
+    flag("--eviction-policy"),
+    flag("--client-ttl", type=arg.positive_float),
+    flag("--heartbeat-interval", type=arg.positive_float),
+    flag("--lease-ttl", type=arg.positive_float),
+    flag("--put-timeout", type=arg.positive_float, help="seconds before an unfinished put is reclaimed"),
+    flag("--high-watermark", type=arg.positive_float),
+    flag("--low-watermark", type=arg.positive_float),
+    flag("--hot-access-rate", type=arg.positive_float, help="reads/s that make a key hot"),
+    flag("--cool-access-rate", type=arg.positive_float),
+    flags.HEAT_HALF_LIFE.but(help="seconds"),
+    flags.ETCD.but(
         help="HOST:PORT[,...] of etcd: run as a candidate of --cluster, serving while elected leader "
-        "(KVSTORE_MASTER_ETCD)",
-    )
-    p.add_argument("--cluster", help="the cluster this master is a candidate of (default: default)")
-    p.add_argument("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)")
-    _add_etcd_access(p)
-    p.add_argument(
+        "(KVSTORE_MASTER_ETCD)"
+    ),
+    flags.CLUSTER.but(help="the cluster this master is a candidate of (default: default)"),
+    flag("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)"),
+)
+_MASTER_SERVICES = (
+    flag(
         "--kv-events-endpoint",
         help="publish the store's KV events (RFC #1527, per object key) on this ZMQ endpoint, e.g. "
         "ipc:///run/kvstore/events (mode 0600), or tcp://127.0.0.1:5600 with --kv-events-tcp "
         "(KVSTORE_MASTER_KV_EVENTS_ENDPOINT)",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--kv-events-tcp",
         action="store_true",
         default=None,
         help="allow a tcp:// KV events endpoint, which any local user may subscribe to "
         "(KVSTORE_MASTER_KV_EVENTS_TCP=1)",
-    )
-    p.add_argument(
+    ),
+    flag(
         "--admin-secret-file",
         help="file (owner-only) holding the admin secret: clients that prove it may remove_all and force "
         "the removal of others' objects; unset, nobody may (KVSTORE_MASTER_ADMIN_SECRET_FILE; "
         "`kvstore secret new PATH` makes one)",
-    )
-    _add_insecure(p)
+    ),
+)
+# The MasterConfig fields the master's options set (etcd access and --insecure travel as variables).
+_MASTER_FLAGS = flags.dests(_MASTER_SETTINGS + _MASTER_SERVICES)
 
 
-def _add_insecure(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="listen beyond loopback with no cluster secret (KVSTORE_INSECURE=1): anyone may use it",
-    )
-
-
-_ETCD_ACCESS = {
-    "ca": "PEM CA of etcd: speak TLS to it (KVSTORE_ETCD_CA)",
-    "cert": "PEM client certificate for etcd, with --etcd-key (KVSTORE_ETCD_CERT)",
-    "key": "its private key, owner-only (KVSTORE_ETCD_KEY)",
-    "user": "etcd user to log in as, with --etcd-password-file (KVSTORE_ETCD_USER)",
-    "password_file": "file holding that user's password, owner-only (KVSTORE_ETCD_PASSWORD_FILE)",
-}
-
-
-def _add_etcd_access(p: argparse.ArgumentParser) -> None:
-    for name, what in _ETCD_ACCESS.items():
-        p.add_argument(f"--etcd-{name.replace('_', '-')}", dest=f"etcd_{name}", help=what)
+def _add_master(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("master", help="run the metadata master (until SIGTERM/SIGINT)")
+    add_flags(p, *_MASTER_SETTINGS, *flags.ETCD_ACCESS_FLAGS, *_MASTER_SERVICES, flags.INSECURE)
 
 
 def _apply_etcd_access(args: argparse.Namespace) -> None:
     """etcd's TLS and login given as options become KVSTORE_ETCD_* (read wherever etcd is reached)."""
-    for name in _ETCD_ACCESS:
+    for name in flags.ETCD_ACCESS:
         value = getattr(args, f"etcd_{name}", None)
         if value is not None:
             os.environ[f"KVSTORE_ETCD_{name.upper()}"] = value
@@ -100,29 +82,6 @@ def _apply_etcd_access(args: argparse.Namespace) -> None:
 def _apply_insecure(args: argparse.Namespace) -> None:
     if args.insecure:  # (the variable, so that the processes this one starts are told too)
         os.environ["KVSTORE_INSECURE"] = "1"
-
-
-_MASTER_FLAGS = (
-    "host",
-    "port",
-    "http_port",
-    "eviction_policy",
-    "client_ttl",
-    "heartbeat_interval",
-    "lease_ttl",
-    "put_timeout",
-    "high_watermark",
-    "low_watermark",
-    "hot_access_rate",
-    "cool_access_rate",
-    "heat_half_life",
-    "etcd",
-    "cluster",
-    "leader_ttl",
-    "kv_events_endpoint",
-    "kv_events_tcp",
-    "admin_secret_file",
-)
 
 
 def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
@@ -140,15 +99,19 @@ def _run_master(args: argparse.Namespace) -> int:
     return 0
 
 
+_INDEX_SETTINGS = (
+    flags.HOST.but(help="default: KVSTORE_INDEX_HOST, else 127.0.0.1"),
+    flags.PORT.but(help="default: KVSTORE_INDEX_PORT, else 8710"),
+    flag("--hash-seed", type=arg.hash_seed, help="XXH3-64 seed of the block hash (default 1337)"),
+    flag("--max-blocks", type=arg.positive_int, help="blocks held at most (default 16M)"),
+)
+
+
 def _add_index(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "index", help="the cache-aware routing index: Mooncake Conductor's HTTP API fed by KV events"
     )
-    p.add_argument("--host", help="default: KVSTORE_INDEX_HOST, else 127.0.0.1")
-    p.add_argument("--port", type=arg.port, help="default: KVSTORE_INDEX_PORT, else 8710")
-    p.add_argument("--hash-seed", type=arg.hash_seed, help="XXH3-64 seed of the block hash (default 1337)")
-    p.add_argument("--max-blocks", type=arg.positive_int, help="blocks held at most (default 16M)")
-    _add_insecure(p)
+    add_flags(p, *_INDEX_SETTINGS, flags.INSECURE)
 
 
 def _run_index(args: argparse.Namespace) -> int:
@@ -159,51 +122,47 @@ def _run_index(args: argparse.Namespace) -> int:
 
     logging.basicConfig(format="kvstore index: %(message)s", level=logging.WARNING)
     _apply_insecure(args)
-    run_index(IndexConfig.load(**_given(args, ["host", "port", "hash_seed", "max_blocks"])))
+    run_index(IndexConfig.load(**_given(args, flags.dests(_INDEX_SETTINGS))))
     return 0
 
 
-def _add_master_choice(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+_MASTER_CHOICE = (
+    flag(
         "--master",
         type=arg.host_ports,
         help="HOST:PORT of the master, or of a cluster's masters comma-separated (default: KVSTORE_MASTER)",
-    )
-    p.add_argument(
-        "--etcd",
-        type=arg.host_ports,
-        help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)",
-    )
-    p.add_argument(
-        "--cluster", help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"
-    )
-    _add_etcd_access(p)
+    ),
+    flags.ETCD.but(help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)"),
+    flags.CLUSTER.but(help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"),
+    *flags.ETCD_ACCESS_FLAGS,
+)
 
 
 def _add_node(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("node", help="contribute a memory segment to the pool (until SIGTERM/SIGINT)")
-    _add_master_choice(p)
-    p.add_argument("--segment-size", type=arg.size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB")
-    p.add_argument(
-        "--pinned",
-        action="store_const",
-        const=True,
-        help="page-lock the segment (CUDA host registration, else mlock); default: KVSTORE_NODE_PINNED",
+    add_flags(
+        p,
+        *_MASTER_CHOICE,
+        flag("--segment-size", type=arg.size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB"),
+        flag(
+            "--pinned",
+            action="store_const",
+            const=True,
+            help="page-lock the segment (CUDA host registration, else mlock); default: KVSTORE_NODE_PINNED",
+        ),
+        flag("--disk", help="file or block device of a disk tier under the memory (KVSTORE_NODE_DISK)"),
+        flag("--disk-size", type=arg.size, help="bytes of the disk tier (KVSTORE_NODE_DISK_SIZE)"),
+        flags.DISK_BACKEND.but(help="disk I/O (default auto)"),
+        flags.HOST.but(help="address this node's transfer engine serves on (default 127.0.0.1)"),
+        flags.TRANSPORT,
+        flag("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)"),
+        flag(
+            "--memory-dir",
+            help="shared-memory directory of the segment's file, kept for a restart "
+            "(KVSTORE_NODE_MEMORY_DIR, else /dev/shm; empty: anonymous memory)",
+        ),
+        flags.INSECURE,
     )
-    p.add_argument("--disk", help="file or block device of a disk tier under the memory (KVSTORE_NODE_DISK)")
-    p.add_argument("--disk-size", type=arg.size, help="bytes of the disk tier (KVSTORE_NODE_DISK_SIZE)")
-    p.add_argument("--disk-backend", choices=["auto", "io_uring", "threads"], help="disk I/O (default auto)")
-    p.add_argument("--host", help="address this node's transfer engine serves on (default 127.0.0.1)")
-    p.add_argument(
-        "--transport", type=arg.transport, help="auto or a transport; default: KVSTORE_TRANSPORT, else auto"
-    )
-    p.add_argument("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)")
-    p.add_argument(
-        "--memory-dir",
-        help="shared-memory directory of the segment's file, kept for a restart (KVSTORE_NODE_MEMORY_DIR, "
-        "else /dev/shm; empty: anonymous memory)",
-    )
-    _add_insecure(p)
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -227,9 +186,12 @@ def _run_node(args: argparse.Namespace) -> int:
 
 def _add_status(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("status", help="the cluster as its master sees it: nodes, tiers, usage, rates")
-    _add_master_choice(p)
-    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
-    p.add_argument("--timeout", type=arg.positive_float, default=5.0, help="seconds to wait for the master")
+    add_flags(
+        p,
+        *_MASTER_CHOICE,
+        flags.JSON.but(help="one JSON object, for scripts"),
+        flag("--timeout", type=arg.positive_float, default=5.0, help="seconds to wait for the master"),
+    )
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -256,7 +218,7 @@ def _add_config(commands: argparse._SubParsersAction) -> None:
         help="default: all",
     )
     p.add_argument("--variables", action="store_true", help="list every KVSTORE_* variable and what it sets")
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    flags.JSON.but(help="one JSON object").add(p)
 
 
 def _run_config(args: argparse.Namespace) -> int:
@@ -269,9 +231,12 @@ def _add_topology(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "topology", help="this host's NICs, GPUs and NUMA nodes, and the NICs per location"
     )
-    p.add_argument("--sysfs-root", help="read this sysfs tree (default: KVSTORE_SYSFS_ROOT, else /sys)")
-    p.add_argument("--nics", help="NICs to use, as KVSTORE_NICS (default: that variable)")
-    p.add_argument("--json", action="store_true", help="one JSON object keyed by location")
+    add_flags(
+        p,
+        flag("--sysfs-root", help="read this sysfs tree (default: KVSTORE_SYSFS_ROOT, else /sys)"),
+        flags.NICS.but(help="NICs to use, as KVSTORE_NICS (default: that variable)"),
+        flags.JSON.but(help="one JSON object keyed by location"),
+    )
 
 
 def _run_topology(args: argparse.Namespace) -> int:

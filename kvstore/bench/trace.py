@@ -27,6 +27,14 @@ Trace = list[list[int]]
 T = TypeVar("T")
 
 
+def policy_names(text: str) -> list[str]:
+    """The eviction policies of a comma list, each made once so that an unknown name fails here, clearly."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for name in names:
+        make_policy(name)
+    return names
+
+
 def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     """Requests' hash_ids; every line is checked (clear error with the line number, nothing guessed)."""
     return load_timed_trace(path, limit)[0]
