@@ -1,7 +1,7 @@
 """How a key space split over several masters would route a real trace (the design in bench/README.md,
 "Beyond one master"): per request, how many masters its lookup must ask, and how evenly the lookups fall.
 
-    python bench/shard_routing.py [TRACE.jsonl] [--shards 2,4,8,16] [--depths 0,1,2,4]
+    python -m kvstore.bench.shard_routing [TRACE.jsonl] [--shards 2,4,8,16] [--depths 0,1,2,4]
 
 Each request of a Mooncake-format trace (JSONL with `hash_ids`, prefix-chained blocks) looks up all its
 blocks. A block at depth i (its position in the chain) is routed to shard H(block at depth min(i, d)) mod
@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 )
 
 
