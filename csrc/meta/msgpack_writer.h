@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace kvs::meta {
 
@@ -61,6 +62,7 @@ class MsgpackWriter {
   void raw(std::string_view encoded) { out_.append(encoded); }
 
   const std::string& data() const { return out_; }
+  std::string take() { return std::move(out_); }  // the encoding, leaving the writer empty
   void reserve(size_t n) { out_.reserve(n); }
 
  private:
