@@ -1,4 +1,4 @@
-"""Type stub of the metadata extension (csrc/storage, csrc/meta, csrc/bind/meta_*.cpp)."""
+"""Type stub of the metadata extension (csrc/meta, csrc/bind/meta_*.cpp)."""
 
 from collections.abc import Iterable
 from typing import Any

@@ -1,5 +1,5 @@
-"""Space inside a segment: the C++ best-fit offset allocator (csrc/storage), a segment's fence slots and the
-master's placement over its segments (csrc/meta/memory_space); the one public way into them.
+"""Space inside a segment: the C++ best-fit offset allocator (csrc/meta/offset_allocator), a segment's fence
+slots and the master's placement over its segments (csrc/meta/memory_space); the one public way into them.
 
 The master runs one per mounted segment (and later rebuilds its maps from a journal); clients run one
 over their staging area. This module loads the metadata extension only, never the data plane.

@@ -1,5 +1,5 @@
-"""The C++ layers point down only: bind -> engine -> transport -> core -> cuda -> common (storage, meta and
-tools aside). Transports never include engine or binding headers, nor each other; the engine and the binding
+"""The C++ layers point down only: bind -> engine -> transport -> core -> cuda -> common (meta and tools
+aside). Transports never include engine or binding headers, nor each other; the engine and the binding
 never include a concrete transport (they learn transports from transport/registration.h); what several
 transports share lives in transport/path/.
 
@@ -24,9 +24,8 @@ ALLOWED = {
     "topology": {"common", "topology"},  # the host's NICs, GPUs and NUMA nodes, read from sysfs
     "transport": {"common", "cuda", "core", "topology", "transport"},
     "engine": {"common", "cuda", "core", "topology", "transport", "engine"},
-    "bind": {"common", "cuda", "core", "topology", "transport", "engine", "bind", "storage", "meta"},
-    "storage": {"common", "storage"},
-    "meta": {"common", "storage", "meta"},  # the master's tables, over storage's allocator; no data plane
+    "bind": {"common", "cuda", "core", "topology", "transport", "engine", "bind", "meta"},
+    "meta": {"common", "meta"},  # the master's tables and the offset allocator under them; no data plane
     "tools": {"common", "core", "topology", "transport", "bind", "tools"},
 }
 # Headers of transport/ that name no concrete transport: the interface and the registration list.
@@ -35,6 +34,7 @@ TRANSPORT_API = {
     "transport/registration.h",
     "transport/copy.h",
     "transport/same_host.h",
+    "transport/same_host_channel.h",
 }
 # Folders of transport/ that are no transport but what several share (path planning, MultiPathChannel).
 TRANSPORT_SHARED = {"path"}

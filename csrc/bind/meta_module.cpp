@@ -10,7 +10,7 @@
 #include "bind/meta_memory_space.h"
 #include "bind/meta_object_table.h"
 #include "bind/status_error.h"
-#include "storage/offset_allocator.h"
+#include "meta/offset_allocator.h"
 
 namespace py = pybind11;
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "storage/offset_allocator.h"
+#include "meta/offset_allocator.h"
 
 namespace kvs::meta {
 

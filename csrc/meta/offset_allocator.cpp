@@ -1,4 +1,4 @@
-#include "storage/offset_allocator.h"
+#include "meta/offset_allocator.h"
 
 namespace kvs {
 
