@@ -261,7 +261,7 @@ def _add_secret(commands: argparse._SubParsersAction) -> None:
 
 def _run_secret(args: argparse.Namespace) -> int:
 
-    from transfer_engine.security import new_secret_file
+    from kvstore.config.secret_file import new_secret_file
 
     path = Path(args.path).absolute()
     new_secret_file(path, overwrite=args.force)

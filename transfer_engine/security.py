@@ -7,16 +7,14 @@ process listens on loopback only, unless told it may be reached insecurely.
     KVSTORE_INSECURE=1            listen beyond loopback with no secret (said at start and in status)
     KVSTORE_TLS_CERT, _KEY, _CA   TLS for the master RPC (kvstore.rpc.tls): a master with a certificate
                                   serves TLS; a client with a CA verifies the master against it
+
+Writing a new secret file is kvstore's (kvstore.config.secret_file), and so is the master RPC's proof
+of the secret (kvstore.rpc.auth): the engine proves it in C++.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import hmac
 import ipaddress
-import os
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +26,6 @@ MIN_SECRET_BITS = 128
 MIN_DISTINCT_CHARS = 8  # (32 random hex digits have fewer with odds of 3.5e-8; 22 base64 ones, 3.5e-13)
 _HEX = frozenset("0123456789abcdefABCDEF")
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
-NONCE_SIZE = 32
-MAC_SIZE = 32
 
 
 @dataclass
@@ -140,39 +136,3 @@ def check_strength(secret: str, where: str) -> None:
         raise InvalidArgumentError(
             f"{where}: a cluster secret of {len(chars)} distinct characters is not random: {how}"
         )
-
-
-def new_secret_file(path: Path, overwrite: bool = False) -> None:
-    """Writes a fresh random secret (256 bits, hex) to `path`, readable by its owner only. `overwrite`
-    replaces only this user's own regular file with one link: never through a symbolic link, a hard link
-    or a FIFO someone planted to have the secret written where they can read it."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | (0 if overwrite else os.O_EXCL), 0o600)
-    except FileExistsError as exc:
-        raise InvalidArgumentError(f"{path} exists (--force replaces it)") from exc
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PermissionDeniedError(
-                f"{path} is a symbolic link: not followed (name the file itself)"
-            ) from exc
-        raise InvalidArgumentError(f"{path}: {exc.strerror or exc}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
-        os.close(fd)
-        raise PermissionDeniedError(
-            f"{path} is not this user's own regular file with one link: not replaced (remove it first)"
-        )
-    os.ftruncate(fd, 0)
-    with os.fdopen(fd, "w") as out:
-        os.fchmod(out.fileno(), 0o600)
-        out.write(secrets.token_hex(32) + "\n")
-
-
-def mac(secret: bytes, label: bytes, first: bytes, second: bytes) -> bytes:
-    """HMAC-SHA256 of label + first + second: what one side proves over both sides' nonces."""
-    return hmac.new(secret, label + first + second, hashlib.sha256).digest()
-
-
-def same(a: bytes, b: bytes) -> bool:
-    return hmac.compare_digest(a, b)
