@@ -20,6 +20,7 @@ from kvstore.client.gpu_buffers import GpuMemory, GpuStaged
 from kvstore.client.gpu_pipeline import StagingPipeline
 from kvstore.client.ranges import RangeTable, split
 from kvstore.client.staging import Span, StagingArea
+from kvstore.client.transfer_batch import MAX_REQUEST_PIECES, joined
 from kvstore.errors import InvalidArgumentError, NoSpaceError
 from transfer_engine import Region, TransferEngine, checksum, cuda
 from transfer_engine.engine import buffer_spans
@@ -129,6 +130,7 @@ def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list
 
 ValueBuffers = SpanList | RawPieces | GpuStaged
 _addrs, _lengths, _size = (operator.attrgetter(name) for name in ("addrs", "lengths", "size"))
+_first = operator.itemgetter(0)
 
 
 def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list[ValueBuffers]:
@@ -186,6 +188,32 @@ class PieceValues(Sequence[RawPieces]):
             a, b = self._starts[i], self._starts[i + 1]
             made = self._made[i] = RawPieces(self.addrs[a:b], self.lengths[a:b], self.sizes[i])
         return made
+
+
+def read_columns(
+    values: Sequence[ValueBuffers], sizes: list[int]
+) -> tuple[list[int], tuple[Any, Any, Any] | None] | None:
+    """The engine's local columns for reading objects of `sizes` into `values` in one call, when each
+    value is raw memory that takes its object whole: (per value its one local address, or 0 where its
+    pieces are given; None, or per value its piece count, addresses and lengths). None for any other
+    batch (see kvstore.client.read_plan). Values of several pieces must be exactly their object's size."""
+    if isinstance(values, PieceValues):  # (a batch's pieces as the caller's arrays: no step per value)
+        if sizes != values.sizes or int(values.counts.max()) > MAX_REQUEST_PIECES:
+            return None
+        return [0] * len(sizes), (values.counts, values.addrs, values.lengths)
+    if set(map(type, values)) != {RawPieces}:
+        return None
+    lengths = list(map(_lengths, values))
+    counts = list(map(len, lengths))
+    if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
+        return None
+    if max(counts) == 1 and set(map(type, lengths)) == {list}:
+        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+            return None
+        return list(map(_first, map(_addrs, values))), None
+    if sizes == list(map(_size, values)):  # (a value cut short: the general path cuts it)
+        return [0] * len(sizes), (counts, joined(list(map(_addrs, values))), joined(lengths))
+    return None
 
 
 def checksums(values: Sequence[ValueBuffers], sizes: Sequence[int]) -> list[int]:
@@ -320,6 +348,14 @@ class BufferManager:
         if buffers and isinstance(buffers[0], (RawPieces, SpanList, GpuStaged)):
             return list(buffers)
         return self.values(buffers, writable)
+
+    def release_values(self, values: Sequence[ValueBuffers], filled: Sequence[int] = ()) -> None:
+        """Ends a call's values: what resolved() made for it is given back (value i's first filled[i]
+        staged bytes go to the caller's buffers first); the caller's raw pieces (PieceValues) need nothing."""
+        if isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
+            return
+        for i, value in enumerate(values):
+            value.release(self, filled[i] if i < len(filled) and filled[i] > 0 else 0)
 
     # -- per call ---------------------------------------------------------------------------------------
     def values(self, buffer_lists: Sequence[Sequence[Any]], writable: bool) -> list[ValueBuffers]:

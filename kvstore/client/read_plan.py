@@ -2,8 +2,8 @@
 memory in long-lived registrations (one piece that holds it, or pieces of exactly its size), and no
 engine to avoid. The engine's request columns are taken from the located entries with C-level maps (a
 loop step per key was most of a small read's time, and delayed the copies a batch of large values waits
-for); any other batch, and any read that does not verify, takes the store's general path
-(kvstore.client.store.Store._read_general)."""
+for). It is the first round of kvstore.client.read_batch.ReadBatch: any other batch, and any read that
+does not verify, goes through that batch's rounds over every replica."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from kvstore.client.buffers import PieceValues, RawPieces, ValueBuffers
-from kvstore.client.transfer_batch import MAX_REQUEST_PIECES, column_of, joined
+from kvstore.client.buffers import ValueBuffers, read_columns
+from kvstore.client.transfer_batch import column_of
 from transfer_engine import Op, Peer, TransferEngine
 
 _size, _checksum, _locations = (operator.itemgetter(i) for i in range(3))  # an ObjectLocation's
 _engine, _region, _offset, _slot, _gen = (operator.itemgetter(i) for i in range(2, 7))  # a Location's
 _first = operator.itemgetter(0)
-_addrs, _lengths, _value_size = (operator.attrgetter(name) for name in ("addrs", "lengths", "size"))
 _READ = [int(Op.READ)]  # (one value: the engine repeats it for every request)
 
 
@@ -51,16 +50,10 @@ def plan(
     if set(map(len, places)) != {1}:
         return None
     sizes = list(map(_size, found))
-    if isinstance(values, PieceValues):  # (a batch's pieces as the caller's arrays: no step per value)
-        if sizes != values.sizes or int(values.counts.max()) > MAX_REQUEST_PIECES:
-            return None
-        local = [0] * len(sizes)
-        pieces = (values.counts, values.addrs, values.lengths)
-    else:
-        listed = _listed(sizes, values)
-        if listed is None:
-            return None
-        local, pieces = listed
+    columns = read_columns(values, sizes)
+    if columns is None:
+        return None
+    local, pieces = columns
     locations = list(map(_first, places))
     engines = list(map(_engine, locations))
     handles: dict[str, int] = {}
@@ -80,23 +73,6 @@ def plan(
         list(map(_gen, locations)),
         pieces,
     )
-
-
-def _listed(sizes: list[int], values: Sequence[ValueBuffers]) -> tuple[list[int], Any] | None:
-    """(local addresses, pieces) of values given one by one, or None when they are not the usual case."""
-    if set(map(type, values)) != {RawPieces}:
-        return None
-    lengths = list(map(_lengths, values))
-    counts = list(map(len, lengths))
-    if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
-        return None
-    if max(counts) == 1 and set(map(type, lengths)) == {list}:
-        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
-            return None
-        return list(map(_first, map(_addrs, values))), None
-    if sizes == list(map(_value_size, values)):  # (a value cut short: the general path cuts it)
-        return [0] * len(sizes), (counts, joined(list(map(_addrs, values))), joined(lengths))
-    return None
 
 
 def _counts(counts: Any) -> Any:

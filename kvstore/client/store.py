@@ -3,73 +3,47 @@
 Metadata goes to the master in one RPC per batch; bytes move directly between this process and the
 nodes holding the replicas, through the transfer engine (same host: shared memory; else TCP).
 Every value is checked against its xxh3-64 checksum on read: a mismatch is a miss, never bytes.
+Store is the facade: its reads are kvstore.client.reads.Reads (each batch one
+kvstore.client.read_batch.ReadBatch), its writes kvstore.client.writes.Writes (in
+kvstore.client.put_chunk.PutChunk's), where keys live kvstore.client.locator.Locator.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from kvstore.client import read_plan
-from kvstore.client.buffers import BufferManager, PieceValues, SpanList, ValueBuffers, checksums, ints
+from kvstore.client.buffers import BufferManager
 from kvstore.client.collector import collector_paused
-from kvstore.client.deadline import Deadline, transfer_timeout
+from kvstore.client.deadline import Deadline
 from kvstore.client.disk_reads import DiskReader
 from kvstore.client.lease_cache import LeaseCache
-from kvstore.client.peer_opening import NotInTime, PeerOpener
-from kvstore.client.put_chunk import PutChunk, PutResult
-from kvstore.client.transfer_batch import OK, STALE, TransferBatch
-from kvstore.cluster.master_client import MasterClient, Sent
+from kvstore.client.locator import Locator
+from kvstore.client.peer_opening import PeerOpener
+from kvstore.client.put_chunk import PutResult
+from kvstore.client.read_batch import LATE, MISS, ReadTools
+from kvstore.client.reads import Reads
+from kvstore.client.replica_reports import ReplicaReports
+from kvstore.client.stats import ClientStats
+from kvstore.client.transfer_batch import OK
+from kvstore.client.writes import PIPELINE_CHUNKS as PIPELINE_CHUNKS
+from kvstore.client.writes import PIPELINED_CHUNK as PIPELINED_CHUNK
+from kvstore.client.writes import Writes
+from kvstore.cluster.master_client import MasterClient
 from kvstore.cluster.session import Session
 from kvstore.config import StoreConfig
-from kvstore.errors import (
-    DeadlineExceededError,
-    InvalidArgumentError,
-    KVStoreError,
-    NotFoundError,
-    ObjectNotFoundError,
-    TransferTimeoutError,
-    error_for_code,
-)
+from kvstore.errors import InvalidArgumentError, KVStoreError, error_for_code
 from kvstore.rpc import messages as m
 from kvstore.rpc import validate as v
-from kvstore.rpc.messages import ObjectLocation, PrefixMatch, Request
-from transfer_engine import Op, Peer, TransferEngine
-
-log = logging.getLogger("kvstore.client")
-
-MISS = -ObjectNotFoundError.code
-"""Per-key result of a batch get for a key that is absent (or whose every replica failed its check)."""
-LATE = -DeadlineExceededError.code
-"""Per-key result of a batch get given a deadline for a key whose bytes did not arrive verified by then."""
-PIPELINED_CHUNK = 256  # keys of a batch put's chunk (at least) when the batch is pipelined
-PIPELINE_CHUNKS = 4  # chunks a pipelined batch put is cut into (of PIPELINED_CHUNK keys at least)
-TIMED_OUT = TransferTimeoutError.code  # a transfer's error code when it was not done by its batch's timeout
-AVOID_UNREACHABLE_SECONDS = 10.0  # a node this process could not reach is read from last for this long
+from kvstore.rpc.messages import ObjectLocation, PrefixMatch
+from transfer_engine import TransferEngine
 
 
 def result_error(result: int) -> KVStoreError | None:
     """The exception a negative per-key batch result stands for; None for a success (>= 0)."""
     return None if result >= 0 else error_for_code(-result, f"store error {-result}")
-
-
-@dataclass
-class ClientStats:
-    checksum_mismatches: int = 0
-    replica_failures: int = 0
-    stale_locations: int = 0  # reads a node refused: the object was freed since its location was given
-    degraded_puts: int = 0  # stored with fewer replicas than asked (min_replicas)
-    gets: int = 0
-    hits: int = 0
-    puts: int = 0
-    disk_reads: int = 0  # hits read straight from a disk tier's file on this host
-    disk_read_failures: int = 0  # such reads that failed or did not verify (then the node loaded them)
 
 
 class Store:
@@ -80,9 +54,7 @@ class Store:
         self.session = session
         self.config = session.config
         self.stats_local = ClientStats()
-        # engines this process failed to reach -> until when its reads try their replicas last: the master
-        # acts on one client's report only once another client or the node's silence confirms it
-        self._unreachable: dict[str, float] = {}
+        self.reports = ReplicaReports(session)  # engines this process could not reach, corrupt replicas
         self._roles = list(roles)  # what else runs on this session and closes with it (a storage node...)
         self._after: list[Closable] = []
         self.buffers = BufferManager(
@@ -92,6 +64,19 @@ class Store:
         self.peers = PeerOpener(session.peer)  # (a read with a deadline waits for a handshake only so long)
         self.leases = LeaseCache(float(session.terms.lease_ttl))
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
+        self.locator = Locator(session, self.leases)
+        tools = ReadTools(
+            engine=session.engine,
+            open_peer=session.peer,
+            peers=self.peers,
+            locator=self.locator,
+            reports=self.reports,
+            disk_reads=self.disk_reads,
+            stats=self.stats_local,
+            host_id=session.host_id,
+        )
+        self.reads = Reads(tools, self.buffers)
+        self.writes = Writes(session, self.buffers, self.reports, self.stats_local)
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -210,7 +195,7 @@ class Store:
         pin: bool = False,
     ) -> None:
         """Stores value under key; raises on failure (ObjectExistsError for a different value)."""
-        result = self._put([key], [[value]], replicas, pin)[0]
+        result = self.writes.put([key], [[value]], replicas, pin)[0]
         if result.code < 0:
             raise error_for_code(-result.code, result.message or f"put of {key!r} failed")
 
@@ -234,7 +219,7 @@ class Store:
         pin: bool = False,
     ) -> list[int]:
         """Each key's value is the concatenation of its buffers (e.g. one per layer, or K and V)."""
-        return [r.code for r in self._put(keys, buffer_lists, replicas, pin)]
+        return [r.code for r in self.writes.put(keys, buffer_lists, replicas, pin)]
 
     def batch_put_detailed(
         self,
@@ -249,7 +234,7 @@ class Store:
         (a degraded put wrote fewer than asked) and why a key failed. `min_replicas` (default: the
         StoreConfig's) lets a put store fewer replicas than asked, down to it, when fewer distinct usable
         segments exist; without it such a put fails with NotEnoughSegmentsError."""
-        return self._put(keys, buffer_lists, replicas, pin, min_replicas)
+        return self.writes.put(keys, buffer_lists, replicas, pin, min_replicas)
 
     def batch_put_from_pieces(
         self,
@@ -268,116 +253,7 @@ class Store:
         if len(keys) != len(counts):
             raise InvalidArgumentError("one piece count per key")
         values = self.buffers.piece_values(addrs, lengths, counts, writable=False)
-        return [r.code for r in self._put(keys, values, replicas, pin)]
-
-    @collector_paused
-    def _put(
-        self,
-        keys: Sequence[str],
-        buffers: Sequence[Sequence[Any]] | Sequence[ValueBuffers],
-        replicas: int | None,
-        pin: bool,
-        min_replicas: int | None = None,
-    ) -> list[PutResult]:
-        """`buffers`: each key's buffer list, or its ValueBuffers already resolved (piece_values)."""
-        if len(keys) != len(buffers):
-            raise InvalidArgumentError("keys and buffer lists differ in length")
-        least = self.config.min_replicas if min_replicas is None else min_replicas
-        if isinstance(least, bool) or not isinstance(least, int) or not 0 <= least <= 64:
-            raise InvalidArgumentError(f"min_replicas must be 0..64, got {least!r}")
-        keys = list(keys)
-        count = self._replicas(replicas)
-        values = self.buffers.resolved(buffers, writable=False)
-        try:
-            return self.buffers.pipeline.put(
-                values,
-                lambda start, end: self._put_many(keys[start:end], values[start:end], count, pin, least),
-            )
-        finally:
-            if not isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
-                for value in values:
-                    value.release(self.buffers)
-
-    def _replicas(self, replicas: int | None) -> int:
-        """None: the default (StoreConfig.replicas); anything else must be 1..64 (0 is an error)."""
-        if replicas is None:
-            return self.config.replicas
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 64:
-            raise InvalidArgumentError(f"replicas must be 1..64 (or None for the default), got {replicas!r}")
-        return replicas
-
-    def _put_many(
-        self, keys: list[str], values: Sequence[ValueBuffers], replicas: int, pin: bool, least: int
-    ) -> list[PutResult]:
-        """Per key its PutResult. The keys go to the master in chunks (requests it bounds at
-        MAX_PUT_ITEMS), pipelined when there are many: the master places the next chunk while this
-        thread writes one, and commits it while this thread goes on (a batch of small values spends as
-        long in the master as here). A batch that names a key twice is not pipelined: in one request
-        the second put finds the first in progress, as it always did; across chunks it would depend on
-        timing."""
-        size = v.MAX_PUT_ITEMS
-        if len(keys) >= 2 * PIPELINED_CHUNK and len(set(keys)) == len(keys):
-            size = min(size, max(PIPELINED_CHUNK, -(-len(keys) // PIPELINE_CHUNKS)))
-        chunks = [
-            PutChunk(keys[a : a + size], values[a : a + size], replicas, pin, least)
-            for a in range(0, len(keys), size)
-        ]
-        if len(chunks) > 1 and size < v.MAX_PUT_ITEMS:
-            self._put_pipelined(chunks)
-        else:
-            for chunk in chunks:
-                self._put_pipelined([chunk])
-        out: list[PutResult] = []
-        for chunk in chunks:
-            out += chunk.results()
-            self.stats_local.puts += chunk.codes.count(OK)
-        degraded = sum(chunk.degraded() for chunk in chunks)
-        if degraded:
-            self.stats_local.degraded_puts += degraded
-            log.warning(
-                "%d key(s) stored with fewer than %d replicas (too few usable segments)", degraded, replicas
-            )
-        return out
-
-    def _put_pipelined(self, chunks: list[PutChunk]) -> None:
-        """Runs the chunks: chunk k + 1's put start is out while chunk k is written, and each put end is
-        received once every chunk is written."""
-        master, client_id = self.master, self.client_id
-        out: list[Sent] = []  # requests sent and not yet received (abandoned on an error)
-
-        def send(request: Request | None) -> Sent | None:
-            if request is None:
-                return None
-            out.append(master.send(request))
-            return out[-1]
-
-        def receive(sent: Sent | None) -> Any:
-            if sent is None:
-                return []
-            out.remove(sent)
-            return master.receive(sent)
-
-        ends: list[tuple[PutChunk, Sent | None, Sent | None]] = []
-        try:
-            start = chunks[0].start(client_id)
-            sent = send(start)
-            for k, chunk in enumerate(chunks):
-                upcoming = chunks[k + 1].start(client_id) if k + 1 < len(chunks) else None
-                try:
-                    started = receive(sent)
-                except NotFoundError:  # the master forgot this client (it restarted): join again, once
-                    self.session.rejoin()
-                    started = master.call(start) if start is not None else []
-                start, sent = upcoming, send(upcoming)
-                self._report(chunk.write(started, self.engine, self.session.peer), [])
-                revoke, end = chunk.end(client_id)
-                ends.append((chunk, send(revoke), send(end)))
-            for chunk, revoked, ended in ends:
-                receive(revoked)
-                chunk.ended(receive(ended))
-        except BaseException:
-            master.abandon(out)
-            raise
+        return [r.code for r in self.writes.put(keys, values, replicas, pin)]
 
     # -- gets -----------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -387,29 +263,7 @@ class Store:
     @collector_paused
     def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values (None for misses), read through the pre-faulted staging area, one metadata RPC."""
-        self.stats_local.gets += len(keys)
-        found, cached = self._locate(list(keys))
-        present = [i for i, entry in enumerate(found) if entry is not None]
-        spans: list[ValueBuffers] = [SpanList([self.buffers.scratch(found[i][0])]) for i in present]
-        out: list[bytes | None] = [None] * len(keys)
-        regrown: list[int] = []  # a cached size was out of date: the value changed since
-        try:
-            results = self._read_located(
-                [keys[i] for i in present], spans, [found[i] for i in present], [cached[i] for i in present]
-            )
-            for i, scratch, r in zip(present, spans, results, strict=True):
-                assert isinstance(scratch, SpanList)
-                out[i] = bytes(scratch.spans[0].view[:r]) if r >= 0 else None
-                if r == -InvalidArgumentError.code and cached[i]:
-                    regrown.append(i)
-        finally:
-            for scratch in spans:
-                scratch.release(self.buffers)
-        if regrown:
-            self.stats_local.gets -= len(regrown)
-            for i, value in zip(regrown, self.batch_get([keys[i] for i in regrown]), strict=True):
-                out[i] = value
-        return out
+        return self.reads.get(keys)
 
     def get_into(self, key: str, buffer: Any) -> int:
         """Bytes read into buffer, or a negative code (MISS when absent)."""
@@ -438,8 +292,8 @@ class Store:
         until = Deadline.after(deadline)
         if len(keys) != len(buffer_lists):
             raise InvalidArgumentError("keys and buffer lists differ in length")
-        found, cached = self._locate(list(keys))
-        return self._get_into(list(keys), buffer_lists, found, cached, until)
+        found, cached = self.locator.locate(list(keys))
+        return self.reads.get_into(list(keys), buffer_lists, found, cached, until)
 
     @collector_paused
     def batch_get_into_pieces(
@@ -452,277 +306,8 @@ class Store:
         if len(keys) != len(counts):
             raise InvalidArgumentError("one piece count per key")
         values = self.buffers.piece_values(addrs, lengths, counts, writable=True)
-        found, cached = self._locate(list(keys))
-        return self._get_into(list(keys), values, found, cached, until)
-
-    def _get_into(
-        self,
-        keys: list[str],
-        buffers: Sequence[Sequence[Any]] | Sequence[ValueBuffers],
-        found: list[Any],
-        cached: list[bool],
-        deadline: Deadline | None = None,
-    ) -> list[int]:
-        self.stats_local.gets += len(keys)
-        values = self.buffers.resolved(buffers, writable=True)
-        results: list[int] = []
-
-        def read(start: int, end: int) -> list[int]:
-            out = self._read_located(
-                keys[start:end], values[start:end], found[start:end], cached[start:end], deadline
-            )
-            for i, result in enumerate(out):
-                if result == MISS and not v.key_ok(keys[start + i]):  # never asked of the master: fails alone
-                    out[i] = -InvalidArgumentError.code
-            return out
-
-        try:
-            results = self.buffers.pipeline.get(values, read)
-            return results
-        finally:
-            if not isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
-                for i, value in enumerate(values):
-                    value.release(self.buffers, results[i] if i < len(results) and results[i] > 0 else 0)
-
-    def _locate(
-        self, keys: list[str], prefix: bool = False, direct: bool = True
-    ) -> tuple[list[Any], list[bool]]:
-        """Replica lists per key (None: absent): from still-valid leases, else one master RPC.
-        With `prefix`, the master does not look up (nor lease) keys after the first absent one. With
-        `direct`, disk-only objects on this host's disk tiers come back as disk locations to read here."""
-        host_id = self.host_id if direct and self.config.disk_direct_reads else ""
-        found = self.leases.lookup(keys)
-        cached = [f is not None for f in found]
-        missing = [i for i, hit in enumerate(cached) if not hit and v.key_ok(keys[i])]
-        for start in range(0, len(missing), v.MAX_KEYS):  # in requests the master bounds
-            chunk = missing[start : start + v.MAX_KEYS]
-            asked = [keys[i] for i in chunk]
-            granted_at = time.monotonic()
-            reply = self.master.call(m.GetReplicas(keys=asked, prefix=prefix, host_id=host_id))
-            self.leases.fill(asked, reply, granted_at)
-            for i, entry in zip(chunk, reply, strict=True):
-                found[i] = entry
-            if prefix and None in reply:
-                break  # the prefix ended in this chunk: nothing after it is worth a lookup
-        return found, cached
-
-    def _read_located(
-        self,
-        keys: list[str],
-        values: Sequence[ValueBuffers],
-        found: list[Any],
-        cached: list[bool],
-        deadline: Deadline | None = None,
-    ) -> list[int]:
-        """_read, then once more with fresh locations for keys whose lease-cached location failed, and
-        for keys whose direct disk read failed (through the disk's node this time), while the deadline
-        (if any) has not passed."""
-        disk_failed: list[int] = []
-        results = self._read_planned(keys, values, found, deadline)
-        if results is None:
-            results = self._read(keys, values, found, disk_failed, deadline)
-        stale = [i for i, r in enumerate(results) if r < 0 and cached[i] and i not in disk_failed]
-        # stale: the lease was not enough (a forced removal): ask the master afresh
-        for again, direct in ((stale, True), (disk_failed, False)):
-            if not again or (deadline is not None and deadline.passed()):
-                continue
-            retry = [keys[i] for i in again]
-            self.leases.drop(retry)
-            fresh, _ = self._locate(retry, direct=direct)
-            reread = self._read(retry, [values[i] for i in again], fresh, None, deadline)
-            for i, r in zip(again, reread, strict=True):
-                results[i] = r
-        stale_set = set(stale) | set(disk_failed)  # those were counted by the master's fresh lookup
-        self.leases.served(
-            [k for i, k in enumerate(keys) if cached[i] and results[i] >= 0 and i not in stale_set]
-        )
-        return results
-
-    def _read_planned(
-        self,
-        keys: list[str],
-        values: Sequence[ValueBuffers],
-        found: list[Any],
-        deadline: Deadline | None = None,
-    ) -> list[int] | None:
-        """_read of a batch that is the usual case (kvstore.client.read_plan) in one engine call; None
-        for any other batch. What does not verify goes again through _read, which retries, reports and
-        clears."""
-        planned = read_plan.plan(
-            found,
-            values,
-            self.session.peer if deadline is None else self.peers.opened,
-            self._engines_to_avoid(),
-        )
-        if planned is None:
-            return None
-        verdicts = read_plan.run(planned, self.engine, transfer_timeout(deadline))
-        again = [i for i, verdict in enumerate(verdicts) if verdict] if any(verdicts) else []  # (0: verified)
-        self.stats_local.hits += len(keys) - len(again)
-        results = planned.sizes
-        if again:
-            retried = [keys[i] for i in again], [values[i] for i in again], [found[i] for i in again]
-            for i, result in zip(again, self._read(*retried, None, deadline), strict=True):
-                results[i] = result
-        return results
-
-    def _read(
-        self,
-        keys: list[str],
-        values: Sequence[ValueBuffers],
-        found: list[Any],
-        disk_failed: list[int] | None = None,
-        deadline: Deadline | None = None,
-    ) -> list[int]:
-        """Reads each located key into its buffers, verified, from any of its replicas (same-host ones
-        first, unreachable engines last; a failed read retried on the next) or disk records; `disk_failed`
-        collects the keys whose read from a disk file on this host failed (the caller has their nodes
-        load them instead). A key not read by `deadline` is LATE: not retried, not reported (a slow node
-        is not a dead one), not cleared (see batch_get_into_multi_buffers)."""
-        results = [MISS] * len(keys)
-        todo: list[int] = []
-        on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself
-        choices: dict[int, list[Any]] = {}
-        avoid = self._engines_to_avoid()
-        for i, entry in enumerate(found):
-            if entry is None:
-                continue
-            size, _checksum, locations = entry
-            if values[i].size < size:
-                results[i] = -InvalidArgumentError.code  # buffer too small
-                continue
-            if len(locations) == 1 and locations[0].engine:  # (one replica, served: most keys)
-                choices[i] = locations
-                todo.append(i)
-                continue
-            served = [x for x in locations if x.engine]
-            if not served:
-                if locations and locations[0].path:
-                    on_disk[i] = locations[0]
-                continue
-            # Engines this process could not reach lately last; same-host copies first (shared memory), then
-            # the others; ties in random order, so reads of a hot key spread over its replicas.
-            if len(served) > 1:
-                served.sort(key=lambda x: (x.engine in avoid, x.host_id != self.host_id, random.random()))
-            choices[i] = served
-            todo.append(i)
-        unreachable: set[str] = set()
-        corrupt: list[m.CorruptReplica] = []
-        attempted: set[int] = set()  # keys a failed transfer or checksum may have left bytes for
-        if on_disk:
-            for i in self._read_disk(values, found, on_disk):
-                results[i] = MISS
-                attempted.add(i)
-                if disk_failed is not None:
-                    disk_failed.append(i)
-            for i in on_disk:
-                if i not in attempted:
-                    results[i] = found[i][0]
-        attempt = 0
-        expected = {i: found[i][1] for i in todo}
-        peers: dict[str, Peer | NotInTime | None] = {}  # (one lookup per engine, not per key)
-        while todo:
-            if deadline is not None and deadline.passed():
-                for i in todo:
-                    results[i] = LATE
-                break
-            needed = {choices[i][attempt][2] for i in todo} - peers.keys()
-            peers.update(self.peers.open_all(needed, deadline))  # (their handshakes at once)
-            requests = TransferBatch()
-            for i in todo:
-                _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
-                peer = peers[engine]
-                if peer is None:
-                    requests.fail(i, engine)
-                    continue
-                if not isinstance(peer, Peer):  # its handshake outlasts the deadline (it goes on)
-                    results[i] = LATE
-                    continue
-                addrs, lengths = values[i].pieces(found[i][0])
-                requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
-            retry = []
-            # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
-            ended = list(requests.stream(self.engine, expected, transfer_timeout(deadline)))
-            # Keys the engine could not verify (GPU memory, several requests) are hashed in one call.
-            unchecked = [i for i, code, verified in ended if code == OK and verified is None]
-            if unchecked:
-                digests = checksums([values[i] for i in unchecked], [found[i][0] for i in unchecked])
-                hashed = {i: d == expected[i] for i, d in zip(unchecked, digests, strict=True)}
-            for i, code, verified in ended:
-                if code == OK and (verified if verified is not None else hashed[i]):
-                    results[i] = found[i][0]
-                    self.stats_local.hits += 1
-                    continue
-                if code == TIMED_OUT and deadline is not None:  # (the engine's timeout is the deadline)
-                    results[i] = LATE
-                    continue
-                _tier, _host, engine, region_id, offset, _slot, _gen, _path = choices[i][attempt]
-                attempted.add(i)
-                if code == STALE:  # the node fenced that allocation off: the location is out of date
-                    self.stats_local.stale_locations += 1
-                elif code != OK:
-                    self.stats_local.replica_failures += 1
-                    unreachable.add(engine)
-                else:
-                    self.stats_local.checksum_mismatches += 1
-                    corrupt.append(m.CorruptReplica(keys[i], engine, region_id, offset, found[i][1]))
-                if attempt + 1 < len(choices[i]):
-                    retry.append(i)
-            todo = retry
-            attempt += 1
-        for i in attempted:  # a miss leaves no bytes of a failed attempt in the caller's buffers
-            if results[i] < 0:
-                values[i].clear()
-        self._report(unreachable, corrupt)
-        return results
-
-    def _read_disk(
-        self, values: Sequence[ValueBuffers], found: list[Any], on_disk: dict[int, m.Location]
-    ) -> list[int]:
-        """Reads disk-only objects from their disk files on this host; returns the keys that failed
-        (unreadable, or bytes that do not verify: a record freed or reused since it was located)."""
-        items = []
-        for i, where in on_disk.items():
-            addrs, lengths = values[i].pieces(found[i][0])
-            items.append((ints(addrs), ints(lengths), found[i][0], where))
-        failed = []
-        for i, ok in zip(on_disk, self.disk_reads.read(items), strict=True):
-            if ok and self._checksum_ok(values[i], found[i][0], found[i][1]):
-                self.stats_local.disk_reads += 1
-                self.stats_local.hits += 1
-            else:
-                self.stats_local.disk_read_failures += 1
-                failed.append(i)
-        return failed
-
-    def _engines_to_avoid(self) -> set[str]:
-        if not self._unreachable:
-            return set()
-        now = time.monotonic()
-        avoid = set()
-        for engine, until in list(self._unreachable.items()):  # (a copy: other threads report meanwhile)
-            if until > now:
-                avoid.add(engine)
-            else:
-                self._unreachable.pop(engine, None)
-        return avoid
-
-    def _report(self, unreachable: set[str], corrupt: list[m.CorruptReplica]) -> None:
-        """Tells the master what this read or write found (best effort: the call's results stand)."""
-        if not unreachable and not corrupt:
-            return
-        until = time.monotonic() + AVOID_UNREACHABLE_SECONDS
-        self._unreachable.update(dict.fromkeys(unreachable, until))
-        engines = sorted(unreachable)
-        report = m.ReportReplicas(self.client_id, engines, corrupt)
-        try:
-            self.master.call(report)
-        except KVStoreError as exc:
-            log.debug("could not report unreachable/corrupt replicas: %s", exc)
-
-    def _checksum_ok(self, value: ValueBuffers, size: int, expected: int) -> bool:
-        """Whether the value's first `size` bytes are the object's (hashed here)."""
-        return checksums([value], [size])[0] == expected
+        found, cached = self.locator.locate(list(keys))
+        return self.reads.get_into(list(keys), values, found, cached, until)
 
     # -- prefix blocks -------------------------------------------------------------------------------
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
@@ -750,11 +335,13 @@ class Store:
         until = Deadline.after(deadline)
         if len(keys) != len(buffers):
             raise InvalidArgumentError("keys and buffers differ in length")
-        found, cached = self._locate(list(keys), prefix=True)
+        found, cached = self.locator.locate(list(keys), prefix=True)
         n = next((i for i, entry in enumerate(found) if entry is None), len(found))
         if n == 0:
             return 0
-        results = self._get_into(list(keys[:n]), [[b] for b in buffers[:n]], found[:n], cached[:n], until)
+        results = self.reads.get_into(
+            list(keys[:n]), [[b] for b in buffers[:n]], found[:n], cached[:n], until
+        )
         loaded = 0
         while loaded < n and results[loaded] >= 0:
             loaded += 1

@@ -143,7 +143,7 @@ def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) 
         buf = np.zeros(8192, np.uint8)
         (target,) = store.buffers.values([[buf]], writable=True)
         try:
-            assert store._read(["old"], [target], stale) == [MISS]
+            assert store.reads.read(["old"], [target], stale, [False]) == [MISS]
         finally:
             target.release(store.buffers)
         assert store.get("new") == value(8192, 2)
