@@ -30,8 +30,8 @@ import msgpack
 
 from kvstore import rpc
 from kvstore.config.master import MasterConfig
-from kvstore.master.handlers import Handlers
-from kvstore.master.state import MasterState
+from kvstore.master.service.handlers import Handlers
+from kvstore.master.service.state import MasterState
 from kvstore.procs import settle_collector
 from kvstore.rpc import messages as m
 

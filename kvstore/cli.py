@@ -91,7 +91,7 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
 
 def _run_master(args: argparse.Namespace) -> int:
     from kvstore.config import MasterConfig
-    from kvstore.master.process import run_master
+    from kvstore.master.wire.process import run_master
 
     _apply_insecure(args)
     _apply_etcd_access(args)

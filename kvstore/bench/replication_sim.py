@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from random import Random
 
 from kvstore.config import MasterConfig
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 
 UNIT = 64  # bytes per simulated block: one allocation unit
 

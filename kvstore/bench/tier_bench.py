@@ -270,7 +270,7 @@ def _measure(
     cfg: TierBenchConfig, store: object, state: object, backend: str, write_gbps: float, read_gbps: float
 ) -> TierBenchResult:
     from kvstore import Store
-    from kvstore.master.state import MasterState
+    from kvstore.master.service.state import MasterState
 
     assert isinstance(store, Store) and isinstance(state, MasterState)
     count = cfg.total // cfg.value_size

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kvstore.bench.trace import leading_run
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.planners.eviction import EvictionPolicy, make_policy
 
 
 class _Tier:

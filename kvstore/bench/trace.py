@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.eviction import EvictionPolicy, make_policy
+from kvstore.master.planners.eviction import EvictionPolicy, make_policy
 
 Trace = list[list[int]]
 T = TypeVar("T")

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from kvstore.config import MasterConfig
-from kvstore.master.changes import ObjectRestored
-from kvstore.master.objects import NewObject
-from kvstore.master.state import MasterState
-from kvstore.master.tiers import TierSpace
+from kvstore.master.ledger.changes import ObjectRestored
+from kvstore.master.ledger.objects import NewObject
+from kvstore.master.planners.tiers import TierSpace
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 
 MiB = 1 << 20

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvstore import Store
-from kvstore.master.objects import ObjectMeta
+from kvstore.master.ledger.objects import ObjectMeta
 from kvstore.procs import kvstore_process
 from kvstore.rpc.disk_record import data_offset
 from tests.integration.kvstore.conftest import master_for_a_disk_node

@@ -12,7 +12,7 @@ import logging
 import resource
 import sys
 
-from kvstore.master.listener import Listener, listening_socket
+from kvstore.master.wire.listener import Listener, listening_socket
 
 
 class _Hold(asyncio.Protocol):

@@ -50,7 +50,11 @@ EXTENSION_GATES = {
         "transfer_engine.topology",
     },
     "transfer_engine._tools": {"transfer_engine.bench"},
-    "kvstore._meta": {"kvstore.allocator", "kvstore.master.objects", "kvstore.master.eviction"},
+    "kvstore._meta": {
+        "kvstore.allocator",
+        "kvstore.master.ledger.objects",
+        "kvstore.master.planners.eviction",
+    },
 }
 
 
@@ -132,7 +136,7 @@ def test_the_master_index_config_and_errors_never_load_the_data_plane_extension(
 
     probe = (
         "import sys\n"
-        "import kvstore.errors, kvstore.config, kvstore.master.server, kvstore.rpc.auth\n"
+        "import kvstore.errors, kvstore.config, kvstore.master.wire.server, kvstore.rpc.auth\n"
         "import kvstore.index.process\n"
         "import transfer_engine, transfer_engine.errors, transfer_engine.settings\n"
         "from kvstore.config import MasterConfig\n"

@@ -19,7 +19,7 @@ import pytest
 from kvstore import Store
 from kvstore.config import MasterConfig
 from kvstore.master import Master
-from kvstore.master.server import EmbeddedMaster
+from kvstore.master.wire.server import EmbeddedMaster
 from kvstore.node.disk_index import DiskIndex
 from kvstore.procs import kvstore_process
 from tests.conftest import tiny_tmpfs

@@ -211,7 +211,7 @@ def test_a_client_follows_only_a_leader_record_that_verifies(
     trusted the leader keeps it; a new client follows none of them."""
     from kvstore.cluster.leader import EtcdLeader
     from kvstore.errors import MasterUnavailableError
-    from kvstore.master.election import Election
+    from kvstore.master.wire.election import Election
     from kvstore.rpc.etcd_records import LEADER, MasterRecord, Records
 
     address, _ = etcd

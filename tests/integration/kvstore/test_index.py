@@ -219,7 +219,7 @@ def test_a_master_refuses_to_publish_beyond_loopback_without_insecure() -> None:
     """And on tcp at all unless told (issue 39, item 11: any local user could subscribe to a loopback
     port and learn every key, even with a cluster secret)."""
     from kvstore.errors import PermissionDeniedError
-    from kvstore.master.kv_events import check_endpoint, seq_hash
+    from kvstore.master.wire.kv_events import check_endpoint, seq_hash
 
     with pytest.raises(PermissionDeniedError):
         check_endpoint("tcp://0.0.0.0:5600", insecure=False, tcp=True)

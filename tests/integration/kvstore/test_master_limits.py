@@ -22,8 +22,8 @@ import pytest
 from kvstore import rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
-from kvstore.master import rpc_connection
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire import rpc_connection
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire

@@ -18,7 +18,7 @@ from kvstore import Store
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError, PermissionDeniedError, TooManyConnectionsError
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.procs import kvstore_process
 from kvstore.rpc import messages as m
 from kvstore.rpc import node_proof

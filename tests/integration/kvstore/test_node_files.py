@@ -25,7 +25,7 @@ from kvstore import Store
 from kvstore.config import MasterConfig, NodeConfig
 from kvstore.errors import KVStoreError
 from kvstore.master import Master
-from kvstore.master.server import EmbeddedMaster
+from kvstore.master.wire.server import EmbeddedMaster
 from kvstore.node import node_key
 from kvstore.node.identity import NodeIdentity, lock_directory
 from kvstore.procs import kvstore_process

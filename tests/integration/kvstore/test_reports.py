@@ -15,7 +15,7 @@ import pytest
 from kvstore import Store
 from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import PermissionDeniedError
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m
 from transfer_engine import TransferEngine
 from transfer_engine.security import SecurityConfig

@@ -15,7 +15,7 @@ import numpy as np
 from kvstore import Store
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
-from kvstore.master.server import Master
+from kvstore.master.wire.server import Master
 from kvstore.procs import kvstore_process
 
 FAST = ["--client-ttl", "10", "--heartbeat-interval", "0.3"]

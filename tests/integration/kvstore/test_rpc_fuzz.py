@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from transfer_engine.security import SecurityConfig

@@ -20,7 +20,7 @@ import pytest
 from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.errors import KVStoreError, MasterUnavailableError
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from transfer_engine.security import SecurityConfig

@@ -19,7 +19,7 @@ from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
 from kvstore.errors import PermissionDeniedError
-from kvstore.master.server import EmbeddedMaster, Master
+from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvstore.master.busy_poll import BusyPoll
+from kvstore.master.wire.busy_poll import BusyPoll
 
 
 def test_it_polls_until_messages_keep_coming_later_than_the_window_then_sleeps() -> None:

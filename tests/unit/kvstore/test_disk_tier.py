@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import data_offset, record_bytes
 from tests.unit.kvstore.test_master_state import Clock, MiB, make_state, put
@@ -115,7 +115,7 @@ def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promot
 def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock) -> None:
     """Memory full of objects still being demoted: the put's reply waits for a demotion to end (then the
     victim leaves memory but stays on disk), instead of dropping an object a moment before it is safe."""
-    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.master.service.handlers import Deferred, Handlers
 
     state = with_disk(clock, demote_watermark=0.5)
     for i in range(8):  # memory full; demotions ordered, none done
@@ -136,7 +136,7 @@ def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock)
 
 
 def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Clock) -> None:
-    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.master.service.handlers import Deferred, Handlers
 
     state = with_disk(clock, demote_watermark=0.5)
     for i in range(8):
@@ -152,7 +152,7 @@ def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(c
     """Planning gives records to as many bytes as the demote watermark leaves free; puts that need more
     room than that, with no demotion in flight, start their victim's demotion and wait for it (the
     operator run lost objects here with 160 MiB of disk free)."""
-    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.master.service.handlers import Deferred, Handlers
 
     # A budget of 0.8 MiB: one demotion per plan at most. The batch is larger than half of memory (the
     # default bound on one client's puts in progress).
@@ -234,7 +234,7 @@ def test_a_cancelled_demotion_keeps_its_disk_space_until_its_node_reports(clock:
 def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock: Clock) -> None:
     """Same host: the location names the file and record (no load); the next read within the promote
     window loads and promotes it. Another host, or no host given: its node loads it for the reader."""
-    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.master.service.handlers import Deferred, Handlers
 
     state = with_disk(clock, demote_watermark=0.5)
     overflow(state)

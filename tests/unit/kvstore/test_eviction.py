@@ -6,8 +6,8 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.eviction import POLICIES, AdaptivePolicy, LRUPolicy, make_policy
-from kvstore.master.state import MasterState
+from kvstore.master.planners.eviction import POLICIES, AdaptivePolicy, LRUPolicy, make_policy
+from kvstore.master.service.state import MasterState
 
 
 def test_lru_order() -> None:

@@ -8,9 +8,9 @@ import pytest
 from kvstore.blocks import group_keys, member_key
 from kvstore.config import MasterConfig
 from kvstore.errors import ObjectBusyError, ObjectNotFoundError
-from kvstore.master import reads
-from kvstore.master.changes import GroupsHidden, GroupsShown
-from kvstore.master.state import MasterState
+from kvstore.master.ledger.changes import GroupsHidden, GroupsShown
+from kvstore.master.service import reads
+from kvstore.master.service.state import MasterState
 from kvstore.rpc.messages import HeldReplica
 
 MiB = 1 << 20

@@ -7,9 +7,9 @@ from collections import defaultdict
 from typing import Any
 
 from kvstore.config import MasterConfig
-from kvstore.master import changes as c
-from kvstore.master.model import DiskReplica, Replica
-from kvstore.master.state import MasterState
+from kvstore.master.ledger import changes as c
+from kvstore.master.ledger.model import DiskReplica, Replica
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from tests.unit.kvstore.test_master_state import Clock, MiB, fence
 

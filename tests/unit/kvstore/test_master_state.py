@@ -14,7 +14,7 @@ from kvstore.errors import (
     ObjectExistsError,
     TooManyPutsError,
 )
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica
 
@@ -218,7 +218,7 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
     """A node's segment goes (its node dropped): objects with no other replica go with it (out of the table,
     the eviction order, the stored bytes, the puts in progress), the others keep their other replica;
     many at a time (kvstore.master.membership.DROP_CHUNK), each as _delete would."""
-    from kvstore.master import membership
+    from kvstore.master.service import membership
 
     state = make_state(clock, [("h0", 64 * MiB), ("h1", 64 * MiB)])
     state.register_client("w", "h2")
@@ -289,7 +289,7 @@ def test_config_validation() -> None:
 
 
 def test_prefix_lookup_stops_at_the_first_miss(clock: Clock) -> None:
-    from kvstore.master.handlers import Handlers
+    from kvstore.master.service.handlers import Handlers
 
     state = make_state(clock, [("h0", 8 * MiB)])
     put(state, "a")
@@ -420,7 +420,7 @@ def test_a_check_not_answered_in_time_is_forgotten(clock: Clock) -> None:
 
 
 def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
-    from kvstore.master.handlers import Handlers
+    from kvstore.master.service.handlers import Handlers
     from kvstore.rpc import validate as v
 
     state = make_state(clock, [("h0", 64 * MiB)])
@@ -442,7 +442,7 @@ def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
 def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_more(clock: Clock) -> None:
     """Slots of freed allocations return when the node acknowledges their fences: evicting more would not
     bring one sooner (it would only lose objects), so the put's reply waits for the acknowledgement."""
-    from kvstore.master.handlers import Deferred, Handlers
+    from kvstore.master.service.handlers import Deferred, Handlers
     from kvstore.rpc import messages as m
 
     state = MasterState(MasterConfig.load(), clock=clock)
@@ -590,7 +590,7 @@ def test_a_batch_lookup_replies_what_a_reader_decodes(clock: Clock) -> None:
     """get_replicas' batch path builds the reply's records in the object table (locate_many): they must
     decode, through the wire, to the replica the put placed, with a lease; a miss stays None."""
     from kvstore import rpc
-    from kvstore.master import reads
+    from kvstore.master.service import reads
 
     state = make_state(clock, [("h0", 64 * MiB)])
     (placed,) = put(state, "k", size=4096)

@@ -9,8 +9,8 @@ import pytest
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import PermissionDeniedError, TooManyConnectionsError
-from kvstore.master.model import Segment
-from kvstore.master.state import MasterState
+from kvstore.master.ledger.model import Segment
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import admin, node_proof
 from kvstore.rpc import messages as m
 
@@ -82,7 +82,7 @@ def test_a_node_identity_is_taken_only_with_a_signature_by_the_nodes_key() -> No
 
 def test_a_node_nonce_is_this_masters_fresh_and_spent_once_per_identity() -> None:
     """A captured registration replayed is refused: its nonce is spent (or stale, or another master's)."""
-    from kvstore.master.node_nonces import NONCE_SECONDS, NodeNonces
+    from kvstore.master.service.node_nonces import NONCE_SECONDS, NodeNonces
 
     clock = Clock()
     nonces, later_master = NodeNonces(clock), NodeNonces(clock)

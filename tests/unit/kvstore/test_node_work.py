@@ -7,8 +7,8 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectNotFoundError, ProtocolError
-from kvstore.master.handlers import Deferred, Handlers
-from kvstore.master.state import MasterState
+from kvstore.master.service.handlers import Deferred, Handlers
+from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 
 MiB = 1 << 20

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.path_reports import PathReports
+from kvstore.master.service.path_reports import PathReports
 from kvstore.rpc import messages as m
 
 

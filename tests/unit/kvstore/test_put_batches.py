@@ -11,7 +11,7 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 
 KiB, MiB = 1 << 10, 1 << 20
 

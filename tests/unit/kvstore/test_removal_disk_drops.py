@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kvstore.errors import ProtocolError
-from kvstore.master.handlers import Deferred, Handlers
+from kvstore.master.service.handlers import Deferred, Handlers
 from kvstore.node.catalog import TOMB_SECONDS
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.node.work_channel import WorkChannel

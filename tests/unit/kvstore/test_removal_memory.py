@@ -11,7 +11,7 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, ProtocolError
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 from kvstore.node import catalog as catalog_module
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.rpc import messages as m

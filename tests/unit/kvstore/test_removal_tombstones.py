@@ -8,9 +8,9 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, ProtocolError
-from kvstore.master.handlers import Deferred
-from kvstore.master.state import MasterState
-from kvstore.master.tombstones import Tombstones
+from kvstore.master.ledger.tombstones import Tombstones
+from kvstore.master.service.handlers import Deferred
+from kvstore.master.service.state import MasterState
 from kvstore.node.disk_index import DiskIndex, IndexEntry, decode_all, encode
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica

@@ -6,7 +6,7 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, NotFoundError
-from kvstore.master.state import MasterState
+from kvstore.master.service.state import MasterState
 
 MiB = 1 << 20
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.server import Master
+from kvstore.master.wire.server import Master
 from transfer_engine.security import SecurityConfig, read_secret_file
 
 WEAK = [

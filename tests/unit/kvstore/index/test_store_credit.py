@@ -14,7 +14,7 @@ from kvstore.blocks import group_keys, member_key, seq_hashes, seq_key
 from kvstore.errors import ProtocolError
 from kvstore.index.events import Translator, decode_frames
 from kvstore.index.table import Holder, PrefixIndex, Scope
-from kvstore.master.kv_events import KeyEvent, removed_events, stored_events
+from kvstore.master.wire.kv_events import KeyEvent, removed_events, stored_events
 
 S = Scope("m", 4)
 DIGEST = "ab" * 16

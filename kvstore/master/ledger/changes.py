@@ -1,0 +1,172 @@
+"""The typed changes to the master's tables: one record per change, applied by kvstore.master.ledger.ledger
+(the one writer) and seen by whoever watches them (the nodes' holds; a journal or standby when one listens).
+
+Object and segment records are applied as they are (Ledger.apply). Space records report what the ledger
+carved or gave back inside a segment of any tier (the allocator picks the offset as it carves, so the
+ledger's own methods make them: Ledger.take, Ledger.free, ...); fence records report the kills queued
+for nodes and the ones they acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvstore.master.ledger.fences import Kill
+from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.ledger.objects import NewObject
+
+
+class SegmentMounted(NamedTuple):
+    """A node contributed a segment of a tier: memory (Segment) or a disk (DiskSegment)."""
+
+    segment: Segment | DiskSegment
+
+
+class SegmentDropped(NamedTuple):
+    """The segment is gone (unmounted, or its node dropped); its replicas were dropped first."""
+
+    segment: Segment | DiskSegment
+
+
+class PutsStarted(NamedTuple):
+    """Puts placed their replicas, a batch of them (one record per PutStart request); each object is
+    invisible until PutsCommitted."""
+
+    metas: list[NewObject]
+
+
+class PutsCommitted(NamedTuple):
+    """Puts made visible, a batch of them (one record per PutEnd: no object per key on the put path)."""
+
+    keys: list[str]
+
+
+class ObjectDropped(NamedTuple):
+    """Removed, evicted, reclaimed or lost with its last replica: gone from the table."""
+
+    key: str
+
+
+class GroupsShown(NamedTuple):
+    """Derived, made by the ledger: these group members (kvstore.master.ledger.groups) became visible to
+    readers at once, as the last of their group was committed or restored (watchers that report what readers
+    can find count them from here, not from PutsCommitted). Applying one changes nothing."""
+
+    keys: list[str]
+
+
+class GroupsHidden(NamedTuple):
+    """Derived, made by the ledger: these group members are no longer visible (a member of their group
+    is being dropped, or was committed into a group still missing some). Applying one changes nothing."""
+
+    keys: list[str]
+
+
+class ReplicaAdded(NamedTuple):
+    """A copy landed (replication, or a load from disk): the object has one more memory replica."""
+
+    key: str
+    replica: Replica
+
+
+class ReplicaDropped(NamedTuple):
+    key: str
+    replica: Replica
+
+
+class ObjectRestored(NamedTuple):
+    """Nodes named objects this master did not know (after a restart or a failover), a batch of them (one
+    record per request that named them): committed."""
+
+    metas: list[NewObject]
+
+
+class ObjectsAdopted(NamedTuple):
+    """Nodes named objects this master did not know, each with its one replica on `segment`, a batch of
+    them: the records as RestoreSegment names them (offset, slot, gen, key, size, checksum, pinned,
+    replicas), no object per record. Committed, last used at `last_access`, asking for at most
+    `most_replicas` replicas."""
+
+    segment: Segment
+    records: list[tuple[int, int, int, str, int, int, bool, int]]
+    last_access: float
+    most_replicas: int
+
+
+class ReplicaRestored(NamedTuple):
+    """A node named a replica of an object this master knows."""
+
+    key: str
+    replica: Replica
+
+
+class DiskRecordSet(NamedTuple):
+    """The object has a disk record now (demoted, or a restarted node offered it back)."""
+
+    key: str
+    record: DiskReplica
+
+
+class DiskRecordDropped(NamedTuple):
+    key: str
+
+
+class RestoreEnded(NamedTuple):
+    """The segment's node named back everything it holds: what it did not name is free, placing begins."""
+
+    segment: Segment | DiskSegment
+
+
+class SpaceTaken(NamedTuple):
+    """Space carved for `key` in a segment: a memory allocation with its fence slot and generation (a
+    put's, a copy's, a load's, or one a restarted node named back), or a disk record."""
+
+    key: str
+    replica: Replica | DiskReplica
+
+
+class SpaceFreed(NamedTuple):
+    """`key` gave the space up. A memory allocation's node is sent `kill` (its space stays taken until
+    the node acknowledges it when a writer may be late); a disk record's space is `held` until its late
+    write cannot land any more (then SpaceReleased)."""
+
+    key: str
+    replica: Replica | DiskReplica
+    kill: Kill | None
+    held: bool
+
+
+class SpaceReleased(NamedTuple):
+    """A disk record's held space is free again."""
+
+    replica: DiskReplica
+
+
+class FencesAcknowledged(NamedTuple):
+    """The node applied these kills: their slots, and space held for late writers, are free again."""
+
+    client_id: str
+    kills: list[Kill]
+
+
+Record = (
+    SegmentMounted
+    | SegmentDropped
+    | PutsStarted
+    | PutsCommitted
+    | ObjectDropped
+    | GroupsShown
+    | GroupsHidden
+    | ReplicaAdded
+    | ReplicaDropped
+    | ObjectRestored
+    | ObjectsAdopted
+    | ReplicaRestored
+    | DiskRecordSet
+    | DiskRecordDropped
+    | RestoreEnded
+    | SpaceTaken
+    | SpaceFreed
+    | SpaceReleased
+    | FencesAcknowledged
+)

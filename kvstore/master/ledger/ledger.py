@@ -1,0 +1,405 @@
+"""The one writer of the master's tables: the segments of every tier (memory segments, disks), which
+objects exist, whether each is committed, their replicas in every tier (memory allocations, a disk
+record), the space and fence slots carved inside segments, and the kills that fence freed allocations
+off. Every change is one typed record (kvstore.master.ledger.changes), applied in batches; whoever else needs
+to know of changes watches the records (the nodes' holds, and a journal or standby when one listens).
+Placement, eviction, replication and demotion decide what to change; only this module changes it
+(tests/unit/test_layers.py keeps it so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from kvstore.allocator import MemorySpace
+from kvstore.master.ledger.changes import (
+    DiskRecordDropped,
+    DiskRecordSet,
+    FencesAcknowledged,
+    GroupsHidden,
+    GroupsShown,
+    ObjectDropped,
+    ObjectRestored,
+    ObjectsAdopted,
+    PutsCommitted,
+    PutsStarted,
+    Record,
+    ReplicaAdded,
+    ReplicaDropped,
+    ReplicaRestored,
+    RestoreEnded,
+    SegmentDropped,
+    SegmentMounted,
+    SpaceFreed,
+    SpaceReleased,
+    SpaceTaken,
+)
+from kvstore.master.ledger.fences import FenceBook
+from kvstore.master.ledger.groups import GroupIndex
+from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segment
+from kvstore.master.ledger.objects import Objects
+from kvstore.rpc.disk_record import PAGE
+from kvstore.rpc.records import MEMORY
+
+
+class Ledger:
+    def __init__(self, fences: FenceBook) -> None:
+        """`fences`: the kills queued for nodes (issued and acknowledged here only; nodes take them from
+        it on their work channel)."""
+        self.fences = fences
+        # Read by everyone, written here only (a C++ table: kvstore.master.ledger.objects).
+        self.objects = Objects()
+        # Which group members readers see, kept as members are committed and dropped (likewise).
+        self.groups = GroupIndex(self.objects, fences.clock)
+        self.segments: dict[int, Segment] = {}  # memory segments by id (likewise)
+        # Their allocators and slots as placement walks them, in C++ (csrc/meta/memory_space): a batch of
+        # puts is placed in one call (likewise written here only).
+        self.memory = MemorySpace()
+        self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
+        self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
+        # One method per record type, and who watches each type: a dictionary lookup per record (the
+        # put path applies two records per object; a chain of isinstance tests cost it 5%).
+        self._appliers: dict[type, Callable[[Any], None]] = {
+            SegmentMounted: self._segment_mounted,
+            SegmentDropped: self._segment_dropped,
+            PutsStarted: self._puts_started,
+            ObjectRestored: self._object_restored,
+            ObjectsAdopted: self._objects_adopted,
+            PutsCommitted: self._puts_committed,
+            ObjectDropped: self._object_dropped,
+            ReplicaAdded: self._replica_added,
+            ReplicaRestored: self._replica_added,
+            ReplicaDropped: self._replica_dropped,
+            DiskRecordSet: self._disk_record_set,
+            DiskRecordDropped: self._disk_record_dropped,
+            RestoreEnded: self._restore_ended,
+            GroupsShown: lambda r: None,  # (derived: the ledger makes them as groups fill and empty)
+            GroupsHidden: lambda r: None,
+        }
+        self._watchers: dict[type, list[Callable[[Any], None]]] = {}
+
+    def watch(self, kind: type[Record], watcher: Callable[[list[Any]], None]) -> None:
+        """`watcher(records)` sees the records of type `kind` of every batch once it is applied, in
+        order (a journal, the nodes' holds, a standby)."""
+        self._watchers.setdefault(kind, []).append(watcher)
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Applies the records in order (each must fit the table as the ones before left it)."""
+        appliers = self._appliers
+        for r in records:
+            appliers[type(r)](r)
+        for kind, watchers in self._watchers.items():
+            of_kind = [r for r in records if type(r) is kind]
+            if of_kind:
+                for watcher in watchers:
+                    watcher(of_kind)
+
+    def _tell(self, records: list[Any]) -> None:
+        """Shows watchers records of one kind that the ledger's own methods applied."""
+        for watcher in self._watchers.get(type(records[0]), ()):
+            watcher(records)
+
+    def _table(self, segment: Segment | DiskSegment) -> dict[int, Any]:
+        return self.segments if segment.tier == MEMORY else self.disks
+
+    def _segment_mounted(self, r: SegmentMounted) -> None:
+        table = self._table(r.segment)
+        if r.segment.id in table:
+            raise ValueError(f"segment {r.segment.id} is mounted already")
+        table[r.segment.id] = r.segment
+        seg = r.segment
+        if isinstance(seg, Segment):  # the table names replicas' segments by id
+            self.objects.segments[seg.id] = seg
+            self.objects.places[seg.id] = (seg.tier, seg.host_id, seg.engine, seg.region_id)
+            self.memory.add(seg.id, seg.host_id, seg.allocator, seg.slots)
+            self.memory.set_placeable(seg.id, seg.placeable)
+        else:
+            self.objects.disks[seg.id] = seg
+
+    def _segment_dropped(self, r: SegmentDropped) -> None:
+        seg, table = r.segment, self._table(r.segment)
+        if table.get(seg.id) is seg:
+            del table[seg.id]
+            if isinstance(seg, Segment):
+                self.memory.remove(seg.id)
+                self.fences.drop_segment(seg)  # nothing of it is read or written again
+
+    def _restore_ended(self, r: RestoreEnded) -> None:
+        seg = r.segment
+        if isinstance(seg, DiskSegment):
+            seg.restoring = False
+            return
+        taken = seg.restoring
+        if taken is None:
+            return
+        seg.restoring = None
+        seg.slots.restart(taken)
+        self.placeable_changed(seg)
+
+    def placeable_changed(self, seg: Segment) -> None:
+        """Whether new replicas may go to `seg` changed (it was suspected, trusted, or restored)."""
+        if self.segments.get(seg.id) is seg:
+            self.memory.set_placeable(seg.id, seg.placeable)
+
+    def _puts_started(self, r: PutsStarted) -> None:
+        self.objects.add_many(r.metas)
+
+    def _object_restored(self, r: ObjectRestored) -> None:
+        for meta in r.metas:
+            meta.complete = True
+        self.objects.add_many(r.metas)
+        self.stored_bytes += sum([meta.size for meta in r.metas])
+        self._committed([meta.key for meta in r.metas])
+
+    def _objects_adopted(self, r: ObjectsAdopted) -> None:
+        writer = self.objects.writer_number(r.segment.client_id)
+        self.stored_bytes += self.objects.table.adopt_many(
+            r.segment.id, r.records, writer, r.last_access, r.most_replicas
+        )
+        self._committed([record[3] for record in r.records])
+
+    def _puts_committed(self, r: PutsCommitted) -> None:
+        self.stored_bytes += self.objects.commit_many(r.keys)
+        self._committed(r.keys)
+
+    def _committed(self, keys: list[str]) -> None:
+        """Objects were committed: group members among them are shown or hidden (kvstore.master.ledger.groups;
+        one crossing finds them, no Python step per key of no group)."""
+        maybe = self.objects.table.with_hash(keys)
+        if maybe:
+            shown, hidden = self.groups.committed(maybe)
+            if shown:
+                self._tell([GroupsShown(shown)])
+            if hidden:
+                self._tell([GroupsHidden(hidden)])
+
+    def _dropping(self, keys: list[str]) -> None:
+        """These objects are about to be dropped: the rest of any whole group among them are hidden."""
+        maybe = self.objects.table.with_hash(keys)
+        if maybe:
+            objects = self.objects
+            committed = [key for key in maybe if (meta := objects.get(key)) is not None and meta.complete]
+            hidden = self.groups.dropped(committed)
+            if hidden:
+                self._tell([GroupsHidden(hidden)])
+
+    def _object_dropped(self, r: ObjectDropped) -> None:
+        if "#" in r.key:
+            self._dropping([r.key])
+        freed = self.objects.drop_key(r.key)
+        if freed > 0:
+            self.stored_bytes -= freed
+
+    def _replica_added(self, r: ReplicaAdded | ReplicaRestored) -> None:
+        self.objects.add_replica(self.objects[r.key], r.replica)
+
+    def _replica_dropped(self, r: ReplicaDropped) -> None:
+        self.objects.drop_replica(self.objects[r.key], r.replica)
+
+    def _disk_record_set(self, r: DiskRecordSet) -> None:
+        self.objects.set_disk(self.objects[r.key], r.record)
+
+    def _disk_record_dropped(self, r: DiskRecordDropped) -> None:
+        self.objects.set_disk(self.objects[r.key], None)
+
+    # -- one-record shorthands --------------------------------------------------------------------------
+    def drop_replicas(self, key: str, replicas: Iterable[Replica]) -> None:
+        self.apply([ReplicaDropped(key, r) for r in list(replicas)])
+
+    def drop_copies_on(self, seg: Segment, keys: list[str]) -> tuple[list[str], list[str]]:
+        """`seg` is gone (SegmentDropped): its copies of these objects go (ReplicaDropped each, in one
+        table crossing). Returns the keys left with no copy and no disk record, and those left on disk
+        only."""
+        tell = ReplicaDropped in self._watchers
+        dropped, bare, disk_only = self.objects.table.drop_copies_on(seg.id, keys, tell)
+        if dropped:
+            self._tell(
+                [ReplicaDropped(key, Replica(seg, offset, slot, gen)) for key, offset, slot, gen in dropped]
+            )
+        return bare, disk_only
+
+    def drop_objects(self, keys: list[str]) -> None:
+        """ObjectDropped of each key, applied in one table crossing (the records are made only for those
+        who watch them)."""
+        self._dropping(keys)
+        self.stored_bytes -= self.objects.table.erase_many(keys)
+        if ObjectDropped in self._watchers and keys:
+            self._tell([ObjectDropped(key) for key in keys])
+
+    # -- space inside segments: the allocator picks an offset as it carves, so these make the records ---
+    def take(self, seg: Segment, key: str, size: int) -> Replica:
+        """Carves `size` bytes and a fence slot of `seg` for `key`, in a new generation (SpaceTaken). The
+        caller saw room for it (largest_free, has_slot): the master is single-threaded."""
+        if not seg.slots.has_slot or (offset := seg.allocator.allocate(size)) is None:
+            raise AssertionError(f"take() without room on segment {seg.id}")
+        slot = seg.slots.take()
+        assert slot is not None  # (has_slot)
+        seg.allocations += 1
+        replica = Replica(seg, offset, slot, self.fences.generation())
+        if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches
+            self._tell([SpaceTaken(key, replica)])
+        return replica
+
+    def place(
+        self, key: str, size: int, count: int, exclude: list[int], spread_from: list[str]
+    ) -> list[Replica] | None:
+        """Carves `count` replicas of `key` where placement's rule puts them
+        (kvstore.master.planners.placement: the rule runs in C++, over self.memory); None, and nothing
+        carved, when they do not fit now."""
+        placed = self.memory.place(size, count, exclude, spread_from)
+        if placed is None:
+            return None
+        return self._carved([key], *placed)
+
+    def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
+        """Carves `count` replicas of each key in turn, as `place` would one at a time: `count` per key,
+        for the keys placed, which stop before the first that does not fit now."""
+        placed, columns = self.memory.place_many(sizes, count)
+        return self._carved(keys[:placed], *columns) if placed else []
+
+    def _carved(
+        self, keys: list[str], segment_ids: list[int], offsets: list[int], slots: list[int]
+    ) -> list[Replica]:
+        """The replicas the memory space carved (each segment's count of allocations grows), in new
+        generations; SpaceTaken for each when watched."""
+        segments = self.segments
+        first = self.fences.generations(len(offsets))
+        replicas = list(
+            map(
+                Replica,
+                map(segments.__getitem__, segment_ids),
+                offsets,
+                slots,
+                range(first, first + len(offsets)),
+            )
+        )
+        for seg_id in segment_ids:
+            segments[seg_id].allocations += 1
+        if SpaceTaken in self._watchers:
+            count = len(replicas) // len(keys)
+            self._tell([SpaceTaken(keys[i // count], r) for i, r in enumerate(replicas)])
+        return replicas
+
+    def take_back(
+        self, seg: Segment, key: str, offset: int, slot: int, gen: int, size: int
+    ) -> Replica | None:
+        """Takes back an allocation the node of `seg` (being restored) still holds: exactly [offset,
+        offset + size) and its fence slot, in its generation. None when either is not free."""
+        taken = seg.restoring
+        if taken is None or slot >= seg.fence_slots or slot in taken or offset + size > seg.size:
+            return None
+        if not seg.allocator.reserve(offset, size):
+            return None
+        taken.add(slot)
+        seg.allocations += 1
+        self.fences.observe(gen)  # every later generation is above it
+        replica = Replica(seg, offset, slot, gen)
+        self._tell([SpaceTaken(key, replica)])
+        return replica
+
+    def take_back_many(
+        self, seg: Segment, records: list[tuple[int, int, int, str, int, int, bool, int]]
+    ) -> list[bool]:
+        """take_back of each record a node names (RestoreSegment's: offset, slot, gen, key, size, ...), in
+        order, with one allocator call: per record whether it was taken."""
+        taken = seg.restoring
+        slots = [r[1] for r in records]
+        if taken is None or len(set(slots)) < len(slots):  # a slot named twice: one at a time
+            return [self.take_back(seg, r[3], r[0], r[1], r[2], r[4]) is not None for r in records]
+        free = [i for i, slot in enumerate(slots) if slot < seg.fence_slots and slot not in taken]
+        reserved = seg.allocator.reserve_many([records[i][0] for i in free], [records[i][4] for i in free])
+        out = [False] * len(records)
+        adopted = [i for i, ok in zip(free, reserved, strict=True) if ok]
+        for i in adopted:
+            out[i] = True
+        if adopted:
+            taken.update([slots[i] for i in adopted])
+            seg.allocations += len(adopted)
+            self.fences.observe(max([records[i][2] for i in adopted]))  # every later generation is above
+            if SpaceTaken in self._watchers:
+                self._tell([SpaceTaken(records[i][3], Replica(seg, *records[i][:3])) for i in adopted])
+        return out
+
+    def end_restore(self, seg: Segment | DiskSegment) -> None:
+        self.apply([RestoreEnded(seg)])
+
+    def free(self, key: str, replica: Replica, *, hold: bool = False, read_until: float = 0.0) -> None:
+        """`key` gives the allocation up and its node is sent a kill (SpaceFreed). `hold`: a writer may
+        still be moving bytes into it, so its space stays taken until the node acknowledges the kill;
+        `read_until`: readers may hold its location until then, so `key` is fencing meanwhile. Nothing
+        to do but forget the key when the segment is gone."""
+        seg = replica.segment
+        seg.allocations -= 1
+        if self.segments.get(seg.id) is not seg:
+            return
+        if hold:
+            self.fences.held_bytes += seg.allocator.block_size(replica.offset)
+        else:
+            seg.allocator.free(replica.offset)
+        held = replica.offset if hold else None
+        kill = self.fences.kill(seg, replica.slot, replica.gen, held, key, read_until)
+        if SpaceFreed in self._watchers:
+            self._tell([SpaceFreed(key, replica, kill, hold)])
+
+    def acknowledge(self, client_id: str, kill_ids: Iterable[int]) -> None:
+        """The node applied these kills: their slots, and space held for late writers, go back to their
+        segments (a slot is reused only once no late copy can be running in it)."""
+        done = self.fences.acknowledge(client_id, kill_ids)
+        for k in done:
+            seg = k.segment
+            if self.segments.get(seg.id) is not seg:
+                continue
+            if seg.restoring is not None:  # being restored: the slot is not among those taken back
+                seg.restoring.discard(k.slot)
+            else:
+                seg.slots.give_back(k.slot)
+            if k.held_offset is not None:
+                self.fences.held_bytes -= seg.allocator.block_size(k.held_offset)
+                seg.allocator.free(k.held_offset)
+        if done:
+            self._tell([FencesAcknowledged(client_id, done)])
+
+    def lapse_fences(self) -> None:
+        """Lifts the fencing of keys whose readers' leases have lapsed (each kill says until when: no
+        record, the clock decides)."""
+        self.fences.expire()
+
+    def take_disk(self, seg: DiskSegment, key: str, nbytes: int) -> DiskReplica | None:
+        """Carves a record of `nbytes` on the disk `seg` for `key`; None when it does not fit."""
+        offset = seg.allocator.allocate(nbytes)
+        if offset is None:
+            return None
+        seg.allocations += 1
+        record = DiskReplica(seg, offset)
+        self._tell([SpaceTaken(key, record)])
+        return record
+
+    def take_back_disk(self, seg: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
+        """Takes exactly [offset, offset + nbytes) for a record a restarted node still holds; None if that
+        space is not free."""
+        if offset % PAGE or not seg.allocator.reserve(offset, nbytes):
+            return None
+        seg.allocations += 1
+        record = DiskReplica(seg, offset)
+        self._tell([SpaceTaken(key, record)])
+        return record
+
+    def free_disk(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
+        """The record no longer holds `key`; its space is free again, unless `hold` (a late write may still
+        land there: release_disk() it once that cannot happen). Nothing to do but forget the key when
+        the disk is gone."""
+        seg = record.segment
+        seg.allocations -= 1
+        if self.disks.get(seg.id) is not seg:
+            return
+        if not hold:
+            seg.allocator.free(record.offset)
+        self._tell([SpaceFreed(key, record, None, hold)])
+
+    def release_disk(self, record: DiskReplica) -> None:
+        """A held record's space is free again (SpaceReleased)."""
+        seg = record.segment
+        if self.disks.get(seg.id) is seg:
+            seg.allocator.free(record.offset)
+            self._tell([SpaceReleased(record)])

@@ -1,0 +1,317 @@
+"""Two-phase puts: start (check limits, place the replicas, evicting for room; tell the nodes while the
+client writes), end (commit a batch in one ledger record) or revoke."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+from collections.abc import Sequence
+
+from kvstore.errors import (
+    InvalidArgumentError,
+    KVStoreError,
+    NoSpaceError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectExistsError,
+    TooManyPutsError,
+)
+from kvstore.master.ledger.changes import PutsCommitted, PutsStarted
+from kvstore.master.ledger.model import Replica
+from kvstore.master.ledger.objects import NewObject, ObjectMeta
+from kvstore.master.planners.victims import RoomComing
+from kvstore.master.service.batches import first_repeat, first_where
+from kvstore.master.service.removal import Removal
+
+RUN_FIRST, MAX_RUN = 16, 4096  # items the first run of a put_start looks at; the most any looks at
+
+
+class Puts(Removal):  # puts evict for room
+    def start_puts(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> None:
+        """put_start of each (key, size, checksum) of `items` from len(out) on, appending to `out` its
+        replicas, None (already stored), or its error: one bad item fails alone. The ledger records the
+        started ones in one batch. Raises RoomComing at an item that waits for room (those before it are
+        in `out` and recorded: call again to go on from it)."""
+        self._client(client_id)  # only registered clients may write: the request fails, not each item
+        started: dict[str, NewObject] = {}
+        start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
+        window = RUN_FIRST  # items a run looks at: twice the last run's, so a batch whose plain puts
+        try:  # are few and scattered costs O(items), not O(items^2)
+            while len(out) < len(items):
+                taken = self._start_run(
+                    client_id, items, window, replicas, pin, min_replicas, wait_for_room, started, out
+                )
+                if taken:
+                    window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
+                    continue
+                key, size, checksum = items[len(out)]  # one at a time: it fails, waits or evicts
+                try:
+                    out.append(start(key, size, checksum))
+                except KVStoreError as exc:
+                    out.append(exc)
+        finally:
+            if started:
+                self._record_started(list(started.values()))
+
+    def _start_run(
+        self,
+        client_id: str,
+        items: Sequence[tuple[str, int, int]],
+        window: int,
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        started: dict[str, NewObject],
+        out: list[list[Replica] | KVStoreError | None],
+    ) -> int:
+        """Starts the run of items from len(out) on (at most `window`) that are new puts within the
+        client's limits (keys neither stored, started nor fencing): one placement call for those that
+        fit now, evicting for the rest one by one (RoomComing as _place raises it). Appends each one's
+        replicas or error to `out`; returns how many. 0 when the first item is not one of those: _start
+        takes it alone. Each item ends as it would in _start."""
+        if not 1 <= replicas <= self.config.max_replicas:
+            return 0
+        first = items[len(out)][0]
+        if first in started or first in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
+            return 0
+        rest = items[len(out) : len(out) + window]
+        keys = [item[0] for item in rest]
+        sizes = [item[1] for item in rest]
+        count = replicas
+        if 0 < min_replicas < replicas:  # as many as usable segments allow: one count for the run
+            count = max(min_replicas, min(replicas, self.space.usable_for(max(sizes))))
+            if count != max(min_replicas, min(replicas, self.space.usable_for(min(sizes)))):
+                return 0
+        n = min(len(keys), self._within_limits(client_id, sizes, count))
+        n = self.ledger.objects.table.first_present(keys[:n])
+        if started:
+            n = first_where(keys, n, started.__contains__)
+        fences = self.space.fences
+        if fences.fencing_any():
+            n = first_where(keys, n, fences.fencing)
+        n = first_repeat(keys, n)  # a key twice: the second is a put in progress (_start says so)
+        if n == 0:
+            return 0
+        try:
+            self.space.check_fits(max(sizes[:n]), count)
+        except KVStoreError:
+            return 0
+        placed = self.space.place_many(keys[:n], sizes[:n], count)
+        now = self.clock()
+        news: list[NewObject] = []
+        try:
+            for i in range(n):
+                if i * count < len(placed):
+                    copies = placed[i * count : (i + 1) * count]
+                else:  # no room for it now: evict for it (or wait), as _start would
+                    try:
+                        copies = self._place(keys[i], sizes[i], count, wait_for_room)
+                    except KVStoreError as exc:
+                        out.append(exc)
+                        continue
+                key, size, checksum = rest[i]
+                new = started[key] = NewObject(
+                    key,
+                    size,
+                    checksum,
+                    copies,
+                    client_id,
+                    False,
+                    pin,
+                    now + self.config.put_timeout,
+                    now,
+                    replicas,
+                )
+                self._pending.add(new)
+                news.append(new)
+                out.append(copies)
+        finally:  # (a RoomComing above leaves those before it started: held, and recorded by the caller)
+            self.space.holds.hold_many(news)
+        return n
+
+    def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
+        """How many of the next puts of `sizes` (`count` replicas each) _check_put_limits lets through."""
+        objects, held = self._pending.held(client_id)
+        most_objects, most_bytes = self._put_limits()
+        room = bisect.bisect_right(list(itertools.accumulate(sizes)), (most_bytes - held) // count)
+        fits = min(most_objects - objects, room)
+        return max(fits, 1 if objects == 0 else 0)  # a client with none in progress may start one
+
+    def _record_started(self, news: list[NewObject]) -> None:
+        self.ledger.apply([PutsStarted(news)])
+
+    def put_start(
+        self,
+        client_id: str,
+        key: str,
+        size: int,
+        checksum: int,
+        replicas: int,
+        pin: bool,
+        min_replicas: int = 0,
+        wait_for_room: bool = False,
+    ) -> list[Replica] | None:
+        """Allocates replicas for a new object; None when the same bytes are already stored. With
+        `min_replicas`, fewer than `replicas` (not below it) are placed when fewer distinct segments are
+        usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
+        (nothing placed) rather than evict for room that is on its way. The nodes are told of the
+        replicas at once, while the client writes them (kvstore.master.ledger.holds)."""
+        out: list[list[Replica] | KVStoreError | None] = []
+        self.start_puts(client_id, [(key, size, checksum)], replicas, pin, min_replicas, wait_for_room, out)
+        (placed,) = out
+        if isinstance(placed, KVStoreError):
+            raise placed
+        return placed
+
+    def _start(
+        self,
+        client_id: str,
+        replicas: int,
+        pin: bool,
+        min_replicas: int,
+        wait_for_room: bool,
+        started: dict[str, NewObject],
+        key: str,
+        size: int,
+        checksum: int,
+    ) -> list[Replica] | None:
+        """put_start's body; the object goes into `started` (recorded by the caller, in one batch)."""
+        if not 1 <= replicas <= self.config.max_replicas:
+            raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
+        existing = self.objects.get(key) or started.get(key)
+        if existing is None and self.space.fences.fencing(key):
+            raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
+        if existing is not None:
+            if not existing.complete:
+                raise ObjectBusyError(f"a put of {key!r} is in progress")
+            if existing.size == size and existing.checksum == checksum:
+                self.policy.on_access(key)  # offered again: a use, as far as eviction is concerned
+                return None  # same key, same bytes: nothing to write
+            raise ObjectExistsError(f"{key!r} already holds a different value; remove it first")
+        asked = replicas
+        if 0 < min_replicas < replicas:
+            replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
+        self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
+        placed = self._place(key, size, replicas, wait_for_room)
+        now = self.clock()
+        new = started[key] = NewObject(
+            key,
+            size,
+            checksum,
+            placed,
+            client_id,
+            pinned=pin,
+            put_deadline=now + self.config.put_timeout,
+            last_access=now,
+            base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
+        )
+        self._pending.add(new)
+        new.hold_seq = self.space.holds.hold_all(new, placed)  # told while the client writes
+        return placed
+
+    def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
+        """Makes the put visible (NotFoundError when no put of it by this client is in progress)."""
+        (error,) = self.put_end_many(client_id, [key], plan)
+        if error is not None:
+            raise error
+
+    def put_end_many(self, client_id: str, keys: list[str], plan: bool = True) -> list[NotFoundError | None]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress)."""
+        return self.commit_puts(client_id, keys, plan)[0]
+
+    def commit_puts(
+        self, client_id: str, keys: list[str], plan: bool = True
+    ) -> tuple[list[NotFoundError | None], dict[str, int]]:
+        """Makes the puts visible: per key None, or the error (no put of it by this client in progress).
+        The ledger commits them in one batch. Also returns, per node of their replicas, the hold its
+        acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
+        them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
+        part of memory)."""
+        ended, missing = self._pending.end_many(client_id, keys)
+        errors: list[NotFoundError | None] = [None] * len(keys)
+        for i in missing:
+            errors[i] = NotFoundError(f"no put of {keys[i]!r} in progress by this client")
+        commits = [new.key for new in ended] if missing else keys
+        # The nodes they were placed on (a hold on one whose segment was lost since is cancelled, which
+        # when_held counts as acknowledged); how many replicas are left is the table's.
+        marks: dict[str, int] = {}
+        for new in ended:
+            seq = new.hold_seq
+            for replica in new.replicas:
+                node = replica.segment.client_id
+                if marks.get(node, 0) < seq:
+                    marks[node] = seq
+        if commits:
+            # degraded: the next plan adds copies where room appears
+            self.replicator.touched.update(self.ledger.objects.table.short_of_copies(commits))
+            self.policy.on_insert_many(commits)
+            self.counters.puts += len(ended)
+            self.counters.put_bytes += sum([new.size for new in ended])
+        if commits:
+            self.ledger.apply([PutsCommitted(commits)])
+        if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
+            self.plan_demotions()
+        return errors, marks
+
+    def put_revoke(self, client_id: str, key: str) -> None:
+        self._delete(self._pending_put(client_id, key))
+
+    def _check_put_limits(self, client_id: str, nbytes: int) -> None:
+        """TooManyPutsError when this client's puts in progress are at its limits: objects (at most half
+        of all fence slots, whatever the setting) or bytes (a client with none in progress may always
+        start one, however large, so every put can make progress)."""
+        objects, held = self._pending.held(client_id)
+        if objects == 0:
+            return
+        most_objects, most_bytes = self._put_limits()
+        if objects < most_objects and held + nbytes <= most_bytes:
+            return
+        if objects >= most_objects:
+            raise TooManyPutsError(
+                f"this client has {objects} puts in progress, its limit; end or revoke some first"
+            )
+        if held + nbytes > most_bytes:
+            raise TooManyPutsError(
+                f"this client's puts in progress hold {held} bytes; {nbytes} more would pass its limit of "
+                f"{most_bytes}: end or revoke some first"
+            )
+
+    def _put_limits(self) -> tuple[int, int]:
+        """(objects, bytes) a client's puts in progress may hold: objects at most half of all fence slots,
+        whatever the setting; bytes half the capacity unless set."""
+        space = self.space
+        most_objects = min(self.config.client_put_objects, max(1, space.fence_slots // 2))
+        return most_objects, self.config.client_put_bytes or space.capacity // 2
+
+    def _pending_put(self, client_id: str, key: str) -> ObjectMeta:
+        if self._pending.writer(key) != client_id:
+            raise NotFoundError(f"no put of {key!r} in progress by this client")
+        return self.objects[key]
+
+    def _place(self, key: str, size: int, replicas: int, wait_for_room: bool = False) -> list[Replica]:
+        """Distinct segments, distinct hosts first; evicts (policy order) rather than fail for space.
+        A segment with free bytes but no free allocation slot gets slots back when its node acknowledges
+        the fences of freed allocations: evicting more would not help sooner, so (with `wait_for_room`)
+        the put waits for that instead."""
+        self.space.check_fits(size, replicas)
+        while True:
+            placed = self.space.place(key, size, replicas)
+            if placed is not None:
+                return placed
+            if wait_for_room:
+                nodes = self.space.awaiting_slots(size)
+                if nodes:
+                    raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
+            if not self._evict_one(wait_for_room=wait_for_room):
+                raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")

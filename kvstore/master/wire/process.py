@@ -1,0 +1,132 @@
+"""`kvstore master`: one master serving until interrupted, or, with `etcd`, a candidate of its cluster
+that serves only while it leads (kvstore.master.wire.election).
+
+A candidate binds its RPC address at once but listens only while it leads: clients given a list of the
+masters' addresses are refused by standbys at once and connect to the leader. Each leadership starts
+from an empty table that the nodes fill again (they name what they hold: kvstore.master.ledger.holds); when it
+ends (the lease could not be renewed in time, or the key is gone) the master closes every connection
+and campaigns again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from kvstore.config.master import MasterConfig
+from kvstore.master.wire.connection_table import FD_RESERVE
+from kvstore.master.wire.election import Election
+from kvstore.master.wire.server import Master, new_event_loop
+from kvstore.procs import settle_collector
+from transfer_engine.procs import READY_PREFIX, on_stop_request
+
+log = logging.getLogger("kvstore.master")
+
+WATCH_SECONDS = 0.05  # how often a leader checks it may still serve
+
+
+def run_master(config: MasterConfig) -> None:
+    """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline)."""
+    loop = new_event_loop(config.busy_poll_us)
+    done = asyncio.Event()
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(done.set)
+
+    on_stop_request(stop)
+    settle_collector()
+    try:
+        loop.run_until_complete(_candidate(config, done) if config.etcd else _single(config, done))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+
+
+async def _single(config: MasterConfig, done: asyncio.Event) -> None:
+    master = Master(config)
+    await master.start()
+    try:
+        print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
+        print(
+            f"kvstore master listening on {master.address} (authentication: {master.authentication()})",
+            flush=True,
+        )
+        table = master.table
+        print(
+            f"connections: up to {table.budget} (RLIMIT_NOFILE {table.fd_limit}, {FD_RESERVE} kept for the "
+            f"master), {table.unauthenticated} of them proving the secret; idle ones closed after "
+            f"{config.idle_timeout:g} s",
+            flush=True,
+        )
+        if master.http_address:
+            print(f"metrics on http://{master.http_address}/metrics", flush=True)
+        await done.wait()
+    finally:
+        await master.stop()
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """The RPC socket, bound and not listening: connections to it are refused until it leads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+async def _candidate(config: MasterConfig, done: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    sock = _bound(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    election = Election(config.etcd, config.cluster, address, config.leader_ttl)
+    print(f"{READY_PREFIX}{address} http=- role=candidate cluster={config.cluster}", flush=True)
+    stop = threading.Event()
+    stopping = asyncio.ensure_future(done.wait())
+    try:
+        while not done.is_set():
+            campaign = loop.run_in_executor(None, election.campaign, stop)
+            first: list[asyncio.Future[Any]] = [campaign, stopping]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+            if done.is_set():
+                break
+            epoch = campaign.result()
+            if epoch is None:
+                break
+            master = Master(config, epoch=epoch, sock=sock, election=election)
+            await master.start()
+            print(f"leading cluster {config.cluster} as epoch {epoch} on {address}", flush=True)
+            held = threading.Event()
+            holding = loop.run_in_executor(None, election.hold, held)
+            watching = asyncio.ensure_future(_until_deadline(election))
+            pending: list[asyncio.Future[Any]] = [holding, watching, stopping]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            held.set()
+            watching.cancel()
+            await master.stop()
+            if done.is_set():
+                break
+            print(f"stepped down from epoch {epoch}: the leadership could not be kept", flush=True)
+            with contextlib.suppress(Exception):  # let a standby lead now rather than at the lease's end
+                await loop.run_in_executor(None, election.resign)
+            await holding
+            sock = _bound(config.host, port)
+    finally:
+        stop.set()
+        stopping.cancel()
+        await loop.run_in_executor(None, election.close)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+async def _until_deadline(election: Election) -> None:
+    """Returns once this leader must stop serving (its lease may end soon: it was not renewed in time)."""
+    while time.monotonic() < election.serving_deadline():
+        await asyncio.sleep(WATCH_SECONDS)
+    log.warning("the leadership's lease was not renewed in time: stepping down")
