@@ -6,8 +6,9 @@ its blocks are stored or touched. `global` pools every node's capacity into one 
 `local` gives each node a private cache and routes each request to the node holding its longest prefix
 (ties: the node that served the fewest blocks), as the paper's baseline.
 
-`--simulate` drives the master's own policy objects (kvstore.master.eviction) without moving data; without
-it every block is a real object of `--payload-bytes` in a real store (master RPC, segments, transfers).
+`--simulate` drives the master's own policy objects (kvstore.master.planners.eviction) without moving data;
+without it every block is a real object of `--payload-bytes` in a real store (master RPC, segments,
+transfers).
 """
 
 from __future__ import annotations

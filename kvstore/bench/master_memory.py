@@ -1,10 +1,10 @@
 """The master's memory per object at sizes `kvstore bench master` cannot reach on a small machine.
 
-    python bench/master_memory.py [--objects 10000000] [--key-bytes 64] [--batch-size 1000]
+    python -m kvstore.bench.master_memory [--objects 10000000] [--key-bytes 64] [--batch-size 1000]
 
 `kvstore bench master` measures the master process over RPC, with a storage node whose segment holds
 every object: 10M objects of 1 KiB would need a 25 GB segment. This runs the master's state (what the
-master process holds: kvstore.master.state.MasterState, the object table and every index) in this
+master process holds: kvstore.master.service.state.MasterState, the object table and every index) in this
 process, with a segment mounted by number only, and plays the node (its holds acknowledged as they are
 sent). Puts are the master's own calls, batches of --batch-size: start, then end. It prints one JSON
 line: {"objects", "key_bytes", "rss_bytes_per_object", "table_bytes_per_object", "python_objects",
