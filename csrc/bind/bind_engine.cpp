@@ -1,9 +1,10 @@
-// Engine binding: a batch crosses as six flat numpy arrays; every blocking call releases the GIL.
+// Engine binding: the engine, its regions and its peers (batches and fences: bind_engine_batches.cpp); every
+// blocking call releases the GIL.
+#include "bind/bind_engine.h"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <optional>
 
 #include "bind/status_error.h"
 #include "engine/bootstrap.h"
@@ -13,9 +14,6 @@ namespace py = pybind11;
 
 namespace kvs::bind {
 namespace {
-
-template <typename T>
-using Flat = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
 py::dict region_dict(const RegionInfo& r) {
   py::dict d;
@@ -58,60 +56,6 @@ py::dict descriptor_dict(const Engine& engine, const EngineDescriptor& s) {
   return d;
 }
 
-// One int32 per request, as a numpy array.
-template <typename Get>
-py::array_t<int32_t> per_request(const Batch& b, Get get) {
-  py::array_t<int32_t> out(static_cast<py::ssize_t>(b.size()));
-  auto w = out.mutable_unchecked<1>();
-  for (size_t i = 0; i < b.size(); ++i) w(static_cast<py::ssize_t>(i)) = static_cast<int32_t>(get(i));
-  return out;
-}
-
-std::shared_ptr<Batch> submit(Engine& engine, const Flat<uint8_t>& ops, const Flat<uint64_t>& local,
-                              const Flat<uint32_t>& peers, const Flat<uint64_t>& regions,
-                              const Flat<uint64_t>& offsets, const Flat<uint64_t>& lengths,
-                              int64_t timeout_ms, const std::optional<Flat<uint32_t>>& fence_slots,
-                              const std::optional<Flat<uint64_t>>& fence_gens,
-                              const std::optional<Flat<uint8_t>>& digests,
-                              const std::optional<Flat<uint32_t>>& piece_counts,
-                              const std::optional<Flat<uint64_t>>& piece_addrs,
-                              const std::optional<Flat<uint64_t>>& piece_lengths) {
-  const auto n = static_cast<size_t>(ops.size());
-  if (local.size() != ops.size() || peers.size() != ops.size() || regions.size() != ops.size() ||
-      offsets.size() != ops.size() || lengths.size() != ops.size()) {
-    throw StatusError(Status(Code::kInvalidArgument, "batch arrays differ in length"));
-  }
-  BatchView view{ops.data(), local.data(), peers.data(), regions.data(), offsets.data(), lengths.data(), n};
-  if (fence_slots.has_value() != fence_gens.has_value() ||
-      (fence_slots && (fence_slots->size() != ops.size() || fence_gens->size() != ops.size()))) {
-    throw StatusError(
-        Status(Code::kInvalidArgument, "fence arrays must both be given, one entry per request"));
-  }
-  if (fence_slots) {
-    view.fence_slots = fence_slots->data();
-    view.fence_gens = fence_gens->data();
-  }
-  if (digests) {
-    if (digests->size() != ops.size())
-      throw StatusError(Status(Code::kInvalidArgument, "one digest flag per request"));
-    view.digests = digests->data();
-  }
-  if (piece_counts || piece_addrs || piece_lengths) {
-    if (!piece_counts || !piece_addrs || !piece_lengths || piece_counts->size() != ops.size() ||
-        piece_addrs->size() != piece_lengths->size()) {
-      throw StatusError(Status(Code::kInvalidArgument,
-                               "pieces take three arrays: a count per request, then every piece's address "
-                               "and length"));
-    }
-    view.piece_counts = piece_counts->data();
-    view.piece_addrs = piece_addrs->data();
-    view.piece_lengths = piece_lengths->data();
-    view.piece_total = static_cast<size_t>(piece_addrs->size());
-  }
-  py::gil_scoped_release release;
-  return engine.submit(view, timeout_ms);
-}
-
 // The engine at `name`'s descriptor through its authenticated handshake (without the GIL meanwhile).
 EngineDescriptor handshake(const std::string& name, int timeout_ms, const std::string& secret) {
   auto d = [&] {
@@ -152,59 +96,34 @@ void bind_engine(py::module_& m) {
       py::arg("name"), py::arg("timeout_ms"), py::arg("secret"),
       "A handshake with the engine at `name`, as a raw test peer needs it: {engine_id, session_id, "
       "session_key, keys: {region id: its key in this session}}.");
-  py::class_<Batch, std::shared_ptr<Batch>>(m, "Batch", "Handle of a submitted batch.")
-      .def_property_readonly("size", &Batch::size)
-      .def("done", &Batch::done, "True once every request is final (applies the deadline).")
-      .def(
-          "states", [](Batch& b) { return per_request(b, [&](size_t i) { return b.state(i); }); },
-          "Per-request RequestState values.")
-      .def(
-          "errors", [](Batch& b) { return per_request(b, [&](size_t i) { return b.error(i); }); },
-          "Per-request error codes (0 when not failed).")
-      .def(
-          "digests",
-          [](const Batch& b) {
-            py::array_t<uint64_t> values(static_cast<py::ssize_t>(b.size()));
-            py::array_t<bool> taken(static_cast<py::ssize_t>(b.size()));
-            auto v = values.mutable_unchecked<1>();
-            auto t = taken.mutable_unchecked<1>();
-            for (size_t i = 0; i < b.size(); ++i) {
-              uint64_t d = 0;
-              t(static_cast<py::ssize_t>(i)) = b.digest(i, &d);
-              v(static_cast<py::ssize_t>(i)) = d;
-            }
-            return py::make_tuple(taken, values);
-          },
-          "(taken, digests): per completed request that asked for it, the XXH3-64 of the bytes it landed "
-          "(taken False where none was: not asked, several slices, or not complete).");
-
-  py::class_<Engine>(m, "Engine", "The transfer engine core.")
-      .def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
-                       int handshake_timeout_ms, int peer_pin_timeout_ms,
-                       const std::map<std::string, std::map<std::string, int64_t>>& transport_options,
-                       const std::vector<std::string>& nics, bool nics_exclude, const std::string& sysfs_root,
-                       py::bytes cluster_secret) {
-             EngineConfig c;
-             c.host = host;
-             c.port = port;
-             c.transport = transport;
-             c.copy_threads = copy_threads;
-             c.handshake_timeout_ms = handshake_timeout_ms;
-             c.peer_pin_timeout_ms = peer_pin_timeout_ms;
-             c.transport_options = transport_options;
-             c.nic_names = nics;
-             c.nic_exclude = nics_exclude;
-             c.sysfs_root = sysfs_root;
-             c.cluster_secret = cluster_secret;
-             return std::make_unique<Engine>(c);
-           }),
-           py::arg("host"), py::arg("port"), py::arg("transport"), py::arg("copy_threads"),
-           py::arg("handshake_timeout_ms"), py::arg("peer_pin_timeout_ms"), py::arg("transport_options"),
-           py::arg("nics") = std::vector<std::string>{}, py::arg("nics_exclude") = false,
-           py::arg("sysfs_root") = "/sys", py::arg("cluster_secret") = py::bytes(),
-           "cluster_secret: what peers prove they know at the handshake; nics: the NICs to use (or, with "
-           "nics_exclude, to leave out); "
-           "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
+  bind_batch(m);
+  py::class_<Engine> c(m, "Engine", "The transfer engine core.");
+  c.def(py::init([](const std::string& host, uint16_t port, const std::string& transport, int copy_threads,
+                    int handshake_timeout_ms, int peer_pin_timeout_ms,
+                    const std::map<std::string, std::map<std::string, int64_t>>& transport_options,
+                    const std::vector<std::string>& nics, bool nics_exclude, const std::string& sysfs_root,
+                    py::bytes cluster_secret) {
+          EngineConfig c;
+          c.host = host;
+          c.port = port;
+          c.transport = transport;
+          c.copy_threads = copy_threads;
+          c.handshake_timeout_ms = handshake_timeout_ms;
+          c.peer_pin_timeout_ms = peer_pin_timeout_ms;
+          c.transport_options = transport_options;
+          c.nic_names = nics;
+          c.nic_exclude = nics_exclude;
+          c.sysfs_root = sysfs_root;
+          c.cluster_secret = cluster_secret;
+          return std::make_unique<Engine>(c);
+        }),
+        py::arg("host"), py::arg("port"), py::arg("transport"), py::arg("copy_threads"),
+        py::arg("handshake_timeout_ms"), py::arg("peer_pin_timeout_ms"), py::arg("transport_options"),
+        py::arg("nics") = std::vector<std::string>{}, py::arg("nics_exclude") = false,
+        py::arg("sysfs_root") = "/sys", py::arg("cluster_secret") = py::bytes(),
+        "cluster_secret: what peers prove they know at the handshake; nics: the NICs to use (or, with "
+        "nics_exclude, to leave out); "
+        "transport_options: {transport name: {setting: integer}} (durations in ms, sizes in bytes).")
       .def("start", [](Engine& e) { throw_if_error(e.start()); })
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def("transport_starts", &Engine::transport_starts, py::arg("name"),
@@ -272,75 +191,6 @@ void bind_engine(py::module_& m) {
           py::arg("region_id"), py::arg("offset"), py::arg("length"),
           "Faults in a range of a region allocated with populate false (several threads may fault "
           "disjoint ranges at once); NoMemoryError when the host has no memory left for it.")
-      .def(
-          "kill_allocations",
-          [](Engine& e, uint64_t region_id, std::vector<uint32_t> slots, std::vector<uint64_t> gens,
-             int timeout_ms) {
-            auto region = e.registry().find(region_id);
-            if (!region || region->fence() == nullptr || slots.size() != gens.size()) {
-              throw StatusError(
-                  Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
-            }
-            py::gil_scoped_release release;
-            return region->fence()->kill(slots, gens, timeout_ms);
-          },
-          py::arg("region_id"), py::arg("slots"), py::arg("gens"), py::arg("timeout_ms"),
-          "Fences allocations off; True once no transfer admitted before can still touch them.")
-      .def(
-          "raise_fence_floor",
-          [](Engine& e, uint64_t region_id, uint64_t floor, int timeout_ms) {
-            auto region = e.registry().find(region_id);
-            if (!region || region->fence() == nullptr) {
-              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id"));
-            }
-            py::gil_scoped_release release;
-            return region->fence()->raise_floor(floor, timeout_ms);
-          },
-          py::arg("region_id"), py::arg("floor"), py::arg("timeout_ms"),
-          "Fences off every allocation of generation <= floor; True once drained.")
-      .def(
-          "fence_enter",
-          [](Engine& e, uint64_t region_id, uint32_t slot, uint64_t gen) {
-            auto region = e.registry().find(region_id);
-            if (!region || region->fence() == nullptr) {
-              throw StatusError(Status(Code::kInvalidArgument, "no fenced region with that id"));
-            }
-            return region->fence()->enter_owned(slot, gen);
-          },
-          py::arg("region_id"), py::arg("slot"), py::arg("gen"),
-          "Admits this process's own access to a live allocation of its fenced region (as a peer's "
-          "transfer would be, less the check that it was announced): True when alive; then call "
-          "fence_leave once done.")
-      .def(
-          "announce_allocations",
-          [](Engine& e, uint64_t region_id, std::vector<uint32_t> slots, std::vector<uint64_t> gens,
-             std::vector<uint64_t> starts, std::vector<uint64_t> sizes) {
-            auto region = e.registry().find(region_id);
-            const size_t n = slots.size();
-            if (!region || region->fence() == nullptr || gens.size() != n || starts.size() != n ||
-                sizes.size() != n) {
-              throw StatusError(
-                  Status(Code::kInvalidArgument, "no fenced region with that id, or bad lists"));
-            }
-            for (size_t i = 0; i < n; ++i) {
-              if (!in_bounds(starts[i], sizes[i], region->info().length)) {
-                throw StatusError(
-                    Status(Code::kOutOfRange, "an announced allocation lies outside the region"));
-              }
-            }
-            for (size_t i = 0; i < n; ++i) region->fence()->announce(slots[i], gens[i], starts[i], sizes[i]);
-          },
-          py::arg("region_id"), py::arg("slots"), py::arg("gens"), py::arg("starts"), py::arg("sizes"),
-          "Names the allocations the master handed out in a fenced region, (slot, generation, "
-          "[start, start + size)) each: a peer's transfer is admitted only into the one its slot holds.")
-      .def(
-          "fence_leave",
-          [](Engine& e, uint64_t region_id, uint32_t slot) {
-            auto region = e.registry().find(region_id);
-            if (region && region->fence() != nullptr && slot < region->fence()->slots())
-              region->fence()->leave(slot);
-          },
-          py::arg("region_id"), py::arg("slot"))
       .def(
           "unregister",
           [](Engine& e, uint64_t id) {
@@ -415,76 +265,9 @@ void bind_engine(py::module_& m) {
             }
             return out;
           },
-          py::arg("handle"), "The paths of the peer's links and what each carried.")
-      .def("submit", &submit, py::arg("ops"), py::arg("local_addrs"), py::arg("peers"), py::arg("region_ids"),
-           py::arg("offsets"), py::arg("lengths"), py::arg("timeout_ms"), py::arg("fence_slots") = py::none(),
-           py::arg("fence_gens") = py::none(), py::arg("digests") = py::none(),
-           py::arg("piece_counts") = py::none(), py::arg("piece_addrs") = py::none(),
-           py::arg("piece_lengths") = py::none(),
-           "Submits a batch given as flat arrays; returns a Batch handle at once. `digests`: non-zero for "
-           "reads whose landed bytes' XXH3-64 is wanted (Batch.digests). `piece_counts`: request i's local "
-           "side is its next piece_counts[i] pieces of piece_addrs/piece_lengths (0: local_addrs[i]).")
-      .def(
-          "wait",
-          [](Engine& e, Batch& b, int64_t timeout_us, bool help) {
-            py::gil_scoped_release release;
-            return e.wait(b, timeout_us, help);
-          },
-          py::arg("batch"), py::arg("timeout_us"), py::arg("help") = true,
-          "Waits for a batch; True when every request is final.")
-      .def(
-          "wait_verified",
-          [](Engine& e, Batch& b, const Flat<uint64_t>& expected, const Flat<uint8_t>& check) {
-            if (static_cast<size_t>(expected.size()) != b.size() ||
-                static_cast<size_t>(check.size()) != b.size()) {
-              throw StatusError(
-                  Status(Code::kInvalidArgument, "one expected digest and check flag per request"));
-            }
-            py::array_t<int32_t> verdicts(static_cast<py::ssize_t>(b.size()));
-            int32_t* out = verdicts.mutable_data();
-            {
-              py::gil_scoped_release release;
-              e.wait_verified(b, expected.data(), check.data(), out);
-            }
-            return verdicts;
-          },
-          py::arg("batch"), py::arg("expected"), py::arg("check"),
-          "Runs a batch to its end, verifying each read as it ends: per request 0 (completed; its landed "
-          "bytes' XXH3-64 is expected[i] where check[i]), -1 (they differ), -2 (completed, no digest "
-          "taken here) or its error code.")
-      .def("help_once", &Engine::help_once, py::call_guard<py::gil_scoped_release>(),
-           "Runs one queued copy on this thread; False if none was queued.")
-      .def(
-          "transfer",
-          [](Engine& e, uint8_t op, uint64_t local, uint32_t peer, uint64_t region, uint64_t offset,
-             uint64_t length, int64_t timeout_ms, uint32_t fence_slot, uint64_t fence_gen) {
-            py::gil_scoped_release release;
-            BatchView view{&op, &local, &peer, &region, &offset, &length, 1, &fence_slot, &fence_gen};
-            auto batch = e.submit(view, timeout_ms);
-            e.wait(*batch, -1);
-            return std::make_pair(static_cast<int>(batch->state(0)), static_cast<int>(batch->error(0)));
-          },
-          py::arg("op"), py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"),
-          py::arg("length"), py::arg("timeout_ms"), py::arg("fence_slot") = 0, py::arg("fence_gen") = 0,
-          "One request, submitted and waited for in one call; returns (state, error code).")
-      .def(
-          "read_verified",
-          [](Engine& e, uint64_t local, uint32_t peer, uint64_t region, uint64_t offset, uint64_t length,
-             int64_t timeout_ms, uint32_t fence_slot, uint64_t fence_gen, uint64_t expected) {
-            py::gil_scoped_release release;
-            uint8_t op = static_cast<uint8_t>(TransferOp::kRead);
-            uint8_t asked = 1;
-            BatchView view{&op, &local, &peer, &region, &offset, &length, 1, &fence_slot, &fence_gen};
-            view.digests = &asked;
-            auto batch = e.submit(view, timeout_ms);
-            int32_t verdict = 0;
-            e.wait_verified(*batch, &expected, &asked, &verdict);
-            return verdict;
-          },
-          py::arg("local_addr"), py::arg("peer"), py::arg("region_id"), py::arg("offset"), py::arg("length"),
-          py::arg("timeout_ms"), py::arg("fence_slot"), py::arg("fence_gen"), py::arg("expected"),
-          "One read, run to its end and verified in one call (its bytes hashed as they land): "
-          "wait_verified's verdict.");
+          py::arg("handle"), "The paths of the peer's links and what each carried.");
+  bind_engine_batches(c);
+  bind_engine_fences(c);
 }
 
 }  // namespace kvs::bind
