@@ -10,7 +10,6 @@ from collections.abc import Iterable
 
 from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
 from kvstore.master.ledger.model import Client, Segment
-from kvstore.master.service import restore
 from kvstore.master.service.state_core import StateCore
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
@@ -182,12 +181,12 @@ class Membership(StateCore):
         last: bool,
         removed: list[tuple[str, int]] | None = None,
     ) -> list[int]:
-        """kvstore.master.service.restore.restore_segment: the replicas a node names back; returns the refused
-        slots."""
+        """kvstore.master.service.restore.Restore.restore_segment: the replicas a node names back; returns the
+        refused slots."""
         seg = self.segments.get(segment_id)
         if seg is None or seg.client_id != client_id:
             raise NotFoundError(f"client {client_id} has no segment {segment_id}")
-        return restore.restore_segment(self, seg, records, last, removed or [])
+        return self.restorer.restore_segment(seg, records, last, removed or [])
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
         seg = self.segments.get(segment_id)
@@ -202,13 +201,13 @@ class Membership(StateCore):
         last: bool = True,
         removed: list[tuple[str, int]] | None = None,
     ) -> int:
-        """kvstore.master.service.restore.restore_disk: the records a restarted node's disk offers back, after
-        the removals it remembers; returns how many were taken."""
+        """kvstore.master.service.restore.Restore.restore_disk: the records a restarted node's disk offers
+        back, after the removals it remembers; returns how many were taken."""
         self._client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
             raise NotFoundError(f"client {client_id} has no disk mounted")
-        taken = restore.restore_disk(self, seg, records, removed or [])
+        taken = self.restorer.restore_disk(seg, records, removed or [])
         if last:
             self.disk.disk_space.end_restore(seg)
         return taken
@@ -240,7 +239,7 @@ class Membership(StateCore):
     def _drop_segment(self, seg: Segment) -> None:
         """Every replica on the segment disappears; objects left without a replica disappear too."""
         self.replicator.drop_segment(seg)
-        self.restored_order.pop(seg.id, None)
+        self.restorer.forget(seg.id)
         keys = self.space.unmount(seg)
         for at in range(0, len(keys), DROP_CHUNK):
             bare, disk_only = self.ledger.drop_copies_on(seg, keys[at : at + DROP_CHUNK])

@@ -24,6 +24,7 @@ from kvstore.master.planners.replication import Replicator
 from kvstore.master.planners.tiers import TierSpace
 from kvstore.master.planners.victims import VictimPlanner
 from kvstore.master.service.corrupt_checks import CorruptChecks
+from kvstore.master.service.restore import Restore
 
 
 class StateCore:
@@ -66,11 +67,13 @@ class StateCore:
             clock,
             lambda urgent: self.plan_demotions(urgent),
         )
-        # Per segment being restored: (generation, key) of the copies it named, for the eviction order.
-        self.restored_order: dict[int, list[tuple[int, str]]] = {}
         # Puts started and not ended: expiry checks these every tick, not every object.
         self._pending = PutsInProgress(self.objects)
         self.counters = Counters()
+        # What nodes name back after a restart (kvstore.master.service.restore), given what it works on.
+        self.restorer = Restore(
+            config, clock, self.ledger, self.space, self.disk, self.policy, self.counters, self._delete
+        )
 
     @property
     def segments(self) -> Mapping[int, Segment]:
