@@ -72,7 +72,7 @@ from kvstore.integrations.paged import (
 from kvstore.integrations.vllm_groups import FULL, GroupRule, rule_for_spec
 from kvstore.integrations.vllm_keys import BlockNames, parallel_ranks
 from kvstore.integrations.vllm_memory import KVMemoryLifecycle
-from kvstore.integrations.vllm_metadata import KVStoreConnectorMetadata
+from kvstore.integrations.vllm_metadata import BlockMove, KVStoreConnectorMetadata
 from kvstore.integrations.vllm_scheduler_side import SchedulerSide
 from kvstore.integrations.vllm_state import state_heads, state_suffix
 from kvstore.integrations.vllm_worker_side import WorkerSide
@@ -351,4 +351,4 @@ class KVStoreConnector(KVMemoryLifecycle, KVConnectorBase_V1, SupportsHMA):
         self.link.close()
 
 
-__all__ = ["KVStoreConnector", "KVStoreConnectorMetadata", "KVStoreConnectorStats", "MoveStats"]
+__all__ = ["BlockMove", "KVStoreConnector", "KVStoreConnectorMetadata", "KVStoreConnectorStats", "MoveStats"]
