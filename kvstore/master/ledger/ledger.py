@@ -37,6 +37,7 @@ from kvstore.master.ledger.changes import (
 )
 from kvstore.master.ledger.fences import FenceBook
 from kvstore.master.ledger.groups import GroupIndex
+from kvstore.master.ledger.locations import SegmentPlace
 from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segment
 from kvstore.master.ledger.objects import Objects
 from kvstore.rpc.disk_record import PAGE
@@ -111,7 +112,9 @@ class Ledger:
         seg = r.segment
         if isinstance(seg, Segment):  # the table names replicas' segments by id
             self.objects.segments[seg.id] = seg
-            self.objects.places[seg.id] = (seg.tier, seg.host_id, seg.engine, seg.region_id)
+            self.objects.places[seg.id] = SegmentPlace(
+                tier=seg.tier, host_id=seg.host_id, engine=seg.engine, region_id=seg.region_id
+            )
             self.memory.add(seg.id, seg.host_id, seg.allocator, seg.slots)
             self.memory.set_placeable(seg.id, seg.placeable)
         else:

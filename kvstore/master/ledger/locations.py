@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvstore.master.ledger.model import DiskReplica, Replica
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import data_offset
+
+
+class SegmentPlace(NamedTuple):
+    """What the Location of a copy on a memory segment starts with, kept per segment (Objects.places):
+    ObjectTable.locate_many (C++) reads it as a tuple and writes it as the Location's first fields."""
+
+    tier: int
+    host_id: str
+    engine: str
+    region_id: int
+
+
+if SegmentPlace._fields != m.Location._fields[: len(SegmentPlace._fields)]:
+    raise TypeError(f"SegmentPlace {SegmentPlace._fields} is not how a Location {m.Location._fields} starts")
 
 
 def memory_location(replica: Replica) -> m.Location:

@@ -6,6 +6,7 @@ index itself."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
@@ -21,12 +22,23 @@ from kvstore.master.planners.eviction import EvictionPolicy
 from kvstore.rpc import messages as m
 
 _new_tuple = tuple.__new__  # (builds a NamedTuple in one C call: a PutStart reply builds thousands)
+# Where each field of a Placement comes from on a Replica, by name. The getter reads them in Placement's
+# declared order (one C call per replica): a field added to either side without the other fails at import.
+PLACEMENT_SOURCES = {
+    "engine": "segment.engine",
+    "region_id": "segment.region_id",
+    "offset": "offset",
+    "slot": "slot",
+    "gen": "gen",
+}
+if set(PLACEMENT_SOURCES) != set(m.Placement._fields):
+    raise TypeError(f"PLACEMENT_SOURCES names {sorted(PLACEMENT_SOURCES)}, Placement {m.Placement._fields}")
+placement_fields = operator.attrgetter(*[PLACEMENT_SOURCES[name] for name in m.Placement._fields])
 
 
 def placement_of(replica: Replica) -> m.Placement:
     """Where a replica lives, as the wire names it for whoever reads or writes it."""
-    seg = replica.segment
-    return _new_tuple(m.Placement, (seg.engine, seg.region_id, replica.offset, replica.slot, replica.gen))
+    return _new_tuple(m.Placement, placement_fields(replica))
 
 
 class SegmentSpace:

@@ -19,6 +19,7 @@ from kvstore.errors import (
 )
 from kvstore.master.ledger import node_acks
 from kvstore.master.ledger.model import Replica
+from kvstore.master.planners.placement import placement_fields
 from kvstore.master.service import node_work, reads
 from kvstore.master.service.loop_watch import LoopWatch
 from kvstore.master.service.mount_check import MountCheck
@@ -277,13 +278,10 @@ class Handlers:
             coming.when_ready(reply.ready)
             return reply
         results = []
-        new_tuple, item, placement = tuple.__new__, m.ItemResult, m.Placement
+        new_tuple, item, placement, fields = tuple.__new__, m.ItemResult, m.Placement, placement_fields
         for outcome in started:
             if isinstance(outcome, list):  # where it writes each replica (placement_of, inlined)
-                where = [
-                    new_tuple(placement, (r.segment.engine, r.segment.region_id, r.offset, r.slot, r.gen))
-                    for r in outcome
-                ]
+                where = [new_tuple(placement, fields(replica)) for replica in outcome]
                 results.append(new_tuple(item, (0, "", where)))
             elif outcome is None:  # already stored with the same bytes
                 results.append(m.ItemResult(0, "", None))
