@@ -1,7 +1,7 @@
 """A fixed corpus of master request parameters, good and bad, and what the master's parse makes of each:
 the parsed request's fields, or the error class and message. The outcomes in rpc_wire_golden.txt were
 recorded from the hand-written parsers before requests were declared once (commit 79f2f78); the test
-(tests/unit/kvstore/test_rpc_wire_unchanged.py) replays the corpus through today's parse.
+(tests/unit/kvstore/rpc/test_rpc_wire_unchanged.py) replays the corpus through today's parse.
 
 Run as a script to record the outcomes again (only ever from a parse known to be right):
     python -m tests.helpers.rpc_wire_corpus > tests/helpers/rpc_wire_golden.txt

@@ -8,7 +8,7 @@ from kvstore.bench.tiered_cache import TieredCache
 from kvstore.bench.tiered_replay import simulate_tiered
 from kvstore.bench.trace import load_timed_trace, simulate
 from kvstore.errors import InvalidArgumentError
-from tests.unit.kvstore.test_trace import SHIPPED
+from tests.unit.kvstore.bench.test_trace import SHIPPED
 
 
 def test_memory_victims_are_demoted_and_disk_victims_dropped() -> None:

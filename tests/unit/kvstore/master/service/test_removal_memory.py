@@ -15,10 +15,10 @@ from kvstore.master.service.state import MasterState
 from kvstore.node import catalog as catalog_module
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.rpc import messages as m
-from tests.unit.kvstore.test_master_state import Clock, MiB, holds_of, make_state, put
-from tests.unit.kvstore.test_node_work import poll, two_nodes
-from tests.unit.kvstore.test_removal_tombstones import mount, records, restarted
-from tests.unit.kvstore.test_segment_catalog import held
+from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, holds_of, make_state, put
+from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
+from tests.unit.kvstore.master.service.test_removal_tombstones import mount, records, restarted
+from tests.unit.kvstore.node.test_segment_catalog import held
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from kvstore.bench.trace import SimulatedCache, load_timed_trace, load_trace, re
 from kvstore.errors import InvalidArgumentError
 
 SHIPPED = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+    Path(__file__).resolve().parents[4].parent / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 )
 
 
