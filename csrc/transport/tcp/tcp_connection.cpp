@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "common/net.h"
 #include "common/xxh3.h"
@@ -405,7 +406,10 @@ Status TcpConnection::receive_into(const Slice& slice, bool* landed) {
   // Hashed as it lands, while in cache; unhashed, the bound on what one recv moves under the copy guard.
   const uint64_t chunk = hashing ? 64 << 10 : 512 << 10;
   thread_local std::vector<char> scratch(1 << 16);
-  xxh3::Stream hash;
+  // Made only when hashing: a stream calls into XXH3, which a C++ caller may not have loaded (the read is
+  // then unchecked and its caller verifies, engine.h's kReadUnchecked).
+  std::optional<xxh3::Stream> hash;
+  if (hashing) hash.emplace();
   bool live = true;  // the request still owns the memory; once over, the rest is drained
   uint32_t k = 0;
   uint64_t at = 0;  // into pieces[k]
@@ -423,7 +427,7 @@ Status TcpConnection::receive_into(const Slice& slice, bool* landed) {
     // a request that ends (its deadline) is fenced off within one such recv.
     const ssize_t got = recv(fd_, dst, want, MSG_DONTWAIT);
     if (live) {
-      if (got > 0 && hashing) hash.update(dst, static_cast<size_t>(got));
+      if (got > 0 && hashing) hash->update(dst, static_cast<size_t>(got));
       slice.batch->end_copy();
     }
     if (got > 0) {
@@ -439,7 +443,7 @@ Status TcpConnection::receive_into(const Slice& slice, bool* landed) {
       return Status(Code::kTimedOut, "peer stopped sending");
     }
   }
-  if (live && hashing) slice.batch->set_digest(slice.request, hash.digest());
+  if (live && hashing) slice.batch->set_digest(slice.request, hash->digest());
   *landed = live;
   return Status::OK();
 }
