@@ -3,8 +3,10 @@
 
 Object and segment records are applied as they are (Ledger.apply). Space records report what the ledger
 carved or gave back inside a segment of any tier (the allocator picks the offset as it carves, so the
-ledger's own methods make them: Ledger.take, Ledger.free, ...); fence records report the kills queued
-for nodes and the ones they acknowledged.
+ledger's own methods make them as they apply them: Ledger.take, Ledger.free, ...); fence records report
+the kills queued for nodes and the ones they acknowledged. Every record applies: Ledger.apply of a run's
+records, in order, to an empty ledger makes the same objects, space, slots and kills (a journal or a
+standby replays them so; tests/unit/kvstore/master/ledger/test_ledger_replay.py).
 """
 
 from __future__ import annotations
@@ -119,10 +121,12 @@ class RestoreEnded(NamedTuple):
 
 class SpaceTaken(NamedTuple):
     """Space carved for `key` in a segment: a memory allocation with its fence slot and generation (a
-    put's, a copy's, a load's, or one a restarted node named back), or a disk record."""
+    put's, a copy's, a load's, or one a restarted node named back), or a disk record, of `size` bytes
+    (as asked: the allocator rounds it up the same way when the record is applied elsewhere)."""
 
     key: str
     replica: Replica | DiskReplica
+    size: int
 
 
 class SpaceFreed(NamedTuple):

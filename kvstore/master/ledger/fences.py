@@ -138,6 +138,14 @@ class FenceBook:
         """Kills for this client's node not acknowledged yet."""
         return bool(self._queued.get(client_id)) or bool(self._sent.get(client_id))
 
+    def unacknowledged(self) -> list[Kill]:
+        """Every kill not acknowledged yet, handed out or queued (what a replay of the records rebuilds)."""
+        kills = [k for sent in self._sent.values() for k in sent.values()]
+        return kills + [k for queued in self._queued.values() for k in queued]
+
+    def fencing_keys(self) -> set[str]:
+        return set(self._fencing)
+
     # -- the node's side ------------------------------------------------------------------------------
     def take(self, client_id: str, limit: int) -> list[Kill]:
         """At most `limit` kills for this client's node to apply: first those handed out before and not
@@ -164,6 +172,24 @@ class FenceBook:
             if k is None:
                 continue
             done.append(k)
+            self._settle(k)
+        self.kills_acked += len(done)
+        self._acks.check(client_id)
+        return done
+
+    def settle_named(self, client_id: str, named: Iterable[tuple[int, int, int]]) -> list[Kill]:
+        """A replayed FencesAcknowledged: the kills of these (segment id, slot, generation), handed out
+        or still queued (a replay hands nothing out), were applied; returns them, as acknowledge does."""
+        wanted = set(named)
+        sent = self._sent.get(client_id, {})
+        done = [k for k in sent.values() if (k.segment.id, k.slot, k.gen) in wanted]
+        for k in done:
+            del sent[k.id]
+        queued = self._queued.get(client_id)
+        if queued:
+            done += [k for k in queued if (k.segment.id, k.slot, k.gen) in wanted]
+            self._queued[client_id] = [k for k in queued if (k.segment.id, k.slot, k.gen) not in wanted]
+        for k in done:
             self._settle(k)
         self.kills_acked += len(done)
         self._acks.check(client_id)

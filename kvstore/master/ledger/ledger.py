@@ -35,7 +35,7 @@ from kvstore.master.ledger.changes import (
     SpaceReleased,
     SpaceTaken,
 )
-from kvstore.master.ledger.fences import FenceBook
+from kvstore.master.ledger.fences import FenceBook, Kill
 from kvstore.master.ledger.groups import GroupIndex
 from kvstore.master.ledger.locations import SegmentPlace
 from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segment
@@ -77,6 +77,12 @@ class Ledger:
             RestoreEnded: self._restore_ended,
             GroupsShown: lambda r: None,  # (derived: the ledger makes them as groups fill and empty)
             GroupsHidden: lambda r: None,
+            # Made by the ledger's own methods as they carve and free (below); applied here when replayed
+            # into another ledger (a journal, a standby): the same space, slots and kills follow.
+            SpaceTaken: self._space_taken,
+            SpaceFreed: self._space_freed,
+            SpaceReleased: self._space_released,
+            FencesAcknowledged: self._fences_acknowledged,
         }
         self._watchers: dict[type, list[Callable[[Any], None]]] = {}
 
@@ -121,15 +127,16 @@ class Ledger:
             self.objects.disks[seg.id] = seg
 
     def _segment_dropped(self, r: SegmentDropped) -> None:
-        seg, table = r.segment, self._table(r.segment)
-        if table.get(seg.id) is seg:
+        table = self._table(r.segment)
+        seg = table.get(r.segment.id)  # (this ledger's segment of that id: replayed, not the record's)
+        if seg is not None:
             del table[seg.id]
             if isinstance(seg, Segment):
                 self.memory.remove(seg.id)
                 self.fences.drop_segment(seg)  # nothing of it is read or written again
 
     def _restore_ended(self, r: RestoreEnded) -> None:
-        seg = r.segment
+        seg = self._table(r.segment).get(r.segment.id, r.segment)
         if isinstance(seg, DiskSegment):
             seg.restoring = False
             return
@@ -206,6 +213,48 @@ class Ledger:
     def _disk_record_dropped(self, r: DiskRecordDropped) -> None:
         self.objects.set_disk(self.objects[r.key], None)
 
+    # -- space and fence records made elsewhere (a replay): this ledger carves what they name -----------
+    def _space_taken(self, r: SpaceTaken) -> None:
+        seg = self._table(r.replica.segment).get(r.replica.segment.id)
+        if seg is None or not seg.allocator.reserve(r.replica.offset, r.size):
+            where = f"{r.replica.offset} of segment {r.replica.segment.id}"
+            raise ValueError(f"{r.key!r}: the space at {where} is not free")
+        seg.allocations += 1
+        replica = r.replica
+        if not isinstance(replica, Replica) or not isinstance(seg, Segment):  # (a disk record's)
+            return
+        if seg.restoring is not None:  # a restarted node named it back: its slot is among those taken
+            seg.restoring.add(replica.slot)
+        elif seg.slots.take() != replica.slot:  # slots are handed out in one order: the run's
+            raise ValueError(f"{r.key!r}: slot {replica.slot} of segment {seg.id} is not the next free one")
+        self.fences.observe(replica.gen)
+
+    def _space_freed(self, r: SpaceFreed) -> None:
+        seg = self._table(r.replica.segment).get(r.replica.segment.id)
+        if seg is None:  # (gone: nothing to give back, as when the ledger freed it)
+            return
+        seg.allocations -= 1
+        replica = r.replica
+        if not isinstance(replica, Replica) or not isinstance(seg, Segment) or r.kill is None:
+            if not r.held:  # a disk record's (no kill: only its own node writes it)
+                seg.allocator.free(replica.offset)
+            return
+        if r.held:
+            self.fences.held_bytes += seg.allocator.block_size(replica.offset)
+        else:
+            seg.allocator.free(replica.offset)
+        held = replica.offset if r.held else None
+        self.fences.kill(seg, replica.slot, replica.gen, held, r.key, r.kill.until)
+
+    def _space_released(self, r: SpaceReleased) -> None:
+        seg = self.disks.get(r.replica.segment.id)
+        if seg is not None:
+            seg.allocator.free(r.replica.offset)
+
+    def _fences_acknowledged(self, r: FencesAcknowledged) -> None:
+        named = [(k.segment.id, k.slot, k.gen) for k in r.kills]
+        self._kills_applied(self.fences.settle_named(r.client_id, named))
+
     # -- one-record shorthands --------------------------------------------------------------------------
     def drop_replicas(self, key: str, replicas: Iterable[Replica]) -> None:
         self.apply([ReplicaDropped(key, r) for r in list(replicas)])
@@ -241,7 +290,7 @@ class Ledger:
         seg.allocations += 1
         replica = Replica(seg, offset, slot, self.fences.generation())
         if SpaceTaken in self._watchers:  # the put path: a record only for someone who watches
-            self._tell([SpaceTaken(key, replica)])
+            self._tell([SpaceTaken(key, replica, size)])
         return replica
 
     def place(
@@ -253,16 +302,16 @@ class Ledger:
         placed = self.memory.place(size, count, exclude, spread_from)
         if placed is None:
             return None
-        return self._carved([key], *placed)
+        return self._carved([key], [size], *placed)
 
     def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
         """Carves `count` replicas of each key in turn, as `place` would one at a time: `count` per key,
         for the keys placed, which stop before the first that does not fit now."""
         placed, columns = self.memory.place_many(sizes, count)
-        return self._carved(keys[:placed], *columns) if placed else []
+        return self._carved(keys[:placed], sizes, *columns) if placed else []
 
     def _carved(
-        self, keys: list[str], segment_ids: list[int], offsets: list[int], slots: list[int]
+        self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]
     ) -> list[Replica]:
         """The replicas the memory space carved (each segment's count of allocations grows), in new
         generations; SpaceTaken for each when watched."""
@@ -281,7 +330,7 @@ class Ledger:
             segments[seg_id].allocations += 1
         if SpaceTaken in self._watchers:
             count = len(replicas) // len(keys)
-            self._tell([SpaceTaken(keys[i // count], r) for i, r in enumerate(replicas)])
+            self._tell([SpaceTaken(keys[i // count], r, sizes[i // count]) for i, r in enumerate(replicas)])
         return replicas
 
     def take_back(
@@ -298,7 +347,7 @@ class Ledger:
         seg.allocations += 1
         self.fences.observe(gen)  # every later generation is above it
         replica = Replica(seg, offset, slot, gen)
-        self._tell([SpaceTaken(key, replica)])
+        self._tell([SpaceTaken(key, replica, size)])
         return replica
 
     def take_back_many(
@@ -321,7 +370,9 @@ class Ledger:
             seg.allocations += len(adopted)
             self.fences.observe(max([records[i][2] for i in adopted]))  # every later generation is above
             if SpaceTaken in self._watchers:
-                self._tell([SpaceTaken(records[i][3], Replica(seg, *records[i][:3])) for i in adopted])
+                self._tell(
+                    [SpaceTaken(records[i][3], Replica(seg, *records[i][:3]), records[i][4]) for i in adopted]
+                )
         return out
 
     def end_restore(self, seg: Segment | DiskSegment) -> None:
@@ -349,6 +400,12 @@ class Ledger:
         """The node applied these kills: their slots, and space held for late writers, go back to their
         segments (a slot is reused only once no late copy can be running in it)."""
         done = self.fences.acknowledge(client_id, kill_ids)
+        self._kills_applied(done)
+        if done:
+            self._tell([FencesAcknowledged(client_id, done)])
+
+    def _kills_applied(self, done: list[Kill]) -> None:
+        """Their slots, and the space held for late writers, go back to their segments."""
         for k in done:
             seg = k.segment
             if self.segments.get(seg.id) is not seg:
@@ -360,8 +417,6 @@ class Ledger:
             if k.held_offset is not None:
                 self.fences.held_bytes -= seg.allocator.block_size(k.held_offset)
                 seg.allocator.free(k.held_offset)
-        if done:
-            self._tell([FencesAcknowledged(client_id, done)])
 
     def lapse_fences(self) -> None:
         """Lifts the fencing of keys whose readers' leases have lapsed (each kill says until when: no
@@ -375,7 +430,7 @@ class Ledger:
             return None
         seg.allocations += 1
         record = DiskReplica(seg, offset)
-        self._tell([SpaceTaken(key, record)])
+        self._tell([SpaceTaken(key, record, nbytes)])
         return record
 
     def take_back_disk(self, seg: DiskSegment, key: str, offset: int, nbytes: int) -> DiskReplica | None:
@@ -385,7 +440,7 @@ class Ledger:
             return None
         seg.allocations += 1
         record = DiskReplica(seg, offset)
-        self._tell([SpaceTaken(key, record)])
+        self._tell([SpaceTaken(key, record, nbytes)])
         return record
 
     def free_disk(self, key: str, record: DiskReplica, *, hold: bool = False) -> None:
