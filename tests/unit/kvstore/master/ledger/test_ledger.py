@@ -11,7 +11,7 @@ from kvstore.master.ledger import changes as c
 from kvstore.master.ledger.model import DiskReplica, Replica
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
-from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, fence
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, fence
 
 
 class Journal:

@@ -8,7 +8,7 @@ import pytest
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import data_offset, record_bytes
-from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, make_state, put
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, make_state, put
 
 
 @pytest.fixture

@@ -17,43 +17,9 @@ from kvstore.errors import (
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, clock, fence, holds_of, make_state, put
 
-MiB = 1 << 20
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) -> MasterState:
-    state = MasterState(MasterConfig.load(**config), clock=clock)
-    for i, (host, size) in enumerate(segments):
-        client = f"c{i}"
-        state.register_client(client, host)
-        state.mount_segment(client, f"127.0.0.1:{7000 + i}", 1, size, host)
-    return state
-
-
-def fence(state: MasterState, client: str = "c0") -> list[int]:
-    """Plays the node of `client`: takes its kills and acknowledges them; returns their ids."""
-    ids = [k.id for k in state.space.fences.take(client, 1 << 20)]
-    state.space.acknowledge(client, ids)
-    return ids
-
-
-def put(state: MasterState, key: str, size: int = MiB, replicas: int = 1, pin: bool = False) -> list:
-    placed = state.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
-    state.put_end("c0", key)
-    return placed or []
+__all__ = ["clock"]  # (the fixture)
 
 
 def test_two_phase_put_is_invisible_until_end(clock: Clock) -> None:
@@ -502,13 +468,6 @@ def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Cloc
     assert state.exists("old") and state.counters.evictions == 0
     state.drop_client("c0")
     assert state._pending.held("c0") == (0, 0)
-
-
-def holds_of(state: MasterState, client: str = "c0") -> list:
-    """Plays the node of `client`: takes the replicas it is told it holds and acknowledges them."""
-    held = [HeldReplica._make(h) for h in state.space.holds.take(client, 1 << 20)]
-    state.space.holds.acknowledge(client, max((h.seq for h in held), default=0))
-    return held
 
 
 def test_a_node_is_told_each_replica_it_holds_once_placed_and_never_after_its_kill(clock: Clock) -> None:

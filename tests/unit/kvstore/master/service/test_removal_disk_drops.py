@@ -20,9 +20,9 @@ from kvstore.node.catalog import TOMB_SECONDS
 from kvstore.node.disk_index import DiskIndex, IndexEntry
 from kvstore.node.work_channel import WorkChannel
 from kvstore.rpc import messages as m
-from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, holds_of, make_state, put
 from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
 from tests.unit.kvstore.master.service.test_removal_tombstones import clock, mount, records, restarted
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, holds_of, make_state, put
 
 __all__ = ["clock"]  # (the fixture)
 

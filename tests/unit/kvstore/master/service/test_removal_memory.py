@@ -15,9 +15,9 @@ from kvstore.master.service.state import MasterState
 from kvstore.node import catalog as catalog_module
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.rpc import messages as m
-from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, holds_of, make_state, put
 from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
 from tests.unit.kvstore.master.service.test_removal_tombstones import mount, records, restarted
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, holds_of, make_state, put
 from tests.unit.kvstore.node.test_segment_catalog import held
 
 

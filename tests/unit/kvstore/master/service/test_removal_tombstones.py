@@ -14,8 +14,8 @@ from kvstore.master.service.state import MasterState
 from kvstore.node.disk_index import DiskIndex, IndexEntry, decode_all, encode
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica
-from tests.unit.kvstore.master.service.test_master_state import Clock, MiB, holds_of, make_state, put
 from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, holds_of, make_state, put
 
 Record = tuple[int, int, int, str, int, int, bool, int]
 
