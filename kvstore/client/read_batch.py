@@ -222,20 +222,22 @@ class ReadBatch:
                 for i in todo:
                     results[i] = LATE
                 break
-            needed = {choices[i][attempt][2] for i in todo} - peers.keys()
+            needed = {choices[i][attempt].engine for i in todo} - peers.keys()
             peers.update(self.tools.peers.open_all(needed, deadline))  # (their handshakes at once)
             requests = TransferBatch()
             for i in todo:
-                _tier, _host, engine, region_id, offset, slot, gen, _path = choices[i][attempt]
-                peer = peers[engine]
+                where: m.Location = choices[i][attempt]
+                peer = peers[where.engine]
                 if peer is None:
-                    requests.fail(i, engine)
+                    requests.fail(i, where.engine)
                     continue
                 if not isinstance(peer, Peer):  # its handshake outlasts the deadline (it goes on)
                     results[i] = LATE
                     continue
                 addrs, lengths = values[i].pieces(found[i][0])
-                requests.add_pieces(i, Op.READ, addrs, lengths, peer, region_id, offset, slot, gen)
+                requests.add_pieces(
+                    i, Op.READ, addrs, lengths, peer, where.region_id, where.offset, where.slot, where.gen
+                )
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
             ended = list(requests.stream(self.tools.engine, expected, transfer_timeout(deadline)))
             todo = self._settle(ended, choices, attempt, attempted, unreachable, corrupt)
@@ -268,16 +270,18 @@ class ReadBatch:
             if code == TIMED_OUT and self.deadline is not None:  # (the engine's timeout is the deadline)
                 results[i] = LATE
                 continue
-            _tier, _host, engine, region_id, offset, _slot, _gen, _path = choices[i][attempt]
+            where: m.Location = choices[i][attempt]
             attempted.add(i)
             if code == STALE:  # the node fenced that allocation off: the location is out of date
                 stats.stale_locations += 1
             elif code != OK:
                 stats.replica_failures += 1
-                unreachable.add(engine)
+                unreachable.add(where.engine)
             else:
                 stats.checksum_mismatches += 1
-                corrupt.append(m.CorruptReplica(self.keys[i], engine, region_id, offset, found[i][1]))
+                corrupt.append(
+                    m.CorruptReplica(self.keys[i], where.engine, where.region_id, where.offset, found[i][1])
+                )
             if attempt + 1 < len(choices[i]):
                 retry.append(i)
         return retry

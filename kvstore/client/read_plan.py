@@ -16,10 +16,20 @@ import numpy as np
 
 from kvstore.client.buffers import ValueBuffers, read_columns
 from kvstore.client.transfer_batch import column_of
+from kvstore.rpc import messages as m
 from transfer_engine import Op, Peer, TransferEngine
 
-_size, _checksum, _locations = (operator.itemgetter(i) for i in range(3))  # an ObjectLocation's
-_engine, _region, _offset, _slot, _gen = (operator.itemgetter(i) for i in range(2, 7))  # a Location's
+
+def _field(record: Any, name: str) -> Callable[[Any], Any]:
+    """A getter of the field `name` of the NamedTuple `record`, by its declared place (ValueError at import
+    when the declaration has no such field): an itemgetter maps in C; an attrgetter measured ~25% slower."""
+    return operator.itemgetter(record._fields.index(name))
+
+
+_size, _checksum, _locations = (_field(m.ObjectLocation, n) for n in ("size", "checksum", "locations"))
+_engine, _region, _offset, _slot, _gen = (
+    _field(m.Location, n) for n in ("engine", "region_id", "offset", "slot", "gen")
+)
 _first = operator.itemgetter(0)
 _READ = [int(Op.READ)]  # (one value: the engine repeats it for every request)
 
