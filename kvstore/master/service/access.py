@@ -13,7 +13,17 @@ from kvstore.master.service.state_core import StateCore
 Note = tuple[int, str, bool, int, bool]
 
 
-class Access(StateCore):
+class Access:
+    """Reads as the master sees them: each one a use that leases, orders and heats what it finds."""
+
+    def __init__(self, core: StateCore) -> None:
+        """`core`: the tables and primitives it works on."""
+        self.config, self.clock, self.counters = core.config, core.clock, core.counters
+        self.objects, self.ledger, self.space, self.disk = core.objects, core.ledger, core.space, core.disk
+        self.policy, self.replicator = core.policy, core.replicator
+        self.exists, self.offered = core.exists, core.offered
+        self.any_suspect = core.space.any_suspect  # (while one is, readers are told replicas one by one)
+
     def get_replicas(self, key: str) -> ObjectMeta | None:
         """The object, for a reader, with a fresh lease; None on a miss (also when every replica is on a
         segment suspected unreachable). Readers are given `offered(meta)`."""

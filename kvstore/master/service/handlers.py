@@ -20,10 +20,11 @@ from kvstore.errors import (
 from kvstore.master.ledger import node_acks
 from kvstore.master.ledger.model import Replica
 from kvstore.master.planners.placement import placement_fields
-from kvstore.master.service import node_work, reads
+from kvstore.master.service import reads
 from kvstore.master.service.loop_watch import LoopWatch
 from kvstore.master.service.mount_check import MountCheck
 from kvstore.master.service.node_nonces import NodeNonces
+from kvstore.master.service.node_work import WorkChannel, has_work
 from kvstore.master.service.path_reports import PathReports
 from kvstore.master.service.state import MasterState, RoomComing
 from kvstore.rpc import admin
@@ -75,10 +76,27 @@ class Handlers:
         master's term as its cluster's leader (0: no HA), told to every client in Hello. `watch`: the
         server's loop watch (stats carry it; the scrape-time requests are timed by it). `mounts`: checks
         each segment mount against its engine (None: mounts are taken as said)."""
-        self.state = state
+        self.state = state  # (the operations it names: kvstore.master.service.state)
+        # The owners of what the handlers wait on or answer from, given by the state.
+        self.config, self.clock, self.members, self.access = (
+            state.config,
+            state.clock,
+            state.members,
+            state.access,
+        )
+        self.fences, self.holds, self.polls, self.disk = state.fences, state.holds, state.polls, state.disk
+        self.work = WorkChannel(
+            self.members.client,
+            state.space,
+            state.disk,
+            state.replicator,
+            state.corrupt_checks,
+            state.confirm_corrupt,
+            state.plan_demotions,
+        )
         self.mounts = mounts
         self.watch = watch or LoopWatch()
-        self.paths = paths if paths is not None else PathReports(state.config.client_ttl)
+        self.paths = paths if paths is not None else PathReports(self.config.client_ttl)
         self.describe = describe
         self.epoch = epoch
         c = state.config  # (read at start: a bad admin secret file stops the master, not a request)
@@ -167,13 +185,13 @@ class Handlers:
 
     def _registered(self, r: m.RegisterClient, peer: str) -> m.RegisterReply:
         self.state.register_client(r.client_id, r.host_id, r.node_id, r.token, peer)
-        c = self.state.config
+        c = self.config
         return m.RegisterReply(
             c.heartbeat_interval,
             c.client_ttl,
             c.lease_ttl,
-            self.state.space.fences.current,
-            self.state.clients[r.client_id].registration,
+            self.fences.current,
+            self.members.client(r.client_id).registration,
         )
 
     def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:
@@ -233,12 +251,12 @@ class Handlers:
     def await_work(self, r: m.AwaitWork) -> m.NodeWork | Deferred:
         """Takes the node's reports; answers with its work (kvstore.master.service.node_work), at once when
         some is queued (or `wait` is 0), else once some is or `wait` has passed."""
-        node_work.take_reports(self.state, r, self.epoch)
-        work = node_work.take_work(self.state, r.client_id, self.epoch)
-        if node_work.has_work(work) or r.wait == 0:
+        self.work.take_reports(r, self.epoch)
+        work = self.work.take_work(r.client_id, self.epoch)
+        if has_work(work) or r.wait == 0:
             return work
-        reply = Deferred(functools.partial(node_work.take_work, self.state, r.client_id, self.epoch), r.wait)
-        self.state.space.polls.park(r.client_id, reply.ready)
+        reply = Deferred(functools.partial(self.work.take_work, r.client_id, self.epoch), r.wait)
+        self.polls.park(r.client_id, reply.ready)
         return reply
 
     @staticmethod
@@ -251,8 +269,8 @@ class Handlers:
     def _once_fenced(self, keys: list[str], reply: Any) -> Any:
         """`reply`, once none of `keys` has a freed replica a reader could still reach (a removal is
         complete only then: kvstore.master.ledger.fences)."""
-        c = self.state.config
-        when_settled = functools.partial(self.state.space.fences.when_settled, keys)
+        c = self.config
+        when_settled = functools.partial(self.fences.when_settled, keys)
         return self._after(reply, c.lease_ttl + 2 * c.heartbeat_interval, when_settled)
 
     def unmount_segment(self, r: m.UnmountSegment) -> None:
@@ -262,18 +280,18 @@ class Handlers:
         """Places each item. When room is on its way (an object being demoted, slots being fenced), the
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
-        return self._start_items(r, [], self.state.clock() + self.state.config.put_room_wait)
+        return self._start_items(r, [], self.clock() + self.config.put_room_wait)
 
     def _start_items(
         self, r: m.PutStart, started: list[list[Replica] | KVStoreError | None], deadline: float
     ) -> list[m.ItemResult] | Deferred:
         """Places r's items from len(started) on, appending each one's outcome; a Deferred continuing
         from the item that waits for room (until `deadline`; after it, nothing waits)."""
-        wait = self.state.clock() < deadline
+        wait = self.clock() < deadline
         try:
             self.state.start_puts(r.client_id, r.items, r.replicas, r.pin, r.min_replicas, wait, started)
         except RoomComing as coming:
-            left = max(0.0, deadline - self.state.clock())
+            left = max(0.0, deadline - self.clock())
             reply = Deferred(lambda: self._start_items(r, started, deadline), left)
             coming.when_ready(reply.ready)
             return reply
@@ -296,10 +314,10 @@ class Handlers:
         errors, marks = self.state.commit_puts(r.client_id, r.keys)
         done = m.ItemResult(0, "", None)
         results = [done if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
-        wait = self.state.config.durable_wait
+        wait = self.config.durable_wait
         if not marks or wait <= 0:
             return results
-        return self._after(results, wait, lambda ready: self.state.space.holds.when_held(marks, ready, wait))
+        return self._after(results, wait, lambda ready: self.holds.when_held(marks, ready, wait))
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
         return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
@@ -307,11 +325,11 @@ class Handlers:
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Packed | Deferred:
         """Per key its location with a lease (kvstore.master.service.reads); the reply waits for objects only
         on disk that must be loaded into memory for this reader (at most disk_read_wait)."""
-        found = reads.look_up(self.state, r.keys, r.host_id, r.prefix)
+        found = reads.look_up(self.access, self.disk, r.keys, r.host_id, r.prefix)
         if not found.loading:
-            return reads.locations(self.state, found)
-        reply = Deferred(lambda: reads.locations(self.state, found), self.state.config.disk_read_wait)
-        reads.load_all(self.state, found.loading, reply.ready)
+            return reads.locations(self.access, found)
+        reply = Deferred(lambda: reads.locations(self.access, found), self.config.disk_read_wait)
+        reads.load_all(self.disk, found.loading, reply.ready)
         return reply
 
     def mount_disk(self, r: m.MountDisk) -> int | Deferred:
@@ -319,7 +337,7 @@ class Handlers:
 
         def mount() -> int:
             self.state.check_client(r.client_id)
-            disk = self.state.disk.mount(
+            disk = self.disk.mount(
                 r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
             )
             return disk.id
@@ -333,10 +351,10 @@ class Handlers:
 
     def disk_degraded(self, r: m.DiskDegraded) -> None:
         self.state.check_client(r.client_id)
-        self.state.disk.set_degraded(r.client_id, r.reason)
+        self.disk.set_degraded(r.client_id, r.reason)
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
-        return reads.prefix_match(self.state, r.keys)
+        return reads.prefix_match(self.access, r.keys)
 
     def exists(self, r: m.Exists) -> list[bool]:
         return self.state.exists_many(r.keys)
@@ -356,8 +374,8 @@ class Handlers:
         """`reply`, once the nodes applied the kills queued from `first_kill` on (they forgot the removed
         objects: a master that dies now cannot get them back from them) and the disk drops queued with
         them (numbered in the same sequence) reached their nodes, or after durable_wait."""
-        wait = self.state.config.durable_wait
-        fences, disk = self.state.space.fences, self.state.disk
+        wait = self.config.durable_wait
+        fences, disk = self.fences, self.disk
         marks, drops = fences.queued_since(first_kill), disk.drops_since(first_kill)
         if (not marks and not drops) or wait <= 0:
             return reply
@@ -368,13 +386,13 @@ class Handlers:
         return self._after(reply, wait, functools.partial(node_acks.wait_all, waits))
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
-        first_kill = self.state.space.fences.next_id
+        first_kill = self.fences.next_id
         results = [_per_item(functools.partial(self.state.remove, k, r.force, r.client_id)) for k in r.keys]
         removed = [k for k, res in zip(r.keys, results, strict=True) if not res.code]
         return self._once_fenced(removed, self._once_forgotten(first_kill, results))
 
     def remove_all(self, r: m.RemoveAll) -> int | Deferred:
-        first_kill = self.state.space.fences.next_id
+        first_kill = self.fences.next_id
         removed = self.state.remove_all(r.force, r.client_id)
         return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
 

@@ -6,17 +6,60 @@ from __future__ import annotations
 import hmac
 import itertools
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
 from kvstore.master.ledger.model import Client, Segment
+from kvstore.master.service.roles import Roles
 from kvstore.master.service.state_core import StateCore
+from kvstore.master.service.suspicion import Suspicion
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
 FAIR_SHARE_WALK = 64  # clients of the fullest address looked at for one holding nothing (at max_clients)
 
 
-class Membership(StateCore):
+def registered(clients: Mapping[str, Client], client_id: str) -> Client:
+    """The registered client, or NotFoundError (it must register again after a restart)."""
+    client = clients.get(client_id)
+    if client is None:
+        raise NotFoundError(f"unknown client {client_id}; register first")
+    return client
+
+
+class Membership:
+    """The registered clients (by node identity and by the address they register from) and their
+    segments; dropping one lets go of everything it held."""
+
+    def __init__(
+        self, core: StateCore, clients: dict[str, Client], roles: Roles, suspicion: Suspicion
+    ) -> None:
+        """`core`: the tables and primitives it works on; `clients`: the table it keeps (others read it);
+        `roles`, `suspicion`: told of heartbeats and of dropped clients."""
+        self.config, self.clock, self.counters = core.config, core.clock, core.counters
+        self.space, self.disk, self.ledger, self.policy = core.space, core.disk, core.ledger, core.policy
+        self._pending = core.pending
+        self.replicator, self.restorer = core.replicator, core.restorer
+        self._delete, self._delete_bare = core.delete, core.delete_bare
+        self.roles, self.suspicion = roles, suspicion
+        self.clients = clients
+        self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
+        # Where clients register from -> its clients, in heartbeat order (max_clients_per_host): the
+        # connection's peer address (a claimed host id would let a member fill another host's share).
+        self._hosts: dict[str, dict[str, None]] = {}
+        self._address_of: dict[str, str] = {}  # client -> its key in _hosts
+
+    @property
+    def segments(self) -> Mapping[int, Segment]:
+        return self.space.segments
+
+    def check_client(self, client_id: str) -> None:
+        """NotFoundError unless the client is registered (it must register again after a restart)."""
+        registered(self.clients, client_id)
+
+    def client(self, client_id: str) -> Client:
+        """The registered client, or NotFoundError."""
+        return registered(self.clients, client_id)
+
     def register_client(
         self, client_id: str, host_id: str, node_id: str = "", token: str = "", address: str = ""
     ) -> None:
@@ -139,15 +182,10 @@ class Membership(StateCore):
         interval = self.config.heartbeat_interval
         for seg_id in client.segments:
             seg = self.space.segments.get(seg_id)
-            reports = self._unreachable_reports.get(seg.engine) if seg is not None else None
-            if reports:  # what was found well before this heartbeat is disproved by it
-                for reporter in [c for c, when in reports.items() if now - when >= interval]:
-                    del reports[reporter]
-            if (
-                seg is not None
-                and not seg.usable
-                and now - seg.suspect_since >= self.config.heartbeat_interval
-            ):
+            if seg is None:
+                continue
+            self.suspicion.heard_from(seg.engine, now)  # what was found well before it is disproved by it
+            if not seg.usable and now - seg.suspect_since >= interval:
                 self.space.trust(seg)
         return True
 
@@ -168,7 +206,7 @@ class Membership(StateCore):
         fence_slots: int = 1 << 20,
         restoring: bool = False,
     ) -> int:
-        client = self._client(client_id)
+        client = self.client(client_id)
         seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots, restoring)
         client.segments.add(seg.id)
         return seg.id
@@ -177,9 +215,9 @@ class Membership(StateCore):
         self,
         client_id: str,
         segment_id: int,
-        records: list[tuple[int, int, int, str, int, int, bool, int]],
+        records: Sequence[tuple[int, int, int, str, int, int, bool, int]],
         last: bool,
-        removed: list[tuple[str, int]] | None = None,
+        removed: Sequence[tuple[str, int]] | None = None,
     ) -> list[int]:
         """kvstore.master.service.restore.Restore.restore_segment: the replicas a node names back; returns the
         refused slots."""
@@ -197,13 +235,13 @@ class Membership(StateCore):
     def restore_disk(
         self,
         client_id: str,
-        records: list[tuple[int, str, int, int, int]],
+        records: Sequence[tuple[int, str, int, int, int]],
         last: bool = True,
-        removed: list[tuple[str, int]] | None = None,
+        removed: Sequence[tuple[str, int]] | None = None,
     ) -> int:
         """kvstore.master.service.restore.Restore.restore_disk: the records a restarted node's disk offers
         back, after the removals it remembers; returns how many were taken."""
-        self._client(client_id)
+        self.client(client_id)
         seg = next((s for s in self.disk.segments.values() if s.client_id == client_id), None)
         if seg is None:
             raise NotFoundError(f"client {client_id} has no disk mounted")
@@ -223,8 +261,7 @@ class Membership(StateCore):
         on_host.pop(client_id, None)
         if not on_host:
             self._hosts.pop(address, None)
-        self.admins.discard(client_id)
-        self._admin_nonces.pop(client_id, None)
+        self.roles.forget(client_id)
         for seg_id in list(client.segments):
             seg = self.segments.get(seg_id)
             if seg is not None:

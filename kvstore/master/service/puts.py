@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -18,16 +18,30 @@ from kvstore.errors import (
     TooManyPutsError,
 )
 from kvstore.master.ledger.changes import PutsCommitted, PutsStarted
-from kvstore.master.ledger.model import Replica
+from kvstore.master.ledger.model import Client, Replica
 from kvstore.master.ledger.objects import NewObject, ObjectMeta
 from kvstore.master.planners.victims import RoomComing
 from kvstore.master.service.batches import first_repeat, first_where
 from kvstore.master.service.removal import Removal
+from kvstore.master.service.state_core import StateCore
 
 RUN_FIRST, MAX_RUN = 16, 4096  # items the first run of a put_start looks at; the most any looks at
 
 
-class Puts(Removal):  # puts evict for room
+class Puts:
+    """Puts from start to end: the puts in progress are the core's (PutsInProgress), and they evict for
+    room through `removal`."""
+
+    def __init__(self, core: StateCore, removal: Removal, client: Callable[[str], Client]) -> None:
+        """`core`: the tables and primitives it works on; `client(id)`: the registered writer, or
+        NotFoundError (kvstore.master.service.membership)."""
+        self.config, self.clock, self.counters = core.config, core.clock, core.counters
+        self.objects, self.ledger, self.space, self.disk = core.objects, core.ledger, core.space, core.disk
+        self.policy, self.replicator, self._pending = core.policy, core.replicator, core.pending
+        self._delete, self.plan_demotions = core.delete, core.plan_demotions
+        self._evict_one = removal.evict_one
+        self._client = client
+
     def start_puts(
         self,
         client_id: str,

@@ -12,7 +12,8 @@ from typing import Any, cast
 
 from kvstore.master.ledger.locations import disk_location, memory_location
 from kvstore.master.ledger.objects import ObjectMeta
-from kvstore.master.service.state import MasterState
+from kvstore.master.planners.disk_tier import DiskTier
+from kvstore.master.service.access import Access
 from kvstore.rpc import messages as m
 from kvstore.rpc.framing import Packed, unpack
 
@@ -27,47 +28,47 @@ class Lookup:
     reply: Packed | None = None  # the whole reply, encoded in the table: every hit was in memory
 
 
-def look_up(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
+def look_up(access: Access, disk: DiskTier, keys: list[str], host_id: str, prefix: bool) -> Lookup:
     """Each key's object with a fresh lease, and how a reader on `host_id` reads those only on disk.
     `prefix`: the keys after the first miss are misses too (and not counted as reads)."""
-    if state.space.any_suspect():
-        return _look_up_each(state, keys, host_id, prefix)
+    if access.any_suspect():
+        return _look_up_each(access, disk, keys, host_id, prefix)
     # The usual case: one crossing into the table for the batch; objects in memory are located at once
     # (their lease keeps the locations good until the reply is sent, loads or not).
-    reply, not_in_memory = state.locate_many(keys, prefix)
+    reply, not_in_memory = access.locate_many(keys, prefix)
     if not not_in_memory:
         return Lookup([], reply=Packed(reply))
     found = Lookup(unpack(reply))  # (rare: some hit is only on disk; its entry is nil, the object goes there)
     for i, key, *_ in not_in_memory:
-        meta = found.metas[i] = state.objects[key]
-        _read_disk_only(state, meta, host_id, found)
+        meta = found.metas[i] = access.objects[key]
+        _read_disk_only(disk, meta, host_id, found)
     return found
 
 
-def _read_disk_only(state: MasterState, meta: ObjectMeta, host_id: str, found: Lookup) -> None:
-    how = state.disk.read_from_file(meta, host_id)
+def _read_disk_only(disk: DiskTier, meta: ObjectMeta, host_id: str, found: Lookup) -> None:
+    how = disk.read_from_file(meta, host_id)
     if how:
         found.from_file[meta.key] = how
     else:
         found.loading.append(meta)
 
 
-def _look_up_each(state: MasterState, keys: list[str], host_id: str, prefix: bool) -> Lookup:
+def _look_up_each(access: Access, disk: DiskTier, keys: list[str], host_id: str, prefix: bool) -> Lookup:
     """look_up while a segment is suspect: key by key, offering no replica of a suspect segment."""
     found = Lookup([])
     for key in keys:
-        meta = state.get_replicas(key)
+        meta = access.get_replicas(key)
         found.metas.append(meta)
         if meta is None:
             if prefix:
                 found.metas.extend([None] * (len(keys) - len(found.metas)))
                 break
-        elif not state.offered(meta):
-            _read_disk_only(state, meta, host_id, found)
+        elif not access.offered(meta):
+            _read_disk_only(disk, meta, host_id, found)
     return found
 
 
-def load_all(state: MasterState, loading: list[ObjectMeta], done: Callable[[], object]) -> None:
+def load_all(disk: DiskTier, loading: list[ObjectMeta], done: Callable[[], object]) -> None:
     """Loads the objects into memory; `done()` runs once every load ended, either way."""
     pending = len(loading)
 
@@ -78,16 +79,16 @@ def load_all(state: MasterState, loading: list[ObjectMeta], done: Callable[[], o
             done()
 
     for meta in loading:
-        if not state.disk.load(meta, one_done):
+        if not disk.load(meta, one_done):
             one_done()  # no memory for it now: a miss
 
 
-def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None] | Packed:
+def locations(access: Access, found: Lookup) -> list[m.ObjectLocation | None] | Packed:
     """What readers are told: per key its locations (memory replicas offered, else its disk record when
     it is read from the file), or None; encoded already when the table encoded it."""
     if found.reply is not None:  # (the usual case: every hit in memory, the reply encoded in the table)
         return found.reply
-    offered = state.offered
+    offered = access.offered
     out: list[m.ObjectLocation | None] = []
     for meta in found.metas:
         if meta is None or isinstance(meta, (list, tuple)):  # a location (an ObjectLocation is a tuple)
@@ -102,10 +103,10 @@ def locations(state: MasterState, found: Lookup) -> list[m.ObjectLocation | None
     return out
 
 
-def prefix_match(state: MasterState, keys: list[str]) -> m.PrefixMatch:
+def prefix_match(access: Access, keys: list[str]) -> m.PrefixMatch:
     """How many leading keys are stored, where each lives, and per node its own leading run."""
-    matched = state.match_prefix(keys)
-    where = [sorted({x.segment.engine for x in state.offered(meta)}) for meta in matched]
+    matched = access.match_prefix(keys)
+    where = [sorted({x.segment.engine for x in access.offered(meta)}) for meta in matched]
     per_node: dict[str, int] = {}
     for engine in {e for engines in where for e in engines}:
         n = 0

@@ -10,10 +10,22 @@ from kvstore.master.ledger.groups import Group, group_id, members
 from kvstore.master.ledger.model import Replica
 from kvstore.master.ledger.objects import ObjectMeta
 from kvstore.master.planners.victims import RoomComing
+from kvstore.master.service.roles import Roles
 from kvstore.master.service.state_core import StateCore
 
 
-class Removal(StateCore):
+class Removal:
+    """Removals, corrupt replicas and eviction: what goes, and the tombstones that keep it gone."""
+
+    def __init__(self, core: StateCore, roles: Roles) -> None:
+        """`core`: the tables and primitives it works on; `roles`: who may force the removal of another's."""
+        self.config, self.clock, self.counters = core.config, core.clock, core.counters
+        self.objects, self.ledger, self.space, self.disk = core.objects, core.ledger, core.space, core.disk
+        self.policy, self.replicator, self.victims = core.policy, core.replicator, core.victims
+        self.corrupt_checks = core.corrupt_checks
+        self._delete, self.usage = core.delete, core.usage
+        self.check_admin = roles.check_admin
+
     def remove(self, key: str, force: bool = False, by: str | None = None) -> None:
         """Removes `key` for client `by` (None: the master's own call). A leased object goes only with
         `force`, and of an object another client wrote only an admin may force it: no member cuts off
@@ -74,7 +86,7 @@ class Removal(StateCore):
 
     def _restoring(self) -> bool:
         """Some segment's or disk's node is still naming what it holds."""
-        return any(s.restoring is not None for s in self.segments.values()) or any(
+        return any(s.restoring is not None for s in self.space.segments.values()) or any(
             d.restoring for d in self.disk.segments.values()
         )
 
@@ -117,7 +129,7 @@ class Removal(StateCore):
                 return replica
         return None  # already dropped, or a stale location
 
-    def _evict_one(
+    def evict_one(
         self, leased_too: bool = True, disk_backed_only: bool = False, wait_for_room: bool = False
     ) -> bool:
         """Evicts the object the planner proposes (kvstore.master.planners.victims: its arguments); False when
@@ -162,7 +174,7 @@ class Removal(StateCore):
         disk_backed_only = self.disk.working()
         evicted = 0
         try:
-            while self.usage() > self.config.low_watermark and self._evict_one(
+            while self.usage() > self.config.low_watermark and self.evict_one(
                 leased_too=False, disk_backed_only=disk_backed_only, wait_for_room=True
             ):
                 evicted += 1

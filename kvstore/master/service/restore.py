@@ -9,7 +9,7 @@ generation: kvstore.master.ledger.tombstones), and the node forgets it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InvalidArgumentError
@@ -62,9 +62,9 @@ class Restore:
     def restore_segment(
         self,
         seg: Segment,
-        records: list[tuple[int, int, int, str, int, int, bool, int]],
+        records: Sequence[tuple[int, int, int, str, int, int, bool, int]],
         last: bool,
-        removed: list[tuple[str, int]] | None = None,
+        removed: Sequence[tuple[str, int]] | None = None,
     ) -> list[int]:
         """Takes back the replicas named in `records` ([offset, slot, gen, key, size, checksum, pinned,
         replicas], newest first) on `seg`, mounted to be restored, after the removals the node remembers
@@ -131,7 +131,7 @@ class Restore:
             self.policy.on_insert_many(self.objects.table.in_memory(restored))
         return refused
 
-    def take_removed(self, removed: list[tuple[str, int]]) -> None:
+    def take_removed(self, removed: Sequence[tuple[str, int]]) -> None:
         """Removals an earlier master made while a node held the objects ([key, generation]: the node kept
         them, kvstore.node.catalog): what they cover is refused from now on, and an object taken back already
         from a node that never heard of its removal (every memory replica of a covered generation, no disk
@@ -155,7 +155,7 @@ class Restore:
     def _restore_unknown(
         self,
         seg: Segment,
-        rest: list[tuple[int, int, int, str, int, int, bool, int]],
+        rest: Sequence[tuple[int, int, int, str, int, int, bool, int]],
         refused: list[int],
         to_order: list[tuple[int, str]],
         now: float,
@@ -177,7 +177,7 @@ class Restore:
         n = first_repeat(keys, n)
         if n == 0:
             return 0
-        run = rest[:n]
+        run = list(rest[:n])  # (a list already: the records of a request)
         taken = self.space.adopt_many(seg, run)
         adopted = list(itertools.compress(run, taken))
         refused += [r[1] for r, ok in zip(run, taken, strict=True) if not ok]
@@ -191,8 +191,8 @@ class Restore:
     def restore_disk(
         self,
         seg: DiskSegment,
-        records: list[tuple[int, str, int, int, int]],
-        removed: list[tuple[str, int]] | None = None,
+        records: Sequence[tuple[int, str, int, int, int]],
+        removed: Sequence[tuple[str, int]] | None = None,
     ) -> int:
         """Takes back the records ([offset, key, size, checksum, generation], verified by the node) its disk
         `seg` still holds, after the removals its index remembers (`removed`: take_removed): each becomes a

@@ -6,17 +6,41 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Callable, Mapping
 
 from kvstore.errors import PermissionDeniedError
-from kvstore.master.service.state_core import StateCore
+from kvstore.master.ledger.model import Client
 from kvstore.rpc import admin
 
 
-class Roles(StateCore):
+class Roles:
+    """The admins among the registered clients and the nonces they prove the secret over."""
+
+    def __init__(self, clients: Mapping[str, Client], client: Callable[[str], Client]) -> None:
+        """`clients`: the registered ones (kvstore.master.service.membership); `client(id)`: the registered
+        client, or NotFoundError."""
+        self.clients = clients
+        self._client = client
+        self.admins: set[str] = set()  # registrations that proved the admin secret
+        self._nonces: dict[str, str] = {}  # client -> the nonce it was given to prove it over
+
+    def check_admin(self, client_id: str, what: str) -> None:
+        """PermissionDeniedError unless the client proved the admin secret."""
+        if client_id not in self.admins or client_id not in self.clients:
+            raise PermissionDeniedError(
+                f"{what} needs an admin: the caller must hold the admin secret the master has "
+                "(KVSTORE_ADMIN_SECRET_FILE for a client, KVSTORE_MASTER_ADMIN_SECRET_FILE for the master)"
+            )
+
+    def forget(self, client_id: str) -> None:
+        """The registration is dropped: its role and its nonce go with it."""
+        self.admins.discard(client_id)
+        self._nonces.pop(client_id, None)
+
     def admin_challenge(self, client_id: str) -> str:
         """A fresh nonce for this registered client to prove the admin secret over (replaces the last)."""
         self._client(client_id)
-        nonce = self._admin_nonces[client_id] = secrets.token_hex(32)
+        nonce = self._nonces[client_id] = secrets.token_hex(32)
         return nonce
 
     def admin_prove(self, client_id: str, proof: str, secret: bytes) -> None:
@@ -24,7 +48,7 @@ class Roles(StateCore):
         is spent either way (one guess per round trip, never a replay); PermissionDeniedError when the
         master has no admin secret, no nonce was asked for, or the proof is wrong."""
         self._client(client_id)
-        nonce = self._admin_nonces.pop(client_id, None)
+        nonce = self._nonces.pop(client_id, None)
         if not secret:
             raise PermissionDeniedError(
                 "this master has no admin secret (KVSTORE_MASTER_ADMIN_SECRET_FILE): nobody is an admin"

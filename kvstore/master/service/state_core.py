@@ -1,5 +1,6 @@
-"""The master state's tables and the primitives every job on them shares: who is registered, which
-replicas a reader is offered, and deleting an object (kvstore.master.service.state puts the jobs together).
+"""The master state's tables and the primitives every job on them shares: which replicas a reader is
+offered, deleting an object, how full memory is. A collaborator like the jobs (kvstore.master.service.state
+puts them together): each job is given the tables and primitives it works with, not this whole object.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvstore.config.master import MasterConfig
-from kvstore.errors import NotFoundError, PermissionDeniedError
 from kvstore.master.ledger.changes import ObjectDropped, ReplicaAdded
 from kvstore.master.ledger.fences import FenceBook
 from kvstore.master.ledger.ledger import Ledger
-from kvstore.master.ledger.model import Client, Counters, Replica, Segment
+from kvstore.master.ledger.model import Counters, Replica, Segment
 from kvstore.master.ledger.node_polls import NodePolls
 from kvstore.master.ledger.objects import MEMORY_ORDER, ObjectMeta, TableOrder
 from kvstore.master.ledger.pending import PutsInProgress
@@ -28,6 +28,9 @@ from kvstore.master.service.restore import Restore
 
 
 class StateCore:
+    """The ledger and the planners over it (space, eviction orders, replication, the disk tier), the puts
+    in progress, the counters, and the primitives the jobs share."""
+
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clock = clock
@@ -38,19 +41,6 @@ class StateCore:
         memory_order = make_policy(config.eviction_policy, self.memory_order)
         self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
-        self.clients: dict[str, Client] = {}
-        self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
-        # engine -> reporting client -> when it last found that engine unreachable
-        # (kvstore.master.service.suspicion)
-        self._unreachable_reports: dict[str, dict[str, float]] = {}
-        self._probes: dict[str, float] = {}  # engine -> when the master last began to probe it itself
-        # Where clients register from -> its clients, in heartbeat order (max_clients_per_host): the
-        # connection's peer address (a claimed host id would let a member fill another host's share).
-        self._hosts: dict[str, dict[str, None]] = {}
-        self._address_of: dict[str, str] = {}  # client -> its key in _hosts
-        # registrations that proved the admin secret (kvstore.master.service.roles)
-        self.admins: set[str] = set()
-        self._admin_nonces: dict[str, str] = {}  # client -> the nonce it was given to prove it over
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
         self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
@@ -58,7 +48,7 @@ class StateCore:
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
         # Every tier's space, one interface (kvstore.master.planners.tiers): memory, then disk.
         self.tiers: tuple[TierSpace[Any, Any], ...] = (self.space, self.disk.disk_space)
-        self.disk.on_lost = self._delete
+        self.disk.on_lost = self.delete
         self.victims = VictimPlanner(
             self.ledger.objects,
             self.policy,
@@ -68,11 +58,11 @@ class StateCore:
             lambda urgent: self.plan_demotions(urgent),
         )
         # Puts started and not ended: expiry checks these every tick, not every object.
-        self._pending = PutsInProgress(self.objects)
+        self.pending = PutsInProgress(self.objects)
         self.counters = Counters()
         # What nodes name back after a restart (kvstore.master.service.restore), given what it works on.
         self.restorer = Restore(
-            config, clock, self.ledger, self.space, self.disk, self.policy, self.counters, self._delete
+            config, clock, self.ledger, self.space, self.disk, self.policy, self.counters, self.delete
         )
 
     @property
@@ -87,24 +77,6 @@ class StateCore:
             if meta.complete:
                 self.space.holds.hold_all(meta, [r.replica])
 
-    def check_client(self, client_id: str) -> None:
-        """NotFoundError unless the client is registered (it must register again after a restart)."""
-        self._client(client_id)
-
-    def check_admin(self, client_id: str, what: str) -> None:
-        """PermissionDeniedError unless the client proved the admin secret (kvstore.master.service.roles)."""
-        if client_id not in self.admins or client_id not in self.clients:
-            raise PermissionDeniedError(
-                f"{what} needs an admin: the caller must hold the admin secret the master has "
-                "(KVSTORE_ADMIN_SECRET_FILE for a client, KVSTORE_MASTER_ADMIN_SECRET_FILE for the master)"
-            )
-
-    def _client(self, client_id: str) -> Client:
-        client = self.clients.get(client_id)
-        if client is None:
-            raise NotFoundError(f"unknown client {client_id}; register first")
-        return client
-
     def offered(self, meta: ObjectMeta) -> list[Replica]:
         """The replicas a reader is given: those on segments not suspected unreachable."""
         if not self.space.any_suspect():
@@ -116,7 +88,8 @@ class StateCore:
         meta = self.objects.get(key)
         return meta is not None and meta.visible and (bool(self.offered(meta)) or meta.disk is not None)
 
-    def _delete(self, meta: ObjectMeta) -> None:
+    def delete(self, meta: ObjectMeta) -> None:
+        """Drops the object, fencing its replicas off first (its writer or readers may still use them)."""
         # An unfinished put's writer may still be writing; a finished object's readers may hold its
         # locations while their lease lasts. Either way the node fences the allocations off first.
         complete = meta.complete
@@ -128,19 +101,19 @@ class StateCore:
         self.policy.on_remove(meta.key)  # (while it is in the table: the policy's order is the table's)
         if meta.alive:  # (the same object still: not dropped meanwhile)
             self.ledger.apply([ObjectDropped(meta.key)])
-        self._pending.pop(meta.key)
+        self.pending.pop(meta.key)
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
 
-    def _delete_bare(self, keys: list[str]) -> None:
-        """_delete of objects left with no replica and no disk record (their segment is gone: nothing
+    def delete_bare(self, keys: list[str]) -> None:
+        """delete of objects left with no replica and no disk record (their segment is gone: nothing
         to fence), a batch at a time."""
         # Lost, not removed: what their node names back when it returns is taken
         # (kvstore.master.ledger.tombstones)
         self.space.fences.tombstones.lose(keys, self.clock() + 2 * self.config.client_ttl)
         self.policy.on_remove_many(keys)  # (while they are in the table: the policy's order is the table's)
         self.ledger.drop_objects(keys)
-        self._pending.pop_many(keys)
+        self.pending.pop_many(keys)
         self.replicator.forget_many(keys)
         self.disk.forget_many(keys)
 

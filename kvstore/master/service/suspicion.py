@@ -16,14 +16,47 @@ node's segments again; so does the node's next heartbeat, an interval after it b
 
 from __future__ import annotations
 
-from kvstore.master.ledger.model import Segment
-from kvstore.master.service.state_core import StateCore
+from collections.abc import Callable, Mapping
+
+from kvstore.config.master import MasterConfig
+from kvstore.master.ledger.model import Client, Counters, Segment
+from kvstore.master.planners.placement import SegmentSpace
 
 REPORT_WINDOW = 3  # heartbeat intervals a client's report of an unreachable node counts for
 SILENT_INTERVALS = 2  # heartbeat intervals without one after which a node's silence is evidence
 
 
-class Suspicion(StateCore):
+class Suspicion:
+    """The reports of unreachable engines and the master's own probes, and the suspicion they lead to."""
+
+    def __init__(
+        self,
+        config: MasterConfig,
+        clock: Callable[[], float],
+        space: SegmentSpace,
+        clients: Mapping[str, Client],
+        counters: Counters,
+    ) -> None:
+        """`space`: the memory segments, made suspect and trusted here; `clients`: the registered ones (whose
+        heartbeats are the evidence)."""
+        self.config = config
+        self.clock = clock
+        self.space = space
+        self.clients = clients
+        self.counters = counters
+        # engine -> reporting client -> when it last found that engine unreachable
+        self._unreachable_reports: dict[str, dict[str, float]] = {}
+        self._probes: dict[str, float] = {}  # engine -> when the master last began to probe it itself
+
+    def heard_from(self, engine: str, now: float) -> None:
+        """A heartbeat of the node serving `engine` came `now`: the reports of it made an interval or more
+        before are disproved by it."""
+        reports = self._unreachable_reports.get(engine)
+        if reports:
+            interval = self.config.heartbeat_interval
+            for reporter in [c for c, when in reports.items() if now - when >= interval]:
+                del reports[reporter]
+
     def report_unreachable(self, engine: str, reporter: str = "") -> str:
         """A client (`reporter`) failed to reach this engine. Returns the client id that owns the
         engine's segments when the master should probe the engine itself now (then probed() with what it

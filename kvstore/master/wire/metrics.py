@@ -131,15 +131,12 @@ class PathCollector(Collector):
 
 
 class MasterMetrics:
-    def __init__(
-        self, state: MasterState, watch: LoopWatch | None = None, paths: PathReports | None = None
-    ) -> None:
+    def __init__(self, state: MasterState, watch: LoopWatch | None, paths: PathReports) -> None:
+        """`paths`: the clients' path reports the handlers keep (the server's)."""
         self.registry = CollectorRegistry()
         self.registry.register(StateCollector(state))
         self.registry.register(LoopCollector(watch or LoopWatch()))
-        self.registry.register(
-            PathCollector(paths if paths is not None else PathReports(state.config.client_ttl))
-        )
+        self.registry.register(PathCollector(paths))
         self.rpc_seconds = Histogram(
             "kvstore_rpc_seconds",
             "Master RPC handling time",

@@ -270,7 +270,7 @@ class Master:
                 with timed("evict_to_watermark"):
                     state.evict_to_watermark()
                 with timed("replication_plan"):
-                    state.replicator.plan()
+                    state.plan_replication()
                 if now - swept >= sweep_every:
                     swept = now
                     with timed("idle_connections"):

@@ -49,7 +49,7 @@ def visible(state: MasterState, keys: list[str]) -> list[bool]:
     one = [state.exists(k) for k in keys]
     assert state.exists_many(keys) == one
     assert [state.get_replicas(k) is not None for k in keys] == one
-    located = reads.locations(state, reads.look_up(state, keys, "h0", False))
+    located = reads.locations(state.access, reads.look_up(state.access, state.disk, keys, "h0", False))
     from kvstore import rpc
 
     decoded = rpc.unpack(rpc.pack(located)[rpc.HEADER_SIZE :])
@@ -86,7 +86,7 @@ def test_a_lease_on_one_member_holds_the_whole_group(clock: Clock) -> None:
     for k in keys:
         put(state, k)
     clock.now += 10  # the puts' own leases are long gone
-    reads.look_up(state, [keys[0]], "h0", False)  # the batch path
+    reads.look_up(state.access, state.disk, [keys[0]], "h0", False)  # the batch path
     assert state.objects[keys[1]].lease_until >= clock.now + 5
     with pytest.raises(ObjectBusyError):
         state.remove(keys[1])

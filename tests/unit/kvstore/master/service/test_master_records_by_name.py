@@ -64,7 +64,9 @@ def test_each_memory_segment_has_its_place_by_name_and_readers_get_it() -> None:
     assert SegmentPlace._fields == m.Location._fields[: len(SegmentPlace._fields)]
     state.put_start("c0", "k", 4096, 7, 2, False)
     state.put_end("c0", "k")
-    found = reads.locations(state, reads.look_up(state, ["k"], "h0", False))  # encoded in the C++ table
+    found = reads.locations(
+        state.access, reads.look_up(state.access, state.disk, ["k"], "h0", False)
+    )  # encoded in the C++ table
     (hit,) = m.GetReplicas.decode_reply(rpc.unpack(rpc.pack(found)[rpc.HEADER_SIZE :]))
     by_engine = {loc.engine: loc for loc in hit.locations}
     for replica in state.objects["k"].replicas:

@@ -553,7 +553,7 @@ def test_a_batch_lookup_replies_what_a_reader_decodes(clock: Clock) -> None:
 
     state = make_state(clock, [("h0", 64 * MiB)])
     (placed,) = put(state, "k", size=4096)
-    found = reads.locations(state, reads.look_up(state, ["k", "nope"], "h0", False))
+    found = reads.locations(state.access, reads.look_up(state.access, state.disk, ["k", "nope"], "h0", False))
     hit, miss = m.GetReplicas.decode_reply(rpc.unpack(rpc.pack(found)[rpc.HEADER_SIZE :]))
     seg = placed.segment
     assert miss is None and (hit.size, hit.checksum) == (4096, hash("k") & 0xFFFF)
