@@ -38,13 +38,10 @@ import msgpack
 import numpy as np
 import xxhash
 
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, Removal, RestoreRecord
 
 log = logging.getLogger("kvstore.node")
 
-# offset, slot, gen, key, size, checksum, pinned, replicas: RestoreSegment's record
-Record = tuple[int, int, int, str, int, int, bool, int]
-Tomb = tuple[str, int]  # key, the generation its removal covers
 _HOLD, _DROP, _BURY = 0, 1, 2
 TOMB_SECONDS = 600.0  # how long a removal is remembered: nodes that never heard of it join a master by then
 MAX_TOMBS = 1 << 18  # removals remembered at most (the oldest forgotten first)
@@ -65,7 +62,13 @@ def _tag(key: bytes, previous: bytes, data: bytes) -> bytes:
     return hmac.new(key, previous + data, hashlib.sha256).digest()[:_TAG]
 
 
-_SLOT = operator.itemgetter(1)
+# Places of a record's fields, for records kept as plain tuples (packed): by the declaration
+_SLOT_AT, _GEN_AT, _KEY_AT = (RestoreRecord._fields.index(name) for name in ("slot", "gen", "key"))
+_SLOT = operator.itemgetter(_SLOT_AT)
+# A hold less its seq and region is the record its node names back (hold() slices, in C: they come by
+# the thousand): the two declarations must agree
+if HeldReplica._fields[2:] != RestoreRecord._fields:
+    raise TypeError("HeldReplica less its seq and region_id must be RestoreRecord")
 _KIND_HEADER = {kind: b"\x92" + msgpack.packb(kind) for kind in (_HOLD, _DROP, _BURY)}  # [kind, ...
 
 
@@ -79,16 +82,16 @@ def _batch(kind: int, packed: list[bytes]) -> bytes:
     return _KIND_HEADER[kind] + header + b"".join(packed)
 
 
-def _unpacked(packed: bytes) -> Record:
-    return tuple(msgpack.unpackb(packed))
+def _unpacked(packed: bytes) -> RestoreRecord:
+    return RestoreRecord._make(msgpack.unpackb(packed))
 
 
 def _gen(packed: bytes | None) -> int:
     """The allocation generation of a record (newer than any kill when there is none)."""
-    return _EMPTY_GEN if packed is None else int(msgpack.unpackb(packed)[2])
+    return _EMPTY_GEN if packed is None else int(msgpack.unpackb(packed)[_GEN_AT])
 
 
-def _record(raw: object) -> Record:
+def _record(raw: object) -> RestoreRecord:
     """A record read back from the file, checked field by field (ValueError when it is not one)."""
     if not isinstance(raw, (list, tuple)) or len(raw) != 8:
         raise ValueError("a hold is 8 fields")
@@ -96,7 +99,7 @@ def _record(raw: object) -> Record:
     ints = (offset, slot, gen, size, checksum, replicas)
     if not all(type(x) is int and x >= 0 for x in ints) or type(key) is not str or type(pinned) is not bool:
         raise ValueError("a hold's fields have the wrong types")
-    return (offset, slot, gen, key, size, checksum, pinned, replicas)
+    return RestoreRecord(offset, slot, gen, key, size, checksum, pinned, replicas)
 
 
 def _tomb(raw: object) -> tuple[str, int, float]:
@@ -166,8 +169,8 @@ class SegmentCatalog:
             packed = self._entries.get(slot)
             if tomb and packed is not None:
                 record = msgpack.unpackb(packed)
-                if record[2] <= min(gen, tomb):  # (the allocation killed, and one the removal covers)
-                    tombs.append((record[3], tomb, until))
+                if record[_GEN_AT] <= min(gen, tomb):  # (the allocation killed, and one the removal covers)
+                    tombs.append((record[_KEY_AT], tomb, until))
         if tombs:
             self._note_tombs(tombs)
             self._append([_BURY, tombs])
@@ -180,7 +183,7 @@ class SegmentCatalog:
         while len(own) > MAX_TOMBS:
             del own[next(iter(own))]
 
-    def removed(self) -> list[Tomb]:
+    def removed(self) -> list[Removal]:
         """What the master removed while this node held it (key, the generation the removal covers), for
         the node to name to a master it mounts with before it names anything it holds."""
         with self._lock:
@@ -188,7 +191,7 @@ class SegmentCatalog:
             own = self._tombs
             for key in [k for k, (_, until) in own.items() if until <= now]:
                 del own[key]
-            return [(key, gen) for key, (gen, _) in own.items()]
+            return [Removal(key, gen) for key, (gen, _) in own.items()]
 
     def clear(self) -> None:
         """The segment's memory is new: nothing named before is in it."""
@@ -197,22 +200,22 @@ class SegmentCatalog:
             self._rewrite()
 
     # -- what the node offers back ----------------------------------------------------------------------
-    def verified(self, memory: np.ndarray) -> list[Record]:
+    def verified(self, memory: np.ndarray) -> list[RestoreRecord]:
         """Every record whose bytes in `memory` still match its checksum, newest allocation first (when
         two overlap, the newer one was written over the older); the others are forgotten."""
         with self._lock:
             good, bad = [], []
-            for r in sorted(map(_unpacked, self._entries.values()), key=lambda r: -r[2]):
-                offset, size, checksum = r[0], r[4], r[5]
+            for r in sorted(map(_unpacked, self._entries.values()), key=lambda r: -r.gen):
+                offset, size = r.offset, r.size
                 inside = offset >= 0 and offset + size <= memory.size
-                if inside and xxhash.xxh3_64_intdigest(memory[offset : offset + size].data) == checksum:
+                if inside and xxhash.xxh3_64_intdigest(memory[offset : offset + size].data) == r.checksum:
                     good.append(r)
                 else:
                     bad.append(r)
             for r in bad:
-                del self._entries[r[1]]
+                del self._entries[r.slot]
             if bad:
-                self._append([_DROP, [(r[1], r[2]) for r in bad]])
+                self._append([_DROP, [(r.slot, r.gen) for r in bad]])
                 log.warning("%d objects of the segment failed their checksum: dropped", len(bad))
             return good
 

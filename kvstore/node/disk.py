@@ -35,6 +35,13 @@ PROBE_SECONDS = 1.0  # how often a degraded disk tries whether writes work again
 PROBE_ROOM = 256 << 10  # bytes the index must take in one append before demotions resume
 
 
+def disk_records(entries: list[IndexEntry]) -> list[m.DiskRecord]:
+    """The records a restarted disk offers back (RestoreDisk.records) for its index's intact entries."""
+    return [
+        m.DiskRecord(offset=e.offset, key=e.key, size=e.size, checksum=e.checksum, gen=e.gen) for e in entries
+    ]
+
+
 class DiskWorker:
     """A node's disk tier (kvstore.node.tiers.NodeTier): mounts the disk with the master, offering back
     the records that read back intact, and runs its orders: demote (write a record from a memory
@@ -120,14 +127,13 @@ class DiskWorker:
         self.restored = 0
         # The removals it remembers go first (what they cover is refused whichever node names it), in
         # calls of their own, then the records.
-        calls: list[tuple[list[IndexEntry], list[tuple[str, int]]]] = [
+        calls: list[tuple[list[IndexEntry], list[m.Removal]]] = [
             ([], removed[i : i + m.FENCE_BATCH]) for i in range(0, len(removed), m.FENCE_BATCH)
         ]
         calls += [(intact[i : i + 4096], []) for i in range(0, len(intact), 4096)]
         for n, (entries, tombs) in enumerate(calls):
-            chunk = [(e.offset, e.key, e.size, e.checksum, e.gen) for e in entries]
             request = m.RestoreDisk(
-                client_id=s.client_id, records=chunk, last=n == len(calls) - 1, removed=tombs
+                client_id=s.client_id, records=disk_records(entries), last=n == len(calls) - 1, removed=tombs
             )
             self.restored += s.master.call(request)
 

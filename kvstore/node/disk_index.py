@@ -23,6 +23,7 @@ from typing import NamedTuple
 import xxhash
 
 from kvstore.node.catalog import MAX_TOMBS, TOMB_SECONDS
+from kvstore.rpc.messages import Removal
 
 _ENTRY = struct.Struct("<QQQI")  # record offset, object size, checksum, key length; key; [gen]; entry hash
 _GEN = struct.Struct("<Q")
@@ -96,10 +97,10 @@ class DiskIndex:
         self._in_file = len(entries)
         return list(self._latest.values())
 
-    def removed(self) -> list[tuple[str, int]]:
+    def removed(self) -> list[Removal]:
         """[key, generation] of the removals remembered and not lapsed, oldest first."""
         now = time.time()
-        return [(key, gen) for key, (gen, until) in self._removals.items() if until > now]
+        return [Removal(key, gen) for key, (gen, until) in self._removals.items() if until > now]
 
     def _note(self, entry: IndexEntry) -> None:
         if entry.size != TOMBSTONE:

@@ -13,7 +13,7 @@ import xxhash
 from kvstore.cluster.session import Session
 from kvstore.config import NodeConfig
 from kvstore.errors import KVStoreError
-from kvstore.node.catalog import Record, SegmentCatalog, Tomb
+from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.segment_memory import ready_segment
 from kvstore.rpc import messages as m
 from transfer_engine import Op, Region, RequestState, TransferEngine
@@ -57,7 +57,7 @@ class MemoryTier:
         held = self.catalog.verified(self.segment.array) if self.segment.array is not None else []
         self.dropped = before - len(held)
         self._fence_all_but(held)
-        self._announce([(r[0], r[1], r[2], r[4]) for r in held])
+        self._announce([(r.offset, r.slot, r.gen, r.size) for r in held])
         removed = self.catalog.removed()
         segment_id = s.master.call(
             m.MountSegment(
@@ -75,12 +75,12 @@ class MemoryTier:
         if held:
             log.info("segment mounted with %d objects it held (%d refused)", self.kept, refused)
 
-    def _name_back(self, segment_id: int, held: list[Record], removed: list[Tomb]) -> int:
+    def _name_back(self, segment_id: int, held: list[m.RestoreRecord], removed: list[m.Removal]) -> int:
         """Names to the master, in bounded chunks, the removals the catalog remembers (first: what they
         cover is refused whichever node names it), then what the segment holds; returns how many of those
         it refused."""
         step = m.FENCE_BATCH
-        calls: list[tuple[list[Record], list[Tomb]]] = [
+        calls: list[tuple[list[m.RestoreRecord], list[m.Removal]]] = [
             ([], removed[i : i + step]) for i in range(0, len(removed), step)
         ]
         calls += [(held[i : i + step], []) for i in range(0, len(held), step)]
@@ -96,7 +96,7 @@ class MemoryTier:
             refused_slots = set(self.session.master.call(request))
             # Forgotten before the next chunk goes: a master that dies meanwhile (one refused them: they
             # were removed) leaves none of them to be named to the next one.
-            refused += self._forget([(r[1], r[2]) for r in chunk if r[1] in refused_slots])
+            refused += self._forget([(r.slot, r.gen) for r in chunk if r.slot in refused_slots])
         return refused
 
     def _forget(self, refused: list[tuple[int, int]]) -> int:
@@ -110,7 +110,7 @@ class MemoryTier:
             self.catalog.drop(slots, gens)
         return len(refused)
 
-    def _fence_all_but(self, held: list[tuple[int, int, int, str, int, int, bool, int]]) -> None:
+    def _fence_all_but(self, held: list[m.RestoreRecord]) -> None:
         """Kills every allocation of the segment handed out so far but the `held` ones (each stays alive
         in its own generation only)."""
         s = self.session
@@ -119,7 +119,7 @@ class MemoryTier:
             while not engine.raise_fence_floor(segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
                 log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
             return
-        keep = {r[1]: r[2] for r in held}
+        keep = {r.slot: r.gen for r in held}
         table = fence_slots_for(segment.length)
         for start in range(0, table, KILL_CHUNK):  # a large segment has tens of millions of slots
             slots = range(start, min(start + KILL_CHUNK, table))

@@ -84,10 +84,6 @@ class Removal(NamedTuple):
 
 
 RESTORE_FIELDS = RestoreRecord._fields
-# What nodes build and the master takes: tuples of a record's fields (parse makes the named records)
-RestoreRow = tuple[int, int, int, str, int, int, bool, int]
-DiskRow = tuple[int, str, int, int, int]
-RemovalRow = tuple[str, int]
 REMOVALS = Records(Removal, "removals", FENCE_BATCH, "each removal is [key, generation]")
 
 
@@ -105,10 +101,10 @@ class RestoreSegment(Request):
     METHOD: ClassVar[str] = "restore_segment"
     client_id: Name
     segment_id: Annotated[int, Int(1, U64)]
-    records: Annotated[list[RestoreRow], Records(RestoreRecord, plain=True)]
+    records: Annotated[list[RestoreRecord], Records(RestoreRecord, plain=True)]
     last: Annotated[bool, Flag()]
     token: OwnToken = ""
-    removed: Annotated[list[RemovalRow], REMOVALS, Omitted.ABSENT] = field(default_factory=list)
+    removed: Annotated[list[Removal], REMOVALS, Omitted.ABSENT] = field(default_factory=list)
 
     @staticmethod
     def decode_reply(obj: Any) -> list[int]:
@@ -257,12 +253,12 @@ class RestoreDisk(Request):
     METHOD: ClassVar[str] = "restore_disk"
     client_id: Name
     records: Annotated[
-        list[DiskRow],
+        list[DiskRecord],
         Records(DiskRecord, shape="each record is [offset, key, size, checksum, generation]", least=4),
     ]
     last: Annotated[bool, Flag(True)] = True
     token: OwnToken = ""
-    removed: Annotated[list[RemovalRow], REMOVALS, Omitted.ABSENT] = field(default_factory=list)
+    removed: Annotated[list[Removal], REMOVALS, Omitted.ABSENT] = field(default_factory=list)
 
 
 def _reason(p: dict[str, Any], name: str) -> str:
