@@ -31,6 +31,7 @@ from kvstore.rpc.schema import (
     Request,
     Text,
     entries,
+    plain_bounds,
     request,
 )
 
@@ -41,14 +42,18 @@ Remover = Annotated[str, Text(), Omitted.FALSY]
 
 
 class PutItem(NamedTuple):
-    key: str
-    size: int
-    checksum: int  # xxh3-64 of the value
+    key: Annotated[str, Key()]
+    size: Annotated[int, Int(1, 2**63 - 1)]
+    checksum: Annotated[int, Int(0, U64)]  # xxh3-64 of the value
+
+
+PUT_ITEM_BOUNDS = plain_bounds(PutItem)
+"""Per PutStart item field: its bound in validate.put_items' terms (from PutItem's declaration)."""
 
 
 def _put_items(p: dict[str, Any], name: str) -> list[PutItem]:
     # (tuple.__new__ in a C loop: PutItem(*item), a Python call per item, was a tenth of a put's start)
-    return list(map(tuple.__new__, itertools.repeat(PutItem), v.put_items(p)))
+    return list(map(tuple.__new__, itertools.repeat(PutItem), v.put_items(p, PUT_ITEM_BOUNDS)))
 
 
 @request

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from kvstore.errors import InvalidArgumentError
 
@@ -141,25 +141,29 @@ def plain_records(
     return list(zip(*columns, strict=True))
 
 
-PUT_ITEM_BOUNDS: tuple[tuple[int, int] | str, ...] = ("key", (1, 2**63 - 1), (0, 2**64 - 1))
+RecordBounds = tuple[tuple[int, int] | str, ...]
+"""A record's field bounds in plain_records' terms (kvstore.rpc.schema.plain_bounds of its declaration)."""
 
 
-def put_items(params: dict[str, Any]) -> list[tuple[str, int, int]]:
-    """[[key, size, checksum], ...] with 0 < size < 2^63 and a 64-bit checksum."""
+def put_items(params: dict[str, Any], bounds: RecordBounds) -> list[tuple[str, int, int]]:
+    """[[key, size, checksum], ...], each field within its bound in `bounds` (those of the declaration,
+    kvstore.rpc.data_requests.PUT_ITEM_BOUNDS: 0 < size < 2^63 and a 64-bit checksum)."""
     value = field(params, "items")
     if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
         raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
-    plain = plain_records(value, PUT_ITEM_BOUNDS)
+    plain = plain_records(value, bounds)
     if plain is not None:
         return plain
+    size_low, size_high = cast(tuple[int, int], bounds[1])
+    sum_low, sum_high = cast(tuple[int, int], bounds[2])
     items = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3):
             raise InvalidArgumentError("each put item must be [key, size, checksum]")
         k, size, checksum = item
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size < 2**63:
+        if not isinstance(size, int) or isinstance(size, bool) or not size_low <= size <= size_high:
             raise InvalidArgumentError("size must be a positive integer")
-        if not isinstance(checksum, int) or isinstance(checksum, bool) or not 0 <= checksum < 2**64:
+        if not isinstance(checksum, int) or isinstance(checksum, bool) or not sum_low <= checksum <= sum_high:
             raise InvalidArgumentError("checksum must be an unsigned 64-bit integer")
         items.append((key(k), size, checksum))
     return items

@@ -7,6 +7,7 @@ import pytest
 
 from kvstore.errors import InvalidArgumentError
 from kvstore.rpc import validate as v
+from kvstore.rpc.data_requests import PUT_ITEM_BOUNDS
 
 GOOD = ["a", "k" * v.MAX_KEY_BYTES, "блок/1", "é" * (v.MAX_KEY_BYTES // 2)]
 
@@ -54,16 +55,16 @@ def test_one_bad_put_item_fails_the_batch_as_it_fails_alone(bad: object, where: 
     batch: list[object] = [["x", 1, 0], ["y", 2, 2**64 - 1], ["z", 2**63 - 1, 5], ["w", 4, 7]]
     batch.insert(where, bad)
     with pytest.raises(InvalidArgumentError) as alone:
-        v.put_items({"items": [bad]})
+        v.put_items({"items": [bad]}, PUT_ITEM_BOUNDS)
     with pytest.raises(InvalidArgumentError) as in_batch:
-        v.put_items({"items": batch})
+        v.put_items({"items": batch}, PUT_ITEM_BOUNDS)
     assert str(in_batch.value) == str(alone.value)
 
 
 def test_plain_put_items_pass_as_tuples() -> None:
     items = [[k, i + 1, i] for i, k in enumerate(GOOD)]
-    assert v.put_items({"items": items}) == [tuple(item) for item in items]
-    assert v.put_items({"items": []}) == []
+    assert v.put_items({"items": items}, PUT_ITEM_BOUNDS) == [tuple(item) for item in items]
+    assert v.put_items({"items": []}, PUT_ITEM_BOUNDS) == []
 
 
 GOOD_RECORD = [0, 1, 2, "k", 4096, 2**64 - 1, False, 3]
