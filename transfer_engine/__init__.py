@@ -29,6 +29,7 @@ __all__ = [
     "BatchHandle",
     "EngineClosedError",
     "EngineConfig",
+    "EngineSecurity",
     "InvalidArgumentError",
     "KVStoreError",
     "NicAddress",
@@ -72,6 +73,7 @@ _LAZY = {
         ),
         "transfer_engine.engine",
     ),
+    "EngineSecurity": "transfer_engine.security",
 }
 
 if TYPE_CHECKING:
@@ -88,5 +90,6 @@ if TYPE_CHECKING:
         RequestState,
         TransferEngine,
     )
+    from transfer_engine.security import EngineSecurity
 
 __getattr__ = lazy_names(__name__, _LAZY)

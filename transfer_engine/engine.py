@@ -27,7 +27,7 @@ from transfer_engine.errors import (
     TransferTimeoutError,
     error_for_code,
 )
-from transfer_engine.security import SecurityConfig
+from transfer_engine.security import EngineSecurity
 
 
 class Op(enum.IntEnum):
@@ -230,7 +230,11 @@ class TransferEngine:
     ...     buf = engine.allocate(1 << 20)
     """
 
-    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, config: EngineConfig | None = None, *, security: EngineSecurity | None = None, **overrides: Any
+    ) -> None:
+        """`config` or keyword `overrides` of EngineConfig (from the environment if neither); `security`:
+        the cluster secret this engine's peers must prove (from the environment if None)."""
         if config is None:
             config = EngineConfig.load(**overrides)
         elif overrides:
@@ -238,7 +242,8 @@ class TransferEngine:
         else:
             config.validate()
         self.config = config
-        security = SecurityConfig.load()
+        if security is None:
+            security = EngineSecurity.load()
         security.check_listen(config.host, "the transfer engine")
         self._core: Any = _core.Engine(**config.to_core(), cluster_secret=security.secret())
         if self._core.transport_starts("ucx"):  # (the core decides; UCX must be loaded before it starts)

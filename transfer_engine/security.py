@@ -5,11 +5,12 @@ process listens on loopback only, unless told it may be reached insecurely.
     KVSTORE_CLUSTER_SECRET        the secret itself
     KVSTORE_CLUSTER_SECRET_FILE   a file holding it (readable by its owner only; `kvstore secret new`)
     KVSTORE_INSECURE=1            listen beyond loopback with no secret (said at start and in status)
-    KVSTORE_TLS_CERT, _KEY, _CA   TLS for the master RPC (kvstore.rpc.tls): a master with a certificate
-                                  serves TLS; a client with a CA verifies the master against it
 
-Writing a new secret file is kvstore's (kvstore.config.secret_file), and so is the master RPC's proof
-of the secret (kvstore.rpc.auth): the engine proves it in C++.
+This is what an engine itself needs (EngineSecurity): an engine-only process, such as the target of
+`python -m transfer_engine.bench`, still refuses a weak secret. The cluster's settings around it (TLS for
+the master RPC: kvstore.config.security.SecurityConfig, the "security" section), writing a new secret
+file (kvstore.config.secret_file) and the master RPC's proof of the secret (kvstore.rpc.auth) are
+kvstore's: the engine proves the secret in C++.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 
 
 @dataclass
-class SecurityConfig(Settings):
-    """Who may connect: the cluster secret, or an explicit choice to run without one."""
+class EngineSecurity(Settings):
+    """Who may connect to an engine: the cluster secret, or an explicit choice to run without one."""
 
     cluster_secret: str = setting(
         "", "The cluster secret (prefer cluster_secret_file: the environment leaks).", "secret"
@@ -39,15 +40,6 @@ class SecurityConfig(Settings):
     insecure: bool = setting(
         False, "Listen beyond loopback with no cluster secret: anyone who reaches a port may use it."
     )
-    tls_cert: str = setting(
-        "", "PEM certificate (chain): a master serves its RPC over TLS with it; a client presents it (mTLS)."
-    )
-    tls_key: str = setting("", "PEM private key of tls_cert (readable by its owner only).")
-    tls_ca: str = setting(
-        "",
-        "PEM CA bundle: a client speaks TLS to the master and verifies it against this; a master with a "
-        "certificate also requires clients to present one it signed (mTLS).",
-    )
 
     def validate(self) -> None:
         super().validate()
@@ -55,14 +47,14 @@ class SecurityConfig(Settings):
             raise InvalidArgumentError(
                 "KVSTORE_CLUSTER_SECRET and KVSTORE_CLUSTER_SECRET_FILE are both set: name the secret once"
             )
-        if bool(self.tls_cert) != bool(self.tls_key):
-            raise InvalidArgumentError("KVSTORE_TLS_CERT and KVSTORE_TLS_KEY go together: both or neither")
-        for name in ("tls_cert", "tls_key", "tls_ca"):
-            path = getattr(self, name)
-            if path and not Path(path).is_file():
-                raise InvalidArgumentError(f"KVSTORE_{name.upper()} names no file: {path}")
+        self.check_added_settings()
         if self.cluster_secret:
             check_strength(self.cluster_secret, "KVSTORE_CLUSTER_SECRET")
+
+    def check_added_settings(self) -> None:
+        """A subclass's checks of the settings it adds (kvstore's TLS files). They run between the two
+        checks of the secret so that a config with several faults names the same one first as when the
+        cluster's settings were one class here."""
 
     def secret(self) -> bytes:
         """The secret's bytes; b"" when none is configured."""

@@ -10,10 +10,10 @@ import threading
 from typing import Any
 
 from kvstore.config.etcd import EtcdConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import MasterUnavailableError
 from kvstore.rpc import etcd, parse_address
 from kvstore.rpc.etcd_records import LEADER, Records
-from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.cluster")
 

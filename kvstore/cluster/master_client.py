@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from kvstore import rpc
 from kvstore.cluster.leader import AddressList, Locator
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -27,7 +28,6 @@ from kvstore.errors import (
 from kvstore.rpc import tls
 from kvstore.rpc.auth import TAG_SIZE, FrameMac, client_handshake
 from kvstore.rpc.messages import OWN_NAME, PROTOCOL_VERSION, Hello, HelloReply, Request
-from transfer_engine.security import SecurityConfig
 
 CONNECT_SECONDS = 1.0
 """How long a connection may take to open: a master that is down on a host that is cut off never refuses,

@@ -13,8 +13,8 @@ from kvstore.config.etcd import EtcdConfig
 from kvstore.config.index import IndexConfig
 from kvstore.config.master import MasterConfig
 from kvstore.config.node import NodeConfig
+from kvstore.config.security import SecurityConfig
 from transfer_engine.config import EngineConfig
-from transfer_engine.security import SecurityConfig
 from transfer_engine.settings import Settings
 
 # Component name -> its config class (the order `kvstore config` prints them in).

@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 
 from kvstore.config.index import IndexConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import PermissionDeniedError
 from kvstore.index.http_api import IndexHttpServer, IndexService, serve
 from kvstore.index.subscriptions import Subscriptions
 from kvstore.index.table import PrefixIndex
 from transfer_engine.procs import READY_PREFIX, on_stop_request
-from transfer_engine.security import SecurityConfig, is_loopback
+from transfer_engine.security import is_loopback
 
 
 def start_index(config: IndexConfig) -> tuple[IndexService, IndexHttpServer]:

@@ -10,8 +10,8 @@ import os
 import ssl
 import stat
 
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError
-from transfer_engine.security import SecurityConfig
 
 
 def server_context(security: SecurityConfig) -> ssl.SSLContext | None:

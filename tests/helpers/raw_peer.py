@@ -11,7 +11,7 @@ import socket
 from typing import Any
 
 from transfer_engine import _core, _tools
-from transfer_engine.security import SecurityConfig
+from transfer_engine.security import EngineSecurity
 
 HELLO, HELLO_ACK, READ, READ_DATA, WRITE, WRITE_ACK, ERROR, PROOF, PROOF_ACK = range(1, 10)
 NONCE = 32
@@ -20,7 +20,7 @@ NONCE = 32
 def open_session(name: str) -> dict[str, Any]:
     """A handshake with the engine at `name` under this process's cluster secret: {engine_id, session_id,
     session_key, keys: {region id: its key in this session}}."""
-    return _core.open_session(name, 5000, SecurityConfig.load().secret())
+    return _core.open_session(name, 5000, EngineSecurity.load().secret())
 
 
 def _prove(key: bytes, label: bytes, first: bytes, second: bytes) -> bytes:

@@ -25,7 +25,7 @@ from tests.helpers.raw_peer import ERROR, HELLO, PROOF_ACK, READ, RawPeer, open_
 from tests.helpers.target_process import pattern
 from transfer_engine import KVStoreError, Op, RequestState, TransferEngine, _tools
 from transfer_engine.errors import CODE_NAMES
-from transfer_engine.security import SecurityConfig
+from transfer_engine.security import EngineSecurity
 
 
 @contextlib.contextmanager
@@ -267,7 +267,7 @@ def test_a_flood_from_its_address_never_cuts_a_members_handshake_in_flight() -> 
             member.sendall(struct.pack("<IHH", 0x4B565342, 4, 0) + ours)
             challenge = _recv_exact(member, 36)
             with idle_sockets(target.name, 40):  # (16 a peer address: 24 newcomers needed a place)
-                secret = SecurityConfig.load().secret()
+                secret = EngineSecurity.load().secret()
                 member.sendall(hmac.new(secret, b"peer" + challenge[4:] + ours, hashlib.sha256).digest())
                 engine_proof = _recv_exact(member, 32)  # (the engine proves itself last)
                 magic, length = struct.unpack("<II", _recv_exact(member, 8))

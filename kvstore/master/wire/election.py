@@ -29,9 +29,9 @@ import uuid
 from typing import Any
 
 from kvstore.config.etcd import EtcdConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.rpc import etcd
 from kvstore.rpc.etcd_records import CANDIDATE, LEADER, MasterRecord, Records
-from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.master")
 

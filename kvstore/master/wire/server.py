@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore.config.master import MasterConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import InternalError, KVStoreError
 from kvstore.limited_log import LimitedLog
 from kvstore.master.service.handlers import Deferred, Handlers
@@ -34,7 +35,6 @@ from kvstore.master.wire.rpc_connection import Refusals, RpcConnection
 from kvstore.master.wire.status import RateWindow, cluster_status
 from kvstore.rpc import auth, tls
 from kvstore.rpc.messages import REQUESTS
-from transfer_engine.security import SecurityConfig
 
 log = logging.getLogger("kvstore.master")
 HTTP_CONNECTIONS = 64  # /metrics and /health connections at once (each answers one request within 5 s)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from kvstore import MISS, ObjectBusyError, ObjectExistsError, Store, rpc
+from kvstore.config.security import SecurityConfig
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire
 from tests.integration.kvstore.conftest import Cluster, corrupt_in_place, wait_for_mounts
-from transfer_engine.security import SecurityConfig
 
 rng = np.random.default_rng(11)
 

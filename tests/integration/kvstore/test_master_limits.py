@@ -22,13 +22,13 @@ import pytest
 from kvstore import rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.master.wire import rpc_connection
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire
 from transfer_engine.procs import READY_PREFIX, stop_process
-from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
 

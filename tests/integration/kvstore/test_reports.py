@@ -14,11 +14,11 @@ import pytest
 
 from kvstore import Store
 from kvstore.cluster.master_client import MasterClient
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import PermissionDeniedError
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m
 from transfer_engine import TransferEngine
-from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
 TOKEN = m.new_token()  # the made-up client's own

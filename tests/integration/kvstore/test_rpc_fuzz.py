@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
+from kvstore.config.security import SecurityConfig
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
-from transfer_engine.security import SecurityConfig
 
 SECRET = SecurityConfig.load().secret()  # the suite's (tests/conftest.py)
 

@@ -19,11 +19,11 @@ import pytest
 
 from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import KVStoreError, MasterUnavailableError
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
-from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py)
 RELAY = Path(__file__).resolve().parents[2] / "helpers" / "rpc_relay.py"

@@ -18,12 +18,12 @@ import pytest
 from kvstore import Store, rpc
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import MasterConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import PermissionDeniedError
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import auth
 from kvstore.rpc import messages as m
 from tests.helpers.master_wire import MasterWire
-from transfer_engine.security import SecurityConfig
 
 SECRET = os.environ["KVSTORE_CLUSTER_SECRET"]  # the suite's (tests/conftest.py): clients use it too
 

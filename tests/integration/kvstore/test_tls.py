@@ -15,11 +15,11 @@ import pytest
 
 from kvstore import Store
 from kvstore.cluster.master_client import MasterClient
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import KVStoreError, MasterUnavailableError, PermissionDeniedError
 from kvstore.master.wire.server import EmbeddedMaster, Master
 from kvstore.rpc import messages as m
 from kvstore.rpc import tls
-from transfer_engine.security import SecurityConfig
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the openssl command is not installed"

@@ -22,6 +22,7 @@ import xxhash
 from kvstore import local_files
 from kvstore.config import NodeConfig
 from kvstore.config.secret_file import new_secret_file
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import KVStoreError, PermissionDeniedError
 from kvstore.local_files import adoptable, discard_unadoptable, first_private_directory, private_directory
 from kvstore.node import file_lock, identity, node_key
@@ -32,7 +33,6 @@ from kvstore.rpc.messages import HeldReplica
 from kvstore.rpc.tls import check_key_file, server_context
 from tests.helpers.other_user import OTHER_UID, held_by_other, need_root, run_as_other
 from transfer_engine import TransferEngine
-from transfer_engine.security import SecurityConfig
 
 
 def _mode(path: str | Path) -> int:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.wire.server import Master
-from transfer_engine.security import SecurityConfig, read_secret_file
+from transfer_engine.security import read_secret_file
 
 WEAK = [
     "Summer2025!kvstore",  # the issue's: a chosen password
