@@ -69,7 +69,7 @@ def main() -> int:
     for start in range(0, n, args.batch_size):
         keys = [f"{i:0{width}d}" for i in range(start, min(n, start + args.batch_size))]
         out: list[object] = []
-        state.start_puts("node", [(k, 1024, 7) for k in keys], 1, False, 0, False, out)  # type: ignore[arg-type]
+        state.start_puts("node", [m.PutItem(k, 1024, 7) for k in keys], 1, False, 0, False, out)  # type: ignore[arg-type]
         state.commit_puts("node", keys)
         holds.take("node", 1 << 30)
         holds.acknowledge("node", 1 << 62)

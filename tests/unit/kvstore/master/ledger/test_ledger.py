@@ -176,7 +176,7 @@ def test_a_put_request_is_one_record_and_a_key_twice_in_it_is_busy() -> None:
     seen: list[c.PutsStarted] = []
     state.ledger.watch(c.PutsStarted, seen.extend)
     out: list = []
-    items = [("a", 4096, 1), ("b", 4096, 2), ("a", 4096, 1), ("c", 0, 3)]
+    items = [m.PutItem("a", 4096, 1), m.PutItem("b", 4096, 2), m.PutItem("a", 4096, 1), m.PutItem("c", 0, 3)]
     state.start_puts("c0", items, 1, False, 0, False, out)
     assert [type(x).__name__ for x in out] == ["list", "list", "ObjectBusyError", "InvalidArgumentError"]
     assert [[meta.key for meta in r.metas] for r in seen] == [["a", "b"]]

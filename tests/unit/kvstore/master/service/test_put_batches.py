@@ -12,6 +12,7 @@ import pytest
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import PutItem
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -52,13 +53,14 @@ def _outcome(result: Any) -> Any:
     return [(r.segment.id, r.offset, r.slot) for r in result]
 
 
-ITEMS = (
-    [(f"new{i}", 64 * KiB, i) for i in range(20)]
+ITEMS = [
+    PutItem(*item)
+    for item in [(f"new{i}", 64 * KiB, i) for i in range(20)]
     + [("old0", 512 * KiB, 0), ("old1", 512 * KiB, 99), ("busy", KiB, 1), ("new3", 64 * KiB, 3)]
     + [("leased", KiB, 1), ("huge", 64 * MiB, 1)]
     + [(f"big{i}", 1 * MiB, i) for i in range(8)]  # past free room: evicts the old objects
     + [(f"late{i}", 32 * KiB, i) for i in range(10)]
-)
+]
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
@@ -91,7 +93,9 @@ def test_a_batch_starts_as_its_items_would_one_at_a_time(replicas: int, limits: 
 
 def test_fewer_replicas_when_segments_are_short_the_same_way() -> None:
     batched, single = _state(False, client_put_bytes=64 * MiB), _state(False, client_put_bytes=64 * MiB)
-    items = [(f"k{i}", 64 * KiB, i) for i in range(5)] + [("wide", 5 * MiB // 2, 1)]  # 2 segments hold it
+    items = [PutItem(f"k{i}", 64 * KiB, i) for i in range(5)] + [
+        PutItem("wide", 5 * MiB // 2, 1)
+    ]  # 2 hold it
     out: list[Any] = []
     batched.start_puts("c0", items, 3, False, 2, False, out)
     one_by_one = [single.put_start("c0", k, s, c, 3, False, min_replicas=2) for k, s, c in items]
@@ -154,9 +158,11 @@ def test_a_long_batch_of_scattered_new_puts_starts_as_one_at_a_time() -> None:
     """Runs look at a window of items that doubles while runs fill it (kvstore.master.puts.RUN_FIRST):
     a long batch, new keys among stored ones, starts exactly as its items would one at a time."""
     batched, single = _state(client_put_bytes=64 * MiB), _state(client_put_bytes=64 * MiB)
-    stored = [(f"old{i % 6}", 512 * KiB, i % 6) for i in range(300)]  # offered again, the same bytes
-    items = [stored[i] if i % 3 == 1 else (f"n{i}", 4 * KiB, i) for i in range(300)]
-    items += [(f"m{i}", 4 * KiB, i) for i in range(700)]  # then a long run of new ones: windows 16, 32, ...
+    stored = [PutItem(f"old{i % 6}", 512 * KiB, i % 6) for i in range(300)]  # offered again, the same bytes
+    items = [stored[i] if i % 3 == 1 else PutItem(f"n{i}", 4 * KiB, i) for i in range(300)]
+    items += [
+        PutItem(f"m{i}", 4 * KiB, i) for i in range(700)
+    ]  # then a long run of new ones: windows 16, ...
     out: list[Any] = []
     batched.start_puts("c0", items, 1, False, 0, False, out)
     one_by_one = [single.put_start("c0", k, s, c, 1, False) for k, s, c in items]
