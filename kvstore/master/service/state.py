@@ -53,7 +53,6 @@ class MasterState:
             core.counters,
         )
         self._pending = core.pending
-        self._unreachable_reports = self.suspicion._unreachable_reports
         self._name_operations()
 
     def _name_operations(self) -> None:
@@ -91,7 +90,7 @@ class MasterState:
             removal.drop_incomplete_groups,
         )
         self.report_corrupt, self.confirm_corrupt = removal.report_corrupt, removal.confirm_corrupt
-        self.evict_to_watermark, self._evict_one = removal.evict_to_watermark, removal.evict_one
+        self.evict_to_watermark = removal.evict_to_watermark
         self.report_unreachable, self.probed = self.suspicion.report_unreachable, self.suspicion.probed
         self.judge_unreachable_reports = self.suspicion.judge_unreachable_reports
         self.admin_challenge, self.admin_prove, self.check_admin = (

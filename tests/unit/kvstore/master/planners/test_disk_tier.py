@@ -102,7 +102,7 @@ def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promot
     run_orders(state)
     assert "k0" in state.disk.transient and state.disk.promotions == 0  # one read: first to go
     clock.now += 2  # its reader's lease is over
-    assert state._evict_one()  # the transient copy goes before any colder object in the policy
+    assert state.removal.evict_one()  # the transient copy goes before any colder object in the policy
     assert cold.replicas == [] and cold.disk is not None and "k0" not in state.disk.transient
     assert state.disk.load(cold, lambda: None)
     run_orders(state)
@@ -260,9 +260,9 @@ def test_a_reader_on_the_disks_host_reads_disk_only_objects_from_the_file(clock:
         run_orders(state)
         (found,) = reply.make_reply()
         assert [x.tier for x in found.locations] == [m.MEMORY]
-        state._evict_one()  # back to disk only for the next reader
+        state.removal.evict_one()  # back to disk only for the next reader
         while state.objects["k1"].replicas:
-            state._evict_one()
+            state.removal.evict_one()
         clock.now += state.config.promote_window + 1  # not a promotion
 
 

@@ -201,7 +201,7 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
                 on_c1.append(f"k{i}")
         stored = state.ledger.stored_bytes
         in_progress_on_c1 = [
-            m.key for m in state._pending.values() if {r.segment.client_id for r in m.replicas} == {"c1"}
+            m.key for m in state.core.pending.values() if {r.segment.client_id for r in m.replicas} == {"c1"}
         ]
         state.drop_client("c1")
     finally:
@@ -210,7 +210,7 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
     for key in on_c1 + in_progress_on_c1:
         assert key not in state.objects and key not in state.memory_order
     assert state.ledger.stored_bytes == stored - len(on_c1) * (64 << 10)
-    assert state._pending.held("w")[0] == len(state._pending) == 8 - len(in_progress_on_c1)
+    assert state.core.pending.held("w")[0] == len(state.core.pending) == 8 - len(in_progress_on_c1)
     for i in range(0, 40, 4):  # two replicas: the one on c0 stays, readable
         meta = state.get_replicas(f"k{i}")
         if i % 5 != 4:
@@ -336,7 +336,7 @@ def test_reports_of_an_engine_without_segments_are_dropped(clock: Clock) -> None
     for i in range(1000):  # a client naming made-up engines holds no memory of them
         state.report_unreachable(f"10.9.9.9:{i}", "c0")
         state.report_unreachable(f"10.9.9.9:{i}", "c1")
-    assert not state._unreachable_reports and not state.space.any_suspect()
+    assert not state.suspicion._unreachable_reports and not state.space.any_suspect()
 
 
 def _answer_checks(state: MasterState, client_id: str, intact: bool) -> int:
@@ -467,7 +467,7 @@ def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Cloc
         state.put_start("other", "more", 2 * MiB, 1, 1, False)
     assert state.exists("old") and state.counters.evictions == 0
     state.drop_client("c0")
-    assert state._pending.held("c0") == (0, 0)
+    assert state.core.pending.held("c0") == (0, 0)
 
 
 def test_a_node_is_told_each_replica_it_holds_once_placed_and_never_after_its_kill(clock: Clock) -> None:

@@ -137,7 +137,7 @@ def test_an_evicted_object_is_not_taken_back_and_a_lost_one_is(clock: Clock) -> 
     held0, _ = before_restart(clock, ["e", "lost"])
     state = restarted(clock)
     assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
-    assert state._evict_one(leased_too=True)  # the policy's first: "e", restored first
+    assert state.removal.evict_one(leased_too=True)  # the policy's first: "e", restored first
     evicted = [k for k in ("e", "lost") if k not in state.objects]
     assert len(evicted) == 1
     state.drop_client("n0")  # its node restarts: the other key is lost with its segment
