@@ -30,6 +30,8 @@ __all__ = ["MasterState", "RoomComing"]
 
 
 class MasterState:
+    """Builds the jobs, each given what it works with, and names their operations for callers."""
+
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clock = clock
