@@ -113,6 +113,14 @@ class DiskRecordDropped(NamedTuple):
     key: str
 
 
+class ReplicaTargetSet(NamedTuple):
+    """A user asked for exactly `replicas` copies of the object (change_replica; 0: its heat decides
+    again). Durable: its nodes are told it with their holds, so a master that takes over keeps it."""
+
+    key: str
+    replicas: int
+
+
 class RestoreEnded(NamedTuple):
     """The segment's node named back everything it holds: what it did not name is free, placing begins."""
 
@@ -166,6 +174,7 @@ Record = (
     | ObjectRestored
     | ObjectsAdopted
     | ReplicaRestored
+    | ReplicaTargetSet
     | DiskRecordSet
     | DiskRecordDropped
     | RestoreEnded

@@ -114,7 +114,7 @@ class HoldBook:
                 m.size,
                 m.checksum,
                 m.pinned,
-                m.base_replicas,
+                m.target_replicas or m.base_replicas,  # (what it asks for: a set count outlives the master)
             )
             for seq, m, r in itertools.islice(queue.values(), limit)
         ]

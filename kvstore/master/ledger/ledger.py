@@ -28,6 +28,7 @@ from kvstore.master.ledger.changes import (
     ReplicaAdded,
     ReplicaDropped,
     ReplicaRestored,
+    ReplicaTargetSet,
     RestoreEnded,
     SegmentDropped,
     SegmentMounted,
@@ -72,6 +73,7 @@ class Ledger:
             ReplicaAdded: self._replica_added,
             ReplicaRestored: self._replica_added,
             ReplicaDropped: self._replica_dropped,
+            ReplicaTargetSet: self._replica_target_set,
             DiskRecordSet: self._disk_record_set,
             DiskRecordDropped: self._disk_record_dropped,
             RestoreEnded: self._restore_ended,
@@ -206,6 +208,9 @@ class Ledger:
 
     def _replica_dropped(self, r: ReplicaDropped) -> None:
         self.objects.drop_replica(self.objects[r.key], r.replica)
+
+    def _replica_target_set(self, r: ReplicaTargetSet) -> None:
+        self.objects[r.key].target_replicas = r.replicas
 
     def _disk_record_set(self, r: DiskRecordSet) -> None:
         self.objects.set_disk(self.objects[r.key], r.record)

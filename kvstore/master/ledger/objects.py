@@ -34,6 +34,7 @@ class NewObject:
     put_deadline: float = 0.0
     last_access: float = 0.0
     base_replicas: int = 1
+    target_replicas: int = 0  # (none set yet: what its holds tell the nodes, as an ObjectMeta's)
     disk: DiskReplica | None = None
     hold_seq: int = field(default=0)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
-from kvstore.master.ledger.changes import SegmentDropped, SegmentMounted
+from kvstore.master.ledger.changes import ReplicaTargetSet, SegmentDropped, SegmentMounted
 from kvstore.master.ledger.holds import HoldBook
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.locations import memory_location
@@ -68,6 +68,15 @@ class SegmentSpace:
         self.capacity = 0  # bytes of all mounted segments (kept as they mount: puts check it)
         self.fence_slots = 0  # allocation slots of all mounted segments
         self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node
+        ledger.watch(ReplicaTargetSet, self._retell_holds)
+
+    def _retell_holds(self, records: list[ReplicaTargetSet]) -> None:
+        """A replica count set by a user is told to the nodes with the object's holds (each replica's is
+        sent again carrying it), so the master that takes over from this one restores it."""
+        for r in records:
+            meta = self.ledger.objects.get(r.key)
+            if meta is not None and meta.complete and meta.replicas:
+                self.holds.hold_all(meta, meta.replicas)
 
     # -- segments -------------------------------------------------------------------------------------
     def mount(

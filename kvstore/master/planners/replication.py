@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvstore.config import MasterConfig
-from kvstore.master.ledger.changes import ReplicaAdded, ReplicaDropped
+from kvstore.master.ledger.changes import ReplicaAdded, ReplicaDropped, ReplicaTargetSet
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import Replica, Segment
 from kvstore.master.ledger.objects import ObjectMeta
@@ -91,7 +91,7 @@ class Replicator:
         return self._decayed(meta, self.clock()) * math.log(2) / self.config.heat_half_life
 
     def change_replica(self, meta: ObjectMeta, replicas: int) -> None:
-        meta.target_replicas = replicas
+        self.ledger.apply([ReplicaTargetSet(meta.key, replicas)])  # (its nodes are told: SegmentSpace)
         self.touched.add(meta.key)
         if replicas:
             self.extra.add(meta.key)

@@ -72,7 +72,8 @@ def tables(ledger: Ledger) -> dict[str, Any]:
     for meta in ledger.objects.values():
         replicas = sorted((r.segment.id, r.offset, r.slot, r.gen) for r in meta.replicas)
         disk = None if meta.disk is None else (meta.disk.segment.id, meta.disk.offset)
-        objects[meta.key] = (meta.size, meta.checksum, meta.complete, meta.pinned, replicas, disk)
+        row = (meta.size, meta.checksum, meta.complete, meta.pinned, replicas, disk, meta.target_replicas)
+        objects[meta.key] = row
     memory = {
         seg.id: (
             seg.allocator.stats(),
@@ -123,11 +124,13 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
         state.put_end("c0", f"k{i}")
     state.put_start("c0", "abandoned", MiB // 2, 1, 1, False)
     state.put_revoke("c0", "abandoned")  # its writer may be late: the space stays held until the kill
+    state.change_replica("k3", 2)  # a user's count (ReplicaTargetSet)
     state.get_replicas("k11")  # leased: its removal leaves it fencing
     state.remove("k11", force=True)
     state.remove("k10")
     live = _agrees(state, recorder, clock)
     assert live["kills"] and live["fencing"] == {"k11"} and live["held_bytes"] > 0
+    assert live["objects"]["k3"][-1] == 2
     fence(state, "c0")
     live = _agrees(state, recorder, clock)
     assert live["held_bytes"] == 0 and live["kills"]  # c1's kills are still out
@@ -177,7 +180,7 @@ def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
     state.heartbeat("c0")
     state.expire()
     live = _agrees(state, recorder, clock)
-    assert late and any(disk for (meta_size, *_, disk) in live["objects"].values())
+    assert late and any(row[5] for row in live["objects"].values())  # (disk records)
     state.disk.complete("c0", [m.DiskResult(o.order, True) for o in late])  # too late: space released
     _agrees(state, recorder, clock)
     assert any(type(r) is c.SpaceReleased for r in recorder.records)

@@ -1,0 +1,82 @@
+"""A user's replica count is a ledger record (ReplicaTargetSet) told to the nodes with their holds: each
+replica's hold is sent again carrying it, a copy's carries it, and a master that rebuilds its table from
+what the nodes name back asks for that count."""
+
+from __future__ import annotations
+
+from kvstore.config import MasterConfig
+from kvstore.master.ledger import changes as c
+from kvstore.master.service.state import MasterState
+
+MiB = 1 << 20
+NODES = ("c0", "c1", "c2")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _cluster(clock: Clock, restoring: bool = False) -> tuple[MasterState, dict[str, int]]:
+    state = MasterState(MasterConfig.load(), clock=clock)
+    segments = {}
+    for i, node in enumerate(NODES):
+        state.register_client(node, f"h{i}")
+        address = f"127.0.0.1:{7000 + i}"
+        segments[node] = state.mount_segment(node, address, 1, 16 * MiB, f"h{i}", restoring=restoring)
+    return state, segments
+
+
+def _copies(state: MasterState) -> int:
+    """Plans, then plays the nodes: every copy task reported done."""
+    state.replicator.plan()
+    done = 0
+    for node in NODES:
+        for task in state.replicator.tasks_for(node):
+            state.replicator.complete(node, task.task, True)
+            done += 1
+    return done
+
+
+def _held(state: MasterState) -> dict[str, list[tuple]]:
+    return {node: state.space.holds.take(node, 100) for node in NODES}
+
+
+def test_a_set_count_is_a_record_told_with_every_hold_and_restored_from_them() -> None:
+    clock = Clock()
+    state, _ = _cluster(clock)
+    seen: list[c.ReplicaTargetSet] = []
+    state.ledger.watch(c.ReplicaTargetSet, seen.extend)
+    state.put_start("c0", "k", MiB, 5, 1, False)
+    state.put_end("c0", "k")
+    first = _held(state)
+    assert [h[-1] for holds in first.values() for h in holds if h[5] == "k"] == [1]  # the put's count
+    state.change_replica("k", 2)
+    assert seen == [c.ReplicaTargetSet("k", 2)] and state.objects["k"].target_replicas == 2
+    assert _copies(state) == 1
+    held = _held(state)
+    told = [h for holds in held.values() for h in holds if h[5] == "k"]
+    assert len(told) == 2 and all(h[-1] == 2 for h in told)  # told again with the count, and the copy
+
+    new, segments = _cluster(clock, restoring=True)
+    for node in NODES:
+        assert new.restore_segment(node, segments[node], [h[2:] for h in held[node]], last=True) == []
+    meta = new.objects["k"]
+    assert len(meta.replicas) == 2 and meta.base_replicas == 2
+    new.drop_client(meta.replicas[0].segment.client_id)  # one copy lost: a read finds it below its count
+    new.get_replicas("k")
+    assert _copies(new) == 1 and len(new.objects["k"].replicas) == 2
+
+
+def test_a_count_set_back_to_zero_tells_the_puts_count_again() -> None:
+    clock = Clock()
+    state, _ = _cluster(clock)
+    state.put_start("c0", "k", MiB, 5, 1, False)
+    state.put_end("c0", "k")
+    _held(state)
+    state.change_replica("k", 3)
+    state.change_replica("k", 0)  # its heat decides again
+    assert [h[-1] for h in _held(state)["c0"]] == [1]
