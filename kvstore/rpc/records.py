@@ -145,7 +145,7 @@ class HeldReplica(NamedTuple):
     size: int
     checksum: int
     pinned: bool
-    replicas: int  # the count the object was put with
+    replicas: int  # the count it asks for: a user's change_replica count when set, else its put's
 
 
 class NodeWork(NamedTuple):
