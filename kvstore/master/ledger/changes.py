@@ -121,6 +121,21 @@ class ReplicaTargetSet(NamedTuple):
     replicas: int
 
 
+class SegmentSuspected(NamedTuple):
+    """A client could not reach the memory segment's node since `since` (nothing new is placed on it),
+    or its node proved alive (`since` 0.0: trusted again)."""
+
+    segment: Segment
+    since: float
+
+
+class DiskDegraded(NamedTuple):
+    """The disk's writes fail (`reason`: nothing is demoted to it), or work again (reason "")."""
+
+    segment: DiskSegment
+    reason: str
+
+
 class RestoreEnded(NamedTuple):
     """The segment's node named back everything it holds: what it did not name is free, placing begins."""
 
@@ -178,6 +193,8 @@ Record = (
     | DiskRecordSet
     | DiskRecordDropped
     | RestoreEnded
+    | SegmentSuspected
+    | DiskDegraded
     | SpaceTaken
     | SpaceFreed
     | SpaceReleased

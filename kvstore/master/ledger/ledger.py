@@ -14,6 +14,7 @@ from typing import Any
 
 from kvstore.allocator import MemorySpace
 from kvstore.master.ledger.changes import (
+    DiskDegraded,
     DiskRecordDropped,
     DiskRecordSet,
     FencesAcknowledged,
@@ -32,6 +33,7 @@ from kvstore.master.ledger.changes import (
     RestoreEnded,
     SegmentDropped,
     SegmentMounted,
+    SegmentSuspected,
     SpaceFreed,
     SpaceReleased,
     SpaceTaken,
@@ -77,6 +79,8 @@ class Ledger:
             DiskRecordSet: self._disk_record_set,
             DiskRecordDropped: self._disk_record_dropped,
             RestoreEnded: self._restore_ended,
+            SegmentSuspected: self._segment_suspected,
+            DiskDegraded: self._disk_degraded,
             GroupsShown: lambda r: None,  # (derived: the ledger makes them as groups fill and empty)
             GroupsHidden: lambda r: None,
             # Made by the ledger's own methods as they carve and free (below); applied here when replayed
@@ -148,6 +152,14 @@ class Ledger:
         seg.restoring = None
         seg.slots.restart(taken)
         self.placeable_changed(seg)
+
+    def _segment_suspected(self, r: SegmentSuspected) -> None:
+        seg = self.segments.get(r.segment.id, r.segment)
+        seg.suspect_since = r.since
+        self.placeable_changed(seg)
+
+    def _disk_degraded(self, r: DiskDegraded) -> None:
+        self.disks.get(r.segment.id, r.segment).degraded = r.reason
 
     def placeable_changed(self, seg: Segment) -> None:
         """Whether new replicas may go to `seg` changed (it was suspected, trusted, or restored)."""

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kvstore.config.master import MasterConfig
-from kvstore.master.ledger.changes import DiskRecordDropped, DiskRecordSet, ReplicaAdded
+from kvstore.master.ledger.changes import DiskDegraded, DiskRecordDropped, DiskRecordSet, ReplicaAdded
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica
 from kvstore.master.ledger.node_acks import AckWaiters
@@ -132,9 +132,9 @@ class DiskTier:
     def set_degraded(self, client_id: str, reason: str) -> None:
         """The node's disk fails writes (`reason`): nothing is demoted to it, and puts do not wait for
         demotions, until its node says writes work again (reason ""). Its records stay readable."""
-        for seg in self.segments.values():
+        for seg in list(self.segments.values()):
             if seg.client_id == client_id:
-                seg.degraded = reason
+                self.ledger.apply([DiskDegraded(seg, reason)])
 
     def working(self) -> bool:
         """Some disk takes demotions."""

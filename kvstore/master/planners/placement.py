@@ -12,7 +12,7 @@ from typing import Any
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
-from kvstore.master.ledger.changes import ReplicaTargetSet, SegmentDropped, SegmentMounted
+from kvstore.master.ledger.changes import ReplicaTargetSet, SegmentDropped, SegmentMounted, SegmentSuspected
 from kvstore.master.ledger.holds import HoldBook
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.locations import memory_location
@@ -148,17 +148,15 @@ class SegmentSpace:
         """Marks a segment suspected unreachable; False if it already was."""
         if not segment.usable:
             return False
-        segment.suspect_since = now
         self._suspects += 1
-        self.ledger.placeable_changed(segment)
+        self.ledger.apply([SegmentSuspected(segment, now)])
         return True
 
     def trust(self, segment: Segment) -> None:
         """Its node proved alive: the segment is usable again."""
         if not segment.usable:
-            segment.suspect_since = 0.0
             self._suspects -= 1
-            self.ledger.placeable_changed(segment)
+            self.ledger.apply([SegmentSuspected(segment, 0.0)])
 
     def __iter__(self) -> Iterator[Segment]:
         return iter(self.segments.values())

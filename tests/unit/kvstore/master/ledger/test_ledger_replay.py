@@ -82,10 +82,14 @@ def tables(ledger: Ledger) -> dict[str, Any]:
             sorted(seg.slots.free_slots),
             None if seg.restoring is None else sorted(seg.restoring),
             seg.placeable,
+            seg.suspect_since,
         )
         for seg in ledger.segments.values()
     }
-    disks = {seg.id: (seg.allocator.stats(), seg.allocations, seg.restoring) for seg in ledger.disks.values()}
+    disks = {
+        seg.id: (seg.allocator.stats(), seg.allocations, seg.restoring, seg.degraded)
+        for seg in ledger.disks.values()
+    }
     fences = ledger.fences
     kills = sorted((k.segment.id, k.slot, k.gen, k.held_offset, k.until) for k in fences.unacknowledged())
     return {
@@ -135,6 +139,10 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     live = _agrees(state, recorder, clock)
     assert live["held_bytes"] == 0 and live["kills"]  # c1's kills are still out
     fence(state, "c1")
+    suspected = next(seg for seg in state.ledger.segments.values() if seg.client_id == "c1")
+    state.space.suspect(suspected, clock.now)  # a client could not reach it (SegmentSuspected)
+    assert _agrees(state, recorder, clock)["memory"][suspected.id][-1] == clock.now
+    state.space.trust(suspected)
     clock.now += 10
     state.expire()
     meta = state.ledger.objects["k9"]
@@ -171,6 +179,9 @@ def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
     state.remove("k12", force=True)
     state.remove(cold.key, force=True)
     fence(state, "c0")
+    state.disk.set_degraded("c0", "writes fail")  # (DiskDegraded)
+    assert [row[-1] for row in _agrees(state, recorder, clock)["disks"].values()] == ["writes fail"]
+    state.disk.set_degraded("c0", "")
     late = []  # demotions whose node never answers: their records' space is held for a late write
     for i in range(14, 18):
         state.put_start("c0", f"k{i}", MiB, i, 1, False)
