@@ -49,6 +49,31 @@ class ObjectDropped(NamedTuple):
     key: str
 
 
+class ObjectsBuried(NamedTuple):
+    """Tombstones: `keys` were removed (or `evicted`) while `gen` was the newest generation handed out; a
+    node that did not hear of it cannot bring them back by naming them to a restore until `until`
+    (kvstore.master.ledger.tombstones). Made before the objects are dropped."""
+
+    keys: list[str]
+    gen: int
+    until: float
+    evicted: bool
+
+
+class ObjectsLost(NamedTuple):
+    """`keys` went with their segment, not removed: what their node names back is taken until `until`."""
+
+    keys: list[str]
+    until: float
+
+
+class TombstonesLearned(NamedTuple):
+    """Removals an earlier master made, as a node remembers them ([key, generation]), kept until `until`."""
+
+    tombs: list[tuple[str, int]]
+    until: float
+
+
 class GroupsShown(NamedTuple):
     """Derived, made by the ledger: these group members (kvstore.master.ledger.groups) became visible to
     readers at once, as the last of their group was committed or restored (watchers that report what readers
@@ -182,6 +207,9 @@ Record = (
     | PutsStarted
     | PutsCommitted
     | ObjectDropped
+    | ObjectsBuried
+    | ObjectsLost
+    | TombstonesLearned
     | GroupsShown
     | GroupsHidden
     | ReplicaAdded

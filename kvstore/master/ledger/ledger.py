@@ -23,6 +23,8 @@ from kvstore.master.ledger.changes import (
     ObjectDropped,
     ObjectRestored,
     ObjectsAdopted,
+    ObjectsBuried,
+    ObjectsLost,
     PutsCommitted,
     PutsStarted,
     Record,
@@ -37,6 +39,7 @@ from kvstore.master.ledger.changes import (
     SpaceFreed,
     SpaceReleased,
     SpaceTaken,
+    TombstonesLearned,
 )
 from kvstore.master.ledger.fences import FenceBook, Kill
 from kvstore.master.ledger.groups import GroupIndex
@@ -72,6 +75,10 @@ class Ledger:
             ObjectsAdopted: self._objects_adopted,
             PutsCommitted: self._puts_committed,
             ObjectDropped: self._object_dropped,
+            # Tombstones (fences.tombstones); they lapse by the clock, not by a record (lapse_fences).
+            ObjectsBuried: lambda r: self.fences.tombstones.bury(r.keys, r.gen, r.until, r.evicted),
+            ObjectsLost: lambda r: self.fences.tombstones.lose(r.keys, r.until),
+            TombstonesLearned: lambda r: self.fences.tombstones.learn(r.tombs, r.until),
             ReplicaAdded: self._replica_added,
             ReplicaRestored: self._replica_added,
             ReplicaDropped: self._replica_dropped,

@@ -92,6 +92,11 @@ class Tombstones:
     def __len__(self) -> int:
         return sum(len(book.by_key) for book in self._books)
 
+    def entries(self) -> dict[str, dict[str, tuple[int, float]]]:
+        """Every book's tombstones (key -> generation, until): what a replay of the records rebuilds."""
+        books = {"removed": self._removed, "named": self._named, "evicted": self._evicted, "lost": self._lost}
+        return {name: dict(book.by_key) for name, book in books.items()}
+
     def stats(self) -> dict[str, int]:
         return {
             "tombstones": len(self._removed.by_key),

@@ -5,7 +5,7 @@ to the low watermark or for room a put needs."""
 from __future__ import annotations
 
 from kvstore.errors import ObjectBusyError, ObjectNotFoundError
-from kvstore.master.ledger.changes import ReplicaDropped
+from kvstore.master.ledger.changes import ObjectsBuried, ReplicaDropped
 from kvstore.master.ledger.groups import Group, group_id, members
 from kvstore.master.ledger.model import Replica
 from kvstore.master.ledger.objects import ObjectMeta
@@ -82,7 +82,8 @@ class Removal:
         hear of it yet cannot bring them back by naming them to a restore."""
         book, now = self.space.fences.tombstones, self.clock()
         book.lapse(now, self._restoring)
-        book.bury(keys, self.space.fences.current, now + 2 * self.config.client_ttl, evicted)
+        until = now + 2 * self.config.client_ttl
+        self.ledger.apply([ObjectsBuried(keys, self.space.fences.current, until, evicted)])
 
     def _restoring(self) -> bool:
         """Some segment's or disk's node is still naming what it holds."""

@@ -13,7 +13,13 @@ from collections.abc import Callable, Sequence
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InvalidArgumentError
-from kvstore.master.ledger.changes import DiskRecordSet, ObjectRestored, ObjectsAdopted, ReplicaRestored
+from kvstore.master.ledger.changes import (
+    DiskRecordSet,
+    ObjectRestored,
+    ObjectsAdopted,
+    ReplicaRestored,
+    TombstonesLearned,
+)
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import Counters, DiskSegment, Segment
 from kvstore.master.ledger.objects import NewObject, ObjectMeta
@@ -143,7 +149,7 @@ class Restore:
         # One at or above this master's first generation is no earlier master's (or one whose clock ran
         # ahead): it would cover what this master hands out, so it is not taken.
         earlier = [(key, gen) for key, gen in removed if gen < fences.first]
-        tombs.learn(earlier, self.clock() + 2 * self.config.client_ttl)
+        self.ledger.apply([TombstonesLearned(earlier, self.clock() + 2 * self.config.client_ttl)])
         for key, gen in earlier:
             meta = self.objects.get(key)
             if meta is None or not meta.complete or meta.disk is not None or not meta.replicas:

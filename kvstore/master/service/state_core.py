@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvstore.config.master import MasterConfig
-from kvstore.master.ledger.changes import ObjectDropped, ReplicaAdded
+from kvstore.master.ledger.changes import ObjectDropped, ObjectsLost, ReplicaAdded
 from kvstore.master.ledger.fences import FenceBook
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import Counters, Replica, Segment
@@ -110,7 +110,7 @@ class StateCore:
         to fence), a batch at a time."""
         # Lost, not removed: what their node names back when it returns is taken
         # (kvstore.master.ledger.tombstones)
-        self.space.fences.tombstones.lose(keys, self.clock() + 2 * self.config.client_ttl)
+        self.ledger.apply([ObjectsLost(keys, self.clock() + 2 * self.config.client_ttl)])
         self.policy.on_remove_many(keys)  # (while they are in the table: the policy's order is the table's)
         self.ledger.drop_objects(keys)
         self.pending.pop_many(keys)

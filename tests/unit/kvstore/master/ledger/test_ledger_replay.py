@@ -91,7 +91,9 @@ def tables(ledger: Ledger) -> dict[str, Any]:
         for seg in ledger.disks.values()
     }
     fences = ledger.fences
-    kills = sorted((k.segment.id, k.slot, k.gen, k.held_offset, k.until) for k in fences.unacknowledged())
+    kills = sorted(
+        (k.segment.id, k.slot, k.gen, k.held_offset, k.until, k.buried) for k in fences.unacknowledged()
+    )
     return {
         "objects": objects,
         "stored_bytes": ledger.stored_bytes,
@@ -100,6 +102,7 @@ def tables(ledger: Ledger) -> dict[str, Any]:
         "kills": kills,
         "fencing": fences.fencing_keys(),
         "held_bytes": fences.held_bytes,
+        "tombstones": (fences.tombstones.entries(), fences.tombstones.floor),
     }
 
 
@@ -110,9 +113,12 @@ def fence(state: MasterState, client: str) -> None:
 
 
 def _agrees(state: MasterState, recorder: Recorder, clock: Clock) -> dict[str, Any]:
-    state.ledger.lapse_fences()  # (fencing ends by the clock, not by a record)
+    replayed = _replayed(recorder.records, clock)
+    for ledger in (state.ledger, replayed):  # (fencing and tombstones lapse by the clock, not by a record)
+        ledger.lapse_fences()
+        ledger.fences.tombstones.lapse(clock(), lambda: False)
     live = tables(state.ledger)
-    assert tables(_replayed(recorder.records, clock)) == live
+    assert tables(replayed) == live
     return live
 
 
@@ -134,6 +140,7 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     state.remove("k10")
     live = _agrees(state, recorder, clock)
     assert live["kills"] and live["fencing"] == {"k11"} and live["held_bytes"] > 0
+    assert set(live["tombstones"][0]["removed"]) == {"k10", "k11"}  # (ObjectsBuried)
     assert live["objects"]["k3"][-1] == 2
     fence(state, "c0")
     live = _agrees(state, recorder, clock)
@@ -156,6 +163,7 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     fence(state, "c0")
     live = _agrees(state, recorder, clock)
     assert len(live["memory"]) == 1 and live["objects"]
+    assert live["tombstones"][0]["lost"]  # what went with c1's segment (ObjectsLost)
 
 
 def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
