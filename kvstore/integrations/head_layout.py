@@ -230,9 +230,7 @@ class HeadLayout(Registrations):
         # Runs of one layer never merge in a batch (one shift moves them all); a layer's last run can
         # meet the next layer's first (layers adjacent in memory), which only a batch's blocks decide.
         self._last_runs = np.cumsum(per_layer)[:-1] - 1
-        self._last_ends = self._run_offsets[self._last_runs] + self._run_lengths[self._last_runs].astype(
-            np.int64
-        )
+        self._last_lengths = self._run_lengths[self._last_runs].astype(np.int64)
         self._one_run_per_layer = bool((per_layer == 1).all())
         # The same for blocks with one id in every layer (one block table per group, as vLLM keeps):
         # each run's shift per block, and each of this rank's members' runs at block 0.
@@ -242,7 +240,6 @@ class HeadLayout(Registrations):
             + self._run_offsets
         )
         self._fewest_blocks = int(self._num_blocks.min())
-        self._last_lengths = self._run_lengths[self._last_runs].astype(np.int64)
 
     @property
     def count(self) -> int:
@@ -292,37 +289,27 @@ class HeadLayout(Registrations):
             raise InvalidArgumentError(
                 f"block {bad} outside the group's layers ({self._fewest_blocks} blocks)"
             )
-        runs = self._member_runs.shape[1]
         addrs = ids[:, None, None] * self._run_strides + self._member_runs  # (block, member, run)
-        objects = addrs.reshape(-1, runs)
-        pieces = Pieces(
-            objects.ravel().view(np.uint64),
-            np.tile(self._run_lengths, len(objects)),
-            np.full(len(objects), runs, dtype=np.int64),
-        )
-        first_runs = self._last_runs + 1
-        if (
-            len(first_runs)
-            and (objects[:, self._last_runs] + self._last_lengths == objects[:, first_runs]).any()
-        ):
-            return coalesce(pieces)  # (layers adjacent in memory: merged as one run)
-        return pieces
+        return self._as_pieces(addrs.reshape(-1, self._member_runs.shape[1]))
 
     def _pieces(self, blocks: np.ndarray, local: np.ndarray) -> Pieces:
         """many_pieces of checked block rows and members counted from this rank's first."""
         starts = blocks * self._strides + local[:, None] * self._shifts  # (object, layer) shifts
         shifts = starts if self._one_run_per_layer else starts[:, self._run_layer]
-        addrs = shifts + self._run_offsets
+        return self._as_pieces(shifts + self._run_offsets)
+
+    def _as_pieces(self, addrs: np.ndarray) -> Pieces:
+        """Pieces of objects given as (object, run) start addresses; a layer's last run that meets the
+        next layer's first (layers adjacent in memory) merged with it."""
         runs = len(self._run_lengths)
         pieces = Pieces(
             addrs.ravel().view(np.uint64),
-            np.tile(self._run_lengths, len(blocks)),
-            np.full(len(blocks), runs, dtype=np.int64),
+            np.tile(self._run_lengths, len(addrs)),
+            np.full(len(addrs), runs, dtype=np.int64),
         )
         first_runs = self._last_runs + 1
-        ends = starts[:, self._run_layer[self._last_runs]] + self._last_ends
-        if len(first_runs) and (ends == addrs[:, first_runs]).any():
-            return coalesce(pieces)  # (layers adjacent in memory: merged as one run)
+        if len(first_runs) and (addrs[:, self._last_runs] + self._last_lengths == addrs[:, first_runs]).any():
+            return coalesce(pieces)
         return pieces
 
     def _blocks(self, rows: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
