@@ -17,7 +17,7 @@ import gc
 import mmap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,6 +131,33 @@ def gbps(seconds: list[float], moved: int) -> float:
 
 def p50_ms(seconds: list[float]) -> float:
     return float(np.median(seconds) * 1e3) if seconds else 0.0
+
+
+Step = Callable[[int], int]  # one path's timed step for request i: the bytes it moved
+
+
+def alternating_rounds(
+    save: Step, put: Step, load: Step, get: Step, requests: int, after: Callable[[int], object]
+) -> dict[str, tuple[list[float], int]]:
+    """Times the connector's steps (save, load) and the store's (put, get) request by request, with the
+    startup heap frozen: which path goes first swaps every request (the second finds the caches as the
+    first left them, and neither may always have that); `after(i)` ends request i (outside the timing).
+    Round 0 warms up connections and memory and is not counted. Per step name: its seconds per request
+    and the bytes it moved in all."""
+    connector_first = [("save", save), ("put", put), ("load", load), ("get", get)]
+    store_first = [("put", put), ("save", save), ("get", get), ("load", load)]
+    timings: dict[str, tuple[list[float], int]] = {}
+    with startup_heap_frozen():
+        for i in range(requests + 1):
+            for name, step in connector_first if i % 2 else store_first:
+                start = time.perf_counter()
+                moved = step(i)
+                seconds = time.perf_counter() - start
+                if i:
+                    total = timings.get(name, ([], 0))
+                    timings[name] = ([*total[0], seconds], total[1] + moved)
+            after(i)
+    return timings
 
 
 Rates = tuple[float, float, float, float, float, float, float, float]
@@ -249,20 +276,11 @@ def run(master: str, engine: str, model: str, blocks: int, requests: int) -> Con
             errors += sum(1 for g in got if g != source.object_bytes)
             return sum(1 for g in got if g == source.object_bytes) * source.object_bytes
 
-        # Alternate the two paths request by request (drift and noise hit both alike), and remove each
-        # request's objects once read back, so the working set is one request whatever the node's size.
-        # Round 0 warms up connections and memory and is not counted.
-        timings: dict[str, tuple[list[float], int]] = {}
-        with startup_heap_frozen():
-            for i in range(requests + 1):
-                for fn in (save, put, load, get):
-                    start = time.perf_counter()
-                    moved = fn(i)
-                    seconds = [time.perf_counter() - start]
-                    if i:
-                        total = timings.get(fn.__name__, ([], 0))
-                        timings[fn.__name__] = (total[0] + seconds, total[1] + moved)
-                store.batch_remove(saved[i] + plain[i], force=True)
+        # Remove each request's objects once read back, so the working set is one request whatever the
+        # node's size.
+        timings = alternating_rounds(
+            save, put, load, get, requests, lambda i: store.batch_remove(saved[i] + plain[i], force=True)
+        )
         if not target.equal(source) or not np.array_equal(flat_src, flat_dst):
             errors += 1
         objects = blocks * source.objects_per_block

@@ -23,19 +23,18 @@ which blocks move) is done before the clock starts; naming each object's key is 
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from kvstore.bench.connector_bench import (
     ConnectorBenchResult,
+    alternating_rounds,
     mapped_memory,
     measure_baseline,
     rates,
-    startup_heap_frozen,
 )
 from kvstore.bench.models import HYBRID_MODELS, MODELS
 from kvstore.blocks import BlockHasher, seq_hashes
@@ -252,9 +251,7 @@ def run_case(
     store = Store.connect(master)
     mover = BlockMover(StoreLink.wrapping(store))
     try:
-        run = CaseRun(store, mover, spec, blocks, requests)
-        with startup_heap_frozen():
-            return run.measure()
+        return CaseRun(store, mover, spec, blocks, requests).measure()
     finally:
         mover.close()
         store.close()
@@ -371,20 +368,14 @@ class CaseRun:
 
     # -- the run ---------------------------------------------------------------------------------------
     def measure(self) -> ConnectorBenchResult:
-        timings: dict[str, tuple[list[float], int]] = {}
-        first: list[Callable[[int], int]] = [self.save, self.put, self.load, self.get]
-        second: list[Callable[[int], int]] = [self.put, self.save, self.get, self.load]
-        for i in range(self.requests + 1):
-            # Which path goes first swaps every request: the second finds the caches as the first left
-            # them (the first one's written objects, the node's pages), and neither may always have that.
-            for step in first if i % 2 else second:
-                start = time.perf_counter()
-                moved = step(i)
-                seconds = time.perf_counter() - start
-                if i:
-                    total = timings.get(step.__name__, ([], 0))
-                    timings[step.__name__] = ([*total[0], seconds], total[1] + moved)
-            self.store.batch_remove(self._request_keys(i), force=True)
+        timings = alternating_rounds(
+            self.save,
+            self.put,
+            self.load,
+            self.get,
+            self.requests,
+            lambda i: self.store.batch_remove(self._request_keys(i), force=True),
+        )
         if not self.verified() or not self.plain.verified():
             self.errors += 1
         return self._result(timings)
