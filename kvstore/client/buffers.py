@@ -177,6 +177,8 @@ class PieceValues(Sequence[RawPieces]):
             if step != 1:
                 raise InvalidArgumentError("values are sliced in order")
             stop = max(first, stop)
+            if first == 0 and stop == len(self):  # (the usual one-chunk read: no arrays made again)
+                return self
             a, b = self._starts[first], self._starts[stop]
             return PieceValues(self.addrs[a:b], self.lengths[a:b], self.counts[first:stop])
         if i < 0:
