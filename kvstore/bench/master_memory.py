@@ -59,8 +59,8 @@ def main() -> int:
     args = parser.parse_args()
     n, width = args.objects, args.key_bytes
     state = MasterState(MasterConfig.load())
-    state.register_client("node", "host")
-    state.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
+    state.members.register_client("node", "host")
+    state.members.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
     holds = state.space.holds
     gc.collect()
     settle_collector()  # as the master process does once started
@@ -69,11 +69,11 @@ def main() -> int:
     for start in range(0, n, args.batch_size):
         keys = [f"{i:0{width}d}" for i in range(start, min(n, start + args.batch_size))]
         out: list[object] = []
-        state.start_puts("node", [m.PutItem(k, 1024, 7) for k in keys], 1, False, 0, False, out)  # type: ignore[arg-type]
-        state.commit_puts("node", keys)
+        state.puts.start_puts("node", [m.PutItem(k, 1024, 7) for k in keys], 1, False, 0, False, out)  # type: ignore[arg-type]
+        state.puts.commit_puts("node", keys)
         holds.take("node", 1 << 30)
         holds.acknowledge("node", 1 << 62)
-        state.heartbeat("node")
+        state.members.heartbeat("node")
     seconds = time.perf_counter() - began
     gc.collect()
     grown = rss_bytes() - before
@@ -114,8 +114,10 @@ def readmit(state: MasterState, n: int) -> float:
     records = held_records(state)
     fresh = MasterState(MasterConfig.load())
     handlers = Handlers(fresh)
-    fresh.register_client("node", "host", "node")
-    segment = fresh.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", n * 2, restoring=True)
+    fresh.members.register_client("node", "host", "node")
+    segment = fresh.members.mount_segment(
+        "node", "127.0.0.1:1", 1, n * 2048 * 2, "host", n * 2, restoring=True
+    )
     frames = []
     for at in range(0, len(records), m.FENCE_BATCH):
         chunk = [list(r) for r in records[at : at + m.FENCE_BATCH]]

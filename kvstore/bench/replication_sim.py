@@ -64,8 +64,8 @@ def simulate_replication(
     )
     state = MasterState(config, clock=lambda: now[0])
     for i in range(nodes):
-        state.register_client(f"node{i}", f"host{i}")
-        state.mount_segment(f"node{i}", f"node{i}:0", 1, capacity * UNIT, f"host{i}")
+        state.members.register_client(f"node{i}", f"host{i}")
+        state.members.mount_segment(f"node{i}", f"node{i}:0", 1, capacity * UNIT, f"host{i}")
     frequency = Counter(k for r in requests for k in r)
     ranked = [k for k, _ in frequency.most_common(1000)]
     ranks = [r for r in (10, 100, 1000) if r <= len(ranked)]
@@ -77,17 +77,17 @@ def simulate_replication(
     every = max(1, len(requests) // samples)
     for index, (keys, t) in enumerate(zip(requests, timestamps, strict=True)):
         now[0] = t
-        matched = state.match_prefix(keys)
+        matched = state.access.match_prefix(keys)
         for meta in matched:
             reads[rng.choice(meta.replicas).segment.id] += 1
         hits += len(matched)
         blocks += len(keys)
         for key in keys[len(matched) :]:
-            if state.put_start("node0", key, UNIT, 0, 1, False) is not None:
-                state.put_end("node0", key)
+            if state.puts.put_start("node0", key, UNIT, 0, 1, False) is not None:
+                state.puts.put_end("node0", key)
         if t >= next_plan:  # the master's housekeeping period, on trace time
             state.replicator.plan()
-            for client in list(state.clients):
+            for client in list(state.members.clients):
                 for task in state.replicator.tasks_for(client):
                     state.replicator.complete(client, task.task, True)
             next_plan = t + 0.5
@@ -97,7 +97,7 @@ def simulate_replication(
                 held = state.objects.get(ranked[r - 1])
                 row.append(float(len(held.replicas)) if held else 0.0)
             timeline.append(row)
-    per_node = [reads[s.id] for s in state.segments.values()]
+    per_node = [reads[s.id] for s in state.space.segments.values()]
     mean = sum(per_node) / len(per_node) if per_node else 0.0
     return ReplicationResult(
         name,

@@ -21,15 +21,17 @@ MiB = 1 << 20
 
 
 def _mount_memory(state: MasterState, client: str, size: int, restoring: bool) -> Any:
-    n = len(state.clients)
-    state.register_client(client, f"h{n}")
-    seg_id = state.mount_segment(client, f"127.0.0.1:{7000 + n}", 1, size, f"h{n}", restoring=restoring)
-    return state.segments[seg_id]
+    n = len(state.members.clients)
+    state.members.register_client(client, f"h{n}")
+    seg_id = state.members.mount_segment(
+        client, f"127.0.0.1:{7000 + n}", 1, size, f"h{n}", restoring=restoring
+    )
+    return state.space.segments[seg_id]
 
 
 def _mount_disk(state: MasterState, client: str, size: int, restoring: bool) -> Any:
-    n = len(state.clients)
-    state.register_client(client, f"h{n}")
+    n = len(state.members.clients)
+    state.members.register_client(client, f"h{n}")
     return state.disk.mount(client, size, f"h{n}", f"/nvme/{client}", restoring=restoring)
 
 
@@ -105,7 +107,7 @@ def test_a_segment_being_restored_takes_no_new_copies_until_its_restore_ends(tie
 def test_an_unmounted_segment_takes_nothing(tier: Tier) -> None:
     space, mount = tier.space, tier.mount
     seg = mount("a", 8 * MiB)
-    tier.state.drop_client("a")
+    tier.state.members.drop_client("a")
     assert not space.mounted(seg) and space.candidates(MiB) == [] and space.take(seg, "k", MiB) is None
     assert space.capacity == 0
 

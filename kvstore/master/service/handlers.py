@@ -76,14 +76,11 @@ class Handlers:
         master's term as its cluster's leader (0: no HA), told to every client in Hello. `watch`: the
         server's loop watch (stats carry it; the scrape-time requests are timed by it). `mounts`: checks
         each segment mount against its engine (None: mounts are taken as said)."""
-        self.state = state  # (the operations it names: kvstore.master.service.state)
-        # The owners of what the handlers wait on or answer from, given by the state.
-        self.config, self.clock, self.members, self.access = (
-            state.config,
-            state.clock,
-            state.members,
-            state.access,
-        )
+        self.state = state  # (its stats: kvstore.master.service.state)
+        # The owners of what the handlers ask, wait on or answer from, given by the state.
+        self.config, self.clock, self.core = state.config, state.clock, state.core
+        self.members, self.roles, self.suspicion = state.members, state.roles, state.suspicion
+        self.puts, self.access, self.removal = state.puts, state.access, state.removal
         self.fences, self.holds, self.polls, self.disk = state.fences, state.holds, state.polls, state.disk
         self.work = WorkChannel(
             self.members.client,
@@ -91,8 +88,8 @@ class Handlers:
             state.disk,
             state.replicator,
             state.corrupt_checks,
-            state.confirm_corrupt,
-            state.plan_demotions,
+            self.removal.confirm_corrupt,
+            self.core.plan_demotions,
         )
         self.mounts = mounts
         self.watch = watch or LoopWatch()
@@ -124,7 +121,7 @@ class Handlers:
                 ) from None
             raise NotSupportedError(f"unknown method {method!r}") from None
         if type(request) in m.OWN_NAME:  # (an unknown client is left to the handler: most say "register")
-            self.state.check_token(request.client_id, request.token)  # type: ignore[attr-defined]
+            self.members.check_token(request.client_id, request.token)  # type: ignore[attr-defined]
         if isinstance(request, m.RegisterClient):
             return self.register_client(request, peer)
         return self.by_type[type(request)](request)
@@ -145,7 +142,7 @@ class Handlers:
         if r.node_id:
             self.node_nonces.spend(r.node_id, r.node_nonce)
         checks = self.mounts
-        holder = self.state.node_holder(r.node_id, r.client_id) if checks is not None else None
+        holder = self.members.node_holder(r.node_id, r.client_id) if checks is not None else None
         if checks is None or holder is None:
             return self._registered(r, peer)
         return self._once_gone(r, peer, checks, *holder)
@@ -184,7 +181,7 @@ class Handlers:
         return reply
 
     def _registered(self, r: m.RegisterClient, peer: str) -> m.RegisterReply:
-        self.state.register_client(r.client_id, r.host_id, r.node_id, r.token, peer)
+        self.members.register_client(r.client_id, r.host_id, r.node_id, r.token, peer)
         c = self.config
         return m.RegisterReply(
             c.heartbeat_interval,
@@ -196,18 +193,18 @@ class Handlers:
 
     def heartbeat(self, r: m.Heartbeat) -> m.HeartbeatReply:
         """Keeps the client alive (its node's work comes on its work channel: await_work)."""
-        known = self.state.heartbeat(r.client_id)
+        known = self.members.heartbeat(r.client_id)
         if r.touched:  # reads the client served from leased locations
-            self.state.touch(r.touched)
+            self.access.touch(r.touched)
         if known and r.paths is not None:
             self.paths.report(r.client_id, r.paths)
         return m.HeartbeatReply(known)
 
     def change_replica(self, r: m.ChangeReplica) -> None:
-        self.state.change_replica(r.key, r.replicas)
+        self.access.change_replica(r.key, r.replicas)
 
     def close_client(self, r: m.CloseClient) -> None:
-        self.state.drop_client(r.client_id)
+        self.members.drop_client(r.client_id)
 
     def mount_segment(self, r: m.MountSegment) -> int | Deferred:
         """Mounts once the engine it names confirmed it (kvstore.master.service.mount_check), when checked."""
@@ -221,7 +218,7 @@ class Handlers:
         checks = self.mounts
         if checks is None:
             return mount()
-        self.state.check_client(client_id)  # (before a handshake is spent on it)
+        self.members.client(client_id)  # (before a handshake is spent on it)
         refusal: list[str | None] = []
 
         def mounted() -> int:
@@ -241,12 +238,12 @@ class Handlers:
         return reply
 
     def _mount(self, r: m.MountSegment) -> int:
-        return self.state.mount_segment(
+        return self.members.mount_segment(
             r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots, r.restoring
         )
 
     def restore_segment(self, r: m.RestoreSegment) -> list[int]:
-        return self.state.restore_segment(r.client_id, r.segment_id, r.records, r.last, r.removed)
+        return self.members.restore_segment(r.client_id, r.segment_id, r.records, r.last, r.removed)
 
     def await_work(self, r: m.AwaitWork) -> m.NodeWork | Deferred:
         """Takes the node's reports; answers with its work (kvstore.master.service.node_work), at once when
@@ -274,12 +271,12 @@ class Handlers:
         return self._after(reply, c.lease_ttl + 2 * c.heartbeat_interval, when_settled)
 
     def unmount_segment(self, r: m.UnmountSegment) -> None:
-        self.state.unmount_segment(r.client_id, r.segment_id)
+        self.members.unmount_segment(r.client_id, r.segment_id)
 
     def put_start(self, r: m.PutStart) -> list[m.ItemResult] | Deferred:
         """Places each item. When room is on its way (an object being demoted, slots being fenced), the
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
-        self.state.check_client(r.client_id)  # an unknown writer fails the request, not each item
+        self.members.client(r.client_id)  # an unknown writer fails the request, not each item
         return self._start_items(r, [], self.clock() + self.config.put_room_wait)
 
     def _start_items(
@@ -289,7 +286,7 @@ class Handlers:
         from the item that waits for room (until `deadline`; after it, nothing waits)."""
         wait = self.clock() < deadline
         try:
-            self.state.start_puts(r.client_id, r.items, r.replicas, r.pin, r.min_replicas, wait, started)
+            self.puts.start_puts(r.client_id, r.items, r.replicas, r.pin, r.min_replicas, wait, started)
         except RoomComing as coming:
             left = max(0.0, deadline - self.clock())
             reply = Deferred(lambda: self._start_items(r, started, deadline), left)
@@ -311,7 +308,7 @@ class Handlers:
         """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they
         hold them (at most durable_wait), so a master that dies after it cannot lose them: the
         nodes name them to the next one."""
-        errors, marks = self.state.commit_puts(r.client_id, r.keys)
+        errors, marks = self.puts.commit_puts(r.client_id, r.keys)
         done = m.ItemResult(0, "", None)
         results = [done if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
         wait = self.config.durable_wait
@@ -320,7 +317,7 @@ class Handlers:
         return self._after(results, wait, lambda ready: self.holds.when_held(marks, ready, wait))
 
     def put_revoke(self, r: m.PutRevoke) -> list[m.ItemResult]:
-        return [_per_item(functools.partial(self.state.put_revoke, r.client_id, k)) for k in r.keys]
+        return [_per_item(functools.partial(self.puts.put_revoke, r.client_id, k)) for k in r.keys]
 
     def get_replicas(self, r: m.GetReplicas) -> list[m.ObjectLocation | None] | Packed | Deferred:
         """Per key its location with a lease (kvstore.master.service.reads); the reply waits for objects only
@@ -336,7 +333,7 @@ class Handlers:
         """A disk its engine serves (`engine`, `file_region`) is checked as a segment is."""
 
         def mount() -> int:
-            self.state.check_client(r.client_id)
+            self.members.client(r.client_id)
             disk = self.disk.mount(
                 r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
             )
@@ -347,28 +344,28 @@ class Handlers:
         return self._once_checked(r.client_id, r.engine, r.file_region, r.size, mount)
 
     def restore_disk(self, r: m.RestoreDisk) -> int:
-        return self.state.restore_disk(r.client_id, r.records, r.last, r.removed)
+        return self.members.restore_disk(r.client_id, r.records, r.last, r.removed)
 
     def disk_degraded(self, r: m.DiskDegraded) -> None:
-        self.state.check_client(r.client_id)
+        self.members.client(r.client_id)
         self.disk.set_degraded(r.client_id, r.reason)
 
     def match_prefix(self, r: m.MatchPrefix) -> m.PrefixMatch:
         return reads.prefix_match(self.access, r.keys)
 
     def exists(self, r: m.Exists) -> list[bool]:
-        return self.state.exists_many(r.keys)
+        return self.access.exists_many(r.keys)
 
     def report_replicas(self, r: m.ReportReplicas) -> None:
         """Only from a registered client (and in its own name: handle() checked its token)."""
-        self.state.check_client(r.client_id)
+        self.members.client(r.client_id)
         for engine in r.unreachable:
-            owner = self.state.report_unreachable(engine, r.client_id)
+            owner = self.suspicion.report_unreachable(engine, r.client_id)
             # the master's own look at it (kvstore.master.service.suspicion)
             if owner and self.mounts is not None:
-                self.mounts.probe(engine, owner, functools.partial(self.state.probed, engine, owner))
+                self.mounts.probe(engine, owner, functools.partial(self.suspicion.probed, engine, owner))
         for c in r.corrupt:
-            self.state.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
+            self.removal.report_corrupt(c.key, c.engine, c.region_id, c.offset, c.checksum)
 
     def _once_forgotten(self, first_kill: int, reply: Any) -> Any:
         """`reply`, once the nodes applied the kills queued from `first_kill` on (they forgot the removed
@@ -387,23 +384,23 @@ class Handlers:
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
         first_kill = self.fences.next_id
-        results = [_per_item(functools.partial(self.state.remove, k, r.force, r.client_id)) for k in r.keys]
+        results = [_per_item(functools.partial(self.removal.remove, k, r.force, r.client_id)) for k in r.keys]
         removed = [k for k, res in zip(r.keys, results, strict=True) if not res.code]
         return self._once_fenced(removed, self._once_forgotten(first_kill, results))
 
     def remove_all(self, r: m.RemoveAll) -> int | Deferred:
         first_kill = self.fences.next_id
-        removed = self.state.remove_all(r.force, r.client_id)
+        removed = self.removal.remove_all(r.force, r.client_id)
         return self._once_fenced(removed, self._once_forgotten(first_kill, len(removed)))
 
     def node_challenge(self, r: m.NodeChallenge) -> str:
         return self.node_nonces.new()
 
     def admin_challenge(self, r: m.AdminChallenge) -> str:
-        return self.state.admin_challenge(r.client_id)
+        return self.roles.admin_challenge(r.client_id)
 
     def admin_prove(self, r: m.AdminProve) -> None:
-        self.state.admin_prove(r.client_id, r.proof, self.admin_secret)
+        self.roles.admin_prove(r.client_id, r.proof, self.admin_secret)
 
     def stats(self, r: m.Stats) -> dict[str, Any]:
         with self.watch.timed("scrape_stats"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import itertools
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
 from kvstore.master.ledger.model import Client, Segment
@@ -18,47 +18,33 @@ DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
 FAIR_SHARE_WALK = 64  # clients of the fullest address looked at for one holding nothing (at max_clients)
 
 
-def registered(clients: Mapping[str, Client], client_id: str) -> Client:
-    """The registered client, or NotFoundError (it must register again after a restart)."""
-    client = clients.get(client_id)
-    if client is None:
-        raise NotFoundError(f"unknown client {client_id}; register first")
-    return client
-
-
 class Membership:
-    """The registered clients (by node identity and by the address they register from) and their
-    segments; dropping one lets go of everything it held."""
+    """The registered clients (by node identity and by the address they register from), their segments
+    and their roles; dropping one lets go of everything it held."""
 
-    def __init__(
-        self, core: StateCore, clients: dict[str, Client], roles: Roles, suspicion: Suspicion
-    ) -> None:
+    def __init__(self, core: StateCore, clients: dict[str, Client], suspicion: Suspicion) -> None:
         """`core`: the tables and primitives it works on; `clients`: the table it keeps (others read it);
-        `roles`, `suspicion`: told of heartbeats and of dropped clients."""
+        `suspicion`: told of heartbeats and of dropped clients."""
         self.config, self.clock, self.counters = core.config, core.clock, core.counters
         self.space, self.disk, self.ledger, self.policy = core.space, core.disk, core.ledger, core.policy
         self._pending = core.pending
         self.replicator, self.restorer = core.replicator, core.restorer
         self._delete, self._delete_bare = core.delete, core.delete_bare
-        self.roles, self.suspicion = roles, suspicion
+        self.suspicion = suspicion
         self.clients = clients
+        self.roles = Roles(clients, self.client)  # a role lasts as long as the registration
         self._by_node: dict[str, str] = {}  # node identity -> the client registered with it
         # Where clients register from -> its clients, in heartbeat order (max_clients_per_host): the
         # connection's peer address (a claimed host id would let a member fill another host's share).
         self._hosts: dict[str, dict[str, None]] = {}
         self._address_of: dict[str, str] = {}  # client -> its key in _hosts
 
-    @property
-    def segments(self) -> Mapping[int, Segment]:
-        return self.space.segments
-
-    def check_client(self, client_id: str) -> None:
-        """NotFoundError unless the client is registered (it must register again after a restart)."""
-        registered(self.clients, client_id)
-
     def client(self, client_id: str) -> Client:
-        """The registered client, or NotFoundError."""
-        return registered(self.clients, client_id)
+        """The registered client, or NotFoundError (it must register again after a restart)."""
+        client = self.clients.get(client_id)
+        if client is None:
+            raise NotFoundError(f"unknown client {client_id}; register first")
+        return client
 
     def register_client(
         self, client_id: str, host_id: str, node_id: str = "", token: str = "", address: str = ""
@@ -104,7 +90,7 @@ class Membership:
         if old is None or old == client_id or old not in self.clients:
             return None
         for seg_id in self.clients[old].segments:
-            seg = self.segments.get(seg_id)
+            seg = self.space.segments.get(seg_id)
             if seg is not None:
                 return old, seg.engine
         disk = next((s for s in self.disk.segments.values() if s.client_id == old and s.engine), None)
@@ -221,13 +207,13 @@ class Membership:
     ) -> list[int]:
         """kvstore.master.service.restore.Restore.restore_segment: the replicas a node names back; returns the
         refused slots."""
-        seg = self.segments.get(segment_id)
+        seg = self.space.segments.get(segment_id)
         if seg is None or seg.client_id != client_id:
             raise NotFoundError(f"client {client_id} has no segment {segment_id}")
         return self.restorer.restore_segment(seg, records, last, removed or [])
 
     def unmount_segment(self, client_id: str, segment_id: int) -> None:
-        seg = self.segments.get(segment_id)
+        seg = self.space.segments.get(segment_id)
         if seg is None or seg.client_id != client_id:
             raise NotFoundError(f"client {client_id} has no segment {segment_id}")
         self._drop_segment(seg)
@@ -263,7 +249,7 @@ class Membership:
             self._hosts.pop(address, None)
         self.roles.forget(client_id)
         for seg_id in list(client.segments):
-            seg = self.segments.get(seg_id)
+            seg = self.space.segments.get(seg_id)
             if seg is not None:
                 self._drop_segment(seg)
         for meta in self._pending.by(client_id):

@@ -17,8 +17,8 @@ class Roles:
     """The admins among the registered clients and the nonces they prove the secret over."""
 
     def __init__(self, clients: Mapping[str, Client], client: Callable[[str], Client]) -> None:
-        """`clients`: the registered ones (kvstore.master.service.membership); `client(id)`: the registered
-        client, or NotFoundError."""
+        """`clients`: the registered ones; `client(id)`: the registered client, or NotFoundError (both
+        Membership's, which keeps the roles: kvstore.master.service.membership)."""
         self.clients = clients
         self._client = client
         self.admins: set[str] = set()  # registrations that proved the admin secret

@@ -3,26 +3,26 @@
 Pure bookkeeping, no I/O: the RPC service calls it from one event loop, tests call it directly with a
 fake clock. Data never passes through here; clients move it through the transfer engine. Each job is a
 collaborator of its own, given the tables and the other jobs it works with (not this object): the tables
-and shared primitives (state_core), clients and segments (membership), suspicion of unreachable nodes
-(suspicion), admin roles (roles), puts, reads (access), removal and eviction (removal), what nodes name
-back (restore); this one builds them, names the operations callers ask for, and keeps time.
+and shared primitives (state_core), clients, their segments and admin roles (membership, roles), suspicion
+of unreachable nodes (suspicion), puts, reads (access), removal and eviction (removal), what nodes name
+back (restore); this one builds them and runs what spans them (a stall's credit, expiry, the stats):
+callers ask each job itself.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from kvstore.config.master import MasterConfig
 from kvstore.master.ledger.groups import INCOMPLETE_PUT_TIMEOUTS
-from kvstore.master.ledger.model import Client, Segment
+from kvstore.master.ledger.model import Client
 from kvstore.master.planners.victims import RoomComing
 from kvstore.master.service.access import Access
-from kvstore.master.service.membership import Membership, registered
+from kvstore.master.service.membership import Membership
 from kvstore.master.service.puts import Puts
 from kvstore.master.service.removal import Removal
-from kvstore.master.service.roles import Roles
 from kvstore.master.service.state_core import StateCore
 from kvstore.master.service.suspicion import Suspicion
 
@@ -30,17 +30,18 @@ __all__ = ["MasterState", "RoomComing"]
 
 
 class MasterState:
-    """Builds the jobs, each given what it works with, and names their operations for callers."""
+    """Builds the jobs, each given what it works with; callers ask each job (`state.puts.put_start`,
+    `state.members.register_client`, ...). Its own operations are those that span the jobs: crediting a
+    stall, expiry and the stats."""
 
     def __init__(self, config: MasterConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.clock = clock
         core = self.core = StateCore(config, clock)
-        clients: dict[str, Client] = {}
-        self.clients: Mapping[str, Client] = clients
-        self.roles = Roles(clients, functools.partial(registered, clients))
+        clients: dict[str, Client] = {}  # the registered ones: Membership's table, suspicion reads it
         self.suspicion = Suspicion(config, clock, core.space, clients, core.counters)
-        self.members = Membership(core, clients, self.roles, self.suspicion)
+        self.members = Membership(core, clients, self.suspicion)
+        self.roles = self.members.roles
         self.removal = Removal(core, self.roles)
         self.puts = Puts(core, self.removal, self.members.client)
         self.access = Access(core)
@@ -55,67 +56,6 @@ class MasterState:
             core.counters,
         )
         self._pending = core.pending
-        self._name_operations()
-
-    def _name_operations(self) -> None:
-        """The operations callers (the handlers, the server, benches, tests) ask the state for, each its
-        owner's own method."""
-        members, puts, access, removal, roles = self.members, self.puts, self.access, self.removal, self.roles
-        self.register_client, self.heartbeat, self.drop_client = (
-            members.register_client,
-            members.heartbeat,
-            members.drop_client,
-        )
-        self.check_client, self.check_token, self.node_holder = (
-            members.check_client,
-            members.check_token,
-            members.node_holder,
-        )
-        self.mount_segment, self.unmount_segment = members.mount_segment, members.unmount_segment
-        self.restore_segment, self.restore_disk = members.restore_segment, members.restore_disk
-        self.start_puts, self.put_start, self.put_end = puts.start_puts, puts.put_start, puts.put_end
-        self.put_end_many, self.commit_puts, self.put_revoke = (
-            puts.put_end_many,
-            puts.commit_puts,
-            puts.put_revoke,
-        )
-        self.get_replicas, self.locate_many, self.touch = (
-            access.get_replicas,
-            access.locate_many,
-            access.touch,
-        )
-        self.match_prefix, self.change_replica = access.match_prefix, access.change_replica
-        self.exists_many, self.exists, self.offered = access.exists_many, self.core.exists, self.core.offered
-        self.remove, self.remove_all, self.drop_incomplete_groups = (
-            removal.remove,
-            removal.remove_all,
-            removal.drop_incomplete_groups,
-        )
-        self.report_corrupt, self.confirm_corrupt = removal.report_corrupt, removal.confirm_corrupt
-        self.evict_to_watermark = removal.evict_to_watermark
-        self.report_unreachable, self.probed = self.suspicion.report_unreachable, self.suspicion.probed
-        self.judge_unreachable_reports = self.suspicion.judge_unreachable_reports
-        self.admin_challenge, self.admin_prove, self.check_admin = (
-            roles.admin_challenge,
-            roles.admin_prove,
-            roles.check_admin,
-        )
-        self.plan_demotions, self.usage = self.core.plan_demotions, self.core.usage
-        self.plan_replication = self.replicator.plan
-
-    @property
-    def segments(self) -> Mapping[int, Segment]:
-        return self.space.segments
-
-    @property
-    def capacity(self) -> int:
-        """Bytes of all mounted segments."""
-        return self.space.capacity
-
-    @property
-    def used(self) -> int:
-        """Bytes allocated in all segments."""
-        return self.space.used
 
     def credit_stall(self, seconds: float) -> None:
         """The master itself did not run for `seconds` (a paused VM, SIGSTOP, swap, one request holding the
@@ -125,7 +65,7 @@ class MasterState:
             return
         self.counters.stalls += 1
         self.counters.stalled_seconds += seconds
-        for client in self.clients.values():
+        for client in self.members.clients.values():
             client.last_seen += seconds
         self._pending.credit(seconds)
         self.replicator.credit_stall(seconds)
@@ -134,17 +74,19 @@ class MasterState:
     def expire(self) -> None:
         """Drops silent clients and reclaims abandoned puts."""
         now = self.clock()
-        for client in [c for c in self.clients.values() if now - c.last_seen > self.config.client_ttl]:
+        for client in [
+            c for c in self.members.clients.values() if now - c.last_seen > self.config.client_ttl
+        ]:
             self.counters.dropped_clients += 1
-            self.drop_client(client.id)
+            self.members.drop_client(client.id)
         for meta in self._pending.expired(now):
             self.counters.reclaimed_puts += 1
             self.core.delete(meta)
         # Groups missing a member for a few put timeouts (a writer died, a node was lost) are dropped.
-        self.drop_incomplete_groups(
+        self.removal.drop_incomplete_groups(
             self.ledger.groups.stale(now - INCOMPLETE_PUT_TIMEOUTS * self.config.put_timeout)
         )
-        self.judge_unreachable_reports()
+        self.suspicion.judge_unreachable_reports()
         self.corrupt_checks.expire()
         self.replicator.expire()
         self.disk.expire()
@@ -156,13 +98,13 @@ class MasterState:
             "pending_puts": len(self._pending),
             "groups_incomplete": self.ledger.groups.incomplete(),
             "bytes": self.ledger.stored_bytes,
-            "capacity": self.capacity,
-            "used": self.used,
-            "usage": self.usage(),
-            "segments": len(self.segments),
+            "capacity": self.space.capacity,
+            "used": self.space.used,
+            "usage": self.core.usage(),
+            "segments": len(self.space.segments),
             # mounted but still naming back what their node holds: a get of what they hold misses till then
-            "segments_restoring": sum(1 for s in self.segments.values() if s.restoring is not None),
-            "clients": len(self.clients),
+            "segments_restoring": sum(1 for s in self.space.segments.values() if s.restoring is not None),
+            "clients": len(self.members.clients),
             "replica_copies": self.replicator.copies_done,
             "replica_copy_failures": self.replicator.copies_failed,
             "replicas_dropped": self.replicator.dropped,

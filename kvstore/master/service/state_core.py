@@ -13,7 +13,7 @@ from kvstore.config.master import MasterConfig
 from kvstore.master.ledger.changes import ObjectDropped, ObjectsLost, ReplicaAdded
 from kvstore.master.ledger.fences import FenceBook
 from kvstore.master.ledger.ledger import Ledger
-from kvstore.master.ledger.model import Counters, Replica, Segment
+from kvstore.master.ledger.model import Counters, Replica
 from kvstore.master.ledger.node_polls import NodePolls
 from kvstore.master.ledger.objects import MEMORY_ORDER, ObjectMeta, TableOrder
 from kvstore.master.ledger.pending import PutsInProgress
@@ -65,10 +65,6 @@ class StateCore:
             config, clock, self.ledger, self.space, self.disk, self.policy, self.counters, self.delete
         )
 
-    @property
-    def segments(self) -> Mapping[int, Segment]:
-        return self.space.segments
-
     def _hold_added(self, records: list[ReplicaAdded]) -> None:
         """A copy that landed is told to its node (kvstore.master.ledger.holds; a put's replicas are told as
         they are placed)."""
@@ -117,19 +113,11 @@ class StateCore:
         self.replicator.forget_many(keys)
         self.disk.forget_many(keys)
 
-    @property
-    def capacity(self) -> int:
-        """Bytes of all mounted segments."""
-        return self.space.capacity
-
-    @property
-    def used(self) -> int:
-        """Bytes allocated in all segments."""
-        return self.space.used
-
     def usage(self) -> float:
-        return self.used / self.capacity if self.capacity else 0.0
+        """The share of memory allocated (kvstore.master.planners.placement.SegmentSpace keeps the bytes)."""
+        space = self.space
+        return space.used / space.capacity if space.capacity else 0.0
 
     def plan_demotions(self, urgent: bool = False) -> None:
         """Gives disk records to the objects eviction would take next (kvstore.master.planners.disk_tier)."""
-        self.disk.plan(self.usage(), self.capacity, self.policy.candidates, urgent)
+        self.disk.plan(self.usage(), self.space.capacity, self.policy.candidates, urgent)

@@ -261,16 +261,17 @@ class Master:
                     self.state.credit_stall(stalled)
                     continue  # read what queued up meanwhile before judging anyone
                 timed, state = self.watch.timed, self.state
+                core, removal, replicator = state.core, state.removal, state.replicator
                 with timed("expire"):
                     state.expire()
                 with timed("rates"):
                     self.rates.sample(state.clock(), vars(state.counters))
                 with timed("demotion_plan"):
-                    state.plan_demotions()
+                    core.plan_demotions()
                 with timed("evict_to_watermark"):
-                    state.evict_to_watermark()
+                    removal.evict_to_watermark()
                 with timed("replication_plan"):
-                    state.plan_replication()
+                    replicator.plan()
                 if now - swept >= sweep_every:
                     swept = now
                     with timed("idle_connections"):

@@ -44,8 +44,8 @@ def cluster_status(state: MasterState, rates: RateWindow, address: str, started:
     for space in state.tiers:
         for seg in sorted(space.segments.values(), key=lambda s: s.id):
             rows.setdefault(seg.client_id, []).append(space.describe(seg))
-    nodes = []
-    for client in state.clients.values():
+    nodes, members = [], state.members
+    for client in members.clients.values():
         segments = rows.get(client.id, [])
         if not segments and not client.node_id:
             continue  # a plain client

@@ -72,7 +72,7 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             # (the store contributes no memory: every object is on the node)
             assert store.batch_put_from(keys, [b"v" * 4096] * 100) == [0] * 100
             state = master.master.state
-            (node_id,) = [c.node_id for c in list(state.clients.values()) if c.node_id]
+            (node_id,) = [c.node_id for c in list(state.members.clients.values()) if c.node_id]
             host_and_name, _, fingerprint = node_id.rpartition("#")
             assert len(fingerprint) == 32
             forged = [
@@ -90,7 +90,7 @@ def test_a_member_naming_a_live_nodes_identity_cannot_drop_it() -> None:
             assert failed == 0
             assert state.counters.superseded_clients == 0
             assert store.batch_get(keys) == [b"v" * 4096] * 100
-            assert [c.node_id for c in list(state.clients.values()) if c.node_id] == [node_id]
+            assert [c.node_id for c in list(state.members.clients.values()) if c.node_id] == [node_id]
 
 
 def test_a_member_that_learned_a_nodes_key_cannot_drop_the_live_node(tmp_path: Path) -> None:
@@ -108,14 +108,16 @@ def test_a_member_that_learned_a_nodes_key_cannot_drop_the_live_node(tmp_path: P
         with kvstore_process(node), Store.connect(master.address) as store, member(master.address) as evil:
             assert store.batch_put_from(keys, [b"v" * 4096] * 40) == [0] * 40
             state = master.master.state
-            ((holder, node_id),) = [(c.id, c.node_id) for c in list(state.clients.values()) if c.node_id]
+            ((holder, node_id),) = [
+                (c.id, c.node_id) for c in list(state.members.clients.values()) if c.node_id
+            ]
             node_key = Path(f"{disk}.node-key").read_text()  # (kvstore.node.node_key.path_of)
             assert m.node_key_fingerprint(node_key) == node_id.rpartition("#")[2]
             for _ in range(4):
                 with pytest.raises(PermissionDeniedError, match="held by a live process"):
                     register(evil, node_id=node_id, node_key=node_key)
             assert state.counters.superseded_clients == 0
-            assert [c.id for c in list(state.clients.values()) if c.node_id] == [holder]
+            assert [c.id for c in list(state.members.clients.values()) if c.node_id] == [holder]
             assert store.batch_get(keys) == [b"v" * 4096] * 40
 
 
@@ -225,7 +227,7 @@ def test_the_masters_probe_confirms_a_dead_node_on_one_clients_word() -> None:
             Store.connect(master.address, segment_size=8 << 20) as store,
             member(master.address) as evil,
         ):
-            engines = {s.engine for s in list(master.master.state.segments.values())}
+            engines = {s.engine for s in list(master.master.state.space.segments.values())}
             engine = next(e for e in engines if e != store.session.engine.name)
             reporter, token = register(evil)
             proc.kill()
@@ -257,11 +259,11 @@ def test_registrations_are_bounded_and_a_healthy_client_is_never_dropped() -> No
                 taken += 1
             except TooManyConnectionsError:
                 refused += 1
-            assert len(state.clients) <= 32 and time.monotonic() < deadline
+            assert len(state.members.clients) <= 32 and time.monotonic() < deadline
             if i % 100 == 99:
                 time.sleep(0.35)  # (they never heartbeat: idle after a heartbeat interval)
         assert refused and taken > 32
-        assert healthy.client_id in state.clients
+        assert healthy.client_id in state.members.clients
         assert healthy.put("still", b"s" * 4096) is None and healthy.get("still") == b"s" * 4096
         time.sleep(0.35)
         with Store.connect(master.address) as late:  # a new healthy client gets in: idle ones go
@@ -280,7 +282,7 @@ def test_the_per_host_cap_counts_the_connections_address_not_the_claimed_host() 
             register(evil, f"claimed-{i}")
         with pytest.raises(TooManyConnectionsError, match=r"8 clients of host 127\.0\.0\.1"):
             register(evil, "claimed-9")
-        assert len(master.master.state.clients) == 8
+        assert len(master.master.state.members.clients) == 8
 
 
 # -- item 9: the destructive calls are an admin's ---------------------------------------------------

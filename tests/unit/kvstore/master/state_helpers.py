@@ -29,8 +29,8 @@ def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) 
     state = MasterState(MasterConfig.load(**config), clock=clock)
     for i, (host, size) in enumerate(segments):
         client = f"c{i}"
-        state.register_client(client, host)
-        state.mount_segment(client, f"127.0.0.1:{7000 + i}", 1, size, host)
+        state.members.register_client(client, host)
+        state.members.mount_segment(client, f"127.0.0.1:{7000 + i}", 1, size, host)
     return state
 
 
@@ -42,8 +42,8 @@ def fence(state: MasterState, client: str = "c0") -> list[int]:
 
 
 def put(state: MasterState, key: str, size: int = MiB, replicas: int = 1, pin: bool = False) -> list:
-    placed = state.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
-    state.put_end("c0", key)
+    placed = state.puts.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
+    state.puts.put_end("c0", key)
     return placed or []
 
 

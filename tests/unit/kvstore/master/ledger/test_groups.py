@@ -31,24 +31,24 @@ def clock() -> Clock:
 
 def make_state(clock: Clock, size: int = 16 * MiB, writers: int = 1, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(**config), clock=clock)
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, size, "h0")
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, size, "h0")
     for i in range(1, writers):
-        state.register_client(f"w{i}", f"h{i}")
+        state.members.register_client(f"w{i}", f"h{i}")
     return state
 
 
 def put(state: MasterState, key: str, size: int = MiB, client: str = "c0") -> None:
-    state.put_start(client, key, size, 7, 1, False)
-    state.put_end(client, key)
+    state.puts.put_start(client, key, size, 7, 1, False)
+    state.puts.put_end(client, key)
 
 
 def visible(state: MasterState, keys: list[str]) -> list[bool]:
     """What every reader's path says of each key: exists, the batch check, get_replicas and the table's
     batch lookup agree (the test fails if they do not)."""
-    one = [state.exists(k) for k in keys]
-    assert state.exists_many(keys) == one
-    assert [state.get_replicas(k) is not None for k in keys] == one
+    one = [state.core.exists(k) for k in keys]
+    assert state.access.exists_many(keys) == one
+    assert [state.access.get_replicas(k) is not None for k in keys] == one
     located = reads.locations(state.access, reads.look_up(state.access, state.disk, keys, "h0", False))
     from kvstore import rpc
 
@@ -67,17 +67,17 @@ def test_members_are_invisible_until_the_last_is_committed_then_all_at_once(cloc
     put(state, keys[0], client="c0")
     put(state, keys[2], client="w2")
     assert visible(state, keys) == [False, False, False]
-    assert state.match_prefix([keys[0]]) == []
-    state.put_start("w1", keys[1], MiB, 7, 1, False)
+    assert state.access.match_prefix([keys[0]]) == []
+    state.puts.put_start("w1", keys[1], MiB, 7, 1, False)
     assert visible(state, keys) == [False, False, False]  # (the last one's put in progress)
-    state.put_end("w1", keys[1])
+    state.puts.put_end("w1", keys[1])
     assert visible(state, keys) == [True, True, True]
     assert shown == [keys]  # one record, every member
-    assert [m.key for m in state.match_prefix(keys)] == keys
+    assert [m.key for m in state.access.match_prefix(keys)] == keys
     # Plain keys are not affected, and a member put again with the same bytes is "already stored".
     put(state, "plain")
     assert visible(state, ["plain"]) == [True]
-    assert state.put_start("c0", keys[0], MiB, 7, 1, False) is None
+    assert state.puts.put_start("c0", keys[0], MiB, 7, 1, False) is None
 
 
 def test_a_lease_on_one_member_holds_the_whole_group(clock: Clock) -> None:
@@ -89,9 +89,9 @@ def test_a_lease_on_one_member_holds_the_whole_group(clock: Clock) -> None:
     reads.look_up(state.access, state.disk, [keys[0]], "h0", False)  # the batch path
     assert state.objects[keys[1]].lease_until >= clock.now + 5
     with pytest.raises(ObjectBusyError):
-        state.remove(keys[1])
+        state.removal.remove(keys[1])
     clock.now += 10
-    state.get_replicas(keys[1])  # the one-key path
+    state.access.get_replicas(keys[1])  # the one-key path
     assert state.objects[keys[0]].lease_until >= clock.now + 5
 
 
@@ -102,11 +102,11 @@ def test_removing_one_member_removes_the_group(clock: Clock) -> None:
         put(state, k)
     put(state, "other#0of2")  # another group, incomplete
     clock.now += 2
-    state.remove(keys[1])
+    state.removal.remove(keys[1])
     assert all(k not in state.objects for k in keys)
     assert "other#0of2" in state.objects
     with pytest.raises(ObjectNotFoundError):
-        state.remove(keys[0])
+        state.removal.remove(keys[0])
 
 
 def test_eviction_takes_a_group_whole_and_counts_its_bytes(clock: Clock) -> None:
@@ -121,7 +121,7 @@ def test_eviction_takes_a_group_whole_and_counts_its_bytes(clock: Clock) -> None
     put(state, "newer", 2 * MiB)  # room for it: the LRU victim is a member of "old", whose 4 go together
     assert [k in state.objects for k in keys] == [False] * 4
     assert state.counters.evicted_bytes - before == 4 * MiB
-    assert state.used == 6 * MiB and state.ledger.stored_bytes == 6 * MiB
+    assert state.space.used == 6 * MiB and state.ledger.stored_bytes == 6 * MiB
 
 
 def test_an_incomplete_group_is_first_to_go_and_does_not_live_forever(clock: Clock) -> None:
@@ -145,17 +145,17 @@ def test_an_incomplete_group_is_first_to_go_and_does_not_live_forever(clock: Clo
 
 def test_a_lost_member_hides_its_group_and_a_new_put_of_it_shows_it_again(clock: Clock) -> None:
     state = MasterState(MasterConfig.load(), clock=clock)
-    state.register_client("n1", "h1")
-    state.mount_segment("n1", "127.0.0.1:7001", 1, MiB, "h1")
+    state.members.register_client("n1", "h1")
+    state.members.mount_segment("n1", "127.0.0.1:7001", 1, MiB, "h1")
     hidden: list[str] = []
     state.ledger.watch(GroupsHidden, lambda rs: hidden.extend(k for r in rs for k in r.keys))
     keys = group_keys("blk", 2)
     put(state, keys[1], client="n1")  # n1's segment is full with it
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 16 * MiB, "h0")
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 16 * MiB, "h0")
     put(state, keys[0])
     assert visible(state, keys) == [True, True]
-    state.drop_client("n1")  # the node is lost with one member
+    state.members.drop_client("n1")  # the node is lost with one member
     assert keys[0] in state.objects and keys[1] not in state.objects
     assert visible(state, keys) == [False, False]  # not a partial hit
     assert set(hidden) == set(keys)
@@ -176,10 +176,10 @@ def test_a_restarted_master_shows_a_group_restored_whole_and_hides_one_missing_a
         put(old, k)
     records = [r for r in _held(old, "c0") if r[3] != partial[1]]  # the node lost one member's record
     state = MasterState(MasterConfig.load(), clock=clock)
-    state.register_client("n", "h0")
-    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 16 * MiB, "h0", 4096, restoring=True)
-    assert state.restore_segment("n", seg, records[:2], last=False) == []
-    assert state.restore_segment("n", seg, records[2:], last=True) == []
+    state.members.register_client("n", "h0")
+    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 16 * MiB, "h0", 4096, restoring=True)
+    assert state.members.restore_segment("n", seg, records[:2], last=False) == []
+    assert state.members.restore_segment("n", seg, records[2:], last=True) == []
     assert visible(state, whole) == [True, True]
     assert visible(state, partial) == [False, False, False]
-    assert state.match_prefix([partial[0]]) == []
+    assert state.access.match_prefix([partial[0]]) == []

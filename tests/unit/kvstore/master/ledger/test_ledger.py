@@ -81,7 +81,7 @@ def _watched(state: MasterState) -> Journal:
 def _agrees(state: MasterState, journal: Journal) -> None:
     assert journal.objects == set(state.objects)
     assert journal.committed == {k for k, m in state.objects.items() if m.complete}
-    for seg in state.segments.values():
+    for seg in state.space.segments.values():
         offsets = journal.space[seg.id]
         assert all(seg.allocator.block_size(o) > 0 for o in offsets)
         assert sum(seg.allocator.block_size(o) for o in offsets) == seg.allocator.used
@@ -93,30 +93,30 @@ def test_the_records_alone_tell_which_objects_and_which_space_and_slots_are_take
     clock = Clock()
     state = MasterState(MasterConfig.load(lease_ttl=5.0), clock=clock)
     for i in range(2):
-        state.register_client(f"c{i}", f"h{i}")
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.register_client(f"c{i}", f"h{i}")
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
     journal = _watched(state)
     for i in range(12):  # fills both segments and evicts: 12 x 2 x 1 MiB into 16 MiB
-        state.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
-        state.put_end("c0", f"k{i}")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
+        state.puts.put_end("c0", f"k{i}")
     _agrees(state, journal)
-    state.put_start("c0", "abandoned", MiB // 2, 1, 1, False)
-    state.put_revoke("c0", "abandoned")  # its writer may be late: the space stays taken until the kill
-    state.get_replicas("k11")  # leased: its removal leaves it fencing
-    state.remove("k11", force=True)
-    state.remove("k10")
+    state.puts.put_start("c0", "abandoned", MiB // 2, 1, 1, False)
+    state.puts.put_revoke("c0", "abandoned")  # its writer may be late: the space stays taken until the kill
+    state.access.get_replicas("k11")  # leased: its removal leaves it fencing
+    state.removal.remove("k11", force=True)
+    state.removal.remove("k10")
     _agrees(state, journal)
     fence(state, "c0")
     fence(state, "c1")
     _agrees(state, journal)
     clock.now += 10
     state.expire()
-    state.report_corrupt("k9", *_where(state, "k9"), state.objects["k9"].checksum)
+    state.removal.report_corrupt("k9", *_where(state, "k9"), state.objects["k9"].checksum)
     for i in range(3):
-        state.put_start("c0", f"after{i}", 2 * MiB, i, 1, False)  # reuses acknowledged slots
-        state.put_end("c0", f"after{i}")
+        state.puts.put_start("c0", f"after{i}", 2 * MiB, i, 1, False)  # reuses acknowledged slots
+        state.puts.put_end("c0", f"after{i}")
     _agrees(state, journal)
-    state.drop_client("c1")
+    state.members.drop_client("c1")
     fence(state, "c0")
     _agrees(state, journal)
 
@@ -131,29 +131,29 @@ def test_the_records_alone_tell_which_disk_records_are_taken() -> None:
     removals: the disk's taken space follows from the records."""
     clock = Clock()
     state = MasterState(MasterConfig.load(lease_ttl=1.0, demote_watermark=0.5), clock=clock)
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
     state.disk.mount("c0", 32 * MiB, "h0", "/nvme/tier")
     journal = _watched(state)
     for i in range(14):
-        state.put_start("c0", f"k{i}", MiB, i, 1, False)
-        state.put_end("c0", f"k{i}")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
+        state.puts.put_end("c0", f"k{i}")
         orders = state.disk.take("c0")
         state.disk.complete("c0", [m.DiskResult(o.order, i != 9) for o in orders])  # one batch fails
     assert state.counters.evictions_to_disk > 0
     cold = next(meta for meta in state.objects.values() if not meta.replicas)
     assert state.disk.load(cold, lambda: None)
     state.disk.complete("c0", [m.DiskResult(o.order, True) for o in state.disk.take("c0")])
-    state.remove("k12", force=True)
-    state.remove(cold.key, force=True)
+    state.removal.remove("k12", force=True)
+    state.removal.remove(cold.key, force=True)
     fence(state, "c0")
     late = []  # demotions whose node never answers: their records' space is held for a late write
     for i in range(14, 18):
-        state.put_start("c0", f"k{i}", MiB, i, 1, False)
-        state.put_end("c0", f"k{i}")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
+        state.puts.put_end("c0", f"k{i}")
         late += state.disk.take("c0")
     clock.now += state.config.disk_task_timeout + 1
-    state.heartbeat("c0")
+    state.members.heartbeat("c0")
     state.expire()
     _agrees(state, journal)
     assert late and state.disk.segments and all(journal.disk.values())
@@ -171,13 +171,13 @@ def _disk_agrees(state: MasterState, journal: Journal) -> None:
 
 def test_a_put_request_is_one_record_and_a_key_twice_in_it_is_busy() -> None:
     state = MasterState(MasterConfig.load(), clock=Clock())
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
     seen: list[c.PutsStarted] = []
     state.ledger.watch(c.PutsStarted, seen.extend)
     out: list = []
     items = [m.PutItem("a", 4096, 1), m.PutItem("b", 4096, 2), m.PutItem("a", 4096, 1), m.PutItem("c", 0, 3)]
-    state.start_puts("c0", items, 1, False, 0, False, out)
+    state.puts.start_puts("c0", items, 1, False, 0, False, out)
     assert [type(x).__name__ for x in out] == ["list", "list", "ObjectBusyError", "InvalidArgumentError"]
     assert [[meta.key for meta in r.metas] for r in seen] == [["a", "b"]]
     assert state.objects["a"].replicas == out[0] and not state.objects["a"].complete

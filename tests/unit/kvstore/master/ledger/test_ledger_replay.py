@@ -127,17 +127,17 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     state = MasterState(MasterConfig.load(lease_ttl=5.0), clock=clock)
     recorder = Recorder(state.ledger)
     for i in range(2):
-        state.register_client(f"c{i}", f"h{i}")
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.register_client(f"c{i}", f"h{i}")
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
     for i in range(12):  # fills both segments and evicts: 12 x 2 x 1 MiB into 16 MiB
-        state.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
-        state.put_end("c0", f"k{i}")
-    state.put_start("c0", "abandoned", MiB // 2, 1, 1, False)
-    state.put_revoke("c0", "abandoned")  # its writer may be late: the space stays held until the kill
-    state.change_replica("k3", 2)  # a user's count (ReplicaTargetSet)
-    state.get_replicas("k11")  # leased: its removal leaves it fencing
-    state.remove("k11", force=True)
-    state.remove("k10")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
+        state.puts.put_end("c0", f"k{i}")
+    state.puts.put_start("c0", "abandoned", MiB // 2, 1, 1, False)
+    state.puts.put_revoke("c0", "abandoned")  # its writer may be late: the space stays held until the kill
+    state.access.change_replica("k3", 2)  # a user's count (ReplicaTargetSet)
+    state.access.get_replicas("k11")  # leased: its removal leaves it fencing
+    state.removal.remove("k11", force=True)
+    state.removal.remove("k10")
     live = _agrees(state, recorder, clock)
     assert live["kills"] and live["fencing"] == {"k11"} and live["held_bytes"] > 0
     assert set(live["tombstones"][0]["removed"]) == {"k10", "k11"}  # (ObjectsBuried)
@@ -154,12 +154,14 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     state.expire()
     meta = state.ledger.objects["k9"]
     where = meta.replicas[0]
-    state.report_corrupt("k9", where.segment.engine, where.segment.region_id, where.offset, meta.checksum)
+    state.removal.report_corrupt(
+        "k9", where.segment.engine, where.segment.region_id, where.offset, meta.checksum
+    )
     for i in range(3):
-        state.put_start("c0", f"after{i}", 2 * MiB, i, 1, False)  # reuses acknowledged slots
-        state.put_end("c0", f"after{i}")
+        state.puts.put_start("c0", f"after{i}", 2 * MiB, i, 1, False)  # reuses acknowledged slots
+        state.puts.put_end("c0", f"after{i}")
     _agrees(state, recorder, clock)
-    state.drop_client("c1")
+    state.members.drop_client("c1")
     fence(state, "c0")
     live = _agrees(state, recorder, clock)
     assert len(live["memory"]) == 1 and live["objects"]
@@ -172,31 +174,31 @@ def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
     clock = Clock()
     state = MasterState(MasterConfig.load(lease_ttl=1.0, demote_watermark=0.5), clock=clock)
     recorder = Recorder(state.ledger)
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
     state.disk.mount("c0", 32 * MiB, "h0", "/nvme/tier")
     for i in range(14):
-        state.put_start("c0", f"k{i}", MiB, i, 1, False)
-        state.put_end("c0", f"k{i}")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
+        state.puts.put_end("c0", f"k{i}")
         orders = state.disk.take("c0")
         state.disk.complete("c0", [m.DiskResult(o.order, i != 9) for o in orders])  # one batch fails
     assert state.counters.evictions_to_disk > 0
     cold = next(meta for meta in state.ledger.objects.values() if not meta.replicas)
     assert state.disk.load(cold, lambda: None)
     state.disk.complete("c0", [m.DiskResult(o.order, True) for o in state.disk.take("c0")])
-    state.remove("k12", force=True)
-    state.remove(cold.key, force=True)
+    state.removal.remove("k12", force=True)
+    state.removal.remove(cold.key, force=True)
     fence(state, "c0")
     state.disk.set_degraded("c0", "writes fail")  # (DiskDegraded)
     assert [row[-1] for row in _agrees(state, recorder, clock)["disks"].values()] == ["writes fail"]
     state.disk.set_degraded("c0", "")
     late = []  # demotions whose node never answers: their records' space is held for a late write
     for i in range(14, 18):
-        state.put_start("c0", f"k{i}", MiB, i, 1, False)
-        state.put_end("c0", f"k{i}")
+        state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
+        state.puts.put_end("c0", f"k{i}")
         late += state.disk.take("c0")
     clock.now += state.config.disk_task_timeout + 1
-    state.heartbeat("c0")
+    state.members.heartbeat("c0")
     state.expire()
     live = _agrees(state, recorder, clock)
     assert late and any(row[5] for row in live["objects"].values())  # (disk records)
@@ -210,11 +212,11 @@ def test_a_restore_replays_into_the_same_tables() -> None:
     adopted, the space and slots taken back (one refused), the restore's end, and puts after it."""
     clock = Clock()
     old = MasterState(MasterConfig.load(), clock=clock)
-    old.register_client("c0", "h0")
-    old.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    old.members.register_client("c0", "h0")
+    old.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
     for key in ("a", "b", "c"):
-        old.put_start("c0", key, MiB // 2, 7, 1, False)
-        old.put_end("c0", key)
+        old.puts.put_start("c0", key, MiB // 2, 7, 1, False)
+        old.puts.put_end("c0", key)
     held = [
         (r.offset, r.slot, r.gen, key, MiB // 2, 7, False, 1)
         for key in ("a", "b", "c")
@@ -222,15 +224,15 @@ def test_a_restore_replays_into_the_same_tables() -> None:
     ]
     state = MasterState(MasterConfig.load(), clock=clock)
     recorder = Recorder(state.ledger)
-    state.register_client("n", "h0")
-    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    state.members.register_client("n", "h0")
+    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
     conflicting = (held[0][0], held[0][1] + 100, held[0][2], "d", MiB // 2, 1, False, 1)  # space taken
-    assert state.restore_segment("n", seg, [*held, conflicting], last=True) == [conflicting[1]]
+    assert state.members.restore_segment("n", seg, [*held, conflicting], last=True) == [conflicting[1]]
     live = _agrees(state, recorder, clock)
     assert sorted(live["objects"]) == ["a", "b", "c"]
-    state.put_start("n", "after", MiB, 1, 1, False)
-    state.put_end("n", "after")
-    state.remove("b", force=True)
+    state.puts.put_start("n", "after", MiB, 1, 1, False)
+    state.puts.put_end("n", "after")
+    state.removal.remove("b", force=True)
     fence(state, "n")
     _agrees(state, recorder, clock)
 
@@ -240,9 +242,9 @@ def test_a_record_that_does_not_fit_the_replayed_tables_is_refused() -> None:
     clock = Clock()
     state = MasterState(MasterConfig.load(), clock=clock)
     recorder = Recorder(state.ledger)
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
-    state.put_start("c0", "k", MiB, 1, 1, False)
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.puts.put_start("c0", "k", MiB, 1, 1, False)
     taken = next(r for r in recorder.records if type(r) is c.SpaceTaken)
     ledger = _replayed(recorder.records, clock)
     try:

@@ -24,9 +24,9 @@ def _cluster(clock: Clock, restoring: bool = False) -> tuple[MasterState, dict[s
     state = MasterState(MasterConfig.load(), clock=clock)
     segments = {}
     for i, node in enumerate(NODES):
-        state.register_client(node, f"h{i}")
+        state.members.register_client(node, f"h{i}")
         address = f"127.0.0.1:{7000 + i}"
-        segments[node] = state.mount_segment(node, address, 1, 16 * MiB, f"h{i}", restoring=restoring)
+        segments[node] = state.members.mount_segment(node, address, 1, 16 * MiB, f"h{i}", restoring=restoring)
     return state, segments
 
 
@@ -50,11 +50,11 @@ def test_a_set_count_is_a_record_told_with_every_hold_and_restored_from_them() -
     state, _ = _cluster(clock)
     seen: list[c.ReplicaTargetSet] = []
     state.ledger.watch(c.ReplicaTargetSet, seen.extend)
-    state.put_start("c0", "k", MiB, 5, 1, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", MiB, 5, 1, False)
+    state.puts.put_end("c0", "k")
     first = _held(state)
     assert [h[-1] for holds in first.values() for h in holds if h[5] == "k"] == [1]  # the put's count
-    state.change_replica("k", 2)
+    state.access.change_replica("k", 2)
     assert seen == [c.ReplicaTargetSet("k", 2)] and state.objects["k"].target_replicas == 2
     assert _copies(state) == 1
     held = _held(state)
@@ -63,20 +63,22 @@ def test_a_set_count_is_a_record_told_with_every_hold_and_restored_from_them() -
 
     new, segments = _cluster(clock, restoring=True)
     for node in NODES:
-        assert new.restore_segment(node, segments[node], [h[2:] for h in held[node]], last=True) == []
+        assert new.members.restore_segment(node, segments[node], [h[2:] for h in held[node]], last=True) == []
     meta = new.objects["k"]
     assert len(meta.replicas) == 2 and meta.base_replicas == 2
-    new.drop_client(meta.replicas[0].segment.client_id)  # one copy lost: a read finds it below its count
-    new.get_replicas("k")
+    new.members.drop_client(
+        meta.replicas[0].segment.client_id
+    )  # one copy lost: a read finds it below its count
+    new.access.get_replicas("k")
     assert _copies(new) == 1 and len(new.objects["k"].replicas) == 2
 
 
 def test_a_count_set_back_to_zero_tells_the_puts_count_again() -> None:
     clock = Clock()
     state, _ = _cluster(clock)
-    state.put_start("c0", "k", MiB, 5, 1, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", MiB, 5, 1, False)
+    state.puts.put_end("c0", "k")
     _held(state)
-    state.change_replica("k", 3)
-    state.change_replica("k", 0)  # its heat decides again
+    state.access.change_replica("k", 3)
+    state.access.change_replica("k", 0)  # its heat decides again
     assert [h[-1] for h in _held(state)["c0"]] == [1]

@@ -55,8 +55,8 @@ def test_eviction_keeps_demoted_objects_on_disk_and_a_read_loads_them(clock: Clo
     overflow(state)  # memory holds 8: the last puts evict the coldest, which have disk records
     assert state.counters.evictions_to_disk == state.counters.evictions > 0
     cold = state.objects["k0"]
-    assert cold.replicas == [] and cold.disk is not None and state.exists("k0")
-    assert state.get_replicas("k0") == cold  # a hit; the reader's reply waits for the load
+    assert cold.replicas == [] and cold.disk is not None and state.core.exists("k0")
+    assert state.access.get_replicas("k0") == cold  # a hit; the reader's reply waits for the load
     done: list[bool] = []
     assert state.disk.load(cold, lambda: done.append(True))
     (order,) = [o for o in state.disk.take("c0") if o.kind == "load"]
@@ -69,7 +69,7 @@ def test_a_failed_or_late_load_frees_its_memory_and_is_a_miss(clock: Clock) -> N
     state = with_disk(clock, demote_watermark=0.5)
     overflow(state)
     cold = state.objects["k0"]
-    used = state.used
+    used = state.space.used
     waited: list[int] = []
     assert state.disk.load(cold, lambda: waited.append(1))
     assert state.disk.load(cold, lambda: waited.append(2))  # a second reader joins the same load
@@ -78,7 +78,7 @@ def test_a_failed_or_late_load_frees_its_memory_and_is_a_miss(clock: Clock) -> N
     assert state.disk.load(cold, lambda: None)
     clock.now += state.config.disk_task_timeout + 1
     state.expire()
-    assert state.disk.load_failures == 2 and cold.replicas == [] and state.used <= used + MiB
+    assert state.disk.load_failures == 2 and cold.replicas == [] and state.space.used <= used + MiB
 
 
 def test_a_full_disk_evicts_by_its_policy_and_a_lost_node_takes_its_records(clock: Clock) -> None:
@@ -89,8 +89,8 @@ def test_a_full_disk_evicts_by_its_policy_and_a_lost_node_takes_its_records(cloc
     assert state.disk.disk_evictions > 0
     assert sum(1 for meta in state.objects.values() if meta.disk is not None) <= 4
     on_disk_only = [k for k, meta in state.objects.items() if not meta.replicas]
-    state.drop_client("c0")  # the node (memory and disk) is gone
-    assert not any(state.exists(k) for k in on_disk_only) and state.objects == {}
+    state.members.drop_client("c0")  # the node (memory and disk) is gone
+    assert not any(state.core.exists(k) for k in on_disk_only) and state.objects == {}
 
 
 def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promotes(clock: Clock) -> None:
@@ -107,7 +107,7 @@ def test_one_read_leaves_a_transient_copy_a_second_read_within_the_window_promot
     assert state.disk.load(cold, lambda: None)
     run_orders(state)
     clock.now += 5
-    state.get_replicas("k0")  # read again within the window: promoted
+    state.access.get_replicas("k0")  # read again within the window: promoted
     assert state.disk.promotions == 1 and "k0" not in state.disk.transient
     assert "k0" in set(state.policy.candidates())
 
@@ -132,7 +132,7 @@ def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock)
     results = reply.make_reply()
     assert [code for code, _msg, _placed in results] == [0, 0]
     assert state.counters.evictions_to_disk == state.counters.evictions == 2
-    assert state.exists("k0") and state.objects["k0"].disk is not None  # on disk, not lost
+    assert state.core.exists("k0") and state.objects["k0"].disk is not None  # on disk, not lost
 
 
 def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Clock) -> None:
@@ -145,7 +145,7 @@ def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Cloc
     assert isinstance(reply, Deferred)
     clock.now += state.config.put_room_wait  # the server asks for the reply when its wait is up
     (result,) = reply.make_reply()
-    assert result.code == 0 and not state.exists("k0") and state.counters.evictions == 1
+    assert result.code == 0 and not state.core.exists("k0") and state.counters.evictions == 1
 
 
 def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(clock: Clock) -> None:
@@ -172,17 +172,20 @@ def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(c
         run_orders(state)
     assert all(code == 0 for code, _msg, _placed in reply)
     assert state.counters.evictions_to_disk == state.counters.evictions  # nothing lost
-    assert all(state.exists(f"k{i}") for i in range(8))
+    assert all(state.core.exists(f"k{i}") for i in range(8))
 
 
 def test_background_eviction_stops_at_an_object_still_being_demoted(clock: Clock) -> None:
     state = with_disk(clock, demote_watermark=0.5, high_watermark=0.9, low_watermark=0.5)
     for i in range(8):  # memory full, demotions ordered, none done
         put(state, f"k{i}")
-    assert state.evict_to_watermark() == 0 and all(state.exists(f"k{i}") for i in range(8))
+    assert state.removal.evict_to_watermark() == 0 and all(state.core.exists(f"k{i}") for i in range(8))
     run_orders(state)
-    assert state.evict_to_watermark() > 0 and state.counters.evictions_to_disk == state.counters.evictions
-    assert all(state.exists(f"k{i}") for i in range(8))  # none lost: evicted to disk
+    assert (
+        state.removal.evict_to_watermark() > 0
+        and state.counters.evictions_to_disk == state.counters.evictions
+    )
+    assert all(state.core.exists(f"k{i}") for i in range(8))  # none lost: evicted to disk
 
 
 def test_a_load_without_room_waits_for_a_demotion_instead_of_missing(clock: Clock) -> None:
@@ -271,7 +274,7 @@ def test_reads_served_from_a_lease_count_toward_promotion(clock: Clock) -> None:
     overflow(state)
     cold = state.objects["k0"]
     assert state.disk.read_from_file(cold, "h0") == "here"
-    state.touch(["k0"])  # a client read it again from its leased disk location
+    state.access.touch(["k0"])  # a client read it again from its leased disk location
     (load,) = [o for o in state.disk.take("c0") if o.kind == "load"]
     state.disk.complete("c0", [m.DiskResult(load.order, True)])
     assert len(cold.replicas) == 1 and state.disk.promotions == 1

@@ -88,20 +88,24 @@ def test_registry() -> None:
 def test_master_evicts_leased_objects_last_and_pinned_never(policy: str) -> None:
     now = [0.0]
     state = MasterState(MasterConfig.load(eviction_policy=policy, lease_ttl=5.0), clock=lambda: now[0])
-    state.register_client("c", "h")
-    state.mount_segment("c", "127.0.0.1:1", 1, 4 << 20, "h")
+    state.members.register_client("c", "h")
+    state.members.mount_segment("c", "127.0.0.1:1", 1, 4 << 20, "h")
     for key, pin in (("pinned", True), ("leased", False), ("a", False), ("b", False)):
-        state.put_start("c", key, 1 << 20, 1, 1, pin)
-        state.put_end("c", key)
-    state.get_replicas("leased")
+        state.puts.put_start("c", key, 1 << 20, 1, 1, pin)
+        state.puts.put_end("c", key)
+    state.access.get_replicas("leased")
     for i in range(20):  # churn: every put evicts one of a/b/the newer ones, never the protected two
-        state.put_start("c", f"n{i}", 1 << 20, 1, 1, False)
-        state.put_end("c", f"n{i}")
-        assert state.exists("pinned") and state.exists("leased")
+        state.puts.put_start("c", f"n{i}", 1 << 20, 1, 1, False)
+        state.puts.put_end("c", f"n{i}")
+        assert state.core.exists("pinned") and state.core.exists("leased")
     # Background eviction never takes a leased object; a put that finds nothing else does (readers must
     # not starve writers: the node fences the leased replica off, so its readers miss).
     for i in range(20, 22):
-        state.get_replicas(f"n{i - 2}")
-        state.get_replicas(f"n{i - 1}")
-    state.put_start("c", "big", 2 << 20, 1, 1, False)
-    assert state.exists("pinned") and not state.exists("leased") and state.space.fences.fencing("leased")
+        state.access.get_replicas(f"n{i - 2}")
+        state.access.get_replicas(f"n{i - 1}")
+    state.puts.put_start("c", "big", 2 << 20, 1, 1, False)
+    assert (
+        state.core.exists("pinned")
+        and not state.core.exists("leased")
+        and state.space.fences.fencing("leased")
+    )

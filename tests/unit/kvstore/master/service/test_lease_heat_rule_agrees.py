@@ -27,12 +27,12 @@ def master(clock: Clock) -> MasterState:
     config = MasterConfig.load(hot_access_rate=10.0, heat_half_life=2.0, lease_ttl=0.5)
     state = MasterState(config, clock=clock)
     for i in range(2):
-        state.register_client(f"c{i}", f"h{i}")
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
+        state.members.register_client(f"c{i}", f"h{i}")
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
     for key in KEYS:
-        state.put_start("c0", key, MiB, 7, 1, False)
-        state.put_end("c0", key)
-    state.change_replica("set", 2)  # a count set by a user: attention on every read
+        state.puts.put_start("c0", key, MiB, 7, 1, False)
+        state.puts.put_end("c0", key)
+    state.access.change_replica("set", 2)  # a count set by a user: attention on every read
     return state
 
 
@@ -58,8 +58,8 @@ def test_single_reads_in_python_and_batch_reads_in_cpp_agree() -> None:
         cpp_clock.now += pause
         by_python.replicator.touched.clear()
         by_cpp.replicator.touched.clear()
-        assert by_python.get_replicas(key) is not None
-        by_cpp.locate_many([key], False)
+        assert by_python.access.get_replicas(key) is not None
+        by_cpp.access.locate_many([key], False)
         for name in KEYS:
             expected = snapshot(by_python, name)
             assert snapshot(by_cpp, name) == pytest.approx(expected, rel=1e-12, abs=1e-12), (step, name)

@@ -20,8 +20,8 @@ def two_segment_state() -> MasterState:
     """Two nodes on two hosts whose engines, regions and sizes all differ, so no field equals another."""
     state = MasterState(MasterConfig.load())
     for i, host in enumerate(["h0", "h1"]):
-        state.register_client(f"c{i}", host)
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7100 + i}", 11 + i, (64 + 8 * i) * MiB, host)
+        state.members.register_client(f"c{i}", host)
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7100 + i}", 11 + i, (64 + 8 * i) * MiB, host)
     return state
 
 
@@ -39,7 +39,7 @@ def same_place(placement: m.Placement, replica: Replica) -> bool:
 def test_a_put_start_reply_names_each_replica_field_by_field() -> None:
     state = two_segment_state()
     handlers = Handlers(state)
-    state.put_start("c0", "first", 3 * MiB, 1, 1, False)  # (so the next replicas' offsets are not 0)
+    state.puts.put_start("c0", "first", 3 * MiB, 1, 1, False)  # (so the next replicas' offsets are not 0)
     items = [m.PutItem(f"k{i}", (i + 1) * 4096, i) for i in range(6)]
     reply = handlers.put_start(m.PutStart("c0", items, 2, False, 0))
     assert isinstance(reply, list) and len(reply) == len(items)
@@ -55,15 +55,15 @@ def test_a_put_start_reply_names_each_replica_field_by_field() -> None:
 
 def test_each_memory_segment_has_its_place_by_name_and_readers_get_it() -> None:
     state = two_segment_state()
-    for seg in state.segments.values():
+    for seg in state.space.segments.values():
         place = state.ledger.objects.places[seg.id]
         assert type(place) is SegmentPlace
         assert place == SegmentPlace(
             tier=seg.tier, host_id=seg.host_id, engine=seg.engine, region_id=seg.region_id
         )
     assert SegmentPlace._fields == m.Location._fields[: len(SegmentPlace._fields)]
-    state.put_start("c0", "k", 4096, 7, 2, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", 4096, 7, 2, False)
+    state.puts.put_end("c0", "k")
     found = reads.locations(
         state.access, reads.look_up(state.access, state.disk, ["k"], "h0", False)
     )  # encoded in the C++ table

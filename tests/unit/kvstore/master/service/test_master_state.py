@@ -24,26 +24,26 @@ __all__ = ["clock"]  # (the fixture)
 
 def test_two_phase_put_is_invisible_until_end(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
-    state.put_start("c0", "k", MiB, 1, 1, False)
-    assert not state.exists("k") and state.get_replicas("k") is None
+    state.puts.put_start("c0", "k", MiB, 1, 1, False)
+    assert not state.core.exists("k") and state.access.get_replicas("k") is None
     with pytest.raises(ObjectBusyError):
-        state.put_start("c0", "k", MiB, 1, 1, False)
-    state.put_end("c0", "k")
-    assert state.exists("k")
+        state.puts.put_start("c0", "k", MiB, 1, 1, False)
+    state.puts.put_end("c0", "k")
+    assert state.core.exists("k")
     with pytest.raises(NotFoundError):
-        state.put_end("c0", "k")
+        state.puts.put_end("c0", "k")
 
 
 def test_revoke_frees_space_once_the_node_fenced_it(clock: Clock) -> None:
     state = make_state(clock, [("h0", 4 * MiB)])
-    state.put_start("c0", "k", 4 * MiB, 1, 1, False)
-    state.put_revoke("c0", "k")
+    state.puts.put_start("c0", "k", 4 * MiB, 1, 1, False)
+    state.puts.put_revoke("c0", "k")
     # The writer may still be writing (its bytes in flight): the space waits for the node's fence.
-    assert state.used == 4 * MiB and not state.exists("k")
+    assert state.space.used == 4 * MiB and not state.core.exists("k")
     with pytest.raises(NoSpaceError):
         put(state, "k2", 4 * MiB)
     assert len(fence(state)) == 1
-    assert state.used == 0
+    assert state.space.used == 0
     put(state, "k2", 4 * MiB)
 
 
@@ -52,7 +52,7 @@ def test_every_allocation_has_a_fresh_generation_and_a_live_slot(clock: Clock) -
     a = put(state, "a")
     b = put(state, "b")
     assert a[0].gen < b[0].gen and a[0].slot != b[0].slot
-    state.remove("a")
+    state.removal.remove("a")
     (kill,) = state.space.fences.take("c0", 1 << 20)
     assert (kill.slot, kill.gen) == (a[0].slot, a[0].gen)
     assert put(state, "c")[0].slot not in (a[0].slot, b[0].slot)  # not reused before the node confirms
@@ -64,17 +64,17 @@ def test_every_allocation_has_a_fresh_generation_and_a_live_slot(clock: Clock) -
 def test_a_leased_key_is_fencing_until_the_node_confirms(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)], lease_ttl=5.0)
     put(state, "k")
-    state.get_replicas("k")  # a reader may now cache this location for half the lease
-    state.remove("k", force=True)
+    state.access.get_replicas("k")  # a reader may now cache this location for half the lease
+    state.removal.remove("k", force=True)
     assert state.space.fences.fencing("k")
     with pytest.raises(ObjectBusyError, match="fenced"):
-        state.put_start("c0", "k", MiB, 7, 1, False)
+        state.puts.put_start("c0", "k", MiB, 7, 1, False)
     fence(state)
     assert not state.space.fences.fencing("k")
     put(state, "k")
     # Unacknowledged, fencing ends with the lease: then no reader uses a cached location any more.
-    state.get_replicas("k")
-    state.remove("k", force=True)
+    state.access.get_replicas("k")
+    state.removal.remove("k", force=True)
     clock.now += 5.1
     state.expire()
     assert not state.space.fences.fencing("k")
@@ -82,13 +82,13 @@ def test_a_leased_key_is_fencing_until_the_node_confirms(clock: Clock) -> None:
 
 def test_existing_key_same_bytes_ok_different_bytes_refused(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
-    state.put_start("c0", "k", MiB, 42, 1, False)
-    state.put_end("c0", "k")
-    assert state.put_start("c0", "k", MiB, 42, 1, False) is None  # identical value: nothing to write
+    state.puts.put_start("c0", "k", MiB, 42, 1, False)
+    state.puts.put_end("c0", "k")
+    assert state.puts.put_start("c0", "k", MiB, 42, 1, False) is None  # identical value: nothing to write
     with pytest.raises(ObjectExistsError):
-        state.put_start("c0", "k", MiB, 43, 1, False)
+        state.puts.put_start("c0", "k", MiB, 43, 1, False)
     with pytest.raises(ObjectExistsError):
-        state.put_start("c0", "k", 2 * MiB, 42, 1, False)
+        state.puts.put_start("c0", "k", 2 * MiB, 42, 1, False)
 
 
 def test_replicas_prefer_distinct_hosts(clock: Clock) -> None:
@@ -107,10 +107,10 @@ def test_eviction_makes_room_in_lru_order(clock: Clock) -> None:
         put(state, k)
         clock.now += 1
     clock.now += 10  # leases from any get expire
-    state.get_replicas("a")  # a becomes most recently used
+    state.access.get_replicas("a")  # a becomes most recently used
     clock.now += 10
     put(state, "e")
-    assert not state.exists("b") and state.exists("a") and state.exists("e")
+    assert not state.core.exists("b") and state.core.exists("a") and state.core.exists("e")
     assert state.counters.evictions == 1
 
 
@@ -119,34 +119,34 @@ def test_never_evicts_leased_or_pinned(clock: Clock) -> None:
     put(state, "pinned", pin=True)
     put(state, "leased")
     put(state, "old")
-    state.get_replicas("leased")  # lease for 5 s
+    state.access.get_replicas("leased")  # lease for 5 s
     put(state, "new")  # evicts "old", the only evictable one
-    assert state.exists("pinned") and state.exists("leased") and not state.exists("old")
+    assert state.core.exists("pinned") and state.core.exists("leased") and not state.core.exists("old")
     put(state, "newer")  # evicts "new": still never the pinned or the leased one
-    assert state.exists("pinned") and state.exists("leased") and not state.exists("new")
+    assert state.core.exists("pinned") and state.core.exists("leased") and not state.core.exists("new")
 
 
 def test_no_space_only_when_nothing_is_evictable(clock: Clock) -> None:
     state = make_state(clock, [("h0", 2 * MiB)], lease_ttl=5.0, client_put_bytes=64 * MiB)
     put(state, "pinned", pin=True)
-    state.put_start("c0", "unfinished", MiB, 1, 1, False)
+    state.puts.put_start("c0", "unfinished", MiB, 1, 1, False)
     with pytest.raises(NoSpaceError):
         put(state, "y")  # one pinned, one being written: nothing may go
-    state.put_end("c0", "unfinished")
-    state.get_replicas("unfinished")
+    state.puts.put_end("c0", "unfinished")
+    state.access.get_replicas("unfinished")
     put(state, "y")  # a read lease does not hold a writer off (the reader's copy is fenced)
-    assert not state.exists("unfinished") and state.exists("y")
+    assert not state.core.exists("unfinished") and state.core.exists("y")
 
 
 def test_remove_respects_lease_unless_forced(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)], lease_ttl=5.0)
     put(state, "k")
-    state.get_replicas("k")
+    state.access.get_replicas("k")
     with pytest.raises(ObjectBusyError):
-        state.remove("k")
-    state.remove("k", force=True)
+        state.removal.remove("k")
+    state.removal.remove("k", force=True)
     with pytest.raises(NotFoundError):
-        state.remove("k")
+        state.removal.remove("k")
 
 
 def test_watermarks(clock: Clock) -> None:
@@ -155,29 +155,29 @@ def test_watermarks(clock: Clock) -> None:
     )
     for i in range(8):
         put(state, f"k{i}")
-    assert state.evict_to_watermark() == 0  # at 0.8, not above
+    assert state.removal.evict_to_watermark() == 0  # at 0.8, not above
     put(state, "k8")
-    assert state.evict_to_watermark() == 4  # 0.9 -> 0.5
-    assert state.usage() == pytest.approx(0.5)
-    assert [state.exists(f"k{i}") for i in range(9)] == [False] * 4 + [True] * 5
+    assert state.removal.evict_to_watermark() == 4  # 0.9 -> 0.5
+    assert state.core.usage() == pytest.approx(0.5)
+    assert [state.core.exists(f"k{i}") for i in range(9)] == [False] * 4 + [True] * 5
 
 
 def test_silent_client_is_dropped_with_its_replicas(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_ttl=10.0, heartbeat_interval=1.0)
     placed = put(state, "both", replicas=2)
     assert len(placed) == 2
-    only_c1 = state.put_start("c0", "one", MiB, 1, 1, False)
+    only_c1 = state.puts.put_start("c0", "one", MiB, 1, 1, False)
     assert only_c1 is not None
-    state.put_end("c0", "one")
+    state.puts.put_end("c0", "one")
     clock.now += 5
-    state.heartbeat("c0")
+    state.members.heartbeat("c0")
     clock.now += 6  # c1 silent for 11 s
     state.expire()
-    assert "c1" not in state.clients and len(state.segments) == 1
-    meta = state.get_replicas("both")
+    assert "c1" not in state.members.clients and len(state.space.segments) == 1
+    meta = state.access.get_replicas("both")
     assert meta is not None and len(meta.replicas) == 1
-    assert state.exists("one") == (only_c1[0].segment.client_id == "c0")
-    assert state.heartbeat("c1") is False
+    assert state.core.exists("one") == (only_c1[0].segment.client_id == "c0")
+    assert state.members.heartbeat("c1") is False
 
 
 def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
@@ -187,23 +187,23 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
     from kvstore.master.service import membership
 
     state = make_state(clock, [("h0", 64 * MiB), ("h1", 64 * MiB)])
-    state.register_client("w", "h2")
+    state.members.register_client("w", "h2")
     chunk, membership.DROP_CHUNK = membership.DROP_CHUNK, 7  # several chunks
     try:
         on_c1 = []
         for i in range(40):
-            placed = state.put_start("w", f"k{i}", 64 << 10, i, 2 if i % 4 == 0 else 1, False)
+            placed = state.puts.put_start("w", f"k{i}", 64 << 10, i, 2 if i % 4 == 0 else 1, False)
             assert placed is not None
             if i % 5 == 4:
                 continue  # left in progress
-            state.put_end("w", f"k{i}")
+            state.puts.put_end("w", f"k{i}")
             if len(placed) == 1 and placed[0].segment.client_id == "c1":
                 on_c1.append(f"k{i}")
         stored = state.ledger.stored_bytes
         in_progress_on_c1 = [
             m.key for m in state.core.pending.values() if {r.segment.client_id for r in m.replicas} == {"c1"}
         ]
-        state.drop_client("c1")
+        state.members.drop_client("c1")
     finally:
         membership.DROP_CHUNK = chunk
     assert on_c1 and in_progress_on_c1
@@ -212,7 +212,7 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
     assert state.ledger.stored_bytes == stored - len(on_c1) * (64 << 10)
     assert state.core.pending.held("w")[0] == len(state.core.pending) == 8 - len(in_progress_on_c1)
     for i in range(0, 40, 4):  # two replicas: the one on c0 stays, readable
-        meta = state.get_replicas(f"k{i}")
+        meta = state.access.get_replicas(f"k{i}")
         if i % 5 != 4:
             assert meta is not None and [r.segment.client_id for r in meta.replicas] == ["c0"]
     assert len(state.memory_order) == sum(1 for k in state.objects if state.objects[k].complete)
@@ -220,28 +220,28 @@ def test_a_lost_segment_takes_what_only_it_held_in_bulk(clock: Clock) -> None:
 
 def test_abandoned_put_is_reclaimed(clock: Clock) -> None:
     state = make_state(clock, [("h0", 2 * MiB)], put_timeout=30.0)
-    state.put_start("c0", "k", 2 * MiB, 1, 1, False)
+    state.puts.put_start("c0", "k", 2 * MiB, 1, 1, False)
     clock.now += 31
-    state.heartbeat("c0")
+    state.members.heartbeat("c0")
     state.expire()
-    assert not state.exists("k") and state.counters.reclaimed_puts == 1
-    assert state.used == 2 * MiB  # until the node has fenced the late writer off
+    assert not state.core.exists("k") and state.counters.reclaimed_puts == 1
+    assert state.space.used == 2 * MiB  # until the node has fenced the late writer off
     fence(state)
-    assert state.used == 0
+    assert state.space.used == 0
 
 
 def test_bad_arguments(clock: Clock) -> None:
     state = make_state(clock, [("h0", 2 * MiB)])
     with pytest.raises(InvalidArgumentError):
-        state.put_start("c0", "k", 0, 1, 1, False)
+        state.puts.put_start("c0", "k", 0, 1, 1, False)
     with pytest.raises(InvalidArgumentError):
-        state.put_start("c0", "k", 10, 1, 0, False)
+        state.puts.put_start("c0", "k", 10, 1, 0, False)
     with pytest.raises(NotEnoughSegmentsError):
-        state.put_start("c0", "k", 4 * MiB, 1, 1, False)  # larger than any segment
+        state.puts.put_start("c0", "k", 4 * MiB, 1, 1, False)  # larger than any segment
     with pytest.raises(NotFoundError):
-        state.put_start("ghost", "k", 10, 1, 1, False)
+        state.puts.put_start("ghost", "k", 10, 1, 1, False)
     with pytest.raises(InvalidArgumentError):
-        state.mount_segment("c0", "127.0.0.1:7000", 1, MiB, "h0")  # already mounted
+        state.members.mount_segment("c0", "127.0.0.1:7000", 1, MiB, "h0")  # already mounted
 
 
 def test_config_validation() -> None:
@@ -279,47 +279,59 @@ def test_master_config_refuses_non_finite_numbers(raw: str, monkeypatch: pytest.
 def test_the_masters_own_stall_is_nobodys_silence(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_ttl=10.0, put_timeout=5.0)
     put(state, "kept")
-    state.put_start("c1", "in-flight", MiB, 1, 1, False)
+    state.puts.put_start("c1", "in-flight", MiB, 1, 1, False)
     clock.now += 12.0  # the master was stopped for 12 s: longer than the TTL and the put timeout
     state.credit_stall(12.0)
     state.expire()
-    assert set(state.clients) == {"c0", "c1"} and state.exists("kept")
-    state.put_end("c1", "in-flight")  # its writer could not reach the master either: still valid
+    assert set(state.members.clients) == {"c0", "c1"} and state.core.exists("kept")
+    state.puts.put_end("c1", "in-flight")  # its writer could not reach the master either: still valid
     assert state.counters.stalls == 1 and state.counters.stalled_seconds == 12.0
     clock.now += 11.0  # real silence still counts
     state.expire()
-    assert not state.clients and not state.exists("kept")
+    assert not state.members.clients and not state.core.exists("kept")
 
 
 def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], heartbeat_interval=1.0)
     both = put(state, "both", replicas=2)
     assert len(both) == 2
-    only1 = state.put_start("c1", "only-on-1", MiB, 1, 1, False)
+    only1 = state.puts.put_start("c1", "only-on-1", MiB, 1, 1, False)
     assert only1 is not None
-    state.put_end("c1", "only-on-1")
+    state.puts.put_end("c1", "only-on-1")
     dead = only1[0].segment
-    state.report_unreachable(dead.engine, "c1")  # one client's word, and its node heartbeats: noted only
+    state.suspicion.report_unreachable(
+        dead.engine, "c1"
+    )  # one client's word, and its node heartbeats: noted only
     assert dead.usable and state.counters.suspected_segments == 0
-    state.report_unreachable(dead.engine, "c1")  # the same client again is no second witness
+    state.suspicion.report_unreachable(dead.engine, "c1")  # the same client again is no second witness
     assert dead.usable
-    state.report_unreachable(dead.engine, "c2")  # a second client, but one holding nothing: no witness
+    state.suspicion.report_unreachable(
+        dead.engine, "c2"
+    )  # a second client, but one holding nothing: no witness
     assert dead.usable
-    state.probed(dead.engine, dead.client_id, "unreachable")  # the master's own probe failed: suspect
+    state.suspicion.probed(
+        dead.engine, dead.client_id, "unreachable"
+    )  # the master's own probe failed: suspect
     assert not dead.usable and state.counters.suspected_segments == 1
-    assert state.offered(state.objects["both"]) == [r for r in both if r.segment is not dead]
-    assert state.exists("both") and not state.exists("only-on-1") and state.get_replicas("only-on-1") is None
-    assert [m.key for m in state.match_prefix(["both", "only-on-1"])] == ["both"]
+    assert state.core.offered(state.objects["both"]) == [r for r in both if r.segment is not dead]
+    assert (
+        state.core.exists("both")
+        and not state.core.exists("only-on-1")
+        and state.access.get_replicas("only-on-1") is None
+    )
+    assert [m.key for m in state.access.match_prefix(["both", "only-on-1"])] == ["both"]
     with pytest.raises(NotEnoughSegmentsError, match="1 suspected unreachable"):
-        state.put_start("c0", "two", MiB, 1, 2, False)  # not "no space": the cause is named
-    placed = state.put_start("c0", "one", MiB, 1, 1, False)
+        state.puts.put_start("c0", "two", MiB, 1, 2, False)  # not "no space": the cause is named
+    placed = state.puts.put_start("c0", "one", MiB, 1, 1, False)
     assert placed is not None and placed[0].segment is not dead
-    state.heartbeat(dead.client_id)  # right after the report: may have been in flight, proves nothing
+    state.members.heartbeat(dead.client_id)  # right after the report: may have been in flight, proves nothing
     assert not dead.usable
     clock.now += 1.0
-    state.heartbeat(dead.client_id)  # its node is alive after all
-    assert dead.usable and state.exists("only-on-1") and not state.space.any_suspect()
-    state.report_unreachable(dead.engine, "c1")  # older reports were disproved by the heartbeat: one
+    state.members.heartbeat(dead.client_id)  # its node is alive after all
+    assert dead.usable and state.core.exists("only-on-1") and not state.space.any_suspect()
+    state.suspicion.report_unreachable(
+        dead.engine, "c1"
+    )  # older reports were disproved by the heartbeat: one
     assert not state.space.any_suspect()
     clock.now += 1.5  # (a heartbeat a little late is no evidence)
     state.expire()
@@ -327,15 +339,15 @@ def test_segments_reported_unreachable_are_not_offered_nor_placed_on(clock: Cloc
     clock.now += 0.6  # ... until the node misses a heartbeat (the housekeeping judges the reports again)
     state.expire()
     assert state.space.any_suspect()
-    state.drop_client(dead.client_id)  # a suspect segment that goes away leaves no suspicion behind
-    assert not state.space.any_suspect() and state.exists("both")
+    state.members.drop_client(dead.client_id)  # a suspect segment that goes away leaves no suspicion behind
+    assert not state.space.any_suspect() and state.core.exists("both")
 
 
 def test_reports_of_an_engine_without_segments_are_dropped(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)], heartbeat_interval=1.0)
     for i in range(1000):  # a client naming made-up engines holds no memory of them
-        state.report_unreachable(f"10.9.9.9:{i}", "c0")
-        state.report_unreachable(f"10.9.9.9:{i}", "c1")
+        state.suspicion.report_unreachable(f"10.9.9.9:{i}", "c0")
+        state.suspicion.report_unreachable(f"10.9.9.9:{i}", "c1")
     assert not state.suspicion._unreachable_reports and not state.space.any_suspect()
 
 
@@ -343,7 +355,7 @@ def _answer_checks(state: MasterState, client_id: str, intact: bool) -> int:
     """The node `client_id` answers every check queued for it (as its work channel would)."""
     checks = state.corrupt_checks.take(client_id, 100)
     for c in checks:
-        state.confirm_corrupt(client_id, c.check, intact)
+        state.removal.confirm_corrupt(client_id, c.check, intact)
     return len(checks)
 
 
@@ -354,35 +366,43 @@ def test_a_corrupt_replica_is_dropped_and_replaced_once_its_node_confirms(clock:
     bad = placed[0]
     node = bad.segment.client_id
     where = (bad.segment.engine, bad.segment.region_id, bad.offset)
-    state.report_corrupt("k", *where, checksum=meta.checksum + 1)  # a stale reader: not this object
+    state.removal.report_corrupt("k", *where, checksum=meta.checksum + 1)  # a stale reader: not this object
     assert state.corrupt_checks.pending() == 0
-    used = state.used
-    state.report_corrupt("k", *where, checksum=meta.checksum)  # a check for its node, nothing dropped yet
-    state.report_corrupt("k", *where, checksum=meta.checksum)  # (one check at a time per replica)
+    used = state.space.used
+    state.removal.report_corrupt(
+        "k", *where, checksum=meta.checksum
+    )  # a check for its node, nothing dropped yet
+    state.removal.report_corrupt("k", *where, checksum=meta.checksum)  # (one check at a time per replica)
     assert len(meta.replicas) == 2 and state.corrupt_checks.pending() == 1
     assert _answer_checks(state, "c1" if node == "c0" else "c0", intact=False) == 0  # another node's: none
     assert _answer_checks(state, node, intact=True) == 1  # its bytes are fine: a forged report
     assert len(meta.replicas) == 2 and state.stats()["corrupt_reports_refuted"] == 1
-    state.report_corrupt("k", *where, checksum=meta.checksum)
+    state.removal.report_corrupt("k", *where, checksum=meta.checksum)
     assert _answer_checks(state, node, intact=False) == 1  # they are not: dropped
-    assert meta.replicas == [placed[1]] and state.used == used - MiB and state.counters.corrupt_replicas == 1
+    assert (
+        meta.replicas == [placed[1]]
+        and state.space.used == used - MiB
+        and state.counters.corrupt_replicas == 1
+    )
     state.replicator.plan()  # planned back up to the two replicas it was put with
     assert len(state.replicator.tasks) == 1
     other = placed[1]
-    state.report_corrupt("k", other.segment.engine, other.segment.region_id, other.offset, meta.checksum)
+    state.removal.report_corrupt(
+        "k", other.segment.engine, other.segment.region_id, other.offset, meta.checksum
+    )
     assert _answer_checks(state, other.segment.client_id, intact=False) == 1
-    assert not state.exists("k") and "k" not in state.objects  # the last replica took the object with it
+    assert not state.core.exists("k") and "k" not in state.objects  # the last replica took the object with it
 
 
 def test_a_check_not_answered_in_time_is_forgotten(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
     (replica,) = put(state, "k")
     seg = replica.segment
-    state.report_corrupt("k", seg.engine, seg.region_id, replica.offset, state.objects["k"].checksum)
+    state.removal.report_corrupt("k", seg.engine, seg.region_id, replica.offset, state.objects["k"].checksum)
     clock.now += 31
-    state.heartbeat(seg.client_id)  # (its node lives: only the check expires)
+    state.members.heartbeat(seg.client_id)  # (its node lives: only the check expires)
     state.expire()
-    assert state.corrupt_checks.pending() == 0 and state.exists("k")  # a doubt never drops a replica
+    assert state.corrupt_checks.pending() == 0 and state.core.exists("k")  # a doubt never drops a replica
 
 
 def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
@@ -398,10 +418,10 @@ def test_one_request_is_bounded_and_stats_keep_count(clock: Clock) -> None:
         handlers.handle("exists", {"keys": ["k"] * (v.MAX_KEYS + 1)})
     put(state, "a", MiB)
     put(state, "b", 2 * MiB)
-    state.put_start("c0", "pending", MiB, 1, 1, False)
+    state.puts.put_start("c0", "pending", MiB, 1, 1, False)
     assert state.stats()["bytes"] == 3 * MiB  # kept as objects come and go, not summed per scrape
-    state.remove("a")
-    state.put_revoke("c0", "pending")
+    state.removal.remove("a")
+    state.puts.put_revoke("c0", "pending")
     assert state.stats()["bytes"] == 2 * MiB and state.stats()["objects"] == 1
 
 
@@ -412,8 +432,8 @@ def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_mo
     from kvstore.rpc import messages as m
 
     state = MasterState(MasterConfig.load(), clock=clock)
-    state.register_client("c0", "h0")
-    state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4)  # 4 slots for 8 MiB
+    state.members.register_client("c0", "h0")
+    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4)  # 4 slots for 8 MiB
     for i in range(4):
         put(state, f"k{i}")
     reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
@@ -425,7 +445,7 @@ def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_mo
     assert ready == [True]
     (result,) = reply.make_reply()
     assert result.code == 0 and state.counters.evictions == 1
-    assert [state.exists(f"k{i}") for i in range(4)] == [False, True, True, True]
+    assert [state.core.exists(f"k{i}") for i in range(4)] == [False, True, True, True]
 
 
 def test_fence_kills_are_handed_out_in_bounded_batches(clock: Clock) -> None:
@@ -434,7 +454,7 @@ def test_fence_kills_are_handed_out_in_bounded_batches(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
     for i in range(10):
         put(state, f"k{i}", 4096)
-    state.remove_all()
+    state.removal.remove_all()
     fences = state.space.fences
     first = [k.id for k in fences.take("c0", 4)]
     assert len(first) == 4
@@ -453,20 +473,20 @@ def test_a_clients_puts_in_progress_are_bounded_in_objects_and_bytes(clock: Cloc
     """Past its limits a client's puts fail with TooManyPutsError and evict nothing; ending them gives
     the room back; other clients are not held to its count."""
     state = make_state(clock, [("h0", 8 * MiB), ("h1", 8 * MiB)], client_put_objects=3)
-    state.register_client("other", "h2")
+    state.members.register_client("other", "h2")
     put(state, "old")
     for i in range(3):
-        state.put_start("c0", f"p{i}", 4096, i, 1, False)
+        state.puts.put_start("c0", f"p{i}", 4096, i, 1, False)
     with pytest.raises(TooManyPutsError):
-        state.put_start("c0", "p3", 4096, 3, 1, False)
-    state.put_start("other", "q", 4096, 9, 1, False)  # another client's own count
-    state.put_end("c0", "p0")
-    state.put_start("c0", "p3", 4096, 3, 1, False)  # room again
-    state.put_start("other", "big", 7 * MiB, 1, 1, False)  # its first: may be as large as it likes
+        state.puts.put_start("c0", "p3", 4096, 3, 1, False)
+    state.puts.put_start("other", "q", 4096, 9, 1, False)  # another client's own count
+    state.puts.put_end("c0", "p0")
+    state.puts.put_start("c0", "p3", 4096, 3, 1, False)  # room again
+    state.puts.put_start("other", "big", 7 * MiB, 1, 1, False)  # its first: may be as large as it likes
     with pytest.raises(TooManyPutsError):  # half of 16 MiB held already
-        state.put_start("other", "more", 2 * MiB, 1, 1, False)
-    assert state.exists("old") and state.counters.evictions == 0
-    state.drop_client("c0")
+        state.puts.put_start("other", "more", 2 * MiB, 1, 1, False)
+    assert state.core.exists("old") and state.counters.evictions == 0
+    state.members.drop_client("c0")
     assert state.core.pending.held("c0") == (0, 0)
 
 
@@ -474,16 +494,16 @@ def test_a_node_is_told_each_replica_it_holds_once_placed_and_never_after_its_ki
     """Told as the put places it (the node names it back only if its bytes match the checksum, so a
     put that never finished is a miss), sent until acknowledged, never after the replica's kill."""
     state = make_state(clock, [("h0", 8 * MiB)])
-    state.put_start("c0", "revoked", MiB, 6, 1, False)
-    state.put_revoke("c0", "revoked")
-    state.put_start("c0", "k", MiB, 7, 1, False)
-    state.put_start("c0", "gone", MiB, 8, 1, False)
-    state.put_end("c0", "gone")
+    state.puts.put_start("c0", "revoked", MiB, 6, 1, False)
+    state.puts.put_revoke("c0", "revoked")
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_start("c0", "gone", MiB, 8, 1, False)
+    state.puts.put_end("c0", "gone")
     sent = [HeldReplica._make(h) for h in state.space.holds.take("c0", 10)]
     assert [(h.key, h.size, h.checksum) for h in sent] == [("k", MiB, 7), ("gone", MiB, 8)]
-    state.put_end("c0", "k")
+    state.puts.put_end("c0", "k")
     assert [HeldReplica._make(h) for h in state.space.holds.take("c0", 10)] == sent  # sent until acked
-    state.remove("gone")  # freed before the node acknowledged it: not sent again
+    state.removal.remove("gone")  # freed before the node acknowledged it: not sent again
     assert [h.key for h in holds_of(state)] == ["k"]
     assert holds_of(state) == []
 
@@ -496,22 +516,22 @@ def test_a_master_rebuilds_objects_from_what_a_node_names_back(clock: Clock) -> 
     held = [(h.offset, h.slot, h.gen, h.key, h.size, h.checksum, h.pinned, h.replicas) for h in holds_of(old)]
 
     state = MasterState(MasterConfig.load(), clock=clock)
-    state.register_client("n", "h0")
-    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    state.members.register_client("n", "h0")
+    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
     with pytest.raises(NotEnoughSegmentsError, match="1 being restored"):
-        state.put_start("n", "early", MiB, 1, 1, False)  # nothing is placed on it meanwhile
+        state.puts.put_start("n", "early", MiB, 1, 1, False)  # nothing is placed on it meanwhile
     conflicting = (held[0][0], held[0][1] + 100, held[0][2], "d", MiB // 2, 1, False, 1)  # space taken
-    refused = state.restore_segment("n", seg, [*held, conflicting], last=True)
+    refused = state.members.restore_segment("n", seg, [*held, conflicting], last=True)
     assert refused == [conflicting[1]]
-    assert sorted(state.objects) == ["a", "b", "c"] and all(state.exists(k) for k in "abc")
+    assert sorted(state.objects) == ["a", "b", "c"] and all(state.core.exists(k) for k in "abc")
     assert [r.gen for r in state.objects["a"].replicas] == [held[0][2]]
     assert state.stats()["restored_objects"] == 3
-    placed = state.put_start("n", "after", MiB, 1, 1, False)  # new space, new slot, newer generation
+    placed = state.puts.put_start("n", "after", MiB, 1, 1, False)  # new space, new slot, newer generation
     assert placed is not None
     assert placed[0].slot not in {h[1] for h in held} and placed[0].gen > max(h[2] for h in held)
     assert placed[0].offset >= 3 * (MiB // 2) or placed[0].offset + MiB <= held[0][0]
     with pytest.raises(InvalidArgumentError, match="not mounted to be restored"):
-        state.restore_segment("n", seg, held, last=True)
+        state.members.restore_segment("n", seg, held, last=True)
 
 
 def test_restored_objects_are_evicted_in_the_order_they_were_put_once_the_restore_ends(
@@ -526,22 +546,22 @@ def test_restored_objects_are_evicted_in_the_order_they_were_put_once_the_restor
     newest_first = sorted(held, key=lambda h: -h[2])
 
     state = MasterState(MasterConfig.load(), clock=clock)
-    state.register_client("n", "h0")
-    seg = state.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
-    assert state.restore_segment("n", seg, newest_first[:2], last=False) == []
+    state.members.register_client("n", "h0")
+    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    assert state.members.restore_segment("n", seg, newest_first[:2], last=False) == []
     assert list(state.policy.candidates()) == []  # none is evicted half-restored
-    assert state.restore_segment("n", seg, newest_first[2:], last=True) == []
+    assert state.members.restore_segment("n", seg, newest_first[2:], last=True) == []
     assert list(state.policy.candidates()) == ["a", "b", "c", "d"]  # the oldest put goes first
 
 
 def test_a_record_naming_another_value_of_a_known_key_is_refused(clock: Clock) -> None:
     state = make_state(clock, [("h0", 8 * MiB)])
     put(state, "k", MiB)  # known: size MiB, its checksum
-    state.register_client("n", "h1")
-    seg = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h1", 4096, restoring=True)
+    state.members.register_client("n", "h1")
+    seg = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h1", 4096, restoring=True)
     other = (0, 0, 5, "k", MiB, 12345, False, 1)
     same = (MiB, 1, 6, "k", MiB, state.objects["k"].checksum, False, 1)
-    assert state.restore_segment("n", seg, [other, same], last=True) == [0]
+    assert state.members.restore_segment("n", seg, [other, same], last=True) == [0]
     assert len(state.objects["k"].replicas) == 2  # the same value: a second replica of it
 
 

@@ -29,18 +29,18 @@ class Clock:
 def make_state(clock: Clock, nodes: int, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(heartbeat_interval=1.0, **config), clock=clock)  # type: ignore[arg-type]
     for i in range(nodes):
-        state.register_client(f"n{i}", f"h{i}")
-        state.mount_segment(f"n{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.register_client(f"n{i}", f"h{i}")
+        state.members.mount_segment(f"n{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
     return state
 
 
 def segment_of(state: MasterState, client: str) -> Segment:
-    return next(s for s in state.segments.values() if s.client_id == client)
+    return next(s for s in state.space.segments.values() if s.client_id == client)
 
 
 def put(state: MasterState, key: str, writer: str = "n0") -> None:
-    state.put_start(writer, key, MiB, 7, 1, False)
-    state.put_end(writer, key)
+    state.puts.put_start(writer, key, MiB, 7, 1, False)
+    state.puts.put_end(writer, key)
 
 
 # -- item 6: a node's identity is proved by its key ---------------------------------------------------
@@ -115,10 +115,10 @@ def test_a_client_id_is_its_tokens() -> None:
 def test_a_known_client_id_is_not_registered_again_with_another_token() -> None:
     clock = Clock()
     state = make_state(clock, 1)
-    state.clients["n0"].token = m.new_token()
+    state.members.clients["n0"].token = m.new_token()
     with pytest.raises(PermissionDeniedError, match="registered by another process"):
-        state.register_client("n0", "h9", token=m.new_token())
-    assert state.segments  # its segment stays
+        state.members.register_client("n0", "h9", token=m.new_token())
+    assert state.space.segments  # its segment stays
 
 
 def test_nobody_unmounts_or_closes_what_another_client_holds() -> None:
@@ -128,11 +128,11 @@ def test_nobody_unmounts_or_closes_what_another_client_holds() -> None:
     state = make_state(clock, 2)
     theirs = segment_of(state, "n1")
     with pytest.raises(NotFoundError, match="has no segment"):
-        state.unmount_segment("n0", theirs.id)
-    state.clients["n1"].token = m.new_token()
+        state.members.unmount_segment("n0", theirs.id)
+    state.members.clients["n1"].token = m.new_token()
     with pytest.raises(PermissionDeniedError, match="registered by another process"):
-        state.check_token("n1", m.new_token())  # (what handle() asks of every request in n1's name)
-    assert theirs.id in state.segments
+        state.members.check_token("n1", m.new_token())  # (what handle() asks of every request in n1's name)
+    assert theirs.id in state.space.segments
 
 
 # -- item 7: suspicion needs evidence that costs something --------------------------------------------
@@ -141,12 +141,12 @@ def test_made_up_clients_never_make_a_live_node_suspect() -> None:
     state = make_state(clock, 2)
     target = segment_of(state, "n1")
     for i in range(200):  # registrations cost nothing; each reports the live node
-        state.register_client(f"fake{i}", "h9")
-        state.report_unreachable(target.engine, f"fake{i}")
-        state.report_unreachable(target.engine, "never-registered")
+        state.members.register_client(f"fake{i}", "h9")
+        state.suspicion.report_unreachable(target.engine, f"fake{i}")
+        state.suspicion.report_unreachable(target.engine, "never-registered")
     state.expire()
     assert target.usable and not state.space.any_suspect()
-    assert state.put_start("n1", "lands", MiB, 1, 2, False) is not None  # both nodes placed on
+    assert state.puts.put_start("n1", "lands", MiB, 1, 2, False) is not None  # both nodes placed on
 
 
 def test_reports_of_clients_holding_segments_only_make_the_master_probe() -> None:
@@ -157,24 +157,26 @@ def test_reports_of_clients_holding_segments_only_make_the_master_probe() -> Non
     state = make_state(clock, 2)
     target = segment_of(state, "n1")
     for i in range(2):  # one member: two registrations, two tiny regions on engines of its own
-        state.register_client(f"liar{i}", "h9")
-        state.mount_segment(f"liar{i}", f"127.0.0.1:{7100 + i}", 1, 4096, "h9")
+        state.members.register_client(f"liar{i}", "h9")
+        state.members.mount_segment(f"liar{i}", f"127.0.0.1:{7100 + i}", 1, 4096, "h9")
     for _ in range(3):
         for i in range(2):
-            state.report_unreachable(target.engine, f"liar{i}")
-            state.report_unreachable(target.engine, "n0")  # (a real node's word weighs no more)
+            state.suspicion.report_unreachable(target.engine, f"liar{i}")
+            state.suspicion.report_unreachable(target.engine, "n0")  # (a real node's word weighs no more)
         assert target.usable and not state.space.any_suspect()
         clock.now += 0.5
-        state.heartbeat("n1")
+        state.members.heartbeat("n1")
         state.expire()
     assert target.usable and state.counters.suspected_segments == 0
-    state.probed(target.engine, "n1", "the master could not reach it")  # evidence: suspect
+    state.suspicion.probed(target.engine, "n1", "the master could not reach it")  # evidence: suspect
     assert not target.usable
-    state.report_unreachable(target.engine, "liar0")
-    state.probed(target.engine, "n1", None)  # the next probe found it answering as n1's: trusted again
+    state.suspicion.report_unreachable(target.engine, "liar0")
+    state.suspicion.probed(
+        target.engine, "n1", None
+    )  # the next probe found it answering as n1's: trusted again
     assert target.usable and not state.space.any_suspect()
-    state.report_unreachable(target.engine, "liar1")  # and the next pair of reports changes nothing
-    state.report_unreachable(target.engine, "liar0")
+    state.suspicion.report_unreachable(target.engine, "liar1")  # and the next pair of reports changes nothing
+    state.suspicion.report_unreachable(target.engine, "liar0")
     assert target.usable
 
 
@@ -182,18 +184,18 @@ def test_the_master_probes_a_reported_engine_at_most_once_per_interval() -> None
     clock = Clock()
     state = make_state(clock, 2)
     target = segment_of(state, "n1")
-    state.register_client("fake", "h9")
-    assert state.report_unreachable(target.engine, "fake") == "n1"  # probe it, as n1's
-    assert state.report_unreachable(target.engine, "fake") == ""  # (one under way)
-    assert state.report_unreachable("127.0.0.1:1", "fake") == ""  # no segment there: nothing
-    state.probed(target.engine, "n1", None)  # it answered as n1's: nothing changes
+    state.members.register_client("fake", "h9")
+    assert state.suspicion.report_unreachable(target.engine, "fake") == "n1"  # probe it, as n1's
+    assert state.suspicion.report_unreachable(target.engine, "fake") == ""  # (one under way)
+    assert state.suspicion.report_unreachable("127.0.0.1:1", "fake") == ""  # no segment there: nothing
+    state.suspicion.probed(target.engine, "n1", None)  # it answered as n1's: nothing changes
     assert target.usable
     clock.now += 1.0
     state.expire()
-    assert state.report_unreachable(target.engine, "fake") == "n1"
-    state.probed(target.engine, "other", "gone")  # a probe about another owner says nothing of n1's
+    assert state.suspicion.report_unreachable(target.engine, "fake") == "n1"
+    state.suspicion.probed(target.engine, "other", "gone")  # a probe about another owner says nothing of n1's
     assert target.usable
-    state.probed(target.engine, "n1", "the master could not reach it")
+    state.suspicion.probed(target.engine, "n1", "the master could not reach it")
     assert not target.usable and state.counters.suspected_segments == 1
 
 
@@ -202,35 +204,41 @@ def test_registrations_are_bounded_per_host_and_in_all() -> None:
     clock = Clock()
     state = make_state(clock, 1, max_clients=6, max_clients_per_host=3)
     for i in range(3):
-        state.register_client(f"a{i}", "attacker")
+        state.members.register_client(f"a{i}", "attacker")
     with pytest.raises(TooManyConnectionsError, match="3 clients of host attacker"):
-        state.register_client("a3", "attacker")  # all three were heard from just now
+        state.members.register_client("a3", "attacker")  # all three were heard from just now
     for i in range(2):
-        state.register_client(f"b{i}", "other0")
+        state.members.register_client(f"b{i}", "other0")
     with pytest.raises(TooManyConnectionsError, match="6 clients"):  # (other0 would hold as many as
-        state.register_client("c", "other0")  # the fullest host: none gives way)
+        state.members.register_client("c", "other0")  # the fullest host: none gives way)
     clock.now += 1.5
     for live in ("n0", "b0", "a1"):
-        state.heartbeat(live)
-    state.register_client("a3", "attacker")  # the longest-silent idle one of its host goes: a0
-    assert "a0" not in state.clients and "a1" in state.clients
-    state.register_client("c", "elsewhere")  # the longest-silent idle one of all goes: a2 (not n0, b0)
-    assert "a2" not in state.clients and {"n0", "b0", "b1", "a1", "a3", "c"} == set(state.clients)
-    state.register_client("b0", "other0")  # a known client registering again takes no new room
+        state.members.heartbeat(live)
+    state.members.register_client("a3", "attacker")  # the longest-silent idle one of its host goes: a0
+    assert "a0" not in state.members.clients and "a1" in state.members.clients
+    state.members.register_client(
+        "c", "elsewhere"
+    )  # the longest-silent idle one of all goes: a2 (not n0, b0)
+    assert "a2" not in state.members.clients and {"n0", "b0", "b1", "a1", "a3", "c"} == set(
+        state.members.clients
+    )
+    state.members.register_client("b0", "other0")  # a known client registering again takes no new room
     clock.now += 1.5
-    state.register_client("d", "elsewhere")  # silent, but holding a segment: n0 is never the one dropped
-    assert "n0" in state.clients and state.segments
+    state.members.register_client(
+        "d", "elsewhere"
+    )  # silent, but holding a segment: n0 is never the one dropped
+    assert "n0" in state.members.clients and state.space.segments
 
 
 def test_a_client_with_puts_in_progress_is_not_dropped_for_a_new_one() -> None:
     clock = Clock()
     state = make_state(clock, 1, max_clients=2, max_clients_per_host=2)
-    state.register_client("writer", "h1")
-    state.put_start("writer", "k", MiB, 7, 1, False)
+    state.members.register_client("writer", "h1")
+    state.puts.put_start("writer", "k", MiB, 7, 1, False)
     clock.now += 1.5
     with pytest.raises(TooManyConnectionsError):
-        state.register_client("new", "h2")
-    assert "writer" in state.clients
+        state.members.register_client("new", "h2")
+    assert "writer" in state.members.clients
 
 
 # -- item 9: the destructive calls are an admin's ----------------------------------------------------
@@ -239,50 +247,50 @@ def test_remove_all_needs_a_proved_admin_secret() -> None:
     state = make_state(clock, 1)
     put(state, "k")
     with pytest.raises(PermissionDeniedError, match="remove_all needs an admin"):
-        state.remove_all(True, by="n0")
+        state.removal.remove_all(True, by="n0")
     with pytest.raises(PermissionDeniedError, match="remove_all needs an admin"):
-        state.remove_all(True, by="")  # an unregistered caller
+        state.removal.remove_all(True, by="")  # an unregistered caller
     with pytest.raises(PermissionDeniedError, match="no admin challenge"):
-        state.admin_prove("n0", admin.proof(SECRET, "n0", "0" * 64), SECRET)
-    nonce = state.admin_challenge("n0")
+        state.roles.admin_prove("n0", admin.proof(SECRET, "n0", "0" * 64), SECRET)
+    nonce = state.roles.admin_challenge("n0")
     with pytest.raises(PermissionDeniedError, match="wrong admin secret"):
-        state.admin_prove("n0", admin.proof(b"b" * 64, "n0", nonce), SECRET)
+        state.roles.admin_prove("n0", admin.proof(b"b" * 64, "n0", nonce), SECRET)
     with pytest.raises(PermissionDeniedError, match="no admin challenge"):  # the nonce is spent
-        state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
-    nonce = state.admin_challenge("n0")
+        state.roles.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    nonce = state.roles.admin_challenge("n0")
     with pytest.raises(PermissionDeniedError, match="no admin secret"):  # a master without one
-        state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), b"")
-    state.register_client("other", "h1")
-    nonce = state.admin_challenge("n0")
+        state.roles.admin_prove("n0", admin.proof(SECRET, "n0", nonce), b"")
+    state.members.register_client("other", "h1")
+    nonce = state.roles.admin_challenge("n0")
     with pytest.raises(PermissionDeniedError, match="wrong admin secret"):  # bound to the client id
-        state.admin_prove("n0", admin.proof(SECRET, "other", nonce), SECRET)
-    nonce = state.admin_challenge("n0")
-    state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
-    assert state.remove_all(True, by="n0") == ["k"]
-    state.drop_client("n0")  # the role lasts as long as the registration
-    state.register_client("n0", "h0")
+        state.roles.admin_prove("n0", admin.proof(SECRET, "other", nonce), SECRET)
+    nonce = state.roles.admin_challenge("n0")
+    state.roles.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    assert state.removal.remove_all(True, by="n0") == ["k"]
+    state.members.drop_client("n0")  # the role lasts as long as the registration
+    state.members.register_client("n0", "h0")
     with pytest.raises(PermissionDeniedError):
-        state.remove_all(True, by="n0")
+        state.removal.remove_all(True, by="n0")
 
 
 def test_forcing_the_removal_of_anothers_leased_object_needs_an_admin() -> None:
     clock = Clock()
     state = make_state(clock, 1)
-    state.register_client("other", "h1")
+    state.members.register_client("other", "h1")
     for key in ("mine", "theirs", "unleased"):
         put(state, key, writer="other" if key != "mine" else "n0")
     for key in ("mine", "theirs"):
-        assert state.get_replicas(key) is not None  # read: leased
+        assert state.access.get_replicas(key) is not None  # read: leased
     with pytest.raises(PermissionDeniedError, match="another client's, leased"):
-        state.remove("theirs", force=True, by="n0")
+        state.removal.remove("theirs", force=True, by="n0")
     with pytest.raises(PermissionDeniedError):
-        state.remove("theirs", force=True, by="")
-    state.remove("mine", force=True, by="n0")  # its own: its writer may
-    state.remove("unleased", force=True, by="n0")  # not leased: force changes nothing, a member may
-    nonce = state.admin_challenge("n0")
-    state.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
-    state.remove("theirs", force=True, by="n0")
-    assert not any(state.exists(k) for k in ("mine", "theirs", "unleased"))
+        state.removal.remove("theirs", force=True, by="")
+    state.removal.remove("mine", force=True, by="n0")  # its own: its writer may
+    state.removal.remove("unleased", force=True, by="n0")  # not leased: force changes nothing, a member may
+    nonce = state.roles.admin_challenge("n0")
+    state.roles.admin_prove("n0", admin.proof(SECRET, "n0", nonce), SECRET)
+    state.removal.remove("theirs", force=True, by="n0")
+    assert not any(state.core.exists(k) for k in ("mine", "theirs", "unleased"))
 
 
 def test_the_admin_secret_file_must_be_private_and_random(tmp_path: object) -> None:

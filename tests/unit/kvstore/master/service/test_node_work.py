@@ -24,14 +24,14 @@ class Clock:
 def two_nodes(epoch: int = 0, nodes: int = 2, **config: object) -> Handlers:
     state = MasterState(MasterConfig.load(**config), clock=Clock())
     for i in range(nodes):
-        state.register_client(f"c{i}", f"h{i}")
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
+        state.members.register_client(f"c{i}", f"h{i}")
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
     return Handlers(state, epoch=epoch)
 
 
 def poll(handlers: Handlers, client: str = "c0", wait: float = 0.0, **reports: object) -> object:
     """An AwaitWork of `client`'s node, its reports made under its current registration."""
-    reports.setdefault("registration", handlers.state.clients[client].registration)
+    reports.setdefault("registration", handlers.state.members.clients[client].registration)
     return handlers.await_work(m.AwaitWork(client_id=client, wait=wait, epoch=handlers.epoch, **reports))  # type: ignore[arg-type]
 
 
@@ -42,30 +42,30 @@ def test_one_poll_carries_holds_then_kills_and_is_woken_when_work_is_queued() ->
     assert isinstance(parked, Deferred)  # nothing yet: the poll waits
     woken: list[bool] = []
     parked.on_ready(lambda: woken.append(True))
-    state.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
     assert woken == [True]  # the start woke it: the node is told of the replica while it is written
     work = parked.make_reply()
     assert isinstance(work, m.NodeWork) and [h[5] for h in work.holds] == ["k"]
-    state.put_end("c0", "k")
-    state.remove("k", force=True)
+    state.puts.put_end("c0", "k")
+    state.removal.remove("k", force=True)
     work = poll(handlers, held_through=work.holds[0][0])
     assert isinstance(work, m.NodeWork) and not work.holds
     (order,) = work.fences
     assert len(order.kills) == 1
     poll(handlers, acked=order.kills)  # acknowledged: the space is free again
-    assert state.space.fences.stats()["fence_kills_outstanding"] == 0 and state.used == 0
+    assert state.space.fences.stats()["fence_kills_outstanding"] == 0 and state.space.used == 0
 
 
 def test_copies_go_out_on_the_channel_and_their_results_come_back_on_it() -> None:
     handlers = two_nodes(hot_access_rate=10.0, cool_access_rate=1.0, heat_half_life=2.0)
     state = handlers.state
-    state.put_start("c0", "hot", MiB, 7, 1, False)
-    state.put_end("c0", "hot")
+    state.puts.put_start("c0", "hot", MiB, 7, 1, False)
+    state.puts.put_end("c0", "hot")
     parked = poll(handlers, "c1", wait=2.0)
     assert isinstance(parked, Deferred)
     woken: list[bool] = []
     parked.on_ready(lambda: woken.append(True))
-    state.change_replica("hot", 2)
+    state.access.change_replica("hot", 2)
     state.replicator.plan()  # the copy goes to the other node, whose poll it wakes
     assert woken == [True]
     target = "c1"
@@ -80,9 +80,9 @@ def test_the_channel_is_bounded_both_ways() -> None:
     handlers = two_nodes(nodes=1)
     state = handlers.state
     for i in range(m.FENCE_BATCH + 10):
-        state.put_start("c0", f"k{i}", 512, i, 1, False)
-        state.put_end("c0", f"k{i}")
-    state.remove_all(force=True)
+        state.puts.put_start("c0", f"k{i}", 512, i, 1, False)
+        state.puts.put_end("c0", f"k{i}")
+    state.removal.remove_all(force=True)
     work = poll(handlers)
     assert isinstance(work, m.NodeWork)
     assert sum(len(o.kills) for o in work.fences) == m.FENCE_BATCH  # an acknowledgement fits one request
@@ -106,8 +106,8 @@ def test_the_channel_is_bounded_both_ways() -> None:
 
 def test_a_deposed_leader_changes_nothing_for_a_node_that_follows_a_newer_one() -> None:
     handlers = two_nodes(epoch=5)
-    handlers.state.put_start("c0", "k", MiB, 7, 1, False)
-    handlers.state.put_revoke("c0", "k")
+    handlers.state.puts.put_start("c0", "k", MiB, 7, 1, False)
+    handlers.state.puts.put_revoke("c0", "k")
     kills = handlers.state.space.fences.take("c0", 10)
     with pytest.raises(MasterUnavailableError):
         handlers.await_work(m.AwaitWork(client_id="c0", wait=0, epoch=6, acked=[k.id for k in kills]))
@@ -138,7 +138,7 @@ def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
     poll(handlers, "c1", held_through=held["c1"])
     assert ready == [True]
     assert [r.code for r in reply.make_reply()] == [0, 0]
-    assert handlers.state.exists_many(["a", "b"]) == [True, True]
+    assert handlers.state.access.exists_many(["a", "b"]) == [True, True]
 
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("c", MiB, 3)], replicas=1))
     (node,) = [r.segment.client_id for r in handlers.state.objects["c"].replicas]
@@ -159,11 +159,11 @@ def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
     assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["k"])), list)  # 0: no wait
     handlers = two_nodes(nodes=1)
     state = handlers.state
-    state.put_start("c0", "gone", MiB, 1, 1, False)
+    state.puts.put_start("c0", "gone", MiB, 1, 1, False)
     seq = state.objects["gone"].hold_seq
     ready: list[bool] = []
     assert state.space.holds.when_held({"c0": seq}, lambda: ready.append(True), 2.0)
-    state.put_revoke("c0", "gone")  # freed before the node heard of it: never told, nothing to wait for
+    state.puts.put_revoke("c0", "gone")  # freed before the node heard of it: never told, nothing to wait for
     assert ready == [True]
     work = poll(handlers)
     assert isinstance(work, m.NodeWork) and not work.holds
@@ -174,8 +174,8 @@ def test_a_removal_is_acknowledged_once_its_nodes_forgot_the_object() -> None:
     back), so a master that dies right after it cannot get the object back from them."""
     handlers = two_nodes(nodes=1)
     state = handlers.state
-    state.put_start("c0", "k", MiB, 7, 1, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_end("c0", "k")
     work = poll(handlers)
     assert isinstance(work, m.NodeWork)
     poll(handlers, held_through=work.holds[-1][0])
@@ -232,11 +232,11 @@ def test_reports_made_under_another_registration_acknowledge_nothing() -> None:
     master before: acknowledging holds or kills by those numbers would count ones it never received."""
     handlers = two_nodes()
     state = handlers.state
-    state.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
     work = poll(handlers)
     assert isinstance(work, m.NodeWork) and work.holds
     seq = work.holds[-1][0]  # (the hold's number: the handler's reply is not decoded)
-    stale = state.clients["c0"].registration ^ 2
+    stale = state.members.clients["c0"].registration ^ 2
     for registration in (0, stale):
         poll(handlers, held_through=seq, registration=registration)
         assert state.space.holds.stats()["holds_outstanding"] == 1  # still sent until acknowledged
@@ -247,7 +247,7 @@ def test_reports_made_under_another_registration_acknowledge_nothing() -> None:
 def test_a_registration_keeps_its_number_while_the_master_knows_the_client() -> None:
     handlers = two_nodes()
     state = handlers.state
-    number = state.clients["c0"].registration
-    state.register_client("c0", "h0")  # again, known: the same registration
-    assert state.clients["c0"].registration == number != 0
-    assert state.clients["c1"].registration != number
+    number = state.members.clients["c0"].registration
+    state.members.register_client("c0", "h0")  # again, known: the same registration
+    assert state.members.clients["c0"].registration == number != 0
+    assert state.members.clients["c1"].registration != number

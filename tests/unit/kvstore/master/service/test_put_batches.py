@@ -28,20 +28,20 @@ class Clock:
 def _state(prelude: bool = True, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(**config), clock=Clock())
     for i, (host, size) in enumerate([("a", 4 * MiB), ("a", 3 * MiB), ("b", 2 * MiB)]):
-        state.register_client(f"c{i}", host)
-        state.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, size, host)
+        state.members.register_client(f"c{i}", host)
+        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, size, host)
     if not prelude:
         return state
     # Before the batch: stored objects (to be offered again, or evicted), one put left in progress, and a
     # key removed while a reader held it (fencing).
     for i in range(6):
-        state.put_start("c0", f"old{i}", 512 * KiB, i, 1, False)
-        state.put_end("c0", f"old{i}")
-    state.put_start("c0", "busy", KiB, 1, 1, False)
-    state.put_start("c0", "leased", KiB, 1, 1, False)
-    state.put_end("c0", "leased")
-    state.get_replicas("leased")
-    state.remove("leased", force=True)
+        state.puts.put_start("c0", f"old{i}", 512 * KiB, i, 1, False)
+        state.puts.put_end("c0", f"old{i}")
+    state.puts.put_start("c0", "busy", KiB, 1, 1, False)
+    state.puts.put_start("c0", "leased", KiB, 1, 1, False)
+    state.puts.put_end("c0", "leased")
+    state.access.get_replicas("leased")
+    state.removal.remove("leased", force=True)
     return state
 
 
@@ -71,11 +71,11 @@ ITEMS = [
 def test_a_batch_starts_as_its_items_would_one_at_a_time(replicas: int, limits: dict[str, int]) -> None:
     batched, single = _state(**limits), _state(**limits)
     out: list[Any] = []
-    batched.start_puts("c0", ITEMS, replicas, False, 0, False, out)
+    batched.puts.start_puts("c0", ITEMS, replicas, False, 0, False, out)
     one_by_one = []
     for key, size, checksum in ITEMS:
         try:
-            one_by_one.append(single.put_start("c0", key, size, checksum, replicas, False))
+            one_by_one.append(single.puts.put_start("c0", key, size, checksum, replicas, False))
         except KVStoreError as exc:
             one_by_one.append(exc)
     assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
@@ -86,7 +86,7 @@ def test_a_batch_starts_as_its_items_would_one_at_a_time(replicas: int, limits: 
         assert batched.counters.evictions > 0
     # Every started one ends, and holds the same replicas, in both.
     keys = [key for (key, _, _), r in zip(ITEMS, out, strict=True) if isinstance(r, list)]
-    assert batched.put_end_many("c0", keys) == single.put_end_many("c0", keys) == [None] * len(keys)
+    assert batched.puts.put_end_many("c0", keys) == single.puts.put_end_many("c0", keys) == [None] * len(keys)
     for key in keys:
         assert _outcome(batched.objects[key].replicas) == _outcome(single.objects[key].replicas)
 
@@ -97,8 +97,8 @@ def test_fewer_replicas_when_segments_are_short_the_same_way() -> None:
         PutItem("wide", 5 * MiB // 2, 1)
     ]  # 2 hold it
     out: list[Any] = []
-    batched.start_puts("c0", items, 3, False, 2, False, out)
-    one_by_one = [single.put_start("c0", k, s, c, 3, False, min_replicas=2) for k, s, c in items]
+    batched.puts.start_puts("c0", items, 3, False, 2, False, out)
+    one_by_one = [single.puts.put_start("c0", k, s, c, 3, False, min_replicas=2) for k, s, c in items]
     assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
     assert [len(r) for r in out] == [3] * 5 + [2]
 
@@ -119,12 +119,12 @@ def test_a_restore_takes_back_a_batch_as_it_would_one_record_at_a_time() -> None
 
     def restored(batch_size: int) -> tuple[list[int], dict[str, object]]:
         state = MasterState(MasterConfig.load(), clock=Clock())
-        state.register_client("n", "h")
-        seg = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+        state.members.register_client("n", "h")
+        seg = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
         refused: list[int] = []
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
-            refused += state.restore_segment("n", seg, batch, last=start + batch_size >= len(records))
+            refused += state.members.restore_segment("n", seg, batch, last=start + batch_size >= len(records))
         table = {
             key: (_outcome(meta.replicas), meta.complete, meta.pinned, meta.base_replicas)
             for key, meta in ((k, state.objects[k]) for k in state.objects)
@@ -142,15 +142,15 @@ def test_a_slot_freed_while_its_segment_is_restored_is_free_once_the_restore_end
     """An object taken back is removed before its segment's restore ends: its node applies the kill, and
     its fence slot is free afterwards (the restore's end once counted it as taken for good)."""
     state = MasterState(MasterConfig.load(), clock=Clock())
-    state.register_client("n", "h")
-    seg_id = state.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+    state.members.register_client("n", "h")
+    seg_id = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
     records = [(i * 64 * KiB, i, 100 + i, f"k{i}", 64 * KiB, i, False, 1) for i in range(3, -1, -1)]
-    assert state.restore_segment("n", seg_id, records, last=False) == []
-    state.remove("k3", force=True)
+    assert state.members.restore_segment("n", seg_id, records, last=False) == []
+    state.removal.remove("k3", force=True)
     kills = [k.id for k in state.space.fences.take("n", 1 << 20)]
     state.space.acknowledge("n", kills)  # the node applied the kill of slot 3
-    assert state.restore_segment("n", seg_id, [], last=True) == []
-    seg = state.segments[seg_id]
+    assert state.members.restore_segment("n", seg_id, [], last=True) == []
+    seg = state.space.segments[seg_id]
     assert seg.slots.in_use == seg.allocations == 3  # (slot 3 was the highest: it is handed out anew)
 
 
@@ -164,7 +164,7 @@ def test_a_long_batch_of_scattered_new_puts_starts_as_one_at_a_time() -> None:
         PutItem(f"m{i}", 4 * KiB, i) for i in range(700)
     ]  # then a long run of new ones: windows 16, ...
     out: list[Any] = []
-    batched.start_puts("c0", items, 1, False, 0, False, out)
-    one_by_one = [single.put_start("c0", k, s, c, 1, False) for k, s, c in items]
+    batched.puts.start_puts("c0", items, 1, False, 0, False, out)
+    one_by_one = [single.puts.put_start("c0", k, s, c, 1, False) for k, s, c in items]
     assert [_outcome(r) for r in out] == [_outcome(r) for r in one_by_one]
     assert sum(1 for r in out if r is None) == 100  # the stored ones, offered again with the same bytes

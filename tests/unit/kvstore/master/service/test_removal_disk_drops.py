@@ -62,16 +62,16 @@ class _Wire:
 def _disk_only(handlers: Handlers) -> int:
     """Node "d" holds the only copy of "k", a disk record; returns its registration."""
     state = handlers.state
-    state.put_start("c0", "k", MiB, 7, 1, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_end("c0", "k")
     work = poll(handlers)
     assert isinstance(work, m.NodeWork)
     poll(handlers, held_through=work.holds[-1][0])
-    state.register_client("d", "h9")
+    state.members.register_client("d", "h9")
     state.disk.mount("d", 32 * MiB, "h9", "/nvme/tier", restoring=True)
-    assert state.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1
-    state.remove("k")  # its memory replica's kill and its record's drop are queued
-    return state.clients["d"].registration
+    assert state.members.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1
+    state.removal.remove("k")  # its memory replica's kill and its record's drop are queued
+    return state.members.clients["d"].registration
 
 
 def test_a_disk_drop_is_acknowledged_only_once_the_disk_persisted_it() -> None:
@@ -133,10 +133,10 @@ def test_a_removal_a_disk_remembers_keeps_a_memory_replica_that_missed_its_kill_
         old = make_state(clock, [("h0", 8 * MiB)])
         put(old, "k", MiB // 4)
         held0 = records(holds_of(old, "c0"))
-        old.register_client("c1", "h1")
+        old.members.register_client("c1", "h1")
         old.disk.mount("c1", 32 * MiB, "h1", "/nvme/tier", restoring=True)
-        assert old.restore_disk("c1", [(0, "k", MiB // 4, held0[0][5], held0[0][2])], last=True) == 1
-        old.remove("k")
+        assert old.members.restore_disk("c1", [(0, "k", MiB // 4, held0[0][5], held0[0][2])], last=True) == 1
+        old.removal.remove("k")
         (drop,) = old.disk.take_drops("c1")
         removed = [("k", drop.buried)]
 
@@ -144,10 +144,10 @@ def test_a_removal_a_disk_remembers_keeps_a_memory_replica_that_missed_its_kill_
         state.disk.mount("n1", 32 * MiB, "h1", "/nvme/tier", restoring=True)
         seg = mount(state, 0)
         if disk_first:
-            assert state.restore_disk("n1", [], last=True, removed=removed) == 0
-            assert state.restore_segment("n0", seg, held0, last=True) == [held0[0][1]]
+            assert state.members.restore_disk("n1", [], last=True, removed=removed) == 0
+            assert state.members.restore_segment("n0", seg, held0, last=True) == [held0[0][1]]
         else:
-            assert state.restore_segment("n0", seg, held0, last=True) == []
-            assert state.exists("k")
-            assert state.restore_disk("n1", [], last=True, removed=removed) == 0
-        assert not state.exists("k") and "k" not in state.objects
+            assert state.members.restore_segment("n0", seg, held0, last=True) == []
+            assert state.core.exists("k")
+            assert state.members.restore_disk("n1", [], last=True, removed=removed) == 0
+        assert not state.core.exists("k") and "k" not in state.objects

@@ -29,16 +29,16 @@ def clock() -> Clock:
 def test_a_removals_kills_name_its_tombstone_and_an_excess_replicas_do_not() -> None:
     handlers = two_nodes(nodes=2)
     state = handlers.state
-    state.put_start("c0", "gone", MiB, 7, 2, False)
-    state.put_end("c0", "gone")
-    state.put_start("c0", "kept", MiB, 8, 2, False)
-    state.put_end("c0", "kept")
+    state.puts.put_start("c0", "gone", MiB, 7, 2, False)
+    state.puts.put_end("c0", "gone")
+    state.puts.put_start("c0", "kept", MiB, 8, 2, False)
+    state.puts.put_end("c0", "kept")
     gens = [r.gen for r in state.objects["gone"].replicas]
     kept = state.objects["kept"]
     excess = kept.replicas[1]
     state.ledger.drop_replicas("kept", [excess])  # (what the replicator does with one too many)
     state.space.free("kept", excess)
-    state.remove("gone")
+    state.removal.remove("gone")
     orders = [o for c in ("c0", "c1") for o in poll(handlers, c).fences]  # type: ignore[attr-defined]
     by_gen = {g: b for o in orders for g, b in zip(o.gens, o.buried, strict=True)}
     tomb = state.space.fences.tombstones.generation("gone")
@@ -85,29 +85,29 @@ def test_a_master_told_of_a_removal_refuses_what_it_covers_and_removes_it_again(
     for key in ("a", "b"):
         put(old, key, MiB // 4, replicas=2)
     held0, held1 = records(holds_of(old, "c0")), records(holds_of(old, "c1"))
-    old.remove("a")
+    old.removal.remove("a")
     tomb = old.space.fences.tombstones.generation("a")
 
     state = restarted(clock)
-    assert state.restore_segment("n1", mount(state, 1), held1, last=True) == []
+    assert state.members.restore_segment("n1", mount(state, 1), held1, last=True) == []
     assert sorted(state.objects) == ["a", "b"]
     seg0 = mount(state, 0)
-    assert state.restore_segment("n0", seg0, [], last=False, removed=[("a", tomb)]) == []
+    assert state.members.restore_segment("n0", seg0, [], last=False, removed=[("a", tomb)]) == []
     assert sorted(state.objects) == ["b"]
     assert [k.segment.client_id for k in state.space.fences.take("n1", 10)] == ["n1"]  # its kill
-    assert state.restore_segment("n0", seg0, [r for r in held0 if r[3] == "b"], last=True) == []
+    assert state.members.restore_segment("n0", seg0, [r for r in held0 if r[3] == "b"], last=True) == []
     assert len(state.objects["b"].replicas) == 2
-    state.put_start("n0", "mine", MiB // 4, 3, 1, False)  # put through this master
-    state.put_end("n0", "mine")
-    state.register_client("m", "h2")  # a member naming a made-up removal of it
-    seg2 = state.mount_segment("m", "127.0.0.1:7002", 1, 8 * MiB, "h2", 4096, True)
-    state.restore_segment("m", seg2, [], last=True, removed=[("mine", state.space.fences.current)])
+    state.puts.put_start("n0", "mine", MiB // 4, 3, 1, False)  # put through this master
+    state.puts.put_end("n0", "mine")
+    state.members.register_client("m", "h2")  # a member naming a made-up removal of it
+    seg2 = state.members.mount_segment("m", "127.0.0.1:7002", 1, 8 * MiB, "h2", 4096, True)
+    state.members.restore_segment("m", seg2, [], last=True, removed=[("mine", state.space.fences.current)])
     assert "mine" in state.objects  # what a node names undoes only what nodes named back
     again = MasterState(MasterConfig.load(), clock=clock)
-    again.register_client("n1", "h1")
-    seg = again.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096, True)
-    again.restore_segment("n1", seg, [], last=False, removed=[("a", tomb)])
-    assert again.restore_segment("n1", seg, held1, last=True) == [r[1] for r in held1 if r[3] == "a"]
+    again.members.register_client("n1", "h1")
+    seg = again.members.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096, True)
+    again.members.restore_segment("n1", seg, [], last=False, removed=[("a", tomb)])
+    assert again.members.restore_segment("n1", seg, held1, last=True) == [r[1] for r in held1 if r[3] == "a"]
 
 
 def test_removals_a_node_names_are_checked() -> None:
@@ -139,13 +139,15 @@ def test_a_removal_named_at_or_above_this_masters_generations_is_not_taken(clock
     state = restarted(clock)
     fences = state.space.fences
     seg = mount(state, 0)
-    state.restore_segment("n0", seg, [], last=False, removed=[("k", fences.first + 10**12), ("old", 5)])
-    state.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096)
-    placed = state.put_start("n1", "k", MiB // 4, 5, 1, False)
+    state.members.restore_segment(
+        "n0", seg, [], last=False, removed=[("k", fences.first + 10**12), ("old", 5)]
+    )
+    state.members.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096)
+    placed = state.puts.put_start("n1", "k", MiB // 4, 5, 1, False)
     assert placed is not None and not fences.tombstones.covers("k", placed[0].gen)
     assert fences.tombstones.covers("old", 5) and fences.tombstones.stats()["tombstones_named"] == 1
-    state.put_end("n1", "k")
-    state.remove("k")  # this master's own removals are kept apart from those nodes name
+    state.puts.put_end("n1", "k")
+    state.removal.remove("k")  # this master's own removals are kept apart from those nodes name
     assert fences.tombstones.stats()["tombstones"] == 1 and fences.tombstones.covers("k", placed[0].gen)
 
 
@@ -156,15 +158,15 @@ def test_an_object_removed_again_while_its_segment_is_restored_leaves_the_rest_i
     for key in ("a", "b", "c"):
         put(old, key, MiB // 4, replicas=2)
     held0, held1 = records(holds_of(old, "c0")), records(holds_of(old, "c1"))
-    old.remove("a")
+    old.removal.remove("a")
     tomb = old.space.fences.tombstones.generation("a")
     state = restarted(clock)
     seg1 = mount(state, 1)
-    assert state.restore_segment("n1", seg1, held1, last=False) == []
+    assert state.members.restore_segment("n1", seg1, held1, last=False) == []
     seg0 = mount(state, 0)
-    assert state.restore_segment("n0", seg0, [], last=False, removed=[("a", tomb)]) == []
+    assert state.members.restore_segment("n0", seg0, [], last=False, removed=[("a", tomb)]) == []
     assert sorted(state.objects) == ["b", "c"]
-    assert state.restore_segment("n1", seg1, [], last=True) == []
-    assert state.restore_segment("n0", seg0, [r for r in held0 if r[3] != "a"], last=True) == []
+    assert state.members.restore_segment("n1", seg1, [], last=True) == []
+    assert state.members.restore_segment("n0", seg0, [r for r in held0 if r[3] != "a"], last=True) == []
     assert list(state.policy.candidates()) == ["b", "c"]
     assert all(len(state.objects[k].replicas) == 2 for k in ("b", "c"))

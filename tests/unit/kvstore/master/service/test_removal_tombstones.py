@@ -41,12 +41,14 @@ def restarted(clock: Clock, **config: object) -> MasterState:
     """A master that lost its table, its two nodes registered again (not mounted yet)."""
     state = MasterState(MasterConfig.load(**config), clock=clock)
     for i in range(2):
-        state.register_client(f"n{i}", f"h{i}")
+        state.members.register_client(f"n{i}", f"h{i}")
     return state
 
 
 def mount(state: MasterState, node: int) -> int:
-    return state.mount_segment(f"n{node}", f"127.0.0.1:{7000 + node}", 1, 8 * MiB, f"h{node}", 4096, True)
+    return state.members.mount_segment(
+        f"n{node}", f"127.0.0.1:{7000 + node}", 1, 8 * MiB, f"h{node}", 4096, True
+    )
 
 
 def test_a_key_removed_while_a_restarted_master_restores_is_not_taken_back_from_a_second_node(
@@ -57,16 +59,16 @@ def test_a_key_removed_while_a_restarted_master_restores_is_not_taken_back_from_
     keys = [f"k{i}" for i in range(6)]
     held0, held1 = before_restart(clock, keys)
     state = restarted(clock)
-    assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
-    state.remove("k1")
-    assert sorted(state.remove_all()) == sorted(set(keys) - {"k1"})
-    state.put_start("n0", "k9", MiB // 4, 99, 1, False)  # a new key meanwhile: not removed, kept
-    state.put_end("n0", "k9")
+    assert state.members.restore_segment("n0", mount(state, 0), held0, last=True) == []
+    state.removal.remove("k1")
+    assert sorted(state.removal.remove_all()) == sorted(set(keys) - {"k1"})
+    state.puts.put_start("n0", "k9", MiB // 4, 99, 1, False)  # a new key meanwhile: not removed, kept
+    state.puts.put_end("n0", "k9")
 
-    refused = state.restore_segment("n1", mount(state, 1), held1, last=True)
+    refused = state.members.restore_segment("n1", mount(state, 1), held1, last=True)
     assert sorted(refused) == sorted(r[1] for r in held1)  # every one: its node forgets them
     assert sorted(state.objects) == ["k9"]
-    assert not any(state.exists(k) for k in keys)
+    assert not any(state.core.exists(k) for k in keys)
     assert state.stats()["restore_refused_removed"] == len(keys)
 
 
@@ -76,10 +78,10 @@ def test_a_key_kept_is_taken_back_from_both_nodes_and_one_removed_from_neither(c
     state = restarted(clock)
     seg0 = mount(state, 0)
     first = [r for r in held0 if r[3] == "a"]
-    assert state.restore_segment("n0", seg0, first, last=False) == []
-    state.remove("a")  # named by one node only so far
-    assert state.restore_segment("n0", seg0, [r for r in held0 if r[3] != "a"], last=True) == []
-    assert state.restore_segment("n1", mount(state, 1), held1, last=True) == [
+    assert state.members.restore_segment("n0", seg0, first, last=False) == []
+    state.removal.remove("a")  # named by one node only so far
+    assert state.members.restore_segment("n0", seg0, [r for r in held0 if r[3] != "a"], last=True) == []
+    assert state.members.restore_segment("n1", mount(state, 1), held1, last=True) == [
         r[1] for r in held1 if r[3] == "a"
     ]
     assert sorted(state.objects) == ["b", "c"]
@@ -95,11 +97,11 @@ def test_an_object_removed_after_its_disk_record_came_back_is_not_taken_back_fro
     state = restarted(clock)
     disk = state.disk.mount("n0", 32 * MiB, "h0", "/nvme/tier", restoring=True)
     on_disk = [(i * MiB, r[3], r[4], r[5], r[2]) for i, r in enumerate(held0)]
-    assert state.restore_disk("n0", on_disk, last=True) == 2
+    assert state.members.restore_disk("n0", on_disk, last=True) == 2
     assert state.objects["x"].disk is not None and state.objects["x"].replicas == []
-    state.remove("x")
+    state.removal.remove("x")
     assert [(d.offset, d.key) for d in state.disk.take_drops("n0")] == [(0, "x")]
-    refused = state.restore_segment("n0", mount(state, 0), held0, last=True)
+    refused = state.members.restore_segment("n0", mount(state, 0), held0, last=True)
     assert refused == [r[1] for r in held0 if r[3] == "x"]
     assert "x" not in state.objects and state.objects["y"].disk is not None
     assert len(state.objects["y"].replicas) == 1 and disk.restoring is False
@@ -114,10 +116,10 @@ def test_a_disk_record_of_an_object_removed_since_is_refused_and_its_node_told_t
     taken."""
     held0, _ = before_restart(clock, ["x", "y"])
     state = restarted(clock)
-    assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
+    assert state.members.restore_segment("n0", mount(state, 0), held0, last=True) == []
     gen = {r[3]: r[2] for r in held0}
-    state.remove("x")
-    state.remove("y")
+    state.removal.remove("x")
+    state.removal.remove("y")
     state.disk.mount("n0", 32 * MiB, "h0", "/nvme/tier", restoring=True)
     sizes = {r[3]: (r[4], r[5]) for r in held0}
     offered = [
@@ -125,7 +127,7 @@ def test_a_disk_record_of_an_object_removed_since_is_refused_and_its_node_told_t
         (MiB, "y", *sizes["y"], 0),  # written before records named their generation: the oldest
         (2 * MiB, "y", *sizes["y"], state.space.fences.current + 5),  # from a replica put after
     ]
-    assert state.restore_disk("n0", offered, last=True) == 1
+    assert state.members.restore_disk("n0", offered, last=True) == 1
     assert state.objects["y"].disk is not None and state.objects["y"].disk.offset == 2 * MiB
     assert "x" not in state.objects
     assert sorted((d.offset, d.key) for d in state.disk.take_drops("n0")) == [(0, "x"), (MiB, "y")]
@@ -136,14 +138,14 @@ def test_an_evicted_object_is_not_taken_back_and_a_lost_one_is(clock: Clock) -> 
     not: what it held is what its node names back when it returns."""
     held0, _ = before_restart(clock, ["e", "lost"])
     state = restarted(clock)
-    assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
+    assert state.members.restore_segment("n0", mount(state, 0), held0, last=True) == []
     assert state.removal.evict_one(leased_too=True)  # the policy's first: "e", restored first
     evicted = [k for k in ("e", "lost") if k not in state.objects]
     assert len(evicted) == 1
-    state.drop_client("n0")  # its node restarts: the other key is lost with its segment
+    state.members.drop_client("n0")  # its node restarts: the other key is lost with its segment
     assert sorted(state.objects) == []
-    state.register_client("n0", "h0")
-    refused = state.restore_segment("n0", mount(state, 0), held0, last=False)
+    state.members.register_client("n0", "h0")
+    refused = state.members.restore_segment("n0", mount(state, 0), held0, last=False)
     assert refused == [r[1] for r in held0 if r[3] == evicted[0]]
     assert sorted(state.objects) == sorted({"e", "lost"} - set(evicted))
 
@@ -158,16 +160,16 @@ def test_a_key_removed_while_its_node_was_cut_off_is_not_taken_back_when_it_retu
     put(state, "k", MiB // 4, replicas=2)
     held0 = records(holds_of(state, "c0"))
     assert [r[3] for r in held0] == ["k"]
-    state.drop_client("c0")  # silent past the TTL
-    state.remove("k")  # acknowledged through c1
+    state.members.drop_client("c0")  # silent past the TTL
+    state.removal.remove("k")  # acknowledged through c1
     for _ in range(3):
         clock.now += 25.0
-        state.remove_all()  # lapsing is looked at: nothing restores
-    state.register_client("c0", "h0")
-    seg = state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
-    refused = state.restore_segment("c0", seg, held0, last=True)
+        state.removal.remove_all()  # lapsing is looked at: nothing restores
+    state.members.register_client("c0", "h0")
+    seg = state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    refused = state.members.restore_segment("c0", seg, held0, last=True)
     assert refused == [held0[0][1]]
-    assert not state.exists("k")
+    assert not state.core.exists("k")
 
 
 def test_a_removal_crowded_out_of_the_tombstones_still_refuses_and_a_lost_key_comes_back(
@@ -181,22 +183,22 @@ def test_a_removal_crowded_out_of_the_tombstones_still_refuses_and_a_lost_key_co
     for key in ("gone", "lost", "again"):
         put(state, key, MiB // 4)
     held = {r[3]: r for r in records(holds_of(state, "c0"))}
-    state.register_client("c1", "h1")
-    state.mount_segment("c1", "127.0.0.1:7001", 1, 8 * MiB, "h1")
-    state.remove("gone")
-    state.drop_client("c0")  # "lost" and "again" go with the segment: not removed
-    state.register_client("c0", "h0")
-    seg = state.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
-    state.put_start("c1", "again", MiB // 4, 8, 1, False)  # put again elsewhere, and removed
-    state.put_end("c1", "again")
-    state.remove("again")
-    state.remove_all()
+    state.members.register_client("c1", "h1")
+    state.members.mount_segment("c1", "127.0.0.1:7001", 1, 8 * MiB, "h1")
+    state.removal.remove("gone")
+    state.members.drop_client("c0")  # "lost" and "again" go with the segment: not removed
+    state.members.register_client("c0", "h0")
+    seg = state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    state.puts.put_start("c1", "again", MiB // 4, 8, 1, False)  # put again elsewhere, and removed
+    state.puts.put_end("c1", "again")
+    state.removal.remove("again")
+    state.removal.remove_all()
     for i in range(3):  # crowds both out
-        state.put_start("c1", f"x{i}", 64, 9, 1, False)
-        state.put_end("c1", f"x{i}")
-        state.remove(f"x{i}")
+        state.puts.put_start("c1", f"x{i}", 64, 9, 1, False)
+        state.puts.put_end("c1", f"x{i}")
+        state.removal.remove(f"x{i}")
     assert not book.covers("gone", held["gone"][2]) and book.floor >= held["again"][2]
-    refused = state.restore_segment("c0", seg, [held["again"], held["gone"], held["lost"]], last=True)
+    refused = state.members.restore_segment("c0", seg, [held["again"], held["gone"], held["lost"]], last=True)
     assert sorted(refused) == sorted([held["again"][1], held["gone"][1]])
     assert sorted(state.objects) == ["lost"]
 
@@ -205,16 +207,16 @@ def test_removal_tombstones_stay_and_the_others_lapse_but_never_during_a_restore
     held0, held1 = before_restart(clock, ["a", "b"])
     state = restarted(clock, client_ttl=10.0)
     book = state.space.fences.tombstones
-    assert state.restore_segment("n0", mount(state, 0), held0, last=True) == []
-    state.remove("a")
+    assert state.members.restore_segment("n0", mount(state, 0), held0, last=True) == []
+    state.removal.remove("a")
     book.learn([("n", 1)], clock.now + 20.0)  # a node named it: an earlier master's
     seg1 = mount(state, 1)  # restoring: named nothing yet
     clock.now += 25.0
-    state.remove("b")  # lapsing is looked at here: a restore is open, so "n" stays
+    state.removal.remove("b")  # lapsing is looked at here: a restore is open, so "n" stays
     assert len(book) == 3
-    assert state.restore_segment("n1", seg1, held1, last=True) == [r[1] for r in held1]
+    assert state.members.restore_segment("n1", seg1, held1, last=True) == [r[1] for r in held1]
     clock.now += 15.0
-    state.remove_all()  # nothing restores now: "n" lapsed, the removals stay
+    state.removal.remove_all()  # nothing restores now: "n" lapsed, the removals stay
     assert len(book) == 2 and book.covers("b", 1) and book.covers("a", 1) and not book.covers("n", 1)
 
 
@@ -277,14 +279,14 @@ def test_a_removal_waits_for_the_disk_node_to_take_the_drop_of_its_record() -> N
     sent until acknowledged."""
     handlers = two_nodes(nodes=1)
     state = handlers.state
-    state.put_start("c0", "k", MiB, 7, 1, False)
-    state.put_end("c0", "k")
+    state.puts.put_start("c0", "k", MiB, 7, 1, False)
+    state.puts.put_end("c0", "k")
     work = poll(handlers)
     assert isinstance(work, m.NodeWork)
     poll(handlers, held_through=work.holds[-1][0])
-    state.register_client("d", "h9")
+    state.members.register_client("d", "h9")
     state.disk.mount("d", 32 * MiB, "h9", "/nvme/tier", restoring=True)
-    assert state.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1  # its disk copy
+    assert state.members.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1  # its disk copy
     reply = handlers.remove(m.Remove(keys=["k"]))
     assert isinstance(reply, Deferred)
     ready: list[bool] = []
