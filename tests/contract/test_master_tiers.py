@@ -32,7 +32,7 @@ def _mount_memory(state: MasterState, client: str, size: int, restoring: bool) -
 def _mount_disk(state: MasterState, client: str, size: int, restoring: bool) -> Any:
     n = len(state.members.clients)
     state.members.register_client(client, f"h{n}")
-    return state.disk.mount(client, size, f"h{n}", f"/nvme/{client}", restoring=restoring)
+    return state.disk.disk_space.mount(client, f"h{n}", size, f"/nvme/{client}", restoring=restoring)
 
 
 Mount = Callable[[MasterState, str, int, bool], Any]

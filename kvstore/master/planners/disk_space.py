@@ -38,6 +38,9 @@ class DiskSpace:
         file_region: int = 0,
         restoring: bool = False,
     ) -> DiskSegment:
+        """A node's disk (one per client). `restoring`: nothing is demoted to it until its node has
+        offered back its records (a demotion planned meanwhile would take the space of a record about to
+        be offered)."""
         if any(s.client_id == client_id for s in self.segments.values()):
             raise InvalidArgumentError(f"client {client_id} already mounted a disk")
         seg = DiskSegment(

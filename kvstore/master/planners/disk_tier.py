@@ -97,20 +97,6 @@ class DiskTier:
         self.transient: OrderedDict[str, float] = OrderedDict()
 
     # -- segments -------------------------------------------------------------------------------------
-    def mount(
-        self,
-        client_id: str,
-        size: int,
-        host_id: str,
-        path: str = "",
-        engine: str = "",
-        file_region: int = 0,
-        restoring: bool = False,
-    ) -> DiskSegment:
-        """`restoring`: nothing is demoted to it until its node has offered back its records (a demotion
-        planned meanwhile would take the space of a record about to be offered)."""
-        return self.disk_space.mount(client_id, host_id, size, path, engine, file_region, restoring)
-
     def drop_client(self, client_id: str) -> None:
         """The node is gone: its disk records with it (objects left with no copy are lost)."""
         for seg in [s for s in self.segments.values() if s.client_id == client_id]:

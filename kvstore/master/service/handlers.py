@@ -334,8 +334,8 @@ class Handlers:
 
         def mount() -> int:
             self.members.client(r.client_id)
-            disk = self.disk.mount(
-                r.client_id, r.size, r.host_id, r.path, r.engine, r.file_region, r.restoring
+            disk = self.disk.disk_space.mount(
+                r.client_id, r.host_id, r.size, r.path, r.engine, r.file_region, r.restoring
             )
             return disk.id
 

@@ -133,7 +133,7 @@ def test_the_records_alone_tell_which_disk_records_are_taken() -> None:
     state = MasterState(MasterConfig.load(lease_ttl=1.0, demote_watermark=0.5), clock=clock)
     state.members.register_client("c0", "h0")
     state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
-    state.disk.mount("c0", 32 * MiB, "h0", "/nvme/tier")
+    state.disk.disk_space.mount("c0", "h0", 32 * MiB, "/nvme/tier")
     journal = _watched(state)
     for i in range(14):
         state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)

@@ -176,7 +176,7 @@ def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
     recorder = Recorder(state.ledger)
     state.members.register_client("c0", "h0")
     state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
-    state.disk.mount("c0", 32 * MiB, "h0", "/nvme/tier")
+    state.disk.disk_space.mount("c0", "h0", 32 * MiB, "/nvme/tier")
     for i in range(14):
         state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
         state.puts.put_end("c0", f"k{i}")

@@ -18,7 +18,7 @@ def clock() -> Clock:
 
 def with_disk(clock: Clock, memory: int = 8 * MiB, disk: int = 32 * MiB, **config: object) -> MasterState:
     state = make_state(clock, [("h0", memory)], lease_ttl=1.0, **config)
-    state.disk.mount("c0", disk, "h0", "/nvme/tier")
+    state.disk.disk_space.mount("c0", "h0", disk, "/nvme/tier")
     return state
 
 

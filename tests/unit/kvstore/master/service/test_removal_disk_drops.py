@@ -68,7 +68,7 @@ def _disk_only(handlers: Handlers) -> int:
     assert isinstance(work, m.NodeWork)
     poll(handlers, held_through=work.holds[-1][0])
     state.members.register_client("d", "h9")
-    state.disk.mount("d", 32 * MiB, "h9", "/nvme/tier", restoring=True)
+    state.disk.disk_space.mount("d", "h9", 32 * MiB, "/nvme/tier", restoring=True)
     assert state.members.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1
     state.removal.remove("k")  # its memory replica's kill and its record's drop are queued
     return state.members.clients["d"].registration
@@ -134,14 +134,14 @@ def test_a_removal_a_disk_remembers_keeps_a_memory_replica_that_missed_its_kill_
         put(old, "k", MiB // 4)
         held0 = records(holds_of(old, "c0"))
         old.members.register_client("c1", "h1")
-        old.disk.mount("c1", 32 * MiB, "h1", "/nvme/tier", restoring=True)
+        old.disk.disk_space.mount("c1", "h1", 32 * MiB, "/nvme/tier", restoring=True)
         assert old.members.restore_disk("c1", [(0, "k", MiB // 4, held0[0][5], held0[0][2])], last=True) == 1
         old.removal.remove("k")
         (drop,) = old.disk.take_drops("c1")
         removed = [("k", drop.buried)]
 
         state = restarted(clock)  # n0 still holds the replica, n1's index the removal
-        state.disk.mount("n1", 32 * MiB, "h1", "/nvme/tier", restoring=True)
+        state.disk.disk_space.mount("n1", "h1", 32 * MiB, "/nvme/tier", restoring=True)
         seg = mount(state, 0)
         if disk_first:
             assert state.members.restore_disk("n1", [], last=True, removed=removed) == 0

@@ -95,7 +95,7 @@ def test_an_object_removed_after_its_disk_record_came_back_is_not_taken_back_fro
     key is removed, then its memory names the replica. Was: the object came back."""
     held0, _ = before_restart(clock, ["x", "y"])
     state = restarted(clock)
-    disk = state.disk.mount("n0", 32 * MiB, "h0", "/nvme/tier", restoring=True)
+    disk = state.disk.disk_space.mount("n0", "h0", 32 * MiB, "/nvme/tier", restoring=True)
     on_disk = [(i * MiB, r[3], r[4], r[5], r[2]) for i, r in enumerate(held0)]
     assert state.members.restore_disk("n0", on_disk, last=True) == 2
     assert state.objects["x"].disk is not None and state.objects["x"].replicas == []
@@ -120,7 +120,7 @@ def test_a_disk_record_of_an_object_removed_since_is_refused_and_its_node_told_t
     gen = {r[3]: r[2] for r in held0}
     state.removal.remove("x")
     state.removal.remove("y")
-    state.disk.mount("n0", 32 * MiB, "h0", "/nvme/tier", restoring=True)
+    state.disk.disk_space.mount("n0", "h0", 32 * MiB, "/nvme/tier", restoring=True)
     sizes = {r[3]: (r[4], r[5]) for r in held0}
     offered = [
         (0, "x", *sizes["x"], gen["x"]),
@@ -285,7 +285,7 @@ def test_a_removal_waits_for_the_disk_node_to_take_the_drop_of_its_record() -> N
     assert isinstance(work, m.NodeWork)
     poll(handlers, held_through=work.holds[-1][0])
     state.members.register_client("d", "h9")
-    state.disk.mount("d", 32 * MiB, "h9", "/nvme/tier", restoring=True)
+    state.disk.disk_space.mount("d", "h9", 32 * MiB, "/nvme/tier", restoring=True)
     assert state.members.restore_disk("d", [(4096, "k", MiB, 7, 0)], last=True) == 1  # its disk copy
     reply = handlers.remove(m.Remove(keys=["k"]))
     assert isinstance(reply, Deferred)
