@@ -64,6 +64,12 @@ class Ledger:
         # puts is placed in one call (likewise written here only).
         self.memory = MemorySpace()
         self.disks: dict[int, DiskSegment] = {}  # disk segments by id (likewise)
+        # Of the memory segments, kept as they mount, go and are suspected (SegmentMounted, SegmentDropped,
+        # SegmentSuspected), so a replay rebuilds them and readers ask in O(1): bytes (puts check them),
+        # fence slots, and how many are suspected unreachable (every read asks whether any is).
+        self.memory_capacity = 0
+        self.memory_fence_slots = 0
+        self.suspects = 0
         self.stored_bytes = 0  # of committed objects, kept as they come and go: stats are O(1)
         # One method per record type, and who watches each type: a dictionary lookup per record (the
         # put path applies two records per object; a chain of isinstance tests cost it 5%).
@@ -136,6 +142,9 @@ class Ledger:
             )
             self.memory.add(seg.id, seg.host_id, seg.allocator, seg.slots)
             self.memory.set_placeable(seg.id, seg.placeable)
+            self.memory_capacity += seg.size
+            self.memory_fence_slots += seg.fence_slots
+            self.suspects += not seg.usable
         else:
             self.objects.disks[seg.id] = seg
 
@@ -147,9 +156,16 @@ class Ledger:
             if isinstance(seg, Segment):
                 self.memory.remove(seg.id)
                 self.fences.drop_segment(seg)  # nothing of it is read or written again
+                self.memory_capacity -= seg.size
+                self.memory_fence_slots -= seg.fence_slots
+                self.suspects -= not seg.usable
 
+    # A record naming a segment this ledger does not hold (gone since: a late report) changes nothing: it
+    # is never applied to the record's own object, which another ledger's table may hold (a replay's source).
     def _restore_ended(self, r: RestoreEnded) -> None:
-        seg = self._table(r.segment).get(r.segment.id, r.segment)
+        seg = self._table(r.segment).get(r.segment.id)
+        if seg is None:
+            return
         if isinstance(seg, DiskSegment):
             seg.restoring = False
             return
@@ -161,12 +177,17 @@ class Ledger:
         self.placeable_changed(seg)
 
     def _segment_suspected(self, r: SegmentSuspected) -> None:
-        seg = self.segments.get(r.segment.id, r.segment)
+        seg = self.segments.get(r.segment.id)
+        if seg is None:
+            return
+        self.suspects += seg.usable - (r.since == 0.0)  # (+1 suspected now, -1 trusted again, else 0)
         seg.suspect_since = r.since
         self.placeable_changed(seg)
 
     def _disk_degraded(self, r: DiskDegraded) -> None:
-        self.disks.get(r.segment.id, r.segment).degraded = r.reason
+        seg = self.disks.get(r.segment.id)
+        if seg is not None:
+            seg.degraded = r.reason
 
     def placeable_changed(self, seg: Segment) -> None:
         """Whether new replicas may go to `seg` changed (it was suspected, trusted, or restored)."""

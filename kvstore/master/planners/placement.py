@@ -64,9 +64,6 @@ class SegmentSpace:
         self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
         self.segments: Mapping[int, Segment] = self.ledger.segments  # written by the ledger only
         self._next = 1
-        self._suspects = 0  # segments suspected unreachable
-        self.capacity = 0  # bytes of all mounted segments (kept as they mount: puts check it)
-        self.fence_slots = 0  # allocation slots of all mounted segments
         self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node
         ledger.watch(ReplicaTargetSet, self._retell_holds)
 
@@ -107,8 +104,6 @@ class SegmentSpace:
         )
         self._next += 1
         self.ledger.apply([SegmentMounted(seg)])
-        self.capacity += size
-        self.fence_slots += fence_slots
         return seg
 
     def adopt(
@@ -135,27 +130,34 @@ class SegmentSpace:
         """Forgets a segment (its space goes with it); returns the keys that had a replica there."""
         self.trust(segment)
         self.ledger.apply([SegmentDropped(segment)])
-        self.capacity -= segment.size
-        self.fence_slots -= segment.fence_slots
         self.holds.drop_region(segment.client_id, segment.region_id)
         return self.ledger.objects.keys_on(segment)
 
+    @property
+    def capacity(self) -> int:
+        """Bytes of all mounted segments (the ledger keeps the sum as they mount and go: puts check it)."""
+        return self.ledger.memory_capacity
+
+    @property
+    def fence_slots(self) -> int:
+        """Allocation slots of all mounted segments (likewise)."""
+        return self.ledger.memory_fence_slots
+
     def any_suspect(self) -> bool:
-        """True while some segment is suspected unreachable (O(1): the hot paths skip the check)."""
-        return self._suspects > 0
+        """True while some segment is suspected unreachable (O(1), the ledger's count: the hot paths skip
+        the check)."""
+        return self.ledger.suspects > 0
 
     def suspect(self, segment: Segment, now: float) -> bool:
-        """Marks a segment suspected unreachable; False if it already was."""
-        if not segment.usable:
+        """Marks a segment suspected unreachable; False if it already was, or is not mounted."""
+        if not segment.usable or not self.mounted(segment):
             return False
-        self._suspects += 1
         self.ledger.apply([SegmentSuspected(segment, now)])
         return True
 
     def trust(self, segment: Segment) -> None:
         """Its node proved alive: the segment is usable again."""
         if not segment.usable:
-            self._suspects -= 1
             self.ledger.apply([SegmentSuspected(segment, 0.0)])
 
     def __iter__(self) -> Iterator[Segment]:
