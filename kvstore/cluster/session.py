@@ -18,8 +18,9 @@ from typing import Any
 from kvstore.cluster.leader import locator
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import StoreConfig
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, PermissionDeniedError
-from kvstore.rpc import admin, node_proof
+from kvstore.rpc import admin, node_proof, tls
 from kvstore.rpc import messages as m
 from transfer_engine import Peer, TransferEngine
 
@@ -35,12 +36,15 @@ class Session:
         node_name: str = "",
         before_join: Callable[[TransferEngine], None] | None = None,
         node_key: str = "",
+        security: SecurityConfig | None = None,
     ) -> None:
         """`node_name`: a storage node's identity on its host (kvstore.node.identity), with `node_key`,
         its secret kept across its restarts (kvstore.node.node_key): the master lets a registration with
         the same identity, proved by the same key, supersede this one at once. Plain clients have none.
         `before_join(engine)` runs before the master hears of this process (a node readies its memory:
-        once registered, it must heartbeat)."""
+        once registered, it must heartbeat). `security`: the cluster secret this process proves to the
+        master and to peer engines, and TLS to the master (from the environment if None): its master
+        connection and its transfer engine both use it."""
         if not config.master and not config.etcd:
             raise InvalidArgumentError(
                 "no master address: pass one, or set KVSTORE_MASTER=HOST:PORT (or KVSTORE_ETCD and "
@@ -61,11 +65,18 @@ class Session:
         self._joined = True
         self._heartbeat: threading.Thread | None = None
         where = locator(config.master, config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
-        self.master = MasterClient(where, config.rpc_timeout, config.rpc_busy_poll_us)
+        self.security = security if security is not None else SecurityConfig.load()
+        self.master = MasterClient(
+            where,
+            config.rpc_timeout,
+            config.rpc_busy_poll_us,
+            secret=self.security.secret(),
+            tls_context=tls.client_context(self.security),
+        )
         engine = None
         try:
             self._first_hello()
-            engine = TransferEngine(config.engine)
+            engine = TransferEngine(config.engine, security=self.security)
             if before_join is not None:
                 before_join(engine)
             self.token = m.new_token()  # requests in this process's name carry it
