@@ -47,8 +47,8 @@ class PutItem(NamedTuple):
     checksum: Annotated[int, Int(0, U64)]  # xxh3-64 of the value
 
 
-PUT_ITEM_BOUNDS = plain_bounds(PutItem)
-"""Per PutStart item field: its bound in validate.put_items' terms (from PutItem's declaration)."""
+PUT_ITEM_BOUNDS = dict(zip(PutItem._fields, plain_bounds(PutItem), strict=True))
+"""Per PutStart item field by name: its bound in validate.put_items' terms (from PutItem's declaration)."""
 
 
 def _put_items(p: dict[str, Any], name: str) -> list[PutItem]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kvstore.errors import InvalidArgumentError
@@ -141,29 +142,34 @@ def plain_records(
     return list(zip(*columns, strict=True))
 
 
-RecordBounds = tuple[tuple[int, int] | str, ...]
-"""A record's field bounds in plain_records' terms (kvstore.rpc.schema.plain_bounds of its declaration)."""
+RecordBounds = Mapping[str, tuple[int, int] | str]
+"""A record's field bounds by name, in its fields' order, each in plain_records' terms
+(kvstore.rpc.data_requests.PUT_ITEM_BOUNDS: from its declaration by kvstore.rpc.schema.plain_bounds)."""
 
 
 def put_items(params: dict[str, Any], bounds: RecordBounds) -> list[tuple[str, int, int]]:
     """[[key, size, checksum], ...], each field within its bound in `bounds` (those of the declaration,
-    kvstore.rpc.data_requests.PUT_ITEM_BOUNDS: 0 < size < 2^63 and a 64-bit checksum)."""
+    kvstore.rpc.data_requests.PUT_ITEM_BOUNDS); an error names the field and its bound."""
     value = field(params, "items")
     if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
         raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
-    plain = plain_records(value, bounds)
+    plain = plain_records(value, tuple(bounds.values()))
     if plain is not None:
         return plain
-    size_low, size_high = cast(tuple[int, int], bounds[1])
-    sum_low, sum_high = cast(tuple[int, int], bounds[2])
+    size_bound, checksum_bound = bounds["size"], bounds["checksum"]
     items = []
     for item in value:
-        if not (isinstance(item, list) and len(item) == 3):
-            raise InvalidArgumentError("each put item must be [key, size, checksum]")
+        if not (isinstance(item, list) and len(item) == len(bounds)):
+            raise InvalidArgumentError(f"each put item must be [{', '.join(bounds)}]")
         k, size, checksum = item
-        if not isinstance(size, int) or isinstance(size, bool) or not size_low <= size <= size_high:
-            raise InvalidArgumentError("size must be a positive integer")
-        if not isinstance(checksum, int) or isinstance(checksum, bool) or not sum_low <= checksum <= sum_high:
-            raise InvalidArgumentError("checksum must be an unsigned 64-bit integer")
+        size, checksum = _within("size", size, size_bound), _within("checksum", checksum, checksum_bound)
         items.append((key(k), size, checksum))
     return items
+
+
+def _within(name: str, value: Any, bound: tuple[int, int] | str) -> int:
+    """`value` when an integer (not a bool) within `bound`, (low, high); else an error naming both."""
+    low, high = cast(tuple[int, int], bound)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}]")
+    return value

@@ -13,11 +13,12 @@ from kvstore.rpc import validate as v
 from kvstore.rpc.data_requests import PUT_ITEM_BOUNDS, PutItem
 from kvstore.rpc.schema import U64, plain_bounds
 
-NARROW = ("key", (1, 10), (0, 5))  # bounds of another declaration
+NARROW = {"key": "key", "size": (1, 10), "checksum": (0, 5)}  # bounds of another declaration
 
 
 def test_the_bounds_are_the_declarations() -> None:
-    assert PUT_ITEM_BOUNDS == plain_bounds(PutItem) == ("key", (1, 2**63 - 1), (0, U64))
+    assert tuple(PUT_ITEM_BOUNDS.values()) == plain_bounds(PutItem) == ("key", (1, 2**63 - 1), (0, U64))
+    assert tuple(PUT_ITEM_BOUNDS) == PutItem._fields
 
 
 @pytest.mark.parametrize(
