@@ -287,9 +287,10 @@ def _measure(
     )
 
 
-# The load processes read replies raw (MasterClient.call(raw=True)): decoding 1,000 locations into typed
-# records cost the load process as much as the master spent answering, and the load must not be the
-# bottleneck. An item result is [code, message, value]; a location None on a miss.
+# The same work per reply as Mooncake's load (kvstore.bench.mooncake_bench load_main): a get decodes its
+# reply into the records a client reads, as Mooncake's batch_get_replica_desc builds its descriptors; put
+# and exists replies, which Mooncake's side reads as return codes, are read raw (MasterClient.call(raw=True):
+# an item result is [code, message, value]).
 def _put(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
     def one(batch: list[str]) -> int:
         items = [m.PutItem(key, size, i + 1) for i, key in enumerate(batch)]
@@ -303,7 +304,7 @@ def _put(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]
 
 def _get(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
     def one(batch: list[str]) -> int:
-        found = master.call(m.GetReplicas(keys=batch), raw=True)
+        found = master.call(m.GetReplicas(keys=batch))
         return sum(1 for loc in found if loc is None)
 
     return one
