@@ -16,6 +16,7 @@ from typing import Any, cast, overload
 
 import numpy as np
 
+from kvstore.client.fields import first
 from kvstore.client.gpu_buffers import GpuMemory, GpuStaged
 from kvstore.client.gpu_pipeline import StagingPipeline
 from kvstore.client.ranges import RangeTable, split
@@ -130,7 +131,6 @@ def _first_bytes(addrs: list[int], lengths: list[int], limit: int) -> tuple[list
 
 ValueBuffers = SpanList | RawPieces | GpuStaged
 _addrs, _lengths, _size = (operator.attrgetter(name) for name in ("addrs", "lengths", "size"))
-_first = operator.itemgetter(0)
 
 
 def _raw_pieces(counts: list[int], addrs: list[int], lengths: list[int]) -> list[ValueBuffers]:
@@ -173,14 +173,14 @@ class PieceValues(Sequence[RawPieces]):
     def __getitem__(self, i: slice) -> PieceValues: ...
     def __getitem__(self, i: int | slice) -> RawPieces | PieceValues:
         if isinstance(i, slice):
-            first, stop, step = i.indices(len(self))
+            start, stop, step = i.indices(len(self))
             if step != 1:
                 raise InvalidArgumentError("values are sliced in order")
-            stop = max(first, stop)
-            if first == 0 and stop == len(self):  # (the usual one-chunk read: no arrays made again)
+            stop = max(start, stop)
+            if start == 0 and stop == len(self):  # (the usual one-chunk read: no arrays made again)
                 return self
-            a, b = self._starts[first], self._starts[stop]
-            return PieceValues(self.addrs[a:b], self.lengths[a:b], self.counts[first:stop])
+            a, b = self._starts[start], self._starts[stop]
+            return PieceValues(self.addrs[a:b], self.lengths[a:b], self.counts[start:stop])
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
@@ -191,6 +191,17 @@ class PieceValues(Sequence[RawPieces]):
             made = self._made[i] = RawPieces(self.addrs[a:b], self.lengths[a:b], self.sizes[i])
         return made
 
+    def read_columns(self, sizes: list[int]) -> tuple[list[int], tuple[Any, Any, Any]] | None:
+        """read_columns() of these values: their arrays as they are (no step per value), when each value
+        is exactly its object's size and no value has more pieces than one request takes."""
+        if sizes != self.sizes or int(self.counts.max()) > MAX_REQUEST_PIECES:
+            return None
+        return [0] * len(sizes), (self.counts, self.addrs, self.lengths)
+
+    def release(self, manager: BufferManager, filled: Sequence[int] = ()) -> None:
+        """Ends a call's values (BufferManager.release_values): nothing to give back, the pieces are the
+        caller's memory, registered for good."""
+
 
 def read_columns(
     values: Sequence[ValueBuffers], sizes: list[int]
@@ -199,10 +210,8 @@ def read_columns(
     value is raw memory that takes its object whole: (per value its one local address, or 0 where its
     pieces are given; None, or per value its piece count, addresses and lengths). None for any other
     batch (see kvstore.client.read_plan). Values of several pieces must be exactly their object's size."""
-    if isinstance(values, PieceValues):  # (a batch's pieces as the caller's arrays: no step per value)
-        if sizes != values.sizes or int(values.counts.max()) > MAX_REQUEST_PIECES:
-            return None
-        return [0] * len(sizes), (values.counts, values.addrs, values.lengths)
+    if isinstance(values, PieceValues):  # (a batch's pieces as the caller's arrays)
+        return values.read_columns(sizes)
     if set(map(type, values)) != {RawPieces}:
         return None
     lengths = list(map(_lengths, values))
@@ -210,9 +219,9 @@ def read_columns(
     if max(counts) > MAX_REQUEST_PIECES:  # (the general path splits such a value's requests)
         return None
     if max(counts) == 1 and set(map(type, lengths)) == {list}:
-        if not all(map(operator.le, sizes, map(_first, lengths))):  # (a buffer too small: said per key)
+        if not all(map(operator.le, sizes, map(first, lengths))):  # (a buffer too small: said per key)
             return None
-        return list(map(_first, map(_addrs, values))), None
+        return list(map(first, map(_addrs, values))), None
     if sizes == list(map(_size, values)):  # (a value cut short: the general path cuts it)
         return [0] * len(sizes), (counts, joined(list(map(_addrs, values))), joined(lengths))
     return None
@@ -354,7 +363,8 @@ class BufferManager:
     def release_values(self, values: Sequence[ValueBuffers], filled: Sequence[int] = ()) -> None:
         """Ends a call's values: what resolved() made for it is given back (value i's first filled[i]
         staged bytes go to the caller's buffers first); the caller's raw pieces (PieceValues) need nothing."""
-        if isinstance(values, PieceValues):  # (raw pieces are the caller's: nothing to give back)
+        if isinstance(values, PieceValues):
+            values.release(self, filled)
             return
         for i, value in enumerate(values):
             value.release(self, filled[i] if i < len(filled) and filled[i] > 0 else 0)

@@ -35,6 +35,10 @@ class PeerOpener:
         self._opening: dict[str, Future[Peer | None]] = {}
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="kvstore-peer-open")
 
+    def open(self, name: str) -> Peer | None:
+        """The peer, opened now if it is not yet (blocking, as the session opens it); None: unreachable."""
+        return self._open_peer(name)
+
     def opened(self, name: str) -> Peer | None:
         """The peer if it is open already; else None, its opening started in the background."""
         started = self._start(name)

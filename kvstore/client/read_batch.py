@@ -13,8 +13,9 @@ not retried, not reported (a slow node is not a dead one), not cleared.
 
 from __future__ import annotations
 
+import operator
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from kvstore.client import read_plan
 from kvstore.client.buffers import ValueBuffers, checksums, ints
 from kvstore.client.deadline import Deadline, transfer_timeout
 from kvstore.client.disk_reads import DiskReader
+from kvstore.client.fields import checksum_of, engine_of, size_of
 from kvstore.client.locator import Locator
 from kvstore.client.peer_opening import NotInTime, PeerOpener
 from kvstore.client.replica_reports import ReplicaReports
@@ -48,13 +50,16 @@ class ReadTools:
     """What every read of one store uses (made once, by the store)."""
 
     engine: TransferEngine
-    open_peer: Callable[[str], Peer | None]  # the session's: opens on first use (blocking), None: unreachable
-    peers: PeerOpener  # the same, bounded by a read's deadline
+    peers: PeerOpener  # the session's peers: opened on first use, or bounded by a read's deadline
     locator: Locator
     reports: ReplicaReports
     disk_reads: DiskReader
     stats: ClientStats
-    host_id: str
+
+    @property
+    def host_id(self) -> str:
+        """This process's host: replicas there are read first (shared memory)."""
+        return self.locator.session.host_id
 
 
 class ReadBatch:
@@ -79,12 +84,13 @@ class ReadBatch:
         buffers too small. Reads served from lease-cached locations are counted for the master."""
         keys, cached, deadline, locator = self.keys, self.cached, self.deadline, self.tools.locator
         disk_failed: list[int] = []
-        unverified = self._column_round()
+        avoid = self.tools.reports.avoid()  # (once for the column round and the rounds after it)
+        unverified = self._column_round(avoid)
         if unverified is None:
             self.results = [MISS] * len(keys)
-            self._rounds(range(len(keys)), disk_failed)
+            self._rounds(range(len(keys)), avoid, disk_failed)
         else:
-            self._rounds(unverified)
+            self._rounds(unverified, avoid)
         results = self.results
         stale = [i for i, r in enumerate(results) if r < 0 and cached[i] and i not in disk_failed]
         # stale: the lease was not enough (a forced removal): ask the master afresh
@@ -96,39 +102,38 @@ class ReadBatch:
             fresh, _ = locator.locate(retry, direct=direct)
             for i, entry in zip(again, fresh, strict=True):
                 self.found[i] = entry
-            self._rounds(again)
+                results[i] = MISS
+            self._rounds(again, self.tools.reports.avoid())  # (this batch's rounds may have reported some)
         stale_set = set(stale) | set(disk_failed)  # those were counted by the master's fresh lookup
         locator.leases.served(
             [k for i, k in enumerate(keys) if cached[i] and results[i] >= 0 and i not in stale_set]
         )
         return results
 
-    def _column_round(self) -> list[int] | None:
+    def _column_round(self, avoid: set[str]) -> list[int] | None:
         """Reads a batch that is the usual case (kvstore.client.read_plan) in one engine call and returns
-        the keys that did not verify (the rounds read them again, report and clear); None for any other
-        batch."""
+        the keys that did not verify, their results MISS (the rounds read them again, report and clear);
+        None for any other batch."""
         tools, deadline = self.tools, self.deadline
-        planned = read_plan.plan(
-            self.found,
-            self.values,
-            tools.open_peer if deadline is None else tools.peers.opened,
-            tools.reports.avoid(),
-        )
+        peer_of = tools.peers.open if deadline is None else tools.peers.opened
+        planned = read_plan.plan(self.found, self.values, peer_of, avoid)
         if planned is None:
             return None
         verdicts = read_plan.run(planned, tools.engine, transfer_timeout(deadline))
         again = [i for i, verdict in enumerate(verdicts) if verdict] if any(verdicts) else []  # (0: verified)
         tools.stats.hits += len(self.keys) - len(again)
-        self.results = planned.sizes
+        self.results = results = planned.sizes
+        for i in again:
+            results[i] = MISS
         return again
 
-    def _rounds(self, keys: Sequence[int], disk_failed: list[int] | None = None) -> None:
-        """Reads each of `keys` (indices in the batch) from any of its replicas or disk records;
-        `disk_failed` collects the keys whose read from a disk file on this host failed (run() has their
-        nodes load them instead)."""
+    def _rounds(self, keys: Sequence[int], avoid: set[str], disk_failed: list[int] | None = None) -> None:
+        """Reads each of `keys` (indices in the batch, each result MISS until read) from any of its
+        replicas or disk records, those on engines in `avoid` last; `disk_failed` collects the keys whose
+        read from a disk file on this host failed (run() has their nodes load them instead)."""
         if not keys:
             return
-        todo, choices, on_disk = self._choose(keys)
+        todo, choices, on_disk = self._choose(keys, avoid)
         attempted: set[int] = set()  # keys a failed transfer or checksum may have left bytes for
         if on_disk:
             self._from_disk(on_disk, attempted, disk_failed)
@@ -139,23 +144,22 @@ class ReadBatch:
                 values[i].clear()
         self.tools.reports.report(unreachable, corrupt)
 
-    def _choose(self, keys: Sequence[int]) -> tuple[list[int], dict[int, list[Any]], dict[int, m.Location]]:
+    def _choose(
+        self, keys: Sequence[int], avoid: set[str]
+    ) -> tuple[list[int], dict[int, list[Any]], dict[int, m.Location]]:
         """The keys to read from replicas with their replicas in the order to try them, and the keys to
-        read from a disk file on this host; each key's result starts as MISS (a buffer too small: said
-        here)."""
+        read from a disk file on this host (a buffer too small: said here)."""
         results, values, found = self.results, self.values, self.found
         todo: list[int] = []
         on_disk: dict[int, m.Location] = {}  # key -> the disk file on this host it reads itself
         choices: dict[int, list[Any]] = {}
-        avoid = self.tools.reports.avoid()
         host_id = self.tools.host_id
         for i in keys:
-            results[i] = MISS
             entry = found[i]
             if entry is None:
                 continue
-            size, _checksum, locations = entry
-            if values[i].size < size:
+            locations = entry.locations
+            if values[i].size < entry.size:
                 results[i] = -InvalidArgumentError.code  # buffer too small
                 continue
             if len(locations) == 1 and locations[0].engine:  # (one replica, served: most keys)
@@ -186,7 +190,7 @@ class ReadBatch:
                 disk_failed.append(i)
         for i in on_disk:
             if i not in attempted:
-                results[i] = found[i][0]
+                results[i] = found[i].size
 
     def _read_disk(self, on_disk: dict[int, m.Location]) -> list[int]:
         """Reads disk-only objects from their disk files on this host; returns the keys that failed
@@ -194,11 +198,17 @@ class ReadBatch:
         values, found, stats = self.values, self.found, self.tools.stats
         items = []
         for i, where in on_disk.items():
-            addrs, lengths = values[i].pieces(found[i][0])
-            items.append((ints(addrs), ints(lengths), found[i][0], where))
+            size = found[i].size
+            addrs, lengths = values[i].pieces(size)
+            items.append((ints(addrs), ints(lengths), size, where))
+        read = [i for i, ok in zip(on_disk, self.tools.disk_reads.read(items), strict=True) if ok]
+        verified: set[int] = set()
+        if read:  # (the bytes of every key read, hashed in one call)
+            digests = checksums([values[i] for i in read], [found[i].size for i in read])
+            verified = {i for i, digest in zip(read, digests, strict=True) if digest == found[i].checksum}
         failed = []
-        for i, ok in zip(on_disk, self.tools.disk_reads.read(items), strict=True):
-            if ok and checksums([values[i]], [found[i][0]])[0] == found[i][1]:
+        for i in on_disk:
+            if i in verified:
                 stats.disk_reads += 1
                 stats.hits += 1
             else:
@@ -215,28 +225,32 @@ class ReadBatch:
         unreachable: set[str] = set()
         corrupt: list[m.CorruptReplica] = []
         attempt = 0
-        expected = {i: found[i][1] for i in todo}
+        entries = list(map(found.__getitem__, todo))  # (columns taken in C: no field read per key)
+        expected = dict(zip(todo, map(checksum_of, entries), strict=True))
+        sizes = dict(zip(todo, map(size_of, entries), strict=True))
         peers: dict[str, Peer | NotInTime | None] = {}  # (one lookup per engine, not per key)
+        read = Op.READ
         while todo:
             if deadline is not None and deadline.passed():
                 for i in todo:
                     results[i] = LATE
                 break
-            needed = {choices[i][attempt].engine for i in todo} - peers.keys()
+            wheres: list[m.Location] = list(map(operator.itemgetter(attempt), map(choices.__getitem__, todo)))
+            engines = list(map(engine_of, wheres))
+            needed = set(engines) - peers.keys()
             peers.update(self.tools.peers.open_all(needed, deadline))  # (their handshakes at once)
             requests = TransferBatch()
-            for i in todo:
-                where: m.Location = choices[i][attempt]
-                peer = peers[where.engine]
+            for i, where, engine in zip(todo, wheres, engines, strict=True):
+                peer = peers[engine]
                 if peer is None:
-                    requests.fail(i, where.engine)
+                    requests.fail(i, engine)
                     continue
                 if not isinstance(peer, Peer):  # its handshake outlasts the deadline (it goes on)
                     results[i] = LATE
                     continue
-                addrs, lengths = values[i].pieces(found[i][0])
+                addrs, lengths = values[i].pieces(sizes[i])
                 requests.add_pieces(
-                    i, Op.READ, addrs, lengths, peer, where.region_id, where.offset, where.slot, where.gen
+                    i, read, addrs, lengths, peer, where.region_id, where.offset, where.slot, where.gen
                 )
             # Keys are verified as their bytes land (still in cache), between copies this thread helps with.
             ended = list(requests.stream(self.tools.engine, expected, transfer_timeout(deadline)))
@@ -259,12 +273,12 @@ class ReadBatch:
         unchecked = [i for i, code, verified in ended if code == OK and verified is None]
         hashed: dict[int, bool] = {}
         if unchecked:
-            digests = checksums([values[i] for i in unchecked], [found[i][0] for i in unchecked])
-            hashed = {i: d == found[i][1] for i, d in zip(unchecked, digests, strict=True)}
+            digests = checksums([values[i] for i in unchecked], [found[i].size for i in unchecked])
+            hashed = {i: d == found[i].checksum for i, d in zip(unchecked, digests, strict=True)}
         retry = []
         for i, code, verified in ended:
             if code == OK and (verified if verified is not None else hashed[i]):
-                results[i] = found[i][0]
+                results[i] = found[i].size
                 stats.hits += 1
                 continue
             if code == TIMED_OUT and self.deadline is not None:  # (the engine's timeout is the deadline)
@@ -280,7 +294,9 @@ class ReadBatch:
             else:
                 stats.checksum_mismatches += 1
                 corrupt.append(
-                    m.CorruptReplica(self.keys[i], where.engine, where.region_id, where.offset, found[i][1])
+                    m.CorruptReplica(
+                        self.keys[i], where.engine, where.region_id, where.offset, found[i].checksum
+                    )
                 )
             if attempt + 1 < len(choices[i]):
                 retry.append(i)

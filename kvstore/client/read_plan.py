@@ -7,7 +7,6 @@ does not verify, goes through that batch's rounds over every replica."""
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,22 +14,20 @@ from typing import Any
 import numpy as np
 
 from kvstore.client.buffers import ValueBuffers, read_columns
+from kvstore.client.fields import (
+    checksum_of,
+    engine_of,
+    first,
+    gen_of,
+    locations_of,
+    offset_of,
+    region_of,
+    size_of,
+    slot_of,
+)
 from kvstore.client.transfer_batch import column_of
-from kvstore.rpc import messages as m
 from transfer_engine import Op, Peer, TransferEngine
 
-
-def _field(record: Any, name: str) -> Callable[[Any], Any]:
-    """A getter of the field `name` of the NamedTuple `record`, by its declared place (ValueError at import
-    when the declaration has no such field): an itemgetter maps in C; an attrgetter measured ~25% slower."""
-    return operator.itemgetter(record._fields.index(name))
-
-
-_size, _checksum, _locations = (_field(m.ObjectLocation, n) for n in ("size", "checksum", "locations"))
-_engine, _region, _offset, _slot, _gen = (
-    _field(m.Location, n) for n in ("engine", "region_id", "offset", "slot", "gen")
-)
-_first = operator.itemgetter(0)
 _READ = [int(Op.READ)]  # (one value: the engine repeats it for every request)
 
 
@@ -56,16 +53,16 @@ def plan(
     pieces (a paged cache's) are read whole: each must be exactly its object's size."""
     if len(found) < 2 or avoid or None in found:
         return None
-    places = list(map(_locations, found))
+    places = list(map(locations_of, found))
     if set(map(len, places)) != {1}:
         return None
-    sizes = list(map(_size, found))
+    sizes = list(map(size_of, found))
     columns = read_columns(values, sizes)
     if columns is None:
         return None
     local, pieces = columns
-    locations = list(map(_first, places))
-    engines = list(map(_engine, locations))
+    locations = list(map(first, places))
+    engines = list(map(engine_of, locations))
     handles: dict[str, int] = {}
     for name in set(engines):
         peer = peer_of(name) if name else None  # ("": a disk record only)
@@ -74,13 +71,13 @@ def plan(
         handles[name] = peer.handle
     return ReadPlan(
         sizes,
-        list(map(_checksum, found)),
+        list(map(checksum_of, found)),
         local,
         list(map(handles.__getitem__, engines)),
-        list(map(_region, locations)),
-        list(map(_offset, locations)),
-        list(map(_slot, locations)),
-        list(map(_gen, locations)),
+        list(map(region_of, locations)),
+        list(map(offset_of, locations)),
+        list(map(slot_of, locations)),
+        list(map(gen_of, locations)),
         pieces,
     )
 

@@ -25,7 +25,7 @@ class Reads:
         stats.gets += len(keys)
         found, cached = self.tools.locator.locate(list(keys))
         present = [i for i, entry in enumerate(found) if entry is not None]
-        spans: list[ValueBuffers] = [SpanList([self.buffers.scratch(found[i][0])]) for i in present]
+        spans: list[ValueBuffers] = [SpanList([self.buffers.scratch(found[i].size)]) for i in present]
         out: list[bytes | None] = [None] * len(keys)
         regrown: list[int] = []  # a cached size was out of date: the value changed since
         try:

@@ -67,13 +67,11 @@ class Store:
         self.locator = Locator(session, self.leases)
         tools = ReadTools(
             engine=session.engine,
-            open_peer=session.peer,
             peers=self.peers,
             locator=self.locator,
             reports=self.reports,
             disk_reads=self.disk_reads,
             stats=self.stats_local,
-            host_id=session.host_id,
         )
         self.reads = Reads(tools, self.buffers)
         self.writes = Writes(session, self.buffers, self.reports, self.stats_local)

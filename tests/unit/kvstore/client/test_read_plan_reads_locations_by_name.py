@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from kvstore.client import read_plan
+from kvstore.client import fields, read_plan
 from kvstore.client.buffers import BufferManager
 from kvstore.rpc.records import MEMORY, Location, ObjectLocation
 from transfer_engine import TransferEngine
@@ -67,7 +67,7 @@ def test_a_getter_follows_the_declared_place_of_its_field() -> None:
         engine: str
 
     record = Reordered(gen=9, offset=4096, engine="e:1")
-    assert read_plan._field(Reordered, "gen")(record) == 9
-    assert read_plan._field(Reordered, "engine")(record) == "e:1"
+    assert fields.field(Reordered, "gen")(record) == 9
+    assert fields.field(Reordered, "engine")(record) == "e:1"
     with pytest.raises(ValueError):
-        read_plan._field(Reordered, "region_id")  # a name the declaration lacks stops the import
+        fields.field(Reordered, "region_id")  # a name the declaration lacks stops the import
