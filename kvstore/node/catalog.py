@@ -92,14 +92,16 @@ def _gen(packed: bytes | None) -> int:
 
 
 def _record(raw: object) -> RestoreRecord:
-    """A record read back from the file, checked field by field (ValueError when it is not one)."""
-    if not isinstance(raw, (list, tuple)) or len(raw) != 8:
-        raise ValueError("a hold is 8 fields")
-    offset, slot, gen, key, size, checksum, pinned, replicas = raw
-    ints = (offset, slot, gen, size, checksum, replicas)
+    """A record read back from the file, checked field by field (ValueError when it is not one). One a
+    node of the previous version wrote has no target (8 fields): it restores with none, as it did."""
+    if not isinstance(raw, (list, tuple)) or len(raw) not in (8, 9):
+        raise ValueError("a hold is 8 or 9 fields")
+    offset, slot, gen, key, size, checksum, pinned, replicas, *rest = raw
+    target = rest[0] if rest else 0
+    ints = (offset, slot, gen, size, checksum, replicas, target)
     if not all(type(x) is int and x >= 0 for x in ints) or type(key) is not str or type(pinned) is not bool:
         raise ValueError("a hold's fields have the wrong types")
-    return RestoreRecord(offset, slot, gen, key, size, checksum, pinned, replicas)
+    return RestoreRecord(offset, slot, gen, key, size, checksum, pinned, replicas, target)
 
 
 def _tomb(raw: object) -> tuple[str, int, float]:

@@ -39,6 +39,7 @@ from kvstore.rpc.schema import (
 )
 
 HOLD_FIELDS = len(HeldReplica._fields)
+_NO_TARGET = [0]  # appended to each hold of a master of the previous version (ten fields: no target)
 _FIRST, _KEY = operator.itemgetter(0), operator.itemgetter(HeldReplica._fields.index("key"))
 FENCE_BATCH = v.MAX_KEYS
 """Kills (and holds) one NodeWork reply carries at most: the node acknowledges them in one request, which
@@ -63,7 +64,8 @@ class MountSegment(Request):
 
 
 class RestoreRecord(NamedTuple):
-    """A replica a node names back (RestoreSegment.records): HeldReplica, less seq and region."""
+    """A replica a node names back (RestoreSegment.records): HeldReplica, less seq and region. A node of
+    the previous version names no `target` (read as 0: the object restores with its base count only)."""
 
     offset: Annotated[int, Int(0, 2**62)]
     slot: Annotated[int, Int(0, 2**26)]
@@ -73,6 +75,7 @@ class RestoreRecord(NamedTuple):
     checksum: Annotated[int, Int(0, U64)]
     pinned: Annotated[bool, Flag()]
     replicas: Annotated[int, Int(1, 64)]
+    target: Annotated[int, Int(0, 64)] = 0
 
 
 class Removal(NamedTuple):
@@ -91,7 +94,8 @@ REMOVALS = Records(Removal, "removals", FENCE_BATCH, "each removal is [key, gene
 @dataclass
 class RestoreSegment(Request):
     """A node names replicas its segment (mounted `restoring`) still holds, as it was told them
-    (HeldReplica, less seq and region): each [offset, slot, gen, key, size, checksum, pinned, replicas].
+    (HeldReplica, less seq and region): each [offset, slot, gen, key, size, checksum, pinned, replicas,
+    target] (target optional: 0).
     The master takes each back as a replica of its object (creating the object when it does not know the
     key) unless it conflicts with what it knows; `last` ends the restore (the segment is placed on from
     then). Replies the slots it refused: the node fences them off and forgets them. `removed`: [key,
@@ -101,7 +105,7 @@ class RestoreSegment(Request):
     METHOD: ClassVar[str] = "restore_segment"
     client_id: Name
     segment_id: Annotated[int, Int(1, U64)]
-    records: Annotated[list[RestoreRecord], Records(RestoreRecord, plain=True)]
+    records: Annotated[list[RestoreRecord], Records(RestoreRecord, least=len(RESTORE_FIELDS) - 1, plain=True)]
     last: Annotated[bool, Flag()]
     token: OwnToken = ""
     removed: Annotated[list[Removal], REMOVALS, Omitted.ABSENT] = field(default_factory=list)
@@ -165,13 +169,16 @@ class AwaitWork(Request):
         # One hold per put object: checked in C loops over the batch (the catalog checks every field it
         # reads back), made records by tuple.__new__ in one (a Python call each was a fifth of a node's
         # work per put)
+        lengths: set[int] = set()
         if holds and not (
             set(map(type, holds)) == {list}
-            and set(map(len, holds)) == {HOLD_FIELDS}
+            and (lengths := set(map(len, holds))) <= {HOLD_FIELDS - 1, HOLD_FIELDS}
             and set(map(type, map(_FIRST, holds))) == {int}
             and set(map(type, map(_KEY, holds))) == {str}
         ):
             raise ProtocolError("master sent a malformed HeldReplica")
+        if HOLD_FIELDS - 1 in lengths:  # (no target: 0)
+            holds = [h if len(h) == HOLD_FIELDS else h + _NO_TARGET for h in holds]
         held = list(map(tuple.__new__, itertools.repeat(HeldReplica), holds))
         tasks = []
         for t in copies:

@@ -145,7 +145,10 @@ class HeldReplica(NamedTuple):
     size: int
     checksum: int
     pinned: bool
-    replicas: int  # the count it asks for: a user's change_replica count when set, else its put's
+    replicas: int  # the count its put asked for (the base its master keeps a cool object at)
+    # A user's pinned count (change_replica; 0: none, its heat decides): sent as an eleventh field, which a
+    # master of the previous version does not send (the node reads 0)
+    target: int = 0
 
 
 class NodeWork(NamedTuple):

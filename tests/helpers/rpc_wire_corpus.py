@@ -266,6 +266,9 @@ REPLIES: dict[str, list[Any]] = {
         ],
         [0, [[3, [1], [4], [5], []]], [], [], [], [], []],
         [0, [], [HOLD[:-1]], [], [], [], []],
+        # A hold with a user's target, one without (a master of the previous version sends none), one too long
+        [0, [], [[*HOLD, 2], HOLD], [], [], [], []],
+        [0, [], [[*HOLD, 2, 0]], [], [], [], []],
         [0, [], [], [], [[4096, "k", 3, -1]], [], []],
         [0, [], [], [], [], [], [[1, 3, 4096, 10, "x"]]],
         [0, [], [], [], [], []],

@@ -24,7 +24,11 @@ from kvstore.master.ledger.model import Replica
 from kvstore.master.ledger.node_acks import AckWaiters, Waiter
 from kvstore.master.ledger.objects import NewObject, ObjectMeta
 
-Hold = tuple[int, int, int, int, int, str, int, int, bool, int]  # kvstore.rpc.messages.HeldReplica's fields
+Hold = tuple[int, int, int, int, int, str, int, int, bool, int, int]  # kvstore.rpc.messages.HeldReplica's
+_Named = tuple[int, int, int, str, int, int, bool, int]
+NamedBack = _Named | tuple[int, int, int, str, int, int, bool, int, int]
+"""A replica a node names back (kvstore.rpc.messages.RestoreRecord's fields: a hold less its seq and region;
+the trailing target is absent from a node of the previous version)."""
 
 
 class HoldBook:
@@ -114,7 +118,8 @@ class HoldBook:
                 m.size,
                 m.checksum,
                 m.pinned,
-                m.target_replicas or m.base_replicas,  # (what it asks for: a set count outlives the master)
+                m.base_replicas,
+                m.target_replicas,  # (a user's count outlives the master: the next one restores it pinned)
             )
             for seq, m, r in itertools.islice(queue.values(), limit)
         ]

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 
 from kvstore.errors import NotFoundError, PermissionDeniedError, TooManyConnectionsError
+from kvstore.master.ledger.holds import NamedBack
 from kvstore.master.ledger.model import Client, Segment
 from kvstore.master.service.roles import Roles
 from kvstore.master.service.state_core import StateCore
@@ -201,7 +202,7 @@ class Membership:
         self,
         client_id: str,
         segment_id: int,
-        records: Sequence[tuple[int, int, int, str, int, int, bool, int]],
+        records: Sequence[NamedBack],
         last: bool,
         removed: Sequence[tuple[str, int]] | None = None,
     ) -> list[int]:

@@ -9,7 +9,8 @@ generation: kvstore.master.ledger.tombstones), and the node forgets it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 
 from kvstore.config.master import MasterConfig
 from kvstore.errors import InvalidArgumentError
@@ -18,8 +19,10 @@ from kvstore.master.ledger.changes import (
     ObjectRestored,
     ObjectsAdopted,
     ReplicaRestored,
+    ReplicaTargetSet,
     TombstonesLearned,
 )
+from kvstore.master.ledger.holds import NamedBack
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import Counters, DiskSegment, Segment
 from kvstore.master.ledger.objects import NewObject, ObjectMeta
@@ -30,6 +33,7 @@ from kvstore.master.planners.placement import SegmentSpace
 from kvstore.master.service.batches import first_repeat, first_where
 
 RUN_FIRST, MAX_RUN = 16, 16384  # records the first run of a request looks at; the most any looks at
+_AS_ADOPTED = operator.itemgetter(slice(0, 8))  # a record less its target: what the table adopts (in C)
 
 
 class Restore:
@@ -68,14 +72,14 @@ class Restore:
     def restore_segment(
         self,
         seg: Segment,
-        records: Sequence[tuple[int, int, int, str, int, int, bool, int]],
+        records: Sequence[NamedBack],
         last: bool,
         removed: Sequence[tuple[str, int]] | None = None,
     ) -> list[int]:
         """Takes back the replicas named in `records` ([offset, slot, gen, key, size, checksum, pinned,
-        replicas], newest first) on `seg`, mounted to be restored, after the removals the node remembers
-        (`removed`: take_removed); `last` ends its restore (it is placed on from then, and evicted from).
-        Returns the refused slots: the node fences them off."""
+        replicas, target], newest first; target optional) on `seg`, mounted to be restored, after the
+        removals the node remembers (`removed`: take_removed); `last` ends its restore (it is placed on
+        from then, and evicted from). Returns the refused slots: the node fences them off."""
         if seg.restoring is None:
             raise InvalidArgumentError(f"segment {seg.id} was not mounted to be restored")
         if removed:
@@ -93,7 +97,8 @@ class Restore:
                 start += taken
                 window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
                 continue
-            offset, slot, gen, key, size, checksum, pinned, base = records[start]
+            record = records[start]
+            offset, slot, gen, key, size, checksum, pinned, base = record[:8]
             start += 1
             known = self.objects.get(key)
             if tombs.covers(key, gen):  # removed since: its kill never reached the node
@@ -129,6 +134,7 @@ class Restore:
                 base_replicas=min(base, self.config.max_replicas),
             )
             self.ledger.apply([ObjectRestored([meta])])
+            self._pin([record])
             to_order.append((gen, key))
             self.counters.restored_objects += 1
         if last:
@@ -136,6 +142,14 @@ class Restore:
             restored = [key for _, key in sorted(self.order.pop(seg.id))]
             self.policy.on_insert_many(self.objects.table.in_memory(restored))
         return refused
+
+    def _pin(self, restored: Iterable[NamedBack]) -> None:
+        """The objects just restored from these records ask for the count their user set, when a record
+        names one (its target: a node of the previous version names none), as on the master that set it."""
+        most = self.config.max_replicas
+        pins = [ReplicaTargetSet(r[3], min(r[8], most)) for r in restored if len(r) > 8 and r[8]]
+        if pins:
+            self.ledger.apply(pins)
 
     def take_removed(self, removed: Sequence[tuple[str, int]]) -> None:
         """Removals an earlier master made while a node held the objects ([key, generation]: the node kept
@@ -161,7 +175,7 @@ class Restore:
     def _restore_unknown(
         self,
         seg: Segment,
-        rest: Sequence[tuple[int, int, int, str, int, int, bool, int]],
+        rest: Sequence[NamedBack],
         refused: list[int],
         to_order: list[tuple[int, str]],
         now: float,
@@ -183,12 +197,14 @@ class Restore:
         n = first_repeat(keys, n)
         if n == 0:
             return 0
-        run = list(rest[:n])  # (a list already: the records of a request)
+        named = rest[:n]
+        run = list(map(_AS_ADOPTED, named))
         taken = self.space.adopt_many(seg, run)
         adopted = list(itertools.compress(run, taken))
         refused += [r[1] for r, ok in zip(run, taken, strict=True) if not ok]
         if adopted:
             self.ledger.apply([ObjectsAdopted(seg, adopted, now, self.config.max_replicas)])
+            self._pin(itertools.compress(named, taken))
             to_order += [(r[2], r[3]) for r in adopted]
             self.counters.restored_replicas += len(adopted)
             self.counters.restored_objects += len(adopted)

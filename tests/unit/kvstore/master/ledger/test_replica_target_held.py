@@ -1,12 +1,13 @@
 """A user's replica count is a ledger record (ReplicaTargetSet) told to the nodes with their holds: each
-replica's hold is sent again carrying it, a copy's carries it, and a master that rebuilds its table from
-what the nodes name back asks for that count."""
+replica's hold is sent again carrying it (its target field, beside the put's count), a copy's carries it,
+and a master that rebuilds its table from what the nodes name back has the count set, the put's as base."""
 
 from __future__ import annotations
 
 from kvstore.config import MasterConfig
 from kvstore.master.ledger import changes as c
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import HeldReplica
 
 MiB = 1 << 20
 NODES = ("c0", "c1", "c2")
@@ -41,8 +42,8 @@ def _copies(state: MasterState) -> int:
     return done
 
 
-def _held(state: MasterState) -> dict[str, list[tuple]]:
-    return {node: state.space.holds.take(node, 100) for node in NODES}
+def _held(state: MasterState) -> dict[str, list[HeldReplica]]:
+    return {node: [HeldReplica._make(h) for h in state.space.holds.take(node, 100)] for node in NODES}
 
 
 def test_a_set_count_is_a_record_told_with_every_hold_and_restored_from_them() -> None:
@@ -53,19 +54,20 @@ def test_a_set_count_is_a_record_told_with_every_hold_and_restored_from_them() -
     state.puts.put_start("c0", "k", MiB, 5, 1, False)
     state.puts.put_end("c0", "k")
     first = _held(state)
-    assert [h[-1] for holds in first.values() for h in holds if h[5] == "k"] == [1]  # the put's count
+    assert [(h.replicas, h.target) for holds in first.values() for h in holds if h.key == "k"] == [(1, 0)]
     state.access.change_replica("k", 2)
     assert seen == [c.ReplicaTargetSet("k", 2)] and state.objects["k"].target_replicas == 2
     assert _copies(state) == 1
     held = _held(state)
-    told = [h for holds in held.values() for h in holds if h[5] == "k"]
-    assert len(told) == 2 and all(h[-1] == 2 for h in told)  # told again with the count, and the copy
+    told = [h for holds in held.values() for h in holds if h.key == "k"]
+    # told again with the count, and the copy; the put's count rides beside it
+    assert len(told) == 2 and all((h.replicas, h.target) == (1, 2) for h in told)
 
     new, segments = _cluster(clock, restoring=True)
     for node in NODES:
         assert new.members.restore_segment(node, segments[node], [h[2:] for h in held[node]], last=True) == []
     meta = new.objects["k"]
-    assert len(meta.replicas) == 2 and meta.base_replicas == 2
+    assert len(meta.replicas) == 2 and (meta.base_replicas, meta.target_replicas) == (1, 2)
     new.members.drop_client(
         meta.replicas[0].segment.client_id
     )  # one copy lost: a read finds it below its count
@@ -81,4 +83,4 @@ def test_a_count_set_back_to_zero_tells_the_puts_count_again() -> None:
     _held(state)
     state.access.change_replica("k", 3)
     state.access.change_replica("k", 0)  # its heat decides again
-    assert [h[-1] for h in _held(state)["c0"]] == [1]
+    assert [(h.replicas, h.target) for h in _held(state)["c0"]] == [(1, 0)]
