@@ -12,7 +12,13 @@ from typing import Any
 
 from kvstore.allocator import OffsetAllocator
 from kvstore.errors import InvalidArgumentError, NotEnoughSegmentsError
-from kvstore.master.ledger.changes import ReplicaTargetSet, SegmentDropped, SegmentMounted, SegmentSuspected
+from kvstore.master.ledger.changes import (
+    ReplicaAdded,
+    ReplicaTargetSet,
+    SegmentDropped,
+    SegmentMounted,
+    SegmentSuspected,
+)
 from kvstore.master.ledger.holds import HoldBook
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.locations import memory_location
@@ -65,7 +71,18 @@ class SegmentSpace:
         self.segments: Mapping[int, Segment] = self.ledger.segments  # written by the ledger only
         self._next = 1
         self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node
+        # What the nodes are told they hold follows the records here only: a put's replicas are told as
+        # they are placed (Puts), a copy once it landed, and every replica again when a user sets a count.
+        ledger.watch(ReplicaAdded, self._hold_added)
         ledger.watch(ReplicaTargetSet, self._retell_holds)
+
+    def _hold_added(self, records: list[ReplicaAdded]) -> None:
+        """A copy that landed is told to its node (kvstore.master.ledger.holds)."""
+        objects = self.ledger.objects
+        for r in records:
+            meta = objects[r.key]
+            if meta.complete:
+                self.holds.hold_all(meta, [r.replica])
 
     def _retell_holds(self, records: list[ReplicaTargetSet]) -> None:
         """A replica count set by a user is told to the nodes with the object's holds (each replica's is

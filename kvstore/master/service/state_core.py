@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvstore.config.master import MasterConfig
-from kvstore.master.ledger.changes import ObjectDropped, ObjectsLost, ReplicaAdded
+from kvstore.master.ledger.changes import ObjectDropped, ObjectsLost
 from kvstore.master.ledger.fences import FenceBook
 from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import Counters, Replica
@@ -42,7 +42,6 @@ class StateCore:
         self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)
         self.policy: EvictionPolicy = self.space.policy  # the memory tier's eviction order
         self.objects: Mapping[str, ObjectMeta] = self.ledger.objects
-        self.ledger.watch(ReplicaAdded, self._hold_added)
         self.replicator = Replicator(config, clock, self.space, self.ledger)
         self.corrupt_checks = CorruptChecks(polls.wake, clock)  # reported corrupt: its node checks first
         self.disk = DiskTier(config, clock, self.space, self.ledger, self.policy)
@@ -64,14 +63,6 @@ class StateCore:
         self.restorer = Restore(
             config, clock, self.ledger, self.space, self.disk, self.policy, self.counters, self.delete
         )
-
-    def _hold_added(self, records: list[ReplicaAdded]) -> None:
-        """A copy that landed is told to its node (kvstore.master.ledger.holds; a put's replicas are told as
-        they are placed)."""
-        for r in records:
-            meta = self.objects[r.key]
-            if meta.complete:
-                self.space.holds.hold_all(meta, [r.replica])
 
     def offered(self, meta: ObjectMeta) -> list[Replica]:
         """The replicas a reader is given: those on segments not suspected unreachable."""
