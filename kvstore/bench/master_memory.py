@@ -94,8 +94,9 @@ def main() -> int:
     return 0
 
 
-def held_records(state: MasterState) -> list[tuple[int, int, int, str, int, int, bool, int]]:
-    """What the node holds, as it names it back (RestoreSegment's records), newest first."""
+def held_records(state: MasterState) -> list[tuple[int, int, int, str, int, int, bool, int, int]]:
+    """What the node holds, as it names it back (RestoreSegment's records, with their target), newest
+    first."""
     table = state.ledger.objects.table
     records = []
     start: int | None = 0
@@ -104,7 +105,8 @@ def held_records(state: MasterState) -> list[tuple[int, int, int, str, int, int,
         for key, ref in found:
             ((_, offset, slot, gen),) = table.copies(ref)
             size, checksum, pinned = table.size(ref), table.checksum(ref), table.pinned(ref)
-            records.append((offset, slot, gen, key, size, checksum, pinned, table.base_replicas(ref)))
+            base, target = table.base_replicas(ref), table.target_replicas(ref)
+            records.append((offset, slot, gen, key, size, checksum, pinned, base, target))
     records.sort(key=lambda r: r[2], reverse=True)
     return records
 
