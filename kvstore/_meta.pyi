@@ -59,6 +59,16 @@ class ObjectTable:
         places: dict[int, tuple[int, str, str, int]],
         transient: bool,
     ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]]]: ...
+    def use_many(
+        self,
+        keys: list[str],
+        now: float,
+        lease_until: float,
+        half_life: float,
+        hot_heat: float,
+        count_access: bool,
+    ) -> list[int]: ...
+    def heat_at(self, ref: int, now: float, half_life: float) -> float: ...
     def add_many(self, news: list[Any], writers: dict[str, int]) -> None: ...
     def first_present(self, keys: list[str]) -> int: ...
     def adopt_many(

@@ -1,6 +1,6 @@
 // The object table's calls over a batch of keys (part of kvstore._meta.ObjectTable): each reads its list
-// once into C++ (meta/object_batches.h, object_queries.h, object_orders.h, object_groups.h, locate.h) and
-// answers with the caller's own key objects.
+// once into C++ (meta/object_batches.h, object_queries.h, object_orders.h, object_groups.h, locate.h,
+// object_use.h) and answers with the caller's own key objects.
 #include <pybind11/stl.h>
 
 #include <string>
@@ -13,6 +13,7 @@
 #include "meta/object_groups.h"
 #include "meta/object_orders.h"
 #include "meta/object_queries.h"
+#include "meta/object_use.h"
 
 namespace py = pybind11;
 
@@ -193,6 +194,18 @@ void reads(py::class_<ObjectTable>& c) {
         "A reader's lookup of a batch (meta/locate.h): (reply, hits, notes) — the get_replicas reply, "
         "msgpack-encoded; the keys found, in order; (index, key, in memory, disk segment, attention) of the "
         "hits the caller must look at. `places`: segment id -> (tier, host, engine, region).")
+      .def(
+          "use_many",
+          [](ObjectTable& t, const py::list& keys, double now, double lease_until, double half_life,
+             double hot_heat, bool count_access) {
+            const meta::UseRule rule{now, lease_until, half_life, hot_heat, count_access};
+            return meta::use_many(t, keys_of(keys), rule);
+          },
+          py::arg("keys"), py::arg("now"), py::arg("lease_until"), py::arg("half_life"), py::arg("hot_heat"),
+          py::arg("count_access"),
+          "A use of each key present and committed, under the read rule (meta/object_use.h; lease_until 0: "
+          "no lease). Per key: 0 (absent, or a put in progress), else 1 (used) | 2 (replication's "
+          "attention) | 4 (a memory copy) | 8 (a disk record).")
       .def(
           "complete_many",
           [](const ObjectTable& t, const py::list& keys) { return meta::visible_mask(t, keys_of(keys)); },

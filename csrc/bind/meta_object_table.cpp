@@ -14,6 +14,7 @@
 #include "meta/object_orders.h"
 #include "meta/object_queries.h"
 #include "meta/object_refs.h"
+#include "meta/object_use.h"
 
 namespace py = pybind11;
 
@@ -64,6 +65,13 @@ void field(py::class_<ObjectTable>& c, const std::string& name, T Object::* memb
 }
 
 void fields(py::class_<ObjectTable>& c) {
+  c.def(
+      "heat_at",
+      [](const ObjectTable& t, Ref ref, double now, double half_life) {
+        return meta::heat_at(t, checked_row(t, ref), now, half_life);
+      },
+      py::arg("ref"), py::arg("now"), py::arg("half_life"),
+      "The object's heat decayed to `now` (meta/object_use.h: the heat replication plans by).");
   field(c, "size", &Object::size);
   field(c, "checksum", &Object::checksum);
   field(c, "hold_seq", &Object::hold_seq);

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "meta/msgpack_writer.h"
 #include "meta/object_groups.h"
@@ -63,7 +62,7 @@ Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, b
   reply.reserve(n * 64);
   reply.array(static_cast<uint32_t>(n));
   Located out;
-  std::unordered_set<std::string_view> leased_groups;  // (a batch often reads a group whole)
+  LeasedGroups leased;
   size_t i = 0;
   for (; i < n; ++i) {
     const Row row = t.find(keys[i]);
@@ -72,10 +71,8 @@ Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, b
       if (prefix) break;
       continue;
     }
-    if (t.at(row).group == kShown && leased_groups.insert(group_of(keys[i]).group).second)
-      lease_group(t, keys[i], rule.lease_until);
-    Object& o = t.at(row);
-    record_use(o, rule);
+    const bool attention = use_object(t, row, keys[i], rule, leased);
+    const Object& o = t.at(row);
     out.hits.push_back(static_cast<uint32_t>(i));
     const size_t copies = t.copy_count(row);
     if (copies == 0) {
@@ -83,7 +80,6 @@ Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, b
     } else {
       write_copies(reply, t, row, places);
     }
-    const bool attention = needs_attention(o, copies, rule.hot_heat);
     if (attention || copies == 0 || o.disk_segment != 0 || transient)
       out.notes.push_back({static_cast<uint32_t>(i), copies > 0, o.disk_segment, attention});
   }
