@@ -59,9 +59,10 @@ class LeaseCache:
         now = self._clock()
         out: list[Any] = []
         entries = self._entries
+        get = entries.get  # bound once: an OrderedDict's attribute lookup costs more than a dict's
         with self._lock:
             for key in keys:
-                entry = entries.get(key)
+                entry = get(key)
                 if entry is None:
                     out.append(None)
                 elif entry[0] > now:
@@ -82,13 +83,15 @@ class LeaseCache:
         expiry = granted_at + self.validity
         now = self._clock()
         entries = self._entries
+        lapsed = expiry <= now  # the reply came after half the lease: nothing to reuse
+        pop, limit = entries.pop, self.max_entries
         with self._lock:
             self._drop_expired(now, EXPIRED_DROPS_PER_FILLED_KEY * len(keys))
             for key, entry in zip(keys, found, strict=True):
-                held = entries.pop(key, None)
-                if entry is None or expiry <= now:
-                    continue  # absent, or a lease that lapsed before its reply came: nothing to reuse
-                if held is None and len(entries) >= self.max_entries:
+                held = pop(key, None)  # a refill moves to the end: its lease is the newest
+                if entry is None or lapsed:
+                    continue
+                if held is None and len(entries) >= limit:
                     entries.popitem(last=False)
                 entries[key] = (expiry, entry)
 
