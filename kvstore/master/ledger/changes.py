@@ -7,6 +7,22 @@ ledger's own methods make them as they apply them: Ledger.take, Ledger.free, ...
 the kills queued for nodes and the ones they acknowledged. Every record applies: Ledger.apply of a run's
 records, in order, to an empty ledger makes the same objects, space, slots and kills (a journal or a
 standby replays them so; tests/unit/kvstore/master/ledger/test_ledger_replay.py).
+
+The records name the durable state: what a master that takes over must have, and rebuilds from what the
+nodes' holds carry (the objects, their replicas, sizes, checksums, pins and the count each asks for) and
+what nodes and disks name back. A read's state is soft: the ledger writes it too, by its use methods
+(Ledger.use, Ledger.locate_many, Ledger.loaded) under the one read rule (csrc/meta/object_use), with no
+record, as it changes on every read; a failover drops it:
+- lease_until: a new master rebuilds every object unleased, so it may evict or remove one whose location a
+  reader still holds from the master before; the node's fence refuses that read of the freed allocation
+  (a miss, never other bytes).
+- heat, last_access, access_count: cold (no heat, last used when restored, no reads counted); a hot object
+  is hot again after its next reads.
+- loaded_at: none; the first read from disk after the failover starts a new promote window.
+- hold_seq (set by kvstore.master.ledger.holds as a put is placed): numbers a put's holds in this master's
+  sequence, so the put's end waits for its nodes. A new master starts its own sequence and knows no put in
+  flight at the failover: its end is refused; a replica whose bytes all landed comes back through its
+  node's hold, a late write to any other is fenced off by generation.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from kvstore.master.ledger.fences import FenceBook, Kill
 from kvstore.master.ledger.groups import GroupIndex
 from kvstore.master.ledger.locations import SegmentPlace
 from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segment
-from kvstore.master.ledger.objects import Objects
+from kvstore.master.ledger.objects import ObjectMeta, Objects
 from kvstore.rpc.disk_record import PAGE
 from kvstore.rpc.records import MEMORY
 
@@ -250,7 +250,7 @@ class Ledger:
         self.objects.drop_replica(self.objects[r.key], r.replica)
 
     def _replica_target_set(self, r: ReplicaTargetSet) -> None:
-        self.objects[r.key].target_replicas = r.replicas
+        self.objects.table.set_target_replicas(self.objects[r.key].ref, r.replicas)
 
     def _disk_record_set(self, r: DiskRecordSet) -> None:
         self.objects.set_disk(self.objects[r.key], r.record)
@@ -506,3 +506,41 @@ class Ledger:
         if self.disks.get(seg.id) is seg:
             seg.allocator.free(record.offset)
             self._tell([SpaceReleased(record)])
+
+    # -- a read's soft state: no records (kvstore.master.ledger.changes says what a failover does with it) --
+    def use(
+        self, keys: list[str], now: float, lease_until: float, half_life: float, hot_heat: float, count: bool
+    ) -> list[int]:
+        """A use of each key present and committed, under the one read rule (ObjectTable.use_many,
+        csrc/meta/object_use): its lease reaches `lease_until` (0.0: no lease; with one, a member's whole
+        group), last_access is `now`, with `count` the read is counted, and its heat decays by `half_life`
+        and grows by one. Per key the bits of kvstore.master.ledger.objects USED, ATTENTION (hot at
+        `hot_heat`, short of copies, or a set count), IN_MEMORY, ON_DISK (0: absent or a put in progress)."""
+        return self.objects.table.use_many(keys, now, lease_until, half_life, hot_heat, count)
+
+    def locate_many(
+        self,
+        keys: list[str],
+        prefix: bool,
+        now: float,
+        lease_until: float,
+        half_life: float,
+        hot_heat: float,
+        transient: bool,
+    ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]]]:
+        """A reader's lookup of a batch (ObjectTable.locate_many): every hit a use as use() with a lease and
+        a count, and the reply encoded in the table. Returns (reply, the keys found, the notes of the hits
+        the caller completes: index, key, in memory, disk segment, attention)."""
+        objects = self.objects
+        return objects.table.locate_many(
+            keys, prefix, now, lease_until, half_life, hot_heat, objects.places, transient
+        )
+
+    def heat_at(self, meta: ObjectMeta, now: float, half_life: float) -> float:
+        """The object's heat decayed to `now` under the read rule: what replication plans by."""
+        return self.objects.table.heat_at(meta.ref, now, half_life)
+
+    def loaded(self, meta: ObjectMeta, now: float) -> None:
+        """The object was read from its disk record (or loaded from it) at `now`: a second read within the
+        disk tier's promote window promotes it (kvstore.master.planners.disk_tier)."""
+        self.objects.table.set_loaded_at(meta.ref, now)

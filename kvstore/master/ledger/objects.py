@@ -4,8 +4,10 @@ ObjectMeta is a reference to one row, made when looked up, holding nothing of it
 views of the same object are equal, and a view of an object that was dropped has no replicas and raises
 KeyError when any other field is read (its row may hold another object by then).
 
-Fields readers change in place (a lease, an access, heat) are set through the view; which objects exist,
-whether committed, their replicas and disk records are the ledger's to change (kvstore.master.ledger.ledger).
+Every field is read through the view and written by the ledger (kvstore.master.ledger.ledger): which
+objects exist, whether committed, their replicas and disk records by its records; a read's state (lease,
+last access, access count, heat, loaded_at) by its use methods, under the one read rule in C++
+(csrc/meta/object_use).
 """
 
 from __future__ import annotations
@@ -37,18 +39,6 @@ class NewObject:
     target_replicas: int = 0  # (none set yet: what its holds tell the nodes, as an ObjectMeta's)
     disk: DiskReplica | None = None
     hold_seq: int = field(default=0)
-
-
-def _field(name: str, doc: str) -> Any:
-    get, put = getattr(ObjectTable, name), getattr(ObjectTable, "set_" + name)
-
-    def fget(view: ObjectMeta) -> Any:
-        return get(view._table, view.ref)
-
-    def fset(view: ObjectMeta, value: Any) -> None:
-        put(view._table, view.ref, value)
-
-    return property(fget, fset, doc=doc)
 
 
 def _read_only(name: str, doc: str) -> Any:
@@ -99,14 +89,14 @@ class ObjectMeta:
 
     pinned = _read_only("pinned", "Never evicted.")
     base_replicas = _read_only("base_replicas", "Replicas its put asked for.")
-    lease_until = _field("lease_until", "Readers may hold its locations until then.")
-    last_access = _field("last_access", "When it was last read or written.")
-    access_count = _field("access_count", "Reads of it.")
-    target_replicas = _field("target_replicas", "Set by change_replica; 0 lets heat decide.")
-    heat = _field("heat", "Accesses, decayed with the configured half-life.")
-    heat_time = _field("heat_time", "When heat was last decayed.")
-    loaded_at = _field("loaded_at", "When it was last loaded from disk for a reader (0: never).")
-    hold_seq = _field("hold_seq", "The last hold its put sent its nodes (kvstore.master.ledger.holds).")
+    lease_until = _read_only("lease_until", "Readers may hold its locations until then.")
+    last_access = _read_only("last_access", "When it was last read or written.")
+    access_count = _read_only("access_count", "Reads of it.")
+    target_replicas = _read_only("target_replicas", "Set by change_replica; 0 lets heat decide.")
+    heat = _read_only("heat", "Accesses, decayed with the configured half-life (as of heat_time).")
+    heat_time = _read_only("heat_time", "When heat was last decayed.")
+    loaded_at = _read_only("loaded_at", "When it was last loaded from disk for a reader (0: never).")
+    hold_seq = _read_only("hold_seq", "The last hold its put sent its nodes (kvstore.master.ledger.holds).")
 
     @property
     def writer(self) -> str:
@@ -132,6 +122,9 @@ class ObjectMeta:
         seg = self._table.disk_segment(self.ref)
         return None if seg == 0 else DiskReplica(self._objects.disks[seg], self._table.disk_offset(self.ref))
 
+
+# What ObjectTable.use_many found of a key (csrc/meta/object_use.h UseFound); 0: absent or a put in progress.
+USED, ATTENTION, IN_MEMORY, ON_DISK = 1, 2, 4, 8
 
 MEMORY_ORDER, DISK_ORDER = 0, 1  # the table's two orders: memory replicas' and disk records' eviction
 

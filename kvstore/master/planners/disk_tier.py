@@ -228,7 +228,7 @@ class DiskTier:
             return ""
         if meta.loaded_at and now - meta.loaded_at <= self.config.promote_window:
             return ""
-        meta.loaded_at = now  # a read from disk: the next one within the window promotes
+        self.ledger.loaded(meta, now)  # a read from disk: the next one within the window promotes
         if how == "here":
             self.direct_reads += 1
         else:
@@ -386,7 +386,7 @@ class DiskTier:
                     self.promote(meta)  # read from disk twice within the window
                 else:
                     self.transient[task.key] = now
-                meta.loaded_at = now
+                self.ledger.loaded(meta, now)
             else:
                 self.load_failures += 1
                 # The node reported (or the task timed out): it may still be copying, so the space waits

@@ -2,8 +2,9 @@
 segment's own client (told through its heartbeat reply) so the master never moves data; keys that cool
 down lose the extra replicas again; `change_replica(key, n)` asks for an exact count.
 
-Heat is an access count decayed with a half-life; hot above `hot_access_rate` accesses/s, cool below
-`cool_access_rate`. Extra replicas only use free space: replication never evicts.
+Heat is an access count decayed with a half-life, kept in the object table by the one read rule
+(csrc/meta/object_use, applied through the ledger's use methods); hot above `hot_access_rate` accesses/s,
+cool below `cool_access_rate`. Extra replicas only use free space: replication never evicts.
 """
 
 from __future__ import annotations
@@ -70,25 +71,16 @@ class Replicator:
         """The heat at which an object is hot (its rate reaches hot_access_rate)."""
         return self.config.hot_access_rate * self.config.heat_half_life / math.log(2)
 
-    def note_access(self, meta: ObjectMeta) -> None:
-        now = self.clock()
-        heat = self._decayed(meta, now) + 1.0
-        meta.heat = heat
-        meta.heat_time = now
-        if heat >= self.hot_heat or meta.replica_count < meta.base_replicas or meta.target_replicas:
-            self.touched.add(meta.key)  # else planning would keep its replicas as they are: not looked at
-
     def note_attention(self, key: str) -> None:
-        """A batch of reads found this object hot, degraded or with a set count (ObjectTable.locate_many)."""
+        """A read found this object hot, short of copies or with a set count (the read rule: Ledger.use,
+        Ledger.locate_many); others would keep their replicas as they are: not looked at."""
         self.touched.add(key)
 
-    def _decayed(self, meta: ObjectMeta, now: float) -> float:
-        half_life = self.config.heat_half_life
-        return meta.heat * math.pow(0.5, max(0.0, now - meta.heat_time) / half_life)
-
     def rate(self, meta: ObjectMeta) -> float:
-        """Accesses per second (the decayed count over its mean life)."""
-        return self._decayed(meta, self.clock()) * math.log(2) / self.config.heat_half_life
+        """Accesses per second (the decayed count over its mean life): the heat the table keeps, decayed
+        to now (Ledger.heat_at)."""
+        half_life = self.config.heat_half_life
+        return self.ledger.heat_at(meta, self.clock(), half_life) * math.log(2) / half_life
 
     def change_replica(self, meta: ObjectMeta, replicas: int) -> None:
         self.ledger.apply([ReplicaTargetSet(meta.key, replicas)])  # (its nodes are told: SegmentSpace)

@@ -5,7 +5,7 @@ change_replica."""
 from __future__ import annotations
 
 from kvstore.errors import InvalidArgumentError, ObjectNotFoundError
-from kvstore.master.ledger.objects import ObjectMeta
+from kvstore.master.ledger.objects import ATTENTION, IN_MEMORY, ON_DISK, ObjectMeta
 from kvstore.master.service.state_core import StateCore
 
 # A hit the caller of locate_many completes: (its index in the batch, key, whether a copy is in memory,
@@ -31,30 +31,31 @@ class Access:
         if meta is None or not meta.visible or (self.space.any_suspect() and not self.exists(key)):
             self.counters.misses += 1
             return None
-        now = self.clock()
-        meta.lease_until = max(meta.lease_until, now + self.config.lease_ttl)
-        if meta.group:  # a lease on one member holds the whole group (kvstore.master.ledger.groups)
-            self.ledger.objects.table.lease_groups([key], meta.lease_until)
-        self._read(meta, now)
+        cfg, now = self.config, self.clock()
+        # (a lease on one member holds the whole group: kvstore.master.ledger.groups)
+        (found,) = self.ledger.use(
+            [key], now, now + cfg.lease_ttl, cfg.heat_half_life, self.replicator.hot_heat, True
+        )
+        self._used(key, found, meta)
+        self.counters.hits += 1
         return meta
 
     def locate_many(self, keys: list[str], prefix: bool) -> tuple[bytes, list[Note]]:
-        """get_replicas of a batch in one crossing into the table (ObjectTable.locate_many: leases,
-        accesses and heat are updated there, and the reply is encoded there), then what the eviction
-        orders, replication and the disk tier see of the hits. Returns the reply, msgpack-encoded (per key
-        its ObjectLocation, or nil: a miss, with `prefix` every key after the first miss; also a hit with
-        no copy in memory), and the notes of the hits with no copy in memory (index, key, False, disk
+        """get_replicas of a batch in one crossing into the table (Ledger.locate_many: leases, accesses and
+        heat are updated there, and the reply is encoded there), then what the eviction orders,
+        replication and the disk tier see of the hits. Returns the reply, msgpack-encoded (per key its
+        ObjectLocation, or nil: a miss, with `prefix` every key after the first miss; also a hit with no
+        copy in memory), and the notes of the hits with no copy in memory (index, key, False, disk
         segment, attention) among others. Not while a segment is suspect: its replicas must not be
         offered (get_replicas filters them)."""
-        cfg, now, objects, disk = self.config, self.clock(), self.ledger.objects, self.disk
-        reply, hit_keys, notes = objects.table.locate_many(
+        cfg, now, disk = self.config, self.clock(), self.disk
+        reply, hit_keys, notes = self.ledger.locate_many(
             keys,
             prefix,
             now,
             now + cfg.lease_ttl,
             cfg.heat_half_life,
             self.replicator.hot_heat,
-            objects.places,
             bool(disk.transient),
         )
         self.policy.on_access_many(hit_keys)
@@ -77,41 +78,45 @@ class Access:
         return reply, [note for note in notes if not note[2]]
 
     def touch(self, keys: list[str]) -> None:
-        """Reads a client served itself (from a leased location): they count as accesses."""
-        now = self.clock()
-        for key in keys:
-            meta = self.objects.get(key)
-            if meta is not None and meta.complete:
-                self._read(meta, now)
+        """Reads a client served itself (from a leased location): they count as accesses (no lease)."""
+        cfg = self.config
+        found = self.ledger.use(keys, self.clock(), 0.0, cfg.heat_half_life, self.replicator.hot_heat, True)
+        for key, bits in zip(keys, found, strict=True):
+            if bits:
+                self._used(key, bits)
+                self.counters.hits += 1
 
-    def _used(self, meta: ObjectMeta, now: float) -> None:
-        """A use of the object: eviction order and replication heat see it (and a second use of a copy
-        loaded from disk promotes it)."""
-        if self.disk.transient and meta.replicas:
-            self.disk.read(meta)
-        elif not meta.replicas and meta.disk is not None:
-            self.disk.reread(meta)
-        meta.last_access = now
-        self.policy.on_access(meta.key)
-        if meta.disk is not None:  # the disk tier's order is by use too, not by when the record was written
-            self.disk.policy.on_access(meta.key)
-        self.replicator.note_access(meta)
-
-    def _read(self, meta: ObjectMeta, now: float) -> None:
-        self._used(meta, now)
-        meta.access_count += 1
-        self.counters.hits += 1
+    def _used(self, key: str, found: int, meta: ObjectMeta | None = None) -> None:
+        """The rest of a use the ledger applied (`found`: Ledger.use's bits): a second use of a copy loaded
+        from disk promotes it, eviction orders see it, and replication looks at it when the rule says so."""
+        disk = self.disk
+        if found & ON_DISK or (disk.transient and found & IN_MEMORY):
+            if meta is None:
+                meta = self.objects[key]
+            if disk.transient and found & IN_MEMORY:
+                disk.read(meta)
+            elif not found & IN_MEMORY:
+                disk.reread(meta)
+        self.policy.on_access(key)
+        if found & ON_DISK:  # the disk tier's order is by use too, not by when the record was written
+            disk.policy.on_access(key)
+        if found & ATTENTION:  # hot, short of copies, or a set count
+            self.replicator.note_attention(key)
 
     def match_prefix(self, keys: list[str]) -> list[ObjectMeta]:
-        """The leading run of `keys` that are stored (stops at the first absent one); counts as access."""
+        """The leading run of `keys` that are stored (stops at the first absent one); a use (heat, eviction
+        order), not a read: no lease, not counted."""
         matched = []
         for key in keys:
             if not self.exists(key):
                 break
             matched.append(self.objects[key])
-        now = self.clock()
-        for meta in matched:
-            self._used(meta, now)
+        cfg, hot_heat = self.config, self.replicator.hot_heat
+        found = self.ledger.use(
+            [m.key for m in matched], self.clock(), 0.0, cfg.heat_half_life, hot_heat, False
+        )
+        for meta, bits in zip(matched, found, strict=True):
+            self._used(meta.key, bits, meta)
         return matched
 
     def change_replica(self, key: str, replicas: int) -> None:

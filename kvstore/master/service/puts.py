@@ -233,7 +233,7 @@ class Puts:
             base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
         )
         self._pending.add(new)
-        new.hold_seq = self.space.holds.hold_all(new, placed)  # told while the client writes
+        self.space.holds.hold_many([new])  # told while the client writes (the holds set its hold_seq)
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
