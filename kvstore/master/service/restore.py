@@ -31,9 +31,14 @@ from kvstore.master.planners.disk_tier import DiskTier
 from kvstore.master.planners.eviction import EvictionPolicy
 from kvstore.master.planners.placement import SegmentSpace
 from kvstore.master.service.batches import first_repeat, first_where
+from kvstore.rpc.messages import RestoreRecord
 
 RUN_FIRST, MAX_RUN = 16, 16384  # records the first run of a request looks at; the most any looks at
-_AS_ADOPTED = operator.itemgetter(slice(0, 8))  # a record less its target: what the table adopts (in C)
+# A record's fields by its declaration's names, read in C (a node's records and a test's tuples alike).
+_SLOT, _GEN, _KEY = (operator.itemgetter(RestoreRecord._fields.index(f)) for f in ("slot", "gen", "key"))
+_TARGET_AT = RestoreRecord._fields.index("target")  # the last field: absent from a previous version's node
+_TARGET = operator.itemgetter(_TARGET_AT)
+_AS_ADOPTED = operator.itemgetter(slice(0, _TARGET_AT))  # less its target: what the table adopts (in C)
 
 
 class Restore:
@@ -98,7 +103,8 @@ class Restore:
                 window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
                 continue
             record = records[start]
-            offset, slot, gen, key, size, checksum, pinned, base = record[:8]
+            named = RestoreRecord(*record)
+            slot, gen, key, size = named.slot, named.gen, named.key, named.size
             start += 1
             known = self.objects.get(key)
             if tombs.covers(key, gen):  # removed since: its kill never reached the node
@@ -109,10 +115,10 @@ class Restore:
             else:  # the same value, complete, without a replica here already
                 ok = (
                     known.complete
-                    and (known.size, known.checksum) == (size, checksum)
+                    and (known.size, known.checksum) == (size, named.checksum)
                     and all(r.segment is not seg for r in known.replicas)
                 )
-            replica = self.space.adopt(seg, key, offset, slot, gen, size) if ok else None
+            replica = self.space.adopt(seg, key, named.offset, slot, gen, size) if ok else None
             if replica is None:
                 refused.append(slot)
                 continue
@@ -125,13 +131,13 @@ class Restore:
             meta = NewObject(
                 key,
                 size,
-                checksum,
+                named.checksum,
                 [replica],
                 seg.client_id,
                 complete=True,
-                pinned=pinned,
+                pinned=named.pinned,
                 last_access=now,
-                base_replicas=min(base, self.config.max_replicas),
+                base_replicas=min(named.replicas, self.config.max_replicas),
             )
             self.ledger.apply([ObjectRestored([meta])])
             self._pin([record])
@@ -147,7 +153,8 @@ class Restore:
         """The objects just restored from these records ask for the count their user set, when a record
         names one (its target: a node of the previous version names none), as on the master that set it."""
         most = self.config.max_replicas
-        pins = [ReplicaTargetSet(r[3], min(r[8], most)) for r in restored if len(r) > 8 and r[8]]
+        named = [r for r in restored if len(r) > _TARGET_AT and _TARGET(r)]
+        pins = [ReplicaTargetSet(_KEY(r), min(_TARGET(r), most)) for r in named]
         if pins:
             self.ledger.apply(pins)
 
@@ -184,16 +191,16 @@ class Restore:
         nor sees twice in the run): what a restarted master's table is made of, a batch at a time (one
         allocator call, one ledger record). Returns how many records it took or refused; 0 when the first is
         not one of those (restore_segment takes it alone)."""
-        if rest[0][3] in self.objects:  # (a node back to a master that kept its table: cheap)
+        if _KEY(rest[0]) in self.objects:  # (a node back to a master that kept its table: cheap)
             return 0
-        keys = [r[3] for r in rest]
+        keys = list(map(_KEY, rest))
         n = self.objects.table.first_present(keys)
         fences = self.fences
         if fences.fencing_any():
             n = first_where(keys, n, fences.fencing)
         tombs = fences.tombstones
         if tombs.any() or tombs.floor:
-            n = next((i for i, r in enumerate(rest[:n]) if _removed(tombs, r[3], r[2])), n)
+            n = next((i for i, r in enumerate(rest[:n]) if _removed(tombs, _KEY(r), _GEN(r))), n)
         n = first_repeat(keys, n)
         if n == 0:
             return 0
@@ -201,11 +208,11 @@ class Restore:
         run = list(map(_AS_ADOPTED, named))
         taken = self.space.adopt_many(seg, run)
         adopted = list(itertools.compress(run, taken))
-        refused += [r[1] for r, ok in zip(run, taken, strict=True) if not ok]
+        refused += [_SLOT(r) for r, ok in zip(run, taken, strict=True) if not ok]
         if adopted:
             self.ledger.apply([ObjectsAdopted(seg, adopted, now, self.config.max_replicas)])
             self._pin(itertools.compress(named, taken))
-            to_order += [(r[2], r[3]) for r in adopted]
+            to_order += zip(map(_GEN, adopted), map(_KEY, adopted), strict=True)
             self.counters.restored_replicas += len(adopted)
             self.counters.restored_objects += len(adopted)
         return n
