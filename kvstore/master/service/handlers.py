@@ -81,7 +81,8 @@ class Handlers:
         self.config, self.clock, self.core = state.config, state.clock, state.core
         self.members, self.roles, self.suspicion = state.members, state.roles, state.suspicion
         self.puts, self.access, self.removal = state.puts, state.access, state.removal
-        self.fences, self.holds, self.polls, self.disk = state.fences, state.holds, state.polls, state.disk
+        space, self.disk = state.space, state.disk  # (the fences, holds and polls are the memory space's)
+        self.fences, self.holds, self.polls = space.fences, space.holds, space.polls
         self.work = WorkChannel(
             self.members.client,
             state.space,

@@ -48,7 +48,6 @@ class MasterState:
         core.disk.make_room = functools.partial(self.removal.evict_one, disk_backed_only=True)
         # The tables and planners callers work with (their owners: the ledger, the space, the tiers).
         self.ledger, self.objects, self.space, self.disk = core.ledger, core.objects, core.space, core.disk
-        self.fences, self.holds, self.polls = core.space.fences, core.space.holds, core.space.polls
         self.policy, self.memory_order, self.tiers = core.policy, core.memory_order, core.tiers
         self.replicator, self.corrupt_checks, self.counters = (
             core.replicator,

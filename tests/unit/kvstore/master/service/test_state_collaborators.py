@@ -69,6 +69,7 @@ def test_the_state_runs_only_what_spans_its_jobs() -> None:
         assert not (inspect.ismethod(value) and value.__self__ in jobs), name
     for figure in ("capacity", "used", "segments"):
         assert not any(hasattr(owner, figure) for owner in (state, state.core, state.members)), figure
+    assert not any(hasattr(state, book) for book in ("fences", "holds", "polls"))  # the space's: state.space
     # One route to a registered client: Membership.client (the roles and the puts are given it).
     assert not hasattr(state.members, "check_client")
     assert state.roles._client == state.members.client
