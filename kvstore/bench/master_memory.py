@@ -34,6 +34,7 @@ from kvstore.master.service.handlers import Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.procs import settle_collector
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 
 def rss_bytes() -> int:
@@ -60,7 +61,9 @@ def main() -> int:
     n, width = args.objects, args.key_bytes
     state = MasterState(MasterConfig.load())
     state.members.register_client("node", "host")
-    state.members.mount_segment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
+    state.members.mount_segment(
+        MountSegment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", fence_slots=n * 2)
+    )
     holds = state.space.holds
     gc.collect()
     settle_collector()  # as the master process does once started
@@ -118,7 +121,7 @@ def readmit(state: MasterState, n: int) -> float:
     handlers = Handlers(fresh)
     fresh.members.register_client("node", "host", "node")
     segment = fresh.members.mount_segment(
-        "node", "127.0.0.1:1", 1, n * 2048 * 2, "host", n * 2, restoring=True
+        MountSegment("node", "127.0.0.1:1", 1, n * 2048 * 2, "host", n * 2, restoring=True)
     )
     frames = []
     for at in range(0, len(records), m.FENCE_BATCH):

@@ -15,6 +15,7 @@ from random import Random
 
 from kvstore.config import MasterConfig
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import MountSegment
 
 UNIT = 64  # bytes per simulated block: one allocation unit
 
@@ -65,7 +66,9 @@ def simulate_replication(
     state = MasterState(config, clock=lambda: now[0])
     for i in range(nodes):
         state.members.register_client(f"node{i}", f"host{i}")
-        state.members.mount_segment(f"node{i}", f"node{i}:0", 1, capacity * UNIT, f"host{i}")
+        state.members.mount_segment(
+            MountSegment(f"node{i}", f"node{i}:0", 1, capacity * UNIT, f"host{i}", 1 << 20)
+        )
     frequency = Counter(k for r in requests for k in r)
     ranked = [k for k, _ in frequency.most_common(1000)]
     ranks = [r for r in (10, 100, 1000) if r <= len(ranked)]

@@ -16,6 +16,7 @@ from kvstore.master.ledger.objects import NewObject
 from kvstore.master.planners.tiers import TierSpace
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 
@@ -24,7 +25,7 @@ def _mount_memory(state: MasterState, client: str, size: int, restoring: bool) -
     n = len(state.members.clients)
     state.members.register_client(client, f"h{n}")
     seg_id = state.members.mount_segment(
-        client, f"127.0.0.1:{7000 + n}", 1, size, f"h{n}", restoring=restoring
+        MountSegment(client, f"127.0.0.1:{7000 + n}", 1, size, f"h{n}", 1 << 20, restoring=restoring)
     )
     return state.space.segments[seg_id]
 

@@ -209,7 +209,9 @@ class Handlers:
 
     def mount_segment(self, r: m.MountSegment) -> int | Deferred:
         """Mounts once the engine it names confirmed it (kvstore.master.service.mount_check), when checked."""
-        return self._once_checked(r.client_id, r.engine, r.region_id, r.size, lambda: self._mount(r))
+        return self._once_checked(
+            r.client_id, r.engine, r.region_id, r.size, lambda: self.members.mount_segment(r)
+        )
 
     def _once_checked(
         self, client_id: str, engine: str, region_id: int, size: int, mount: Callable[[], int]
@@ -237,11 +239,6 @@ class Handlers:
 
         checks.check(client_id, engine, region_id, size, checked)
         return reply
-
-    def _mount(self, r: m.MountSegment) -> int:
-        return self.members.mount_segment(
-            r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots, r.restoring
-        )
 
     def restore_segment(self, r: m.RestoreSegment) -> list[int]:
         return self.members.restore_segment(r.client_id, r.segment_id, r.records, r.last, r.removed)

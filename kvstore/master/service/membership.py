@@ -14,6 +14,7 @@ from kvstore.master.ledger.model import Client, Segment
 from kvstore.master.service.roles import Roles
 from kvstore.master.service.state_core import StateCore
 from kvstore.master.service.suspicion import Suspicion
+from kvstore.rpc.messages import MountSegment
 
 DROP_CHUNK = 16384  # objects of a lost segment dropped per table crossing
 FAIR_SHARE_WALK = 64  # clients of the fullest address looked at for one holding nothing (at max_clients)
@@ -183,18 +184,13 @@ class Membership:
         if client is not None and not hmac.compare_digest(client.token.encode(), token.encode()):
             raise PermissionDeniedError(f"client {client_id!r} is registered by another process")
 
-    def mount_segment(
-        self,
-        client_id: str,
-        engine: str,
-        region_id: int,
-        size: int,
-        host_id: str,
-        fence_slots: int = 1 << 20,
-        restoring: bool = False,
-    ) -> int:
-        client = self.client(client_id)
-        seg = self.space.mount(client_id, engine, region_id, size, host_id, fence_slots, restoring)
+    def mount_segment(self, r: MountSegment) -> int:
+        """Mounts the segment `r` declares (kvstore.rpc.node_requests.MountSegment) for its registered
+        client; returns its id."""
+        client = self.client(r.client_id)
+        seg = self.space.mount(
+            r.client_id, r.engine, r.region_id, r.size, r.host_id, r.fence_slots, r.restoring
+        )
         client.segments.add(seg.id)
         return seg.id
 

@@ -7,7 +7,7 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.master.service.state import MasterState
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 
 MiB = 1 << 20
 
@@ -30,7 +30,7 @@ def make_state(clock: Clock, segments: list[tuple[str, int]], **config: object) 
     for i, (host, size) in enumerate(segments):
         client = f"c{i}"
         state.members.register_client(client, host)
-        state.members.mount_segment(client, f"127.0.0.1:{7000 + i}", 1, size, host)
+        state.members.mount_segment(MountSegment(client, f"127.0.0.1:{7000 + i}", 1, size, host, 1 << 20))
     return state
 
 

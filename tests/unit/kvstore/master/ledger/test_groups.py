@@ -11,7 +11,7 @@ from kvstore.errors import ObjectBusyError, ObjectNotFoundError
 from kvstore.master.ledger.changes import GroupsHidden, GroupsShown
 from kvstore.master.service import reads
 from kvstore.master.service.state import MasterState
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 
 MiB = 1 << 20
 
@@ -32,7 +32,7 @@ def clock() -> Clock:
 def make_state(clock: Clock, size: int = 16 * MiB, writers: int = 1, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(**config), clock=clock)
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, size, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, size, "h0", 1 << 20))
     for i in range(1, writers):
         state.members.register_client(f"w{i}", f"h{i}")
     return state
@@ -146,13 +146,13 @@ def test_an_incomplete_group_is_first_to_go_and_does_not_live_forever(clock: Clo
 def test_a_lost_member_hides_its_group_and_a_new_put_of_it_shows_it_again(clock: Clock) -> None:
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("n1", "h1")
-    state.members.mount_segment("n1", "127.0.0.1:7001", 1, MiB, "h1")
+    state.members.mount_segment(MountSegment("n1", "127.0.0.1:7001", 1, MiB, "h1", 1 << 20))
     hidden: list[str] = []
     state.ledger.watch(GroupsHidden, lambda rs: hidden.extend(k for r in rs for k in r.keys))
     keys = group_keys("blk", 2)
     put(state, keys[1], client="n1")  # n1's segment is full with it
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 16 * MiB, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 16 * MiB, "h0", 1 << 20))
     put(state, keys[0])
     assert visible(state, keys) == [True, True]
     state.members.drop_client("n1")  # the node is lost with one member
@@ -177,7 +177,9 @@ def test_a_restarted_master_shows_a_group_restored_whole_and_hides_one_missing_a
     records = [r for r in _held(old, "c0") if r[3] != partial[1]]  # the node lost one member's record
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("n", "h0")
-    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 16 * MiB, "h0", 4096, restoring=True)
+    seg = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7000", 1, 16 * MiB, "h0", 4096, restoring=True)
+    )
     assert state.members.restore_segment("n", seg, records[:2], last=False) == []
     assert state.members.restore_segment("n", seg, records[2:], last=True) == []
     assert visible(state, whole) == [True, True]

@@ -11,6 +11,7 @@ from kvstore.master.ledger import changes as c
 from kvstore.master.ledger.model import DiskReplica, Replica
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 from tests.unit.kvstore.master.state_helpers import Clock, MiB, fence
 
 
@@ -94,7 +95,9 @@ def test_the_records_alone_tell_which_objects_and_which_space_and_slots_are_take
     state = MasterState(MasterConfig.load(lease_ttl=5.0), clock=clock)
     for i in range(2):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}", 1 << 20)
+        )
     journal = _watched(state)
     for i in range(12):  # fills both segments and evicts: 12 x 2 x 1 MiB into 16 MiB
         state.puts.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
@@ -132,7 +135,7 @@ def test_the_records_alone_tell_which_disk_records_are_taken() -> None:
     clock = Clock()
     state = MasterState(MasterConfig.load(lease_ttl=1.0, demote_watermark=0.5), clock=clock)
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 1 << 20))
     state.disk.disk_space.mount("c0", "h0", 32 * MiB, "/nvme/tier")
     journal = _watched(state)
     for i in range(14):
@@ -172,7 +175,7 @@ def _disk_agrees(state: MasterState, journal: Journal) -> None:
 def test_a_put_request_is_one_record_and_a_key_twice_in_it_is_busy() -> None:
     state = MasterState(MasterConfig.load(), clock=Clock())
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 1 << 20))
     seen: list[c.PutsStarted] = []
     state.ledger.watch(c.PutsStarted, seen.extend)
     out: list = []

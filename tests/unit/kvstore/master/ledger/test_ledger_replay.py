@@ -16,6 +16,7 @@ from kvstore.master.ledger.ledger import Ledger
 from kvstore.master.ledger.model import DiskSegment, Segment
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 
@@ -128,7 +129,9 @@ def test_a_run_of_puts_evictions_removals_and_fences_replays_into_the_same_table
     recorder = Recorder(state.ledger)
     for i in range(2):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}", 1 << 20)
+        )
     for i in range(12):  # fills both segments and evicts: 12 x 2 x 1 MiB into 16 MiB
         state.puts.put_start("c0", f"k{i}", MiB, i, 2 if i % 3 == 0 else 1, False)
         state.puts.put_end("c0", f"k{i}")
@@ -175,7 +178,7 @@ def test_a_run_through_the_disk_tier_replays_into_the_same_tables() -> None:
     state = MasterState(MasterConfig.load(lease_ttl=1.0, demote_watermark=0.5), clock=clock)
     recorder = Recorder(state.ledger)
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 1 << 20))
     state.disk.disk_space.mount("c0", "h0", 32 * MiB, "/nvme/tier")
     for i in range(14):
         state.puts.put_start("c0", f"k{i}", MiB, i, 1, False)
@@ -213,7 +216,7 @@ def test_a_restore_replays_into_the_same_tables() -> None:
     clock = Clock()
     old = MasterState(MasterConfig.load(), clock=clock)
     old.members.register_client("c0", "h0")
-    old.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    old.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 1 << 20))
     for key in ("a", "b", "c"):
         old.puts.put_start("c0", key, MiB // 2, 7, 1, False)
         old.puts.put_end("c0", key)
@@ -225,7 +228,9 @@ def test_a_restore_replays_into_the_same_tables() -> None:
     state = MasterState(MasterConfig.load(), clock=clock)
     recorder = Recorder(state.ledger)
     state.members.register_client("n", "h0")
-    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    seg = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    )
     conflicting = (held[0][0], held[0][1] + 100, held[0][2], "d", MiB // 2, 1, False, 1)  # space taken
     assert state.members.restore_segment("n", seg, [*held, conflicting], last=True) == [conflicting[1]]
     live = _agrees(state, recorder, clock)
@@ -243,7 +248,7 @@ def test_a_record_that_does_not_fit_the_replayed_tables_is_refused() -> None:
     state = MasterState(MasterConfig.load(), clock=clock)
     recorder = Recorder(state.ledger)
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0")
+    state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 1 << 20))
     state.puts.put_start("c0", "k", MiB, 1, 1, False)
     taken = next(r for r in recorder.records if type(r) is c.SpaceTaken)
     ledger = _replayed(recorder.records, clock)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kvstore.config import MasterConfig
 from kvstore.master.ledger import changes as c
 from kvstore.master.service.state import MasterState
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 
 MiB = 1 << 20
 NODES = ("c0", "c1", "c2")
@@ -27,7 +27,9 @@ def _cluster(clock: Clock, restoring: bool = False) -> tuple[MasterState, dict[s
     for i, node in enumerate(NODES):
         state.members.register_client(node, f"h{i}")
         address = f"127.0.0.1:{7000 + i}"
-        segments[node] = state.members.mount_segment(node, address, 1, 16 * MiB, f"h{i}", restoring=restoring)
+        segments[node] = state.members.mount_segment(
+            MountSegment(node, address, 1, 16 * MiB, f"h{i}", 1 << 20, restoring=restoring)
+        )
     return state, segments
 
 

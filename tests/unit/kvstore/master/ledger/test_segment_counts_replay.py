@@ -16,6 +16,7 @@ from kvstore.master.ledger.objects import MEMORY_ORDER, TableOrder
 from kvstore.master.planners.eviction import make_policy
 from kvstore.master.planners.placement import SegmentSpace
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import MountSegment
 from tests.unit.kvstore.master.ledger.test_ledger_replay import Clock, Recorder, _replayed
 
 MiB = 1 << 20
@@ -51,7 +52,9 @@ def test_capacity_fence_slots_and_suspects_replay_into_the_same_counts() -> None
     recorder = Recorder(state.ledger)
     for i in range(3):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, (4 + i) * MiB, f"h{i}", 64 << i)
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, (4 + i) * MiB, f"h{i}", 64 << i)
+        )
     live = _agrees(state, recorder, clock)
     assert live["capacity"] == 15 * MiB and live["fence_slots"] == 64 + 128 + 256 and not live["any_suspect"]
     segments = {seg.client_id: seg for seg in state.space}
@@ -106,7 +109,9 @@ def test_a_segment_suspected_after_it_went_is_not_counted() -> None:
     clock = Clock()
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("c0", "h0")
-    seg = state.space.segments[state.members.mount_segment("c0", "127.0.0.1:7000", 1, 4 * MiB, "h0")]
+    seg = state.space.segments[
+        state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 4 * MiB, "h0", 1 << 20))
+    ]
     state.space.unmount(seg)
     assert not state.space.suspect(seg, clock.now)
     assert not state.space.any_suspect() and seg.usable

@@ -8,6 +8,7 @@ from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError
 from kvstore.master.planners.eviction import POLICIES, AdaptivePolicy, LRUPolicy, make_policy
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import MountSegment
 
 
 def test_lru_order() -> None:
@@ -89,7 +90,7 @@ def test_master_evicts_leased_objects_last_and_pinned_never(policy: str) -> None
     now = [0.0]
     state = MasterState(MasterConfig.load(eviction_policy=policy, lease_ttl=5.0), clock=lambda: now[0])
     state.members.register_client("c", "h")
-    state.members.mount_segment("c", "127.0.0.1:1", 1, 4 << 20, "h")
+    state.members.mount_segment(MountSegment("c", "127.0.0.1:1", 1, 4 << 20, "h", 1 << 20))
     for key, pin in (("pinned", True), ("leased", False), ("a", False), ("b", False)):
         state.puts.put_start("c", key, 1 << 20, 1, 1, pin)
         state.puts.put_end("c", key)

@@ -8,7 +8,7 @@ from kvstore.config import MasterConfig
 from kvstore.master.ledger import changes as c
 from kvstore.master.planners.placement import SegmentSpace
 from kvstore.master.service.state import MasterState
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 
 MiB = 1 << 20
 
@@ -17,7 +17,9 @@ def _state() -> MasterState:
     state = MasterState(MasterConfig.load(), clock=lambda: 100.0)
     for i in range(2):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}", 1 << 20)
+        )
     return state
 
 

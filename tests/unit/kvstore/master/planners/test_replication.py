@@ -7,6 +7,7 @@ import pytest
 from kvstore.config import MasterConfig
 from kvstore.errors import InvalidArgumentError, NotFoundError
 from kvstore.master.service.state import MasterState
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 
@@ -23,7 +24,9 @@ def cluster(clock: Clock, segments: int = 3, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(**{**defaults, **config}), clock=clock)
     for i in range(segments):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}", 1 << 20)
+        )
     state.puts.put_start("c0", "hot", MiB, 7, 1, False)
     state.puts.put_end("c0", "hot")
     return state

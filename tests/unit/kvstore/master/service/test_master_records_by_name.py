@@ -12,6 +12,7 @@ from kvstore.master.service import reads
 from kvstore.master.service.handlers import Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 
@@ -21,7 +22,9 @@ def two_segment_state() -> MasterState:
     state = MasterState(MasterConfig.load())
     for i, host in enumerate(["h0", "h1"]):
         state.members.register_client(f"c{i}", host)
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7100 + i}", 11 + i, (64 + 8 * i) * MiB, host)
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7100 + i}", 11 + i, (64 + 8 * i) * MiB, host, 1 << 20)
+        )
     return state
 
 

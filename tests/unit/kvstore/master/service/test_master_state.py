@@ -16,7 +16,7 @@ from kvstore.errors import (
 )
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 from tests.unit.kvstore.master.state_helpers import Clock, MiB, clock, fence, holds_of, make_state, put
 
 __all__ = ["clock"]  # (the fixture)
@@ -241,7 +241,9 @@ def test_bad_arguments(clock: Clock) -> None:
     with pytest.raises(NotFoundError):
         state.puts.put_start("ghost", "k", 10, 1, 1, False)
     with pytest.raises(InvalidArgumentError):
-        state.members.mount_segment("c0", "127.0.0.1:7000", 1, MiB, "h0")  # already mounted
+        state.members.mount_segment(
+            MountSegment("c0", "127.0.0.1:7000", 1, MiB, "h0", 1 << 20)
+        )  # already mounted
 
 
 def test_config_validation() -> None:
@@ -433,7 +435,9 @@ def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_mo
 
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("c0", "h0")
-    state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4)  # 4 slots for 8 MiB
+    state.members.mount_segment(
+        MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4)
+    )  # 4 slots for 8 MiB
     for i in range(4):
         put(state, f"k{i}")
     reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
@@ -517,7 +521,9 @@ def test_a_master_rebuilds_objects_from_what_a_node_names_back(clock: Clock) -> 
 
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("n", "h0")
-    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    seg = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    )
     with pytest.raises(NotEnoughSegmentsError, match="1 being restored"):
         state.puts.put_start("n", "early", MiB, 1, 1, False)  # nothing is placed on it meanwhile
     conflicting = (held[0][0], held[0][1] + 100, held[0][2], "d", MiB // 2, 1, False, 1)  # space taken
@@ -547,7 +553,9 @@ def test_restored_objects_are_evicted_in_the_order_they_were_put_once_the_restor
 
     state = MasterState(MasterConfig.load(), clock=clock)
     state.members.register_client("n", "h0")
-    seg = state.members.mount_segment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    seg = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, restoring=True)
+    )
     assert state.members.restore_segment("n", seg, newest_first[:2], last=False) == []
     assert list(state.policy.candidates()) == []  # none is evicted half-restored
     assert state.members.restore_segment("n", seg, newest_first[2:], last=True) == []
@@ -558,7 +566,9 @@ def test_a_record_naming_another_value_of_a_known_key_is_refused(clock: Clock) -
     state = make_state(clock, [("h0", 8 * MiB)])
     put(state, "k", MiB)  # known: size MiB, its checksum
     state.members.register_client("n", "h1")
-    seg = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h1", 4096, restoring=True)
+    seg = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7100", 1, 8 * MiB, "h1", 4096, restoring=True)
+    )
     other = (0, 0, 5, "k", MiB, 12345, False, 1)
     same = (MiB, 1, 6, "k", MiB, state.objects["k"].checksum, False, 1)
     assert state.members.restore_segment("n", seg, [other, same], last=True) == [0]

@@ -13,6 +13,7 @@ from kvstore.master.ledger.model import Segment
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import admin, node_proof
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 SECRET = b"a" * 64
@@ -30,7 +31,9 @@ def make_state(clock: Clock, nodes: int, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(heartbeat_interval=1.0, **config), clock=clock)  # type: ignore[arg-type]
     for i in range(nodes):
         state.members.register_client(f"n{i}", f"h{i}")
-        state.members.mount_segment(f"n{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"n{i}", f"127.0.0.1:{7000 + i}", 1, 8 * MiB, f"h{i}", 1 << 20)
+        )
     return state
 
 
@@ -158,7 +161,7 @@ def test_reports_of_clients_holding_segments_only_make_the_master_probe() -> Non
     target = segment_of(state, "n1")
     for i in range(2):  # one member: two registrations, two tiny regions on engines of its own
         state.members.register_client(f"liar{i}", "h9")
-        state.members.mount_segment(f"liar{i}", f"127.0.0.1:{7100 + i}", 1, 4096, "h9")
+        state.members.mount_segment(MountSegment(f"liar{i}", f"127.0.0.1:{7100 + i}", 1, 4096, "h9", 1 << 20))
     for _ in range(3):
         for i in range(2):
             state.suspicion.report_unreachable(target.engine, f"liar{i}")

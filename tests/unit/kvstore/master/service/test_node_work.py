@@ -10,6 +10,7 @@ from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectN
 from kvstore.master.service.handlers import Deferred, Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 
 MiB = 1 << 20
 
@@ -25,7 +26,9 @@ def two_nodes(epoch: int = 0, nodes: int = 2, **config: object) -> Handlers:
     state = MasterState(MasterConfig.load(**config), clock=Clock())
     for i in range(nodes):
         state.members.register_client(f"c{i}", f"h{i}")
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}")
+        state.members.mount_segment(
+            MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, 16 * MiB, f"h{i}", 1 << 20)
+        )
     return Handlers(state, epoch=epoch)
 
 

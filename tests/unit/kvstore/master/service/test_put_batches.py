@@ -12,7 +12,7 @@ import pytest
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
 from kvstore.master.service.state import MasterState
-from kvstore.rpc.messages import PutItem
+from kvstore.rpc.messages import MountSegment, PutItem
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -29,7 +29,7 @@ def _state(prelude: bool = True, **config: object) -> MasterState:
     state = MasterState(MasterConfig.load(**config), clock=Clock())
     for i, (host, size) in enumerate([("a", 4 * MiB), ("a", 3 * MiB), ("b", 2 * MiB)]):
         state.members.register_client(f"c{i}", host)
-        state.members.mount_segment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, size, host)
+        state.members.mount_segment(MountSegment(f"c{i}", f"127.0.0.1:{7000 + i}", 1, size, host, 1 << 20))
     if not prelude:
         return state
     # Before the batch: stored objects (to be offered again, or evicted), one put left in progress, and a
@@ -120,7 +120,9 @@ def test_a_restore_takes_back_a_batch_as_it_would_one_record_at_a_time() -> None
     def restored(batch_size: int) -> tuple[list[int], dict[str, object]]:
         state = MasterState(MasterConfig.load(), clock=Clock())
         state.members.register_client("n", "h")
-        seg = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+        seg = state.members.mount_segment(
+            MountSegment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+        )
         refused: list[int] = []
         for start in range(0, len(records), batch_size):
             batch = records[start : start + batch_size]
@@ -143,7 +145,9 @@ def test_a_slot_freed_while_its_segment_is_restored_is_free_once_the_restore_end
     its fence slot is free afterwards (the restore's end once counted it as taken for good)."""
     state = MasterState(MasterConfig.load(), clock=Clock())
     state.members.register_client("n", "h")
-    seg_id = state.members.mount_segment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+    seg_id = state.members.mount_segment(
+        MountSegment("n", "127.0.0.1:7100", 1, 8 * MiB, "h", 4096, restoring=True)
+    )
     records = [(i * 64 * KiB, i, 100 + i, f"k{i}", 64 * KiB, i, False, 1) for i in range(3, -1, -1)]
     assert state.members.restore_segment("n", seg_id, records, last=False) == []
     state.removal.remove("k3", force=True)

@@ -15,6 +15,7 @@ from kvstore.master.service.state import MasterState
 from kvstore.node import catalog as catalog_module
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.rpc import messages as m
+from kvstore.rpc.messages import MountSegment
 from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
 from tests.unit.kvstore.master.service.test_removal_tombstones import mount, records, restarted
 from tests.unit.kvstore.master.state_helpers import Clock, MiB, holds_of, make_state, put
@@ -100,12 +101,12 @@ def test_a_master_told_of_a_removal_refuses_what_it_covers_and_removes_it_again(
     state.puts.put_start("n0", "mine", MiB // 4, 3, 1, False)  # put through this master
     state.puts.put_end("n0", "mine")
     state.members.register_client("m", "h2")  # a member naming a made-up removal of it
-    seg2 = state.members.mount_segment("m", "127.0.0.1:7002", 1, 8 * MiB, "h2", 4096, True)
+    seg2 = state.members.mount_segment(MountSegment("m", "127.0.0.1:7002", 1, 8 * MiB, "h2", 4096, True))
     state.members.restore_segment("m", seg2, [], last=True, removed=[("mine", state.space.fences.current)])
     assert "mine" in state.objects  # what a node names undoes only what nodes named back
     again = MasterState(MasterConfig.load(), clock=clock)
     again.members.register_client("n1", "h1")
-    seg = again.members.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096, True)
+    seg = again.members.mount_segment(MountSegment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096, True))
     again.members.restore_segment("n1", seg, [], last=False, removed=[("a", tomb)])
     assert again.members.restore_segment("n1", seg, held1, last=True) == [r[1] for r in held1 if r[3] == "a"]
 
@@ -142,7 +143,7 @@ def test_a_removal_named_at_or_above_this_masters_generations_is_not_taken(clock
     state.members.restore_segment(
         "n0", seg, [], last=False, removed=[("k", fences.first + 10**12), ("old", 5)]
     )
-    state.members.mount_segment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096)
+    state.members.mount_segment(MountSegment("n1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 4096))
     placed = state.puts.put_start("n1", "k", MiB // 4, 5, 1, False)
     assert placed is not None and not fences.tombstones.covers("k", placed[0].gen)
     assert fences.tombstones.covers("old", 5) and fences.tombstones.stats()["tombstones_named"] == 1

@@ -13,7 +13,7 @@ from kvstore.master.service.handlers import Deferred
 from kvstore.master.service.state import MasterState
 from kvstore.node.disk_index import DiskIndex, IndexEntry, decode_all, encode
 from kvstore.rpc import messages as m
-from kvstore.rpc.messages import HeldReplica
+from kvstore.rpc.messages import HeldReplica, MountSegment
 from tests.unit.kvstore.master.service.test_node_work import poll, two_nodes
 from tests.unit.kvstore.master.state_helpers import Clock, MiB, holds_of, make_state, put
 
@@ -47,7 +47,7 @@ def restarted(clock: Clock, **config: object) -> MasterState:
 
 def mount(state: MasterState, node: int) -> int:
     return state.members.mount_segment(
-        f"n{node}", f"127.0.0.1:{7000 + node}", 1, 8 * MiB, f"h{node}", 4096, True
+        MountSegment(f"n{node}", f"127.0.0.1:{7000 + node}", 1, 8 * MiB, f"h{node}", 4096, True)
     )
 
 
@@ -166,7 +166,7 @@ def test_a_key_removed_while_its_node_was_cut_off_is_not_taken_back_when_it_retu
         clock.now += 25.0
         state.removal.remove_all()  # lapsing is looked at: nothing restores
     state.members.register_client("c0", "h0")
-    seg = state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    seg = state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True))
     refused = state.members.restore_segment("c0", seg, held0, last=True)
     assert refused == [held0[0][1]]
     assert not state.core.exists("k")
@@ -184,11 +184,11 @@ def test_a_removal_crowded_out_of_the_tombstones_still_refuses_and_a_lost_key_co
         put(state, key, MiB // 4)
     held = {r[3]: r for r in records(holds_of(state, "c0"))}
     state.members.register_client("c1", "h1")
-    state.members.mount_segment("c1", "127.0.0.1:7001", 1, 8 * MiB, "h1")
+    state.members.mount_segment(MountSegment("c1", "127.0.0.1:7001", 1, 8 * MiB, "h1", 1 << 20))
     state.removal.remove("gone")
     state.members.drop_client("c0")  # "lost" and "again" go with the segment: not removed
     state.members.register_client("c0", "h0")
-    seg = state.members.mount_segment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True)
+    seg = state.members.mount_segment(MountSegment("c0", "127.0.0.1:7000", 1, 8 * MiB, "h0", 4096, True))
     state.puts.put_start("c1", "again", MiB // 4, 8, 1, False)  # put again elsewhere, and removed
     state.puts.put_end("c1", "again")
     state.removal.remove("again")

@@ -73,6 +73,9 @@ def test_the_state_runs_only_what_spans_its_jobs() -> None:
     # One route to a registered client: Membership.client (the roles and the puts are given it).
     assert not hasattr(state.members, "check_client")
     assert state.roles._client == state.members.client
+    # A segment's mount is declared once (the MountSegment request); membership takes it whole rather
+    # than repeating the memory space's parameters.
+    assert list(inspect.signature(Membership.mount_segment).parameters) == ["self", "r"]
 
 
 def test_no_function_module_reaches_through_the_state() -> None:
