@@ -31,7 +31,9 @@ from kvstore.rpc.schema import Int, Keys, Name, Omitted, OwnToken, Read, Request
 # reports name the registration they count in (RegisterReply.registration, AwaitWork.registration)
 # 11: a node's registration signs a master nonce with its key instead of carrying the key
 # (NodeChallenge; RegisterClient.node_public, node_nonce, node_proof: kvstore.rpc.node_proof)
-PROTOCOL_VERSION = 11
+# 12: a node's hold and its RestoreSegment record carry a user's replica target as their own trailing
+# field (HeldReplica.target, RestoreRecord.target): a node and a master of 11 misread each other's holds
+PROTOCOL_VERSION = 12
 
 
 def new_token() -> str:
