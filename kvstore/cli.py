@@ -68,7 +68,15 @@ _MASTER_FLAGS = flags.dests(_MASTER_SETTINGS + _MASTER_SERVICES)
 
 def _add_master(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("master", help="run the metadata master (until SIGTERM/SIGINT)")
-    add_flags(p, *_MASTER_SETTINGS, *flags.ETCD_ACCESS_FLAGS, *_MASTER_SERVICES, flags.INSECURE)
+    add_flags(
+        p,
+        *_MASTER_SETTINGS,
+        flags.SHARD,
+        flags.SHARDS,
+        *flags.ETCD_ACCESS_FLAGS,
+        *_MASTER_SERVICES,
+        flags.INSECURE,
+    )
 
 
 def _apply_etcd_access(args: argparse.Namespace) -> None:
@@ -95,7 +103,7 @@ def _run_master(args: argparse.Namespace) -> int:
 
     _apply_insecure(args)
     _apply_etcd_access(args)
-    run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)))
+    run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)), args.shard or 0, args.shards or 1)
     return 0
 
 
@@ -127,11 +135,7 @@ def _run_index(args: argparse.Namespace) -> int:
 
 
 _MASTER_CHOICE = (
-    flag(
-        "--master",
-        type=arg.host_ports,
-        help="HOST:PORT of the master, or of a cluster's masters comma-separated (default: KVSTORE_MASTER)",
-    ),
+    flags.MASTERS,
     flags.ETCD.but(help="HOST:PORT[,...] of etcd, to follow the leader of --cluster (KVSTORE_ETCD)"),
     flags.CLUSTER.but(help="the cluster whose leader etcd names (KVSTORE_CLUSTER; default: default)"),
     *flags.ETCD_ACCESS_FLAGS,
@@ -195,8 +199,9 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from kvstore.client.status import fetch_status, print_status
+    from kvstore.client.status import fetch_shards, fetch_status, print_shards, print_status
     from kvstore.cluster.leader import locator
+    from kvstore.cluster.shards import shard_configs
     from kvstore.config import StoreConfig
 
     _apply_etcd_access(args)
@@ -205,6 +210,12 @@ def _run_status(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(
             "no master address: pass --master (or --etcd and --cluster), or set KVSTORE_MASTER=HOST:PORT"
         )
+    shards = shard_configs(config)
+    if len(shards) > 1:  # a cluster split over shards: each shard's master says its part
+        places = [locator(c.master, c.etcd, c.cluster, args.timeout) for c in shards]
+        statuses = fetch_shards(list(places), args.timeout)
+        print_shards(statuses, args.json)
+        return 1 if any("error" in status for status in statuses) else 0
     where = locator(config.master, config.etcd, config.cluster, args.timeout)
     print_status(fetch_status(where, args.timeout), args.json)
     return 0

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kvstore.cluster.leader import Locator
 from kvstore.cluster.master_client import MasterClient
+from kvstore.errors import KVStoreError
 from kvstore.rpc import messages as m
 
 
@@ -86,3 +87,32 @@ def print_status(status: dict[str, Any], as_json: bool = False, console: Console
     for row in rows:
         totals.add_row(*row)
     out.print(totals)
+
+
+def fetch_shards(shards: list[str | Locator], timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Each shard's status, in shard order; a shard that cannot be asked is {"error": why} (the others
+    still are)."""
+    out: list[dict[str, Any]] = []
+    for master in shards:
+        try:
+            out.append(fetch_status(master, timeout))
+        except KVStoreError as exc:
+            out.append({"error": str(exc)})
+    return out
+
+
+def print_shards(
+    statuses: list[dict[str, Any]], as_json: bool = False, console: Console | None = None
+) -> None:
+    """A cluster split over shards: every shard's status under its number (one JSON object
+    {"shards": [...]} for scripts)."""
+    if as_json:
+        print(json.dumps({"shards": statuses}, indent=2, sort_keys=True))
+        return
+    out = console or Console(width=None if Console().is_terminal else 160)
+    for i, status in enumerate(statuses):
+        out.rule(f"shard {i} of {len(statuses)}")
+        if "error" in status:
+            out.print(f"unreachable: {status['error']}")
+        else:
+            print_status(status, console=out)

@@ -11,7 +11,7 @@ kvstore.client.put_chunk.PutChunk's), where keys live kvstore.client.locator.Loc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from kvstore.client.writes import PIPELINED_CHUNK as PIPELINED_CHUNK
 from kvstore.client.writes import Writes
 from kvstore.cluster.master_client import MasterClient
 from kvstore.cluster.session import Session
+from kvstore.cluster.shards import SHARD_SEPARATOR, shard_configs
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, error_for_code
 from kvstore.rpc import messages as m
@@ -89,6 +90,8 @@ class Store:
         """Joins the cluster of the master at HOST:PORT (else KVSTORE_MASTER), or of the masters at
         "HOST:PORT,HOST:PORT" (the leader among them), or of the leader etcd names for `cluster`
         (etcd="HOST:PORT[,...]", else KVSTORE_ETCD and KVSTORE_CLUSTER): calls follow a new leader.
+        A cluster split over shards ("A;B" in shard order, or etcd's shard map for `cluster`) gives a
+        kvstore.client.sharded.ShardedStore: the same data operations, each key routed to its shard.
 
         `settings` are StoreConfig fields (segment_size: bytes this process contributes, buffer_size,
         replicas, rpc_timeout) or engine settings (host, transport, tcp_connections, ...); what is not
@@ -105,6 +108,12 @@ class Store:
 
     @classmethod
     def from_config(cls: type[S], config: StoreConfig) -> S:
+        if config.etcd or SHARD_SEPARATOR in config.master:  # maybe a cluster split over shards
+            shards = shard_configs(config)
+            if len(shards) > 1:  # one Store per shard, each key routed to its own
+                from kvstore.client.sharded import ShardedStore  # (it builds on this module)
+
+                return cast(S, ShardedStore.join(cls, shards))  # (Store's data operations)
         session = Session(config)
         roles: list[Closable] = []
         try:

@@ -22,7 +22,8 @@ class StoreConfig(Component):
     master: str = setting(
         "",
         "HOST:PORT of the master, or a comma-separated list of a cluster's masters (the leader is the one "
-        "that accepts); Store.connect's argument wins.",
+        "that accepts); a cluster split over shards lists each shard's in shard order, ';'-separated "
+        "(kvstore.cluster.shards). Store.connect's argument wins.",
     )
     etcd: str = setting(
         "", "HOST:PORT[,HOST:PORT...] of etcd: the master is the leader it names for `cluster` (HA)."
@@ -134,7 +135,7 @@ class StoreConfig(Component):
                 f"head_split must be 0 (one member per KV head) or a positive divisor of the model's KV "
                 f"heads, got {self.head_split}"
             )
-        for address in self.master.split(","):
+        for address in self.master.replace(";", ",").split(","):  # (each shard's list, ';'-separated)
             if address.strip():
                 parse_address(address.strip())
         if self.etcd:

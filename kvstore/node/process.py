@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from kvstore.cluster.session import Session
+from kvstore.cluster.shards import shard_configs
 from kvstore.config import NodeConfig, StoreConfig
+from kvstore.errors import InvalidArgumentError
 from kvstore.node import file_lock
 from kvstore.node.catalog import SegmentCatalog
 from kvstore.node.identity import NodeIdentity
@@ -23,9 +28,58 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline).
 
     `client_settings` set the node's client side in code (master, host, transport...); the rest comes
-    from KVSTORE_* variables, then defaults.
+    from KVSTORE_* variables, then defaults. A master setting of several shards ("a;b",
+    kvstore.cluster.shards) makes the node join each: a segment per shard (its memory split evenly),
+    each with its own registration, identity and holds, so each shard restores from it on its own.
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
+    shards = shard_configs(config)
+    with ExitStack() as stack:
+        joined = [
+            stack.enter_context(_joined(_shard_node(node, i, len(shards)), shard))
+            for i, shard in enumerate(shards)
+        ]
+        for member in joined:
+            member.session.start()
+        settle_collector()
+        print(f"{READY_PREFIX}{_ready_fields(joined)}", flush=True)
+        wait_for_stop_request()
+        for member in joined:
+            member.leave()  # a clean stop: the master forgets our objects, the memory goes
+
+
+def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
+    """Shard `shard`'s part of this node: an even part of its memory, a name of its own."""
+    if shards == 1:
+        return node
+    if node.disk:
+        raise InvalidArgumentError(
+            "a node of a cluster split over shards has no disk tier yet: run one node per shard for a disk"
+        )
+    name = f"{node.name}-shard-{shard}" if node.name else ""
+    return dataclasses.replace(node, segment_size=node.segment_size // shards, name=name)
+
+
+@dataclasses.dataclass
+class _Member:
+    """This node in one shard: its session, its storage, what it leaves behind on a clean stop."""
+
+    session: Session
+    storage: StorageNode
+    files: SegmentFiles
+    identity: NodeIdentity
+    node: NodeConfig
+
+    def leave(self) -> None:
+        self.storage.close(forget=True)
+        self.files.remove()
+        forget_node_key(self.identity.stem, self.node.disk)
+
+
+@contextmanager
+def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
+    """This node's segment, joined to the master of `config` (its session closed and its files let go
+    on the way out)."""
     identity = NodeIdentity(node, config.master or f"etcd={config.etcd} cluster={config.cluster}")
     held: list[file_lock.Held] = []
     prepared: list[Region] = []
@@ -52,22 +106,23 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         catalog = SegmentCatalog(files.catalog, secret=session.master.secret)
         if not reused or not files.kept(node.segment_size):
             catalog.clear()  # new memory (or the file was given up for anonymous memory): nothing in it
-        storage = StorageNode(session, node, prepared[0], catalog)
-        session.start()
-        pinned = f" pinned={storage.segment.pinned_by}" if node.pinned else ""
-        d = storage.disk
-        disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
-        kept = f" kept={storage.kept}"
-        engine, client = session.engine.name, session.client_id
-        settle_collector()
-        print(f"{READY_PREFIX}{engine} client={client}{kept}{pinned}{disk}", flush=True)
-        wait_for_stop_request()
-        storage.close(forget=True)  # a clean stop: the master forgets our objects, the memory goes
-        files.remove()
-        forget_node_key(identity.stem, node.disk)
+        yield _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)
     finally:
         session.close()
         _release(identity, held)
+
+
+def _ready_fields(joined: list[_Member]) -> str:
+    """The readiness line's fields: one node as before; a node of S shards gives each field per shard,
+    ','-joined in shard order."""
+    storage = joined[0].storage
+    pinned = f" pinned={storage.segment.pinned_by}" if joined[0].node.pinned else ""
+    d = storage.disk
+    disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
+    engines = ",".join(m.session.engine.name for m in joined)
+    clients = ",".join(m.session.client_id for m in joined)
+    kept = ",".join(str(m.storage.kept) for m in joined)
+    return f"{engines} client={clients} kept={kept}{pinned}{disk}"
 
 
 def _release(identity: NodeIdentity, held: list[file_lock.Held]) -> None:

@@ -29,6 +29,19 @@ def candidates_prefix(cluster: str) -> str:
     return f"{ROOT}/{cluster}/candidates/"
 
 
+def shards_key(cluster: str) -> str:
+    """The shard map of a cluster split over shards: how many (absent: one, today's cluster)."""
+    return f"{ROOT}/{cluster}/shards"
+
+
+def shard_cluster(cluster: str, shard: int, shards: int) -> str:
+    """The name shard `shard` of `shards` elects its leader under (its own leader and candidate keys,
+    so a failover stays within the shard); one shard is the cluster itself."""
+    if not 1 <= shards <= 256 or not 0 <= shard < shards:
+        raise InvalidArgumentError(f"shard must be 0..{shards - 1} of 1..256 shards, got {shard} of {shards}")
+    return cluster if shards == 1 else f"{cluster}.shard-{shard}"
+
+
 def check_cluster(cluster: str) -> str:
     if not cluster or len(cluster) > 128 or not all(c.isalnum() or c in "._-" for c in cluster):
         raise InvalidArgumentError("a cluster name is 1-128 letters, digits, '.', '_' or '-'")

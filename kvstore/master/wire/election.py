@@ -30,6 +30,7 @@ from typing import Any
 
 from kvstore.config.etcd import EtcdConfig
 from kvstore.config.security import SecurityConfig
+from kvstore.errors import InvalidArgumentError, MasterUnavailableError
 from kvstore.rpc import etcd
 from kvstore.rpc.etcd_records import CANDIDATE, LEADER, MasterRecord, Records
 
@@ -66,6 +67,29 @@ class Election:
         self._last_leader: MasterRecord | None = None  # the last leader a standby saw
         self._forged: tuple[int, float] | None = None  # (revision, first seen) of a key that does not verify
         self.standbys: list[str] = []  # the other candidates' addresses, as last read
+
+    def publish_shards(self, cluster: str, shards: int) -> None:
+        """Writes the shard map of `cluster` (how many shards its key space is split over: clients and
+        nodes read it to route) unless one is there; a map that says another count is refused, since
+        clients routing by it would ask this shard for keys it does not hold."""
+        c, key, value = self.client, etcd.shards_key(cluster), str(shards).encode()
+        try:
+            c.transaction(
+                compare=[c.transactions.create(key) == 0],
+                success=[c.transactions.put(key, value)],
+                failure=[],
+            )
+            found, _ = c.get(key)
+        except Exception as exc:  # grpc errors of every kind: etcd cannot be asked
+            raise MasterUnavailableError(
+                f"cannot write the shard map of cluster {cluster!r}: {etcd.explain(exc)}"
+            ) from exc
+        if found != value:
+            raise InvalidArgumentError(
+                f"cluster {cluster!r} is split over {(found or b'no').decode(errors='replace')} shards in "
+                f"etcd, not {shards}: give every master the same --shards (or remove the map with etcdctl "
+                "to change it)"
+            )
 
     # -- candidacy ------------------------------------------------------------------------------------
     def campaign(self, stop: threading.Event) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -23,6 +24,7 @@ from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
 from kvstore.master.wire.server import Master, new_event_loop
 from kvstore.procs import settle_collector
+from kvstore.rpc import etcd
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 
 log = logging.getLogger("kvstore.master")
@@ -30,8 +32,16 @@ log = logging.getLogger("kvstore.master")
 WATCH_SECONDS = 0.05  # how often a leader checks it may still serve
 
 
-def run_master(config: MasterConfig) -> None:
-    """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline)."""
+def run_master(config: MasterConfig, shard: int = 0, shards: int = 1) -> None:
+    """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline).
+
+    `shard` of `shards`: the part of a cluster's key space this master serves (kvstore.cluster.shards:
+    clients route each key to its shard). Without etcd a shard is just the master clients list in that
+    place; with etcd its masters elect their leader under the shard's own name, and the cluster's
+    shard map in etcd says how many shards there are."""
+    cluster = config.cluster
+    if shards > 1 or shard:
+        config = dataclasses.replace(config, cluster=etcd.shard_cluster(cluster, shard, shards))
     loop = new_event_loop(config.busy_poll_us)
     done = asyncio.Event()
 
@@ -41,7 +51,8 @@ def run_master(config: MasterConfig) -> None:
     on_stop_request(stop)
     settle_collector()
     try:
-        loop.run_until_complete(_candidate(config, done) if config.etcd else _single(config, done))
+        running = _candidate(config, done, (cluster, shards)) if config.etcd else _single(config, done)
+        loop.run_until_complete(running)
     except KeyboardInterrupt:
         pass
     finally:
@@ -80,12 +91,15 @@ def _bound(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _candidate(config: MasterConfig, done: asyncio.Event) -> None:
+async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple[str, int]) -> None:
+    """`shard_map`: the cluster this master's shard is part of and how many shards it has."""
     loop = asyncio.get_running_loop()
     sock = _bound(config.host, config.port)
     host, port = sock.getsockname()[:2]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     election = Election(config.etcd, config.cluster, address, config.leader_ttl)
+    if shard_map[1] > 1:
+        await loop.run_in_executor(None, election.publish_shards, *shard_map)
     print(f"{READY_PREFIX}{address} http=- role=candidate cluster={config.cluster}", flush=True)
     stop = threading.Event()
     stopping = asyncio.ensure_future(done.wait())

@@ -43,6 +43,8 @@ CASES: list[tuple[list[str], dict[str, Any]]] = [
             "low_watermark": None,
             "port": None,
             "put_timeout": None,
+            "shard": None,  # (added with the shard options, issue 42)
+            "shards": None,
         },
     ),
     (
@@ -94,6 +96,8 @@ CASES: list[tuple[list[str], dict[str, Any]]] = [
             "low_watermark": None,
             "port": 0,
             "put_timeout": 2.5,
+            "shard": None,  # (added with the shard options, issue 42)
+            "shards": None,
         },
     ),
     (

@@ -1,0 +1,206 @@
+"""`ShardedStore`: the client of a cluster whose key space is split over S masters (kvstore.cluster.shards).
+
+It joins each shard as an ordinary Store of its own (its session, master connection, lease cache and
+transfer engine) and routes each key to its shard: a batch is split by shard, the parts run in
+parallel (one call per shard), the results are merged back in key order. A shard whose master cannot be
+reached makes only its keys fail: misses for reads, its error code for writes, never another shard's
+keys and never wrong bytes. One shard never comes here: Store.connect is today's client then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from kvstore.client.read_batch import MISS
+from kvstore.client.store import Store
+from kvstore.cluster.shards import shard_of, split_by_shard
+from kvstore.config import StoreConfig
+from kvstore.errors import InvalidArgumentError, KVStoreError
+
+T = TypeVar("T")
+
+
+class ShardedStore:
+    """Store's data operations over S shards (put, get, exists, remove, their batch forms, blocks and
+    buffers); close() leaves every shard."""
+
+    def __init__(self, stores: Sequence[Store]) -> None:
+        self.stores = list(stores)
+        self.shards = len(self.stores)
+        self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="kvstore-shard")
+
+    @classmethod
+    def join(cls, store_class: type[Store], shards: Sequence[StoreConfig]) -> ShardedStore:
+        """Joins each shard (its settings from kvstore.cluster.shards.shard_configs) as a `store_class`;
+        a process that contributes memory gives each shard an even part of its segment_size."""
+        stores: list[Store] = []
+        try:
+            for config in shards:
+                part = dataclasses.replace(config, segment_size=config.segment_size // len(shards))
+                stores.append(store_class.from_config(part))
+        except BaseException:
+            for store in stores:
+                store.close()
+            raise
+        return cls(stores)
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> ShardedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def store_for(self, key: str) -> Store:
+        """The shard's Store that holds `key`."""
+        return self.stores[shard_of(key, self.shards)]
+
+    # -- buffers: every shard's engine moves bytes in and out of them ---------------------------------
+    def register_buffer(self, buffer: Any) -> None:
+        for store in self.stores:
+            store.register_buffer(buffer)
+
+    def unregister_buffer(self, buffer: Any) -> None:
+        for store in self.stores:
+            store.unregister_buffer(buffer)
+
+    # -- one key: its shard's store -------------------------------------------------------------------
+    def put(self, key: str, value: Any, *, replicas: int | None = None, pin: bool = False) -> None:
+        self.store_for(key).put(key, value, replicas=replicas, pin=pin)
+
+    def put_from(self, key: str, buffer: Any, *, replicas: int | None = None, pin: bool = False) -> None:
+        self.store_for(key).put(key, buffer, replicas=replicas, pin=pin)
+
+    def get(self, key: str) -> bytes | None:
+        return self.batch_get([key])[0]
+
+    def get_into(self, key: str, buffer: Any) -> int:
+        return self.batch_get_into([key], [buffer])[0]
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key])[0]
+
+    def remove(self, key: str, *, force: bool = False) -> None:
+        self.store_for(key).remove(key, force=force)
+
+    def change_replica(self, key: str, replicas: int) -> None:
+        self.store_for(key).change_replica(key, replicas)
+
+    # -- batches: split by shard, run in parallel, merged in key order --------------------------------
+    def batch_put_from(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
+        return self._split(keys, [buffers], lambda s, k, b: s.batch_put_from(k, b, **kwargs), _error_code)
+
+    def batch_put_from_multi_buffers(
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], **kwargs: Any
+    ) -> list[int]:
+        return self._split(
+            keys,
+            [buffer_lists],
+            lambda s, k, b: s.batch_put_from_multi_buffers(k, b, **kwargs),
+            _error_code,
+        )
+
+    def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
+        return self.batch_put_from(keys, buffers, **kwargs)
+
+    def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._split(keys, [], lambda s, k: s.batch_get(k), lambda _e: None)
+
+    def batch_get_into(
+        self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
+    ) -> list[int]:
+        return self._split(
+            keys, [buffers], lambda s, k, b: s.batch_get_into(k, b, deadline=deadline), lambda _e: MISS
+        )
+
+    def batch_get_into_multi_buffers(
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], *, deadline: float | None = None
+    ) -> list[int]:
+        return self._split(
+            keys,
+            [buffer_lists],
+            lambda s, k, b: s.batch_get_into_multi_buffers(k, b, deadline=deadline),
+            lambda _e: MISS,
+        )
+
+    def get_blocks(
+        self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
+    ) -> int:
+        """The leading run of stored blocks loaded (see Store.get_blocks): which blocks lead is asked of
+        every shard first, so no block after the first absent one is fetched."""
+        present = self.batch_exists(keys)
+        n = next((i for i, there in enumerate(present) if not there), len(present))
+        results = self.batch_get_into(list(keys[:n]), list(buffers[:n]), deadline=deadline) if n else []
+        return next((i for i, r in enumerate(results) if r < 0), n)
+
+    def batch_exists(self, keys: Sequence[str]) -> list[bool]:
+        return self._split(keys, [], lambda s, k: s.batch_exists(k), lambda _e: False)
+
+    def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
+        return self._split(keys, [], lambda s, k: s.batch_remove(k, force=force), _error_code)
+
+    def remove_all(self, *, force: bool = False) -> int:
+        return sum(self._each(lambda store: store.remove_all(force=force)))
+
+    def stats(self) -> dict[str, Any]:
+        """Each shard's Store.stats(), in shard order."""
+        return {"shards": self._each(lambda store: store.stats())}
+
+    # -- the split ------------------------------------------------------------------------------------
+    def _split(
+        self,
+        keys: Sequence[str],
+        columns: Sequence[Sequence[Any]],
+        call: Callable[..., list[T]],
+        failed: Callable[[KVStoreError], T],
+    ) -> list[T]:
+        """call(store, its keys, its part of each column) per shard that holds any of `keys`; a shard
+        whose call raised a KVStoreError gives failed(error) for each of its keys."""
+        if any(len(column) != len(keys) for column in columns):
+            raise InvalidArgumentError("keys and buffers differ in length")
+        parts = [(s, p) for s, p in enumerate(split_by_shard(keys, self.shards)) if p]
+        if len(parts) == 1 and len(parts[0][1]) == len(keys):  # every key on one shard: no split
+            shard, _ = parts[0]
+            return _guarded(call, failed, self.stores[shard], list(keys), *map(list, columns))
+        out: list[Any] = [None] * len(keys)
+
+        def run(shard: int, positions: list[int]) -> list[T]:
+            picked = [[column[i] for i in positions] for column in columns]
+            return _guarded(call, failed, self.stores[shard], [keys[i] for i in positions], *picked)
+
+        futures = [(positions, self._pool.submit(run, shard, positions)) for shard, positions in parts]
+        for positions, future in futures:
+            for i, result in zip(positions, future.result(), strict=True):
+                out[i] = result
+        return out
+
+    def _each(self, call: Callable[[Store], T]) -> list[T]:
+        return [f.result() for f in [self._pool.submit(call, store) for store in self.stores]]
+
+
+def _guarded(
+    call: Callable[..., list[T]],
+    failed: Callable[[KVStoreError], T],
+    store: Store,
+    keys: list[str],
+    *cols: Any,
+) -> list[T]:
+    """One shard's part; its failure (its master unreachable, a refusal) is its keys' alone. A caller's
+    own mistake is raised, as one Store raises it."""
+    try:
+        return call(store, keys, *cols)
+    except InvalidArgumentError:
+        raise
+    except KVStoreError as exc:
+        return [failed(exc)] * len(keys)
+
+
+def _error_code(exc: KVStoreError) -> int:
+    return -exc.code

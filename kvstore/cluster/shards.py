@@ -1,0 +1,95 @@
+"""Masters by shard: which master holds a key when the key space is split over S masters.
+
+A cluster of S shards is S independent masters, each with the HA of one (a leader and standbys, the
+nodes' holds to rebuild from). Without etcd the shards are a static list in shard order, separated by
+';' (each part is one shard's address list, as one master's is today: "h:1,h:2;h:3,h:4" is two shards,
+each with a leader and a standby). With etcd, the cluster's shard map (kvstore.rpc.etcd.shards_key,
+written by its masters: `kvstore master --shard I --shards S`) says S, and shard i elects its leader
+under its own name (kvstore.rpc.etcd.shard_cluster), so a failover stays within its shard.
+
+A key's shard is the unseeded xxh3-64 of its UTF-8 bytes mod S: a pure function every client agrees
+on, and the only one a plain get(key) can apply (a block key names no ancestor, so routing by a prefix
+chain's ancestor would send put_blocks and get to different masters). One shard is today's cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import xxhash
+
+from kvstore.config import StoreConfig
+from kvstore.config.etcd import EtcdConfig
+from kvstore.errors import InvalidArgumentError
+from kvstore.rpc import etcd
+
+SHARD_SEPARATOR = ";"
+
+log = logging.getLogger("kvstore.cluster")
+
+
+def split_shards(master: str) -> list[str]:
+    """The shards' address lists of a master setting, in shard order ("a" is one shard, "a;b" two)."""
+    parts = [part.strip() for part in master.split(SHARD_SEPARATOR)]
+    if len(parts) > 1 and not all(parts):
+        raise InvalidArgumentError(f"an empty shard in the master list {master!r} (shards are ';'-separated)")
+    etcd.shard_cluster("-", 0, len(parts))  # (checks the count)
+    return parts
+
+
+def shard_configs(config: StoreConfig) -> list[StoreConfig]:
+    """The settings that reach each shard's master, in shard order: [config] for one shard (today's
+    cluster, unchanged). etcd's shard map is read once, here."""
+    if config.etcd:
+        shards = etcd_shards(config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
+        return [
+            dataclasses.replace(config, cluster=etcd.shard_cluster(config.cluster, i, shards))
+            if shards > 1
+            else config
+            for i in range(shards)
+        ]
+    parts = split_shards(config.master)
+    if len(parts) == 1:
+        return [config]
+    return [dataclasses.replace(config, master=address) for address in parts]
+
+
+def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
+    """How many shards etcd's shard map gives `cluster` (no map: one)."""
+    try:
+        client = etcd.connect(endpoints, timeout, EtcdConfig.load())
+        try:
+            value, _ = client.get(etcd.shards_key(cluster))
+        finally:
+            client.close()
+    except Exception as exc:  # grpc errors of every kind: etcd cannot be asked now
+        # One shard, as before sharding: a sharded cluster has no leader under its own name, so this
+        # can only wait for one (as a client started between two leaders does) and fail, never misroute.
+        log.debug("cannot read the shard map of cluster %r: %s", cluster, exc)
+        return 1
+    if value is None:
+        return 1
+    try:
+        shards = int(value)
+        etcd.shard_cluster(cluster, 0, shards)
+    except (ValueError, InvalidArgumentError) as exc:
+        raise InvalidArgumentError(
+            f"the shard map of cluster {cluster!r} in etcd is not a count: {value!r}"
+        ) from exc
+    return shards
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard that holds `key`."""
+    return xxhash.xxh3_64_intdigest(key.encode("utf-8", "surrogatepass")) % shards
+
+
+def split_by_shard(keys: Sequence[str], shards: int) -> list[list[int]]:
+    """The positions of `keys` each shard holds, in key order within each shard."""
+    parts: list[list[int]] = [[] for _ in range(shards)]
+    digest = xxhash.xxh3_64_intdigest
+    for i, key in enumerate(keys):
+        parts[digest(key.encode("utf-8", "surrogatepass")) % shards].append(i)
+    return parts
