@@ -14,11 +14,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import numpy as np
+
+from kvstore.client.put_chunk import PutResult
 from kvstore.client.read_batch import MISS
 from kvstore.client.store import Store
 from kvstore.cluster.shards import shard_of, split_by_shard
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.rpc.messages import ObjectLocation
 
 T = TypeVar("T")
 
@@ -107,8 +111,33 @@ class ShardedStore:
             _error_code,
         )
 
+    def batch_put_from_pieces(
+        self, keys: Sequence[str], addrs: Any, lengths: Any, counts: Any, **kwargs: Any
+    ) -> list[int]:
+        pieces = _Pieces(addrs, lengths, counts)
+        return self._split(
+            keys,
+            [pieces.positions],
+            lambda s, k, at: s.batch_put_from_pieces(k, *pieces.of(at), **kwargs),
+            _error_code,
+        )
+
+    def batch_put_detailed(
+        self, keys: Sequence[str], buffer_lists: Sequence[Sequence[Any]], **kwargs: Any
+    ) -> list[PutResult]:
+        return self._split(
+            keys,
+            [buffer_lists],
+            lambda s, k, b: s.batch_put_detailed(k, b, **kwargs),
+            lambda e: PutResult(-e.code, 0, 0, str(e)),
+        )
+
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
         return self.batch_put_from(keys, buffers, **kwargs)
+
+    def put_group(self, group: str, buffers: Sequence[Any], **kwargs: Any) -> list[int]:
+        """Every member of a store group (see Store.put_group): a group lives on one shard."""
+        return self.store_for(group).put_group(group, buffers, **kwargs)
 
     def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
         return self._split(keys, [], lambda s, k: s.batch_get(k), lambda _e: None)
@@ -130,6 +159,17 @@ class ShardedStore:
             lambda _e: MISS,
         )
 
+    def batch_get_into_pieces(
+        self, keys: Sequence[str], addrs: Any, lengths: Any, counts: Any, *, deadline: float | None = None
+    ) -> list[int]:
+        pieces = _Pieces(addrs, lengths, counts)
+        return self._split(
+            keys,
+            [pieces.positions],
+            lambda s, k, at: s.batch_get_into_pieces(k, *pieces.of(at), deadline=deadline),
+            lambda _e: MISS,
+        )
+
     def get_blocks(
         self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
     ) -> int:
@@ -142,6 +182,12 @@ class ShardedStore:
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
         return self._split(keys, [], lambda s, k: s.batch_exists(k), lambda _e: False)
+
+    def locate(self, keys: Sequence[str]) -> list[ObjectLocation | None]:
+        return self._split(keys, [], lambda s, k: s.locate(k), lambda _e: None)
+
+    def get_size(self, key: str) -> int | None:
+        return self.store_for(key).get_size(key)
 
     def batch_remove(self, keys: Sequence[str], *, force: bool = False) -> list[int]:
         return self._split(keys, [], lambda s, k: s.batch_remove(k, force=force), _error_code)
@@ -204,3 +250,32 @@ def _guarded(
 
 def _error_code(exc: KVStoreError) -> int:
     return -exc.code
+
+
+class _Pieces:
+    """A batch's flat piece arrays (Store.batch_put_from_pieces), cut by key: key i's pieces are its
+    counts[i] next ones."""
+
+    def __init__(self, addrs: Any, lengths: Any, counts: Any) -> None:
+        try:
+            self.addrs = np.asarray(addrs, dtype=np.uint64)
+            self.lengths = np.asarray(lengths, dtype=np.uint64)
+            self.counts = np.asarray(counts, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"pieces must be arrays of non-negative integers: {exc}") from None
+        c = self.counts
+        if c.ndim != 1 or self.addrs.shape != self.lengths.shape or int(c.sum()) != self.addrs.size:
+            raise InvalidArgumentError("one address and one length per piece, and counts that add up to them")
+        if c.size and int(c.min()) <= 0:
+            raise InvalidArgumentError("every value needs at least one piece")
+        self.starts = np.cumsum(c) - c  # where each key's pieces begin
+        self.positions = range(c.size)  # (a column: each key's own position)
+
+    def of(self, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The addresses, lengths and counts of the keys at `positions`, in that order."""
+        at = np.asarray(positions, dtype=np.int64)
+        counts = self.counts[at]
+        # each piece's index: its key's start, plus its place among that key's pieces
+        firsts = np.cumsum(counts) - counts
+        index = np.repeat(self.starts[at] - firsts, counts) + np.arange(int(counts.sum()))
+        return self.addrs[index], self.lengths[index], counts

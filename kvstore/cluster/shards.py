@@ -7,9 +7,10 @@ each with a leader and a standby). With etcd, the cluster's shard map (kvstore.r
 written by its masters: `kvstore master --shard I --shards S`) says S, and shard i elects its leader
 under its own name (kvstore.rpc.etcd.shard_cluster), so a failover stays within its shard.
 
-A key's shard is the unseeded xxh3-64 of its UTF-8 bytes mod S: a pure function every client agrees
-on, and the only one a plain get(key) can apply (a block key names no ancestor, so routing by a prefix
-chain's ancestor would send put_blocks and get to different masters). One shard is today's cluster.
+A key's shard is the unseeded xxh3-64 of its UTF-8 bytes mod S (a store group's member: of its
+group's name, so a group lives on one master): a pure function every client agrees on, and the only
+kind a plain get(key) can apply (a block key names no ancestor, so routing by a prefix chain's ancestor
+would send put_blocks and get to different masters). One shard is today's cluster.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 import xxhash
 
+from kvstore.blocks import group_of
 from kvstore.config import StoreConfig
 from kvstore.config.etcd import EtcdConfig
 from kvstore.errors import InvalidArgumentError
@@ -81,9 +83,19 @@ def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
     return shards
 
 
+def routing_key(key: str) -> str:
+    """What a key is routed by: a store group's member by its group (kvstore.blocks.group_of), so the
+    master that makes a group visible and evicts it whole holds every member; any other key by itself."""
+    if "#" in key:  # (the member form's regex only for keys that may be one)
+        member = group_of(key)
+        if member is not None:
+            return member[0]
+    return key
+
+
 def shard_of(key: str, shards: int) -> int:
     """The shard that holds `key`."""
-    return xxhash.xxh3_64_intdigest(key.encode("utf-8", "surrogatepass")) % shards
+    return xxhash.xxh3_64_intdigest(routing_key(key).encode("utf-8", "surrogatepass")) % shards
 
 
 def split_by_shard(keys: Sequence[str], shards: int) -> list[list[int]]:
@@ -91,5 +103,5 @@ def split_by_shard(keys: Sequence[str], shards: int) -> list[list[int]]:
     parts: list[list[int]] = [[] for _ in range(shards)]
     digest = xxhash.xxh3_64_intdigest
     for i, key in enumerate(keys):
-        parts[digest(key.encode("utf-8", "surrogatepass")) % shards].append(i)
+        parts[digest(routing_key(key).encode("utf-8", "surrogatepass")) % shards].append(i)
     return parts

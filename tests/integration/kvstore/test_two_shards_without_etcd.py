@@ -102,6 +102,42 @@ def test_put_get_exists_remove_through_both_shards_byte_exact(two_shards: TwoSha
         assert store.batch_get(keys) == values
 
 
+def test_piece_arrays_groups_and_locations_through_both_shards(two_shards: TwoShards) -> None:
+    """The calls a connector makes: flat piece arrays cut by key, a group stored whole on its shard."""
+    keys = keys_on_both(12)
+    with Store.connect(two_shards.address) as store:
+        wait_for_mounts(store.stores[0], 1)
+        wait_for_mounts(store.stores[1], 1)
+        src = np.frombuffer(value(12 * 3 * 256, 7), dtype=np.uint8).copy()
+        dst = np.zeros_like(src)
+        store.register_buffer(src)
+        store.register_buffer(dst)
+        counts = [1 + i % 3 for i in range(len(keys))]  # key i: its counts[i] next 256-byte pieces
+        total = sum(counts)
+        # pieces out of order in memory: piece j at offset (total - 1 - j) * 256
+        offsets = [(total - 1 - j) * 256 for j in range(total)]
+        addrs = [src.ctypes.data + o for o in offsets]
+        assert store.batch_put_from_pieces(keys, addrs, [256] * total, counts) == [0] * len(keys)
+        starts = np.cumsum(counts) - counts
+        for i, key in enumerate(keys):
+            expect = b"".join(bytes(src[o : o + 256]) for o in offsets[starts[i] : starts[i] + counts[i]])
+            assert store.get(key) == expect
+        back = [dst.ctypes.data + o for o in offsets]
+        assert store.batch_get_into_pieces(keys, back, [256] * total, counts) == [256 * c for c in counts]
+        assert bytes(dst[: total * 256]) == bytes(src[: total * 256])
+
+        members = [value(1000 + i, 50 + i) for i in range(6)]
+        assert store.put_group("a-group", members) == [0] * 6
+        member_keys = [f"a-group#{i}of6" for i in range(6)]
+        assert store.batch_get(member_keys) == members
+        home = shard_of("a-group", 2)
+        with Store.connect(two_shards.masters[home]) as alone:
+            assert alone.batch_exists(member_keys) == [True] * 6
+        located = store.locate([*keys, "absent/key"])
+        assert located[-1] is None and all(loc is not None and loc.size > 0 for loc in located[:-1])
+        assert store.get_size(keys[0]) == 256 * counts[0]
+
+
 def test_each_shard_holds_only_its_own_keys(two_shards: TwoShards) -> None:
     keys = keys_on_both(32)
     with Store.connect(two_shards.address) as store:

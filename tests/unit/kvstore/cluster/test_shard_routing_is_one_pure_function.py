@@ -1,5 +1,5 @@
 """A key's shard is a pure function every client agrees on: the unseeded xxh3-64 of its UTF-8 bytes mod
-S (kvstore.cluster.shards), the same for a plain key, a block key and a group member; a batch splits
+S (kvstore.cluster.shards), a store group's member by its group's name; a batch splits
 into the positions each shard holds, in key order; the static and etcd shard settings name each
 shard's master as kvstore.rpc.etcd says."""
 
@@ -19,11 +19,19 @@ def test_the_shard_is_unseeded_xxh3_of_the_key_mod_the_count() -> None:
     # Pinned values: a change of the rule would send every client's keys to other masters.
     assert xxhash.xxh3_64_intdigest(b"") == 0x2D06800538D394C2
     keys = ["a", "block/0x00000000000000ff", "grp#0of4", "ü-key", "kvstore"]
-    assert [shard_of(k, 7) for k in keys] == [1, 3, 1, 2, 2]
-    for key in ["a", "block/0x00000000000000ff", "grp#0of4", "ü-key"]:
+    assert [shard_of(k, 7) for k in keys] == [1, 3, 0, 2, 2]
+    for key in ["a", "block/0x00000000000000ff", "not#a-member", "ü-key"]:
         for shards in (1, 2, 3, 8, 256):
             assert shard_of(key, shards) == xxhash.xxh3_64_intdigest(key.encode()) % shards
     assert shard_of("anything", 1) == 0
+
+
+def test_a_groups_members_live_on_its_groups_shard() -> None:
+    for group in [f"g{i}" for i in range(50)] + [seq_key("ns", 0xABC)]:
+        home = xxhash.xxh3_64_intdigest(group.encode()) % 5
+        assert {shard_of(member_key(group, i, 6), 5) for i in range(6)} == {home}
+    # a key that only looks like a member (index not below count) is routed by itself
+    assert shard_of("g#7of4", 5) == xxhash.xxh3_64_intdigest(b"g#7of4") % 5
 
 
 def test_keys_spread_over_every_shard_and_a_batch_splits_in_key_order() -> None:
