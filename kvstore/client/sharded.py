@@ -31,25 +31,30 @@ class ShardedStore:
     """Store's data operations over S shards (put, get, exists, remove, their batch forms, blocks and
     buffers); close() leaves every shard."""
 
-    def __init__(self, stores: Sequence[Store]) -> None:
+    def __init__(self, stores: Sequence[Store], config: StoreConfig | None = None) -> None:
+        """`config`: the settings the cluster was joined with (a connector reads them: head_split...);
+        shard 0's when not given."""
         self.stores = list(stores)
+        self.config = config if config is not None else self.stores[0].config
         self.shards = len(self.stores)
         self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="kvstore-shard")
 
     @classmethod
-    def join(cls, store_class: type[Store], shards: Sequence[StoreConfig]) -> ShardedStore:
+    def join(
+        cls, store_class: type[Store], shards: Sequence[StoreConfig], config: StoreConfig | None = None
+    ) -> ShardedStore:
         """Joins each shard (its settings from kvstore.cluster.shards.shard_configs) as a `store_class`;
         a process that contributes memory gives each shard an even part of its segment_size."""
         stores: list[Store] = []
         try:
-            for config in shards:
-                part = dataclasses.replace(config, segment_size=config.segment_size // len(shards))
+            for shard in shards:
+                part = dataclasses.replace(shard, segment_size=shard.segment_size // len(shards))
                 stores.append(store_class.from_config(part))
         except BaseException:
             for store in stores:
                 store.close()
             raise
-        return cls(stores)
+        return cls(stores, config)
 
     def close(self) -> None:
         for store in self.stores:

@@ -63,7 +63,7 @@ class Store:
         )
         self.disk_reads = DiskReader()
         self.peers = PeerOpener(session.peer)  # (a read with a deadline waits for a handshake only so long)
-        self.leases = LeaseCache(float(session.terms.lease_ttl))
+        self.leases = LeaseCache(float(session.terms.lease_ttl), session.config.lease_cache_entries)
         session.on_heartbeat(lambda: {"touched": self.leases.take_touches() or None})
         self.locator = Locator(session, self.leases)
         tools = ReadTools(
@@ -113,7 +113,7 @@ class Store:
             if len(shards) > 1:  # one Store per shard, each key routed to its own
                 from kvstore.client.sharded import ShardedStore  # (it builds on this module)
 
-                return cast(S, ShardedStore.join(cls, shards))  # (Store's data operations)
+                return cast(S, ShardedStore.join(cls, shards, config))  # (Store's data operations)
         session = Session(config)
         roles: list[Closable] = []
         try:

@@ -76,6 +76,7 @@ def test_put_get_exists_remove_through_both_shards_byte_exact(two_shards: TwoSha
     values = [value(100 + 997 * i, i) for i in range(len(keys))]
     with Store.connect(two_shards.address) as store:
         assert isinstance(store, ShardedStore) and store.shards == 2
+        assert store.config.master == two_shards.address  # (what a connector reads its settings from)
         wait_for_mounts(store.stores[0], 1)
         wait_for_mounts(store.stores[1], 1)
         assert store.batch_put_from(keys, values) == [0] * len(keys)
