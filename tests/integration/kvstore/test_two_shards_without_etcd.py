@@ -168,6 +168,12 @@ def test_a_shard_that_is_down_makes_only_its_keys_fail(two_shards: TwoShards) ->
         codes = store.batch_put_from([f"{k}/again" for k in keys], values)
         for key, code in zip(keys, codes, strict=True):
             assert (code < 0) == (shard_of(f"{key}/again", 2) == 1)
+    # status still shows the shard that answers, says which does not, and exits 1
+    command = [sys.executable, "-m", "kvstore.cli", "status", "--master", two_shards.address, "--json"]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    shown = json.loads(ran.stdout)["shards"]
+    assert ran.returncode == 1 and shown[0]["master"]["address"] == two_shards.masters[0]
+    assert "error" in shown[1] and "master" not in shown[1]
 
 
 def test_status_shows_every_shard(two_shards: TwoShards) -> None:
