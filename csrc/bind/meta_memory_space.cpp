@@ -66,12 +66,15 @@ void register_memory_space(py::module_& m) {
 
   py::class_<MemorySpace>(m, "MemorySpace",
                           "Every mounted memory segment's allocator and slots, and where new replicas go: "
-                          "distinct segments, distinct hosts first, the emptiest first.")
+                          "distinct segments, distinct hosts first, each on the roomier of two segments "
+                          "drawn at random among those that fit.")
       .def(py::init<>())
       .def("add", &MemorySpace::add, py::arg("id"), py::arg("host"), py::arg("allocator"), py::arg("slots"))
       .def("remove", &MemorySpace::remove, py::arg("id"))
       .def("set_placeable", &MemorySpace::set_placeable, py::arg("id"), py::arg("placeable"))
       .def("__len__", &MemorySpace::size)
+      .def("seed", &MemorySpace::seed, py::arg("seed"),
+           "Restarts placement's random draws from `seed` (same seed and calls: same placements).")
       .def(
           "place_many",
           [](MemorySpace& s, const std::vector<uint64_t>& sizes, uint32_t count) {

@@ -73,44 +73,71 @@ void MemorySpace::carve(Entry& e, uint64_t size, std::vector<Placed>& out) {
   out.push_back({e.id, *slot, *offset});
 }
 
+uint64_t MemorySpace::next_random() {
+  // splitmix64: a full-period 64-bit sequence, enough to draw among segments (no secret rides on it).
+  uint64_t z = (random_state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+bool MemorySpace::roomier(const Entry& a, const Entry& b) const {
+  // The larger share of its capacity free in one extent (a larger segment is not favoured for its size
+  // alone: each fills in proportion). Cross-multiplied in 128 bits: exact, no division.
+  using Wide = unsigned __int128;
+  return static_cast<Wide>(a.allocator->largest_free()) * b.allocator->capacity() >
+         static_cast<Wide>(b.allocator->largest_free()) * a.allocator->capacity();
+}
+
+uint32_t MemorySpace::pick_of_two(const std::vector<uint32_t>& among) {
+  // Each drawn in proportion to its capacity: a segment 4x larger must take 4x the writes to fill evenly,
+  // more than uniform draws of two could give it (at most 2/n - 1/n^2 of them).
+  cumulative_.clear();
+  uint64_t total = 0;
+  for (uint32_t i : among) cumulative_.push_back(total += segments_[i].allocator->capacity());
+  const auto draw = [&] {
+    using Wide = unsigned __int128;
+    const auto point = static_cast<uint64_t>((static_cast<Wide>(next_random()) * total) >> 64);
+    const auto at = std::upper_bound(cumulative_.begin(), cumulative_.end(), point) - cumulative_.begin();
+    return among[static_cast<size_t>(at)];
+  };
+  const uint32_t first = draw();
+  const uint32_t second = draw();
+  return roomier(segments_[second], segments_[first]) ? second : first;
+}
+
 bool MemorySpace::place_one(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
                             const std::vector<uint32_t>& avoid_hosts, std::vector<Placed>& out) {
-  auto excluded = [&exclude](uint32_t id) {
-    return std::find(exclude.begin(), exclude.end(), id) != exclude.end();
-  };
-  if (count == 1 && avoid_hosts.empty()) {  // the usual put: the emptiest segment, in one pass
-    Entry* best = nullptr;
-    uint64_t most = 0;
-    for (Entry& e : segments_) {
-      if (!fits(e, size) || excluded(e.id)) continue;
-      const uint64_t free = e.allocator->largest_free();
-      if (best == nullptr || free > most) best = &e, most = free;
-    }
-    if (best == nullptr) return false;
-    carve(*best, size, out);
-    return true;
-  }
-  ranked_.clear();
+  fitting_.clear();
   for (uint32_t i = 0; i < segments_.size(); ++i) {
     const Entry& e = segments_[i];
-    if (fits(e, size) && !excluded(e.id)) ranked_.emplace_back(e.allocator->largest_free(), i);
-  }
-  if (ranked_.size() < count) return false;
-  std::stable_sort(ranked_.begin(), ranked_.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  chosen_.clear();
-  std::vector<uint32_t> hosts(avoid_hosts);
-  for (bool distinct_host : {true, false}) {
-    for (const auto& [free, i] : ranked_) {
-      if (chosen_.size() == count) break;
-      const uint32_t host = segments_[i].host;
-      if (std::find(chosen_.begin(), chosen_.end(), i) != chosen_.end()) continue;
-      if (distinct_host && std::find(hosts.begin(), hosts.end(), host) != hosts.end()) continue;
-      chosen_.push_back(i);
-      hosts.push_back(host);
+    if (fits(e, size) && std::find(exclude.begin(), exclude.end(), e.id) == exclude.end()) {
+      fitting_.push_back(i);
     }
   }
-  if (chosen_.size() < count) return false;
+  if (fitting_.size() < count) return false;
+  if (count == 1 && avoid_hosts.empty()) {  // the usual put: one draw of two
+    carve(segments_[pick_of_two(fitting_)], size, out);
+    return true;
+  }
+  chosen_.clear();
+  std::vector<uint32_t> hosts(avoid_hosts);
+  for (bool distinct_host : {true, false}) {  // hosts not used yet first, then any segment not chosen
+    while (chosen_.size() < count) {
+      open_.clear();
+      for (uint32_t i : fitting_) {
+        if (std::find(chosen_.begin(), chosen_.end(), i) != chosen_.end()) continue;
+        if (distinct_host && std::find(hosts.begin(), hosts.end(), segments_[i].host) != hosts.end())
+          continue;
+        open_.push_back(i);
+      }
+      if (open_.empty()) break;
+      const uint32_t i = pick_of_two(open_);
+      chosen_.push_back(i);
+      hosts.push_back(segments_[i].host);
+    }
+  }
+  if (chosen_.size() < count) return false;  // (fitting_ held count: not reached)
   for (uint32_t i : chosen_) carve(segments_[i], size, out);
   return true;
 }

@@ -1,7 +1,11 @@
 // The master's memory tier as placement sees it: every mounted segment's allocator and fence slots, and
-// the rule that picks segments for new replicas (distinct segments, distinct hosts first, the emptiest
-// first). A batch of puts is placed in one call, and carved as it is placed: the master's loop owns it (not
-// thread-safe), and kvstore.master.ledger is its only writer.
+// the rule that picks segments for new replicas: distinct segments, distinct hosts first, each replica on
+// the roomier of two segments drawn at random among those that fit, in proportion to their capacity (power
+// of two choices; roomier: the larger share of its capacity free in one extent). Not "the emptiest first": a
+// segment that joins a full cluster would take every write until it filled; drawn in a pair it wins at most
+// about 2/n of them, and from empty the draws keep segments within a few objects of each other. A batch of
+// puts is placed in one call, and carved as it is placed: the master's loop owns it (not thread-safe), and
+// kvstore.master.ledger is its only writer.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +68,8 @@ class MemorySpace {
   // each other first; false (nothing carved) when they do not fit now.
   bool place(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
              const std::vector<std::string>& spread_from, std::vector<Placed>& out);
+  // Restarts the draws from `seed` (the same seed, mounts and requests: the same placements).
+  void seed(uint64_t seed) { random_state_ = seed; }
 
  private:
   struct Entry {
@@ -77,12 +83,20 @@ class MemorySpace {
   void carve(Entry& e, uint64_t size, std::vector<Placed>& out);
   bool place_one(uint64_t size, uint32_t count, const std::vector<uint32_t>& exclude,
                  const std::vector<uint32_t>& avoid_hosts, std::vector<Placed>& out);
+  // The roomier of two entries of `among`, each drawn at random in proportion to its capacity (a draw may
+  // repeat: then that one is chosen).
+  uint32_t pick_of_two(const std::vector<uint32_t>& among);
+  bool roomier(const Entry& a, const Entry& b) const;
+  uint64_t next_random();
   uint32_t host_number(std::string_view host);
 
-  std::vector<Entry> segments_;  // in mount order: ties go to the first mounted
+  std::vector<Entry> segments_;  // in mount order
   std::unordered_map<std::string, uint32_t> hosts_;
-  std::vector<uint32_t> chosen_;                       // scratch: entries chosen for one object
-  std::vector<std::pair<uint64_t, uint32_t>> ranked_;  // scratch: (largest free, entry) of candidates
+  uint64_t random_state_ = 0x6b76'7374'6f72'6521;  // fixed: a master's placements are reproducible
+  std::vector<uint32_t> fitting_;                  // scratch: entries that can hold one object
+  std::vector<uint32_t> open_;                     // scratch: those of them still open to its next replica
+  std::vector<uint32_t> chosen_;                   // scratch: entries chosen for one object
+  std::vector<uint64_t> cumulative_;               // scratch: running sums of the capacities drawn among
 };
 
 }  // namespace kvs::meta

@@ -1,5 +1,6 @@
 """Segment space: where replicas go inside segments. Mounting, choosing segments for puts and replica
-copies alike (distinct segments, distinct hosts first, the emptiest first) and freeing are asked here;
+copies alike (distinct segments, distinct hosts first, the roomier of two drawn at random among those that
+fit: a segment that joins a full cluster is not flooded with every write) and freeing are asked here;
 the ledger (kvstore.master.ledger.ledger) records each change and carves the space (SegmentMounted,
 SpaceTaken, SpaceFreed, ...). The rest of the master never touches an allocator or a segment's key
 index itself."""
@@ -220,8 +221,9 @@ class SegmentSpace:
         spread_from: Collection[str] = (),
     ) -> list[Replica] | None:
         """Allocates `count` replicas of `key` on distinct usable segments (none in `exclude`, none suspected
-        unreachable), on hosts other than `spread_from` and each other first, the emptiest segments
-        first. None, and nothing allocated, when they do not fit now (the caller may evict and try
+        unreachable), on hosts other than `spread_from` and each other first, each on the roomier (larger
+        share of its capacity free) of two segments drawn at random, in proportion to capacity, among those
+        that fit. None, and nothing allocated, when they do not fit now (the caller may evict and try
         again). The rule runs in C++ (csrc/meta/memory_space), carving as it goes (through the ledger)."""
         return self.ledger.place(key, size, count, list(exclude), list(spread_from))
 

@@ -126,7 +126,7 @@ class Replicator:
         if not meta.replicas:
             return
         used = {r.segment.id for r in meta.replicas} | {t.segment.id for t in pending}
-        # Another host first (spreads reads over NICs), then the emptiest segment; copies never evict.
+        # Another host first (spreads reads over NICs), then placement's draw; copies never evict.
         placed = self.space.place(
             meta.key, meta.size, 1, exclude=used, spread_from={r.segment.host_id for r in meta.replicas}
         )

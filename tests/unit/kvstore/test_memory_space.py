@@ -1,6 +1,8 @@
 """The master's memory space (csrc/meta/memory_space, kvstore.allocator.MemorySpace / SlotPool): fence slots
 are handed out and reused as the node's fence table needs, and placement follows the master's rule
-(distinct segments, distinct hosts first, the emptiest first; nothing carved for what does not fit)."""
+(distinct segments, distinct hosts first, the roomier of two drawn at random among those that fit; nothing
+carved for what does not fit). How writes spread: tests/unit/kvstore/master/planners/
+test_placement_spreads_writes.py."""
 
 from __future__ import annotations
 
@@ -36,19 +38,31 @@ def _space(*segments: tuple[int, str, int], alignment: int = 64, slots: int = 1 
     return space
 
 
-def test_one_replica_goes_to_the_emptiest_segment_ties_to_the_first_mounted() -> None:
+def test_one_replica_goes_to_a_segment_that_fits_it() -> None:
     space = _space((1, "h1", 64 * KiB), (2, "h2", 64 * KiB), (3, "h3", 128 * KiB))
-    segments, offsets, slots = space.place(KiB, 1)
-    assert (segments, offsets, slots) == ([3], [0], [0])
-    placed, (segments, _, _) = space.place_many([64 * KiB - KiB] * 3, 1)
-    # 3 has 127 KiB, then 1 and 2 tie at 64 KiB (1 first), then 2; a fourth would not fit anywhere.
-    assert placed == 3 and segments == [3, 1, 2]
+    segments, offsets, slots = space.place(100 * KiB, 1)
+    assert (segments, offsets, slots) == ([3], [0], [0])  # the one segment it fits
+    placed, (segments, _, _) = space.place_many([64 * KiB] * 3, 1)
+    assert placed == 2 and sorted(segments) == [1, 2]  # 3 has 28 KiB left: only 1 and 2 fit, once each
+
+
+def test_the_same_seed_places_the_same_way() -> None:
+    def run() -> list[int]:
+        space = _space(*[(i, f"h{i}", 64 * KiB) for i in range(1, 6)])
+        space.seed(42)
+        return space.place_many([KiB] * 50, 1)[1][0]
+
+    first = run()
+    assert run() == first and len(set(first)) > 1  # drawn, yet reproducible
 
 
 def test_replicas_go_to_distinct_segments_on_distinct_hosts_first() -> None:
     space = _space((1, "a", 64 * KiB), (2, "a", 60 * KiB), (3, "b", 32 * KiB))
-    assert space.place(KiB, 2)[0] == [1, 3]  # not 1 and 2: both on host a
-    assert space.place(KiB, 3)[0] == [1, 3, 2]  # every segment, distinct hosts first
+    hosts = {1: "a", 2: "a", 3: "b"}
+    for _ in range(20):  # whichever the draws: one replica on each host
+        segments = space.place(KiB, 2)[0]
+        assert len(set(segments)) == 2 and {hosts[s] for s in segments} == {"a", "b"}
+    assert sorted(space.place(KiB, 3)[0]) == [1, 2, 3]  # every segment
     assert space.place(KiB, 4) is None  # only 3 segments: nothing carved
     assert space.place(KiB, 1, spread_from=["a"])[0] == [3]
     assert space.place(KiB, 1, exclude=[1, 3])[0] == [2]

@@ -85,4 +85,5 @@ def test_a_count_set_back_to_zero_tells_the_puts_count_again() -> None:
     _held(state)
     state.access.change_replica("k", 3)
     state.access.change_replica("k", 0)  # its heat decides again
-    assert [(h.replicas, h.target) for h in _held(state)["c0"]] == [(1, 0)]
+    holder = state.objects["k"].replicas[0].segment.client_id  # (placement draws among those that fit)
+    assert [(h.replicas, h.target) for h in _held(state)[holder]] == [(1, 0)]

@@ -34,14 +34,16 @@ def test_a_copy_that_landed_is_told_once_with_the_count() -> None:
     state = _state()
     state.puts.put_start("c0", "k", MiB, 5, 1, False)
     state.puts.put_end("c0", "k")
-    state.space.holds.acknowledge("c0", state.space.holds.take("c0", 100)[-1][0])
+    holder = state.objects["k"].replicas[0].segment.client_id  # (placement draws among those that fit)
+    other = "c1" if holder == "c0" else "c0"
+    state.space.holds.acknowledge(holder, state.space.holds.take(holder, 100)[-1][0])
     sent_before = state.space.holds.sent
     state.access.change_replica("k", 2)
     state.replicator.plan()
-    (task,) = state.replicator.tasks_for("c1")
-    state.replicator.complete("c1", task.task, True)
-    copies = [HeldReplica._make(h) for h in state.space.holds.take("c1", 100)]
+    (task,) = state.replicator.tasks_for(other)
+    state.replicator.complete(other, task.task, True)
+    copies = [HeldReplica._make(h) for h in state.space.holds.take(other, 100)]
     assert [(h.key, h.replicas, h.target) for h in copies] == [("k", 1, 2)]
-    retold = [HeldReplica._make(h) for h in state.space.holds.take("c0", 100)]
+    retold = [HeldReplica._make(h) for h in state.space.holds.take(holder, 100)]
     assert [(h.key, h.replicas, h.target) for h in retold] == [("k", 1, 2)]
     assert state.space.holds.sent - sent_before == 2

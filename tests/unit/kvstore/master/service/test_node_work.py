@@ -11,6 +11,7 @@ from kvstore.master.service.handlers import Deferred, Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import MountSegment
+from tests.unit.kvstore.master.state_helpers import started_items
 
 MiB = 1 << 20
 
@@ -39,7 +40,7 @@ def poll(handlers: Handlers, client: str = "c0", wait: float = 0.0, **reports: o
 
 
 def test_one_poll_carries_holds_then_kills_and_is_woken_when_work_is_queued() -> None:
-    handlers = two_nodes()
+    handlers = two_nodes(nodes=1)  # (the put's node is c0's: placement draws among those that fit)
     state = handlers.state
     parked = poll(handlers, "c0", wait=2.0)
     assert isinstance(parked, Deferred)  # nothing yet: the poll waits
@@ -64,14 +65,15 @@ def test_copies_go_out_on_the_channel_and_their_results_come_back_on_it() -> Non
     state = handlers.state
     state.puts.put_start("c0", "hot", MiB, 7, 1, False)
     state.puts.put_end("c0", "hot")
-    parked = poll(handlers, "c1", wait=2.0)
+    holder = state.objects["hot"].replicas[0].segment.client_id  # (placement draws among those that fit)
+    target = "c1" if holder == "c0" else "c0"
+    parked = poll(handlers, target, wait=2.0)
     assert isinstance(parked, Deferred)
     woken: list[bool] = []
     parked.on_ready(lambda: woken.append(True))
     state.access.change_replica("hot", 2)
     state.replicator.plan()  # the copy goes to the other node, whose poll it wakes
     assert woken == [True]
-    target = "c1"
     work = parked.make_reply()
     assert isinstance(work, m.NodeWork)
     (task,) = work.copies
@@ -108,7 +110,7 @@ def test_the_channel_is_bounded_both_ways() -> None:
 
 
 def test_a_deposed_leader_changes_nothing_for_a_node_that_follows_a_newer_one() -> None:
-    handlers = two_nodes(epoch=5)
+    handlers = two_nodes(epoch=5, nodes=1)  # (the put's node is c0's)
     handlers.state.puts.put_start("c0", "k", MiB, 7, 1, False)
     handlers.state.puts.put_revoke("c0", "k")
     kills = handlers.state.space.fences.take("c0", 10)
@@ -125,7 +127,7 @@ def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
     durable_wait (a node that never answers cannot stall puts)."""
     handlers = two_nodes()
     start = m.PutStart(client_id="c0", items=[m.PutItem("a", MiB, 1), m.PutItem("b", MiB, 2)], replicas=2)
-    placed = handlers.put_start(start)
+    placed = started_items(handlers.put_start(start))
     assert isinstance(placed, list) and all(r.code == 0 for r in placed)
     reply = handlers.put_end(m.PutEnd(client_id="c0", keys=["a", "b"]))
     assert isinstance(reply, Deferred)  # neither node acknowledged yet
@@ -233,7 +235,7 @@ def test_a_node_refuses_a_malformed_checksum_check(check: list[object]) -> None:
 def test_reports_made_under_another_registration_acknowledge_nothing() -> None:
     """A node whose session registered again (the master restarted) may send reports numbered by the
     master before: acknowledging holds or kills by those numbers would count ones it never received."""
-    handlers = two_nodes()
+    handlers = two_nodes(nodes=1)  # (the put's node is c0's)
     state = handlers.state
     state.puts.put_start("c0", "k", MiB, 7, 1, False)
     work = poll(handlers)
