@@ -24,8 +24,10 @@ import xxhash
 from kvstore.blocks import group_of
 from kvstore.config import StoreConfig
 from kvstore.config.etcd import EtcdConfig
-from kvstore.errors import InvalidArgumentError
+from kvstore.config.security import SecurityConfig
+from kvstore.errors import InvalidArgumentError, MasterUnavailableError
 from kvstore.rpc import etcd
+from kvstore.rpc.etcd_records import Records
 
 SHARD_SEPARATOR = ";"
 
@@ -59,7 +61,8 @@ def shard_configs(config: StoreConfig) -> list[StoreConfig]:
 
 
 def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
-    """How many shards etcd's shard map gives `cluster` (no map: one)."""
+    """How many shards etcd's shard map gives `cluster` (no map: one). A map that does not verify
+    (kvstore.rpc.etcd_records: not signed with this cluster's secret) is refused."""
     try:
         client = etcd.connect(endpoints, timeout, EtcdConfig.load())
         try:
@@ -73,13 +76,12 @@ def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
         return 1
     if value is None:
         return 1
-    try:
-        shards = int(value)
-        etcd.shard_cluster(cluster, 0, shards)
-    except (ValueError, InvalidArgumentError) as exc:
-        raise InvalidArgumentError(
-            f"the shard map of cluster {cluster!r} in etcd is not a count: {value!r}"
-        ) from exc
+    shards = Records(SecurityConfig.load().secret(), cluster).decode_shards(value)
+    if shards is None:
+        raise MasterUnavailableError(
+            f"the shard map of cluster {cluster!r} in etcd does not verify (not signed with this cluster's "
+            "secret, or not a count): no shard to route keys to"
+        )
     return shards
 
 

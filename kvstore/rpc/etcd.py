@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kvstore.config.etcd import EtcdConfig
 
 ROOT = "/kvstore"
+MAX_SHARDS = 256  # the most shards a cluster's key space is split over
 
 
 def leader_key(cluster: str) -> str:
@@ -37,8 +38,10 @@ def shards_key(cluster: str) -> str:
 def shard_cluster(cluster: str, shard: int, shards: int) -> str:
     """The name shard `shard` of `shards` elects its leader under (its own leader and candidate keys,
     so a failover stays within the shard); one shard is the cluster itself."""
-    if not 1 <= shards <= 256 or not 0 <= shard < shards:
-        raise InvalidArgumentError(f"shard must be 0..{shards - 1} of 1..256 shards, got {shard} of {shards}")
+    if not 1 <= shards <= MAX_SHARDS or not 0 <= shard < shards:
+        raise InvalidArgumentError(
+            f"shard must be 0..{shards - 1} of 1..{MAX_SHARDS} shards, got {shard} of {shards}"
+        )
     return cluster if shards == 1 else f"{cluster}.shard-{shard}"
 
 

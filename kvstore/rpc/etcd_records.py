@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvstore.errors import InvalidArgumentError
+from kvstore.rpc.etcd import MAX_SHARDS
 from kvstore.rpc.framing import parse_address
 
 LEADER = "leader"
@@ -82,6 +83,42 @@ class Records:
             if not hmac.compare_digest(given, self._mac(kind, record)):
                 return None
         return record
+
+    def encode_shards(self, shards: int) -> bytes:
+        """The shard map's value: how many shards the cluster is split over, signed like a record (the
+        MAC covers the cluster's name and the count), so that who may write etcd but lacks the secret
+        cannot make clients route keys to other masters."""
+        body: dict[str, Any] = {"shards": shards}
+        if self._key:
+            body["mac"] = self._shards_mac(shards).hex()
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def decode_shards(self, value: bytes | None) -> int | None:
+        """The count a shard map's value names; None unless well formed (1..MAX_SHARDS) and (with a
+        secret) signed with this cluster's."""
+        if not value or len(value) > MAX_RECORD_BYTES:
+            return None
+        try:
+            body = json.loads(value)
+        except ValueError:
+            return None
+        shards = body.get("shards") if isinstance(body, dict) else None
+        if type(shards) is not int or not 1 <= shards <= MAX_SHARDS:
+            return None
+        if self._key:
+            mac = body.get("mac")
+            try:
+                given = bytes.fromhex(mac) if isinstance(mac, str) else b""
+            except ValueError:
+                return None
+            if not hmac.compare_digest(given, self._shards_mac(shards)):
+                return None
+        return shards
+
+    def _shards_mac(self, shards: int) -> bytes:
+        return hmac.new(
+            self._key, json.dumps(["shards", self.cluster, shards]).encode(), hashlib.sha256
+        ).digest()
 
     def _mac(self, kind: str, record: MasterRecord) -> bytes:
         fields = [kind, self.cluster, record.address, record.run_id, record.lease, record.ttl]

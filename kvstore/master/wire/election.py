@@ -55,7 +55,8 @@ class Election:
         self.cluster, self.address, self.ttl = etcd.check_cluster(cluster), address, ttl
         self.key = etcd.leader_key(cluster)
         self.run_id = uuid.uuid4().hex  # this process's candidacy (a restarted one is another)
-        self.records = Records(SecurityConfig.load().secret() if secret is None else secret, cluster)
+        self._secret = SecurityConfig.load().secret() if secret is None else secret
+        self.records = Records(self._secret, cluster)
         self.margin = max(0.5, ttl / 4)  # served no later than this before the lease may end
         self._timeout = max(0.5, min(1.0, ttl / 4))
         self._endpoints, self._settings = endpoints, settings or EtcdConfig.load()
@@ -69,10 +70,12 @@ class Election:
         self.standbys: list[str] = []  # the other candidates' addresses, as last read
 
     def publish_shards(self, cluster: str, shards: int) -> None:
-        """Writes the shard map of `cluster` (how many shards its key space is split over: clients and
-        nodes read it to route) unless one is there; a map that says another count is refused, since
-        clients routing by it would ask this shard for keys it does not hold."""
-        c, key, value = self.client, etcd.shards_key(cluster), str(shards).encode()
+        """Writes the shard map of `cluster` (how many shards its key space is split over, signed with
+        the cluster secret: clients and nodes read it to route) unless one is there; a map that says
+        another count, or does not verify, is refused: clients routing by it would ask this shard for
+        keys it does not hold."""
+        records = Records(self._secret, cluster)
+        c, key, value = self.client, etcd.shards_key(cluster), records.encode_shards(shards)
         try:
             c.transaction(
                 compare=[c.transactions.create(key) == 0],
@@ -84,11 +87,16 @@ class Election:
             raise MasterUnavailableError(
                 f"cannot write the shard map of cluster {cluster!r}: {etcd.explain(exc)}"
             ) from exc
-        if found != value:
+        there = records.decode_shards(found)
+        if there != shards:
+            said = (
+                f"split over {there} shards"
+                if there is not None
+                else "given a shard map that does not verify"
+            )
             raise InvalidArgumentError(
-                f"cluster {cluster!r} is split over {(found or b'no').decode(errors='replace')} shards in "
-                f"etcd, not {shards}: give every master the same --shards (or remove the map with etcdctl "
-                "to change it)"
+                f"cluster {cluster!r} is {said} in etcd, not {shards}: give every master the same --shards "
+                "and cluster secret (or remove the map with etcdctl to change it)"
             )
 
     # -- candidacy ------------------------------------------------------------------------------------

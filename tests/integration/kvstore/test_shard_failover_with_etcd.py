@@ -20,9 +20,11 @@ import pytest
 from kvstore import Store
 from kvstore.client.sharded import ShardedStore
 from kvstore.cluster.shards import shard_of
-from kvstore.errors import KVStoreError
+from kvstore.config.security import SecurityConfig
+from kvstore.errors import KVStoreError, MasterUnavailableError
 from kvstore.procs import kvstore_process
 from kvstore.rpc import etcd as etcd_keys
+from kvstore.rpc.etcd_records import Records
 from tests.integration.kvstore.conftest import wait_for_mounts
 from tests.integration.kvstore.test_ha import HA, TTL, etcd_server, leader_of
 
@@ -59,11 +61,19 @@ def value_of(i: int) -> bytes:
     return np.random.default_rng(i).integers(0, 256, 2048 + (i % 5) * 1024, dtype=np.uint8).tobytes()
 
 
-def test_the_shard_map_is_in_etcd_and_a_master_of_another_count_is_refused(
+def test_the_shard_map_is_signed_in_etcd_and_a_master_of_another_count_is_refused(
     etcd_address: str, sharded: Masters
 ) -> None:
-    value, _ = etcd_keys.connect(etcd_address, 1.0).get(etcd_keys.shards_key(CLUSTER))
-    assert value == b"2"
+    etcd = etcd_keys.connect(etcd_address, 1.0)
+    key = etcd_keys.shards_key(CLUSTER)
+    value, _ = etcd.get(key)
+    assert Records(SecurityConfig.load().secret(), CLUSTER).decode_shards(value) == 2
+    assert b'"mac"' in value  # (the suite's cluster has a secret)
+    # who writes etcd without the secret cannot reroute keys: a client refuses a map that does not verify
+    etcd.put(key, b'{"shards":3}')
+    with pytest.raises(MasterUnavailableError, match=r"shard map .* does not verify"):
+        Store.connect(etcd=etcd_address, cluster=CLUSTER, rpc_timeout=3.0)
+    etcd.put(key, value)
     with (
         pytest.raises(KVStoreError, match="split over 2 shards in etcd, not 3"),
         kvstore_process(master_args(etcd_address, 0, shards=3)),
