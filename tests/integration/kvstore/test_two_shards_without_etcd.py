@@ -227,3 +227,15 @@ def test_one_shards_master_restarted_is_rebuilt_from_the_nodes_holds_alone() -> 
         for part in store.stores:
             part.leases.clear()
         assert store.batch_get(keys) == values
+
+
+def test_a_client_that_contributes_memory_gives_each_shard_half(two_shards: TwoShards) -> None:
+    """kvstore.Store with a segment_size on a sharded cluster: a storage node role per shard, each with
+    an even part, beside the node process's."""
+    with Store.connect(two_shards.address, segment_size=32 << 20) as store:
+        for part in store.stores:
+            wait_for_mounts(part, 2)
+            assert part.stats()["master"]["capacity"] == SEGMENT // 2 + (16 << 20)
+        keys = keys_on_both(16)
+        assert store.batch_put_from(keys, [value(4096, i) for i in range(16)], replicas=2) == [0] * 16
+        assert store.batch_get(keys) == [value(4096, i) for i in range(16)]
