@@ -9,6 +9,7 @@
 #include "bind/meta_hash_order.h"
 #include "bind/meta_memory_space.h"
 #include "bind/meta_object_table.h"
+#include "bind/meta_put_reply.h"
 #include "bind/status_error.h"
 #include "meta/offset_allocator.h"
 
@@ -80,4 +81,5 @@ PYBIND11_MODULE(_meta, m) {
   kvs::bind::register_object_table(m);
   kvs::bind::register_hash_order(m);
   kvs::bind::register_memory_space(m);
+  kvs::bind::register_put_reply(m);
 }

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from kvstore._meta import encode_put_reply
 from kvstore.errors import (
     InvalidArgumentError,
     KVStoreError,
@@ -19,7 +20,6 @@ from kvstore.errors import (
 )
 from kvstore.master.ledger import node_acks
 from kvstore.master.ledger.model import Replica
-from kvstore.master.planners.placement import placement_fields
 from kvstore.master.service import reads
 from kvstore.master.service.loop_watch import LoopWatch
 from kvstore.master.service.mount_check import MountCheck
@@ -271,7 +271,7 @@ class Handlers:
     def unmount_segment(self, r: m.UnmountSegment) -> None:
         self.members.unmount_segment(r.client_id, r.segment_id)
 
-    def put_start(self, r: m.PutStart) -> list[m.ItemResult] | Deferred:
+    def put_start(self, r: m.PutStart) -> Packed | Deferred:
         """Places each item. When room is on its way (an object being demoted, slots being fenced), the
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.members.client(r.client_id)  # an unknown writer fails the request, not each item
@@ -279,9 +279,10 @@ class Handlers:
 
     def _start_items(
         self, r: m.PutStart, started: list[list[Replica] | KVStoreError | None], deadline: float
-    ) -> list[m.ItemResult] | Deferred:
+    ) -> Packed | Deferred:
         """Places r's items from len(started) on, appending each one's outcome; a Deferred continuing
-        from the item that waits for room (until `deadline`; after it, nothing waits)."""
+        from the item that waits for room (until `deadline`; after it, nothing waits). The reply is
+        encoded in C++ (csrc/meta/put_reply.h: as msgpack-python packs the ItemResults and Placements)."""
         wait = self.clock() < deadline
         try:
             self.puts.start_puts(r.client_id, r.items, r.replicas, r.pin, r.min_replicas, wait, started)
@@ -290,17 +291,7 @@ class Handlers:
             reply = Deferred(lambda: self._start_items(r, started, deadline), left)
             coming.when_ready(reply.ready)
             return reply
-        results = []
-        new_tuple, item, placement, fields = tuple.__new__, m.ItemResult, m.Placement, placement_fields
-        for outcome in started:
-            if isinstance(outcome, list):  # where it writes each replica (placement_of, inlined)
-                where = [new_tuple(placement, fields(replica)) for replica in outcome]
-                results.append(new_tuple(item, (0, "", where)))
-            elif outcome is None:  # already stored with the same bytes
-                results.append(m.ItemResult(0, "", None))
-            else:
-                results.append(m.ItemResult(outcome.code, str(outcome), None))
-        return results
+        return Packed(encode_put_reply(started))
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:
         """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they

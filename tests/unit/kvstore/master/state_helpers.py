@@ -7,6 +7,8 @@ import pytest
 
 from kvstore.config import MasterConfig
 from kvstore.master.service.state import MasterState
+from kvstore.rpc import messages as m
+from kvstore.rpc.framing import Packed
 from kvstore.rpc.messages import HeldReplica, MountSegment
 
 MiB = 1 << 20
@@ -45,6 +47,12 @@ def put(state: MasterState, key: str, size: int = MiB, replicas: int = 1, pin: b
     placed = state.puts.put_start("c0", key, size, hash(key) & 0xFFFF, replicas, pin)
     state.puts.put_end("c0", key)
     return placed or []
+
+
+def started_items(reply: object) -> list[m.ItemResult]:
+    """A put_start reply (the handler encodes it in C++: Packed) as a client decodes it."""
+    assert isinstance(reply, Packed), reply
+    return m.PutStart.decode_reply(reply.value())
 
 
 def holds_of(state: MasterState, client: str = "c0") -> list:

@@ -8,7 +8,7 @@ import pytest
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.disk_record import data_offset, record_bytes
-from tests.unit.kvstore.master.state_helpers import Clock, MiB, make_state, put
+from tests.unit.kvstore.master.state_helpers import Clock, MiB, make_state, put, started_items
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_a_put_waits_for_the_demotion_of_the_object_it_would_evict(clock: Clock)
     reply.on_ready(lambda: ready.append(True))
     run_orders(state)  # the node finishes its demotions
     assert ready == [True]
-    results = reply.make_reply()
+    results = started_items(reply.make_reply())
     assert [code for code, _msg, _placed in results] == [0, 0]
     assert state.counters.evictions_to_disk == state.counters.evictions == 2
     assert state.core.exists("k0") and state.objects["k0"].disk is not None  # on disk, not lost
@@ -144,7 +144,7 @@ def test_a_put_whose_wait_runs_out_drops_the_victim_rather_than_fail(clock: Cloc
     reply = Handlers(state).put_start(m.PutStart("c0", [m.PutItem("new", MiB, 1)], 1, False, 0))
     assert isinstance(reply, Deferred)
     clock.now += state.config.put_room_wait  # the server asks for the reply when its wait is up
-    (result,) = reply.make_reply()
+    (result,) = started_items(reply.make_reply())
     assert result.code == 0 and not state.core.exists("k0") and state.counters.evictions == 1
 
 
@@ -170,7 +170,7 @@ def test_a_put_that_outruns_planning_demotes_its_victim_instead_of_dropping_it(c
     while isinstance(reply, Deferred):  # each wait: the node writes the records, the put goes on
         reply = reply.make_reply()
         run_orders(state)
-    assert all(code == 0 for code, _msg, _placed in reply)
+    assert all(code == 0 for code, _msg, _placed in started_items(reply))
     assert state.counters.evictions_to_disk == state.counters.evictions  # nothing lost
     assert all(state.core.exists(f"k{i}") for i in range(8))
 

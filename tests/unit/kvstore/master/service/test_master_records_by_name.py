@@ -13,6 +13,7 @@ from kvstore.master.service.handlers import Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import MountSegment
+from tests.unit.kvstore.master.state_helpers import started_items
 
 MiB = 1 << 20
 
@@ -44,7 +45,7 @@ def test_a_put_start_reply_names_each_replica_field_by_field() -> None:
     handlers = Handlers(state)
     state.puts.put_start("c0", "first", 3 * MiB, 1, 1, False)  # (so the next replicas' offsets are not 0)
     items = [m.PutItem(f"k{i}", (i + 1) * 4096, i) for i in range(6)]
-    reply = handlers.put_start(m.PutStart("c0", items, 2, False, 0))
+    reply = started_items(handlers.put_start(m.PutStart("c0", items, 2, False, 0)))
     assert isinstance(reply, list) and len(reply) == len(items)
     for item, result in zip(items, reply, strict=True):
         assert result.code == 0

@@ -17,7 +17,16 @@ from kvstore.errors import (
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.messages import HeldReplica, MountSegment
-from tests.unit.kvstore.master.state_helpers import Clock, MiB, clock, fence, holds_of, make_state, put
+from tests.unit.kvstore.master.state_helpers import (
+    Clock,
+    MiB,
+    clock,
+    fence,
+    holds_of,
+    make_state,
+    put,
+    started_items,
+)
 
 __all__ = ["clock"]  # (the fixture)
 
@@ -447,7 +456,7 @@ def test_a_put_short_of_allocation_slots_waits_for_fences_instead_of_evicting_mo
     reply.on_ready(lambda: ready.append(True))
     fence(state)  # the node acknowledges the kill: the slot returns
     assert ready == [True]
-    (result,) = reply.make_reply()
+    (result,) = started_items(reply.make_reply())
     assert result.code == 0 and state.counters.evictions == 1
     assert [state.core.exists(f"k{i}") for i in range(4)] == [False, True, True, True]
 
