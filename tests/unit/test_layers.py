@@ -54,6 +54,7 @@ EXTENSION_GATES = {
         "kvstore.allocator",
         "kvstore.master.ledger.objects",
         "kvstore.master.planners.eviction",
+        "kvstore.master.service.handlers",  # (put_start's reply, encoded in C++: csrc/meta/put_reply)
     },
 }
 
