@@ -14,8 +14,8 @@ from kvstore.rpc.records import (
     ObjectLocation,
     PrefixMatch,
     _items,
-    _object_location,
     _record,
+    object_locations,
     placed_items,
 )
 from kvstore.rpc.schema import (
@@ -111,15 +111,7 @@ class GetReplicas(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ObjectLocation | None]:
-        if not isinstance(obj, list):
-            raise ProtocolError("master sent a malformed get_replicas reply")
-        out: list[ObjectLocation | None] = []
-        for entry in obj:
-            if entry is None:
-                out.append(None)
-                continue
-            out.append(_object_location(entry))
-        return out
+        return object_locations(obj)
 
 
 @request

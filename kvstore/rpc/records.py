@@ -3,8 +3,10 @@ helpers; kvstore.rpc.messages re-exports them beside the requests that return th
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -193,9 +195,11 @@ def _record(cls: Any, obj: Any) -> Any:
 def _location(obj: Any) -> Location:
     loc = _record(Location, obj)
     tier, host_id, engine, region_id, offset, slot, gen, path = loc
-    if tier not in TIERS or not all(isinstance(x, str) for x in (host_id, engine, path)):
+    if type(tier) is not int or tier not in TIERS:
         raise ProtocolError("master sent a malformed Location")
-    if not all(type(x) is int and 0 <= x < 2**64 for x in (region_id, offset, slot, gen)):
+    if not all(isinstance(x, str) for x in (host_id, engine, path)):
+        raise ProtocolError("master sent a malformed Location")
+    if not all(type(x) is int and 0 <= x < _U64_END for x in (region_id, offset, slot, gen)):
         raise ProtocolError("master sent a malformed Location")
     if not engine and not (path.startswith("/") and offset % PAGE == 0):  # a reader reads it from path
         raise ProtocolError("master sent a malformed Location")
@@ -204,9 +208,67 @@ def _location(obj: Any) -> Location:
 
 def _object_location(obj: Any) -> ObjectLocation:
     size, checksum, locations = _record(ObjectLocation, obj)
+    if not (_all_ints_below((size,), _SIZE_END) and _all_ints_below((checksum,), _U64_END)):
+        raise ProtocolError("master sent a malformed ObjectLocation")
     if not isinstance(locations, list):
         raise ProtocolError("master sent a malformed ObjectLocation")
     return ObjectLocation(size, checksum, [_location(x) for x in locations])
+
+
+def object_locations(obj: Any) -> list[ObjectLocation | None]:
+    """A get's reply: per key its ObjectLocation, or None for a miss. A client decodes one on every
+    uncached get, so the common shape (plain lists, ints and strs, every copy served by an engine) is
+    checked and made in C loops, with no Python step per key or copy; any other reply goes record by
+    record, which refuses what is malformed (the same records either way)."""
+    if not isinstance(obj, list):
+        raise ProtocolError("master sent a malformed get_replicas reply")
+    found = _object_locations_in_c_loops(obj)
+    if found is None:
+        found = [None if entry is None else _object_location(entry) for entry in obj]
+    return found
+
+
+def _object_locations_in_c_loops(obj: list[Any]) -> list[ObjectLocation | None] | None:
+    """The reply's records, or None where it is not of the common shape (every check _object_location
+    makes, made a column at a time)."""
+    hits = list(filter(_is_not_none, obj))
+    if not hits:
+        return list(obj)
+    if not _all_lists_of(hits, len(ObjectLocation._fields)):
+        return None
+    sizes, checksums, copies = zip(*hits, strict=True)
+    if not (_all_ints_below(sizes, _SIZE_END) and _all_ints_below(checksums, _U64_END)):
+        return None
+    if not _all_lists_of(list(copies), None):
+        return None
+    flat = list(itertools.chain.from_iterable(copies))
+    if not (_all_lists_of(flat, len(Location._fields)) and _served_by_engines(flat)):
+        return None
+    lists = map(list, map(map, itertools.repeat(_new_location), copies))
+    made: list[ObjectLocation | None] = list(
+        map(_new_tuple, itertools.repeat(ObjectLocation), zip(sizes, checksums, lists, strict=True))
+    )
+    if len(made) == len(obj):
+        return made
+    out: list[ObjectLocation | None] = [None] * len(obj)
+    at_hits = itertools.compress(itertools.count(), map(operator.is_not, obj, itertools.repeat(None)))
+    deque(map(out.__setitem__, at_hits, made), maxlen=0)
+    return out
+
+
+def _served_by_engines(flat: list[Any]) -> bool:
+    """Every copy (a list of Location's fields) of the types and bounds _location checks, and served by a
+    transfer engine (a disk record a reader reads from its path has a rule of its own: record by record)."""
+    if not flat:
+        return True
+    tiers, hosts, engines, region_ids, offsets, slots, gens, paths = zip(*flat, strict=True)
+    return (
+        set(map(type, tiers)) == {int}
+        and _TIER_SET.issuperset(tiers)
+        and set(map(type, itertools.chain(hosts, engines, paths))) == {str}
+        and all(engines)
+        and all(_all_ints_below(column, _U64_END) for column in (region_ids, offsets, slots, gens))
+    )
 
 
 def _items(obj: Any, value: Any = None) -> list[ItemResult]:
@@ -250,7 +312,12 @@ def _placements(obj: Any) -> list[Placement]:
 
 
 _new_tuple = tuple.__new__  # (a NamedTuple from a sequence in one C call)
+_new_location = functools.partial(_new_tuple, Location)
 _payload = operator.itemgetter(2)
+_is_not_none = functools.partial(operator.is_not, None)
+_U64_END = 2**64
+_SIZE_END = 2**63  # (a put's size is at most 2**63 - 1: PutItem)
+_TIER_SET = frozenset(TIERS)
 
 
 def _all_lists_of(values: list[Any], length: int | None) -> bool:
@@ -258,3 +325,8 @@ def _all_lists_of(values: list[Any], length: int | None) -> bool:
     if not values:
         return True
     return set(map(type, values)) == {list} and (length is None or set(map(len, values)) == {length})
+
+
+def _all_ints_below(values: Sequence[Any], end: int) -> bool:
+    """Every value an int (not a bool) in [0, end); true of none."""
+    return not values or (set(map(type, values)) == {int} and min(values) >= 0 and max(values) < end)
