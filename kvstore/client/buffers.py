@@ -254,6 +254,22 @@ def _whole_checksums(values: Sequence[RawPieces]) -> list[int]:
     return checksum.xxh3_pieces(list(flat(addrs)), list(flat(lengths)), counts)
 
 
+def piece_arrays(addrs: Any, lengths: Any, counts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat piece arrays (value i: its counts[i] next pieces) as numpy arrays, checked: one address and
+    one length per piece, counts that add up to them, at least one piece per value."""
+    try:
+        a = np.asarray(addrs, dtype=np.uint64)
+        n = np.asarray(lengths, dtype=np.uint64)
+        c = np.asarray(counts, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"pieces must be arrays of non-negative integers: {exc}") from None
+    if a.ndim != 1 or n.ndim != 1 or c.ndim != 1 or a.size != n.size or int(c.sum()) != a.size:
+        raise InvalidArgumentError("one address and one length per piece, and counts that add up to them")
+    if c.size and int(c.min()) <= 0:
+        raise InvalidArgumentError("every value needs at least one piece")
+    return a, n, c
+
+
 class BufferManager:
     def __init__(self, engine: TransferEngine, staging_size: int, pipeline_chunk: int = 0) -> None:
         self.engine = engine
@@ -334,18 +350,9 @@ class BufferManager:
     def piece_values(self, addrs: Any, lengths: Any, counts: Any, writable: bool) -> Sequence[ValueBuffers]:
         """Values given as flat piece arrays (value i: its counts[i] next pieces): RawPieces when every
         piece is inside a long-lived registration (found in a few array operations), else via values()."""
-        try:
-            a = np.asarray(addrs, dtype=np.uint64)
-            n = np.asarray(lengths, dtype=np.uint64)
-            c = np.asarray(counts, dtype=np.int64)
-        except (OverflowError, TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"pieces must be arrays of non-negative integers: {exc}") from None
-        if a.ndim != 1 or n.ndim != 1 or c.ndim != 1 or a.size != n.size or int(c.sum()) != a.size:
-            raise InvalidArgumentError("one address and one length per piece, and counts that add up to them")
+        a, n, c = piece_arrays(addrs, lengths, counts)
         if c.size == 0:
             return []
-        if int(c.min()) <= 0:
-            raise InvalidArgumentError("every value needs at least one piece")
         if self._in_registrations(a, n, writable):
             return _raw_piece_arrays(c, a, n)
         # GPU memory, or a piece outside every registration: values() moves it, or says which.

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import numpy as np
 
+from kvstore.blocks import member_key
+from kvstore.client.buffers import piece_arrays
 from kvstore.client.put_chunk import PutResult
 from kvstore.client.read_batch import MISS
 from kvstore.client.store import Store
@@ -57,9 +59,16 @@ class ShardedStore:
         return cls(stores, config)
 
     def close(self) -> None:
+        """Leaves every shard, even when leaving one raises (the first error is raised after)."""
+        errors: list[BaseException] = []
         for store in self.stores:
-            store.close()
+            try:
+                store.close()
+            except BaseException as exc:  # (every shard is left all the same)
+                errors.append(exc)
         self._pool.shutdown(wait=True)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> ShardedStore:
         return self
@@ -134,15 +143,17 @@ class ShardedStore:
             keys,
             [buffer_lists],
             lambda s, k, b: s.batch_put_detailed(k, b, **kwargs),
-            lambda e: PutResult(-e.code, 0, 0, str(e)),
+            lambda e: PutResult(-e.code, 0, kwargs.get("replicas") or self.config.replicas, str(e)),
         )
 
     def put_blocks(self, keys: Sequence[str], buffers: Sequence[Any], **kwargs: Any) -> list[int]:
         return self.batch_put_from(keys, buffers, **kwargs)
 
     def put_group(self, group: str, buffers: Sequence[Any], **kwargs: Any) -> list[int]:
-        """Every member of a store group (see Store.put_group): a group lives on one shard."""
-        return self.store_for(group).put_group(group, buffers, **kwargs)
+        """Every member of a store group (see Store.put_group): a group lives on one shard, the one its
+        members route to (a member's key, not the group's name: a name that itself has the member form
+        routes by its own group)."""
+        return self.store_for(member_key(group, 0, 1)).put_group(group, buffers, **kwargs)
 
     def batch_get(self, keys: Sequence[str]) -> list[bytes | None]:
         return self._split(keys, [], lambda s, k: s.batch_get(k), lambda _e: None)
@@ -214,8 +225,11 @@ class ShardedStore:
     ) -> list[T]:
         """call(store, its keys, its part of each column) per shard that holds any of `keys`; a shard
         whose call raised a KVStoreError gives failed(error) for each of its keys."""
-        if any(len(column) != len(keys) for column in columns):
-            raise InvalidArgumentError("keys and buffers differ in length")
+        for column in columns:
+            if len(column) != len(keys):
+                raise InvalidArgumentError(
+                    f"{len(keys)} keys but {len(column)} values (buffers or pieces' counts)"
+                )
         parts = [(s, p) for s, p in enumerate(split_by_shard(keys, self.shards)) if p]
         if len(parts) == 1 and len(parts[0][1]) == len(keys):  # every key on one shard: no split
             shard, _ = parts[0]
@@ -228,7 +242,12 @@ class ShardedStore:
 
         # the other parts on the pool, the first in this thread meanwhile (one hand-off fewer)
         futures = [(positions, self._pool.submit(run, shard, positions)) for shard, positions in parts[1:]]
-        done = [(parts[0][1], run(*parts[0]))]
+        try:
+            done = [(parts[0][1], run(*parts[0]))]
+        finally:
+            # Every part has ended before this returns or raises: a part still running would write into
+            # buffers the caller takes back once the call failed.
+            wait([future for _, future in futures])
         done += [(positions, future.result()) for positions, future in futures]
         for positions, results in done:
             for i, result in zip(positions, results, strict=True):
@@ -236,7 +255,9 @@ class ShardedStore:
         return out
 
     def _each(self, call: Callable[[Store], T]) -> list[T]:
-        return [f.result() for f in [self._pool.submit(call, store) for store in self.stores]]
+        futures = [self._pool.submit(call, store) for store in self.stores]
+        wait(futures)  # every shard's call has ended before one's error is raised
+        return [f.result() for f in futures]
 
 
 def _guarded(
@@ -265,17 +286,9 @@ class _Pieces:
     counts[i] next ones."""
 
     def __init__(self, addrs: Any, lengths: Any, counts: Any) -> None:
-        try:
-            self.addrs = np.asarray(addrs, dtype=np.uint64)
-            self.lengths = np.asarray(lengths, dtype=np.uint64)
-            self.counts = np.asarray(counts, dtype=np.int64)
-        except (OverflowError, TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"pieces must be arrays of non-negative integers: {exc}") from None
+        # checked for the whole batch, before any shard's part starts (as one Store checks them)
+        self.addrs, self.lengths, self.counts = piece_arrays(addrs, lengths, counts)
         c = self.counts
-        if c.ndim != 1 or self.addrs.shape != self.lengths.shape or int(c.sum()) != self.addrs.size:
-            raise InvalidArgumentError("one address and one length per piece, and counts that add up to them")
-        if c.size and int(c.min()) <= 0:
-            raise InvalidArgumentError("every value needs at least one piece")
         self.starts = np.cumsum(c) - c  # where each key's pieces begin
         self.positions = range(c.size)  # (a column: each key's own position)
 

@@ -35,12 +35,12 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     shards = shard_configs(config)
     with ExitStack() as stack:
+        # each shard's session heartbeats from its join on (_joined), while the next shards' memory is
+        # still being prepared: a shard that waited for all of them would forget this node meanwhile
         joined = [
             stack.enter_context(_joined(_shard_node(node, i, len(shards)), shard))
             for i, shard in enumerate(shards)
         ]
-        for member in joined:
-            member.session.start()
         settle_collector()
         print(f"{READY_PREFIX}{_ready_fields(joined)}", flush=True)
         wait_for_stop_request()
@@ -106,7 +106,9 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         catalog = SegmentCatalog(files.catalog, secret=session.master.secret)
         if not reused or not files.kept(node.segment_size):
             catalog.clear()  # new memory (or the file was given up for anonymous memory): nothing in it
-        yield _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)
+        member = _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)
+        session.start()  # heartbeats from here on
+        yield member
     finally:
         session.close()
         _release(identity, held)
