@@ -1,6 +1,7 @@
 #include "meta/memory_space.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 namespace kvs::meta {
@@ -93,8 +94,15 @@ uint32_t MemorySpace::pick_of_two(const std::vector<uint32_t>& among) {
   // Each drawn in proportion to its capacity: a segment 4x larger must take 4x the writes to fill evenly,
   // more than uniform draws of two could give it (at most 2/n - 1/n^2 of them).
   cumulative_.clear();
+  // Saturated, not wrapped: capacities of up to 2^62 each sum past 2^64 in four mounts, and a wrapped
+  // sum would leave cumulative_ unsorted (a draw past its end). Only past 16 EiB in all does a later
+  // segment draw less than its share.
   uint64_t total = 0;
-  for (uint32_t i : among) cumulative_.push_back(total += segments_[i].allocator->capacity());
+  for (uint32_t i : among) {
+    const uint64_t capacity = segments_[i].allocator->capacity();
+    total = capacity > UINT64_MAX - total ? UINT64_MAX : total + capacity;
+    cumulative_.push_back(total);
+  }
   const auto draw = [&] {
     using Wide = unsigned __int128;
     const auto point = static_cast<uint64_t>((static_cast<Wide>(next_random()) * total) >> 64);

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import xxhash
+
 from kvstore.config.master import MasterConfig
 from kvstore.master.ledger.changes import ObjectDropped, ObjectsLost
 from kvstore.master.ledger.fences import FenceBook
@@ -37,6 +39,9 @@ class StateCore:
         polls = NodePolls()  # each node's one work poll: whoever queues work for a node wakes it
         # The one writer of the segment, object, space and fence tables (kvstore.master.ledger.ledger).
         self.ledger = Ledger(FenceBook(clock, polls.wake))
+        # Each shard's master draws its own placements (it runs under its shard's cluster name,
+        # "<cluster>.shard-<i>": kvstore.master.wire.process), reproducible for that name.
+        self.ledger.memory.seed(xxhash.xxh3_64_intdigest(config.cluster.encode()))
         self.memory_order = TableOrder(self.ledger.objects, MEMORY_ORDER)
         memory_order = make_policy(config.eviction_policy, self.memory_order)
         self.space = SegmentSpace(config.allocation_alignment, clock, self.ledger, polls, memory_order)

@@ -69,20 +69,40 @@ TEST(MemorySpace, FromEmptySegmentsOfEachSizeFillInProportion) {
   for (double u : used) EXPECT_NEAR(u, 0.5, 0.05);
 }
 
+// The segments 50 objects of 1 KiB go to over five mounts of 1 MiB, placed after seed(`seed`) and
+// `before` earlier draws (placements of which are given back).
+std::vector<uint32_t> placed_after(uint64_t seed, int before = 0) {
+  Segments s;
+  for (uint32_t id = 1; id <= 5; ++id) s.add(id, "h" + std::to_string(id), 1024 * kKiB);
+  s.space.seed(seed);
+  for (int i = 0; i < before; ++i) {
+    std::vector<Placed> drawn;
+    s.space.place(kKiB, 1, {}, {}, drawn);
+    s.allocators[drawn[0].segment]->free(drawn[0].offset);
+  }
+  s.space.seed(seed);  // restarts the draws: what came before no longer matters
+  std::vector<Placed> out;
+  s.space.place_many(std::vector<uint64_t>(50, kKiB), 1, out);
+  std::vector<uint32_t> segments;
+  for (const Placed& p : out) segments.push_back(p.segment);
+  return segments;
+}
+
 TEST(MemorySpace, TheSameSeedPlacesTheSameWay) {
-  auto run = [] {
-    Segments s;
-    for (uint32_t id = 1; id <= 5; ++id) s.add(id, "h" + std::to_string(id), 1024 * kKiB);
-    s.space.seed(7);
-    std::vector<Placed> out;
-    s.space.place_many(std::vector<uint64_t>(50, kKiB), 1, out);
-    std::vector<uint32_t> segments;
-    for (const Placed& p : out) segments.push_back(p.segment);
-    return segments;
-  };
-  const auto first = run();
-  EXPECT_EQ(run(), first);
+  const auto first = placed_after(42);
+  EXPECT_EQ(placed_after(42), first);
+  EXPECT_EQ(placed_after(42, 7), first);  // seed() after draws restarts the sequence
+  EXPECT_NE(placed_after(43), first);     // another seed, other draws
   EXPECT_GT(std::set<uint32_t>(first.begin(), first.end()).size(), 1u);
+}
+
+TEST(MemorySpace, CapacitiesSummingPast64BitsAreEachDrawn) {
+  // Four mounts of 2^62 bytes sum to exactly 2^64: a wrapped sum (0) sent every draw to the first.
+  Segments s;
+  for (uint32_t id = 1; id <= 4; ++id) s.add(id, "h" + std::to_string(id), uint64_t{1} << 62);
+  const auto counts = s.place(400, kKiB);
+  ASSERT_EQ(counts.size(), 4u);
+  for (const auto& [id, n] : counts) EXPECT_GT(n, 50) << "segment " << id;
 }
 
 TEST(MemorySpace, ReplicasTakeDistinctSegmentsAndHostsWhileHostsLast) {

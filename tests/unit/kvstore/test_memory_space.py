@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from kvstore.allocator import MemorySpace, OffsetAllocator, SlotPool
+from kvstore.config.master import MasterConfig
+from kvstore.master.service.state import MasterState
 
 KiB = 1024
 
@@ -47,13 +49,38 @@ def test_one_replica_goes_to_a_segment_that_fits_it() -> None:
 
 
 def test_the_same_seed_places_the_same_way() -> None:
-    def run() -> list[int]:
-        space = _space(*[(i, f"h{i}", 64 * KiB) for i in range(1, 6)])
-        space.seed(42)
+    def run(seed: int, draws_before: int = 0) -> list[int]:
+        allocators = {i: OffsetAllocator(64 * KiB, 64) for i in range(1, 6)}
+        space = MemorySpace()
+        for i, allocator in allocators.items():
+            space.add(i, f"h{i}", allocator, SlotPool(1 << 10))
+        space.seed(seed)
+        for _ in range(draws_before):  # earlier draws, each placement given back
+            segments, offsets, _ = space.place(KiB, 1)
+            assert allocators[segments[0]].free(offsets[0])
+        space.seed(seed)  # restarts the draws
         return space.place_many([KiB] * 50, 1)[1][0]
 
-    first = run()
-    assert run() == first and len(set(first)) > 1  # drawn, yet reproducible
+    first = run(42)
+    assert run(42) == first and len(set(first)) > 1  # drawn, yet reproducible
+    assert run(42, draws_before=7) == first  # seed() after draws restarts the sequence
+    assert run(43) != first  # another seed draws otherwise
+
+
+def test_each_master_draws_from_its_own_cluster_and_shard() -> None:
+    """Two shards' masters (and two clusters') place the same requests differently; the same master
+    configuration, the same way."""
+
+    def placements(**settings: object) -> list[int]:
+        state = MasterState(MasterConfig(**settings))  # type: ignore[arg-type]
+        for i in range(1, 6):
+            state.ledger.memory.add(i, f"h{i}", OffsetAllocator(64 * KiB, 64), SlotPool(4096))
+        return state.ledger.memory.place_many([KiB] * 50, 1)[1][0]
+
+    first = placements(cluster="c.shard-0")  # (a shard's master runs under its shard's cluster name)
+    assert placements(cluster="c.shard-0") == first
+    assert placements(cluster="c.shard-1") != first
+    assert placements(cluster="other.shard-0") != first
 
 
 def test_replicas_go_to_distinct_segments_on_distinct_hosts_first() -> None:
