@@ -15,13 +15,20 @@ the head for each key it adds, and each heartbeat's `take_touches` drops a bound
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError
+
+# One default, the client's setting's (StoreConfig.lease_cache_entries, KVSTORE_LEASE_CACHE_ENTRIES).
+DEFAULT_MAX_ENTRIES: int = next(
+    f.default for f in dataclasses.fields(StoreConfig) if f.name == "lease_cache_entries"
+)
 
 # Expired entries a fill drops from the head per key it adds: more than one, so a cache that stopped
 # being read still drains as it fills, and a bounded cost per key on the hot path.
@@ -32,10 +39,15 @@ EXPIRED_DROPS_PER_HEARTBEAT = 4096
 
 class LeaseCache:
     """Located entries per key until half their read lease has passed; at most `max_entries`, the
-    oldest fill evicted first."""
+    oldest fill evicted first. The bound is per Store: a client of S shards (kvstore.client.sharded)
+    holds a cache per shard, so up to S x `max_entries` in all."""
 
     def __init__(
-        self, lease_ttl: float, max_entries: int = 1 << 16, *, clock: Callable[[], float] = time.monotonic
+        self,
+        lease_ttl: float,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not lease_ttl > 0:
             raise InvalidArgumentError(f"lease_ttl must be positive seconds, got {lease_ttl!r}")
