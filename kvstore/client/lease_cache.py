@@ -20,14 +20,14 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError
 
 # One default, the client's setting's (StoreConfig.lease_cache_entries, KVSTORE_LEASE_CACHE_ENTRIES).
-DEFAULT_MAX_ENTRIES: int = next(
-    f.default for f in dataclasses.fields(StoreConfig) if f.name == "lease_cache_entries"
+DEFAULT_MAX_ENTRIES = cast(
+    int, next(f.default for f in dataclasses.fields(StoreConfig) if f.name == "lease_cache_entries")
 )
 
 # Expired entries a fill drops from the head per key it adds: more than one, so a cache that stopped
