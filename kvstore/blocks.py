@@ -116,6 +116,8 @@ class BlockHasher:
 # A *group* is the objects of one block (its layers, KV cache groups, head slices), possibly written by
 # several processes: `<group>#<i>of<n>` is member i of n. The master shows a member only while all n are
 # stored, and leases, evicts and removes the n as one (kvstore.master). Keys of this form are reserved.
+# Both are part of a sharded cluster's routing (kvstore.cluster.shards routes a member by its group):
+# changing either sends some stored keys to another master, where their reads miss.
 MAX_GROUP_MEMBERS = 1024
 _MEMBER = re.compile(r"(.+)#(0|[1-9][0-9]{0,3})of([1-9][0-9]{0,3})", re.DOTALL)
 

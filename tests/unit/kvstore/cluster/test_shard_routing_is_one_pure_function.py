@@ -32,6 +32,10 @@ def test_a_groups_members_live_on_its_groups_shard() -> None:
         assert {shard_of(member_key(group, i, 6), 5) for i in range(6)} == {home}
     # a key that only looks like a member (index not below count) is routed by itself
     assert shard_of("g#7of4", 5) == xxhash.xxh3_64_intdigest(b"g#7of4") % 5
+    # The member form's bounds are part of the rule (kvstore.blocks.MAX_GROUP_MEMBERS, _MEMBER): pinned,
+    # since changing them reroutes stored keys. g (0 of 5) holds its members up to 1,024; past that, or
+    # with a leading zero, a key routes by itself (3 and 4 of 5).
+    assert [shard_of(k, 5) for k in ["g#1023of1024", "g#0of1025", "g#01of2"]] == [0, 3, 4]
 
 
 def test_keys_spread_over_every_shard_and_a_batch_splits_in_key_order() -> None:
