@@ -64,11 +64,14 @@ class MasterClient:
         busy_poll_us: int = 100,
         secret: bytes | None = None,
         tls_context: ssl.SSLContext | Literal["env"] | None = "env",
+        shard: tuple[int, int] | None = None,
     ) -> None:
         """`address`: HOST:PORT, a comma-separated list of them (the one that accepts: a leader), or a
         Locator (kvstore.cluster.leader: the leader etcd names). Each connection opened asks it again.
         `secret`: the cluster secret each connection proves it knows (from the environment if None).
-        `tls_context`: TLS to the master (kvstore.rpc.tls; "env": from KVSTORE_TLS_*; None: plain TCP)."""
+        `tls_context`: TLS to the master (kvstore.rpc.tls; "env": from KVSTORE_TLS_*; None: plain TCP).
+        `shard`: (shard, shards) this client routes to the master (kvstore.cluster.shards): a master that
+        says it serves another part of the key space is refused (None: not checked, as status does)."""
         security = SecurityConfig.load()
         self.secret = security.secret() if secret is None else secret
         self.tls = tls.client_context(security) if tls_context == "env" else tls_context
@@ -85,6 +88,7 @@ class MasterClient:
         self._lock = threading.Lock()
         self._closed = False
         self._identity: tuple[str, str] | None = None  # (client id, token): see identify()
+        self.shard = shard
 
     def call(
         self, request: Request, timeout: float | None = None, long_poll: bool = False, raw: bool = False
@@ -244,6 +248,9 @@ class MasterClient:
         except KVStoreError:
             sock.close()
             raise
+        if self.shard is not None and (reply.shard, reply.shards) != self.shard:
+            sock.close()
+            raise InvalidArgumentError(_shard_mismatch(address, self.shard, reply))
         if 0 < reply.epoch < self.epoch:
             sock.close()
             raise MasterUnavailableError(
@@ -273,6 +280,17 @@ class MasterClient:
                 self._all.remove(sock)
         with contextlib.suppress(OSError):
             sock.close()
+
+
+def _shard_mismatch(address: str, routed: tuple[int, int], reply: HelloReply) -> str:
+    """Why a master is refused: this client would send it keys of a shard it does not serve (a put
+    stored where other clients never look, two values for one key)."""
+    return (
+        f"master {address} serves shard {reply.shard} of {reply.shards}, but this client's master setting "
+        f"routes shard {routed[0]} of {routed[1]} to it: give every client and node the masters' list in "
+        "shard order, each shard's addresses ','-separated and the shards ';'-separated (or the etcd "
+        "cluster the masters elect in)"
+    )
 
 
 def _exchange(sock: socket.socket, wire: _Wire, msg_id: int, request: Request) -> tuple[int, int, str, Any]:

@@ -72,6 +72,7 @@ class Session:
             config.rpc_busy_poll_us,
             secret=self.security.secret(),
             tls_context=tls.client_context(self.security),
+            shard=config.shard,  # (its master must serve the shard its keys are routed to)
         )
         engine = None
         try:

@@ -25,7 +25,7 @@ from kvstore.blocks import group_of
 from kvstore.config import StoreConfig
 from kvstore.config.etcd import EtcdConfig
 from kvstore.config.security import SecurityConfig
-from kvstore.errors import InvalidArgumentError, MasterUnavailableError
+from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError
 from kvstore.rpc import etcd
 from kvstore.rpc.etcd_records import Records
 
@@ -45,35 +45,46 @@ def split_shards(master: str) -> list[str]:
 
 def shard_configs(config: StoreConfig) -> list[StoreConfig]:
     """The settings that reach each shard's master, in shard order: [config] for one shard (today's
-    cluster, unchanged). etcd's shard map is read once, here."""
+    cluster, unchanged). etcd's shard map is read once, here. Each names its shard (StoreConfig.shard),
+    which its master's Hello reply must name too (kvstore.cluster.master_client): a client whose list
+    differs from the masters' own (',' for ';', another order, one shard of several) is refused rather
+    than store keys where other clients never look. A shard's own settings are already one shard."""
+    if config.shard[1] > 1:
+        return [config]
     if config.etcd:
         shards = etcd_shards(config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
+        if shards == 1:
+            return [config]
         return [
-            dataclasses.replace(config, cluster=etcd.shard_cluster(config.cluster, i, shards))
-            if shards > 1
-            else config
+            dataclasses.replace(
+                config, cluster=etcd.shard_cluster(config.cluster, i, shards), shard=(i, shards)
+            )
             for i in range(shards)
         ]
     parts = split_shards(config.master)
     if len(parts) == 1:
         return [config]
-    return [dataclasses.replace(config, master=address) for address in parts]
+    return [
+        dataclasses.replace(config, master=address, shard=(i, len(parts))) for i, address in enumerate(parts)
+    ]
 
 
 def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
     """How many shards etcd's shard map gives `cluster` (no map: one). A map that does not verify
-    (kvstore.rpc.etcd_records: not signed with this cluster's secret) is refused."""
+    (kvstore.rpc.etcd_records: not signed with this cluster's secret) is refused, and so is an etcd
+    that cannot be read: guessing one shard would route every key of a sharded cluster to shard 0."""
     try:
         client = etcd.connect(endpoints, timeout, EtcdConfig.load())
         try:
             value, _ = client.get(etcd.shards_key(cluster))
         finally:
             client.close()
+    except KVStoreError:  # (its TLS or login settings: said as they are)
+        raise
     except Exception as exc:  # grpc errors of every kind: etcd cannot be asked now
-        # One shard, as before sharding: a sharded cluster has no leader under its own name, so this
-        # can only wait for one (as a client started between two leaders does) and fail, never misroute.
-        log.debug("cannot read the shard map of cluster %r: %s", cluster, exc)
-        return 1
+        raise MasterUnavailableError(
+            f"cannot read the shard map of cluster {cluster!r} from etcd {endpoints}: {etcd.explain(exc)}"
+        ) from exc
     if value is None:
         return 1
     shards = Records(SecurityConfig.load().secret(), cluster).decode_shards(value)

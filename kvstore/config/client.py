@@ -97,6 +97,10 @@ class StoreConfig(Component):
         "", "The admin secret itself (prefer admin_secret_file: the environment leaks).", "secret"
     )
     engine: EngineConfig = field(default_factory=EngineConfig)
+    # Not a setting: the shard of its cluster these settings reach, (shard, shards)
+    # (kvstore.cluster.shards.shard_configs): the master's Hello reply must say the same, or the client
+    # refuses it (its routing and the master's part of the key space differ).
+    shard: tuple[int, int] = (0, 1)
 
     @classmethod
     def settings(cls) -> Iterator[SettingInfo]:

@@ -182,6 +182,10 @@ class MasterConfig(Component):
         "and a standby leads once it has (a failover takes about this long).",
     )
 
+    # Not a setting: the part of the cluster's key space this master serves, (shard, shards), from `kvstore
+    # master --shard/--shards` (kvstore.master.wire.process); told to clients in Hello's reply.
+    shard: tuple[int, int] = (0, 1)
+
     def validate(self) -> None:
         if self.etcd:
             parse_endpoints(self.etcd)

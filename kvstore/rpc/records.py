@@ -184,6 +184,10 @@ class PrefixMatch(NamedTuple):
 class HelloReply(NamedTuple):
     version: int
     epoch: int  # the leader's term in its cluster (etcd's revision of its leader key); 0 without HA
+    # The part of the key space the master serves (kvstore.cluster.shards): a trailing pair only a
+    # sharded master sends, so a one-shard master's reply (and a master's before sharding) reads 0 of 1
+    shard: int = 0
+    shards: int = 1
 
 
 def _record(cls: Any, obj: Any) -> Any:

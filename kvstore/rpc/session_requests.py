@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError, ProtocolError
 from kvstore.rpc import node_proof
 from kvstore.rpc import validate as v
+from kvstore.rpc.etcd import MAX_SHARDS
 from kvstore.rpc.records import HeartbeatReply, HelloReply, RegisterReply, _record
 from kvstore.rpc.schema import Int, Keys, Name, Omitted, OwnToken, Read, Request, Text, Token, With, request
 
@@ -68,7 +69,21 @@ class Hello(Request):
 
     @staticmethod
     def decode_reply(obj: Any) -> HelloReply:
-        return _record(HelloReply, obj)
+        if isinstance(obj, (list, tuple)) and len(obj) == 2:  # a one-shard master: 0 of 1
+            return HelloReply(*obj)
+        reply: HelloReply = _record(HelloReply, obj)
+        shard, shards = reply.shard, reply.shards
+        if not (type(shard) is int and type(shards) is int and 0 <= shard < shards <= MAX_SHARDS):
+            raise ProtocolError("master sent a malformed HelloReply")
+        return reply
+
+
+def hello_reply(epoch: int, shard: int, shards: int) -> tuple[int, ...]:
+    """Hello's reply on the wire: a sharded master adds which shard it serves of how many; a one-shard
+    master's reply is the two fields it always was (clients of any release read it)."""
+    if shards == 1:
+        return (PROTOCOL_VERSION, epoch)
+    return tuple(HelloReply(PROTOCOL_VERSION, epoch, shard, shards))
 
 
 NodeProofPart = Annotated[str, Text(node_proof.MAX_PUBLIC_CHARS), Omitted.FALSY, With("node_id")]

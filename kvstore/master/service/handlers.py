@@ -127,13 +127,15 @@ class Handlers:
             return self.register_client(request, peer)
         return self.by_type[type(request)](request)
 
-    def hello(self, r: m.Hello) -> m.HelloReply:
+    def hello(self, r: m.Hello) -> tuple[int, ...]:
+        """The reply says which shard of its cluster this master serves (when sharded): a client whose
+        routing sends it another shard's keys refuses it (kvstore.cluster.master_client)."""
         if r.version != m.PROTOCOL_VERSION:
             raise InvalidArgumentError(
                 f"client speaks RPC protocol {r.version}, this master speaks {m.PROTOCOL_VERSION}: "
                 "run the same kvstore release on both"
             )
-        return m.HelloReply(m.PROTOCOL_VERSION, self.epoch)
+        return m.hello_reply(self.epoch, *self.config.shard)
 
     def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply | Deferred:
         """Registers; a node identity another registration holds (with memory or a disk) is taken only

@@ -73,21 +73,23 @@ class Election:
         """Writes the shard map of `cluster` (how many shards its key space is split over, signed with
         the cluster secret: clients and nodes read it to route) unless one is there; a map that says
         another count, or does not verify, is refused: clients routing by it would ask this shard for
-        keys it does not hold."""
+        keys it does not hold. One shard writes no map (a cluster without one is one shard) but is
+        refused as well where a map says more: it would serve keys the clients route to other shards."""
         records = Records(self._secret, cluster)
         c, key, value = self.client, etcd.shards_key(cluster), records.encode_shards(shards)
         try:
-            c.transaction(
-                compare=[c.transactions.create(key) == 0],
-                success=[c.transactions.put(key, value)],
-                failure=[],
-            )
+            if shards > 1:
+                c.transaction(
+                    compare=[c.transactions.create(key) == 0],
+                    success=[c.transactions.put(key, value)],
+                    failure=[],
+                )
             found, _ = c.get(key)
         except Exception as exc:  # grpc errors of every kind: etcd cannot be asked
             raise MasterUnavailableError(
                 f"cannot write the shard map of cluster {cluster!r}: {etcd.explain(exc)}"
             ) from exc
-        there = records.decode_shards(found)
+        there = records.decode_shards(found) if found is not None else 1
         if there != shards:
             said = (
                 f"split over {there} shards"

@@ -40,8 +40,10 @@ def run_master(config: MasterConfig, shard: int = 0, shards: int = 1) -> None:
     place; with etcd its masters elect their leader under the shard's own name, and the cluster's
     shard map in etcd says how many shards there are."""
     cluster = config.cluster
-    if shards > 1 or shard:
-        config = dataclasses.replace(config, cluster=etcd.shard_cluster(cluster, shard, shards))
+    # (shard_cluster checks the pair: a client's Hello reply and the election both name it)
+    config = dataclasses.replace(
+        config, cluster=etcd.shard_cluster(cluster, shard, shards), shard=(shard, shards)
+    )
     loop = new_event_loop(config.busy_poll_us)
     done = asyncio.Event()
 
@@ -98,8 +100,8 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
     host, port = sock.getsockname()[:2]
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     election = Election(config.etcd, config.cluster, address, config.leader_ttl)
-    if shard_map[1] > 1:
-        await loop.run_in_executor(None, election.publish_shards, *shard_map)
+    # (with one shard it writes no map, but refuses to serve a cluster whose map says more)
+    await loop.run_in_executor(None, election.publish_shards, *shard_map)
     print(f"{READY_PREFIX}{address} http=- role=candidate cluster={config.cluster}", flush=True)
     stop = threading.Event()
     stopping = asyncio.ensure_future(done.wait())
