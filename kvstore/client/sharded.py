@@ -23,7 +23,7 @@ from kvstore.client.read_batch import MISS
 from kvstore.client.store import Store
 from kvstore.cluster.shards import shard_of, split_by_shard
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError
+from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
 from kvstore.rpc.messages import ObjectLocation
 
 T = TypeVar("T")
@@ -79,6 +79,17 @@ class ShardedStore:
     def store_for(self, key: str) -> Store:
         """The shard's Store that holds `key`."""
         return self.stores[shard_of(key, self.shards)]
+
+    @property
+    def engine(self) -> Any:
+        """Refused: each shard's Store has its own transfer engine (`.stores[i].engine`), none is the
+        client's."""
+        raise NotSupportedError("a client of several shards has one transfer engine per shard, not one")
+
+    def match_prefix(self, keys: Sequence[str]) -> Any:
+        """Refused for now: a node is a member per shard, so a prefix's run would need one name across
+        shards (docs/architecture.md)."""
+        raise NotSupportedError("match_prefix does not span shards yet: ask each key with batch_exists")
 
     # -- buffers: every shard's engine moves bytes in and out of them ---------------------------------
     def register_buffer(self, buffer: Any) -> None:
