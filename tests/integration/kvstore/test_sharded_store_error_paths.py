@@ -149,12 +149,12 @@ class _LateProxy:
 
 
 def test_a_node_heartbeats_each_shard_from_its_join_on() -> None:
-    """Masters that forget a client after 1 s without a heartbeat; the node's second shard answers 4 s
+    """Masters that forget a client after 2 s without a heartbeat; the node's second shard answers 5 s
     late (a relay that holds its replies): shard 0, joined first, never forgets the node (before: no
     heartbeat until every shard had joined, so shard 0 dropped it and it registered again)."""
     with ExitStack() as stack:
-        masters = _masters(stack, "--client-ttl", "1", "--heartbeat-interval", "0.2")
-        proxy = _LateProxy(masters[1], delay=4.0)
+        masters = _masters(stack, "--client-ttl", "2", "--heartbeat-interval", "0.3")
+        proxy = _LateProxy(masters[1], delay=5.0)
         stack.callback(proxy.close)
         command = ["node", "--master", f"{masters[0]};{proxy.address}", "--segment-size", str(32 * MiB)]
         node = subprocess.Popen(
