@@ -67,7 +67,7 @@ class EtcdLeader(Locator):
     ) -> None:
         """`settings`: etcd's TLS and login (from KVSTORE_ETCD_* if None); `secret`: the cluster secret
         records are signed with (from the environment if None)."""
-        self.endpoints, self.cluster = endpoints, etcd.check_cluster(cluster)
+        self.endpoints, self.cluster = endpoints, etcd.check_cluster(cluster, shard_of_one=True)
         etcd.parse_endpoints(endpoints)
         self.timeout = timeout
         self.settings = settings or EtcdConfig.load()

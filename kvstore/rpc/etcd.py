@@ -35,6 +35,10 @@ def shards_key(cluster: str) -> str:
     return f"{ROOT}/{cluster}/shards"
 
 
+SHARD_INFIX = ".shard-"  # (a shard's name: no cluster's own name may hold it, so none is taken for one)
+MAX_CLUSTER_CHARS = 128
+
+
 def shard_cluster(cluster: str, shard: int, shards: int) -> str:
     """The name shard `shard` of `shards` elects its leader under (its own leader and candidate keys,
     so a failover stays within the shard); one shard is the cluster itself."""
@@ -42,12 +46,25 @@ def shard_cluster(cluster: str, shard: int, shards: int) -> str:
         raise InvalidArgumentError(
             f"shard must be 0..{shards - 1} of 1..{MAX_SHARDS} shards, got {shard} of {shards}"
         )
-    return cluster if shards == 1 else f"{cluster}.shard-{shard}"
+    if shards == 1:
+        return cluster
+    name = f"{cluster}{SHARD_INFIX}{shard}"
+    if len(name) > MAX_CLUSTER_CHARS:
+        raise InvalidArgumentError(
+            f"cluster name {cluster!r} is too long to split over shards: its shards' names ({name!r}) pass "
+            f"{MAX_CLUSTER_CHARS} characters"
+        )
+    return name
 
 
-def check_cluster(cluster: str) -> str:
-    if not cluster or len(cluster) > 128 or not all(c.isalnum() or c in "._-" for c in cluster):
+def check_cluster(cluster: str, shard_of_one: bool = False) -> str:
+    """A cluster's name as given; `shard_of_one`: or a shard's name (shard_cluster) as well."""
+    if not cluster or len(cluster) > MAX_CLUSTER_CHARS or not all(c.isalnum() or c in "._-" for c in cluster):
         raise InvalidArgumentError("a cluster name is 1-128 letters, digits, '.', '_' or '-'")
+    if SHARD_INFIX in cluster and not shard_of_one:
+        raise InvalidArgumentError(
+            f"a cluster name may not hold {SHARD_INFIX!r}: it names the shards of a cluster split over shards"
+        )
     return cluster
 
 

@@ -52,7 +52,7 @@ class Election:
     ) -> None:
         """`settings`: etcd's TLS and login (from KVSTORE_ETCD_* if None); `secret`: the cluster secret
         the records are signed with (from the environment if None)."""
-        self.cluster, self.address, self.ttl = etcd.check_cluster(cluster), address, ttl
+        self.cluster, self.address, self.ttl = etcd.check_cluster(cluster, shard_of_one=True), address, ttl
         self.key = etcd.leader_key(cluster)
         self.run_id = uuid.uuid4().hex  # this process's candidacy (a restarted one is another)
         self._secret = SecurityConfig.load().secret() if secret is None else secret
