@@ -250,7 +250,16 @@ HOLD = [1, 3, 4096, 7, 9, "k", 10, 11, False, 2]
 # Replies each method's decode_reply is given: the master's usual ones and spoiled ones.
 REPLIES: dict[str, list[Any]] = {
     # A one-shard master's reply, a sharded master's (shard 1 of 2), and spoiled shard pairs
-    "hello": [[11, 4], [11], "x", [11, 4, 1, 2], [11, 4, 0], [11, 4, 2, 2], [11, 4, 0, 257], [11, 4, True, 2]],
+    "hello": [
+        [11, 4],
+        [11],
+        "x",
+        [11, 4, 1, 2],
+        [11, 4, 0],
+        [11, 4, 2, 2],
+        [11, 4, 0, 257],
+        [11, 4, True, 2],
+    ],
     "register_client": [[1.0, 10.0, 5.0, 9, 123], [1.0, 10.0, 5.0, 9]],
     "heartbeat": [[True], [0], [], None],
     "restore_segment": [[1, 2], [], ["x"], {}],
