@@ -65,23 +65,14 @@ class Records:
     def decode(self, kind: str, value: bytes | None, lease_id: int) -> MasterRecord | None:
         """The record in a key whose value is `value` and whose lease is `lease_id`; None unless it is
         well formed, names that lease and (with a secret) carries this cluster's MAC for `kind`."""
-        if not value or len(value) > MAX_RECORD_BYTES:
-            return None
-        try:
-            body = json.loads(value)
-        except ValueError:
+        body = _body(value)
+        if body is None:
             return None
         record = _parse(body)
         if record is None or record.lease != lease_id:
             return None
-        if self._key:
-            mac = body.get("mac")
-            try:
-                given = bytes.fromhex(mac) if isinstance(mac, str) else b""
-            except ValueError:
-                return None
-            if not hmac.compare_digest(given, self._mac(kind, record)):
-                return None
+        if self._key and not _signed(body, self._mac(kind, record)):
+            return None
         return record
 
     def encode_shards(self, shards: int) -> bytes:
@@ -96,23 +87,12 @@ class Records:
     def decode_shards(self, value: bytes | None) -> int | None:
         """The count a shard map's value names; None unless well formed (1..MAX_SHARDS) and (with a
         secret) signed with this cluster's."""
-        if not value or len(value) > MAX_RECORD_BYTES:
-            return None
-        try:
-            body = json.loads(value)
-        except ValueError:
-            return None
+        body = _body(value)
         shards = body.get("shards") if isinstance(body, dict) else None
         if type(shards) is not int or not 1 <= shards <= MAX_SHARDS:
             return None
-        if self._key:
-            mac = body.get("mac")
-            try:
-                given = bytes.fromhex(mac) if isinstance(mac, str) else b""
-            except ValueError:
-                return None
-            if not hmac.compare_digest(given, self._shards_mac(shards)):
-                return None
+        if self._key and not _signed(body, self._shards_mac(shards)):
+            return None
         return shards
 
     def _shards_mac(self, shards: int) -> bytes:
@@ -138,3 +118,22 @@ def _parse(body: Any) -> MasterRecord | None:
     except InvalidArgumentError:
         return None
     return MasterRecord(address, run_id, lease, ttl)
+
+
+def _body(value: bytes | None) -> Any:
+    """A record's JSON body; None when empty, too long or not JSON."""
+    if not value or len(value) > MAX_RECORD_BYTES:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _signed(body: Any, mac: bytes) -> bool:
+    """Whether a record's body carries `mac` (hex, compared in constant time)."""
+    given = body.get("mac") if isinstance(body, dict) else None
+    try:
+        return hmac.compare_digest(bytes.fromhex(given) if isinstance(given, str) else b"", mac)
+    except ValueError:
+        return False
