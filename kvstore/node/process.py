@@ -57,7 +57,14 @@ def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
             "a node of a cluster split over shards has no disk tier yet: run one node per shard for a disk"
         )
     name = f"{node.name}-shard-{shard}" if node.name else ""
-    return dataclasses.replace(node, segment_size=node.segment_size // shards, name=name)
+    if len(name) > 64:  # (the rule NodeConfig checks; replace() does not check it again)
+        raise InvalidArgumentError(
+            f"the node name {node.name!r} is too long to split over {shards} shards: with its "
+            f"'-shard-{shard}' suffix it passes a node name's 64 characters"
+        )
+    part = dataclasses.replace(node, segment_size=node.segment_size // shards, name=name)
+    part.validate()
+    return part
 
 
 @dataclasses.dataclass
