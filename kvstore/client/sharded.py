@@ -305,6 +305,8 @@ class _Pieces:
 
     def of(self, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The addresses, lengths and counts of the keys at `positions`, in that order."""
+        if len(positions) == self.counts.size:  # (positions are distinct: the whole batch, as it is)
+            return self.addrs, self.lengths, self.counts
         at = np.asarray(positions, dtype=np.int64)
         counts = self.counts[at]
         # each piece's index: its key's start, plus its place among that key's pieces
