@@ -36,6 +36,7 @@ class Access:
         (found,) = self.ledger.use(
             [key], now, now + cfg.lease_ttl, cfg.heat_half_life, self.replicator.hot_heat, True
         )
+        self.policy.on_access(key)
         self._used(key, found, meta)
         self.counters.hits += 1
         return meta
@@ -81,14 +82,16 @@ class Access:
         """Reads a client served itself (from a leased location): they count as accesses (no lease)."""
         cfg = self.config
         found = self.ledger.use(keys, self.clock(), 0.0, cfg.heat_half_life, self.replicator.hot_heat, True)
-        for key, bits in zip(keys, found, strict=True):
-            if bits:
-                self._used(key, bits)
-                self.counters.hits += 1
+        used = [(key, bits) for key, bits in zip(keys, found, strict=True) if bits]
+        self.policy.on_access_many([key for key, _ in used])  # (one call for the batch, as locate_many)
+        for key, bits in used:
+            self._used(key, bits)
+        self.counters.hits += len(used)
 
     def _used(self, key: str, found: int, meta: ObjectMeta | None = None) -> None:
         """The rest of a use the ledger applied (`found`: Ledger.use's bits): a second use of a copy loaded
-        from disk promotes it, eviction orders see it, and replication looks at it when the rule says so."""
+        from disk promotes it, the disk tier's order sees it, and replication looks at it when the rule says
+        so. The memory tier's eviction order is the caller's to tell, once per batch (on_access_many)."""
         disk = self.disk
         if found & ON_DISK or (disk.transient and found & IN_MEMORY):
             if meta is None:
@@ -97,7 +100,6 @@ class Access:
                 disk.read(meta)
             elif not found & IN_MEMORY:
                 disk.reread(meta)
-        self.policy.on_access(key)
         if found & ON_DISK:  # the disk tier's order is by use too, not by when the record was written
             disk.policy.on_access(key)
         if found & ATTENTION:  # hot, short of copies, or a set count
@@ -115,6 +117,7 @@ class Access:
         found = self.ledger.use(
             [m.key for m in matched], self.clock(), 0.0, cfg.heat_half_life, hot_heat, False
         )
+        self.policy.on_access_many([meta.key for meta in matched])
         for meta, bits in zip(matched, found, strict=True):
             self._used(meta.key, bits, meta)
         return matched
