@@ -55,6 +55,16 @@ def xxh3_pieces(
     return [int(d) for d in digests.tolist()]
 
 
+def xxh3_digests(addrs: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """xxh3_pieces' digests as a uint64 array, for callers that compute on them in numpy (no Python int a
+    value). C++ only: call it where available()."""
+    return _core.xxh3_pieces(
+        np.asarray(addrs, dtype=np.uint64),
+        np.asarray(lengths, dtype=np.uint64),
+        np.asarray(counts, np.uint64),
+    )
+
+
 def xxh3_each(addrs: list[int], lengths: list[int]) -> list[int]:
     """XXH3-64 of each (addr, length) on its own."""
     return xxh3_pieces(addrs, lengths, [1] * len(addrs))

@@ -10,7 +10,8 @@ under its own name (kvstore.rpc.etcd.shard_cluster), so a failover stays within 
 A key's shard is the unseeded xxh3-64 of its UTF-8 bytes mod S (a store group's member: of its
 group's name, so a group lives on one master): a pure function every client agrees on, and the only
 kind a plain get(key) can apply (a block key names no ancestor, so routing by a prefix chain's ancestor
-would send put_blocks and get to different masters). One shard is today's cluster.
+would send put_blocks and get to different masters). The rule is kvstore.rpc.shard_keys', which
+every sharded master checks its puts against. One shard is today's cluster.
 """
 
 from __future__ import annotations
@@ -19,17 +20,26 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-import xxhash
+import numpy as np
 
-from kvstore.blocks import group_of
 from kvstore.config import StoreConfig
 from kvstore.config.etcd import EtcdConfig
 from kvstore.config.security import SecurityConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError
 from kvstore.rpc import etcd
 from kvstore.rpc.etcd_records import Records
+from kvstore.rpc.shard_keys import routing_key, shard_of, shards_of
 
 SHARD_SEPARATOR = ";"
+__all__ = [  # (routing_key and shard_of are the protocol's rule, kvstore.rpc.shard_keys, named here too)
+    "SHARD_SEPARATOR",
+    "etcd_shards",
+    "routing_key",
+    "shard_configs",
+    "shard_of",
+    "split_by_shard",
+    "split_shards",
+]
 
 log = logging.getLogger("kvstore.cluster")
 
@@ -96,24 +106,10 @@ def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
     return shards
 
 
-def routing_key(key: str) -> str:
-    """What a key is routed by: a store group's member by its group (kvstore.blocks.group_of), so the
-    master that makes a group visible and evicts it whole holds every member; any other key by itself."""
-    if "#" in key:  # (the member form's regex only for keys that may be one)
-        member = group_of(key)
-        if member is not None:
-            return member[0]
-    return key
-
-
-def shard_of(key: str, shards: int) -> int:
-    """The shard that holds `key`."""
-    return xxhash.xxh3_64_intdigest(routing_key(key).encode("utf-8", "surrogatepass")) % shards
-
-
 def split_by_shard(keys: Sequence[str], shards: int) -> list[list[int]]:
-    """The positions of `keys` each shard holds, in key order within each shard."""
-    parts: list[list[int]] = [[] for _ in range(shards)]
-    for i, key in enumerate(keys):
-        parts[shard_of(key, shards)].append(i)  # (one routing rule for a key and a batch)
-    return parts
+    """The positions of `keys` each shard holds, in key order within each shard (the batch hashed in one
+    call: kvstore.rpc.shard_keys.shards_of, the rule masters check puts against)."""
+    if shards == 1:
+        return [list(range(len(keys)))]
+    owners = shards_of(keys, shards)
+    return [np.flatnonzero(owners == shard).tolist() for shard in range(shards)]

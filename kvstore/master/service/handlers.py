@@ -26,6 +26,7 @@ from kvstore.master.service.mount_check import MountCheck
 from kvstore.master.service.node_nonces import NodeNonces
 from kvstore.master.service.node_work import WorkChannel, has_work
 from kvstore.master.service.path_reports import PathReports
+from kvstore.master.service.shard_check import check_put_items
 from kvstore.master.service.state import MasterState, RoomComing
 from kvstore.rpc import admin
 from kvstore.rpc import messages as m
@@ -277,6 +278,7 @@ class Handlers:
         """Places each item. When room is on its way (an object being demoted, slots being fenced), the
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.members.client(r.client_id)  # an unknown writer fails the request, not each item
+        check_put_items(self.config.shard, r.items)  # (a sharded master stores its own keys only)
         return self._start_items(r, [], self.clock() + self.config.put_room_wait)
 
     def _start_items(
