@@ -122,8 +122,9 @@ def _add_store_bench(sub: argparse._SubParsersAction) -> None:
 
 
 # Our row that does the same work as each of Mooncake's: its client asks the master for every get (it
-# keeps no leases), so its get stands beside our get_uncached; our leased get has its own row.
-_LIKE_MOONCAKE = {"get": "get_uncached"}
+# keeps no leases), so its get stands beside our get_uncached (its single get beside our
+# get_single_uncached); our leased gets have their own rows.
+_LIKE_MOONCAKE = {"get": "get_uncached", "get_single": "get_single_uncached"}
 
 
 def _run_store_bench(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ process runs N threads that take the batches in turn, as ours do.
 
 `--data` (the store bench's shape): one client process moves real bytes over TCP, from and into buffers
 it registered (batch_put_from, batch_get_into), batches of `--batch-size` values of `--value-size`, each
-op for `--duration` seconds, gets cycling over a resident set written first; it prints one line per op
+op for `--duration` seconds, gets cycling over a resident set written first, and get_single (get_into of
+one key a call, at most 3 seconds, as our get_single_uncached); it prints one line per op
 as `kvstore bench store --json` does, with "system": "mooncake".
 """
 
@@ -188,19 +189,23 @@ def data_main(master: str, size: int, n: int, duration: float, segment: int) -> 
     def get(i: int) -> int:
         return sum(1 for r in s.batch_get_into(batches[i % len(batches)], dests, sizes) if r != size)
 
+    def get_single(i: int) -> int:  # one key a call, as ours (its client asks the master every time)
+        return int(s.get_into(keys[i % resident], dests[0], size) != size)
+
     # Gets first: Mooncake's puts fill the segment and evict the resident set (ours write it back).
-    for op, one in (("get", get), ("put", put)):
+    for op, one, per_call in (("get", get, n), ("get_single", get_single, 1), ("put", put, n)):
         latencies: list[float] = []
         errors = 0
         began = time.perf_counter()
-        while time.perf_counter() - began < duration:
+        while time.perf_counter() - began < (duration if per_call > 1 else min(duration, 3.0)):
             t = time.perf_counter()
             errors += one(len(latencies))
             latencies.append(time.perf_counter() - t)
         elapsed = time.perf_counter() - began
         p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
-        rate = (n * len(latencies) - errors) / elapsed  # (only keys that moved count, as ours)
-        row = {"op": op, "value_size": size, "batch_size": n, "ops_per_s": rate, "gbps": rate * size / 1e9}
+        rate = (per_call * len(latencies) - errors) / elapsed  # (only keys that moved count, as ours)
+        row = {"op": op, "value_size": size, "batch_size": per_call, "ops_per_s": rate}
+        row["gbps"] = rate * size / 1e9
         row.update(p50_us=p50, p99_us=p99, errors=errors, transport="tcp", system="mooncake")
         print(json.dumps(row), flush=True)
     s.close()

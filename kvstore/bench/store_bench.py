@@ -276,7 +276,7 @@ def run_mooncake(cfg: StoreBenchConfig, python: str) -> list[dict]:
     args = ["--data", "--segment", str(cfg.segment_size), "--duration", str(cfg.duration)]
     args += ["--batch-size", str(cfg.batch_size), "--value-size", str(cfg.value_size)]
     rows = run_mooncake_side(python, args)
-    if {r.get("op") for r in rows} != {"put", "get"}:
+    if not {"put", "get"} <= {r.get("op") for r in rows}:
         raise KVStoreError(f"Mooncake's side printed no put and get: {rows}")
     return rows
 
