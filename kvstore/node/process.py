@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from kvstore.cluster.session import Session
@@ -18,6 +18,7 @@ from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles
+from kvstore.node.shard_joins import ShardJoins
 from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
 from transfer_engine import Region
@@ -34,18 +35,29 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     shards = shard_configs(config)
-    with ExitStack() as stack:
-        # each shard's session heartbeats from its join on (_joined), while the next shards' memory is
-        # still being prepared: a shard that waited for all of them would forget this node meanwhile
-        joined = [
-            stack.enter_context(_joined(_shard_node(node, i, len(shards)), shard))
-            for i, shard in enumerate(shards)
-        ]
+    # Each shard's session heartbeats from its join on (_joined), while the next shards' memory is still
+    # being prepared: a shard that waited for all of them would forget this node meanwhile. A shard whose
+    # master cannot be reached is joined once it answers (ShardJoins); one shard is joined or fails here.
+    joins = ShardJoins(
+        len(shards),
+        lambda i: _joined(_shard_node(node, i, len(shards)), shards[i]),
+        [_where(shard) for shard in shards],
+    )
+    try:
+        joins.start(retry=len(shards) > 1)
         settle_collector()
-        print(f"{READY_PREFIX}{_ready_fields(joined)}", flush=True)
+        print(f"{READY_PREFIX}{_ready_fields(joins.members())}", flush=True)
         wait_for_stop_request()
-        for member in joined:
-            member.leave()  # a clean stop: the master forgets our objects, the memory goes
+        joins.stop_joining()
+        for member in joins.members():
+            if member is not None:
+                member.leave()  # a clean stop: the master forgets our objects, the memory goes
+    finally:
+        joins.close()
+
+
+def _where(config: StoreConfig) -> str:
+    return config.master or f"etcd={config.etcd} cluster={config.cluster}"
 
 
 def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
@@ -87,7 +99,7 @@ class _Member:
 def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
     """This node's segment, joined to the master of `config` (its session closed and its files let go
     on the way out)."""
-    identity = NodeIdentity(node, config.master or f"etcd={config.etcd} cluster={config.cluster}")
+    identity = NodeIdentity(node, _where(config))
     held: list[file_lock.Held] = []
     prepared: list[Region] = []
     try:
@@ -121,16 +133,19 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         _release(identity, held)
 
 
-def _ready_fields(joined: list[_Member]) -> str:
+def _ready_fields(joined: list[_Member | None]) -> str:
     """The readiness line's fields: one node as before; a node of S shards gives each field per shard,
-    ','-joined in shard order."""
-    storage = joined[0].storage
-    pinned = f" pinned={storage.segment.pinned_by}" if joined[0].node.pinned else ""
+    ','-joined in shard order ('-' for a shard not joined yet: its master did not answer)."""
+    first = next(m for m in joined if m is not None) if any(joined) else None
+    if first is None:
+        return "- client=- kept=-"
+    storage = first.storage
+    pinned = f" pinned={storage.segment.pinned_by}" if first.node.pinned else ""
     d = storage.disk
     disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
-    engines = ",".join(m.session.engine.name for m in joined)
-    clients = ",".join(m.session.client_id for m in joined)
-    kept = ",".join(str(m.storage.kept) for m in joined)
+    engines = ",".join(m.session.engine.name if m else "-" for m in joined)
+    clients = ",".join(m.session.client_id if m else "-" for m in joined)
+    kept = ",".join(str(m.storage.kept) if m else "-" for m in joined)
     return f"{engines} client={clients} kept={kept}{pinned}{disk}"
 
 
