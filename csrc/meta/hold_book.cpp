@@ -1,0 +1,217 @@
+#include "meta/hold_book.h"
+
+#include <utility>
+
+namespace kvs::meta {
+
+void HoldBook::add_segment(uint32_t segment, uint32_t node, uint64_t region) {
+  segments_[segment] = SegmentPlace{node, region};
+}
+
+HoldBook::Queue& HoldBook::queue(uint32_t node) {
+  if (node >= queues_.size()) queues_.resize(static_cast<size_t>(node) + 1);
+  return queues_[node];
+}
+
+uint64_t HoldBook::push(uint32_t node, Ref ref, const HeldCopy& c) {
+  Queue& q = queue(node);
+  const uint64_t position = q.base + q.holds.size();
+  auto [it, fresh] = q.position.try_emplace(Where{c.region, c.slot}, position);
+  if (!fresh) {  // held again: the earlier hold becomes a gap, this one goes to the end
+    Hold& earlier = q.holds[it->second - q.base];
+    if (earlier.ref == 0) keys_.erase(earlier.seq);
+    earlier.seq = 0;
+    ++q.gaps;
+    it->second = position;
+  }
+  q.holds.push_back(Hold{++seq_, ref, c});
+  settle(q);
+  return seq_;
+}
+
+uint64_t HoldBook::hold(uint32_t node, Ref ref, const HeldCopy& c) {
+  return push(node, ref, c);
+}
+
+uint64_t HoldBook::hold_key(uint32_t node, std::string_view key, const HeldCopy& c) {
+  const uint64_t seq = push(node, 0, c);
+  keys_.emplace(seq, std::string(key));
+  return seq;
+}
+
+HoldRowsCheck HoldBook::hold_rows(const std::vector<Ref>& refs, std::vector<uint32_t>& nodes) {
+  HoldRowsCheck check;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const Row row = row_of(table_, refs[i]);
+    if (row == kNoRow) {
+      check.stale = i;
+      return check;
+    }
+    for (size_t k = 0; k < table_.copy_count(row); ++k) {
+      const uint32_t segment = table_.copy(row, k).segment;
+      if (segments_.count(segment) == 0) {
+        check.unknown_segment = segment;
+        return check;
+      }
+    }
+  }
+  std::vector<bool> told;  // by node: appended to `nodes` already
+  for (const Ref ref : refs) {
+    const Row row = row_of(table_, ref);
+    for (size_t k = 0; k < table_.copy_count(row); ++k) {
+      const MemoryCopy& m = table_.copy(row, k);
+      const SegmentPlace& place = segments_.at(m.segment);
+      push(place.node, ref, HeldCopy{m.segment, place.region, m.offset, m.slot, m.gen});
+      if (place.node >= told.size()) told.resize(static_cast<size_t>(place.node) + 1);
+      if (!told[place.node]) {
+        told[place.node] = true;
+        nodes.push_back(place.node);
+      }
+    }
+    table_.at(row).hold_seq = seq_;
+  }
+  return check;
+}
+
+void HoldBook::kill(Queue& q, Hold& h) {
+  q.position.erase(Where{h.copy.region, h.copy.slot});
+  if (h.ref == 0) keys_.erase(h.seq);
+  h.seq = 0;
+  ++q.gaps;
+}
+
+void HoldBook::settle(Queue& q) {
+  while (!q.holds.empty() && q.holds.front().seq == 0) {
+    q.holds.pop_front();
+    ++q.base;
+    --q.gaps;
+  }
+  // A node that does not acknowledge while its holds are cancelled and held again would keep every gap:
+  // once gaps are most of the queue, only the live holds are kept (amortized O(1) a hold).
+  if (q.gaps <= 64 || q.gaps * 2 <= q.holds.size()) return;
+  std::deque<Hold> live;
+  for (const Hold& h : q.holds) {
+    if (h.seq == 0) continue;
+    q.position[Where{h.copy.region, h.copy.slot}] = q.base + live.size();
+    live.push_back(h);
+  }
+  q.holds = std::move(live);
+  q.gaps = 0;
+}
+
+bool HoldBook::cancel(uint32_t node, uint64_t region, uint32_t slot, uint64_t gen) {
+  if (node >= queues_.size()) return false;
+  Queue& q = queues_[node];
+  const auto it = q.position.find(Where{region, slot});
+  if (it == q.position.end()) return false;
+  Hold& h = q.holds[it->second - q.base];
+  if (h.copy.gen != gen) return false;
+  kill(q, h);
+  settle(q);
+  return true;
+}
+
+void HoldBook::acknowledge(uint32_t node, uint64_t through) {
+  if (node >= queues_.size()) return;
+  Queue& q = queues_[node];
+  while (!q.holds.empty() && q.holds.front().seq <= through) {
+    Hold& h = q.holds.front();
+    q.position.erase(Where{h.copy.region, h.copy.slot});
+    if (h.ref == 0) keys_.erase(h.seq);
+    q.holds.pop_front();
+    ++q.base;
+    settle(q);
+  }
+}
+
+void HoldBook::drop_node(uint32_t node) {
+  if (node >= queues_.size()) return;
+  Queue& q = queues_[node];
+  for (const Hold& h : q.holds)
+    if (h.seq != 0 && h.ref == 0) keys_.erase(h.seq);
+  q = Queue{};
+}
+
+void HoldBook::drop_region(uint32_t node, uint64_t region) {
+  if (node >= queues_.size()) return;
+  Queue& q = queues_[node];
+  for (Hold& h : q.holds)
+    if (h.seq != 0 && h.copy.region == region) kill(q, h);
+  settle(q);
+}
+
+uint64_t HoldBook::lowest(uint32_t node) const {
+  if (node >= queues_.size() || queues_[node].holds.empty()) return 0;
+  return queues_[node].holds.front().seq;
+}
+
+bool HoldBook::row_has(Row row, const HeldCopy& c) const {
+  const MemoryCopy want{c.segment, c.slot, c.offset, c.gen};
+  for (size_t k = 0; k < table_.copy_count(row); ++k)
+    if (table_.copy(row, k) == want) return true;
+  return false;
+}
+
+bool HoldBook::resolve(Hold& h) {
+  if (h.ref == 0) {
+    const auto it = keys_.find(h.seq);
+    if (it == keys_.end()) return false;
+    const Row row = table_.find(it->second);
+    keys_.erase(it);
+    if (row == kNoRow) return false;
+    h.ref = ref_of(table_, row);
+  }
+  const Row row = row_of(table_, h.ref);
+  return row != kNoRow && row_has(row, h.copy);
+}
+
+void HoldBook::encode(const Hold& h, MsgpackWriter& w) const {
+  const Row row = row_of(table_, h.ref);
+  const Object& o = table_.at(row);
+  w.array(11);
+  w.uint(h.seq);
+  w.uint(h.copy.region);
+  w.uint(h.copy.offset);
+  w.uint(h.copy.slot);
+  w.uint(h.copy.gen);
+  w.str(table_.key(row));
+  w.uint(o.size);
+  w.uint(o.checksum);
+  w.boolean(o.pinned);
+  w.uint(o.base_replicas);
+  w.uint(o.target_replicas);
+}
+
+Taken HoldBook::take(uint32_t node, size_t limit, std::string& out) {
+  Taken taken;
+  MsgpackWriter body;
+  if (node < queues_.size()) {
+    Queue& q = queues_[node];
+    for (size_t i = 0; i < q.holds.size() && taken.sent < limit; ++i) {
+      Hold& h = q.holds[i];
+      if (h.seq == 0) continue;
+      if (!resolve(h)) {
+        kill(q, h);
+        ++taken.dropped;
+        continue;
+      }
+      encode(h, body);
+      ++taken.sent;
+    }
+    settle(q);
+  }
+  MsgpackWriter header;
+  header.array(static_cast<uint32_t>(taken.sent));
+  out.append(header.data());
+  out.append(body.data());
+  sent_ += taken.sent;
+  return taken;
+}
+
+size_t HoldBook::outstanding() const {
+  size_t n = 0;
+  for (const Queue& q : queues_) n += q.holds.size() - q.gaps;
+  return n;
+}
+
+}  // namespace kvs::meta

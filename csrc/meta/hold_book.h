@@ -1,0 +1,126 @@
+// What each storage node is told it holds (kvstore/master/ledger/holds.py): per node, the replicas on its
+// segments numbered in the order they were queued, sent on its work channel until it acknowledges them
+// through a number. A hold names its object by a table reference and its copy by (segment, region, offset,
+// slot, gen); what the node is told (key, size, checksum, pin, replica counts) is read from the object's
+// row when the hold is sent, and the holds are encoded there as the wire carries them (msgpack, as
+// msgpack-python writes kvstore.rpc.records.HeldReplica's tuples). A hold whose object or copy is gone
+// when it is sent is dropped, never sent: a node is never told another object's key for a slot.
+//
+// Per node, a (region, slot) is held once: held again, its hold moves to the end with a new number.
+// Not thread-safe: the master's one loop owns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "meta/msgpack_writer.h"
+#include "meta/object_refs.h"
+#include "meta/object_table.h"
+
+namespace kvs::meta {
+
+// A copy of an object as its node knows it: its segment (the table's number), that segment's region on
+// the node, and the allocation.
+struct HeldCopy {
+  uint32_t segment = 0;
+  uint64_t region = 0;
+  uint64_t offset = 0;
+  uint32_t slot = 0;
+  uint64_t gen = 0;
+};
+
+// What hold_rows found wrong (nothing is held then).
+struct HoldRowsCheck {
+  size_t stale = SIZE_MAX;       // the position of a reference whose object is gone
+  uint32_t unknown_segment = 0;  // a copy's segment not added (add_segment) yet
+  bool ok() const { return stale == SIZE_MAX && unknown_segment == 0; }
+};
+
+// What one take sent.
+struct Taken {
+  size_t sent = 0;
+  size_t dropped = 0;  // holds whose object or copy was gone: never sent, forgotten
+};
+
+class HoldBook {
+ public:
+  explicit HoldBook(ObjectTable& table) : table_(table) {}
+
+  // Where a segment's copies are held: the caller's number for its node, and its region there.
+  void add_segment(uint32_t segment, uint32_t node, uint64_t region);
+  bool has_segment(uint32_t segment) const { return segments_.count(segment) != 0; }
+
+  // Holds one copy of the object `ref` on `node`; returns the hold's number.
+  uint64_t hold(uint32_t node, Ref ref, const HeldCopy& c);
+  // The same for an object whose row is not made yet (a put being recorded): it is found by `key` when
+  // the hold is first sent.
+  uint64_t hold_key(uint32_t node, std::string_view key, const HeldCopy& c);
+  // Holds every copy of each object of `refs` in turn (its node and region by its segment) and sets each
+  // row's hold_seq to the number of its last hold. Appends each node held on to `nodes` once. Nothing is
+  // held when the check fails.
+  [[nodiscard]] HoldRowsCheck hold_rows(const std::vector<Ref>& refs, std::vector<uint32_t>& nodes);
+
+  // The copy in (region, slot) of generation `gen` was freed: its hold is not sent again. False: none.
+  bool cancel(uint32_t node, uint64_t region, uint32_t slot, uint64_t gen);
+  // The node has every hold numbered up to `through`.
+  void acknowledge(uint32_t node, uint64_t through);
+  void drop_node(uint32_t node);
+  void drop_region(uint32_t node, uint64_t region);
+
+  // The lowest number the node has not acknowledged; 0 when nothing is outstanding.
+  uint64_t lowest(uint32_t node) const;
+  // At most `limit` of the node's holds, oldest first, appended to `out` as a msgpack array of
+  // [seq, region, offset, slot, gen, key, size, checksum, pinned, base replicas, target replicas].
+  Taken take(uint32_t node, size_t limit, std::string& out);
+
+  uint64_t last_seq() const { return seq_; }
+  uint64_t sent() const { return sent_; }
+  size_t outstanding() const;
+
+ private:
+  struct Hold {
+    uint64_t seq = 0;  // 0: cancelled or held again later (a gap, skipped)
+    Ref ref = 0;       // 0: not resolved yet (found by the key in keys_ by seq)
+    HeldCopy copy;
+  };
+  struct Where {
+    uint64_t region;
+    uint32_t slot;
+    bool operator==(const Where& o) const { return region == o.region && slot == o.slot; }
+  };
+  struct WhereHash {
+    size_t operator()(const Where& w) const { return (w.region * 0x9E3779B97F4A7C15ull) ^ w.slot; }
+  };
+  struct Queue {
+    std::deque<Hold> holds;  // in number order; the front is never a gap
+    uint64_t base = 0;       // the position of holds.front() since the queue began
+    std::unordered_map<Where, uint64_t, WhereHash> position;  // of each live hold
+    size_t gaps = 0;
+  };
+  struct SegmentPlace {
+    uint32_t node;
+    uint64_t region;
+  };
+
+  Queue& queue(uint32_t node);
+  uint64_t push(uint32_t node, Ref ref, const HeldCopy& c);
+  void kill(Queue& q, Hold& h);
+  void settle(Queue& q);  // drops gaps from the front; compacts a queue mostly gaps
+  bool resolve(Hold& h);  // finds a hold's row, checking it still has the copy
+  bool row_has(Row row, const HeldCopy& c) const;
+  void encode(const Hold& h, MsgpackWriter& w) const;
+
+  ObjectTable& table_;
+  std::vector<Queue> queues_;  // by node number
+  std::unordered_map<uint32_t, SegmentPlace> segments_;
+  std::unordered_map<uint64_t, std::string> keys_;  // seq -> key of each hold not resolved yet
+  uint64_t seq_ = 0;
+  uint64_t sent_ = 0;
+};
+
+}  // namespace kvs::meta
