@@ -284,6 +284,13 @@ def _add_master_bench(sub: argparse._SubParsersAction) -> None:
             default=1,
             help="requests each load process keeps in flight (threads, a connection each; default 1)",
         ),
+        flag(
+            "--shards",
+            type=arg.positive_int,
+            default=1,
+            help="masters the key space is split over (a process each; one node joined to all), each key "
+            "routed to its shard's master (default 1)",
+        ),
         flags.MOONCAKE.but(
             help="also measure Mooncake's master in the same shape, with this Python (of a virtual "
             "environment with mooncake-transfer-engine-non-cuda; kvstore.bench.mooncake_bench says how to "
@@ -305,6 +312,7 @@ def _run_master_bench(args: argparse.Namespace) -> int:
         clients=args.clients,
         ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
         pipeline=args.pipeline,
+        shards=args.shards,
     )
     cfg.validate()
     if args.mode == "client":

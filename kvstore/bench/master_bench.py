@@ -17,6 +17,8 @@ for replies), so one load process keeps the master busy instead of waiting a rou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import os
 import threading
 import time
@@ -26,11 +28,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvstore.bench import load_procs
-from kvstore.bench.store_bench import process_cluster
 from kvstore.cluster.master_client import MasterClient
+from kvstore.cluster.shards import SHARD_SEPARATOR, split_by_shard, split_shards
 from kvstore.errors import InvalidArgumentError, KVStoreError
-from kvstore.procs import settle_collector
+from kvstore.procs import kvstore_process, settle_collector
 from kvstore.rpc import messages as m
+from kvstore.rpc.etcd import MAX_SHARDS
 from kvstore.rpc.validate import MAX_KEYS, MAX_PUT_ITEMS
 
 OPS = ("put", "get", "exists")
@@ -47,6 +50,9 @@ class MasterBenchConfig:
     ops: tuple[str, ...] = OPS
     pipeline: int = 1
     """Requests each load process keeps in flight (threads, each on its own connection)."""
+    shards: int = 1
+    """Masters the key space is split over (a process each, `kvstore master --shard I --shards S`, one
+    node joined to all); each load process routes every key to its shard's master."""
 
     def validate(self) -> None:
         if not self.ops or not set(self.ops) <= set(OPS):
@@ -55,6 +61,8 @@ class MasterBenchConfig:
             raise InvalidArgumentError("--ops must include put: get and exists read what the puts stored")
         if min(self.objects, self.batch_size, self.value_size, self.clients) <= 0:
             raise InvalidArgumentError("objects, batch size, value size and clients must be positive")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise InvalidArgumentError(f"--shards is 1..{MAX_SHARDS}")
         if not 1 <= self.pipeline <= MAX_PIPELINE:
             raise InvalidArgumentError(f"--pipeline is 1..{MAX_PIPELINE}")
         if self.batch_size > min(MAX_PUT_ITEMS, MAX_KEYS):
@@ -66,7 +74,8 @@ class MasterBenchConfig:
         """Room for every object of every client (bytes and fence slots: a node has one slot per 2 KiB,
         kvstore.node.memory_tier), with a margin under the eviction watermark."""
         per_object = max(self.value_size, 2048)
-        return max(64 << 20, self.objects * self.clients * per_object * 5 // 4)
+        size = max(64 << 20, self.objects * self.clients * per_object * 5 // 4)
+        return size if self.shards == 1 else 2 * size  # (split evenly: room for a shard's share that is over)
 
 
 @dataclass
@@ -81,6 +90,11 @@ class OpRate:
     keys: int = 0  # (how the rates of several load processes combine: keys over their common span)
     started: float = 0.0  # wall clock
     ended: float = 0.0
+    # the masters' CPU (all shards together) and the node's, per key, over the op's span; and the busiest
+    # master's CPU over that span (1.0: it used a core all along). Measured by the orchestrator (run).
+    master_cpu_us: float = 0.0
+    node_cpu_us: float = 0.0
+    busiest_master_cpu: float = 0.0
 
 
 @dataclass
@@ -95,10 +109,21 @@ class MemoryUse:
 
 
 @contextlib.contextmanager
-def cluster(cfg: MasterBenchConfig) -> Iterator[tuple[str, int]]:
-    """A master process and a storage node process; yields (master address, master pid)."""
-    with process_cluster(cfg.segment_size()) as cluster:
-        yield cluster
+def sharded_cluster(cfg: MasterBenchConfig) -> Iterator[tuple[str, list[int], int]]:
+    """`cfg.shards` master processes and a storage node joined to all; yields (the masters' list in shard
+    order, ';'-separated, as clients are given it; their pids; the node's pid). One shard is a plain master
+    (store_bench.process_cluster's)."""
+    with contextlib.ExitStack() as stack:
+        addresses, pids = [], []
+        for shard in range(cfg.shards):
+            sharding = ["--shard", str(shard), "--shards", str(cfg.shards)] if cfg.shards > 1 else []
+            master, ready = stack.enter_context(kvstore_process(["master", "--port", "0", *sharding]))
+            addresses.append(ready.split()[0])
+            pids.append(master.pid)
+        masters = SHARD_SEPARATOR.join(addresses)
+        node_args = ["node", "--master", masters, "--segment-size", str(cfg.segment_size())]
+        node, _ = stack.enter_context(kvstore_process(node_args))
+        yield masters, pids, node.pid
 
 
 def rss_bytes(pid: int) -> int:
@@ -112,17 +137,18 @@ def rss_bytes(pid: int) -> int:
 def run(
     cfg: MasterBenchConfig, progress: Callable[[str], None] | None = None
 ) -> tuple[list[OpRate], MemoryUse]:
-    """Orchestrates: the cluster, then `clients` load processes; gathers what they report."""
+    """Orchestrates: the cluster, then `clients` load processes; gathers what they report, and the CPU
+    the masters and the node used during each op."""
     cfg.validate()
-    with cluster(cfg) as (address, master_pid):
-        before = rss_bytes(master_pid)
+    with sharded_cluster(cfg) as (masters, master_pids, node_pid):
+        before = sum(map(rss_bytes, master_pids))
         args = [
             "bench",
             "master",
             "--mode",
             "client",
             "--master",
-            address,
+            masters,
             "--objects",
             str(cfg.objects),
             "--batch-size",
@@ -135,10 +161,78 @@ def run(
             str(cfg.pipeline),
             "--json",
         ]
-        per_client = load_procs.gather(args, cfg.clients, OpRate, progress)
+        with CpuSampler([*master_pids, node_pid]) as cpu:
+            per_client = load_procs.gather(args, cfg.clients, OpRate, progress)
         objects = cfg.objects * cfg.clients
-        memory = MemoryUse(objects, (rss_bytes(master_pid) - before) / objects, *_loop_held(address))
-    return combine(per_client), memory
+        grown = sum(map(rss_bytes, master_pids)) - before
+        held = [_loop_held(address) for address in split_shards(masters)]
+        tasks: dict[str, float] = {}  # (each task's longest run on any shard)
+        for _, shard_tasks in held:
+            for task, ms in shard_tasks.items():
+                tasks[task] = max(tasks.get(task, 0.0), ms)
+        memory = MemoryUse(objects, grown / objects, max(turn for turn, _ in held), tasks)
+    return [cpu.charge(rate, len(master_pids)) for rate in combine(per_client)], memory
+
+
+class CpuSampler:
+    """Samples the CPU time (user + system) of some processes every 20 ms on a thread, so the CPU each
+    used during an op's span (its wall-clock start and end) can be read after the run."""
+
+    PERIOD = 0.02
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.times: list[float] = []
+        self.cpu: list[list[float]] = []  # per sample, each process's CPU seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-cpu", daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD):
+            self._sample()
+
+    def _sample(self) -> None:
+        self.cpu.append([cpu_seconds(pid) for pid in self.pids])
+        self.times.append(time.time())
+
+    def used(self, started: float, ended: float) -> np.ndarray:
+        """Each process's CPU seconds between two wall-clock times (interpolated between samples)."""
+        cpu = np.asarray(self.cpu)
+        return np.array(
+            [
+                np.interp(ended, self.times, column) - np.interp(started, self.times, column)
+                for column in cpu.T
+            ]
+        )
+
+    def charge(self, rate: OpRate, masters: int) -> OpRate:
+        """`rate` with the CPU per key its span cost the masters (the first `masters` pids) and the node."""
+        used = self.used(rate.started, rate.ended)
+        span = max(rate.ended - rate.started, 1e-9)
+        keys = max(rate.keys, 1)
+        return dataclasses.replace(
+            rate,
+            master_cpu_us=float(used[:masters].sum()) / keys * 1e6,
+            node_cpu_us=float(used[masters:].sum()) / keys * 1e6,
+            busiest_master_cpu=float(used[:masters].max()) / span,
+        )
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, user and system (/proc/PID/stat's utime and stime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _loop_held(address: str) -> tuple[float, dict[str, float]]:
@@ -212,18 +306,33 @@ def _load(cfg: MasterBenchConfig, address: str) -> Iterator[OpRate]:
     token = m.new_token()
     client_id = m.client_id_for(token)  # (an id is its token's)
     # Threads of a pipeline wait for replies asleep: a thread's busy poll would hold the GIL the others need.
-    master = MasterClient(address, busy_poll_us=100 if cfg.pipeline == 1 else 0)
-    try:
-        with _registered(master, client_id, token):
-            keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
-            batches = [keys[s : s + cfg.batch_size] for s in range(0, len(keys), cfg.batch_size)]
-            settle_collector()  # the keys are walked by no collection (45 ms a full one at 1.5M keys)
-            ops = {"put": _put, "get": _get, "exists": _exists}
-            for op in cfg.ops:
-                one = ops[op](master, client_id, cfg.value_size)
-                yield _measure(op, batches, one, cfg.pipeline)
-    finally:
-        master.close()
+    poll = 100 if cfg.pipeline == 1 else 0
+    with contextlib.ExitStack() as stack:
+        masters = []  # per shard (one: today's cluster)
+        for shard_address in split_shards(address):
+            master = MasterClient(shard_address, busy_poll_us=poll)
+            stack.callback(master.close)
+            stack.enter_context(_registered(master, client_id, token))
+            masters.append(master)
+        keys = [f"bm/{client_id}/{i}" for i in range(cfg.objects)]
+        batches = _batches(keys, len(masters), cfg.batch_size)
+        settle_collector()  # the keys are walked by no collection (45 ms a full one at 1.5M keys)
+        ops = {"put": _put, "get": _get, "exists": _exists}
+        for op in cfg.ops:
+            one = ops[op](masters, client_id, cfg.value_size)
+            yield _measure(op, batches, one, cfg.pipeline)
+
+
+Batch = tuple[int, list[str]]  # (the shard whose master is asked, its keys)
+
+
+def _batches(keys: list[str], shards: int, size: int) -> list[Batch]:
+    """Each shard's keys in batches of `size`, the shards taken in turn (a load process alternates
+    between them, so every shard's master is kept busy at once)."""
+    by_shard = [[keys[i] for i in at] for at in split_by_shard(keys, shards)]
+    per_shard = [[(s, k[at : at + size]) for at in range(0, len(k), size)] for s, k in enumerate(by_shard)]
+    turns = itertools.zip_longest(*per_shard)
+    return [batch for turn in turns for batch in turn if batch is not None]
 
 
 @contextlib.contextmanager
@@ -252,9 +361,7 @@ def _registered(master: MasterClient, client_id: str, token: str) -> Iterator[No
             master.call(m.CloseClient(client_id=client_id), timeout=2.0)
 
 
-def _measure(
-    op: str, batches: Sequence[list[str]], one: Callable[[list[str]], int], pipeline: int = 1
-) -> OpRate:
+def _measure(op: str, batches: Sequence[Batch], one: Callable[[Batch], int], pipeline: int = 1) -> OpRate:
     """Runs `one` per batch (it returns the batch's failures), `pipeline` at a time (threads taking the
     batches in turn); keys per second over the whole run."""
     latencies = np.empty(len(batches))
@@ -280,7 +387,7 @@ def _measure(
     elapsed = time.perf_counter() - started
     if failed:
         raise failed[0]
-    keys = sum(len(b) for b in batches)
+    keys = sum(len(keys) for _, keys in batches)
     p50, p99 = np.percentile(latencies, [50, 99]) * 1e6
     return OpRate(
         op, 1, keys / elapsed, float(p50), float(p99), sum(errors), pipeline, keys, wall, wall + elapsed
@@ -291,27 +398,30 @@ def _measure(
 # reply into the records a client reads, as Mooncake's batch_get_replica_desc builds its descriptors; put
 # and exists replies, which Mooncake's side reads as return codes, are read raw (MasterClient.call(raw=True):
 # an item result is [code, message, value]).
-def _put(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
-    def one(batch: list[str]) -> int:
-        items = [m.PutItem(key, size, i + 1) for i, key in enumerate(batch)]
-        started = master.call(m.PutStart(client_id=client_id, items=items, replicas=1), raw=True)
-        placed = [key for key, r in zip(batch, started, strict=True) if r[0] == 0 and r[2]]
-        ended = master.call(m.PutEnd(client_id=client_id, keys=placed), raw=True) if placed else []
-        return len(batch) - sum(1 for r in ended if r[0] == 0)
+def _put(masters: list[MasterClient], client_id: str, size: int) -> Callable[[Batch], int]:
+    def one(batch: Batch) -> int:
+        shard, keys = batch
+        items = [m.PutItem(key, size, i + 1) for i, key in enumerate(keys)]
+        started = masters[shard].call(m.PutStart(client_id=client_id, items=items, replicas=1), raw=True)
+        placed = [key for key, r in zip(keys, started, strict=True) if r[0] == 0 and r[2]]
+        ended = masters[shard].call(m.PutEnd(client_id=client_id, keys=placed), raw=True) if placed else []
+        return len(keys) - sum(1 for r in ended if r[0] == 0)
 
     return one
 
 
-def _get(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
-    def one(batch: list[str]) -> int:
-        found = master.call(m.GetReplicas(keys=batch))
+def _get(masters: list[MasterClient], client_id: str, size: int) -> Callable[[Batch], int]:
+    def one(batch: Batch) -> int:
+        shard, keys = batch
+        found = masters[shard].call(m.GetReplicas(keys=keys))
         return sum(1 for loc in found if loc is None)
 
     return one
 
 
-def _exists(master: MasterClient, client_id: str, size: int) -> Callable[[list[str]], int]:
-    def one(batch: list[str]) -> int:
-        return sum(1 for there in master.call(m.Exists(keys=batch), raw=True) if not there)
+def _exists(masters: list[MasterClient], client_id: str, size: int) -> Callable[[Batch], int]:
+    def one(batch: Batch) -> int:
+        shard, keys = batch
+        return sum(1 for there in masters[shard].call(m.Exists(keys=keys), raw=True) if not there)
 
     return one

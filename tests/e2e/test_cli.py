@@ -238,6 +238,9 @@ def test_bench_master_json() -> None:
             "keys",  # (since the load processes run each op together: the keys over their common span)
             "started",
             "ended",
+            "master_cpu_us",  # (the CPU the masters and the node used per key over the op's span)
+            "node_cpu_us",
+            "busiest_master_cpu",
         }
         assert r["clients"] == 2 and r["per_s"] > 0 and r["p99_us"] >= r["p50_us"] > 0 and r["errors"] == 0
         assert r["keys"] == 6000 and r["per_s"] == pytest.approx(6000 / (r["ended"] - r["started"]))

@@ -246,6 +246,7 @@ CASES: list[tuple[list[str], dict[str, Any]]] = [
             "objects": 10,
             "ops": "put,get,exists",
             "pipeline": 1,
+            "shards": 1,
             "value_size": 1024,
         },
     ),
