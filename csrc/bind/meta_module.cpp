@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bind/meta_hash_order.h"
+#include "bind/meta_hold_book.h"
 #include "bind/meta_memory_space.h"
 #include "bind/meta_object_table.h"
 #include "bind/meta_put_reply.h"
@@ -82,4 +83,5 @@ PYBIND11_MODULE(_meta, m) {
   kvs::bind::register_hash_order(m);
   kvs::bind::register_memory_space(m);
   kvs::bind::register_put_reply(m);
+  kvs::bind::register_hold_book(m);
 }

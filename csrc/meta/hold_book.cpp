@@ -8,6 +8,11 @@ void HoldBook::add_segment(uint32_t segment, uint32_t node, uint64_t region) {
   segments_[segment] = SegmentPlace{node, region};
 }
 
+const SegmentPlace* HoldBook::place(uint32_t segment) const {
+  const auto it = segments_.find(segment);
+  return it == segments_.end() ? nullptr : &it->second;
+}
+
 HoldBook::Queue& HoldBook::queue(uint32_t node) {
   if (node >= queues_.size()) queues_.resize(static_cast<size_t>(node) + 1);
   return queues_[node];

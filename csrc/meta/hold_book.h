@@ -47,13 +47,19 @@ struct Taken {
   size_t dropped = 0;  // holds whose object or copy was gone: never sent, forgotten
 };
 
+// Where a segment's copies are held: the caller's number for its node, and the segment's region there.
+struct SegmentPlace {
+  uint32_t node = 0;
+  uint64_t region = 0;
+};
+
 class HoldBook {
  public:
   explicit HoldBook(ObjectTable& table) : table_(table) {}
 
-  // Where a segment's copies are held: the caller's number for its node, and its region there.
   void add_segment(uint32_t segment, uint32_t node, uint64_t region);
-  bool has_segment(uint32_t segment) const { return segments_.count(segment) != 0; }
+  // The segment's place; nullptr when it was not added.
+  const SegmentPlace* place(uint32_t segment) const;
 
   // Holds one copy of the object `ref` on `node`; returns the hold's number.
   uint64_t hold(uint32_t node, Ref ref, const HeldCopy& c);
@@ -101,10 +107,6 @@ class HoldBook {
     uint64_t base = 0;       // the position of holds.front() since the queue began
     std::unordered_map<Where, uint64_t, WhereHash> position;  // of each live hold
     size_t gaps = 0;
-  };
-  struct SegmentPlace {
-    uint32_t node;
-    uint64_t region;
   };
 
   Queue& queue(uint32_t node);

@@ -25,19 +25,43 @@ class FrameError(InvalidArgumentError):
 
 class Packed(bytes):
     """A value encoded as msgpack already (a batch reply the master's C++ table wrote): framed as it is,
-    in place of the value. `value()` gives the value, for in-process callers."""
+    in place of the value, whether it is a response's whole result or a field of a record result (a
+    NamedTuple: NodeWork's holds). `value()` gives the value, for in-process callers."""
 
     def value(self) -> Any:
         return unpack(self)
 
 
 _OK = msgpack.packb(0) + msgpack.packb("")  # a response's code and message when it succeeds
+_array_header = msgpack.Packer().pack_array_header
+
+
+def encoded(result: Any) -> bytes:
+    """The msgpack of a response's result: a Packed one as it is; a tuple (a record) with Packed fields
+    field by field, those as they are; anything else by msgpack."""
+    if type(result) is Packed:
+        return result
+    if isinstance(result, tuple) and Packed in map(type, result):
+        fields = [f if type(f) is Packed else msgpack.packb(f, use_bin_type=True) for f in result]
+        return _array_header(len(fields)) + b"".join(fields)
+    return msgpack.packb(result, use_bin_type=True)
+
+
+def value_of(result: Any) -> Any:
+    """A response's result as its peer decodes it (for in-process callers of a handler)."""
+    return unpack(encoded(result))
 
 
 def pack(obj: Any) -> bytes:
-    """A frame of `obj`; a response [msg_id, 0, "", result] whose result is Packed carries it as it is."""
-    if type(obj) is list and len(obj) == 4 and type(obj[3]) is Packed and obj[1] == 0:
-        body = b"\x94" + msgpack.packb(obj[0]) + _OK + obj[3]  # (0x94: an array of 4)
+    """A frame of `obj`; a response [msg_id, 0, "", result] whose result is Packed, or a record with
+    Packed fields, carries them as they are."""
+    if (
+        type(obj) is list
+        and len(obj) == 4
+        and obj[1] == 0
+        and (type(obj[3]) is Packed or isinstance(obj[3], tuple))
+    ):
+        body = b"\x94" + msgpack.packb(obj[0]) + _OK + encoded(obj[3])  # (0x94: an array of 4)
     elif type(obj) is Packed:
         body = bytes(obj)
     else:

@@ -52,6 +52,7 @@ EXTENSION_GATES = {
     "transfer_engine._tools": {"transfer_engine.bench"},
     "kvstore._meta": {
         "kvstore.allocator",
+        "kvstore.master.ledger.holds",  # (the hold book: csrc/meta/hold_book)
         "kvstore.master.ledger.objects",
         "kvstore.master.planners.eviction",
         "kvstore.master.service.handlers",  # (put_start's reply, encoded in C++: csrc/meta/put_reply)

@@ -68,7 +68,8 @@ class SegmentSpace:
         self.ledger = ledger
         self.polls = polls
         self.fences = ledger.fences  # read here; issued and acknowledged by the ledger
-        self.holds = HoldBook(self.polls.wake, clock)  # nodes are told what they hold on their work channel
+        # nodes are told what they hold on their work channel
+        self.holds = HoldBook(self.polls.wake, clock, ledger.objects)
         self.segments: Mapping[int, Segment] = self.ledger.segments  # written by the ledger only
         self._next = 1
         self._slot_waiters: dict[str, list[Callable[[], object]]] = {}  # puts waiting for slots, by node

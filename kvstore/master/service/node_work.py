@@ -74,7 +74,7 @@ class WorkChannel:
         return m.NodeWork(
             epoch,
             list(by_region.values()),
-            self.holds.take(client_id, m.FENCE_BATCH),
+            self.holds.take_packed(client_id, m.FENCE_BATCH) or [],  # (encoded in C++ as the wire has it)
             self.replicator.tasks_for(client_id, m.RESULTS_BATCH),
             self.disk.take_drops(client_id, m.FENCE_BATCH),
             self.disk.take(client_id, m.RESULTS_BATCH),

@@ -10,6 +10,7 @@ from kvstore.errors import InvalidArgumentError, MasterUnavailableError, ObjectN
 from kvstore.master.service.handlers import Deferred, Handlers
 from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
+from kvstore.rpc.framing import value_of
 from kvstore.rpc.messages import MountSegment
 from tests.unit.kvstore.master.state_helpers import started_items
 
@@ -36,7 +37,14 @@ def two_nodes(epoch: int = 0, nodes: int = 2, **config: object) -> Handlers:
 def poll(handlers: Handlers, client: str = "c0", wait: float = 0.0, **reports: object) -> object:
     """An AwaitWork of `client`'s node, its reports made under its current registration."""
     reports.setdefault("registration", handlers.state.members.clients[client].registration)
-    return handlers.await_work(m.AwaitWork(client_id=client, wait=wait, epoch=handlers.epoch, **reports))  # type: ignore[arg-type]
+    return as_sent(
+        handlers.await_work(m.AwaitWork(client_id=client, wait=wait, epoch=handlers.epoch, **reports))  # type: ignore[arg-type]
+    )
+
+
+def as_sent(reply: object) -> object:
+    """A NodeWork reply as its node decodes it (its holds go encoded already); any other as it is."""
+    return m.AwaitWork.decode_reply(value_of(reply)) if isinstance(reply, m.NodeWork) else reply
 
 
 def test_one_poll_carries_holds_then_kills_and_is_woken_when_work_is_queued() -> None:
@@ -48,7 +56,7 @@ def test_one_poll_carries_holds_then_kills_and_is_woken_when_work_is_queued() ->
     parked.on_ready(lambda: woken.append(True))
     state.puts.put_start("c0", "k", MiB, 7, 1, False)
     assert woken == [True]  # the start woke it: the node is told of the replica while it is written
-    work = parked.make_reply()
+    work = as_sent(parked.make_reply())
     assert isinstance(work, m.NodeWork) and [h[5] for h in work.holds] == ["k"]
     state.puts.put_end("c0", "k")
     state.removal.remove("k", force=True)
@@ -74,7 +82,7 @@ def test_copies_go_out_on_the_channel_and_their_results_come_back_on_it() -> Non
     state.access.change_replica("hot", 2)
     state.replicator.plan()  # the copy goes to the other node, whose poll it wakes
     assert woken == [True]
-    work = parked.make_reply()
+    work = as_sent(parked.make_reply())
     assert isinstance(work, m.NodeWork)
     (task,) = work.copies
     poll(handlers, target, copied=[(task.task, True)])
@@ -240,7 +248,7 @@ def test_reports_made_under_another_registration_acknowledge_nothing() -> None:
     state.puts.put_start("c0", "k", MiB, 7, 1, False)
     work = poll(handlers)
     assert isinstance(work, m.NodeWork) and work.holds
-    seq = work.holds[-1][0]  # (the hold's number: the handler's reply is not decoded)
+    seq = work.holds[-1][0]  # (the hold's number)
     stale = state.members.clients["c0"].registration ^ 2
     for registration in (0, stale):
         poll(handlers, held_through=seq, registration=registration)
