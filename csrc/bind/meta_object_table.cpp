@@ -285,6 +285,7 @@ void register_object_table(py::module_& m) {
   orders(c);
   queries(c);
   register_object_batches(c);
+  register_puts(c);
   fields(c);
 }
 

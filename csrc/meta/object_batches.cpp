@@ -69,6 +69,7 @@ uint64_t commit_rows(ObjectTable& t, const std::vector<Row>& rows) {
     Object& o = t.at(row);
     if (!o.complete) added += o.size;
     o.complete = true;
+    t.end_put(row);
   }
   return added;
 }

@@ -144,6 +144,7 @@ void ObjectTable::erase(Row row) {
   } else {
     throw std::logic_error("erase of a row that is not in the index");
   }
+  end_put(row);
   for (int o = 0; o < kOrders; ++o) unlink(static_cast<Order>(o), row);
   clear_copies(row);
   key_bytes_ -= s.key_len;
@@ -153,6 +154,13 @@ void ObjectTable::erase(Row row) {
   ++s.incarnation;
   --count_;
   free_rows_.push_back(row);
+}
+
+void ObjectTable::end_put(Row row) {
+  Object& o = slot(row).object;
+  if (o.put_copies == 0) return;
+  puts_.end(o.writer, o.size * o.put_copies);
+  o.put_copies = 0;
 }
 
 std::string_view ObjectTable::key(Row row) const {
@@ -279,7 +287,8 @@ size_t ObjectTable::memory_bytes() const {
   const size_t spare = extra_copies_.size() * (48 + 2 * sizeof(MemoryCopy));
   return chunks_.size() * kChunkRows * sizeof(Slot) +
          (index_.slots.size() + old_.slots.size()) * (sizeof(Row) + sizeof(uint8_t)) + key_bytes_ +
-         count_ * 16 /* malloc's header per key */ + free_rows_.capacity() * sizeof(Row) + spare;
+         count_ * 16 /* malloc's header per key */ + free_rows_.capacity() * sizeof(Row) + spare +
+         puts_.queue().size() * sizeof(PutsInProgress::Entry);
 }
 
 }  // namespace kvs::meta

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "meta/puts_in_progress.h"
+
 namespace kvs::meta {
 
 using Row = uint32_t;
@@ -51,6 +53,9 @@ struct Object {
   bool complete = false;
   bool pinned = false;
   uint8_t group = 0;  // kNotMember, kShown or kHidden (the master's groups index sets it)
+  // While its put is in progress: the copies it was placed with, charged to its writer (meta/puts.h); 0 once
+  // committed, and for an object that was never a put in progress (restored, adopted).
+  uint8_t put_copies = 0;
 };
 
 // A row's part in a store group (`<group>#<i>of<n>`, kvstore/master/groups.py): readers see a member only
@@ -114,6 +119,12 @@ class ObjectTable {
   // Bytes this table holds (rows, index, keys, spare copies): for stats and the bench's per-object figure.
   size_t memory_bytes() const;
 
+  // -- puts in progress (meta/puts.h starts and ends them; erasing a row ends its put) --------------------
+  PutsInProgress& puts() { return puts_; }
+  const PutsInProgress& puts() const { return puts_; }
+  // Ends the put in progress of `row`, if it has one (its writer's hold shrinks).
+  void end_put(Row row);
+
  private:
   struct Slot {
     const char* key = nullptr;  // owned: key_len bytes, malloc'd
@@ -167,6 +178,7 @@ class ObjectTable {
   std::unordered_map<Row, std::vector<MemoryCopy>> extra_copies_;  // copies beyond the first
   Links heads_[kOrders];                                           // heads_[o].next: first, .prev: last
   size_t lengths_[kOrders] = {0, 0};
+  PutsInProgress puts_;
 };
 
 }  // namespace kvs::meta

@@ -47,10 +47,26 @@ class SegmentDropped(NamedTuple):
 
 
 class PutsStarted(NamedTuple):
-    """Puts placed their replicas, a batch of them (one record per PutStart request); each object is
-    invisible until PutsCommitted."""
+    """One writer's puts placed their replicas, a batch of them (one record per run of a PutStart request
+    placed together, or per put started alone); each object is invisible until PutsCommitted. Columns, no
+    object per key: key i's copies are [i * copies_each, (i + 1) * copies_each) of the copy columns
+    (segment ids, offsets, slots, generations), and its nodes were sent holds numbered up to
+    hold_seqs[i]."""
 
-    metas: list[NewObject]
+    keys: list[str]
+    sizes: list[int]
+    checksums: list[int]
+    hold_seqs: list[int]
+    copies_each: int
+    segment_ids: list[int]
+    offsets: list[int]
+    slots: list[int]
+    gens: list[int]
+    writer: str
+    pinned: bool
+    base_replicas: int  # the replicas the puts asked for (a degraded object is repaired up to it)
+    started: float  # their last access
+    put_deadline: float  # when they are reclaimed unless ended (less any stall the master credits them)
 
 
 class PutsCommitted(NamedTuple):

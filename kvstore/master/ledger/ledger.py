@@ -10,7 +10,7 @@ Placement, eviction, replication and demotion decide what to change; only this m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvstore.allocator import MemorySpace
 from kvstore.master.ledger.changes import (
@@ -48,6 +48,30 @@ from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segme
 from kvstore.master.ledger.objects import ObjectMeta, Objects
 from kvstore.rpc.disk_record import PAGE
 from kvstore.rpc.records import MEMORY
+
+
+class Carved(NamedTuple):
+    """The replicas placement carved for a run of keys, `count` a key in key order, and the same as
+    columns (what PutsStarted records)."""
+
+    replicas: list[Replica]
+    segment_ids: list[int]
+    offsets: list[int]
+    slots: list[int]
+    gens: list[int]
+
+
+class EndedPuts(NamedTuple):
+    """What Ledger.end_puts did: the indexes of the keys with no put in progress by the client, the keys
+    committed, those of them short of the copies their put asked for, per memory segment id the highest
+    hold number of a put committed with a copy there (its node must acknowledge it), and the bytes
+    committed."""
+
+    missing: list[int]
+    ended: list[str]
+    short_of_copies: list[str]
+    marks: dict[int, int]
+    bytes: int
 
 
 class Ledger:
@@ -195,7 +219,11 @@ class Ledger:
             self.memory.set_placeable(seg.id, seg.placeable)
 
     def _puts_started(self, r: PutsStarted) -> None:
-        self.objects.add_many(r.metas)
+        copies = (r.copies_each, r.segment_ids, r.offsets, r.slots, r.gens)
+        self.objects.table.start_puts(
+            r.keys, r.sizes, r.checksums, r.hold_seqs, *copies,
+            self.objects.writer_number(r.writer), r.pinned, r.base_replicas, r.started, r.put_deadline,
+        )  # fmt: skip
 
     def _object_restored(self, r: ObjectRestored) -> None:
         for meta in r.metas:
@@ -214,6 +242,19 @@ class Ledger:
     def _puts_committed(self, r: PutsCommitted) -> None:
         self.stored_bytes += self.objects.commit_many(r.keys)
         self._committed(r.keys)
+
+    def end_puts(self, client_id: str, keys: list[str]) -> EndedPuts:
+        """Commits the client's puts of `keys` in one table crossing (PutsCommitted of those it had in
+        progress: the put path makes no record per key). A key with no put of it in progress by this
+        client (absent, committed, another's, or named twice: the second) is left as it is."""
+        bytes_added, missing, ended, short, marks = self.objects.table.end_puts(
+            keys, self.objects.writer_number(client_id)
+        )
+        if ended:
+            self.stored_bytes += bytes_added
+            self._committed(ended)
+            self._tell([PutsCommitted(ended)])
+        return EndedPuts(missing, ended, short, marks, bytes_added)
 
     def _committed(self, keys: list[str]) -> None:
         """Objects were committed: group members among them are shown or hidden (kvstore.master.ledger.groups;
@@ -349,11 +390,15 @@ class Ledger:
             return None
         return self._carved([key], [size], *placed)
 
-    def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
+    def place_many(self, keys: list[str], sizes: list[int], count: int) -> Carved:
         """Carves `count` replicas of each key in turn, as `place` would one at a time: `count` per key,
         for the keys placed, which stop before the first that does not fit now."""
-        placed, columns = self.memory.place_many(sizes, count)
-        return self._carved(keys[:placed], sizes, *columns) if placed else []
+        placed, (segment_ids, offsets, slots) = self.memory.place_many(sizes, count)
+        if not placed:
+            return Carved([], [], [], [], [])
+        replicas = self._carved(keys[:placed], sizes, segment_ids, offsets, slots)
+        first = replicas[0].gen
+        return Carved(replicas, segment_ids, offsets, slots, list(range(first, first + len(replicas))))
 
     def _carved(
         self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]

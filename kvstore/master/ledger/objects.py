@@ -23,7 +23,8 @@ from kvstore.master.ledger.model import DiskReplica, DiskSegment, Replica, Segme
 
 @dataclass(slots=True)
 class NewObject:
-    """An object about to be recorded (a put started, a restored one): the ledger makes its row."""
+    """An object about to be recorded (a restored one; a put started, as its holds are queued): the ledger
+    makes its row."""
 
     key: str
     size: int
@@ -32,8 +33,6 @@ class NewObject:
     writer: str
     complete: bool = False
     pinned: bool = False
-    # (a put in progress's: kvstore.master.ledger.pending keeps it, the table does not)
-    put_deadline: float = 0.0
     last_access: float = 0.0
     base_replicas: int = 1
     target_replicas: int = 0  # (none set yet: what its holds tell the nodes, as an ObjectMeta's)
@@ -268,6 +267,10 @@ class Objects(Mapping[str, ObjectMeta]):
     def writer_number(self, client_id: str) -> int:
         """The table's number for a client that writes objects (numbered as first seen, never reused)."""
         return self._writer_number(client_id)
+
+    def known_writer(self, client_id: str) -> int | None:
+        """The table's number for the client, None if it never wrote (numbers none)."""
+        return self._writers.get(client_id)
 
     def _writer_number(self, client_id: str) -> int:
         number = self._writers.get(client_id)

@@ -21,7 +21,7 @@ from kvstore.master.ledger.changes import (
     SegmentSuspected,
 )
 from kvstore.master.ledger.holds import HoldBook
-from kvstore.master.ledger.ledger import Ledger
+from kvstore.master.ledger.ledger import Carved, Ledger
 from kvstore.master.ledger.locations import memory_location
 from kvstore.master.ledger.model import Replica, Segment
 from kvstore.master.ledger.node_polls import NodePolls
@@ -228,9 +228,9 @@ class SegmentSpace:
         again). The rule runs in C++ (csrc/meta/memory_space), carving as it goes (through the ledger)."""
         return self.ledger.place(key, size, count, list(exclude), list(spread_from))
 
-    def place_many(self, keys: list[str], sizes: list[int], count: int) -> list[Replica]:
-        """`place` for each key in turn (no exclusions), in one call: `count` replicas per key placed;
-        the keys placed stop before the first that does not fit now."""
+    def place_many(self, keys: list[str], sizes: list[int], count: int) -> Carved:
+        """`place` for each key in turn (no exclusions), in one call: `count` replicas per key placed
+        (with their columns); the keys placed stop before the first that does not fit now."""
         return self.ledger.place_many(keys, sizes, count)
 
     def candidates(self, size: int, exclude: Collection[int] = ()) -> list[Segment]:

@@ -251,7 +251,6 @@ class Membership:
                 self._drop_segment(seg)
         for meta in self._pending.by(client_id):
             self._delete(meta)
-        self._pending.forget(client_id)
         self.disk.drop_client(client_id)
         self.space.holds.drop_client(client_id)
         self.space.polls.forget(client_id)

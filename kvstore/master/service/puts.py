@@ -17,7 +17,8 @@ from kvstore.errors import (
     ObjectExistsError,
     TooManyPutsError,
 )
-from kvstore.master.ledger.changes import PutsCommitted, PutsStarted
+from kvstore.master.ledger.changes import PutsStarted
+from kvstore.master.ledger.ledger import Carved
 from kvstore.master.ledger.model import Client, Replica
 from kvstore.master.ledger.objects import NewObject, ObjectMeta
 from kvstore.master.planners.victims import RoomComing
@@ -55,28 +56,20 @@ class Puts:
     ) -> None:
         """put_start of each PutItem (key, size, checksum) of `items` from len(out) on, appending to `out` its
         replicas, None (already stored), or its error: one bad item fails alone. The ledger records the
-        started ones in one batch. Raises RoomComing at an item that waits for room (those before it are
-        in `out` and recorded: call again to go on from it)."""
+        started ones a run at a time (PutsStarted). Raises RoomComing at an item that waits for room
+        (those before it are in `out` and recorded: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write: the request fails, not each item
-        started: dict[str, NewObject] = {}
-        start = functools.partial(self._start, client_id, replicas, pin, min_replicas, wait_for_room, started)
         window = RUN_FIRST  # items a run looks at: twice the last run's, so a batch whose plain puts
-        try:  # are few and scattered costs O(items), not O(items^2)
-            while len(out) < len(items):
-                taken = self._start_run(
-                    client_id, items, window, replicas, pin, min_replicas, wait_for_room, started, out
-                )
-                if taken:
-                    window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
-                    continue
-                item = items[len(out)]  # one at a time: it fails, waits or evicts
-                try:
-                    out.append(start(item.key, item.size, item.checksum))
-                except KVStoreError as exc:
-                    out.append(exc)
-        finally:
-            if started:
-                self._record_started(list(started.values()))
+        while len(out) < len(items):  # are few and scattered costs O(items), not O(items^2)
+            taken = self._start_run(client_id, items, window, replicas, pin, min_replicas, wait_for_room, out)
+            if taken:
+                window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
+                continue
+            item = items[len(out)]  # one at a time: it fails, waits or evicts
+            try:
+                out.append(self._start(client_id, replicas, pin, min_replicas, wait_for_room, item))
+            except KVStoreError as exc:
+                out.append(exc)
 
     def _start_run(
         self,
@@ -87,18 +80,17 @@ class Puts:
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
-        started: dict[str, NewObject],
         out: list[list[Replica] | KVStoreError | None],
     ) -> int:
         """Starts the run of items from len(out) on (at most `window`) that are new puts within the
         client's limits (keys neither stored, started nor fencing): one placement call for those that
-        fit now, evicting for the rest one by one (RoomComing as _place raises it). Appends each one's
-        replicas or error to `out`; returns how many. 0 when the first item is not one of those: _start
-        takes it alone. Each item ends as it would in _start."""
+        fit now, evicting for the rest one by one (RoomComing as _place raises it), and one record.
+        Appends each one's replicas or error to `out`; returns how many. 0 when the first item is not
+        one of those: _start takes it alone. Each item ends as it would in _start."""
         if not 1 <= replicas <= self.config.max_replicas:
             return 0
         first = items[len(out)].key
-        if first in started or first in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
+        if first in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
             return 0
         rest = items[len(out) : len(out) + window]
         keys = [item.key for item in rest]
@@ -109,9 +101,7 @@ class Puts:
             if count != max(min_replicas, min(replicas, self.space.usable_for(min(sizes)))):
                 return 0
         n = min(len(keys), self._within_limits(client_id, sizes, count))
-        n = self.ledger.objects.table.first_present(keys[:n])
-        if started:
-            n = first_where(keys, n, started.__contains__)
+        n = self.ledger.objects.table.first_present(keys[:n])  # (started ones too: their rows exist)
         fences = self.space.fences
         if fences.fencing_any():
             n = first_where(keys, n, fences.fencing)
@@ -122,37 +112,22 @@ class Puts:
             self.space.check_fits(max(sizes[:n]), count)
         except KVStoreError:
             return 0
-        placed = self.space.place_many(keys[:n], sizes[:n], count)
+        carved = self.space.place_many(keys[:n], sizes[:n], count)
+        run = _Started(count)
+        run.carved(keys, sizes, [item.checksum for item in rest], carved)
+        out.extend(run.copies)
         now = self.clock()
-        news: list[NewObject] = []
         try:
-            for i in range(n):
-                if i * count < len(placed):
-                    copies = placed[i * count : (i + 1) * count]
-                else:  # no room for it now: evict for it (or wait), as _start would
-                    try:
-                        copies = self._place(keys[i], sizes[i], count, wait_for_room)
-                    except KVStoreError as exc:
-                        out.append(exc)
-                        continue
-                item = rest[i]
-                new = started[item.key] = NewObject(  # (by position: keywords cost ~200 ns a put more)
-                    item.key,
-                    item.size,
-                    item.checksum,
-                    copies,
-                    client_id,
-                    False,
-                    pin,
-                    now + self.config.put_timeout,
-                    now,
-                    replicas,
-                )
-                self._pending.add(new)
-                news.append(new)
+            for i in range(len(run.keys), n):  # no room for these now: evict for each (or wait), as _start
+                try:
+                    copies = self._place(keys[i], sizes[i], count, wait_for_room)
+                except KVStoreError as exc:
+                    out.append(exc)
+                    continue
+                run.add(keys[i], sizes[i], rest[i].checksum, copies)
                 out.append(copies)
-        finally:  # (a RoomComing above leaves those before it started: held, and recorded by the caller)
-            self.space.holds.hold_many(news)
+        finally:  # (a RoomComing above leaves those before it started: held and recorded)
+            self._record_started(client_id, run, pin, replicas, now)
         return n
 
     def _within_limits(self, client_id: str, sizes: list[int], count: int) -> int:
@@ -163,8 +138,21 @@ class Puts:
         fits = min(most_objects - objects, room)
         return max(fits, 1 if objects == 0 else 0)  # a client with none in progress may start one
 
-    def _record_started(self, news: list[NewObject]) -> None:
-        self.ledger.apply([PutsStarted(news)])
+    def _record_started(self, client_id: str, run: _Started, pin: bool, asked: int, now: float) -> None:
+        """The nodes are told of the run's replicas (holds), then the ledger records the puts: one
+        PutsStarted."""
+        if not run.keys:
+            return
+        news = [  # (what the holds read: by position, keywords cost ~200 ns a put more)
+            NewObject(key, size, checksum, copies, client_id, False, pin, now, asked)
+            for key, size, checksum, copies in zip(
+                run.keys, run.sizes, run.checksums, run.copies, strict=True
+            )
+        ]
+        self.space.holds.hold_many(news)  # (sets each one's hold_seq)
+        hold_seqs = [new.hold_seq for new in news]
+        record = run.record(client_id, hold_seqs, pin, asked, now, now + self.config.put_timeout)
+        self.ledger.apply([record])
 
     def put_start(
         self,
@@ -197,15 +185,13 @@ class Puts:
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
-        started: dict[str, NewObject],
-        key: str,
-        size: int,
-        checksum: int,
+        item: PutItem,
     ) -> list[Replica] | None:
-        """put_start's body; the object goes into `started` (recorded by the caller, in one batch)."""
+        """put_start's body; the ledger records the put (PutsStarted of it alone)."""
+        key, size, checksum = item.key, item.size, item.checksum
         if not 1 <= replicas <= self.config.max_replicas:
             raise InvalidArgumentError(f"replicas must be 1..{self.config.max_replicas}")
-        existing = self.objects.get(key) or started.get(key)
+        existing = self.objects.get(key)
         if existing is None and self.space.fences.fencing(key):
             raise ObjectBusyError(f"{key!r} was just removed; its old replicas are being fenced off, retry")
         if existing is not None:
@@ -220,20 +206,10 @@ class Puts:
             replicas = max(min_replicas, min(replicas, self.space.usable_for(size)))
         self._check_put_limits(client_id, size * replicas)  # before placing: nothing evicted for it
         placed = self._place(key, size, replicas, wait_for_room)
-        now = self.clock()
-        new = started[key] = NewObject(
-            key,
-            size,
-            checksum,
-            placed,
-            client_id,
-            pinned=pin,
-            put_deadline=now + self.config.put_timeout,
-            last_access=now,
-            base_replicas=asked,  # a degraded object is repaired up to it when read (replicator)
-        )
-        self._pending.add(new)
-        self.space.holds.hold_many([new])  # told while the client writes (the holds set its hold_seq)
+        run = _Started(len(placed))
+        run.add(key, size, checksum, placed)
+        # base_replicas is what was asked: a degraded object is repaired up to it when read (replicator)
+        self._record_started(client_id, run, pin, asked, self.clock())
         return placed
 
     def put_end(self, client_id: str, key: str, plan: bool = True) -> None:
@@ -254,28 +230,23 @@ class Puts:
         acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
         them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
         part of memory)."""
-        ended, missing = self._pending.end_many(client_id, keys)
+        ended = self.ledger.end_puts(client_id, keys)
         errors: list[NotFoundError | None] = [None] * len(keys)
-        for i in missing:
+        for i in ended.missing:
             errors[i] = NotFoundError(f"no put of {keys[i]!r} in progress by this client")
-        commits = [new.key for new in ended] if missing else keys
-        # The nodes they were placed on (a hold on one whose segment was lost since is cancelled, which
-        # when_held counts as acknowledged); how many replicas are left is the table's.
+        # The nodes of their replicas now (a hold on one whose segment was lost since is cancelled, which
+        # when_held counts as acknowledged); the table gives the marks by segment.
         marks: dict[str, int] = {}
-        for new in ended:
-            seq = new.hold_seq
-            for replica in new.replicas:
-                node = replica.segment.client_id
-                if marks.get(node, 0) < seq:
-                    marks[node] = seq
-        if commits:
-            # degraded: the next plan adds copies where room appears
-            self.replicator.touched.update(self.ledger.objects.table.short_of_copies(commits))
-            self.policy.on_insert_many(commits)
-            self.counters.puts += len(ended)
-            self.counters.put_bytes += sum([new.size for new in ended])
-        if commits:
-            self.ledger.apply([PutsCommitted(commits)])
+        segments = self.ledger.objects.segments
+        for segment_id, seq in ended.marks.items():
+            node = segments[segment_id].client_id
+            if marks.get(node, 0) < seq:
+                marks[node] = seq
+        if ended.ended:
+            self.replicator.touched.update(ended.short_of_copies)  # the next plan adds copies where room is
+            self.policy.on_insert_many(ended.ended)
+            self.counters.puts += len(ended.ended)
+            self.counters.put_bytes += ended.bytes
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
             self.plan_demotions()
         return errors, marks
@@ -331,3 +302,60 @@ class Puts:
                     raise RoomComing("slots", functools.partial(self.space.when_slots_return, nodes))
             if not self._evict_one(wait_for_room=wait_for_room):
                 raise NoSpaceError(f"no space for {replicas} x {size} bytes, nothing left to evict")
+
+
+class _Started:
+    """The puts of a run placed and not yet recorded: PutsStarted's columns, and each one's replicas (its
+    outcome in the reply). Every put has `count` copies."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.keys: list[str] = []
+        self.sizes: list[int] = []
+        self.checksums: list[int] = []
+        self.copies: list[list[Replica]] = []
+        self.segment_ids: list[int] = []
+        self.offsets: list[int] = []
+        self.slots: list[int] = []
+        self.gens: list[int] = []
+
+    def carved(self, keys: list[str], sizes: list[int], checksums: list[int], carved: Carved) -> None:
+        """The first keys, as many as placement carved (the first run: columns as they came)."""
+        count, replicas = self.count, carved.replicas
+        placed = len(replicas) // count
+        self.keys, self.sizes, self.checksums = keys[:placed], sizes[:placed], checksums[:placed]
+        if count == 1:
+            self.copies = [[r] for r in replicas]
+        else:
+            self.copies = [replicas[i : i + count] for i in range(0, len(replicas), count)]
+        self.segment_ids, self.offsets, self.slots, self.gens = carved[1:]
+
+    def record(
+        self, writer: str, hold_seqs: list[int], pin: bool, asked: int, now: float, deadline: float
+    ) -> PutsStarted:
+        """The ledger's record of these puts by `writer` (asking for `asked` replicas each)."""
+        columns = (self.segment_ids, self.offsets, self.slots, self.gens)
+        return PutsStarted(
+            self.keys,
+            self.sizes,
+            self.checksums,
+            hold_seqs,
+            self.count,
+            *columns,
+            writer,
+            pin,
+            asked,
+            now,
+            deadline,
+        )
+
+    def add(self, key: str, size: int, checksum: int, copies: list[Replica]) -> None:
+        self.keys.append(key)
+        self.sizes.append(size)
+        self.checksums.append(checksum)
+        self.copies.append(copies)
+        for r in copies:
+            self.segment_ids.append(r.segment.id)
+            self.offsets.append(r.offset)
+            self.slots.append(r.slot)
+            self.gens.append(r.gen)

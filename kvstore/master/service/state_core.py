@@ -61,7 +61,8 @@ class StateCore:
             clock,
             lambda urgent: self.plan_demotions(urgent),
         )
-        # Puts started and not ended: expiry checks these every tick, not every object.
+        # Puts started and not ended (kept in the table: dropping an object ends its put): expiry checks
+        # these every tick, not every object.
         self.pending = PutsInProgress(self.objects)
         self.counters = Counters()
         # What nodes name back after a restart (kvstore.master.service.restore), given what it works on.
@@ -93,7 +94,6 @@ class StateCore:
         self.policy.on_remove(meta.key)  # (while it is in the table: the policy's order is the table's)
         if meta.alive:  # (the same object still: not dropped meanwhile)
             self.ledger.apply([ObjectDropped(meta.key)])
-        self.pending.pop(meta.key)
         self.replicator.forget(meta.key)
         self.disk.forget(meta.key)
 
@@ -105,7 +105,6 @@ class StateCore:
         self.ledger.apply([ObjectsLost(keys, self.clock() + 2 * self.config.client_ttl)])
         self.policy.on_remove_many(keys)  # (while they are in the table: the policy's order is the table's)
         self.ledger.drop_objects(keys)
-        self.pending.pop_many(keys)
         self.replicator.forget_many(keys)
         self.disk.forget_many(keys)
 

@@ -29,7 +29,7 @@ class Journal:
         for r in records:
             kind = type(r)
             if kind is c.PutsStarted:
-                self.objects.update(meta.key for meta in r.metas)
+                self.objects.update(r.keys)
             elif kind is c.ObjectRestored:
                 self.objects.update(meta.key for meta in r.metas)
                 self.committed.update(meta.key for meta in r.metas)
@@ -182,5 +182,5 @@ def test_a_put_request_is_one_record_and_a_key_twice_in_it_is_busy() -> None:
     items = [m.PutItem("a", 4096, 1), m.PutItem("b", 4096, 2), m.PutItem("a", 4096, 1), m.PutItem("c", 0, 3)]
     state.puts.start_puts("c0", items, 1, False, 0, False, out)
     assert [type(x).__name__ for x in out] == ["list", "list", "ObjectBusyError", "InvalidArgumentError"]
-    assert [[meta.key for meta in r.metas] for r in seen] == [["a", "b"]]
+    assert [r.keys for r in seen] == [["a", "b"]]
     assert state.objects["a"].replicas == out[0] and not state.objects["a"].complete
