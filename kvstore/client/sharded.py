@@ -18,6 +18,7 @@ import numpy as np
 
 from kvstore.blocks import member_key
 from kvstore.client.buffers import piece_arrays
+from kvstore.client.deadline import Deadline
 from kvstore.client.put_chunk import PutResult
 from kvstore.client.read_batch import MISS
 from kvstore.client.store import Store
@@ -200,11 +201,24 @@ class ShardedStore:
     def get_blocks(
         self, keys: Sequence[str], buffers: Sequence[Any], *, deadline: float | None = None
     ) -> int:
-        """The leading run of stored blocks loaded (see Store.get_blocks): which blocks lead is asked of
-        every shard first, so no block after the first absent one is fetched."""
-        present = self.batch_exists(keys)
-        n = next((i for i, there in enumerate(present) if not there), len(present))
-        results = self.batch_get_into(list(keys[:n]), list(buffers[:n]), deadline=deadline) if n else []
+        """The leading run of stored blocks loaded (see Store.get_blocks), in one lookup per shard: each
+        shard is asked where its blocks are (its master stops at its first absent one and leases the
+        rest), the run ends at the first block absent on any shard, and each shard reads its blocks of
+        that run from what it was told. `deadline` counts from this call, lookups included."""
+        until = Deadline.after(deadline)
+        if len(keys) != len(buffers):
+            raise InvalidArgumentError("keys and buffers differ in length")
+        keys = list(keys)
+        located = self._split(keys, [], _located_prefix, lambda _e: (None, False))
+        n = next((i for i, (found, _) in enumerate(located) if found is None), len(keys))
+        if n == 0:
+            return 0
+
+        def read(store: Store, part: list[str], into: list[Any], where: list[tuple[Any, bool]]) -> list[int]:
+            found, cached = [f for f, _ in where], [c for _, c in where]
+            return store.reads.get_into(part, [[b] for b in into], found, cached, until)
+
+        results = self._split(keys[:n], [buffers[:n], located[:n]], read, lambda _e: MISS)
         return next((i for i, r in enumerate(results) if r < 0), n)
 
     def batch_exists(self, keys: Sequence[str]) -> list[bool]:
@@ -286,6 +300,13 @@ def _guarded(
         raise
     except KVStoreError as exc:
         return [failed(exc)] * len(keys)
+
+
+def _located_prefix(store: Store, keys: list[str]) -> list[tuple[Any, bool]]:
+    """Per key of one shard, (its replicas or None, whether from a lease): one lookup that stops at the
+    shard's first absent key (Store.get_blocks' own)."""
+    found, cached = store.locator.locate(keys, prefix=True)
+    return list(zip(found, cached, strict=True))
 
 
 def _error_code(exc: KVStoreError) -> int:
