@@ -25,7 +25,7 @@ from kvstore.client.store import Store
 from kvstore.cluster.shards import shard_of, split_by_shard
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
-from kvstore.rpc.messages import ObjectLocation
+from kvstore.rpc.messages import ObjectLocation, PrefixMatch
 
 T = TypeVar("T")
 
@@ -87,10 +87,20 @@ class ShardedStore:
         client's."""
         raise NotSupportedError("a client of several shards has one transfer engine per shard, not one")
 
-    def match_prefix(self, keys: Sequence[str]) -> Any:
-        """Refused for now: a node is a member per shard, so a prefix's run would need one name across
-        shards (docs/architecture.md)."""
-        raise NotSupportedError("match_prefix does not span shards yet: ask each key with batch_exists")
+    def match_prefix(self, keys: Sequence[str]) -> PrefixMatch:
+        """The leading keys stored over the shards the chain routes to (see Store.match_prefix): each
+        shard is asked for its own keys, in chain order, all at once; the run ends at the first key
+        absent on its shard. `replicas` as one Store gives them; `per_node`: each segment's leading run
+        under its own name. A node is a member of each shard under a name of its own there, so its run
+        under one name ends at the first key another shard holds (a shard that cannot be reached: its
+        keys absent)."""
+        held = self._split(list(keys), [], _held_prefix, lambda _e: None)
+        matched = next((i for i, h in enumerate(held) if h is None), len(held))
+        replicas: list[list[str]] = [h for h in held[:matched] if h is not None]
+        per_node: dict[str, int] = {}
+        for name in {name for copies in replicas for name in copies}:
+            per_node[name] = next((i for i, copies in enumerate(replicas) if name not in copies), matched)
+        return PrefixMatch(matched, replicas, per_node)
 
     # -- buffers: every shard's engine moves bytes in and out of them ---------------------------------
     def register_buffer(self, buffer: Any) -> None:
@@ -256,6 +266,8 @@ class ShardedStore:
                     f"{len(keys)} keys but {len(column)} values (buffers or pieces' counts)"
                 )
         parts = [(s, p) for s, p in enumerate(split_by_shard(keys, self.shards)) if p]
+        if not parts:  # no keys: no shard is asked
+            return []
         if len(parts) == 1 and len(parts[0][1]) == len(keys):  # every key on one shard: no split
             shard, _ = parts[0]
             return _guarded(call, failed, self.stores[shard], list(keys), *map(list, columns))
@@ -307,6 +319,12 @@ def _located_prefix(store: Store, keys: list[str]) -> list[tuple[Any, bool]]:
     shard's first absent key (Store.get_blocks' own)."""
     found, cached = store.locator.locate(keys, prefix=True)
     return list(zip(found, cached, strict=True))
+
+
+def _held_prefix(store: Store, keys: list[str]) -> list[list[str] | None]:
+    """Per key of one shard, the segments holding it, or None from the shard's first absent key on."""
+    match = store.match_prefix(keys)
+    return [*match.replicas[: match.matched], *[None] * (len(keys) - match.matched)]
 
 
 def _error_code(exc: KVStoreError) -> int:

@@ -91,8 +91,7 @@ def test_pieces_that_do_not_add_up_and_one_store_calls_are_refused(cluster: str)
         # what one Store has and several shards lack, refused by name (mooncake get_hostname reads .engine)
         with pytest.raises(NotSupportedError, match="engine per shard"):
             _ = store.engine
-        with pytest.raises(NotSupportedError, match="does not span shards"):
-            store.match_prefix(keys)
+        assert store.match_prefix(keys).matched == 0  # (spans shards: test_sharded_match_prefix_spans_shards)
 
 
 def test_a_group_named_like_a_member_is_stored_where_its_members_are_looked_up(cluster: str) -> None:
