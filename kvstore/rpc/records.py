@@ -161,7 +161,8 @@ class NodeWork(NamedTuple):
 
     epoch: int
     fences: list[FenceOrder]
-    holds: Sequence[HeldReplica | tuple[Any, ...]]  # the master sends plain tuples of its fields
+    # the master's are encoded already (kvstore.rpc.framing.Packed: its C++ hold book's), a node reads records
+    holds: Sequence[HeldReplica | tuple[Any, ...]] | bytes
     copies: list[CopyTask]
     disk_drops: list[DiskDrop]
     disk_orders: list[DiskOrder]
