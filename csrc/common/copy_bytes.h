@@ -12,4 +12,13 @@ namespace kvs {
 // vector loop instead; everything else goes to memcpy.
 void copy_bytes(void* dst, const void* src, size_t n);
 
+// Same contract, for bytes this process will not read back soon (a put's value landing in a storage
+// node's segment; callers use it for transfers of kStreamFrom bytes and more): where the CPU has AVX2,
+// the destination's whole 32-byte lines are stored around the cache (non-temporal), which skips reading
+// each line before it is written and leaves the cache to what is used; the stores are fenced before it
+// returns, so whoever learns of the copy after it sees every byte. 512 KiB blocks into a 256 MiB area, one
+// thread: 5.5-8.5 GB/s against memcpy's 4.1-4.9 (the loaded 2-core machine).
+constexpr size_t kStreamFrom = 64 << 10;
+void copy_streaming(void* dst, const void* src, size_t n);
+
 }  // namespace kvs

@@ -30,6 +30,8 @@ void copy_pieces(const Slice& slice, char* remote) {
       xxh3::copy_and_hash(p.addr, remote, p.length, *digest);
     } else if (slice.op == TransferOp::kRead) {
       copy_bytes(p.addr, remote, p.length);
+    } else if (slice.length >= kStreamFrom) {  // (a put's pieces: nothing here reads them back)
+      copy_streaming(remote, p.addr, p.length);
     } else {
       copy_bytes(remote, p.addr, p.length);
     }
@@ -52,6 +54,8 @@ Status copy_slice(const Slice& slice, char* remote) {
     slice.batch->set_digest(slice.request, xxh3::copy_and_hash(slice.local, remote, slice.length));
   } else if (slice.op == TransferOp::kRead) {
     copy_bytes(slice.local, remote, slice.length);
+  } else if (slice.length >= kStreamFrom) {  // a put's bytes: read elsewhere, later
+    copy_streaming(remote, slice.local, slice.length);
   } else {
     copy_bytes(remote, slice.local, slice.length);
   }
