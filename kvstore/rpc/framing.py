@@ -55,13 +55,9 @@ def value_of(result: Any) -> Any:
 def pack(obj: Any) -> bytes:
     """A frame of `obj`; a response [msg_id, 0, "", result] whose result is Packed, or a record with
     Packed fields, carries them as they are."""
-    if (
-        type(obj) is list
-        and len(obj) == 4
-        and obj[1] == 0
-        and (type(obj[3]) is Packed or isinstance(obj[3], tuple))
-    ):
-        body = b"\x94" + msgpack.packb(obj[0]) + _OK + encoded(obj[3])  # (0x94: an array of 4)
+    result = obj[3] if type(obj) is list and len(obj) == 4 and obj[1] == 0 else None
+    if type(result) is Packed or (isinstance(result, tuple) and Packed in map(type, result)):
+        body = b"\x94" + msgpack.packb(obj[0]) + _OK + encoded(result)  # (0x94: an array of 4)
     elif type(obj) is Packed:
         body = bytes(obj)
     else:
