@@ -252,4 +252,8 @@ class HoldBook:
     @property
     def outstanding(self) -> int: ...
 
-def encode_put_reply(outcomes: list[Any]) -> bytes: ...
+def encode_put_reply(
+    outcomes: list[Any],
+    placed: tuple[list[int], list[int], list[int], list[int]] | None = None,
+    places: dict[int, tuple[int, str, str, int]] | None = None,
+) -> bytes: ...

@@ -50,13 +50,12 @@ class PutsStarted(NamedTuple):
     """One writer's puts placed their replicas, a batch of them (one record per run of a PutStart request
     placed together, or per put started alone); each object is invisible until PutsCommitted. Columns, no
     object per key: key i's copies are [i * copies_each, (i + 1) * copies_each) of the copy columns
-    (segment ids, offsets, slots, generations), and its nodes were sent holds numbered up to
-    hold_seqs[i]."""
+    (segment ids, offsets, slots, generations). Their holds are told to their nodes once they are
+    recorded (each row's hold_seq is the holds', as it is soft: see above)."""
 
     keys: list[str]
     sizes: list[int]
     checksums: list[int]
-    hold_seqs: list[int]
     copies_each: int
     segment_ids: list[int]
     offsets: list[int]

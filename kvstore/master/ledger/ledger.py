@@ -9,6 +9,7 @@ Placement, eviction, replication and demotion decide what to change; only this m
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -219,11 +220,22 @@ class Ledger:
             self.memory.set_placeable(seg.id, seg.placeable)
 
     def _puts_started(self, r: PutsStarted) -> None:
+        self._start_rows(r)
+
+    def _start_rows(self, r: PutsStarted) -> list[int]:
+        """The record's objects' rows, made uncommitted (their puts in progress); their references."""
         copies = (r.copies_each, r.segment_ids, r.offsets, r.slots, r.gens)
-        self.objects.table.start_puts(
-            r.keys, r.sizes, r.checksums, r.hold_seqs, *copies,
+        return self.objects.table.start_puts(
+            r.keys, r.sizes, r.checksums, [], *copies,
             self.objects.writer_number(r.writer), r.pinned, r.base_replicas, r.started, r.put_deadline,
         )  # fmt: skip
+
+    def start_puts(self, r: PutsStarted) -> list[int]:
+        """Applies the record (as apply does) and returns its new objects' references in key order: the
+        put path names them to the holds with no object per key."""
+        refs = self._start_rows(r)
+        self._tell([r])
+        return refs
 
     def _object_restored(self, r: ObjectRestored) -> None:
         for meta in r.metas:
@@ -399,6 +411,22 @@ class Ledger:
         replicas = self._carved(keys[:placed], sizes, segment_ids, offsets, slots)
         first = replicas[0].gen
         return Carved(replicas, segment_ids, offsets, slots, list(range(first, first + len(replicas))))
+
+    def carve_many(self, keys: list[str], sizes: list[int], count: int) -> Carved:
+        """place_many's carving as columns only (its `replicas` empty): no Python object per copy unless
+        someone watches SpaceTaken."""
+        placed, (segment_ids, offsets, slots) = self.memory.place_many(sizes, count)
+        if not placed:
+            return Carved([], [], [], [], [])
+        first = self.fences.generations(len(offsets))
+        gens = list(range(first, first + len(offsets)))
+        segments = self.segments
+        for seg_id, carved in Counter(segment_ids).items():
+            segments[seg_id].allocations += carved
+        if SpaceTaken in self._watchers:
+            replicas = list(map(Replica, map(segments.__getitem__, segment_ids), offsets, slots, gens))
+            self._tell([SpaceTaken(keys[i // count], r, sizes[i // count]) for i, r in enumerate(replicas)])
+        return Carved([], segment_ids, offsets, slots, gens)
 
     def _carved(
         self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]

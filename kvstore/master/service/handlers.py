@@ -19,13 +19,13 @@ from kvstore.errors import (
     PermissionDeniedError,
 )
 from kvstore.master.ledger import node_acks
-from kvstore.master.ledger.model import Replica
 from kvstore.master.service import reads
 from kvstore.master.service.loop_watch import LoopWatch
 from kvstore.master.service.mount_check import MountCheck
 from kvstore.master.service.node_nonces import NodeNonces
 from kvstore.master.service.node_work import WorkChannel, has_work
 from kvstore.master.service.path_reports import PathReports
+from kvstore.master.service.puts import StartedOutcomes
 from kvstore.master.service.shard_check import check_put_items
 from kvstore.master.service.state import MasterState, RoomComing
 from kvstore.rpc import admin
@@ -279,11 +279,9 @@ class Handlers:
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.members.client(r.client_id)  # an unknown writer fails the request, not each item
         check_put_items(self.config.shard, r.items)  # (a sharded master stores its own keys only)
-        return self._start_items(r, [], self.clock() + self.config.put_room_wait)
+        return self._start_items(r, StartedOutcomes(), self.clock() + self.config.put_room_wait)
 
-    def _start_items(
-        self, r: m.PutStart, started: list[list[Replica] | KVStoreError | None], deadline: float
-    ) -> Packed | Deferred:
+    def _start_items(self, r: m.PutStart, started: StartedOutcomes, deadline: float) -> Packed | Deferred:
         """Places r's items from len(started) on, appending each one's outcome; a Deferred continuing
         from the item that waits for room (until `deadline`; after it, nothing waits). The reply is
         encoded in C++ (csrc/meta/put_reply.h: as msgpack-python packs the ItemResults and Placements)."""
@@ -295,7 +293,7 @@ class Handlers:
             reply = Deferred(lambda: self._start_items(r, started, deadline), left)
             coming.when_ready(reply.ready)
             return reply
-        return Packed(encode_put_reply(started))
+        return Packed(encode_put_reply(started, started.placed.columns(), self.core.ledger.objects.places))
 
     def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:
         """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they

@@ -7,6 +7,7 @@ import bisect
 import functools
 import itertools
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from kvstore.errors import (
     InvalidArgumentError,
@@ -20,13 +21,16 @@ from kvstore.errors import (
 from kvstore.master.ledger.changes import PutsStarted
 from kvstore.master.ledger.ledger import Carved
 from kvstore.master.ledger.model import Client, Replica
-from kvstore.master.ledger.objects import NewObject, ObjectMeta
+from kvstore.master.ledger.objects import ObjectMeta
 from kvstore.master.planners.victims import RoomComing
 from kvstore.master.service.batches import first_repeat, first_where
 from kvstore.master.service.removal import Removal
 from kvstore.master.service.state_core import StateCore
 from kvstore.rpc.messages import PutItem
 
+# A put's outcome: its replicas, None (stored already), its error, or (in StartedOutcomes) an int naming its
+# copies among the request's placed columns.
+Outcome = list[Replica] | KVStoreError | None | int
 RUN_FIRST, MAX_RUN = 16, 4096  # items the first run of a put_start looks at; the most any looks at
 
 
@@ -52,7 +56,7 @@ class Puts:
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
-        out: list[list[Replica] | KVStoreError | None],
+        out: list[Outcome],
     ) -> None:
         """put_start of each PutItem (key, size, checksum) of `items` from len(out) on, appending to `out` its
         replicas, None (already stored), or its error: one bad item fails alone. The ledger records the
@@ -80,7 +84,7 @@ class Puts:
         pin: bool,
         min_replicas: int,
         wait_for_room: bool,
-        out: list[list[Replica] | KVStoreError | None],
+        out: list[Outcome],
     ) -> int:
         """Starts the run of items from len(out) on (at most `window`) that are new puts within the
         client's limits (keys neither stored, started nor fencing): one placement call for those that
@@ -112,10 +116,17 @@ class Puts:
             self.space.check_fits(max(sizes[:n]), count)
         except KVStoreError:
             return 0
-        carved = self.space.place_many(keys[:n], sizes[:n], count)
         run = _Started(count)
-        run.carved(keys, sizes, [item.checksum for item in rest], carved)
-        out.extend(run.copies)
+        checksums = [item.checksum for item in rest]
+        if isinstance(out, StartedOutcomes):  # the caller encodes them in C++: columns, no Replica per copy
+            carved = self.ledger.carve_many(keys[:n], sizes[:n], count)
+            run.carved(keys, sizes, checksums, carved)
+            out.extend(out.placed.extend(carved, count))
+        else:
+            carved = self.space.place_many(keys[:n], sizes[:n], count)
+            run.carved(keys, sizes, checksums, carved)
+            copies = carved.replicas
+            out.extend([copies[i : i + count] for i in range(0, len(copies), count)])
         now = self.clock()
         try:
             for i in range(len(run.keys), n):  # no room for these now: evict for each (or wait), as _start
@@ -139,20 +150,12 @@ class Puts:
         return max(fits, 1 if objects == 0 else 0)  # a client with none in progress may start one
 
     def _record_started(self, client_id: str, run: _Started, pin: bool, asked: int, now: float) -> None:
-        """The nodes are told of the run's replicas (holds), then the ledger records the puts: one
-        PutsStarted."""
+        """The ledger records the run's puts (one PutsStarted), then their nodes are told of the replicas
+        (holds, by the new rows: no object per key), while the client writes them."""
         if not run.keys:
             return
-        news = [  # (what the holds read: by position, keywords cost ~200 ns a put more)
-            NewObject(key, size, checksum, copies, client_id, False, pin, now, asked)
-            for key, size, checksum, copies in zip(
-                run.keys, run.sizes, run.checksums, run.copies, strict=True
-            )
-        ]
-        self.space.holds.hold_many(news)  # (sets each one's hold_seq)
-        hold_seqs = [new.hold_seq for new in news]
-        record = run.record(client_id, hold_seqs, pin, asked, now, now + self.config.put_timeout)
-        self.ledger.apply([record])
+        refs = self.ledger.start_puts(run.record(client_id, pin, asked, now, now + self.config.put_timeout))
+        self.space.holds.hold_rows(refs)  # (sets each row's hold_seq)
 
     def put_start(
         self,
@@ -170,13 +173,13 @@ class Puts:
         usable: the caller sees how many in the placement. With `wait_for_room`, raises RoomComing
         (nothing placed) rather than evict for room that is on its way. The nodes are told of the
         replicas at once, while the client writes them (kvstore.master.ledger.holds)."""
-        out: list[list[Replica] | KVStoreError | None] = []
+        out: list[Outcome] = []  # (a plain list: a placed put's outcome is its replicas)
         item = PutItem(key=key, size=size, checksum=checksum)
         self.start_puts(client_id, [item], replicas, pin, min_replicas, wait_for_room, out)
         (placed,) = out
         if isinstance(placed, KVStoreError):
             raise placed
-        return placed
+        return cast(list[Replica] | None, placed)
 
     def _start(
         self,
@@ -305,57 +308,71 @@ class Puts:
 
 
 class _Started:
-    """The puts of a run placed and not yet recorded: PutsStarted's columns, and each one's replicas (its
-    outcome in the reply). Every put has `count` copies."""
+    """The puts of a run placed and not yet recorded: PutsStarted's columns. Every put has `count`
+    copies."""
 
     def __init__(self, count: int) -> None:
         self.count = count
         self.keys: list[str] = []
         self.sizes: list[int] = []
         self.checksums: list[int] = []
-        self.copies: list[list[Replica]] = []
         self.segment_ids: list[int] = []
         self.offsets: list[int] = []
         self.slots: list[int] = []
         self.gens: list[int] = []
 
     def carved(self, keys: list[str], sizes: list[int], checksums: list[int], carved: Carved) -> None:
-        """The first keys, as many as placement carved (the first run: columns as they came)."""
-        count, replicas = self.count, carved.replicas
-        placed = len(replicas) // count
+        """The first keys, as many as placement carved (the first of the run: columns as they came)."""
+        placed = len(carved.segment_ids) // self.count
         self.keys, self.sizes, self.checksums = keys[:placed], sizes[:placed], checksums[:placed]
-        if count == 1:
-            self.copies = [[r] for r in replicas]
-        else:
-            self.copies = [replicas[i : i + count] for i in range(0, len(replicas), count)]
         self.segment_ids, self.offsets, self.slots, self.gens = carved[1:]
 
-    def record(
-        self, writer: str, hold_seqs: list[int], pin: bool, asked: int, now: float, deadline: float
-    ) -> PutsStarted:
+    def record(self, writer: str, pin: bool, asked: int, now: float, deadline: float) -> PutsStarted:
         """The ledger's record of these puts by `writer` (asking for `asked` replicas each)."""
-        columns = (self.segment_ids, self.offsets, self.slots, self.gens)
-        return PutsStarted(
-            self.keys,
-            self.sizes,
-            self.checksums,
-            hold_seqs,
-            self.count,
-            *columns,
-            writer,
-            pin,
-            asked,
-            now,
-            deadline,
-        )
+        columns = (self.count, self.segment_ids, self.offsets, self.slots, self.gens)
+        return PutsStarted(self.keys, self.sizes, self.checksums, *columns, writer, pin, asked, now, deadline)
 
     def add(self, key: str, size: int, checksum: int, copies: list[Replica]) -> None:
         self.keys.append(key)
         self.sizes.append(size)
         self.checksums.append(checksum)
-        self.copies.append(copies)
         for r in copies:
             self.segment_ids.append(r.segment.id)
             self.offsets.append(r.offset)
             self.slots.append(r.slot)
             self.gens.append(r.gen)
+
+
+class PlacedColumns:
+    """A request's copies placed by runs, as columns: what StartedOutcomes' ints name."""
+
+    def __init__(self) -> None:
+        self.segment_ids: list[int] = []
+        self.offsets: list[int] = []
+        self.slots: list[int] = []
+        self.gens: list[int] = []
+
+    def extend(self, carved: Carved, count: int) -> range:
+        """Adds a run's copies, `count` a put; returns each put's outcome: the int naming its copies,
+        ((first copy) << 8) | count, as kvstore._meta.encode_put_reply reads it."""
+        first = len(self.segment_ids)
+        self.segment_ids += carved.segment_ids
+        self.offsets += carved.offsets
+        self.slots += carved.slots
+        self.gens += carved.gens
+        step = count << 8
+        return range((first << 8) | count, (len(self.segment_ids) << 8) | count, step)
+
+    def columns(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        return self.segment_ids, self.offsets, self.slots, self.gens
+
+
+class StartedOutcomes(list[Outcome]):
+    """Puts.start_puts' outcomes for a caller that encodes them in C++ (kvstore._meta.encode_put_reply, with
+    `placed.columns()`): a put placed in a run is an int naming its copies in `placed`, not a list of
+    Replica (one object per copy that nothing else reads). A put placed alone is a list of Replica, as
+    in any other list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.placed = PlacedColumns()
