@@ -5,6 +5,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <string>
 #include <string_view>
 #include <vector>
 
