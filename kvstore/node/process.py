@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +25,9 @@ from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
+
+DISK_ALIGN = 4096  # (a disk tier's size is a multiple of it: NodeConfig)
+MIN_STAGING = 1 << 20
 
 
 def run_node(node: NodeConfig, **client_settings: Any) -> None:
@@ -64,10 +69,6 @@ def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
     """Shard `shard`'s part of this node: an even part of its memory, a name of its own."""
     if shards == 1:
         return node
-    if node.disk:
-        raise InvalidArgumentError(
-            "a node of a cluster split over shards has no disk tier yet: run one node per shard for a disk"
-        )
     name = f"{node.name}-shard-{shard}" if node.name else ""
     if len(name) > 64:  # (the rule NodeConfig checks; replace() does not check it again)
         raise InvalidArgumentError(
@@ -75,8 +76,26 @@ def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
             f"'-shard-{shard}' suffix it passes a node name's 64 characters"
         )
     part = dataclasses.replace(node, segment_size=node.segment_size // shards, name=name)
+    if node.disk:
+        part = _shard_disk(part, shard, shards)
     part.validate()
     return part
+
+
+def _shard_disk(part: NodeConfig, shard: int, shards: int) -> NodeConfig:
+    """Shard `shard`'s disk tier: a file of its own beside the one named ('<disk>.shard-<i>', an even
+    part of disk_size), so each shard's records, catalog and restore are its own as its memory is. A
+    block device has no room for a file beside it: refused."""
+    if os.path.exists(part.disk) and stat.S_ISBLK(os.stat(part.disk).st_mode):
+        raise InvalidArgumentError(
+            f"the disk tier {part.disk} is a block device, which a node of {shards} shards cannot split: "
+            "give a file path (each shard gets '<path>.shard-<i>'), or run one node per shard"
+        )
+    size = part.disk_size // shards // DISK_ALIGN * DISK_ALIGN
+    if part.disk_size and not size:
+        raise InvalidArgumentError(f"disk_size {part.disk_size} is too small to split over {shards} shards")
+    staging = max(MIN_STAGING, part.disk_staging // shards // DISK_ALIGN * DISK_ALIGN)
+    return dataclasses.replace(part, disk=f"{part.disk}.shard-{shard}", disk_size=size, disk_staging=staging)
 
 
 @dataclasses.dataclass
@@ -142,7 +161,10 @@ def _ready_fields(joined: list[_Member | None]) -> str:
     storage = first.storage
     pinned = f" pinned={storage.segment.pinned_by}" if first.node.pinned else ""
     d = storage.disk
-    disk = f" disk={d.file.backend} restored={d.restored} dropped={d.dropped}" if d is not None else ""
+    disks = [m.storage.disk if m else None for m in joined]  # (each shard's own file: a field each)
+    restored = ",".join(str(x.restored) if x else "-" for x in disks)
+    dropped = ",".join(str(x.dropped) if x else "-" for x in disks)
+    disk = f" disk={d.file.backend} restored={restored} dropped={dropped}" if d is not None else ""
     engines = ",".join(m.session.engine.name if m else "-" for m in joined)
     clients = ",".join(m.session.client_id if m else "-" for m in joined)
     kept = ",".join(str(m.storage.kept) if m else "-" for m in joined)
