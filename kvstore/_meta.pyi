@@ -257,3 +257,6 @@ def encode_put_reply(
     placed: tuple[list[int], list[int], list[int], list[int]] | None = None,
     places: dict[int, tuple[int, str, str, int]] | None = None,
 ) -> bytes: ...
+def decode_locations_reply(
+    frame: bytes | bytearray | memoryview, msg_id: int, entry_type: type[Any], copy_type: type[Any]
+) -> list[Any] | None: ...

@@ -8,6 +8,7 @@
 
 #include "bind/meta_hash_order.h"
 #include "bind/meta_hold_book.h"
+#include "bind/meta_locations_reply.h"
 #include "bind/meta_memory_space.h"
 #include "bind/meta_object_table.h"
 #include "bind/meta_put_reply.h"
@@ -84,4 +85,5 @@ PYBIND11_MODULE(_meta, m) {
   kvs::bind::register_memory_space(m);
   kvs::bind::register_put_reply(m);
   kvs::bind::register_hold_book(m);
+  kvs::bind::register_locations_reply(m);
 }

@@ -137,12 +137,17 @@ class MasterClient:
         if getattr(local, "sock", None) is not sent.sock or sent.msg_id not in local.out:
             raise MasterUnavailableError(f"master {self.address}: {method}: the connection was lost")
         reply = local.out[sent.msg_id]
+        records = None  # the reply's records, when read from its frame in C++ (Request.decode_frame)
         try:
             while reply is None:
                 sent.sock.settimeout(timeout or self.timeout)
                 if not long_poll:
                     local.spin.wait(local.poller)
-                reply = _read_reply(sent.sock, local.wire)
+                body = _read_body(sent.sock, local.wire)
+                records = None if raw else sent.request.decode_frame(sent.msg_id, body)
+                if records is not None:
+                    break
+                reply = rpc.parse_response(rpc.unpack(body))
                 if reply[0] != sent.msg_id:
                     self._stash(local.out, reply)
                     reply = None
@@ -154,6 +159,8 @@ class MasterClient:
             self._drop(sent.sock)
             raise
         del local.out[sent.msg_id]
+        if records is not None:
+            return records
         _, code, message, result = reply
         if code:
             raise error_for_code(code, message)
@@ -327,12 +334,16 @@ def _send_reading(
 
 
 def _read_reply(sock: socket.socket, wire: _Wire) -> tuple[int, int, str, Any]:
-    """The next reply frame on the connection: (id, code, message, result); a frame whose MAC does not
-    verify raises FrameMacError (an InvalidArgumentError: the connection is dropped)."""
+    """The next reply frame on the connection: (id, code, message, result)."""
+    return rpc.parse_response(rpc.unpack(_read_body(sock, wire)))
+
+
+def _read_body(sock: socket.socket, wire: _Wire) -> bytes | bytearray | memoryview:
+    """The next reply frame's body (its msgpack); a frame whose MAC does not verify raises FrameMacError
+    (an InvalidArgumentError: the connection is dropped)."""
     header = _recv_exact(sock, rpc.HEADER_SIZE)
     rest = _recv_exact(sock, rpc.frame_length(header) + wire.tag)
-    body = rest if wire.frames is None else wire.frames.open(header, rest)
-    return rpc.parse_response(rpc.unpack(body))
+    return rest if wire.frames is None else wire.frames.open(header, rest)
 
 
 def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:

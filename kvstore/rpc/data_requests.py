@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 
 from kvstore.errors import InvalidArgumentError, ProtocolError
 from kvstore.rpc import validate as v
+from kvstore.rpc.locations_frame import decode_locations_frame
 from kvstore.rpc.records import (
     ItemResult,
     ObjectLocation,
@@ -108,6 +109,10 @@ class GetReplicas(Request):
     prefix: Annotated[bool, Flag()] = False
     # the reader's host: a disk-only object on a disk there may be read directly
     host_id: Annotated[str, Text(), Omitted.EMPTY] = ""
+
+    @staticmethod
+    def decode_frame(msg_id: int, body: bytes | bytearray | memoryview) -> list[ObjectLocation | None] | None:
+        return decode_locations_frame(msg_id, body)
 
     @staticmethod
     def decode_reply(obj: Any) -> list[ObjectLocation | None]:

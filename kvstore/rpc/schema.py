@@ -220,6 +220,13 @@ class Request:
     def decode_reply(obj: Any) -> Any:
         return obj
 
+    @staticmethod
+    def decode_frame(msg_id: int, body: bytes | bytearray | memoryview) -> Any | None:
+        """The reply frame's body (its msgpack) read into decode_reply's records in one step, or None where
+        it is not a success of the common shape for request `msg_id` (then: unpack, decode_reply). None
+        here: a request whose replies a client decodes in bulk says how (GetReplicas)."""
+        return None
+
 
 REQUESTS: dict[str, type[Request]] = {}
 """Every request by its METHOD, in declaration order."""

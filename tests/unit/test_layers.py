@@ -56,6 +56,7 @@ EXTENSION_GATES = {
         "kvstore.master.ledger.objects",
         "kvstore.master.planners.eviction",
         "kvstore.master.service.handlers",  # (put_start's reply, encoded in C++: csrc/meta/put_reply)
+        "kvstore.rpc.locations_frame",  # (a get's reply frame, read in C++: csrc/meta/locations_reply)
     },
 }
 
