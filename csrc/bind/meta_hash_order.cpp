@@ -7,6 +7,7 @@
 #include "meta/crc32.h"
 #include "meta/hash_order.h"
 #include "meta/key_hash.h"
+#include "meta/shadow_replay.h"
 
 namespace py = pybind11;
 
@@ -72,6 +73,22 @@ void register_hash_order(py::module_& m) {
           },
           py::arg("keys"), py::arg("sample"),
           "The keys of a 1/`sample` sample (CRC-32 of the key's UTF-8 divisible by it), in order.")
+      .def(
+          "replay_shadow",
+          [](PyHashOrder& o, PyHashOrder& ghost, const py::list& keys, size_t capacity, bool bimodal,
+             double decay, double hits) {
+            if (&ghost == &o || ghost.seed != o.seed) {
+              throw py::value_error("a shadow's ghost is another order of the same seed");
+            }
+            std::vector<uint64_t> hashes;
+            hashes.reserve(keys.size());
+            for (const py::handle key : keys) hashes.push_back(o.hash(key.cast<std::string_view>()));
+            return meta::replay_shadow(o.order, ghost.order, hashes, capacity, bimodal, decay, hits);
+          },
+          py::arg("ghost"), py::arg("keys"), py::arg("capacity"), py::arg("bimodal"), py::arg("decay"),
+          py::arg("hits"),
+          "This order as a shadow cache of `capacity` keys with its `ghost` list replays the references of "
+          "`keys` in order (csrc/meta/shadow_replay.h); returns `hits` decayed and counted through them.")
       .def("__len__", [](const PyHashOrder& o) { return o.order.size(); })
       .def_property_readonly("memory_bytes", [](const PyHashOrder& o) { return o.order.memory_bytes(); });
 }

@@ -168,16 +168,10 @@ class _Shadow:
         self.ghost = HashOrder(seed)  # (the same seed: a hash popped from order is the key's in ghost)
         self.hits = 0.0
 
-    def reference(self, key: str, capacity: int) -> None:
-        if self.order.touch(key):
-            self.hits += 1
-            return
-        _insert(self.order, self.ghost, key, self.bimodal)
-        while len(self.order) > capacity:
-            evicted = self.order.pop_first()
-            assert evicted is not None
-            self.ghost.add_hash(evicted)
-            _trim(self.ghost, capacity)
+    def reference_many(self, keys: list[str], capacity: int, decay: float) -> None:
+        """Each key referenced in turn, the hits decayed before each: a hit moves it last, a miss inserts
+        it (_insert's rule) and evicts past `capacity` into the ghost (_trim's bound), in one crossing."""
+        self.hits = self.order.replay_shadow(self.ghost, keys, capacity, self.bimodal, decay, self.hits)
 
 
 def _insert(order: KeyOrder | HashOrder, ghost: HashOrder, key: str, bimodal: bool) -> None:
@@ -242,16 +236,17 @@ class AdaptivePolicy(EvictionPolicy):
         lead = bip.hits - lru.hits
         return self._full and lead > self._confidence * math.sqrt(bip.hits + lru.hits)
 
-    def _reference(self, key: str) -> None:
-        """A reference of a sampled key (HashOrder.sampled picks them) replayed in both shadows."""
+    def _reference_many(self, keys: list[str]) -> None:
+        """References of sampled keys (HashOrder.sampled picks them) replayed in both shadows, in order
+        (the shadows are independent: each replays the batch at once)."""
+        if not keys:
+            return
         capacity = max(1, len(self._order) // self._sample)
         for shadow in self._shadows:
-            shadow.hits *= self._decay
-            shadow.reference(key, capacity)
+            shadow.reference_many(keys, capacity, self._decay)
 
     def on_insert(self, key: str, size: int) -> None:
-        if self._ghost.sampled([key], self._sample):
-            self._reference(key)
+        self._reference_many(self._ghost.sampled([key], self._sample))
         _insert(self._order, self._ghost, key, self.bimodal)
 
     def on_insert_many(self, keys: list[str]) -> None:
@@ -263,17 +258,15 @@ class AdaptivePolicy(EvictionPolicy):
         else:
             for key in keys:
                 _insert(self._order, self._ghost, key, True)
-        for key in self._ghost.sampled(keys, self._sample):
-            self._reference(key)
+        self._reference_many(self._ghost.sampled(keys, self._sample))
 
     def on_access(self, key: str) -> None:
-        if self._order.touch(key) and self._ghost.sampled([key], self._sample):
-            self._reference(key)
+        if self._order.touch(key):
+            self._reference_many(self._ghost.sampled([key], self._sample))
 
     def on_access_many(self, keys: list[str]) -> None:
         touched = list(itertools.compress(keys, self._order.touch_many(keys)))
-        for key in self._ghost.sampled(touched, self._sample):
-            self._reference(key)
+        self._reference_many(self._ghost.sampled(touched, self._sample))
 
     def on_remove(self, key: str) -> None:
         if self._order.discard(key):
