@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -26,8 +27,8 @@ class Cluster:
     nodes: list[tuple[subprocess.Popen[str], str]] = field(default_factory=list)
 
 
-@pytest.fixture
-def cluster() -> Iterator[Cluster]:
+@contextmanager
+def running_cluster() -> Iterator[Cluster]:
     """A master process and two storage node processes (64 MiB each), short heartbeat TTL."""
     with ExitStack() as stack:
         _, ready = stack.enter_context(
@@ -55,6 +56,29 @@ def cluster() -> Iterator[Cluster]:
             )
             c.nodes.append((proc, info.split()[0]))
         yield c
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """A fresh cluster for the test alone (running_cluster): for tests that kill its nodes, fill its pool or
+    count what it holds."""
+    with running_cluster() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_cluster() -> Iterator[Cluster]:
+    """One cluster for a module's tests that each use keys of their own and leave its nodes and pool as
+    they were (starting three processes per test was most of those tests' time). Its nodes keep their
+    memory in a directory of the module's own (each test's node_memory_dir is removed after the test)."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    with (
+        pytest.MonkeyPatch.context() as env,
+        tempfile.TemporaryDirectory(prefix="kvstore-test-", dir=base, ignore_cleanup_errors=True) as where,
+    ):
+        env.setenv("KVSTORE_NODE_MEMORY_DIR", where)
+        with running_cluster() as c:
+            yield c
 
 
 def corrupt_in_place(cluster: Cluster, location: Any, at: int = 100, garbage: bytes = b"\xee" * 16) -> None:

@@ -26,8 +26,8 @@ def value(n: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
-def test_data_verified_across_processes(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_data_verified_across_processes(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         sizes = [1, 100, 4096, 65537, 1 << 20, 3 << 20]
         for i, n in enumerate(sizes):
             store.put(f"k{i}", value(n, i), replicas=1 + i % 2)
@@ -100,12 +100,12 @@ def test_full_pool_keeps_accepting_puts_by_evicting(cluster: Cluster) -> None:
         assert got is not None and int.from_bytes(got[:8], "little") == 511
 
 
-def test_concurrent_clients(cluster: Cluster) -> None:
+def test_concurrent_clients(shared_cluster: Cluster) -> None:
     errors: list[BaseException] = []
 
     def worker(w: int) -> None:
         try:
-            with Store.connect(cluster.master) as store:
+            with Store.connect(shared_cluster.master) as store:
                 for i in range(30):
                     key = f"w{w}/{i}"
                     store.put(key, value(10_000 + i, w * 100 + i))
@@ -121,11 +121,11 @@ def test_concurrent_clients(cluster: Cluster) -> None:
     assert not errors
 
 
-def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_checksum_mismatch_is_a_miss_never_bytes(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         store.put("victim", value(4096, 1))
         locations = store.master.call(m.GetReplicas(keys=["victim"]))[0].locations
-        corrupt_in_place(cluster, locations[0])
+        corrupt_in_place(shared_cluster, locations[0])
         assert store.get("victim") is None
         assert store.get_into("victim", bytearray(4096)) == MISS
         # The reported replica is dropped and fenced off: the lease-cached location is refused (or, before
@@ -134,8 +134,8 @@ def test_checksum_mismatch_is_a_miss_never_bytes(cluster: Cluster) -> None:
         assert local.checksum_mismatches >= 1 and local.checksum_mismatches + local.stale_locations >= 2
 
 
-def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_freed_and_reused_region_is_never_read_as_the_old_key(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         store.put("old", value(8192, 1))
         stale = store.master.call(m.GetReplicas(keys=["old"]))  # a reader holds the old location
         store.remove("old", force=True)
@@ -149,8 +149,8 @@ def test_freed_and_reused_region_is_never_read_as_the_old_key(cluster: Cluster) 
         assert store.get("new") == value(8192, 2)
 
 
-def test_remove_waits_for_leases(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_remove_waits_for_leases(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         store.put("leased", b"abc")
         assert store.get("leased") == b"abc"
         with pytest.raises(ObjectBusyError):
@@ -185,11 +185,11 @@ def _raw_call(address: str, payload: bytes) -> object:
         rpc.pack([-1, "hello", {"version": m.PROTOCOL_VERSION}]),
     ],
 )
-def test_malformed_rpc_gets_an_error_and_master_stays_up(cluster: Cluster, payload: bytes) -> None:
-    reply = _raw_call(cluster.master, payload)
+def test_malformed_rpc_gets_an_error_and_master_stays_up(shared_cluster: Cluster, payload: bytes) -> None:
+    reply = _raw_call(shared_cluster.master, payload)
     assert reply is None or (isinstance(reply, list) and reply[1] != 0)
     hello = rpc.pack([7, "hello", {"version": m.PROTOCOL_VERSION}])
-    assert _raw_call(cluster.master, hello) == [7, 0, "", [m.PROTOCOL_VERSION, 0]]  # epoch 0: no HA
+    assert _raw_call(shared_cluster.master, hello) == [7, 0, "", [m.PROTOCOL_VERSION, 0]]  # epoch 0: no HA
 
 
 @pytest.mark.parametrize(
@@ -200,39 +200,39 @@ def test_malformed_rpc_gets_an_error_and_master_stays_up(cluster: Cluster, paylo
     ],
 )
 def test_a_client_of_another_protocol_version_gets_a_clear_error(
-    cluster: Cluster, payload: bytes, says: str
+    shared_cluster: Cluster, payload: bytes, says: str
 ) -> None:
-    reply = _raw_call(cluster.master, payload)
+    reply = _raw_call(shared_cluster.master, payload)
     assert isinstance(reply, list) and reply[1] != 0 and says in reply[2]
 
 
-def test_metrics_and_health(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_metrics_and_health(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         store.put("m", b"1")
         store.get("m")
         store.get("missing")
-    metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+    metrics = urllib.request.urlopen(f"http://{shared_cluster.http}/metrics", timeout=5).read().decode()
     assert (
         "kvstore_objects" in metrics and "kvstore_hits_total" in metrics and "kvstore_rpc_seconds" in metrics
     )
-    health = json.loads(urllib.request.urlopen(f"http://{cluster.http}/health", timeout=5).read())
+    health = json.loads(urllib.request.urlopen(f"http://{shared_cluster.http}/health", timeout=5).read())
     assert health["status"] == "ok" and health["segments"] == 2
     # How long the loop was held: its longest turn, and each housekeeping and scrape task's longest run.
-    metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+    metrics = urllib.request.urlopen(f"http://{shared_cluster.http}/metrics", timeout=5).read().decode()
     turn = [line for line in metrics.splitlines() if line.startswith("kvstore_master_loop_turn_max_seconds ")]
     assert turn and 0 < float(turn[0].split()[1]) < 60
     for task in ("expire", "replication_plan", "scrape_metrics", "scrape_health"):
         assert f'kvstore_master_task_max_seconds{{task="{task}"}}' in metrics
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         store.stats()
         stats = store.stats()["master"]  # (a Stats request is timed once it is answered: the second sees it)
     assert stats["loop_turn_max_ms"] > 0 and stats["expire_max_ms"] >= 0 and "scrape_stats_max_ms" in stats
 
 
-def test_metrics_show_each_clients_transfer_paths_per_nic(cluster: Cluster) -> None:
+def test_metrics_show_each_clients_transfer_paths_per_nic(shared_cluster: Cluster) -> None:
     """A client's heartbeats carry its engine's paths summed per local NIC (loopback over TCP: one path
     per node, where the kernel routes: "default"); /metrics shows their bytes, slices and states."""
-    with Store.connect(cluster.master, transport="tcp") as store:
+    with Store.connect(shared_cluster.master, transport="tcp") as store:
         wait_for_mounts(store, 2)
         value = np.arange(1 << 20, dtype=np.uint8)
         for i in range(8):
@@ -241,7 +241,9 @@ def test_metrics_show_each_clients_transfer_paths_per_nic(cluster: Cluster) -> N
         labels = f'{{client="{store.client_id}",nic="default"}}'
         deadline = time.monotonic() + 10
         while True:
-            metrics = urllib.request.urlopen(f"http://{cluster.http}/metrics", timeout=5).read().decode()
+            metrics = (
+                urllib.request.urlopen(f"http://{shared_cluster.http}/metrics", timeout=5).read().decode()
+            )
             found = {
                 line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if labels in line
             }
@@ -254,8 +256,8 @@ def test_metrics_show_each_clients_transfer_paths_per_nic(cluster: Cluster) -> N
         assert found[f"kvstore_path_failures_total{labels}"] == 0
 
 
-def test_raw_pointer_buffers(cluster: Cluster) -> None:
-    with Store.connect(cluster.master) as store:
+def test_raw_pointer_buffers(shared_cluster: Cluster) -> None:
+    with Store.connect(shared_cluster.master) as store:
         memory = np.zeros(1 << 20, np.uint8)
         raw = (memory.ctypes.data, memory.nbytes)
         from kvstore import InvalidArgumentError
@@ -270,7 +272,7 @@ def test_raw_pointer_buffers(cluster: Cluster) -> None:
         store.unregister_buffer(raw)
 
 
-def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
+def test_raw_pieces_across_registrations(shared_cluster: Cluster) -> None:
     """Values spread over raw (address, size) pieces of several raw registrations (an engine's layers),
     with odd sizes, short values, and pieces the batch path does not take."""
     from kvstore import InvalidArgumentError
@@ -284,7 +286,7 @@ def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
         return (array.ctypes.data + offset, size)
 
     sizes = [4097, 65536, 3, 2048, 100_000]
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         for array in (a, b, out_a, out_b):
             store.register_buffer((array.ctypes.data, array.nbytes))
         store.register_buffer(registered_numpy)
@@ -343,14 +345,14 @@ def test_raw_pieces_across_registrations(cluster: Cluster) -> None:
             store.batch_put_from_pieces(["outside"], [out_b.ctypes.data + (1 << 20) - 100], [200], [1])
 
 
-def test_python_and_cpp_checksums_agree(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_and_cpp_checksums_agree(shared_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Values written with one hashing path read back verified with the other (a mismatch is a miss)."""
     from kvstore.client import buffers
 
     values = [
         np.random.default_rng(i).integers(0, 256, n, dtype=np.uint8) for i, n in enumerate([2, 240, 70_000])
     ]
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         for writer_in_python in (False, True):
             keys = [f"agree/{writer_in_python}/{i}" for i in range(3)]
             with monkeypatch.context() as patch:
@@ -400,20 +402,22 @@ def test_node_killed_during_reads_never_yields_wrong_bytes(cluster: Cluster) -> 
         assert not thread.is_alive() and not problems and rounds[0] > 3
 
 
-def test_blocks_and_match_prefix(cluster: Cluster) -> None:
+def test_blocks_and_match_prefix(shared_cluster: Cluster) -> None:
     from kvstore.blocks import BlockHasher
 
     hasher = BlockHasher(4, "model-a")
     tokens = np.arange(4 * 6)
     keys = hasher.keys(tokens)
     blocks = [np.full(1000, i, np.uint8) for i in range(6)]
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         assert store.match_prefix(keys).matched == 0
         assert store.put_blocks(keys[:4], blocks[:4]) == [0] * 4
         store.put_blocks(keys[5:], blocks[5:])  # a block whose prefix is missing
         match = store.match_prefix(keys)
         assert match.matched == 4 and len(match.replicas) == 4
-        assert max(match.per_node.values()) <= 4 and set(match.per_node) <= {n for _, n in cluster.nodes}
+        assert max(match.per_node.values()) <= 4 and set(match.per_node) <= {
+            n for _, n in shared_cluster.nodes
+        }
         assert all(len(r) == 1 for r in match.replicas)
         out = [np.zeros(1000, np.uint8) for _ in range(6)]
         assert store.get_blocks(keys, out) == 4
