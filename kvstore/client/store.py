@@ -33,7 +33,7 @@ from kvstore.client.writes import PIPELINED_CHUNK as PIPELINED_CHUNK
 from kvstore.client.writes import Writes
 from kvstore.cluster.master_client import MasterClient
 from kvstore.cluster.session import Session
-from kvstore.cluster.shards import SHARD_SEPARATOR, shard_configs
+from kvstore.cluster.shards import SHARD_SEPARATOR, etcd_locator, shard_configs
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, error_for_code
 from kvstore.rpc import messages as m
@@ -108,13 +108,27 @@ class Store:
 
     @classmethod
     def from_config(cls: type[S], config: StoreConfig) -> S:
+        where = None
         if config.etcd or SHARD_SEPARATOR in config.master:  # maybe a cluster split over shards
-            shards = shard_configs(config)
+            where = etcd_locator(config)  # (one etcd connection reads the shard map and finds the leader)
+            try:
+                shards = shard_configs(config, where)
+            except BaseException:
+                if where is not None:
+                    where.close()
+                raise
             if len(shards) > 1:  # one Store per shard, each key routed to its own
                 from kvstore.client.sharded import ShardedStore  # (it builds on this module)
 
+                if where is not None:
+                    where.close()
                 return cast(S, ShardedStore.join(cls, shards, config))  # (Store's data operations)
-        session = Session(config)
+        try:
+            session = Session(config, where=where)
+        except BaseException:
+            if where is not None:  # (closing it twice is harmless: the session's connection may have)
+                where.close()
+            raise
         roles: list[Closable] = []
         try:
             roles = cls.start_roles(session, config)

@@ -111,6 +111,16 @@ class EtcdLeader(Locator):
     def describe(self) -> str:
         return f"the leader of cluster {self.cluster!r} (etcd {self.endpoints})"
 
+    def read(self, key: str) -> bytes | None:
+        """`key`'s value in etcd over this locator's own connection (opened if need be): what a client
+        reads before it follows the leader (the shard map) costs no connection of its own. etcd's errors
+        are raised as they come."""
+        with self._lock:
+            if self._client is None:
+                self._client = etcd.connect(self.endpoints, self.timeout, self.settings)
+            value, _ = self._client.get(key)
+            return value
+
     def _drop(self) -> None:
         if self._client is not None:
             self._client.close()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.cluster.leader import locator
+from kvstore.cluster.leader import Locator, locator
 from kvstore.cluster.master_client import MasterClient
 from kvstore.config import StoreConfig
 from kvstore.config.security import SecurityConfig
@@ -37,6 +37,7 @@ class Session:
         before_join: Callable[[TransferEngine], None] | None = None,
         node_key: str = "",
         security: SecurityConfig | None = None,
+        where: Locator | None = None,
     ) -> None:
         """`node_name`: a storage node's identity on its host (kvstore.node.identity), with `node_key`,
         its secret kept across its restarts (kvstore.node.node_key): the master lets a registration with
@@ -44,7 +45,8 @@ class Session:
         `before_join(engine)` runs before the master hears of this process (a node readies its memory:
         once registered, it must heartbeat). `security`: the cluster secret this process proves to the
         master and to peer engines, and TLS to the master (from the environment if None): its master
-        connection and its transfer engine both use it."""
+        connection and its transfer engine both use it. `where`: how the master is found (from config if
+        None); the Session's master connection owns it."""
         if not config.master and not config.etcd:
             raise InvalidArgumentError(
                 "no master address: pass one, or set KVSTORE_MASTER=HOST:PORT (or KVSTORE_ETCD and "
@@ -64,7 +66,8 @@ class Session:
         # False while a join again is unfinished: registered, but a handler (a node's remount) failed
         self._joined = True
         self._heartbeat: threading.Thread | None = None
-        where = locator(config.master, config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
+        if where is None:
+            where = locator(config.master, config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
         self.security = security if security is not None else SecurityConfig.load()
         self.master = MasterClient(
             where,

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvstore.cluster.leader import EtcdLeader
 from kvstore.config import StoreConfig
 from kvstore.config.etcd import EtcdConfig
 from kvstore.config.security import SecurityConfig
@@ -33,6 +34,7 @@ from kvstore.rpc.shard_keys import routing_key, shard_of, shards_of
 SHARD_SEPARATOR = ";"
 __all__ = [  # (routing_key and shard_of are the protocol's rule, kvstore.rpc.shard_keys, named here too)
     "SHARD_SEPARATOR",
+    "etcd_locator",
     "etcd_shards",
     "routing_key",
     "shard_configs",
@@ -53,16 +55,17 @@ def split_shards(master: str) -> list[str]:
     return parts
 
 
-def shard_configs(config: StoreConfig) -> list[StoreConfig]:
+def shard_configs(config: StoreConfig, where: EtcdLeader | None = None) -> list[StoreConfig]:
     """The settings that reach each shard's master, in shard order: [config] for one shard (today's
     cluster, unchanged). etcd's shard map is read once, here. Each names its shard (StoreConfig.shard),
     which its master's Hello reply must name too (kvstore.cluster.master_client): a client whose list
     differs from the masters' own (',' for ';', another order, one shard of several) is refused rather
-    than store keys where other clients never look. A shard's own settings are already one shard."""
+    than store keys where other clients never look. A shard's own settings are already one shard.
+    `where`: the locator of config's etcd cluster, whose connection reads the map (else one of its own)."""
     if config.shard[1] > 1:
         return [config]
     if config.etcd:
-        shards = etcd_shards(config.etcd, config.cluster, min(config.rpc_timeout, 2.0))
+        shards = etcd_shards(config.etcd, config.cluster, min(config.rpc_timeout, 2.0), where)
         if shards == 1:
             return [config]
         return [
@@ -79,16 +82,20 @@ def shard_configs(config: StoreConfig) -> list[StoreConfig]:
     ]
 
 
-def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
+def etcd_locator(config: StoreConfig) -> EtcdLeader | None:
+    """The locator of config's etcd cluster (None without etcd), for shard_configs to read the map with
+    and a Session to follow the leader with: one etcd connection for both."""
+    if not config.etcd or config.shard[1] > 1:
+        return None
+    return EtcdLeader(config.etcd, config.cluster or "default", min(config.rpc_timeout, 2.0))
+
+
+def etcd_shards(endpoints: str, cluster: str, timeout: float, where: EtcdLeader | None = None) -> int:
     """How many shards etcd's shard map gives `cluster` (no map: one). A map that does not verify
     (kvstore.rpc.etcd_records: not signed with this cluster's secret) is refused, and so is an etcd
     that cannot be read: guessing one shard would route every key of a sharded cluster to shard 0."""
     try:
-        client = etcd.connect(endpoints, timeout, EtcdConfig.load())
-        try:
-            value, _ = client.get(etcd.shards_key(cluster))
-        finally:
-            client.close()
+        value = _read(endpoints, timeout, etcd.shards_key(cluster), where)
     except KVStoreError:  # (its TLS or login settings: said as they are)
         raise
     except Exception as exc:  # grpc errors of every kind: etcd cannot be asked now
@@ -104,6 +111,17 @@ def etcd_shards(endpoints: str, cluster: str, timeout: float) -> int:
             "secret, or not a count): no shard to route keys to"
         )
     return shards
+
+
+def _read(endpoints: str, timeout: float, key: str, where: EtcdLeader | None) -> bytes | None:
+    if where is not None:  # (the connection the client then finds its leader with)
+        return where.read(key)
+    client = etcd.connect(endpoints, timeout, EtcdConfig.load())
+    try:
+        value, _ = client.get(key)
+        return value
+    finally:
+        client.close()
 
 
 def split_by_shard(keys: Sequence[str], shards: int) -> list[list[int]]:
