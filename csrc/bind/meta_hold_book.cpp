@@ -6,10 +6,8 @@
 #include <pybind11/numpy.h>
 
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "bind/meta_keys.h"
 #include "meta/hold_book.h"
 
 namespace py = pybind11;
@@ -39,59 +37,6 @@ py::tuple hold_rows(HoldBook& book, const Refs& refs) {
   return py::make_tuple(numbers(nodes), check.unknown_segment);
 }
 
-// One copy of a NewObject's (kvstore.master.ledger.objects), read before anything is held.
-struct NewCopy {
-  size_t object;
-  uint32_t segment;
-  uint64_t offset;
-  uint32_t slot;
-  uint64_t gen;
-};
-
-// hold_key of every replica of each NewObject of `news` (their rows are made after: the ledger records
-// them), setting each one's hold_seq; (the nodes held on, once each; a segment not added, 0: none).
-py::tuple hold_news(HoldBook& book, const py::list& news) {
-  static const py::str a_key("key"), a_replicas("replicas"), a_segment("segment"), a_id("id"),
-      a_offset("offset"), a_slot("slot"), a_gen("gen"), a_hold("hold_seq");
-  const Py_ssize_t n = PyList_GET_SIZE(news.ptr());
-  std::vector<py::object> keys;  // (each key's str: read in place)
-  std::vector<NewCopy> copies;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* obj = PyList_GET_ITEM(news.ptr(), i);
-    keys.push_back(attr_of(obj, a_key));
-    const py::object replicas = attr_of(obj, a_replicas);
-    if (!PyList_Check(replicas.ptr())) throw py::type_error("a NewObject's replicas must be a list");
-    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(replicas.ptr()); ++r) {
-      PyObject* replica = PyList_GET_ITEM(replicas.ptr(), r);
-      const auto segment = static_cast<uint32_t>(u64_of(attr_of(attr_of(replica, a_segment).ptr(), a_id)));
-      if (book.place(segment) == nullptr) return py::make_tuple(py::list(), segment);
-      copies.push_back(NewCopy{static_cast<size_t>(i), segment, u64_of(attr_of(replica, a_offset)),
-                               static_cast<uint32_t>(u64_of(attr_of(replica, a_slot))),
-                               u64_of(attr_of(replica, a_gen))});
-    }
-  }
-  std::vector<uint32_t> nodes;
-  std::vector<bool> told;
-  size_t next = 0;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    const std::string_view key = key_of(keys[static_cast<size_t>(i)].ptr());
-    for (; next < copies.size() && copies[next].object == static_cast<size_t>(i); ++next) {
-      const NewCopy& c = copies[next];
-      const meta::SegmentPlace& place = *book.place(c.segment);
-      book.hold_key(place.node, key, HeldCopy{c.segment, place.region, c.offset, c.slot, c.gen});
-      if (place.node >= told.size()) told.resize(static_cast<size_t>(place.node) + 1);
-      if (!told[place.node]) {
-        told[place.node] = true;
-        nodes.push_back(place.node);
-      }
-    }
-    const py::int_ seq(book.last_seq());
-    if (PyObject_SetAttr(PyList_GET_ITEM(news.ptr(), i), a_hold.ptr(), seq.ptr()) != 0)
-      throw py::error_already_set();
-  }
-  return py::make_tuple(numbers(nodes), 0);
-}
-
 py::tuple take(HoldBook& book, uint32_t node, size_t limit) {
   std::string out;
   const meta::Taken taken = book.take(node, limit, out);
@@ -116,18 +61,9 @@ void register_hold_book(py::module_& m) {
              uint64_t gen) { return b.hold(node, ref, HeldCopy{segment, region, offset, slot, gen}); },
           py::arg("node"), py::arg("ref"), py::arg("segment"), py::arg("region"), py::arg("offset"),
           py::arg("slot"), py::arg("gen"), "Holds one copy of the object `ref`; returns the hold's number.")
-      .def(
-          "hold_key",
-          [](HoldBook& b, uint32_t node, std::string_view key, uint32_t segment, uint64_t region,
-             uint64_t offset, uint32_t slot,
-             uint64_t gen) { return b.hold_key(node, key, HeldCopy{segment, region, offset, slot, gen}); },
-          py::arg("node"), py::arg("key"), py::arg("segment"), py::arg("region"), py::arg("offset"),
-          py::arg("slot"), py::arg("gen"), "hold of an object found by its key when first sent.")
       .def("hold_rows", &hold_rows, py::arg("refs"),
            "Every copy of each object of `refs` held, each row's hold_seq set: (the nodes held on, 0); "
            "(nothing held) ([], a copy's segment not added) or KeyError for a stale reference.")
-      .def("hold_news", &hold_news, py::arg("news"),
-           "hold_key of every replica of each NewObject, setting its hold_seq: as hold_rows.")
       .def("cancel", &HoldBook::cancel, py::arg("node"), py::arg("region"), py::arg("slot"), py::arg("gen"))
       .def("acknowledge", &HoldBook::acknowledge, py::arg("node"), py::arg("through"))
       .def("drop_node", &HoldBook::drop_node, py::arg("node"))

@@ -23,9 +23,7 @@ uint64_t HoldBook::push(uint32_t node, Ref ref, const HeldCopy& c) {
   const uint64_t position = q.base + q.holds.size();
   auto [it, fresh] = q.position.try_emplace(Where{c.region, c.slot}, position);
   if (!fresh) {  // held again: the earlier hold becomes a gap, this one goes to the end
-    Hold& earlier = q.holds[it->second - q.base];
-    if (earlier.ref == 0) keys_.erase(earlier.seq);
-    earlier.seq = 0;
+    q.holds[it->second - q.base].seq = 0;
     ++q.gaps;
     it->second = position;
   }
@@ -36,12 +34,6 @@ uint64_t HoldBook::push(uint32_t node, Ref ref, const HeldCopy& c) {
 
 uint64_t HoldBook::hold(uint32_t node, Ref ref, const HeldCopy& c) {
   return push(node, ref, c);
-}
-
-uint64_t HoldBook::hold_key(uint32_t node, std::string_view key, const HeldCopy& c) {
-  const uint64_t seq = push(node, 0, c);
-  keys_.emplace(seq, std::string(key));
-  return seq;
 }
 
 HoldRowsCheck HoldBook::hold_rows(const std::vector<Ref>& refs, std::vector<uint32_t>& nodes) {
@@ -80,7 +72,6 @@ HoldRowsCheck HoldBook::hold_rows(const std::vector<Ref>& refs, std::vector<uint
 
 void HoldBook::kill(Queue& q, Hold& h) {
   q.position.erase(Where{h.copy.region, h.copy.slot});
-  if (h.ref == 0) keys_.erase(h.seq);
   h.seq = 0;
   ++q.gaps;
 }
@@ -122,7 +113,6 @@ void HoldBook::acknowledge(uint32_t node, uint64_t through) {
   while (!q.holds.empty() && q.holds.front().seq <= through) {
     Hold& h = q.holds.front();
     q.position.erase(Where{h.copy.region, h.copy.slot});
-    if (h.ref == 0) keys_.erase(h.seq);
     q.holds.pop_front();
     ++q.base;
     settle(q);
@@ -130,11 +120,7 @@ void HoldBook::acknowledge(uint32_t node, uint64_t through) {
 }
 
 void HoldBook::drop_node(uint32_t node) {
-  if (node >= queues_.size()) return;
-  Queue& q = queues_[node];
-  for (const Hold& h : q.holds)
-    if (h.seq != 0 && h.ref == 0) keys_.erase(h.seq);
-  q = Queue{};
+  if (node < queues_.size()) queues_[node] = Queue{};
 }
 
 void HoldBook::drop_region(uint32_t node, uint64_t region) {
@@ -157,15 +143,7 @@ bool HoldBook::row_has(Row row, const HeldCopy& c) const {
   return false;
 }
 
-bool HoldBook::resolve(Hold& h) {
-  if (h.ref == 0) {
-    const auto it = keys_.find(h.seq);
-    if (it == keys_.end()) return false;
-    const Row row = table_.find(it->second);
-    keys_.erase(it);
-    if (row == kNoRow) return false;
-    h.ref = ref_of(table_, row);
-  }
+bool HoldBook::current(const Hold& h) const {
   const Row row = row_of(table_, h.ref);
   return row != kNoRow && row_has(row, h.copy);
 }
@@ -195,7 +173,7 @@ Taken HoldBook::take(uint32_t node, size_t limit, std::string& out) {
     for (size_t i = 0; i < q.holds.size() && taken.sent < limit; ++i) {
       Hold& h = q.holds[i];
       if (h.seq == 0) continue;
-      if (!resolve(h)) {
+      if (!current(h)) {
         kill(q, h);
         ++taken.dropped;
         continue;

@@ -63,9 +63,6 @@ class HoldBook {
 
   // Holds one copy of the object `ref` on `node`; returns the hold's number.
   uint64_t hold(uint32_t node, Ref ref, const HeldCopy& c);
-  // The same for an object whose row is not made yet (a put being recorded): it is found by `key` when
-  // the hold is first sent.
-  uint64_t hold_key(uint32_t node, std::string_view key, const HeldCopy& c);
   // Holds every copy of each object of `refs` in turn (its node and region by its segment) and sets each
   // row's hold_seq to the number of its last hold. Appends each node held on to `nodes` once. Nothing is
   // held when the check fails.
@@ -91,7 +88,7 @@ class HoldBook {
  private:
   struct Hold {
     uint64_t seq = 0;  // 0: cancelled or held again later (a gap, skipped)
-    Ref ref = 0;       // 0: not resolved yet (found by the key in keys_ by seq)
+    Ref ref = 0;
     HeldCopy copy;
   };
   struct Where {
@@ -112,15 +109,14 @@ class HoldBook {
   Queue& queue(uint32_t node);
   uint64_t push(uint32_t node, Ref ref, const HeldCopy& c);
   void kill(Queue& q, Hold& h);
-  void settle(Queue& q);  // drops gaps from the front; compacts a queue mostly gaps
-  bool resolve(Hold& h);  // finds a hold's row, checking it still has the copy
+  void settle(Queue& q);              // drops gaps from the front; compacts a queue mostly gaps
+  bool current(const Hold& h) const;  // its object is alive and still has the copy
   bool row_has(Row row, const HeldCopy& c) const;
   void encode(const Hold& h, MsgpackWriter& w) const;
 
   ObjectTable& table_;
   std::vector<Queue> queues_;  // by node number
   std::unordered_map<uint32_t, SegmentPlace> segments_;
-  std::unordered_map<uint64_t, std::string> keys_;  // seq -> key of each hold not resolved yet
   uint64_t seq_ = 0;
   uint64_t sent_ = 0;
 };

@@ -28,7 +28,7 @@ import msgpack
 from kvstore._meta import HoldBook as _Book
 from kvstore.master.ledger.model import Replica, Segment
 from kvstore.master.ledger.node_acks import AckWaiters, Waiter
-from kvstore.master.ledger.objects import NewObject, ObjectMeta, Objects
+from kvstore.master.ledger.objects import ObjectMeta, Objects
 from kvstore.rpc.framing import Packed
 
 Hold = tuple[int, int, int, int, int, str, int, int, bool, int, int]  # kvstore.rpc.messages.HeldReplica's
@@ -64,37 +64,29 @@ class HoldBook:
         seg = self._segments[segment_id]
         self._book.add_segment(seg.id, self._node(seg.client_id), seg.region_id)
 
-    def hold_all(self, meta: ObjectMeta | NewObject, replicas: list[Replica]) -> int:
-        """The nodes of `replicas` hold them now (a put placed them, or a copy landed); returns the
-        number of the last hold: a node that acknowledged it has all of them (when_held)."""
+    def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
+        """The nodes of `replicas` hold them now (a copy landed, or a count was set); returns the number
+        of the last hold: a node that acknowledged it has all of them (when_held)."""
         book, seq = self._book, self._book.last_seq
         for r in replicas:
             seg: Segment = r.segment
-            node = self._node(seg.client_id)
-            if isinstance(meta, ObjectMeta):
-                seq = book.hold(node, meta.ref, seg.id, seg.region_id, r.offset, r.slot, r.gen)
-            else:  # (its row is made once the ledger records it: found by key when sent)
-                seq = book.hold_key(node, meta.key, seg.id, seg.region_id, r.offset, r.slot, r.gen)
+            seq = book.hold(
+                self._node(seg.client_id), meta.ref, seg.id, seg.region_id, r.offset, r.slot, r.gen
+            )
             # Its reply is built once the request that queued this is done (Master.run_ready), as for
             # kills.
             self._wake(seg.client_id)
         return seq
 
-    def hold_many(self, news: list[NewObject]) -> None:
-        """hold_all of each new object's replicas, setting its hold_seq; each node is woken once."""
-        self._woken(lambda: self._book.hold_news(news))
-
     def hold_rows(self, refs: Sequence[int]) -> None:
         """hold_all of every replica of each object of `refs` (table references: the put path's rows,
         recorded already), setting each row's hold_seq; each node is woken once. One crossing, no Python
         object per key. KeyError (nothing held) for a reference to an object that is gone."""
-        self._woken(lambda: self._book.hold_rows(refs))
-
-    def _woken(self, hold: Callable[[], tuple[list[int], int]]) -> None:
-        nodes, unknown = hold()
+        book = self._book
+        nodes, unknown = book.hold_rows(refs)
         while unknown:  # a segment's first hold: the book learns where it is, and holds them all then
             self._add_segment(unknown)
-            nodes, unknown = hold()
+            nodes, unknown = book.hold_rows(refs)
         names = self._names
         for node in nodes:
             self._wake(names[node])

@@ -169,25 +169,6 @@ TEST(HoldBook, AHoldWhoseObjectOrCopyIsGoneIsDroppedNotSent) {
   EXPECT_NE(out.find("kept"), std::string::npos);
 }
 
-TEST(HoldBook, AHoldByKeyFindsItsRowWhenSentAndOneNeverRecordedIsDropped) {
-  ObjectTable t;
-  HoldBook book(t);
-  book.hold_key(0, "recorded", copy_at(1));
-  book.hold_key(0, "never", copy_at(2));
-  book.hold_key(0, "cancelled", copy_at(3));
-  EXPECT_TRUE(book.cancel(0, 7, 3, 103));
-  object(t, "recorded", {1});  // (the ledger records the put after its holds)
-  std::string out;
-  const Taken taken = book.take(0, 10, out);
-  EXPECT_EQ(taken.sent, 1u);
-  EXPECT_EQ(taken.dropped, 1u);
-  EXPECT_NE(out.find("recorded"), std::string::npos);
-  t.erase(t.find("recorded"));
-  object(t, "recorded", {4});  // put again: another allocation under the same key
-  out.clear();
-  EXPECT_EQ(book.take(0, 10, out).sent, 0u);
-}
-
 TEST(HoldBook, HoldRowsHoldsEveryCopySetsHoldSeqAndNamesEachNodeOnce) {
   ObjectTable t;
   HoldBook book(t);
