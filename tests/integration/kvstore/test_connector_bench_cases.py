@@ -114,19 +114,19 @@ def test_cases_refuse_what_they_cannot_run(args: list[str], message: str) -> Non
 
 
 @pytest.mark.parametrize(("write_tp", "read_tp"), [(1, 8), (8, 2), (4, 16), (16, 4)])
-def test_tp_sizes_in_both_directions(cluster: Any, write_tp: int, read_tp: int) -> None:
+def test_tp_sizes_in_both_directions(shared_cluster: Any, write_tp: int, read_tp: int) -> None:
     """Fewer and more readers than writers, and ranks beyond the KV heads (TP=16 over 8 heads: two ranks
     hold each head; both read it, only the first writes it)."""
-    result = run(cluster.master, "tp-mismatch", blocks=2, write_tp=write_tp, read_tp=read_tp)
+    result = run(shared_cluster.master, "tp-mismatch", blocks=2, write_tp=write_tp, read_tp=read_tp)
     member = 32 * LLAMA_HEAD_BLOCK
     assert result.errors == 0 and result.objects_saved == 2 * 8
     assert result.reader_bytes == [2 * member * max(1, 8 // read_tp)] * read_tp
 
 
-def test_the_check_sees_a_wrong_or_a_stray_byte(cluster: Any) -> None:
+def test_the_check_sees_a_wrong_or_a_stray_byte(shared_cluster: Any) -> None:
     """The bench's own verification has teeth: a loaded block differing from the writer's, a byte
     written into a block vLLM's rule skips, or a wrong byte on the plain side each fail it."""
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         mover = BlockMover(StoreLink.wrapping(store))
         try:
             case = CaseRun(store, mover, plan_case("hybrid", None, 48, 1, 1), 8, 1)
@@ -153,9 +153,9 @@ def run(master: str, case: str, blocks: int, write_tp: int = 1, read_tp: int = 1
             mover.close()
 
 
-def test_window_blocks_untouched_means_different(cluster: Any) -> None:
+def test_window_blocks_untouched_means_different(shared_cluster: Any) -> None:
     """The skipped blocks' check is not vacuous: the writer's and the reader's random blocks differ."""
-    with Store.connect(cluster.master) as store:
+    with Store.connect(shared_cluster.master) as store:
         mover = BlockMover(StoreLink.wrapping(store))
         try:
             case = CaseRun(store, mover, plan_case("hybrid", None, 48, 1, 1), 8, 1)
