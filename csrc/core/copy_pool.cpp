@@ -6,6 +6,18 @@
 
 namespace kvs {
 
+namespace {
+thread_local bool t_caller_runs = false;  // a CallerRuns is held on this thread
+}  // namespace
+
+CopyPool::CallerRuns::CallerRuns() : before_(t_caller_runs) {
+  t_caller_runs = true;
+}
+
+CopyPool::CallerRuns::~CallerRuns() {
+  t_caller_runs = before_;
+}
+
 int CopyPool::workers_for(int wanted) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -36,7 +48,7 @@ void CopyPool::post(std::vector<std::function<void()>>&& tasks) {
     for (auto& t : tasks) tasks_.push_back(std::move(t));
   }
   if (tasks.size() == 1) {
-    cv_.notify_one();
+    if (!t_caller_runs) cv_.notify_one();
   } else {
     cv_.notify_all();
   }

@@ -23,6 +23,21 @@ class CopyPool {
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;
 
+  // While a thread holds one, a single task it posts wakes no worker: the thread runs it itself at once (a
+  // one-request transfer waits on its batch, helping). A woken worker raced the caller for it and took it
+  // about half the time for a 512 KiB same-host read, which then paid the caller's sleep and wake-up (and
+  // on a busy host a worker waiting for a core). Tasks of several slices still wake the workers.
+  class CallerRuns {
+   public:
+    CallerRuns();
+    ~CallerRuns();
+    CallerRuns(const CallerRuns&) = delete;
+    CallerRuns& operator=(const CallerRuns&) = delete;
+
+   private:
+    bool before_;
+  };
+
   void post(std::vector<std::function<void()>>&& tasks);
   // Runs one queued task on the calling thread; false if none was queued.
   bool run_one();

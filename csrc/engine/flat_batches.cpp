@@ -1,5 +1,9 @@
 #include "engine/flat_batches.h"
 
+#include <memory>
+
+#include "core/copy_pool.h"
+
 namespace kvs {
 namespace {
 
@@ -54,7 +58,11 @@ Status check_verified_arrays(size_t requests, size_t expected, size_t check) {
 
 std::pair<int, int> transfer_one(Engine& engine, const OneRequest& r, int64_t timeout_ms) {
   const auto op = static_cast<uint8_t>(r.op);
-  auto batch = engine.submit(one_view(r, &op), timeout_ms);
+  std::shared_ptr<Batch> batch;
+  {
+    CopyPool::CallerRuns caller;  // (the wait below copies a same-host slice on this thread)
+    batch = engine.submit(one_view(r, &op), timeout_ms);
+  }
   engine.wait(*batch, -1);
   return {static_cast<int>(batch->state(0)), static_cast<int>(batch->error(0))};
 }
@@ -64,7 +72,11 @@ int32_t read_verified_one(Engine& engine, const OneRequest& r, int64_t timeout_m
   const uint8_t asked = 1;
   BatchView view = one_view(r, &op);
   view.digests = &asked;
-  auto batch = engine.submit(view, timeout_ms);
+  std::shared_ptr<Batch> batch;
+  {
+    CopyPool::CallerRuns caller;  // (wait_verified copies a same-host slice on this thread)
+    batch = engine.submit(view, timeout_ms);
+  }
   int32_t verdict = 0;
   engine.wait_verified(*batch, &expected, &asked, &verdict);
   return verdict;
