@@ -295,13 +295,13 @@ class Handlers:
             return reply
         return Packed(encode_put_reply(started, started.placed.columns(), self.core.ledger.objects.places))
 
-    def put_end(self, r: m.PutEnd) -> list[m.ItemResult] | Deferred:
+    def put_end(self, r: m.PutEnd) -> Packed | Deferred:
         """Commits the puts; the reply waits until the nodes of their replicas acknowledged that they
         hold them (at most durable_wait), so a master that dies after it cannot lose them: the
-        nodes name them to the next one."""
+        nodes name them to the next one. The reply is encoded in C++ (per key [0, "", nil] or [code,
+        message, nil], as msgpack-python packs the ItemResults)."""
         errors, marks = self.puts.commit_puts(r.client_id, r.keys)
-        done = m.ItemResult(0, "", None)
-        results = [done if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
+        results = Packed(encode_put_reply(errors))
         wait = self.config.durable_wait
         if not marks or wait <= 0:
             return results

@@ -55,6 +55,12 @@ def started_items(reply: object) -> list[m.ItemResult]:
     return m.PutStart.decode_reply(reply.value())
 
 
+def ended_items(reply: object) -> list[m.ItemResult]:
+    """A put_end reply (the handler encodes it in C++: Packed) as a client decodes it."""
+    assert isinstance(reply, Packed), reply
+    return m.PutEnd.decode_reply(reply.value())
+
+
 def holds_of(state: MasterState, client: str = "c0") -> list:
     """Plays the node of `client`: takes the replicas it is told it holds and acknowledges them."""
     held = [HeldReplica._make(h) for h in state.space.holds.take(client, 1 << 20)]

@@ -12,7 +12,7 @@ from kvstore.master.service.state import MasterState
 from kvstore.rpc import messages as m
 from kvstore.rpc.framing import value_of
 from kvstore.rpc.messages import MountSegment
-from tests.unit.kvstore.master.state_helpers import started_items
+from tests.unit.kvstore.master.state_helpers import ended_items, started_items
 
 MiB = 1 << 20
 
@@ -150,7 +150,7 @@ def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
     assert ready == []  # one node of two
     poll(handlers, "c1", held_through=held["c1"])
     assert ready == [True]
-    assert [r.code for r in reply.make_reply()] == [0, 0]
+    assert [r.code for r in ended_items(reply.make_reply())] == [0, 0]
     assert handlers.state.access.exists_many(["a", "b"]) == [True, True]
 
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("c", MiB, 3)], replicas=1))
@@ -158,18 +158,18 @@ def test_a_put_is_acknowledged_once_its_nodes_hold_it() -> None:
     work = poll(handlers, node)
     assert isinstance(work, m.NodeWork)
     poll(handlers, node, held_through=work.holds[-1][0])  # acknowledged while the bytes were written
-    assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["c"])), list)
+    assert ended_items(handlers.put_end(m.PutEnd(client_id="c0", keys=["c"])))[0].code == 0
 
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("d", MiB, 4)], replicas=1))
     late = handlers.put_end(m.PutEnd(client_id="c0", keys=["d"]))
     assert isinstance(late, Deferred) and late.timeout == handlers.state.config.durable_wait
-    assert isinstance(late.make_reply(), list)  # what the server sends when the wait runs out
+    assert ended_items(late.make_reply())[0].code == 0  # what the server sends when the wait runs out
 
 
 def test_holds_of_a_revoked_put_are_cancelled_and_release_its_waiters() -> None:
     handlers = two_nodes(nodes=1, durable_wait=0)
     handlers.put_start(m.PutStart(client_id="c0", items=[m.PutItem("k", MiB, 1)], replicas=1))
-    assert isinstance(handlers.put_end(m.PutEnd(client_id="c0", keys=["k"])), list)  # 0: no wait
+    assert ended_items(handlers.put_end(m.PutEnd(client_id="c0", keys=["k"])))[0].code == 0  # 0: no wait
     handlers = two_nodes(nodes=1)
     state = handlers.state
     state.puts.put_start("c0", "gone", MiB, 1, 1, False)
