@@ -20,7 +20,7 @@ from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles
-from kvstore.node.shard_joins import ShardJoins
+from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
 from transfer_engine import Region
@@ -47,16 +47,18 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         len(shards),
         lambda i: _joined(_shard_node(node, i, len(shards)), shards[i]),
         [_where(shard) for shard in shards],
+        reach=lambda i: master_answers(shards[i]),  # (a try on a master that never answers: short)
+        leave=_Member.leave,  # a clean stop: the master forgets our objects, the memory goes
     )
     try:
         joins.start(retry=len(shards) > 1)
         settle_collector()
         print(f"{READY_PREFIX}{_ready_fields(joins.members())}", flush=True)
         wait_for_stop_request()
-        joins.stop_joining()
+        joins.stop_joining()  # (a join still under way is left by its own thread)
         for member in joins.members():
             if member is not None:
-                member.leave()  # a clean stop: the master forgets our objects, the memory goes
+                member.leave()
     finally:
         joins.close()
 
