@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,14 +18,12 @@ from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles
+from kvstore.node.shard_disk import disk_of_shard, refuse_another_layout
 from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
-
-DISK_ALIGN = 4096  # (a disk tier's size is a multiple of it: NodeConfig)
-MIN_STAGING = 1 << 20
 
 
 def run_node(node: NodeConfig, **client_settings: Any) -> None:
@@ -40,6 +36,8 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
     shards = shard_configs(config)
+    if node.disk:  # (before any shard is joined: records of another shard count would never be read)
+        refuse_another_layout(node.disk, len(shards))
     # Each shard's session heartbeats from its join on (_joined), while the next shards' memory is still
     # being prepared: a shard that waited for all of them would forget this node meanwhile. A shard whose
     # master cannot be reached is joined once it answers (ShardJoins); one shard is joined or fails here.
@@ -79,25 +77,9 @@ def _shard_node(node: NodeConfig, shard: int, shards: int) -> NodeConfig:
         )
     part = dataclasses.replace(node, segment_size=node.segment_size // shards, name=name)
     if node.disk:
-        part = _shard_disk(part, shard, shards)
+        part = disk_of_shard(part, shard, shards)
     part.validate()
     return part
-
-
-def _shard_disk(part: NodeConfig, shard: int, shards: int) -> NodeConfig:
-    """Shard `shard`'s disk tier: a file of its own beside the one named ('<disk>.shard-<i>', an even
-    part of disk_size), so each shard's records, catalog and restore are its own as its memory is. A
-    block device has no room for a file beside it: refused."""
-    if os.path.exists(part.disk) and stat.S_ISBLK(os.stat(part.disk).st_mode):
-        raise InvalidArgumentError(
-            f"the disk tier {part.disk} is a block device, which a node of {shards} shards cannot split: "
-            "give a file path (each shard gets '<path>.shard-<i>'), or run one node per shard"
-        )
-    size = part.disk_size // shards // DISK_ALIGN * DISK_ALIGN
-    if part.disk_size and not size:
-        raise InvalidArgumentError(f"disk_size {part.disk_size} is too small to split over {shards} shards")
-    staging = max(MIN_STAGING, part.disk_staging // shards // DISK_ALIGN * DISK_ALIGN)
-    return dataclasses.replace(part, disk=f"{part.disk}.shard-{shard}", disk_size=size, disk_staging=staging)
 
 
 @dataclasses.dataclass

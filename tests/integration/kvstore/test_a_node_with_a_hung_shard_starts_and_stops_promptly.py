@@ -41,7 +41,9 @@ def test_a_hung_shard_neither_holds_the_start_nor_the_stop(
         )
         started = time.monotonic()
         node, line = stack.enter_context(
-            kvstore_process(["node", "--master", f"{ready.split()[0]};{hung_master}", "--segment-size", "64MiB"])
+            kvstore_process(
+                ["node", "--master", f"{ready.split()[0]};{hung_master}", "--segment-size", "64MiB"]
+            )
         )
         ready_after = time.monotonic() - started
         engines = line.split()[0].split(",")
