@@ -114,7 +114,7 @@ def test_strings_repeated_over_a_reply_are_read_each_time_right() -> None:
     """A reply's hosts and engines repeat (a few nodes serve a batch): each copy names its own, past the
     first 16 distinct ones too."""
     copies = [[i % 2, f"host-{i}", f"127.0.0.1:{5000 + i % 20}", i, i * 64, i, 1, ""] for i in range(60)]
-    reply = [[64, i, [copies[i], copies[(i * 7) % 60]]] for i in range(60)]
+    reply: list[list[Any]] = [[64, i, [copies[i], copies[(i * 7) % 60]]] for i in range(60)]
     found = decode_locations_frame(1, body_of(1, reply))
     assert found is not None and found == decoded_in_general(body_of(1, reply))
     assert [loc.engine for x in found if x for loc in x.locations] == [
