@@ -259,9 +259,10 @@ class Ledger:
         """Commits the client's puts of `keys` in one table crossing (PutsCommitted of those it had in
         progress: the put path makes no record per key). A key with no put of it in progress by this
         client (absent, committed, another's, or named twice: the second) is left as it is."""
-        bytes_added, missing, ended, short, marks = self.objects.table.end_puts(
-            keys, self.objects.writer_number(client_id)
-        )
+        writer = self.objects.known_writer(client_id)
+        if writer is None:  # (never wrote: it has no put in progress, and naming it would keep a number)
+            return EndedPuts(list(range(len(keys))), [], [], {}, 0)
+        bytes_added, missing, ended, short, marks = self.objects.table.end_puts(keys, writer)
         if ended:
             self.stored_bytes += bytes_added
             self._committed(ended)
