@@ -25,6 +25,7 @@ from kvstore.client.store import Store
 from kvstore.cluster.shards import shard_of, split_by_shard
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.rpc import validate as v
 from kvstore.rpc.messages import ObjectLocation, PrefixMatch
 
 T = TypeVar("T")
@@ -125,7 +126,7 @@ class ShardedStore:
         return self.batch_get_into([key], [buffer])[0]
 
     def exists(self, key: str) -> bool:
-        return self.batch_exists([key])[0]
+        return self.batch_exists([v.key(key)])[0]  # (a value that is not a key raises, as Store.exists)
 
     def remove(self, key: str, *, force: bool = False) -> None:
         self.store_for(key).remove(key, force=force)

@@ -31,7 +31,10 @@ def routing_key(key: str) -> str:
 
 
 def shard_of(key: str, shards: int) -> int:
-    """The shard that holds `key`."""
+    """The shard that holds `key`. A value that is not a str is no key: shard 0's, whose Store refuses
+    it alone under the key rule, as one Store does (a client of several shards fails it as one client)."""
+    if not isinstance(key, str):
+        return 0
     return xxhash.xxh3_64_intdigest(routing_key(key).encode("utf-8", "surrogatepass")) % shards
 
 
@@ -43,7 +46,10 @@ def shards_of(keys: Sequence[str], shards: int) -> np.ndarray:
 
     if not checksum.available():  # (no C++ XXH3 here: the same digests, a call a key)
         return np.fromiter((shard_of(k, shards) for k in keys), dtype=np.int64, count=len(keys))
-    joined = "".join(keys)
+    try:
+        joined = "".join(keys)
+    except TypeError:  # a value that is not a str: shard_of key by key (shard 0 refuses it alone)
+        return np.fromiter((shard_of(k, shards) for k in keys), dtype=np.int64, count=len(keys))
     routed = list(map(routing_key, keys)) if "#" in joined else keys
     if routed is not keys:
         joined = "".join(routed)
