@@ -60,12 +60,15 @@ void register_hold_book(py::module_& m) {
              uint32_t slot,
              uint64_t gen) { return b.hold(node, ref, HeldCopy{segment, region, offset, slot, gen}); },
           py::arg("node"), py::arg("ref"), py::arg("segment"), py::arg("region"), py::arg("offset"),
-          py::arg("slot"), py::arg("gen"), "Holds one copy of the object `ref`; returns the hold's number.")
+          py::arg("slot"), py::arg("gen"),
+          "Holds one copy of the object `ref`; returns the hold's number (that of an earlier hold of the "
+          "same copy not sent yet).")
       .def("hold_rows", &hold_rows, py::arg("refs"),
            "Every copy of each object of `refs` held, each row's hold_seq set: (the nodes held on, 0); "
            "(nothing held) ([], a copy's segment not added) or KeyError for a stale reference.")
       .def("cancel", &HoldBook::cancel, py::arg("node"), py::arg("region"), py::arg("slot"), py::arg("gen"))
-      .def("acknowledge", &HoldBook::acknowledge, py::arg("node"), py::arg("through"))
+      .def("acknowledge", &HoldBook::acknowledge, py::arg("node"), py::arg("through"),
+           "The node has every hold numbered up to `through`, at most the highest number it was sent.")
       .def("drop_node", &HoldBook::drop_node, py::arg("node"))
       .def("drop_region", &HoldBook::drop_region, py::arg("node"), py::arg("region"))
       .def("lowest", &HoldBook::lowest, py::arg("node"), "The lowest number not acknowledged; 0: none.")

@@ -1,5 +1,6 @@
 #include "meta/hold_book.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kvs::meta {
@@ -22,13 +23,16 @@ uint64_t HoldBook::push(uint32_t node, Ref ref, const HeldCopy& c) {
   Queue& q = queue(node);
   const uint64_t position = q.base + q.holds.size();
   auto [it, fresh] = q.position.try_emplace(Where{c.region, c.slot}, position);
-  if (!fresh) {  // held again: the earlier hold becomes a gap, this one goes to the end
-    q.holds[it->second - q.base].seq = 0;
-    ++q.gaps;
+  if (!fresh) {
+    // Held again. The earlier hold stays queued under its number: a put may wait on it, and turning it
+    // into a gap would let the node's lowest unacknowledged number pass that put's mark before the node
+    // received any hold of the copy. Never sent yet and naming the same copy, it is this hold already
+    // (what a hold tells is read from the row when sent); else the new one goes to the end.
+    Hold& earlier = q.holds[it->second - q.base];
+    if (earlier.seq > q.taken && earlier.ref == ref && earlier.copy == c) return earlier.seq;
     it->second = position;
   }
   q.holds.push_back(Hold{++seq_, ref, c});
-  settle(q);
   return seq_;
 }
 
@@ -55,24 +59,32 @@ HoldRowsCheck HoldBook::hold_rows(const std::vector<Ref>& refs, std::vector<uint
   std::vector<bool> told;  // by node: appended to `nodes` already
   for (const Ref ref : refs) {
     const Row row = row_of(table_, ref);
+    uint64_t last = 0;  // the highest number of the row's holds (one held again may keep its own)
     for (size_t k = 0; k < table_.copy_count(row); ++k) {
       const MemoryCopy& m = table_.copy(row, k);
       const SegmentPlace& place = segments_.at(m.segment);
-      push(place.node, ref, HeldCopy{m.segment, place.region, m.offset, m.slot, m.gen});
+      last =
+          std::max(last, push(place.node, ref, HeldCopy{m.segment, place.region, m.offset, m.slot, m.gen}));
       if (place.node >= told.size()) told.resize(static_cast<size_t>(place.node) + 1);
       if (!told[place.node]) {
         told[place.node] = true;
         nodes.push_back(place.node);
       }
     }
-    table_.at(row).hold_seq = seq_;
+    table_.at(row).hold_seq = last;
   }
   return check;
 }
 
-void HoldBook::kill(Queue& q, Hold& h) {
-  q.position.erase(Where{h.copy.region, h.copy.slot});
-  h.seq = 0;
+void HoldBook::forget(Queue& q, size_t index) {
+  const Hold& h = q.holds[index];
+  const auto it = q.position.find(Where{h.copy.region, h.copy.slot});
+  if (it != q.position.end() && it->second == q.base + index) q.position.erase(it);
+}
+
+void HoldBook::kill(Queue& q, size_t index) {
+  forget(q, index);
+  q.holds[index].seq = 0;
   ++q.gaps;
 }
 
@@ -100,9 +112,9 @@ bool HoldBook::cancel(uint32_t node, uint64_t region, uint32_t slot, uint64_t ge
   Queue& q = queues_[node];
   const auto it = q.position.find(Where{region, slot});
   if (it == q.position.end()) return false;
-  Hold& h = q.holds[it->second - q.base];
-  if (h.copy.gen != gen) return false;
-  kill(q, h);
+  const size_t index = it->second - q.base;
+  if (q.holds[index].copy.gen != gen) return false;
+  kill(q, index);
   settle(q);
   return true;
 }
@@ -110,9 +122,9 @@ bool HoldBook::cancel(uint32_t node, uint64_t region, uint32_t slot, uint64_t ge
 void HoldBook::acknowledge(uint32_t node, uint64_t through) {
   if (node >= queues_.size()) return;
   Queue& q = queues_[node];
+  through = std::min(through, q.taken);  // a node has nothing it was not sent
   while (!q.holds.empty() && q.holds.front().seq <= through) {
-    Hold& h = q.holds.front();
-    q.position.erase(Where{h.copy.region, h.copy.slot});
+    forget(q, 0);
     q.holds.pop_front();
     ++q.base;
     settle(q);
@@ -126,8 +138,8 @@ void HoldBook::drop_node(uint32_t node) {
 void HoldBook::drop_region(uint32_t node, uint64_t region) {
   if (node >= queues_.size()) return;
   Queue& q = queues_[node];
-  for (Hold& h : q.holds)
-    if (h.seq != 0 && h.copy.region == region) kill(q, h);
+  for (size_t i = 0; i < q.holds.size(); ++i)
+    if (q.holds[i].seq != 0 && q.holds[i].copy.region == region) kill(q, i);
   settle(q);
 }
 
@@ -174,12 +186,13 @@ Taken HoldBook::take(uint32_t node, size_t limit, std::string& out) {
       Hold& h = q.holds[i];
       if (h.seq == 0) continue;
       if (!current(h)) {
-        kill(q, h);
+        kill(q, i);
         ++taken.dropped;
         continue;
       }
       encode(h, body);
       ++taken.sent;
+      q.taken = std::max(q.taken, h.seq);
     }
     settle(q);
   }

@@ -6,7 +6,9 @@
 // msgpack-python writes kvstore.rpc.records.HeldReplica's tuples). A hold whose object or copy is gone
 // when it is sent is dropped, never sent: a node is never told another object's key for a slot.
 //
-// Per node, a (region, slot) is held once: held again, its hold moves to the end with a new number.
+// Held again, a (region, slot) keeps its earlier hold queued (a put may wait on its number): a hold not
+// sent yet naming the same copy is reused, else a new one goes to the end and both are sent (the node's
+// catalog keeps one record per slot). A node acknowledges at most the highest number it was sent.
 // Not thread-safe: the master's one loop owns it.
 #pragma once
 
@@ -32,6 +34,9 @@ struct HeldCopy {
   uint64_t offset = 0;
   uint32_t slot = 0;
   uint64_t gen = 0;
+  bool operator==(const HeldCopy& o) const {
+    return segment == o.segment && region == o.region && offset == o.offset && slot == o.slot && gen == o.gen;
+  }
 };
 
 // What hold_rows found wrong (nothing is held then).
@@ -61,16 +66,17 @@ class HoldBook {
   // The segment's place; nullptr when it was not added.
   const SegmentPlace* place(uint32_t segment) const;
 
-  // Holds one copy of the object `ref` on `node`; returns the hold's number.
+  // Holds one copy of the object `ref` on `node`; returns the hold's number (an earlier one's, not sent
+  // yet, of the same copy).
   uint64_t hold(uint32_t node, Ref ref, const HeldCopy& c);
   // Holds every copy of each object of `refs` in turn (its node and region by its segment) and sets each
-  // row's hold_seq to the number of its last hold. Appends each node held on to `nodes` once. Nothing is
+  // row's hold_seq to the highest number of its holds. Appends each node held on to `nodes` once. Nothing is
   // held when the check fails.
   [[nodiscard]] HoldRowsCheck hold_rows(const std::vector<Ref>& refs, std::vector<uint32_t>& nodes);
 
   // The copy in (region, slot) of generation `gen` was freed: its hold is not sent again. False: none.
   bool cancel(uint32_t node, uint64_t region, uint32_t slot, uint64_t gen);
-  // The node has every hold numbered up to `through`.
+  // The node has every hold numbered up to `through` (at most the highest number it was sent).
   void acknowledge(uint32_t node, uint64_t through);
   void drop_node(uint32_t node);
   void drop_region(uint32_t node, uint64_t region);
@@ -87,7 +93,7 @@ class HoldBook {
 
  private:
   struct Hold {
-    uint64_t seq = 0;  // 0: cancelled or held again later (a gap, skipped)
+    uint64_t seq = 0;  // 0: cancelled, dropped or its region gone (a gap, skipped)
     Ref ref = 0;
     HeldCopy copy;
   };
@@ -102,13 +108,17 @@ class HoldBook {
   struct Queue {
     std::deque<Hold> holds;  // in number order; the front is never a gap
     uint64_t base = 0;       // the position of holds.front() since the queue began
-    std::unordered_map<Where, uint64_t, WhereHash> position;  // of each live hold
+    // a live hold of each (region, slot) queued, the newest as held (cancel and push look here); an
+    // earlier one not named is sent as it is, or dropped when taken once its copy is gone
+    std::unordered_map<Where, uint64_t, WhereHash> position;
     size_t gaps = 0;
+    uint64_t taken = 0;  // the highest number sent
   };
 
   Queue& queue(uint32_t node);
   uint64_t push(uint32_t node, Ref ref, const HeldCopy& c);
-  void kill(Queue& q, Hold& h);
+  void forget(Queue& q, size_t index);  // out of position, if named there
+  void kill(Queue& q, size_t index);
   void settle(Queue& q);              // drops gaps from the front; compacts a queue mostly gaps
   bool current(const Hold& h) const;  // its object is alive and still has the copy
   bool row_has(Row row, const HeldCopy& c) const;

@@ -10,8 +10,10 @@ they did while the bytes moved. So no master that dies after acknowledging a put
 it. Replicas copied later are told once they landed.
 
 A hold is sent until the node acknowledges it (AwaitWork's `held_through`: holds are numbered in the
-order they are queued). Freeing the replica before that cancels it: a node never learns of a replica
-after its kill.
+order they are queued; a node acknowledges at most the highest number it was sent). Freeing the replica
+before that cancels it: a node never learns of a replica after its kill. A replica held again (a count
+set) keeps its earlier hold and number, so a put waiting on that number is answered only once the node
+received one of them: the same hold when not sent yet, else a new one sent after it.
 
 The book is C++ (csrc/meta/hold_book, kvstore._meta.HoldBook) over the object table: a hold names its object's
 row and its copy, and what the node is told is read from the row when it is sent and encoded there as the
@@ -65,14 +67,15 @@ class HoldBook:
         self._book.add_segment(seg.id, self._node(seg.client_id), seg.region_id)
 
     def hold_all(self, meta: ObjectMeta, replicas: list[Replica]) -> int:
-        """The nodes of `replicas` hold them now (a copy landed, or a count was set); returns the number
-        of the last hold: a node that acknowledged it has all of them (when_held)."""
-        book, seq = self._book, self._book.last_seq
+        """The nodes of `replicas` hold them now (a copy landed, or a count was set); returns the highest
+        number of these holds (0: none): a node that acknowledged it has all of them (when_held)."""
+        book, seq = self._book, 0
         for r in replicas:
             seg: Segment = r.segment
-            seq = book.hold(
+            held = book.hold(
                 self._node(seg.client_id), meta.ref, seg.id, seg.region_id, r.offset, r.slot, r.gen
             )
+            seq = max(seq, held)  # (a replica held again and not sent yet keeps its earlier number)
             # Its reply is built once the request that queued this is done (Master.run_ready), as for
             # kills.
             self._wake(seg.client_id)
@@ -124,7 +127,8 @@ class HoldBook:
         return [] if packed is None else [tuple(h) for h in msgpack.unpackb(packed)]
 
     def acknowledge(self, client_id: str, through: int) -> None:
-        """The node has every hold numbered up to `through`."""
+        """The node has every hold numbered up to `through` (taken as at most the highest number it was
+        sent: a node cannot acknowledge a hold it never received)."""
         node = self._nodes.get(client_id)
         if node is not None:
             self._book.acknowledge(node, through)
