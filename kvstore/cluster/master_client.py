@@ -11,12 +11,12 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from kvstore import rpc
 from kvstore.cluster.leader import AddressList, Locator
-from kvstore.cluster.reply_spin import ReplySpin
 from kvstore.config.security import SecurityConfig
 from kvstore.errors import (
     InvalidArgumentError,
@@ -78,8 +78,8 @@ class MasterClient:
         self.locator = address if isinstance(address, Locator) else AddressList(address)
         self.address = self.locator.describe()  # the master last connected to, once there is one
         self.timeout = timeout
-        # A reply usually comes back within ~100 µs; polling for it that long saves a sleep and wake-up,
-        # while that pays (kvstore.cluster.reply_spin). 0 for a master in this process: it needs the GIL.
+        # A reply usually comes back within ~100 µs; polling for it that long saves a sleep and wake-up.
+        # 0 for a master in this process: it needs the GIL the poll loop holds.
         self.spin_seconds = busy_poll_us * 1e-6
         self.epoch = 0  # the highest leader epoch seen: an older leader (deposed) is never followed
         self._ids = itertools.count(1)
@@ -141,8 +141,8 @@ class MasterClient:
         try:
             while reply is None:
                 sent.sock.settimeout(timeout or self.timeout)
-                if not long_poll:
-                    local.spin.wait(local.poller)
+                if self.spin_seconds and not long_poll:
+                    _spin_until_readable(local.poller, self.spin_seconds)
                 body = _read_body(sent.sock, local.wire)
                 records = None if raw else sent.request.decode_frame(sent.msg_id, body)
                 if records is not None:
@@ -219,7 +219,6 @@ class MasterClient:
             poller = select.poll()
             poller.register(sock, select.POLLIN)
             self._local.sock, self._local.poller, self._local.wire = sock, poller, wire
-            self._local.spin = ReplySpin(self.spin_seconds)  # (each connection learns its own replies)
             self._local.out = {}  # id of each request out on it -> its reply, once read (else None)
             return sock, poller
         raise MasterUnavailableError(f"cannot reach {self.locator.describe()}: " + "; ".join(failures))
@@ -366,6 +365,15 @@ def _closed_by_peer(sock: socket.socket, poller: select.poll) -> bool:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except OSError:
         return True
+
+
+def _spin_until_readable(poller: select.poll, seconds: float) -> None:
+    """Polls (without sleeping) until the reply starts to arrive or `seconds` pass. A zero-timeout
+    poll: a recv on a socket with a timeout would sleep in the kernel instead of spinning."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        if poller.poll(0):
+            return
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
