@@ -116,21 +116,13 @@ class ReadBatch:
         None for any other batch."""
         tools, deadline = self.tools, self.deadline
         peer_of = tools.peers.open if deadline is None else tools.peers.opened
-        if len(self.found) == 1:  # (a single get: the engine's one-call read)
-            one = read_plan.plan_one(self.found, self.values, peer_of, avoid)
-            if one is None:
-                return None
-            verdicts = [read_plan.run_one(one, tools.engine, transfer_timeout(deadline))]
-            sizes = [one.size]
-        else:
-            planned = read_plan.plan(self.found, self.values, peer_of, avoid)
-            if planned is None:
-                return None
-            verdicts = read_plan.run(planned, tools.engine, transfer_timeout(deadline))
-            sizes = planned.sizes
+        planned = read_plan.plan(self.found, self.values, peer_of, avoid)
+        if planned is None:
+            return None
+        verdicts = read_plan.run(planned, tools.engine, transfer_timeout(deadline))
         again = [i for i, verdict in enumerate(verdicts) if verdict] if any(verdicts) else []  # (0: verified)
         tools.stats.hits += len(self.keys) - len(again)
-        self.results = results = sizes
+        self.results = results = planned.sizes
         for i in again:
             results[i] = MISS
         return again

@@ -2,9 +2,8 @@
 memory in long-lived registrations (one piece that holds it, or pieces of exactly its size), and no
 engine to avoid. The engine's request columns are taken from the located entries with C-level maps (a
 loop step per key was most of a small read's time, and delayed the copies a batch of large values waits
-for); a batch of one key whose value is one piece is read in the engine's one-call path instead
-(plan_one). It is the first round of kvstore.client.read_batch.ReadBatch: any other batch, and any read
-that does not verify, goes through that batch's rounds over every replica."""
+for). It is the first round of kvstore.client.read_batch.ReadBatch: any other batch, and any read that
+does not verify, goes through that batch's rounds over every replica."""
 
 from __future__ import annotations
 
@@ -80,54 +79,6 @@ def plan(
         list(map(slot_of, locations)),
         list(map(gen_of, locations)),
         pieces,
-    )
-
-
-@dataclass(slots=True)
-class OneRead:
-    """A batch of one key that is the usual case, its value one piece that holds it."""
-
-    size: int
-    expected: int
-    local: int
-    peer: Peer
-    region: int
-    offset: int
-    slot: int
-    gen: int
-
-
-def plan_one(
-    found: list[Any], values: Sequence[ValueBuffers], peer_of: Callable[[str], Peer | None], avoid: set[str]
-) -> OneRead | None:
-    """plan() of a batch of one key whose value is one piece: the engine reads it in one call, with none
-    of a batch's columns (most of a small single get's time in Python was spent building them)."""
-    entry = found[0]
-    if entry is None or len(entry.locations) != 1:
-        return None
-    where = entry.locations[0]
-    columns = read_columns(values, [entry.size])
-    if columns is None or columns[1] is not None or not where.engine or where.engine in avoid:
-        return None
-    peer = peer_of(where.engine)
-    if peer is None:
-        return None
-    return OneRead(
-        entry.size, entry.checksum, columns[0][0], peer, where.region_id, where.offset, where.slot, where.gen
-    )
-
-
-def run_one(read: OneRead, engine: TransferEngine, timeout: float | None = None) -> int:
-    """run() of one read, in the engine's one-call path (the calling thread copies and hashes it)."""
-    return engine.read_one_verified(
-        read.local,
-        read.peer,
-        read.region,
-        read.offset,
-        read.size,
-        read.expected,
-        timeout=timeout,
-        fence=(read.slot, read.gen),
     )
 
 
