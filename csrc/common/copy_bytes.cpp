@@ -77,6 +77,7 @@ const bool kHasAvx2 = has_avx2();
 #endif
 
 void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n == 0) return;  // (an empty range may come with null pointers, which memcpy may not be given)
 #ifdef KVS_VECTOR_COPY
   if (n >= kVectorFrom && n < kVectorTo && kHasAvx2) {
     copy_avx2(static_cast<char*>(dst), static_cast<const char*>(src), n);

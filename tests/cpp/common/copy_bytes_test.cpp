@@ -29,7 +29,8 @@ using Copy = void (*)(void*, const void*, size_t);
 // Copies n bytes from source offset `from` to destination offset `to` (within 32-byte aligned buffers)
 // and checks the copy and the guard bytes on both sides of it.
 void check_copy(Copy copy, size_t n, size_t from, size_t to) {
-  const std::vector<char> source = pattern(n + from, n * 131 + from);
+  // (one byte more than copied: an empty vector's data() may be null, which memcmp may not be given)
+  const std::vector<char> source = pattern(n + from + 1, n * 131 + from);
   alignas(32) static char destination[(2 << 20) + 4 * kGuard];
   const size_t span = kGuard + to + n + kGuard;
   ASSERT_LE(span, sizeof(destination));

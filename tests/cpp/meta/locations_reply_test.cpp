@@ -60,7 +60,8 @@ TEST(LocationsReply, AMissAndAHitWithTwoCopiesReadFieldByField) {
   b.gen = ~0ull;
   b.path = "";
   LocationsReply r;
-  ASSERT_TRUE(read_locations_reply(frame({a, b}, 1ull << 33), r));
+  const std::string bytes = frame({a, b}, 1ull << 33);  // (kept: the reply's strings are views into it)
+  ASSERT_TRUE(read_locations_reply(bytes, r));
   EXPECT_EQ(r.msg_id, 1ull << 33);
   ASSERT_EQ(r.entries.size(), 2u);
   EXPECT_FALSE(r.entries[0].hit);
@@ -134,7 +135,8 @@ TEST(LocationsReply, FormsOutsideTheCommonShapeAreLeftToTheGeneralDecoder) {
   const size_t msg_id = 1, code = 2, message = 3, miss = 5, entry = 6, size = 7, copies = 19, copy = 20;
   const size_t tier = copy + 1, host = copy + 2, engine = copy + 5;
   LocationsReply r;
-  ASSERT_TRUE(read_locations_reply(spoiled(0, 0, ""), r));
+  const std::string unspoiled = spoiled(0, 0, "");  // (kept: the reply's strings are views into it)
+  ASSERT_TRUE(read_locations_reply(unspoiled, r));
   ASSERT_EQ(r.copies.at(0).engine, "127.0.0.1:7000");
   EXPECT_FALSE(read_locations_reply(spoiled(0, 1, "\x93"), r)) << "a response of 3 parts";
   EXPECT_FALSE(read_locations_reply(spoiled(msg_id, 1, "\xd0\x07"), r)) << "a signed msg_id";
