@@ -47,15 +47,12 @@ def xxh3_pieces(
     The memory must be mapped for the duration of the call (the caller's registered buffers)."""
     if not available():
         return _python_pieces(np.asarray(addrs).tolist(), np.asarray(lengths).tolist(), list(counts))
-    digests = _core.xxh3_pieces(
-        np.asarray(addrs, dtype=np.uint64),
-        np.asarray(lengths, dtype=np.uint64),
-        np.asarray(counts, np.uint64),
-    )
-    return [int(d) for d in digests.tolist()]
+    return xxh3_digests(addrs, lengths, counts).tolist()  # (a uint64 array's tolist gives Python ints)
 
 
-def xxh3_digests(addrs: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def xxh3_digests(
+    addrs: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray
+) -> np.ndarray:
     """xxh3_pieces' digests as a uint64 array, for callers that compute on them in numpy (no Python int a
     value). C++ only: call it where available()."""
     return _core.xxh3_pieces(

@@ -44,11 +44,11 @@ def shards_of(keys: Sequence[str], shards: int) -> np.ndarray:
         return np.zeros(len(keys), dtype=np.int64)
     from transfer_engine import checksum  # (loads the data plane's extension: sharded clusters only)
 
-    if not checksum.available():  # (no C++ XXH3 here: the same digests, a call a key)
-        return np.fromiter((shard_of(k, shards) for k in keys), dtype=np.int64, count=len(keys))
-    try:
-        joined = "".join(keys)
-    except TypeError:  # a value that is not a str: shard_of key by key (shard 0 refuses it alone)
+    try:  # (no C++ XXH3 here, or a value that is not a str: shard_of key by key; shard 0 refuses it alone)
+        joined = "".join(keys) if checksum.available() else None
+    except TypeError:
+        joined = None
+    if joined is None:
         return np.fromiter((shard_of(k, shards) for k in keys), dtype=np.int64, count=len(keys))
     routed = list(map(routing_key, keys)) if "#" in joined else keys
     if routed is not keys:
