@@ -406,12 +406,10 @@ class Ledger:
     def place_many(self, keys: list[str], sizes: list[int], count: int) -> Carved:
         """Carves `count` replicas of each key in turn, as `place` would one at a time: `count` per key,
         for the keys placed, which stop before the first that does not fit now."""
-        placed, (segment_ids, offsets, slots) = self.memory.place_many(sizes, count)
-        if not placed:
-            return Carved([], [], [], [], [])
-        replicas = self._carved(keys[:placed], sizes, segment_ids, offsets, slots)
-        first = replicas[0].gen
-        return Carved(replicas, segment_ids, offsets, slots, list(range(first, first + len(replicas))))
+        carved = self.carve_many(keys, sizes, count)
+        return carved._replace(
+            replicas=self._replicas(carved.segment_ids, carved.offsets, carved.slots, carved.gens)
+        )
 
     def carve_many(self, keys: list[str], sizes: list[int], count: int) -> Carved:
         """place_many's carving as columns only (its `replicas` empty): no Python object per copy unless
@@ -419,38 +417,38 @@ class Ledger:
         placed, (segment_ids, offsets, slots) = self.memory.place_many(sizes, count)
         if not placed:
             return Carved([], [], [], [], [])
+        gens = self._carve(keys, sizes, segment_ids, offsets, slots)
+        return Carved([], segment_ids, offsets, slots, gens)
+
+    def _carved(
+        self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]
+    ) -> list[Replica]:
+        """The replicas the memory space carved, as _carve records them."""
+        return self._replicas(
+            segment_ids, offsets, slots, self._carve(keys, sizes, segment_ids, offsets, slots)
+        )
+
+    def _carve(
+        self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]
+    ) -> list[int]:
+        """Records what the memory space carved (`len(offsets) // len(keys)` copies a key, in key order):
+        each segment's count of allocations grows, the copies take new generations (returned), and
+        SpaceTaken tells of each when watched."""
         first = self.fences.generations(len(offsets))
         gens = list(range(first, first + len(offsets)))
         segments = self.segments
         for seg_id, carved in Counter(segment_ids).items():
             segments[seg_id].allocations += carved
         if SpaceTaken in self._watchers:
-            replicas = list(map(Replica, map(segments.__getitem__, segment_ids), offsets, slots, gens))
+            count = len(offsets) // len(keys)
+            replicas = self._replicas(segment_ids, offsets, slots, gens)
             self._tell([SpaceTaken(keys[i // count], r, sizes[i // count]) for i, r in enumerate(replicas)])
-        return Carved([], segment_ids, offsets, slots, gens)
+        return gens
 
-    def _carved(
-        self, keys: list[str], sizes: list[int], segment_ids: list[int], offsets: list[int], slots: list[int]
+    def _replicas(
+        self, segment_ids: list[int], offsets: list[int], slots: list[int], gens: list[int]
     ) -> list[Replica]:
-        """The replicas the memory space carved (each segment's count of allocations grows), in new
-        generations; SpaceTaken for each when watched."""
-        segments = self.segments
-        first = self.fences.generations(len(offsets))
-        replicas = list(
-            map(
-                Replica,
-                map(segments.__getitem__, segment_ids),
-                offsets,
-                slots,
-                range(first, first + len(offsets)),
-            )
-        )
-        for seg_id in segment_ids:
-            segments[seg_id].allocations += 1
-        if SpaceTaken in self._watchers:
-            count = len(replicas) // len(keys)
-            self._tell([SpaceTaken(keys[i // count], r, sizes[i // count]) for i, r in enumerate(replicas)])
-        return replicas
+        return list(map(Replica, map(self.segments.__getitem__, segment_ids), offsets, slots, gens))
 
     def take_back(
         self, seg: Segment, key: str, offset: int, slot: int, gen: int, size: int
