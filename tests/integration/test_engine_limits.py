@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from kvstore.bench.master_bench import cpu_seconds
 from tests.conftest import start_target, stop_target
 from tests.helpers.raw_peer import ERROR, HELLO, PROOF_ACK, READ, RawPeer, open_session
 from tests.helpers.target_process import pattern
@@ -227,9 +228,9 @@ def test_accept_failures_back_off_and_log_once_a_second() -> None:
                 for _ in range(4):  # (left in the grant socket's backlog: accept has no descriptor for them)
                     peer = waiting.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET))
                     peer.connect("\0" + grants)
-                cpu = _cpu_seconds(target.proc.pid)
+                cpu = cpu_seconds(target.proc.pid)
                 time.sleep(3)
-                assert _cpu_seconds(target.proc.pid) - cpu < 1.0  # (spinning: ~3 s of a core, or 6)
+                assert cpu_seconds(target.proc.pid) - cpu < 1.0  # (spinning: ~3 s of a core, or 6)
                 assert log_says(log, "accepting a connection failed (Too many open files)")
             # (The grant socket fails its accepts only while the tcp server's flood holds every descriptor;
             # the tcp server now gives idle sockets' places away, so the grant socket may find one free
@@ -245,12 +246,6 @@ def _grant_socket(target_name: str) -> str:
     with TransferEngine() as engine:
         peer = engine.open_peer(target_name)
         return str(engine._core_engine().peer_info(peer.handle)["transports"]["shm"]["socket"])
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_flood_from_its_address_never_cuts_a_members_handshake_in_flight() -> None:
