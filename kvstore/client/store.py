@@ -10,6 +10,7 @@ kvstore.client.put_chunk.PutChunk's), where keys live kvstore.client.locator.Loc
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar, cast
 
@@ -108,27 +109,19 @@ class Store:
 
     @classmethod
     def from_config(cls: type[S], config: StoreConfig) -> S:
-        where = None
-        if config.etcd or SHARD_SEPARATOR in config.master:  # maybe a cluster split over shards
-            where = etcd_locator(config)  # (one etcd connection reads the shard map and finds the leader)
-            try:
+        with contextlib.ExitStack() as guard:  # (closes the etcd connection unless the session took it)
+            where = None
+            if config.etcd or SHARD_SEPARATOR in config.master:  # maybe a cluster split over shards
+                where = etcd_locator(config)  # (one etcd connection reads the shard map and finds the leader)
+                if where is not None:
+                    guard.callback(where.close)
                 shards = shard_configs(config, where)
-            except BaseException:
-                if where is not None:
-                    where.close()
-                raise
-            if len(shards) > 1:  # one Store per shard, each key routed to its own
-                from kvstore.client.sharded import ShardedStore  # (it builds on this module)
+                if len(shards) > 1:  # one Store per shard, each key routed to its own
+                    from kvstore.client.sharded import ShardedStore  # (it builds on this module)
 
-                if where is not None:
-                    where.close()
-                return cast(S, ShardedStore.join(cls, shards, config))  # (Store's data operations)
-        try:
+                    return cast(S, ShardedStore.join(cls, shards, config))  # (Store's data operations)
             session = Session(config, where=where)
-        except BaseException:
-            if where is not None:  # (closing it twice is harmless: the session's connection may have)
-                where.close()
-            raise
+            guard.pop_all()
         roles: list[Closable] = []
         try:
             roles = cls.start_roles(session, config)
