@@ -12,6 +12,8 @@ from kvstore.errors import InvalidArgumentError
 from transfer_engine.settings import setting
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+DISK_ALIGN = 4096  # a disk tier's size is a multiple of it (O_DIRECT's unit)
+MIN_STAGING = 1 << 20  # the least staging a disk tier is given
 
 
 @dataclass
@@ -63,7 +65,7 @@ class NodeConfig(Component):
             raise InvalidArgumentError("copy_workers must be 1..64")
         if self.disk_backend not in ("auto", "io_uring", "threads"):
             raise InvalidArgumentError("disk_backend must be auto, io_uring or threads")
-        if self.disk and (self.disk_size < 0 or self.disk_size % 4096):
+        if self.disk and (self.disk_size < 0 or self.disk_size % DISK_ALIGN):
             raise InvalidArgumentError("disk_size must be a multiple of 4KiB")
-        if self.disk_staging < 1 << 20:
+        if self.disk_staging < MIN_STAGING:
             raise InvalidArgumentError("disk_staging must be at least 1MiB")

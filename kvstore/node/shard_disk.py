@@ -14,10 +14,9 @@ import os
 import stat
 
 from kvstore.config import NodeConfig
+from kvstore.config.node import DISK_ALIGN, MIN_STAGING
 from kvstore.errors import InvalidArgumentError
 
-DISK_ALIGN = 4096  # (a disk tier's size is a multiple of it: NodeConfig)
-MIN_STAGING = 1 << 20
 SHARD_SUFFIX = ".shard-"
 
 
