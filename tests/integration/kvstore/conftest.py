@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kvstore import Store
+from kvstore.client.sharded import ShardedStore
 from kvstore.config import MasterConfig
 from kvstore.errors import KVStoreError
 from kvstore.master.wire.server import Master
@@ -112,6 +113,33 @@ def wait_for_mounts(store: Store, count: int, timeout: float = 15.0) -> None:
                 return
         assert time.monotonic() < deadline, f"{count} segments not mounted and restored in {timeout} s"
         time.sleep(0.05)
+
+
+def start_shard_masters(stack: ExitStack, shards: int = 2) -> list[str]:
+    """Master processes for shard 0..shards-1 of `shards` (no etcd: the static list), their addresses in
+    shard order; they stop with `stack`."""
+    masters = []
+    for shard in range(shards):
+        _, ready = stack.enter_context(
+            kvstore_process(["master", "--port", "0", "--shard", str(shard), "--shards", str(shards)])
+        )
+        masters.append(ready.split()[0])
+    return masters
+
+
+@contextmanager
+def two_shard_store() -> Iterator[ShardedStore]:
+    """A client of two shard masters and one node (64 MiB) joined to both, every shard's segment mounted."""
+    with ExitStack() as stack:
+        masters = start_shard_masters(stack)
+        stack.enter_context(
+            kvstore_process(["node", "--master", ";".join(masters), "--segment-size", "64MiB"])
+        )
+        client = stack.enter_context(Store.connect(";".join(masters)))
+        assert isinstance(client, ShardedStore)
+        for part in client.stores:
+            wait_for_mounts(part, 1)
+        yield client
 
 
 @contextmanager

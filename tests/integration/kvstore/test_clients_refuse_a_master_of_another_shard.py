@@ -17,19 +17,14 @@ from kvstore import Store
 from kvstore.cluster.shards import shard_of
 from kvstore.errors import InvalidArgumentError
 from kvstore.procs import kvstore_process
+from tests.integration.kvstore.conftest import start_shard_masters
 
 
 @pytest.fixture(scope="module")
 def two_shard_masters() -> Iterator[list[str]]:
     """Two master processes, shard 0 and shard 1 of 2 (no etcd: a static list)."""
     with ExitStack() as stack:
-        masters = []
-        for shard in range(2):
-            _, ready = stack.enter_context(
-                kvstore_process(["master", "--port", "0", "--shard", str(shard), "--shards", "2"])
-            )
-            masters.append(ready.split()[0])
-        yield masters
+        yield start_shard_masters(stack)
 
 
 @pytest.fixture(scope="module")

@@ -7,37 +7,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
 import pytest
 
-from kvstore import Store
 from kvstore.client.sharded import ShardedStore
 from kvstore.cluster.shards import shard_of
-from kvstore.procs import kvstore_process
-from tests.integration.kvstore.conftest import wait_for_mounts
+from tests.integration.kvstore.conftest import two_shard_store
 
 BLOCK = 8192
 
 
 @pytest.fixture
 def store() -> Iterator[ShardedStore]:
-    with ExitStack() as stack:
-        masters = []
-        for shard in range(2):
-            _, ready = stack.enter_context(
-                kvstore_process(["master", "--port", "0", "--shard", str(shard), "--shards", "2"])
-            )
-            masters.append(ready.split()[0])
-        stack.enter_context(
-            kvstore_process(["node", "--master", ";".join(masters), "--segment-size", "64MiB"])
-        )
-        client = stack.enter_context(Store.connect(";".join(masters)))
-        assert isinstance(client, ShardedStore)
-        for part in client.stores:
-            wait_for_mounts(part, 1)
+    with two_shard_store() as client:
         yield client
 
 
