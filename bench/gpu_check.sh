@@ -46,7 +46,7 @@ done
 "$py" -m pip install -q --no-index --find-links "$root/.whl" libucx-cu12 2>/dev/null ||
   echo "no libucx-cu12 in .whl: ucx uses this machine's UCX, if it has one"
 "$py" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$work/dist" "$root" || exit 1
-"$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore-*.whl || exit 1
+"$py" -m pip install -q --no-deps --no-index "$work"/dist/kvstore_llm-*.whl || exit 1
 cd "$work" || exit 1  # (from the checkout, its own transfer_engine/ would shadow the installed one)
 "$py" -c "from transfer_engine import cuda; cuda.require(); print('CUDA driver loaded,', cuda.device_count(), 'GPU(s)')" ||
   exit 1

@@ -1,7 +1,7 @@
 """Which libucp the ucx transport uses. The C++ side opens libucp.so.0 when an engine starts ucx and
 takes a library already loaded under that name, so this module loads the chosen one first:
 KVSTORE_UCX_LIBRARY (a system UCX with verbs, on an RDMA host: e.g. /usr/lib/x86_64-linux-gnu/libucp.so.0),
-else the libucx wheel's (`pip install 'kvstore[ucx]'`: tcp, shared memory and CUDA transports, no verbs),
+else the libucx wheel's (`pip install 'kvstore-llm[ucx]'`: tcp, shared memory and CUDA transports, no verbs),
 else whatever the dynamic linker finds, else none: the transport then says why it is unavailable
 (`TransferEngine.unavailable_transports`)."""
 

@@ -197,7 +197,7 @@ def plot(results: list[RoutingResult], out: str, title: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise InvalidArgumentError("--plot needs matplotlib: pip install 'kvstore[bench]'") from exc
+        raise InvalidArgumentError("--plot needs matplotlib: pip install 'kvstore-llm[bench]'") from exc
     fig, (hits, ttft) = plt.subplots(1, 2, figsize=(10, 4))
     names = [r.policy for r in results]
     x = np.arange(len(results))

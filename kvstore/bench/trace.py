@@ -317,7 +317,7 @@ def plot(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise InvalidArgumentError("--plot needs matplotlib: pip install 'kvstore[bench]'") from exc
+        raise InvalidArgumentError("--plot needs matplotlib: pip install 'kvstore-llm[bench]'") from exc
     results = [simulate(trace, c, p, mode, nodes, name, route) for p in policies for c in capacities]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for p in policies:

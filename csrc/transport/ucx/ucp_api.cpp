@@ -36,10 +36,10 @@ Ucp load() {
   void* h = dlopen(u.library.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (h == nullptr) {
     const char* why = dlerror();
-    u.status = Status(Code::kNotSupported, "UCX is not installed here (" + u.library + ": " +
-                                               (why ? why : "not found") +
-                                               "); pip install 'kvstore[ucx]', or name a system libucp in "
-                                               "KVSTORE_UCX_LIBRARY");
+    u.status = Status(Code::kNotSupported,
+                      "UCX is not installed here (" + u.library + ": " + (why ? why : "not found") +
+                          "); pip install 'kvstore-llm[ucx]', or name a system libucp in "
+                          "KVSTORE_UCX_LIBRARY");
     return u;
   }
   void (*get_version)(unsigned*, unsigned*, unsigned*) = nullptr;

@@ -41,7 +41,7 @@ def test_without_ucx_the_transport_says_why_and_a_forced_one_refuses_to_start() 
     reason, refused = out.stdout.splitlines()
     if "not installed" not in reason:
         pytest.skip(f"a system UCX is found here without the wheel: {reason or 'usable'}")
-    assert "pip install 'kvstore[ucx]'" in reason and "KVSTORE_UCX_LIBRARY" in reason
+    assert "pip install 'kvstore-llm[ucx]'" in reason and "KVSTORE_UCX_LIBRARY" in reason
     assert refused.startswith("refused: transport 'ucx' is unavailable: UCX is not installed")
 
 
