@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kvstore import sd_notify
 from kvstore.cluster.session import Session
 from kvstore.cluster.shards import shard_configs
 from kvstore.config import NodeConfig, StoreConfig
@@ -52,6 +53,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
         joins.start(retry=len(shards) > 1)
         settle_collector()
         print(f"{READY_PREFIX}{_ready_fields(joins.members())}", flush=True)
+        sd_notify.ready(f"node serving: {_ready_fields(joins.members())}")  # (Type=notify: deploy/systemd)
         wait_for_stop_request()
         joins.stop_joining()  # (a join still under way is left by its own thread)
         for member in joins.members():

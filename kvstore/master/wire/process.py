@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any
 
+from kvstore import sd_notify
 from kvstore.config.master import MasterConfig
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
@@ -66,6 +67,7 @@ async def _single(config: MasterConfig, done: asyncio.Event) -> None:
     await master.start()
     try:
         print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
+        sd_notify.ready(f"master serving on {master.address}")  # (a Type=notify unit: deploy/systemd)
         print(
             f"kvstore master listening on {master.address} (authentication: {master.authentication()})",
             flush=True,
@@ -103,6 +105,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
     # (with one shard it writes no map, but refuses to serve a cluster whose map says more)
     await loop.run_in_executor(None, election.publish_shards, *shard_map)
     print(f"{READY_PREFIX}{address} http=- role=candidate cluster={config.cluster}", flush=True)
+    sd_notify.ready(f"master candidate of cluster {config.cluster} on {address}")
     stop = threading.Event()
     stopping = asyncio.ensure_future(done.wait())
     try:
