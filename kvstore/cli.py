@@ -17,50 +17,38 @@ from typing import Any
 from kvstore import cli_args as arg
 from kvstore import cli_flags as flags
 from kvstore.bench.cli import Runner, add_bench_commands
-from kvstore.cli_flags import add_flags, flag
+from kvstore.cli_flags import Flag, add_flags, flag, from_setting
+from kvstore.config import IndexConfig, MasterConfig, NodeConfig
+from kvstore.config.master import EVICTION_POLICIES
 from transfer_engine.errors import InvalidArgumentError, KVStoreError
 
+
+def _master(name: str, **options: Any) -> Flag:
+    return from_setting(MasterConfig, name, **options)
+
+
 _MASTER_SETTINGS = (
-    flags.HOST.but(help="default: KVSTORE_MASTER_HOST, else 127.0.0.1"),
-    flags.PORT.but(help="default: KVSTORE_MASTER_PORT, else 50051"),
-    flag("--http-port", type=arg.port, help="serve /metrics and /health here"),
-    flag("--eviction-policy"),
-    flag("--client-ttl", type=arg.positive_float),
-    flag("--heartbeat-interval", type=arg.positive_float),
-    flag("--lease-ttl", type=arg.positive_float),
-    flag("--put-timeout", type=arg.positive_float, help="seconds before an unfinished put is reclaimed"),
-    flag("--high-watermark", type=arg.positive_float),
-    flag("--low-watermark", type=arg.positive_float),
-    flag("--hot-access-rate", type=arg.positive_float, help="reads/s that make a key hot"),
-    flag("--cool-access-rate", type=arg.positive_float),
-    flags.HEAT_HALF_LIFE.but(help="seconds"),
-    flags.ETCD.but(
-        help="HOST:PORT[,...] of etcd: run as a candidate of --cluster, serving while elected leader "
-        "(KVSTORE_MASTER_ETCD)"
-    ),
-    flags.CLUSTER.but(help="the cluster this master is a candidate of (default: default)"),
-    flag("--leader-ttl", type=int, help="seconds of the leader's etcd lease (default 3)"),
+    _master("host"),
+    _master("port", type=arg.port),
+    _master("http_port", type=arg.port),
+    _master("eviction_policy", choices=EVICTION_POLICIES),
+    _master("client_ttl", type=arg.positive_float),
+    _master("heartbeat_interval", type=arg.positive_float),
+    _master("lease_ttl", type=arg.positive_float),
+    _master("put_timeout", type=arg.positive_float),
+    _master("high_watermark", type=arg.positive_float),
+    _master("low_watermark", type=arg.positive_float),
+    _master("hot_access_rate", type=arg.positive_float),
+    _master("cool_access_rate", type=arg.positive_float),
+    _master("heat_half_life", type=arg.positive_float),
+    _master("etcd", type=arg.host_ports),
+    _master("cluster"),
+    _master("leader_ttl", type=int),
 )
 _MASTER_SERVICES = (
-    flag(
-        "--kv-events-endpoint",
-        help="publish the store's KV events (RFC #1527, per object key) on this ZMQ endpoint, e.g. "
-        "ipc:///run/kvstore/events (mode 0600), or tcp://127.0.0.1:5600 with --kv-events-tcp "
-        "(KVSTORE_MASTER_KV_EVENTS_ENDPOINT)",
-    ),
-    flag(
-        "--kv-events-tcp",
-        action="store_true",
-        default=None,
-        help="allow a tcp:// KV events endpoint, which any local user may subscribe to "
-        "(KVSTORE_MASTER_KV_EVENTS_TCP=1)",
-    ),
-    flag(
-        "--admin-secret-file",
-        help="file (owner-only) holding the admin secret: clients that prove it may remove_all and force "
-        "the removal of others' objects; unset, nobody may (KVSTORE_MASTER_ADMIN_SECRET_FILE; "
-        "`kvstore secret new PATH` makes one)",
-    ),
+    _master("kv_events_endpoint"),
+    _master("kv_events_tcp", action="store_true", default=None),
+    _master("admin_secret_file"),
 )
 # The MasterConfig fields the master's options set (etcd access and --insecure travel as variables).
 _MASTER_FLAGS = flags.dests(_MASTER_SETTINGS + _MASTER_SERVICES)
@@ -98,7 +86,6 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _run_master(args: argparse.Namespace) -> int:
-    from kvstore.config import MasterConfig
     from kvstore.master.wire.process import run_master
 
     _apply_insecure(args)
@@ -107,11 +94,14 @@ def _run_master(args: argparse.Namespace) -> int:
     return 0
 
 
-_INDEX_SETTINGS = (
-    flags.HOST.but(help="default: KVSTORE_INDEX_HOST, else 127.0.0.1"),
-    flags.PORT.but(help="default: KVSTORE_INDEX_PORT, else 8710"),
-    flag("--hash-seed", type=arg.hash_seed, help="XXH3-64 seed of the block hash (default 1337)"),
-    flag("--max-blocks", type=arg.positive_int, help="blocks held at most (default 16M)"),
+_INDEX_SETTINGS = tuple(
+    from_setting(IndexConfig, name, type=kind)
+    for name, kind in (
+        ("host", str),
+        ("port", arg.port),
+        ("hash_seed", arg.hash_seed),
+        ("max_blocks", arg.positive_int),
+    )
 )
 
 
@@ -125,7 +115,6 @@ def _add_index(commands: argparse._SubParsersAction) -> None:
 def _run_index(args: argparse.Namespace) -> int:
     import logging
 
-    from kvstore.config import IndexConfig
     from kvstore.index.process import run_index
 
     logging.basicConfig(format="kvstore index: %(message)s", level=logging.WARNING)
@@ -142,29 +131,24 @@ _MASTER_CHOICE = (
 )
 
 
+def _node(name: str, **options: Any) -> Flag:
+    return from_setting(NodeConfig, name, **options)
+
+
 def _add_node(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("node", help="contribute a memory segment to the pool (until SIGTERM/SIGINT)")
     add_flags(
         p,
         *_MASTER_CHOICE,
-        flag("--segment-size", type=arg.size, help="default: KVSTORE_NODE_SEGMENT_SIZE, else 4GiB"),
-        flag(
-            "--pinned",
-            action="store_const",
-            const=True,
-            help="page-lock the segment (CUDA host registration, else mlock); default: KVSTORE_NODE_PINNED",
-        ),
-        flag("--disk", help="file or block device of a disk tier under the memory (KVSTORE_NODE_DISK)"),
-        flag("--disk-size", type=arg.size, help="bytes of the disk tier (KVSTORE_NODE_DISK_SIZE)"),
-        flags.DISK_BACKEND.but(help="disk I/O (default auto)"),
+        _node("segment_size", type=arg.size),
+        _node("pinned", action="store_const", const=True),
+        _node("disk"),
+        _node("disk_size", type=arg.size),
+        _node("disk_backend", choices=["auto", "io_uring", "threads"]),
         flags.HOST.but(help="address this node's transfer engine serves on (default 127.0.0.1)"),
         flags.TRANSPORT,
-        flag("--name", help="this node's name on its host, part of its identity (KVSTORE_NODE_NAME)"),
-        flag(
-            "--memory-dir",
-            help="shared-memory directory of the segment's file, kept for a restart "
-            "(KVSTORE_NODE_MEMORY_DIR, else /dev/shm; empty: anonymous memory)",
-        ),
+        _node("name"),
+        _node("memory_dir"),
         flags.INSECURE,
     )
 
@@ -172,7 +156,6 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
 def _run_node(args: argparse.Namespace) -> int:
     import logging
 
-    from kvstore.config import NodeConfig
     from kvstore.node.process import run_node
 
     # Warnings on stderr, and what the node itself says as it starts (how far its memory is ready).
@@ -281,11 +264,19 @@ def _run_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from kvstore import __version__
+    from kvstore.rpc.session_requests import PROTOCOL_VERSION
+
+    return f"kvstore {__version__} (wire protocol {PROTOCOL_VERSION}, Python {sys.version.split()[0]})"
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[tuple[str, str | None], Runner]]:
     """The parser, and the runner of each (command, bench) it parses."""
     parser = argparse.ArgumentParser(
         prog="kvstore", description="Distributed KV-cache store for LLM inference"
     )
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     benches = add_bench_commands(commands)
     _add_master(commands)

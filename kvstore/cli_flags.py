@@ -11,6 +11,8 @@ from types import MappingProxyType
 from typing import Any
 
 from kvstore import cli_args as arg
+from transfer_engine.settings import SettingInfo, Settings
+from transfer_engine.units import format_size
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,28 @@ def flag(name: str, **options: Any) -> Flag:
     return Flag(name, MappingProxyType(options))
 
 
+def from_setting(config: type[Settings], name: str, **options: Any) -> Flag:
+    """The option that sets `config`'s setting `name` (--client-ttl sets client_ttl): its help is the
+    setting's own doc line, variable and default, so the option and the setting never say different things.
+    `options` are its argparse keywords (type, action, help to put before the doc line as `lead`)."""
+    info = next((s for s in config.field_settings() if s.name == name), None)
+    if info is None:
+        raise ValueError(f"{config.__name__} has no setting {name!r}")
+    lead = options.pop("lead", "")
+    text = f"{lead}{' ' if lead else ''}{info.doc.rstrip('.')} ({info.variable}{_default(info)})"
+    return Flag(f"--{name.replace('_', '-')}", MappingProxyType({**options, "help": text.replace("%", "%%")}))
+
+
+def _default(info: SettingInfo) -> str:
+    if info.default is None or info.default == "":
+        return ""
+    if info.kind == "size":
+        return f"; default {format_size(info.default)}"
+    if info.kind == "bool":
+        return f"; default {'on' if info.default else 'off'}"
+    return f"; default {info.default:g}" if isinstance(info.default, float) else f"; default {info.default}"
+
+
 def add_flags(parser: argparse.ArgumentParser | argparse._ActionsContainer, *flags: Flag) -> None:
     """Adds the flags in order (the order --help lists them in)."""
     for each in flags:
@@ -54,7 +78,7 @@ def shard_host_ports(text: str) -> str:
     return ";".join(arg.host_ports(part) for part in text.split(";"))
 
 
-JSON = flag("--json", action="store_true")
+JSON = flag("--json", action="store_true", help="print JSON for scripts")
 MASTERS = flag(
     "--master",
     type=shard_host_ports,
@@ -105,8 +129,8 @@ ETCD_ACCESS_FLAGS = tuple(
 )
 
 # The benches' shared shapes: sizes, counts and the cluster they start or join.
-VALUE_SIZE = flag("--value-size", type=arg.size)
-BATCH_SIZE = flag("--batch-size", type=arg.positive_int)
+VALUE_SIZE = flag("--value-size", type=arg.size, help="bytes of each value (e.g. 512KiB)")
+BATCH_SIZE = flag("--batch-size", type=arg.positive_int, help="items per batch call")
 DURATION = flag("--duration", type=arg.positive_float)
 CLIENTS = flag("--clients", type=arg.positive_int, default=1)
 OPS = flag("--ops", default="put,get,exists")

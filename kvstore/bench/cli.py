@@ -49,14 +49,21 @@ def _add_transfer_bench(sub: argparse._SubParsersAction) -> None:
     add_flags(
         p,
         flags.TRANSPORT,
-        flag("--op", choices=["read", "write"], default="read"),
+        flag(
+            "--op", choices=["read", "write"], default="read", help="what the initiator does (default read)"
+        ),
         flag("--block-size", type=arg.size, default=1 << 20, help="bytes per request (e.g. 1MiB)"),
-        flags.BATCH_SIZE.but(default=16),
-        flag("--threads", type=arg.positive_int, default=1),
+        flags.BATCH_SIZE.but(default=16, help="requests per batch (default 16)"),
+        flag("--threads", type=arg.positive_int, default=1, help="initiator threads (default 1)"),
         flag("--connections", type=arg.positive_int, help="TCP connections per peer (default 2)"),
         flags.DURATION.but(default=5.0, help="seconds measured"),
         flag("--working-set", type=arg.size, default=512 << 20, help="bytes cycled on each side"),
-        flag("--mode", choices=["initiator", "target"], default="initiator"),
+        flag(
+            "--mode",
+            choices=["initiator", "target"],
+            default="initiator",
+            help="initiator: measure (default); target: only serve a segment for a --peer elsewhere",
+        ),
         flag("--peer", type=arg.host_port, help="target segment HOST:PORT (default: start one here)"),
         flags.HOST.but(help="address this side listens on (default 127.0.0.1)"),
         flags.PORT.but(default=0, help="target mode: port to listen on"),
@@ -186,7 +193,9 @@ def _add_routing_bench(sub: argparse._SubParsersAction) -> None:
     add_flags(
         p,
         flag("trace", help="FAST'25-format JSONL (hash_ids = prefix-chained 512-token blocks)"),
-        flag("--instances", type=arg.positive_int, default=8),
+        flag(
+            "--instances", type=arg.positive_int, default=8, help="engine instances routed over (default 8)"
+        ),
         flag(
             "--gpu-blocks", type=arg.positive_int, default=600, help="blocks each instance's GPU cache holds"
         ),
@@ -451,7 +460,9 @@ def _add_tier_bench(sub: argparse._SubParsersAction) -> None:
         flags.BATCH_SIZE.but(default=32),
         flag("--total", type=arg.size, default=512 << 20, help="bytes put (several times --memory)"),
         flag("--memory", type=arg.size, default=128 << 20, help="the node's memory segment"),
-        flags.DISK_BACKEND.but(default="auto"),
+        flags.DISK_BACKEND.but(
+            default="auto", help="disk I/O: auto (io_uring, else threads), io_uring or threads"
+        ),
         flags.JSON,
     )
 
@@ -486,10 +497,10 @@ def _add_allocator_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("allocator", help="offset allocator speed and fragmentation")
     add_flags(
         p,
-        flag("--capacity", type=arg.size, default=4 << 30),
-        flag("--min-size", type=arg.size, default=4 << 10),
-        flag("--max-size", type=arg.size, default=1 << 20),
-        flag("--ops", type=arg.positive_int, default=200_000),
+        flag("--capacity", type=arg.size, default=4 << 30, help="bytes the allocator manages (default 4GiB)"),
+        flag("--min-size", type=arg.size, default=4 << 10, help="smallest allocation (default 4KiB)"),
+        flag("--max-size", type=arg.size, default=1 << 20, help="largest allocation (default 1MiB)"),
+        flag("--ops", type=arg.positive_int, default=200_000, help="allocations and frees (default 200000)"),
         flags.JSON,
     )
 

@@ -18,15 +18,20 @@ from transfer_engine.errors import KVStoreError
 def add_trace_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="replay a request trace: block hit rate per policy and mode")
     flag("trace", help="FAST'25-format JSONL (hash_ids = prefix-chained blocks)").add(p)
-    flag("--nodes", type=arg.positive_int, default=1).add(p)
+    flag("--nodes", type=arg.positive_int, default=1, help="cache nodes (default 1)").add(p)
     size = p.add_mutually_exclusive_group()
     flag("--capacity-tokens", type=arg.positive_int, help="per node").add(size)
     flag("--capacity-blocks", type=arg.positive_int, help="per node (default 10000)").add(size)
     add_flags(
         p,
-        flag("--block-tokens", type=arg.positive_int, default=512),
+        flag("--block-tokens", type=arg.positive_int, default=512, help="tokens per block (default 512)"),
         flag("--policy", default="adaptive", help="eviction policy, or a comma list (with --plot)"),
-        flag("--mode", choices=["global", "local"], default="global"),
+        flag(
+            "--mode",
+            choices=["global", "local"],
+            default="global",
+            help="global: one pool over the nodes (default); local: a cache per node, requests routed",
+        ),
         flag("--route", choices=["longest", "balanced"], default="longest", help="local mode routing"),
         flag("--payload-bytes", type=arg.size, default=1024, help="object size without --simulate"),
         flag("--simulate", action="store_true", help="run the policy without moving data (fast)"),
@@ -44,7 +49,12 @@ def add_trace_bench(sub: argparse._SubParsersAction) -> None:
             help="reads/s (trace time) that make a block hot",
         ),
         flags.HEAT_HALF_LIFE.but(default=600.0, help="seconds of trace time"),
-        flag("--max-replicas", type=arg.positive_int, default=3),
+        flag(
+            "--max-replicas",
+            type=arg.positive_int,
+            default=3,
+            help="with --replication: copies a hot block grows to",
+        ),
         flag(
             "--disk-capacity-blocks",
             type=arg.positive_int,

@@ -10,6 +10,10 @@ from kvstore.errors import InvalidArgumentError
 from kvstore.rpc.etcd import check_cluster, parse_endpoints
 from transfer_engine.settings import setting
 
+# The eviction policies a master can run (kvstore.master.planners.eviction.POLICIES, which loads the C++
+# table: named here so that the config and `kvstore master --help` can check and list them without it).
+EVICTION_POLICIES = ("adaptive", "lru")
+
 
 @dataclass
 class MasterConfig(Component):
@@ -51,7 +55,11 @@ class MasterConfig(Component):
     )
     high_watermark: float = setting(0.95, "Usage above which background eviction starts.")
     low_watermark: float = setting(0.85, "Usage background eviction brings the pool down to.")
-    eviction_policy: str = setting("adaptive", "Eviction policy (kvstore.master.eviction.POLICIES).")
+    eviction_policy: str = setting(
+        "adaptive",
+        "Which objects eviction takes first: lru (least recently used) or adaptive (LRU, but new keys "
+        "enter at the cold end while a sampled shadow cache shows that hits more: scan-resistant).",
+    )
     demote_watermark: float = setting(
         0.7, "Memory usage above which the objects eviction would take next are copied to a disk tier."
     )
@@ -194,6 +202,10 @@ class MasterConfig(Component):
             raise InvalidArgumentError("leader_ttl must be 2..60 seconds")
         if not 0 < self.low_watermark <= self.high_watermark <= 1:
             raise InvalidArgumentError("need 0 < low_watermark <= high_watermark <= 1")
+        if self.eviction_policy not in EVICTION_POLICIES:
+            raise InvalidArgumentError(
+                f"unknown eviction_policy {self.eviction_policy!r}; known: {', '.join(EVICTION_POLICIES)}"
+            )
         if not 0 < self.demote_watermark <= 1:
             raise InvalidArgumentError("demote_watermark must be in (0, 1]")
         if not self.promote_window >= 0:
