@@ -20,7 +20,7 @@ from kvstore.bench.cli import Runner, add_bench_commands
 from kvstore.cli_flags import Flag, add_flags, flag, from_setting
 from kvstore.config import IndexConfig, MasterConfig, NodeConfig
 from kvstore.config.master import EVICTION_POLICIES
-from transfer_engine.errors import InvalidArgumentError, KVStoreError
+from transfer_engine.errors import AddressInUseError, InvalidArgumentError, KVStoreError
 
 
 def _master(name: str, **options: Any) -> Flag:
@@ -90,8 +90,21 @@ def _run_master(args: argparse.Namespace) -> int:
 
     _apply_insecure(args)
     _apply_etcd_access(args)
-    run_master(MasterConfig.load(**_given(args, _MASTER_FLAGS)), args.shard or 0, args.shards or 1)
+    config = MasterConfig.load(**_given(args, _MASTER_FLAGS))
+    try:
+        run_master(config, args.shard or 0, args.shards or 1)
+    except AddressInUseError as exc:
+        ports = {
+            config.port: "--port (KVSTORE_MASTER_PORT)",
+            config.http_port: "--http-port (KVSTORE_MASTER_HTTP_PORT)",
+        }
+        raise _naming(exc, ports) from None
     return 0
+
+
+def _naming(exc: AddressInUseError, settings: dict[int | None, str]) -> AddressInUseError:
+    """`exc` saying which option set the port it could not listen on (`settings`: port -> option)."""
+    return exc.naming(settings[exc.port]) if not exc.setting and exc.port in settings else exc
 
 
 _INDEX_SETTINGS = tuple(
@@ -119,7 +132,11 @@ def _run_index(args: argparse.Namespace) -> int:
 
     logging.basicConfig(format="kvstore index: %(message)s", level=logging.WARNING)
     _apply_insecure(args)
-    run_index(IndexConfig.load(**_given(args, flags.dests(_INDEX_SETTINGS))))
+    config = IndexConfig.load(**_given(args, flags.dests(_INDEX_SETTINGS)))
+    try:
+        run_index(config)
+    except AddressInUseError as exc:
+        raise _naming(exc, {config.port: "--port (KVSTORE_INDEX_PORT)"}) from None
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from transfer_engine import errors as _core_errors
 from transfer_engine.errors import (
+    AddressInUseError,
     EngineClosedError,
     InternalError,
     InvalidArgumentError,
@@ -101,6 +102,7 @@ def error_for_code(code: int, message: str) -> KVStoreError:
 
 
 __all__ = [
+    "AddressInUseError",
     "DeadlineExceededError",
     "EngineClosedError",
     "InternalError",

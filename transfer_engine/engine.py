@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +21,10 @@ from transfer_engine import _core, checksum, ucx
 from transfer_engine.config import EngineConfig
 from transfer_engine.errors import (
     CODE_NAMES,
+    AddressInUseError,
     EngineClosedError,
     InvalidArgumentError,
+    KVStoreError,
     NotSupportedError,
     StaleLocationError,
     TransferFailedError,
@@ -223,6 +227,15 @@ class BatchHandle:
         raise TransferFailedError(message, states=states, errors=errors)
 
 
+def _explained(exc: KVStoreError, config: EngineConfig) -> KVStoreError:
+    """The core's failure to listen on a handshake port someone else holds, as the error that says which
+    setting chose it (the core's own text is the errno's: "bind/listen on H:P: Address already in use")."""
+    taken = f"bind/listen on {config.host}:{config.port}: {os.strerror(errno.EADDRINUSE)}"
+    if config.port and str(exc) == taken:
+        return AddressInUseError(config.host, config.port, "KVSTORE_PORT (the transfer engine's port)")
+    return exc
+
+
 class TransferEngine:
     """Moves bytes between registered memory here and regions of peers (other engines).
 
@@ -248,7 +261,10 @@ class TransferEngine:
         self._core: Any = _core.Engine(**config.to_core(), cluster_secret=security.secret())
         if self._core.transport_starts("ucx"):  # (the core decides; UCX must be loaded before it starts)
             ucx.preload(config.ucx_library)
-        self._core.start()
+        try:
+            self._core.start()
+        except KVStoreError as exc:
+            raise _explained(exc, config) from None
         self._regions: dict[int, Region] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------

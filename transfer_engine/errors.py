@@ -16,6 +16,24 @@ class InvalidArgumentError(KVStoreError, ValueError):
     code = 1
 
 
+class AddressInUseError(InvalidArgumentError):
+    """A port this process was told to listen on is taken (by another process, or another listener of
+    this one). `setting` names what sets it (a flag, a variable), for the message; local, never on a wire."""
+
+    def __init__(self, host: str, port: int, setting: str = "") -> None:
+        self.host, self.port, self.setting = host, port, setting
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        change = f"set {setting} to another port" if setting else "choose another port"
+        super().__init__(
+            f"cannot listen on {where}: the port is already in use (is another kvstore running?); "
+            f"{change}, or 0 to pick a free one"
+        )
+
+    def naming(self, setting: str) -> AddressInUseError:
+        """The same error, saying which setting to change."""
+        return AddressInUseError(self.host, self.port, setting)
+
+
 class NotFoundError(KVStoreError, LookupError):
     code = 2
 

@@ -25,6 +25,7 @@ instance's own. Without a namespace, a "kvstore" publisher is listed as an insta
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import socket
@@ -33,7 +34,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kvstore.errors import InternalError, InvalidArgumentError, KVStoreError
+from kvstore.errors import AddressInUseError, InternalError, InvalidArgumentError, KVStoreError
 from kvstore.index.hashing import U64, seq_hashes
 from kvstore.index.subscriptions import Registration, Subscriptions
 from kvstore.index.table import MEDIA, STORE, Match, Matches, PrefixIndex, Scope
@@ -343,7 +344,12 @@ def serve(
     idle_timeout: float = IDLE_TIMEOUT,
 ) -> tuple[IndexHttpServer, threading.Thread]:
     """The HTTP server on its own thread; returns it (server.server_address is where it listens)."""
-    server = IndexHttpServer((host, port), service, max_connections, idle_timeout)
+    try:
+        server = IndexHttpServer((host, port), service, max_connections, idle_timeout)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:  # (one line, not a traceback: kvstore.cli names the flag)
+            raise AddressInUseError(host, port) from None
+        raise
     thread = threading.Thread(target=server.serve_forever, name="kvstore-index-http", daemon=True)
     thread.start()
     return server, thread

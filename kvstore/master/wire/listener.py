@@ -18,6 +18,7 @@ import socket
 import ssl
 from collections.abc import Callable
 
+from kvstore.errors import AddressInUseError
 from kvstore.limited_log import LimitedLog
 
 log = logging.getLogger("kvstore.master")
@@ -156,7 +157,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
-    except OSError:
+    except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRINUSE:  # (the caller names the setting: AddressInUseError.naming)
+            raise AddressInUseError(host, port) from None
         raise
     return sock

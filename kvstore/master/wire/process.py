@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import socket
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 from kvstore import sd_notify
 from kvstore.config.master import MasterConfig
+from kvstore.errors import AddressInUseError
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
 from kvstore.master.wire.server import Master, new_event_loop
@@ -91,7 +93,13 @@ def _bound(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:  # (one line, not a traceback: kvstore.cli names the flag)
+            raise AddressInUseError(host, port) from None
+        raise
     return sock
 
 
