@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from kvstore.config import COMPONENTS, StoreConfig, known_variables
@@ -43,32 +44,43 @@ def _show(value: Any, name: str) -> str:
 
 
 def print_config(component: str | None, variables: bool, as_json: bool) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     if variables:
         known = known_variables()
         if as_json:
             print(json.dumps(known))
             return 0
-        table = Table(title="KVSTORE_* variables")
-        table.add_column("variable")
-        table.add_column("sets")
-        for name in sorted(known):
-            table.add_row(name, known[name])
-        Console().print(table)
+        _print_table("KVSTORE_* variables", ("variable", "sets"), [(n, known[n]) for n in sorted(known)])
         return 0
     names = [component] if component else list(COMPONENTS)
     report = {name: effective(name) for name in names}
     if as_json:
         print(json.dumps(report, default=str))
         return 0
-    console = Console()
     for name, rows in report.items():
-        table = Table(title=f"{name} settings (code > environment > default)")
-        for col in ("setting", "value", "source", "variable"):
-            table.add_column(col)
-        for row in rows:
-            table.add_row(row["setting"], _show(row["value"], row["setting"]), row["source"], row["variable"])
-        console.print(table)
+        _print_table(
+            f"{name} settings (code > environment > default)",
+            ("setting", "value", "source", "variable"),
+            [(r["setting"], _show(r["value"], r["setting"]), r["source"], r["variable"]) for r in rows],
+        )
     return 0
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A boxed table on a terminal; elsewhere (a pipe, a file) plain aligned columns of whole values,
+    which a terminal's table would cut at its width (80 columns when it has none)."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max(len(str(c)) for c in column) for column in zip(columns, *rows, strict=True)]
+    print(f"# {title}")
+    for row in (columns, *rows):
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print()
