@@ -10,10 +10,15 @@ from typing import ClassVar
 from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
 from transfer_engine.settings import setting
+from transfer_engine.units import format_size
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DISK_ALIGN = 4096  # a disk tier's size is a multiple of it (O_DIRECT's unit)
 MIN_STAGING = 1 << 20  # the least staging a disk tier is given
+# The least segment a node contributes: its fence table alone is 192 KiB (4,096 slots of 48 bytes, at least:
+# kvstore.node.memory_tier.fence_slots_for) and its shared memory is mapped in 4 KiB pages (2 MiB huge pages
+# on hugetlbfs), so a smaller one costs more than it holds.
+MIN_SEGMENT = 1 << 20
 
 
 @dataclass
@@ -57,8 +62,11 @@ class NodeConfig(Component):
     def validate(self) -> None:
         if self.name and not NAME.fullmatch(self.name):
             raise InvalidArgumentError("a node's name is 1-64 letters, digits, '.', '_' or '-'")
-        if self.segment_size <= 0:
-            raise InvalidArgumentError("a node's segment_size must be positive")
+        if self.segment_size < MIN_SEGMENT:
+            raise InvalidArgumentError(
+                f"a node's segment_size must be at least 1MiB, not {format_size(self.segment_size)}: "
+                "smaller, its fence table (192 KiB) and pages cost more than it holds"
+            )
         if self.buffer_size < 4096:
             raise InvalidArgumentError("buffer_size must be at least 4KiB")
         if not 1 <= self.copy_workers <= 64:
