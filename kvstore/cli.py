@@ -29,6 +29,7 @@ def _master(name: str, **options: Any) -> Flag:
 
 _MASTER_SETTINGS = (
     _master("host"),
+    _master("advertise_host"),
     _master("port", type=arg.port),
     _master("http_port", type=arg.port),
     _master("eviction_policy", choices=EVICTION_POLICIES),

@@ -14,6 +14,25 @@ from transfer_engine.settings import setting
 # table: named here so that the config and `kvstore master --help` can check and list them without it).
 EVICTION_POLICIES = ("adaptive", "lru")
 
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")  # bind every address: never an address to publish
+
+
+def unpublishable(host: str) -> str:
+    """Why a master bound to every address (`host`) cannot publish it into etcd, and what to do."""
+    return (
+        f"--host {host!r} listens on every address, which is no address to publish into etcd as the "
+        "leader's: set --advertise-host (KVSTORE_MASTER_ADVERTISE_HOST) to the address clients and nodes "
+        "reach this master at"
+    )
+
+
+def _plain_host(host: str) -> bool:
+    """A host name or an IP (v6 without brackets), without a port or spaces."""
+    bare = host.strip("[]") if host.startswith("[") else host
+    if ":" in bare:  # IPv6: only hex digits, ':' and '.' (an embedded v4)
+        return all(c in "0123456789abcdefABCDEF:." for c in bare)
+    return all(c.isalnum() or c in ".-_" for c in bare)
+
 
 @dataclass
 class MasterConfig(Component):
@@ -22,6 +41,12 @@ class MasterConfig(Component):
     ENV_PREFIX: ClassVar[str] = "KVSTORE_MASTER_"
 
     host: str = setting("127.0.0.1", "Address the RPC server listens on.")
+    advertise_host: str = setting(
+        "",
+        "Address clients and nodes reach this master at: published into etcd as the leader's (and told by "
+        "`kvstore status`). Needed when `host` is a wildcard (0.0.0.0, ::), which cannot be published; "
+        "empty: `host` itself.",
+    )
     port: int = setting(50051, "RPC port; 0 picks a free one (embedded masters always do).", "port")
     http_port: int | None = setting(
         None,
@@ -198,6 +223,15 @@ class MasterConfig(Component):
         if self.etcd:
             parse_endpoints(self.etcd)
             check_cluster(self.cluster)
+        if self.etcd and not self.advertise_host and self.host in WILDCARD_HOSTS:
+            raise InvalidArgumentError(unpublishable(self.host))
+        if self.advertise_host and (
+            self.advertise_host in WILDCARD_HOSTS or not _plain_host(self.advertise_host)
+        ):
+            raise InvalidArgumentError(
+                f"advertise_host must be an address others reach this master at (a host name or IP, no "
+                f"port), not {self.advertise_host!r}"
+            )
         if not 2 <= self.leader_ttl <= 60:
             raise InvalidArgumentError("leader_ttl must be 2..60 seconds")
         if not 0 < self.low_watermark <= self.high_watermark <= 1:

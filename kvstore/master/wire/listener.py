@@ -29,6 +29,11 @@ PAUSE_FIRST, PAUSE_MOST = 0.05, 1.0  # seconds accepting stops after it failed f
 _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
+def address_of(host: str, port: int) -> str:
+    """HOST:PORT, an IPv6 host in brackets (as kvstore.rpc.parse_address reads it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class Listener:
     """Accepts on `sock` (bound) into `factory`'s protocols while started."""
 
@@ -71,7 +76,7 @@ class Listener:
     @property
     def address(self) -> str:
         host, port = self.sock.getsockname()[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return address_of(host, port)
 
     def _accept(self) -> None:
         assert self._loop is not None

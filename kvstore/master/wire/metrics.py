@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+import platform
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -11,6 +13,8 @@ from prometheus_client.registry import Collector
 from kvstore.master.service.loop_watch import LoopWatch
 from kvstore.master.service.path_reports import PathReports
 from kvstore.master.service.state import MasterState
+from kvstore.master.wire.role import LEADER, SINGLE, STANDBY, Role
+from kvstore.rpc.messages import PROTOCOL_VERSION
 
 _GAUGES = {
     "objects": "Visible objects",
@@ -128,6 +132,86 @@ class PathCollector(Collector):
         yield from counters.values()
         yield up
         yield down
+
+
+class RoleCollector(Collector):
+    """The master's place in its cluster (kvstore.master.wire.role), served by leaders and standbys alike:
+    a cluster has a leader when the sum of kvstore_master_is_leader over its masters is 1, and a failover
+    shows as kvstore_master_epoch growing. Every series is labelled with the cluster and shard."""
+
+    def __init__(self, role: Role, standbys: Callable[[], int] | None = None) -> None:
+        """`standbys`: how many standbys a leader sees (absent: the series is not served)."""
+        self.role, self.standbys = role, standbys
+
+    def collect(self) -> Iterator[Metric]:
+        role, labels = self.role, ["cluster", "shard"]
+        values = [role.cluster, str(role.shard[0])]
+        yield _one(
+            GaugeMetricFamily(
+                "kvstore_master_is_leader",
+                "1 while this master serves its cluster's shard (elected leader, or alone without etcd), "
+                "0 while it is a standby",
+                labels=labels,
+            ),
+            values,
+            1.0 if role.leading else 0.0,
+        )
+        named = GaugeMetricFamily(
+            "kvstore_master_role", "This master's role: 1 for the one it has", labels=[*labels, "role"]
+        )
+        for name in (LEADER, STANDBY, SINGLE):
+            named.add_metric([*values, name], 1.0 if role.name == name else 0.0)
+        yield named
+        yield _one(
+            GaugeMetricFamily(
+                "kvstore_master_epoch",
+                "Epoch of the leadership this master knows (its own as leader; the leader's it sees in etcd "
+                "as standby; 0 when none): it grows with every new leader",
+                labels=labels,
+            ),
+            values,
+            float(role.leadership.epoch),
+        )
+        yield _one(
+            GaugeMetricFamily(
+                "kvstore_master_leader_info",
+                "The leader this master knows (label leader: its RPC address, empty when none is known)",
+                labels=[*labels, "leader"],
+            ),
+            [*values, role.leadership.address],
+            1.0,
+        )
+        if self.standbys is not None and role.leading:
+            yield _one(
+                GaugeMetricFamily(
+                    "kvstore_master_standbys", "Standby masters the leader sees in etcd", labels=labels
+                ),
+                values,
+                float(self.standbys()),
+            )
+
+
+class BuildInfoCollector(Collector):
+    """kvstore_build_info: which kvstore (version, wire protocol) and Python a process runs."""
+
+    def collect(self) -> Iterator[Metric]:
+        # The package root's version, its one place. Read from the loaded module: the root names the client
+        # for type checkers only, which the layer contract (the master never imports it) would count.
+        version = str(importlib.import_module("kvstore").__version__)
+        yield _one(
+            GaugeMetricFamily(
+                "kvstore_build_info",
+                "The kvstore version, wire protocol and Python this process runs (always 1)",
+                labels=["version", "protocol", "python"],
+            ),
+            [version, str(PROTOCOL_VERSION), platform.python_version()],
+            1.0,
+        )
+
+
+def _one(family: GaugeMetricFamily, labels: list[str], value: float) -> GaugeMetricFamily:
+    family.add_metric(labels, value)
+    return family
 
 
 class MasterMetrics:

@@ -21,10 +21,13 @@ import time
 from typing import Any
 
 from kvstore import sd_notify
-from kvstore.config.master import MasterConfig
-from kvstore.errors import AddressInUseError
+from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
+from kvstore.errors import AddressInUseError, InvalidArgumentError
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
+from kvstore.master.wire.http_endpoint import HttpEndpoint
+from kvstore.master.wire.listener import address_of, listening_socket
+from kvstore.master.wire.role import Role, leader_reader
 from kvstore.master.wire.server import Master, new_event_loop
 from kvstore.procs import settle_collector
 from kvstore.rpc import etcd
@@ -103,20 +106,50 @@ def _bound(host: str, port: int) -> socket.socket:
     return sock
 
 
+def published_address(config: MasterConfig, sock: socket.socket) -> str:
+    """The RPC address a candidate publishes into etcd (clients and nodes connect to it): its
+    advertise_host, else the address `sock` is bound to (MasterConfig.validate refuses a wildcard host
+    without advertise_host; this catches one only the bind shows, such as '0')."""
+    host, port = sock.getsockname()[:2]
+    if config.advertise_host:
+        return address_of(config.advertise_host.strip("[]"), port)
+    if host in WILDCARD_HOSTS:
+        raise InvalidArgumentError(unpublishable(config.host))
+    return address_of(host, port)
+
+
+def _open_http(config: MasterConfig, role: Role, election: Election) -> HttpEndpoint | None:
+    """/metrics and /health for the process's whole life, leading or not (with http_port)."""
+    if config.http_port is None:
+        return None
+    http = HttpEndpoint(
+        listening_socket(config.host, config.http_port), role, standbys=lambda: len(election.standbys)
+    )
+    http.start()
+    return http
+
+
 async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple[str, int]) -> None:
     """`shard_map`: the cluster this master's shard is part of and how many shards it has."""
     loop = asyncio.get_running_loop()
     sock = _bound(config.host, config.port)
-    host, port = sock.getsockname()[:2]
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        address, port = published_address(config, sock), sock.getsockname()[1]
+    except InvalidArgumentError:
+        sock.close()
+        raise
     election = Election(config.etcd, config.cluster, address, config.leader_ttl)
     # (with one shard it writes no map, but refuses to serve a cluster whose map says more)
     await loop.run_in_executor(None, election.publish_shards, *shard_map)
-    print(f"{READY_PREFIX}{address} http=- role=candidate cluster={config.cluster}", flush=True)
-    sd_notify.ready(f"master candidate of cluster {config.cluster} on {address}")
-    stop = threading.Event()
+    role = Role(shard_map[0], config.shard, address)
+    role.stand_by(leader_reader(election))
+    stop, http = threading.Event(), None
     stopping = asyncio.ensure_future(done.wait())
     try:
+        http = _open_http(config, role, election)
+        where = http.address if http is not None else "-"
+        print(f"{READY_PREFIX}{address} http={where} role=candidate cluster={config.cluster}", flush=True)
+        sd_notify.ready(f"master candidate of cluster {config.cluster} on {address}")
         while not done.is_set():
             campaign = loop.run_in_executor(None, election.campaign, stop)
             first: list[asyncio.Future[Any]] = [campaign, stopping]
@@ -126,7 +159,8 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
             epoch = campaign.result()
             if epoch is None:
                 break
-            master = Master(config, epoch=epoch, sock=sock, election=election)
+            role.lead(epoch)
+            master = Master(config, epoch=epoch, sock=sock, election=election, http=http)
             await master.start()
             print(f"leading cluster {config.cluster} as epoch {epoch} on {address}", flush=True)
             held = threading.Event()
@@ -137,6 +171,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
             held.set()
             watching.cancel()
             await master.stop()
+            role.stand_by(leader_reader(election))
             if done.is_set():
                 break
             print(f"stepped down from epoch {epoch}: the leadership could not be kept", flush=True)
@@ -147,6 +182,8 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
     finally:
         stop.set()
         stopping.cancel()
+        if http is not None:
+            http.close()
         await loop.run_in_executor(None, election.close)
         with contextlib.suppress(OSError):
             sock.close()

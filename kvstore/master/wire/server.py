@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import selectors
 import socket
@@ -13,8 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore.config.master import MasterConfig
 from kvstore.config.security import SecurityConfig
@@ -28,16 +25,17 @@ from kvstore.master.service.state import MasterState
 from kvstore.master.wire.busy_poll import BusyPoll
 from kvstore.master.wire.connection_table import ConnectionTable
 from kvstore.master.wire.election import Election
+from kvstore.master.wire.http_endpoint import HttpEndpoint
 from kvstore.master.wire.kv_events import StoreEvents, check_endpoint
-from kvstore.master.wire.listener import Listener, listening_socket
+from kvstore.master.wire.listener import Listener, address_of, listening_socket
 from kvstore.master.wire.metrics import MasterMetrics
+from kvstore.master.wire.role import Leadership, Role
 from kvstore.master.wire.rpc_connection import Refusals, RpcConnection
 from kvstore.master.wire.status import RateWindow, cluster_status
 from kvstore.rpc import auth, tls
 from kvstore.rpc.messages import REQUESTS
 
 log = logging.getLogger("kvstore.master")
-HTTP_CONNECTIONS = 64  # /metrics and /health connections at once (each answers one request within 5 s)
 MOUNT_CHECK_SECONDS = 5.0  # a mount's check (the engine's handshake) gives up after this
 
 
@@ -52,10 +50,13 @@ class Master:
         sock: socket.socket | None = None,
         election: Election | None = None,
         security: SecurityConfig | None = None,
+        http: HttpEndpoint | None = None,
     ) -> None:
         """`epoch`, `election`: this master leads its cluster (kvstore.master.wire.election) in that term;
         `sock`: the RPC socket, bound already (a candidate holds its address while it waits to lead);
-        `security`: the cluster secret every connection proves it knows (from the environment if None)."""
+        `security`: the cluster secret every connection proves it knows (from the environment if None);
+        `http`: the process's /metrics and /health, open while it stands by too (else, with http_port,
+        this master opens its own)."""
         self.config = config or MasterConfig.load()
         self.security = security or SecurityConfig.load()
         self.security.check_listen(self.config.host, "the master")
@@ -81,7 +82,7 @@ class Master:
         self.table = ConnectionTable(c.max_unauthenticated, c.max_connections_per_peer, c.max_connections)
         self.buffered = 0  # bytes of request frames still arriving, over all connections (max_buffered)
         self.refusals = Refusals(LimitedLog(log))
-        self.http_open = 0  # HTTP connections (at most HTTP_CONNECTIONS)
+        self.http, self._own_http = http, http is None
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._listeners: list[Listener] = []
         self._stopped: asyncio.Future[None] | None = None
@@ -109,18 +110,20 @@ class Master:
             tls_timeout=auth.TIMEOUT_SECONDS,
             max_handshakes=table.unauthenticated,
         )
-        table.others = lambda: len(rpc_listener.handshakes) + rpc_listener.starting + self.http_open
+        table.others = lambda: (
+            len(rpc_listener.handshakes) + rpc_listener.starting + (self.http.open if self.http else 0)
+        )
         self._listen(rpc_listener)
         self.address = rpc_listener.address
-        if self.config.http_port is not None:
-            http_listener = Listener(
-                listening_socket(self.config.host, self.config.http_port),
-                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._serve_http),
-                what="master HTTP",
-                admit=lambda: self.http_open < HTTP_CONNECTIONS and table.held() < table.budget,
-            )
-            self._listen(http_listener)
-            self.http_address = http_listener.address
+        c = self.config
+        if self.http is None and c.http_port is not None:
+            role = Role(c.cluster, c.shard, self.advertised, leadership=Leadership(self.advertised))
+            self.http = HttpEndpoint(listening_socket(c.host, c.http_port), role)
+            self._listeners.append(self.http.listener)  # (stop() closes it)
+            self.http.start()
+        if self.http is not None:
+            self.http.master = self
+            self.http_address = self.http.address
         self._tasks.append(asyncio.create_task(self._housekeeping()))
 
     def _listen(self, listener: Listener) -> None:
@@ -129,9 +132,11 @@ class Master:
 
     async def stop(self) -> None:
         """Stops serving: no new connection, and every open one closed (a leader stepping down must
-        change nothing more)."""
+        change nothing more). A process's HTTP endpoint stays open, serving without this master."""
         for task in self._tasks:
             task.cancel()
+        if self.http is not None and self.http.master is self:
+            self.http.master = None
         for listener in self._listeners:
             listener.close()
         if self._stopped is not None and not self._stopped.done():
@@ -199,51 +204,32 @@ class Master:
             how = "none (insecure)" if self.security.insecure else "none (loopback only)"
         return how if self.tls is None else f"{how}; TLS {tls.describe(self.tls)}"
 
+    @property
+    def advertised(self) -> str:
+        """The address this master is known by: its advertise_host where one is set, else the address it
+        is bound to, with its RPC port (kvstore.master.wire.process publishes this one in etcd)."""
+        if not self.config.advertise_host:
+            return self.address
+        return address_of(self.config.advertise_host, int(self.address.rpartition(":")[2]))
+
     def describe(self) -> dict[str, Any]:
         """The cluster as this master sees it (`kvstore status`)."""
-        status = cluster_status(self.state, self.rates, self.address, self.started)
+        status = cluster_status(self.state, self.rates, self.advertised, self.started)
         status["master"]["authentication"] = self.authentication()
         if self.election is not None:
             status["master"].update(role="leader", epoch=self.epoch, cluster=self.election.cluster)
             status["standbys"] = list(self.election.standbys)
         return status
 
-    # -- HTTP ----------------------------------------------------------------------------------------
-    async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.http_open += 1
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            parts = request.split(b"\r\n", 1)[0].split()
-            path = parts[1].decode(errors="replace") if len(parts) >= 2 else ""
-            if len(parts) < 2 or parts[0] != b"GET":
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                with self.watch.timed("scrape_metrics"):
-                    body = generate_latest(self.metrics.registry)
-                status, ctype = "200 OK", CONTENT_TYPE_LATEST
-            elif path == "/health":
-                with self.watch.timed("scrape_health"):
-                    stats = self.state.stats()
-                health = {
-                    "status": "degraded" if stats["disks_degraded"] else "ok",
-                    **{k: stats[k] for k in ("objects", "segments", "clients", "usage", "disks_degraded")},
-                }
-                status, ctype, body = "200 OK", "application/json", json.dumps(health).encode()
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            writer.write(head.encode() + b"Connection: close\r\n\r\n" + body)
-            await writer.drain()
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            asyncio.TimeoutError,
-            ConnectionError,
-        ):
-            pass
-        finally:
-            self.http_open -= 1
-            writer.close()
+    # -- HTTP ---------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """This master's part of /health (kvstore.master.wire.http_endpoint adds its role)."""
+        with self.watch.timed("scrape_health"):
+            stats = self.state.stats()
+        return {
+            "status": "degraded" if stats["disks_degraded"] else "ok",
+            **{k: stats[k] for k in ("objects", "segments", "clients", "usage", "disks_degraded")},
+        }
 
     # -- time ----------------------------------------------------------------------------------------
     async def _housekeeping(self) -> None:

@@ -18,6 +18,7 @@ CASES: list[tuple[list[str], dict[str, Any]]] = [
         ["master"],
         {
             "admin_secret_file": None,
+            "advertise_host": None,  # (added with --advertise-host, issue 43)
             "client_ttl": None,
             "cluster": None,
             "command": "master",
@@ -71,6 +72,7 @@ CASES: list[tuple[list[str], dict[str, Any]]] = [
         ],
         {
             "admin_secret_file": None,
+            "advertise_host": None,  # (added with --advertise-host, issue 43)
             "client_ttl": None,
             "cluster": "c1",
             "command": "master",
@@ -409,7 +411,7 @@ def test_a_bad_value_is_still_refused(
 
 def test_the_options_passed_on_as_settings_are_the_settings_fields() -> None:
     assert set(cli._MASTER_FLAGS) <= {f.name for f in dataclasses.fields(MasterConfig)}
-    assert len(cli._MASTER_FLAGS) == 19
+    assert len(cli._MASTER_FLAGS) == 20  # (--advertise-host, issue 43)
     index = cli.flags.dests(cli._INDEX_SETTINGS)
     assert index == ["host", "port", "hash_seed", "max_blocks"]
     assert set(index) <= {f.name for f in dataclasses.fields(IndexConfig)}

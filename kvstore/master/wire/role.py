@@ -1,0 +1,114 @@
+"""What a master process is in its cluster, as monitoring sees it (/health, /metrics): a single master, a
+standby, or the leader, of which cluster and shard, and the leadership it knows (epoch, leader address).
+
+A leader knows its own leadership. A standby learns its leader from the leader key in etcd (the signed
+record kvstore.master.wire.election writes; the epoch is the revision that wrote it), read when asked and
+at most every READ_SECONDS, so a probe every second costs etcd one read per standby per READ_SECONDS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvstore.rpc.etcd_records import LEADER as LEADER_RECORD
+
+if TYPE_CHECKING:
+    from kvstore.master.wire.election import Election
+
+log = logging.getLogger("kvstore.master")
+
+SINGLE, STANDBY, LEADER = "single", "standby", "leader"
+READ_SECONDS = 0.5  # a standby reads the leader key at most this often
+READ_TIMEOUT = 2.0  # a read that takes longer leaves the last answer standing
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """The leader a master knows of: its address and epoch (the revision of the write that made it
+    leader); an empty address when none is known."""
+
+    address: str = ""
+    epoch: int = 0
+
+
+LeaderReader = Callable[[], Leadership]  # blocking (an etcd read): run on a thread
+
+
+@dataclass
+class Role:
+    """One master process's place in its cluster. `cluster` is the cluster's own name (not a shard's),
+    `address` the RPC address it publishes (its advertised one)."""
+
+    cluster: str
+    shard: tuple[int, int]
+    address: str
+    name: str = SINGLE
+    leadership: Leadership = Leadership()
+    read_leader: LeaderReader | None = None  # a standby's way to the leader key
+    _read_at: float = field(default=0.0, repr=False)
+    _reading: asyncio.Future[Leadership] | None = field(default=None, repr=False)
+
+    @property
+    def leading(self) -> bool:
+        """It serves: the leader, or a master without a cluster to elect in."""
+        return self.name != STANDBY
+
+    def lead(self, epoch: int) -> None:
+        self.name, self.leadership = LEADER, Leadership(self.address, epoch)
+
+    def stand_by(self, read_leader: LeaderReader) -> None:
+        """Waits to lead; the leader it sees comes from `read_leader`. The last leadership known stays
+        until the next read replaces it (the old leader, while its key lives)."""
+        self.name, self.read_leader, self._read_at = STANDBY, read_leader, 0.0
+
+    async def refresh(self) -> None:
+        """A standby reads the leader key again unless it did within READ_SECONDS (concurrent callers
+        share one read); a read that fails or times out keeps what it knew."""
+        if self.name != STANDBY or self.read_leader is None:
+            return
+        if self._reading is None:
+            if time.monotonic() - self._read_at < READ_SECONDS:
+                return
+            loop = asyncio.get_running_loop()
+            self._reading = asyncio.ensure_future(loop.run_in_executor(None, self.read_leader))
+        reading = self._reading
+        try:
+            found = await asyncio.wait_for(asyncio.shield(reading), READ_TIMEOUT)
+        except Exception as exc:  # etcd cannot be asked now: the last answer stands
+            log.debug("cannot read the leader key: %s", exc)
+            found = None
+        if reading.done():
+            self._reading, self._read_at = None, time.monotonic()
+        if found is not None and self.name == STANDBY:
+            self.leadership = found
+
+    def describe(self) -> dict[str, object]:
+        """The role as /health says it."""
+        return {
+            "role": self.name,
+            "cluster": self.cluster,
+            "shard": self.shard[0],
+            "shards": self.shard[1],
+            "address": self.address,
+            "leader": self.leadership.address or None,
+            "epoch": self.leadership.epoch,
+        }
+
+
+def leader_reader(election: Election) -> LeaderReader:
+    """Reads the leader key over the election's own etcd connection: the leader its record names (a
+    record that does not verify names none) and the revision that wrote it."""
+
+    def read() -> Leadership:
+        value, meta = election.client.get(election.key)
+        if value is None:
+            return Leadership()
+        record = election.records.decode(LEADER_RECORD, value, meta.lease_id)
+        return Leadership(record.address, int(meta.mod_revision)) if record is not None else Leadership()
+
+    return read
