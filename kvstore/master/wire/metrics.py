@@ -33,6 +33,9 @@ _GAUGES = {
     "disk_tasks": "Demotions and loads handed to nodes and not yet reported",
     "disks_degraded": "Disk tiers failing writes (nothing is demoted to them until writes work again)",
     "disks_broken": "Old name of disks_degraded",
+    "fence_kills_outstanding": "Kills of freed allocations queued or sent to nodes, not yet acknowledged",
+    "fencing_keys": "Keys refused to puts until their freed copies' kills are acknowledged (or leases lapse)",
+    "fence_held_bytes": "Freed bytes kept allocated until their kills are acknowledged (a late writer)",
 }
 _COUNTERS = {
     "puts": "Objects made visible",
@@ -60,6 +63,8 @@ _COUNTERS = {
     "replica_copies": "Replicas added for hot keys or change_replica",
     "replica_copy_failures": "Replica copies that failed or expired",
     "replicas_dropped": "Extra replicas dropped after a key cooled",
+    "fence_kills_sent": "Kills of freed allocations sent to their nodes (fenced: no transfer admitted)",
+    "fence_kills_acked": "Kills of freed allocations their nodes acknowledged",
 }
 
 
