@@ -190,7 +190,14 @@ def _run_node(args: argparse.Namespace) -> int:
 
 
 def _add_status(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("status", help="the cluster as its master sees it: nodes, tiers, usage, rates")
+    p = commands.add_parser(
+        "status",
+        help="the cluster as its master sees it: nodes, tiers, usage, rates",
+        description="Without --master or --etcd it asks KVSTORE_MASTER, else KVSTORE_ETCD (and "
+        "KVSTORE_CLUSTER), else this host's master's KVSTORE_MASTER_ETCD (and KVSTORE_MASTER_CLUSTER), else "
+        "the local master: KVSTORE_MASTER_HOST (else 127.0.0.1) at KVSTORE_MASTER_PORT (else 50051); it says "
+        "on stderr which.",
+    )
     add_flags(
         p,
         *_MASTER_CHOICE,
@@ -200,17 +207,16 @@ def _add_status(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
+    from kvstore.cli_status import status_target
     from kvstore.client.status import fetch_shards, fetch_status, print_shards, print_status
     from kvstore.cluster.leader import locator
     from kvstore.cluster.shards import shard_configs
-    from kvstore.config import StoreConfig
 
     _apply_etcd_access(args)
-    config = StoreConfig.load(**_given(args, ["master", "etcd", "cluster"]))
-    if not config.master and not config.etcd:
-        raise InvalidArgumentError(
-            "no master address: pass --master (or --etcd and --cluster), or set KVSTORE_MASTER=HOST:PORT"
-        )
+    target = status_target(args.master, args.etcd, args.cluster)
+    config = target.config
+    if target.source is not None:  # (stderr: --json's stdout stays one object)
+        print(f"kvstore status: asking {target.source}", file=sys.stderr, flush=True)
     shards = shard_configs(config)
     if len(shards) > 1:  # a cluster split over shards: each shard's master says its part
         places = [locator(c.master, c.etcd, c.cluster, args.timeout) for c in shards]
