@@ -119,27 +119,34 @@ def keys(params: dict[str, Any], name: str = "keys") -> list[str]:
     return [key(k) for k in value]
 
 
-def plain_records(
-    value: list[Any], bounds: tuple[tuple[int, int] | str, ...]
-) -> list[tuple[Any, ...]] | None:
-    """The records when every one is a list of len(bounds) fields, each in its bound: (low, high) for an
-    int (not a bool), "key" for a plain key (_plain_keys), "flag" for a bool. Checked in C loops over the
-    batch; None when any record is not (the caller then checks one by one, and names the error)."""
+def plain_columns(value: list[Any], bounds: tuple[tuple[int, int] | str, ...]) -> list[list[Any]] | None:
+    """The records' fields as columns (one list per field) when every record is a list of len(bounds)
+    fields, each in its bound: (low, high) for an int (not a bool), "key" for a plain key (_plain_keys),
+    "flag" for a bool. Checked in C loops over the batch; None when any record is not (the caller then
+    checks one by one, and names the error)."""
     if not value:
-        return []
+        return [[] for _ in bounds]
     if set(map(type, value)) != {list} or set(map(len, value)) != {len(bounds)}:
         return None
-    columns = list(zip(*value, strict=True))
+    columns = list(map(list, zip(*value, strict=True)))
     for column, bound in zip(columns, bounds, strict=True):
         if bound == "key":
-            if not _plain_keys(list(column)):
+            if not _plain_keys(column):
                 return None
         elif bound == "flag":
             if set(map(type, column)) != {bool}:
                 return None
         elif set(map(type, column)) != {int} or min(column) < bound[0] or max(column) > bound[1]:
             return None
-    return list(zip(*columns, strict=True))
+    return columns
+
+
+def plain_records(
+    value: list[Any], bounds: tuple[tuple[int, int] | str, ...]
+) -> list[tuple[Any, ...]] | None:
+    """plain_columns' records, each a tuple of its fields (None where plain_columns is)."""
+    columns = plain_columns(value, bounds)
+    return None if columns is None else list(zip(*columns, strict=True))
 
 
 RecordBounds = Mapping[str, tuple[int, int] | str]
@@ -150,21 +157,29 @@ RecordBounds = Mapping[str, tuple[int, int] | str]
 def put_items(params: dict[str, Any], bounds: RecordBounds) -> list[tuple[str, int, int]]:
     """[[key, size, checksum], ...], each field within its bound in `bounds` (those of the declaration,
     kvstore.rpc.data_requests.PUT_ITEM_BOUNDS); an error names the field and its bound."""
+    return list(zip(*put_columns(params, bounds), strict=True))
+
+
+def put_columns(params: dict[str, Any], bounds: RecordBounds) -> tuple[list[str], list[int], list[int]]:
+    """put_items' fields as columns: (keys, sizes, checksums), checked as put_items checks them (the master
+    reads a batch's columns: no tuple per item)."""
     value = field(params, "items")
     if not isinstance(value, list) or len(value) > MAX_PUT_ITEMS:
         raise InvalidArgumentError(f"'items' must be a list of at most {MAX_PUT_ITEMS} entries")
-    plain = plain_records(value, tuple(bounds.values()))
+    plain = plain_columns(value, tuple(bounds.values()))
     if plain is not None:
-        return plain
+        keys, sizes, checksums = plain
+        return keys, sizes, checksums
     size_bound, checksum_bound = bounds["size"], bounds["checksum"]
-    items = []
+    keys, sizes, checksums = [], [], []
     for item in value:
         if not (isinstance(item, list) and len(item) == len(bounds)):
             raise InvalidArgumentError(f"each put item must be [{', '.join(bounds)}]")
         k, size, checksum = item
-        size, checksum = _within("size", size, size_bound), _within("checksum", checksum, checksum_bound)
-        items.append((key(k), size, checksum))
-    return items
+        sizes.append(_within("size", size, size_bound))
+        checksums.append(_within("checksum", checksum, checksum_bound))
+        keys.append(key(k))
+    return keys, sizes, checksums
 
 
 def _within(name: str, value: Any, bound: tuple[int, int] | str) -> int:

@@ -240,7 +240,7 @@ def outcome(method: str, params: dict[str, Any]) -> list[Any]:
         return ["error", type(exc).__name__, str(exc)]
     except Exception as exc:  # (a parse that fails outside the error hierarchy: recorded as it is)
         return ["crash", type(exc).__name__, str(exc)]
-    fields = msgpack.unpackb(msgpack.packb(vars(request), use_bin_type=True), raw=False)
+    fields = msgpack.unpackb(msgpack.packb(request.params(), use_bin_type=True), raw=False)
     return ["ok", type(request).__name__, fields]
 
 

@@ -27,6 +27,7 @@ from kvstore.master.service.batches import first_repeat, first_where
 from kvstore.master.service.removal import Removal
 from kvstore.master.service.state_core import StateCore
 from kvstore.rpc.messages import PutItem
+from kvstore.rpc.put_items import PutColumns
 
 # A put's outcome: its replicas, None (stored already), its error, or (in StartedOutcomes) an int naming its
 # copies among the request's placed columns.
@@ -63,6 +64,7 @@ class Puts:
         started ones a run at a time (PutsStarted). Raises RoomComing at an item that waits for room
         (those before it are in `out` and recorded: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write: the request fails, not each item
+        items = PutColumns.of(items)  # (runs slice the columns)
         window = RUN_FIRST  # items a run looks at: twice the last run's, so a batch whose plain puts
         while len(out) < len(items):  # are few and scattered costs O(items), not O(items^2)
             taken = self._start_run(client_id, items, window, replicas, pin, min_replicas, wait_for_room, out)
@@ -78,7 +80,7 @@ class Puts:
     def _start_run(
         self,
         client_id: str,
-        items: Sequence[PutItem],
+        items: PutColumns,
         window: int,
         replicas: int,
         pin: bool,
@@ -93,12 +95,10 @@ class Puts:
         one of those: _start takes it alone. Each item ends as it would in _start."""
         if not 1 <= replicas <= self.config.max_replicas:
             return 0
-        first = items[len(out)].key
-        if first in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
+        at = len(out)
+        if items.keys[at] in self.ledger.objects:  # (the usual re-put of a stored key: cheap)
             return 0
-        rest = items[len(out) : len(out) + window]
-        keys = [item.key for item in rest]
-        sizes = [item.size for item in rest]
+        keys, sizes = items.keys[at : at + window], items.sizes[at : at + window]
         count = replicas
         if 0 < min_replicas < replicas:  # as many as usable segments allow: one count for the run
             count = max(min_replicas, min(replicas, self.space.usable_for(max(sizes))))
@@ -117,7 +117,7 @@ class Puts:
         except KVStoreError:
             return 0
         run = _Started(count)
-        checksums = [item.checksum for item in rest]
+        checksums = items.checksums[at : at + window]
         if isinstance(out, StartedOutcomes):  # the caller encodes them in C++: columns, no Replica per copy
             carved = self.ledger.carve_many(keys[:n], sizes[:n], count)
             run.carved(keys, sizes, checksums, carved)
@@ -135,7 +135,7 @@ class Puts:
                 except KVStoreError as exc:
                     out.append(exc)
                     continue
-                run.add(keys[i], sizes[i], rest[i].checksum, copies)
+                run.add(keys[i], sizes[i], checksums[i], copies)
                 out.append(copies)
         finally:  # (a RoomComing above leaves those before it started: held and recorded)
             self._record_started(client_id, run, pin, replicas, now)

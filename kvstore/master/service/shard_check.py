@@ -9,22 +9,19 @@ A put_start batch holding such a key is refused whole, naming the shards; one ha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
-from typing import Any
 
 from kvstore.errors import InvalidArgumentError
+from kvstore.rpc.put_items import PutColumns, PutItem
 from kvstore.rpc.shard_keys import first_off_shard, shard_of
 
-_KEY = itemgetter(0)  # (a PutItem's key: its first field)
 
-
-def check_put_items(shard: tuple[int, int], items: Sequence[Any]) -> None:
+def check_put_items(shard: tuple[int, int], items: Sequence[PutItem]) -> None:
     """Refuses a batch of PutItems that holds a key of another shard than `shard` (this master's
     (shard, shards)); a one-shard master takes every key, at no cost."""
     index, shards = shard
     if shards == 1:
         return
-    keys = list(map(_KEY, items))
+    keys = PutColumns.of(items).keys
     at = first_off_shard(keys, index, shards)
     if at >= 0:
         raise InvalidArgumentError(
