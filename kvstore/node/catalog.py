@@ -133,9 +133,10 @@ class SegmentCatalog:
         if path:
             self._replay()  # (and rewritten: a header, then what it held)
             try:
-                self._fd = os.open(path, _APPEND)
-            except OSError as exc:  # its rewrite failed (said): kept in memory only
-                log.warning("cannot open the catalog %s: %s", path, exc)
+                if self.path:  # (else its rewrite failed, said once: kept in memory only)
+                    self._fd = os.open(path, _APPEND)
+            except OSError as exc:
+                self._give_up(exc)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -286,7 +287,7 @@ class SegmentCatalog:
         try:
             os.write(self._fd, data + _TAG_HEADER + tag)
         except OSError as exc:  # the objects stay served; only a restart would not find them
-            log.warning("cannot write the catalog %s: %s", self.path, exc)
+            self._give_up(exc)
             return
         self._chain = tag
         self._logged += 1
@@ -317,13 +318,32 @@ class SegmentCatalog:
                 os.close(fd)
             os.replace(temporary, self.path)
         except OSError as exc:
-            log.warning("cannot rewrite the catalog %s: %s", self.path, exc)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            self._give_up(exc)
             return
         self._logged = 2 if self._tombs else 1
         self._chain = tag
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = os.open(self.path, _APPEND)
+
+    def _give_up(self, exc: OSError) -> None:
+        """The file cannot take a record (its file system is full, or failing): the catalog is kept in
+        memory from now on, said once, and the file goes. A file missing a record could name, after a
+        restart, an object removed since; one line per write batch said nothing more."""
+        log.warning(
+            "cannot write the catalog %s (%s): what this node holds will not survive its restart; the "
+            "catalog is kept in memory from now on",
+            self.path,
+            exc,
+        )
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        self.path = ""
 
     def close(self, remove: bool = False) -> None:
         """Closes the file; `remove`: deletes it (the node leaves for good: nothing will be restored)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +26,8 @@ from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
+
+log = logging.getLogger("kvstore.node")
 
 
 def run_node(node: NodeConfig, **client_settings: Any) -> None:
@@ -115,6 +118,7 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         files = SegmentFiles.named(node.memory_dir, identity.stem)
         if files.memory:
             held.append(file_lock.hold(files.memory, "segment memory file"))
+        files.check_room(node.segment_size)
         reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
         # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
         session = Session(
@@ -127,15 +131,28 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         _release(identity, held)
         raise
     try:
+        if files.memory and not files.kept(node.segment_size):  # given up for anonymous memory (said):
+            files = _anonymous(files)  # (another process took the room between the check and the file)
         catalog = SegmentCatalog(files.catalog, secret=session.master.secret)
         if not reused or not files.kept(node.segment_size):
-            catalog.clear()  # new memory (or the file was given up for anonymous memory): nothing in it
+            catalog.clear()  # new memory: nothing in it
         member = _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)
         session.start()  # heartbeats from here on
         yield member
     finally:
         session.close()
         _release(identity, held)
+
+
+def _anonymous(files: SegmentFiles) -> SegmentFiles:
+    """No files for a segment in anonymous memory: a catalog of it would name, after a restart, objects
+    in memory that is gone (and kept in a directory that is full, fail at every write)."""
+    files.remove()
+    log.warning(
+        "the segment is anonymous memory, not a file in its memory dir: what this node holds does not "
+        "survive its restart"
+    )
+    return SegmentFiles()
 
 
 def _ready_fields(joined: list[_Member | None]) -> str:

@@ -17,14 +17,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kvstore.errors import KVStoreError
+from kvstore.errors import InvalidArgumentError, KVStoreError
 from kvstore.local_files import discard_unadoptable, private_directory
 from transfer_engine import Region, TransferEngine
+from transfer_engine.units import format_size
 
 log = logging.getLogger("kvstore.node")
 
 CHUNK = 256 << 20  # bytes one thread faults in at a time
 PROGRESS_SECONDS = 2.0
+CATALOG_ROOM = 1 << 20  # room asked beside the segment's file for its catalog (records of what it holds)
 
 
 def prefault_threads() -> int:
@@ -66,6 +68,28 @@ class SegmentFiles:
         discard_unadoptable(files.memory, "segment memory file")
         discard_unadoptable(files.catalog, "segment catalog")
         return files
+
+    def check_room(self, size: int) -> None:
+        """Refuses a segment of `size` bytes whose directory has not the room for its file and catalog:
+        tmpfs gives a file its pages only as they are touched, so the node found out while faulting them
+        in and went on in anonymous memory, which a restart loses. What the file holds already counts."""
+        if not self.memory:
+            return
+        directory = os.path.dirname(self.memory)
+        try:
+            usage = os.statvfs(directory)
+        except OSError:
+            return  # (its files' own errors say more, and fall back)
+        free = usage.f_bavail * usage.f_frsize
+        with contextlib.suppress(FileNotFoundError):
+            free += os.stat(self.memory).st_blocks * 512
+        if free < size + CATALOG_ROOM:
+            raise InvalidArgumentError(
+                f"the memory dir's file system ({directory}) has {format_size(free)} free, too little for a "
+                f"{format_size(size)} segment and its catalog: give it more room (a larger tmpfs; in a "
+                "container, --shm-size), choose another --memory-dir (KVSTORE_NODE_MEMORY_DIR), a smaller "
+                "--segment-size, or --memory-dir '' for anonymous memory, which a restart of the node loses"
+            )
 
     def kept(self, size: int) -> bool:
         """The memory file is there with `size` bytes: what it holds is what the last node left."""
