@@ -12,6 +12,7 @@ from kvstore.errors import InvalidArgumentError
 OTHER_VARIABLES = {
     "KVSTORE_BUILD_JOBS": "parallel compile jobs of `pip install .`",
     "KVSTORE_DEBUG_BUILD": "1: build the C++ extensions with -O0 -g",
+    "KVSTORE_BUILD_PROGRESS": "0: `pip install .` does not name each file it compiles on the terminal",
     "KVSTORE_LIFELINE": "stdin: stop when stdin closes (set by the benches and tests for their children)",
     "KVSTORE_FUZZ_EXAMPLES": "examples per property in the slow fuzz soak (tests)",
     "KVSTORE_TEST_INSTALLED": "1: the tests refuse to run against the source checkout (tests/run sets it)",
