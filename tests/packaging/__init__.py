@@ -1,1 +1,1 @@
-"""What a user installs: the build's progress on the terminal, the wheel's name, contents and manylinux tag."""
+"""What a user installs: the build's progress on the terminal, the wheel's name, contents and tag."""
