@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -13,7 +15,7 @@ from kvstore.bench.master_bench import MemoryUse
 from kvstore.bench.master_bench import OpRate as MasterRate
 from kvstore.bench.store_bench import OpResult, StoreBenchConfig, describe
 from kvstore.bench.store_bench import run as run_store
-from kvstore.bench.tier_bench import TierBenchConfig
+from kvstore.bench.tier_bench import TierBenchConfig, TierBenchResult
 from kvstore.bench.tier_bench import run as run_tier
 from kvstore.errors import KVStoreError
 from transfer_engine.bench import TransferBenchConfig, run_initiator
@@ -29,7 +31,17 @@ def wide_console() -> Console:
 
 
 def with_progress(work: Callable[[Callable[[str], None]], T], steps: int, title: str = "store bench") -> T:
-    """Runs work(advance) under a progress bar of `steps` steps (on stderr)."""
+    """Runs work(advance) under a progress bar of `steps` steps on stderr; where stderr is no terminal (a
+    pipe, a CI log: a bar shows nothing there, and a bench ran a minute in silence) a line per step
+    instead, flushed as it comes. Results go to stdout either way."""
+    if not sys.stderr.isatty():
+        began = time.monotonic()
+        print(f"{title}: started", file=sys.stderr, flush=True)
+
+        def said(label: str) -> None:
+            print(f"{title}: {label} done ({time.monotonic() - began:.0f} s)", file=sys.stderr, flush=True)
+
+        return work(said)
     columns = [TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(title, total=steps)
@@ -102,58 +114,28 @@ def master_table(
 
 
 def summary(duration: float = 3.0) -> int:
-    """Store bench (cross-process, embedded cluster) and transfer benches (shm, tcp), one table."""
+    """Store bench (cross-process, embedded cluster), transfer benches (shm, tcp) and the disk tier's get,
+    one table; a progress bar (or, off a terminal, a line per step) on stderr meanwhile."""
     console = wide_console()
-    rows: list[list[str]] = []
     store_cfg = StoreBenchConfig(duration=duration, segment_size=1 << 30)
-    store = with_progress(lambda advance: run_store(store_cfg, advance), len(store_cfg.ops) + 2)
-    for r in store:
-        rows.append(
-            [
-                f"store {r.op}",
-                f"{format_size(r.value_size)} x {r.batch_size}"
-                if r.op != "exists"
-                else f"{r.batch_size} keys",
-                f"{r.gbps:.2f}" if r.op != "exists" else "-",
-                f"{r.ops_per_s:,.0f}",
-                f"{r.p50_us:.0f}",
-                f"{r.p99_us:.0f}",
-                f"{r.baseline_gbps:.2f}" if r.baseline_gbps else "-",
-                f"{r.ratio:.2f}" if r.ratio else "-",
-            ]
-        )
-    for transport, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
-        cfg = TransferBenchConfig(transport=transport, block_size=block, duration=duration)
-        t = run_initiator(cfg)
-        rows.append(
-            [
-                f"transfer {t.transport} {t.op}",
-                f"{format_size(block)} x {t.batch_size}",
-                f"{t.gbps:.2f}",
-                f"{t.ops_per_s:,.0f}",
-                f"{t.p50_us:.0f}",
-                f"{t.p99_us:.0f}",
-                f"{t.baseline_gbps:.2f}" if t.baseline_gbps else "-",
-                f"{t.ratio:.2f}" if t.ratio else "-",
-            ]
-        )
-    disk_note = ""
-    try:
-        d = run_tier(TierBenchConfig(total=256 << 20, memory=64 << 20, batch_size=16))
-        rows.append(
-            [
-                f"disk tier get ({d.backend})",
-                f"{format_size(d.value_size)} x {d.batch_size}",
-                f"{d.get_gbps:.2f}",
-                f"{d.get_gbps * 1e9 / d.value_size:,.0f}",
-                f"{d.get_p50_ms * 1e3:.0f}",
-                f"{d.get_p99_ms * 1e3:.0f}",
-                f"{d.baseline_read_gbps:.2f}",
-                f"{d.get_ratio:.2f}",
-            ]
-        )
-    except KVStoreError as exc:  # e.g. a working directory on a file system without O_DIRECT
-        disk_note = f" Disk tier line skipped: {exc}."
+
+    def work(advance: Callable[[str], None]) -> tuple[list[OpResult], list[list[str]], str]:
+        store = run_store(store_cfg, advance)
+        rows = [_store_row(r) for r in store]
+        for transport, block in (("shm", 4 << 20), ("tcp", 1 << 20)):
+            rows.append(
+                _transfer_row(TransferBenchConfig(transport=transport, block_size=block, duration=duration))
+            )
+            advance(f"transfer {transport}")
+        try:
+            rows.append(_disk_row(run_tier(TierBenchConfig(total=256 << 20, memory=64 << 20, batch_size=16))))
+            disk_note = ""
+        except KVStoreError as exc:  # e.g. a working directory on a file system without O_DIRECT
+            disk_note = f" Disk tier line skipped: {exc}."
+        advance("disk tier")
+        return store, rows, disk_note
+
+    store, rows, disk_note = with_progress(work, len(store_cfg.ops) + 5, "kvstore bench")
     table = Table(title="kvstore bench (this machine, embedded default)")
     for col in ("bench", "shape", "GB/s", "ops/s", "p50 µs", "p99 µs", "baseline GB/s", "ratio"):
         table.add_column(col, justify="right")
@@ -170,3 +152,43 @@ def summary(duration: float = 3.0) -> int:
     if failed:
         console.print(f"[red]errors (items that failed; not counted above): {', '.join(failed)}[/red]")
     return 0 if not failed else 1
+
+
+def _store_row(r: OpResult) -> list[str]:
+    return [
+        f"store {r.op}",
+        f"{format_size(r.value_size)} x {r.batch_size}" if r.op != "exists" else f"{r.batch_size} keys",
+        f"{r.gbps:.2f}" if r.op != "exists" else "-",
+        f"{r.ops_per_s:,.0f}",
+        f"{r.p50_us:.0f}",
+        f"{r.p99_us:.0f}",
+        f"{r.baseline_gbps:.2f}" if r.baseline_gbps else "-",
+        f"{r.ratio:.2f}" if r.ratio else "-",
+    ]
+
+
+def _transfer_row(cfg: TransferBenchConfig) -> list[str]:
+    t = run_initiator(cfg)
+    return [
+        f"transfer {t.transport} {t.op}",
+        f"{format_size(cfg.block_size)} x {t.batch_size}",
+        f"{t.gbps:.2f}",
+        f"{t.ops_per_s:,.0f}",
+        f"{t.p50_us:.0f}",
+        f"{t.p99_us:.0f}",
+        f"{t.baseline_gbps:.2f}" if t.baseline_gbps else "-",
+        f"{t.ratio:.2f}" if t.ratio else "-",
+    ]
+
+
+def _disk_row(d: TierBenchResult) -> list[str]:
+    return [
+        f"disk tier get ({d.backend})",
+        f"{format_size(d.value_size)} x {d.batch_size}",
+        f"{d.get_gbps:.2f}",
+        f"{d.get_gbps * 1e9 / d.value_size:,.0f}",
+        f"{d.get_p50_ms * 1e3:.0f}",
+        f"{d.get_p99_ms * 1e3:.0f}",
+        f"{d.baseline_read_gbps:.2f}",
+        f"{d.get_ratio:.2f}",
+    ]
