@@ -33,6 +33,7 @@ from kvstore.master.wire.role import Leadership, Role
 from kvstore.master.wire.rpc_connection import Refusals, RpcConnection
 from kvstore.master.wire.status import RateWindow, cluster_status
 from kvstore.rpc import auth, tls
+from kvstore.rpc.etcd import SHARD_INFIX
 from kvstore.rpc.messages import REQUESTS
 
 log = logging.getLogger("kvstore.master")
@@ -82,7 +83,7 @@ class Master:
         self.table = ConnectionTable(c.max_unauthenticated, c.max_connections_per_peer, c.max_connections)
         self.buffered = 0  # bytes of request frames still arriving, over all connections (max_buffered)
         self.refusals = Refusals(LimitedLog(log))
-        self.http, self._own_http = http, http is None
+        self.http = http
         self.metrics = MasterMetrics(self.state, self.watch, self.paths)
         self._listeners: list[Listener] = []
         self._stopped: asyncio.Future[None] | None = None
@@ -117,7 +118,8 @@ class Master:
         self.address = rpc_listener.address
         c = self.config
         if self.http is None and c.http_port is not None:
-            role = Role(c.cluster, c.shard, self.advertised, leadership=Leadership(self.advertised))
+            cluster = c.cluster.partition(SHARD_INFIX)[0]  # (the cluster's own name, as a candidate's)
+            role = Role(cluster, c.shard, self.advertised, leadership=Leadership(self.advertised))
             self.http = HttpEndpoint(listening_socket(c.host, c.http_port), role)
             self._listeners.append(self.http.listener)  # (stop() closes it)
             self.http.start()
@@ -210,7 +212,7 @@ class Master:
         is bound to, with its RPC port (kvstore.master.wire.process publishes this one in etcd)."""
         if not self.config.advertise_host:
             return self.address
-        return address_of(self.config.advertise_host, int(self.address.rpartition(":")[2]))
+        return address_of(self.config.advertise_host.strip("[]"), int(self.address.rpartition(":")[2]))
 
     def describe(self) -> dict[str, Any]:
         """The cluster as this master sees it (`kvstore status`)."""
