@@ -25,6 +25,7 @@ from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
 from kvstore.errors import AddressInUseError, InvalidArgumentError
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
+from kvstore.master.wire.heap import keep_freed_heap
 from kvstore.master.wire.http_endpoint import HttpEndpoint
 from kvstore.master.wire.listener import address_of, listening_socket
 from kvstore.master.wire.role import Role, leader_reader
@@ -58,6 +59,7 @@ def run_master(config: MasterConfig, shard: int = 0, shards: int = 1) -> None:
 
     on_stop_request(stop)
     settle_collector()
+    keep_freed_heap()  # (each request's buffers reuse the last one's pages)
     try:
         running = _candidate(config, done, (cluster, shards)) if config.etcd else _single(config, done)
         loop.run_until_complete(running)
