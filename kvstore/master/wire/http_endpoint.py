@@ -74,6 +74,7 @@ class HttpEndpoint:
             if len(parts) < 2 or parts[0] != b"GET":
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
             elif path == "/metrics":
+                await self.role.refresh()  # (a standby's leader and epoch: scrapes alone must see them move)
                 status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self._metrics()
             elif path in ("/health", "/health/leader"):
                 health = await self._health()

@@ -25,6 +25,7 @@ from kvstore.rpc.messages import PROTOCOL_VERSION
 from tests.integration.kvstore.test_ha import HA, etcd_server, leader_of
 
 CLUSTER = "watched"
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # a /metrics page: by name, (labels, value)
 
 
 class Candidate:
@@ -46,22 +47,27 @@ class Candidate:
         status, body = self.get(path)
         return status, json.loads(body)
 
-    def samples(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+    def samples(self) -> Samples:
         """Every sample of /metrics by name: (labels, value)."""
         status, body = self.get("/metrics")
         assert status == 200
-        found: dict[str, list[tuple[dict[str, str], float]]] = {}
+        found: Samples = {}
         for family in text_string_to_metric_families(body.decode()):
             for sample in family.samples:
                 found.setdefault(sample.name, []).append((sample.labels, sample.value))
         return found
 
 
-def value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
+def value(samples: Samples, name: str, **labels: str) -> float:
     """The one sample of `name` whose labels include `labels`."""
     matching = [v for got, v in samples[name] if labels.items() <= got.items()]
     assert len(matching) == 1, (name, labels, samples.get(name))
     return matching[0]
+
+
+def names_leader(samples: Samples, leader: str) -> bool:
+    """The page's kvstore_master_leader_info names `leader`."""
+    return any(got.get("leader") == leader and v == 1 for got, v in samples["kvstore_master_leader_info"])
 
 
 def until(check: Any, seconds: float, what: str) -> Any:
@@ -75,31 +81,42 @@ def until(check: Any, seconds: float, what: str) -> Any:
         time.sleep(0.1)
 
 
+class Candidates:
+    """Candidate masters of CLUSTER in a real etcd, each with its own HTTP port."""
+
+    def __init__(self, stack: ExitStack, etcd_address: str) -> None:
+        self.stack, self.all = stack, list[Candidate]()
+        where = ["--etcd", etcd_address, "--cluster", CLUSTER]
+        self.args = ["master", "--port", "0", "--http-port", "0", *where]
+
+    def start(self) -> Candidate:
+        candidate = Candidate(*self.stack.enter_context(kvstore_process([*self.args, *HA])))
+        self.all.append(candidate)
+        return candidate
+
+
 @pytest.fixture
-def candidates(tmp_path: Path) -> Iterator[list[Candidate]]:
-    """Two candidate masters of CLUSTER in a real etcd, each with its own HTTP port."""
+def candidates(tmp_path: Path) -> Iterator[Candidates]:
+    """Two candidates started."""
     with etcd_server(tmp_path, "127.0.0.1") as (etcd_address, _), ExitStack() as stack:
-        args = ["master", "--port", "0", "--http-port", "0", "--etcd", etcd_address, "--cluster", CLUSTER]
-        found = []
+        found = Candidates(stack, etcd_address)
         for _ in range(2):
-            proc, ready = stack.enter_context(kvstore_process([*args, *HA]))
-            candidate = Candidate(proc, ready)
+            candidate = found.start()
             # it answers as soon as it says it campaigns, whichever it turns out to be
             status, health = candidate.health()
             assert status == 200 and health["role"] in ("standby", "leader"), health
-            found.append(candidate)
         yield found
 
 
 def roles(candidates: list[Candidate]) -> tuple[Candidate, Candidate]:
-    """(leader, standby) once one leads."""
+    """(leader, standby) of two, once one leads."""
     leader_proc, _ = leader_of([(c.proc, c.address) for c in candidates])
     leader = next(c for c in candidates if c.proc is leader_proc)
     return leader, next(c for c in candidates if c is not leader)
 
 
-def test_a_standby_says_standby_and_a_failover_shows_in_role_and_epoch(candidates: list[Candidate]) -> None:
-    leader, standby = roles(candidates)
+def test_a_standby_says_standby_and_a_failover_shows_in_role_and_epoch(candidates: Candidates) -> None:
+    leader, standby = roles(candidates.all)
     status, said = leader.health()
     assert status == 200 and said["role"] == "leader" and said["status"] == "ok", said
     assert said["leader"] == leader.address and said["cluster"] == CLUSTER and said["shard"] == 0
@@ -134,17 +151,39 @@ def test_a_standby_says_standby_and_a_failover_shows_in_role_and_epoch(candidate
     assert "kvstore_objects" in on_leader and "kvstore_objects" not in on_standby
     assert "kvstore_master_standbys" not in on_standby
 
+    # a standby scraped only at /metrics (never asked /health) learns the leader and its epoch too
+    scraped = candidates.start()
+    until(
+        lambda: names_leader(scraped.samples(), leader.address),
+        10,
+        "a standby asked only for /metrics never named the leader",
+    )
+    assert value(scraped.samples(), "kvstore_master_epoch") == epoch
+
     leader.proc.send_signal(signal.SIGKILL)
     leader.proc.wait()
 
-    def standby_leads() -> dict[str, list[tuple[dict[str, str], float]]] | None:
-        samples = standby.samples()
-        return samples if value(samples, "kvstore_master_is_leader") == 1 else None
+    def one_leads() -> tuple[Candidate, Samples] | None:
+        for candidate in (standby, scraped):
+            samples = candidate.samples()
+            if value(samples, "kvstore_master_is_leader") == 1:
+                return candidate, samples
+        return None
 
-    after = until(standby_leads, 20, "the standby never reported that it leads")
+    new, after = until(one_leads, 20, "no standby ever reported that it leads")
     assert value(after, "kvstore_master_epoch") > epoch
-    assert value(after, "kvstore_master_leader_info", leader=standby.address) == 1
+    assert value(after, "kvstore_master_leader_info", leader=new.address) == 1
     assert value(after, "kvstore_master_role", role="leader") == 1
-    status, said = standby.health("/health/leader")
-    assert status == 200 and said["role"] == "leader" and said["leader"] == standby.address, said
+    status, said = new.health("/health/leader")
+    assert status == 200 and said["role"] == "leader" and said["leader"] == new.address, said
     assert said["epoch"] == value(after, "kvstore_master_epoch") and said["status"] == "ok"
+    other = scraped if new is standby else standby
+    until(
+        lambda: names_leader(other.samples(), new.address),
+        10,
+        "the remaining standby never named the new leader",
+    )
+    still = other.samples()
+    assert value(still, "kvstore_master_is_leader") == 0
+    assert value(still, "kvstore_master_epoch") == said["epoch"]
+    assert other.health("/health/leader")[0] == 503
