@@ -147,3 +147,13 @@ def test_the_readmes_15_line_example_runs_as_written(tmp_path: Path) -> None:
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ran"), done.stderr[-2000:]
+
+
+def test_the_errors_page_lists_every_error_the_store_defines() -> None:
+    """The page names kvstore.errors' own classes one by one (the module re-exports the transfer engine's
+    too, which the page shows once, from their own module): a new one must be added there."""
+    tree = ast.parse((SOURCE / "kvstore" / "errors.py").read_text(encoding="utf-8"))
+    defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    page = (SOURCE / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^ +- (\w+)$", page, re.MULTILINE))
+    assert {name for name in defined if not name.startswith("_")} == listed
