@@ -9,6 +9,7 @@ then offers the rest of its blocks. Demotion runs as deployed: asynchronously on
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,11 +85,13 @@ def replay_real_tiered(
     with tempfile.TemporaryDirectory(dir=directory, prefix="kvstore-trace-disk-") as where:
         session = Session(StoreConfig.load(master=master.address, buffer_size="1MiB", rpc_busy_poll_us=0))
         node_config = NodeConfig.load(
-            segment_size=capacity * payload_bytes,
             disk=str(Path(where) / "tier"),
             disk_size=disk_capacity * record_bytes(payload_bytes),
             disk_staging=16 << 20,
         )
+        # The memory of exactly `capacity` blocks, below a node process's least segment (MIN_SEGMENT) when
+        # the model is small: an in-process node of this replay, not one an operator runs.
+        node_config = dataclasses.replace(node_config, segment_size=capacity * payload_bytes)
         node = StorageNode(session, node_config)
         session.start()
         try:
