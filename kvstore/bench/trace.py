@@ -300,17 +300,27 @@ def replay_real(
     return _result(name, mode, nodes, capacity, policy, len(trace), replay_nodes, evictions, False)
 
 
+@dataclass(frozen=True)
+class PlotPlace:
+    """Where a plot goes (a PNG path), the trace's name for its title, and a capacity to mark (the one
+    asked for, which a sweep surrounds)."""
+
+    out: str
+    name: str
+    marked: int | None = None
+
+
 def plot(
     trace: Trace,
     capacities: list[int],
     policies: list[str],
     mode: str,
     nodes: int,
-    out: str,
-    name: str,
+    where: PlotPlace,
     route: str = "longest",
 ) -> list[TraceResult]:
-    """Hit rate vs capacity (simulated) for each policy, saved as a PNG."""
+    """Hit rate vs capacity (simulated) for each policy at `capacities`, saved as a PNG."""
+    out, name = where.out, where.name
     try:
         import matplotlib
 
@@ -323,6 +333,8 @@ def plot(
     for p in policies:
         rows = [r for r in results if r.policy == p]
         ax.plot([r.capacity_blocks for r in rows], [r.hit_rate for r in rows], marker="o", label=p)
+    if where.marked is not None:
+        ax.axvline(where.marked, color="gray", linestyle="--", label=f"asked: {where.marked} blocks")
     ax.set_xscale("log")
     ax.set_xlabel("capacity per node (blocks)")
     ax.set_ylabel("block hit rate")

@@ -20,8 +20,17 @@ def add_trace_bench(sub: argparse._SubParsersAction) -> None:
     flag("trace", help="FAST'25-format JSONL (hash_ids = prefix-chained blocks)").add(p)
     flag("--nodes", type=arg.positive_int, default=1, help="cache nodes (default 1)").add(p)
     size = p.add_mutually_exclusive_group()
-    flag("--capacity-tokens", type=arg.positive_int, help="per node").add(size)
-    flag("--capacity-blocks", type=arg.positive_int, help="per node (default 10000)").add(size)
+    flag(
+        "--capacity-tokens",
+        type=_counts,
+        help="per node; with --plot, a comma list of the capacities plotted",
+    ).add(size)
+    flag(
+        "--capacity-blocks",
+        type=_counts,
+        help="per node (default 10000); with --plot, a comma list of the capacities plotted (one value: "
+        "0.1x to 10x of it, the value itself marked)",
+    ).add(size)
     add_flags(
         p,
         flag("--block-tokens", type=arg.positive_int, default=512, help="tokens per block (default 512)"),
@@ -35,7 +44,10 @@ def add_trace_bench(sub: argparse._SubParsersAction) -> None:
         flag("--route", choices=["longest", "balanced"], default="longest", help="local mode routing"),
         flag("--payload-bytes", type=arg.size, default=1024, help="object size without --simulate"),
         flag("--simulate", action="store_true", help="run the policy without moving data (fast)"),
-        flags.PLOT.but(metavar="PNG", help="plot hit rate vs capacity for the policies (simulated)"),
+        flags.PLOT.but(
+            metavar="PNG",
+            help="plot hit rate vs capacity for the policies (simulated) at the --capacity-* values",
+        ),
         flags.LIMIT.but(help="replay only the first N requests"),
         flag(
             "--replication",
@@ -76,15 +88,31 @@ def add_trace_bench(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _counts(text: str) -> int | tuple[int, ...]:
+    """N, or N,N,... (several capacities, for --plot)."""
+    counts = tuple(arg.positive_int(part.strip()) for part in text.split(","))
+    return counts[0] if len(counts) == 1 else counts
+
+
+def _capacities(args: argparse.Namespace) -> list[int]:
+    """The capacities per node, in blocks, that --capacity-blocks or --capacity-tokens asked for."""
+    given = args.capacity_blocks or args.capacity_tokens or 10000
+    counts = list(given) if isinstance(given, tuple) else [given]
+    if args.capacity_tokens and not args.capacity_blocks:
+        counts = [tokens // args.block_tokens for tokens in counts]
+    if min(counts) <= 0:
+        raise KVStoreError("capacity is smaller than one block")
+    if len(counts) > 1 and not args.plot:
+        raise KVStoreError("several capacities are for --plot; a replay runs at one")
+    return counts
+
+
 def run_trace_bench(args: argparse.Namespace) -> int:
     from kvstore.bench import trace as tr
 
     policies = tr.policy_names(args.policy)
-    capacity = args.capacity_blocks or (
-        args.capacity_tokens // args.block_tokens if args.capacity_tokens else 10000
-    )
-    if capacity <= 0:
-        raise KVStoreError("capacity is smaller than one block")
+    capacities = _capacities(args)
+    capacity = capacities[0]
     requests, times = tr.load_timed_trace(args.trace, args.limit)
     name = Path(args.trace).name
     if args.replication:
@@ -128,8 +156,10 @@ def run_trace_bench(args: argparse.Namespace) -> int:
                 )
             )
     elif args.plot:
-        sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)})
-        results = tr.plot(requests, sweep, policies, args.mode, args.nodes, args.plot, name, args.route)
+        one = len(capacities) == 1  # a sweep around it, the capacity asked for marked
+        sweep = sorted({max(1, int(capacity * f)) for f in (0.1, 0.3, 1, 3, 10)}) if one else capacities
+        where = tr.PlotPlace(args.plot, name, capacity if one else None)
+        results = tr.plot(requests, sweep, policies, args.mode, args.nodes, where, args.route)
     else:
         for policy in policies:
             if args.simulate:
@@ -165,7 +195,9 @@ def run_trace_bench(args: argparse.Namespace) -> int:
                     f"promotions {r.promotions}"
                 )
     if args.plot and not args.json:
-        print(f"plot written to {args.plot}")
+        plotted = ", ".join(str(c) for c in sorted({r.capacity_blocks for r in results}))
+        asked = f"; {capacity} asked, marked" if len(capacities) == 1 else ""
+        print(f"plot written to {args.plot} (capacities per node in blocks: {plotted}{asked})")
     return 0
 
 
