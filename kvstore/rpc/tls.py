@@ -2,7 +2,7 @@
 master with KVSTORE_TLS_CERT/KEY serves TLS, and with KVSTORE_TLS_CA also requires client certificates
 that CA signed (mTLS); a client with KVSTORE_TLS_CA speaks TLS and verifies the master's certificate
 (its name or IP address as the client dials it), presenting its own KVSTORE_TLS_CERT/KEY if set. The
-bulk data path is not encrypted (README: the trade-off)."""
+bulk data path is not encrypted (docs/operators/security.md: the trade-off)."""
 
 from __future__ import annotations
 
