@@ -3,7 +3,9 @@ standby, or the leader, of which cluster and shard, and the leadership it knows 
 
 A leader knows its own leadership. A standby learns its leader from the leader key in etcd (the signed
 record kvstore.master.wire.election writes; the epoch is the revision that wrote it), read when asked and
-at most every READ_SECONDS, so a probe every second costs etcd one read per standby per READ_SECONDS.
+at most every READ_SECONDS, so a probe every second costs etcd one read per standby per READ_SECONDS. A
+probe waits for that read only WAIT_SECONDS, then answers with what it knew: with etcd slow or away a
+standby still answers its liveness probe at once (a probe that timed out would have it restarted).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ log = logging.getLogger("kvstore.master")
 
 SINGLE, STANDBY, LEADER = "single", "standby", "leader"
 READ_SECONDS = 0.5  # a standby reads the leader key at most this often
-READ_TIMEOUT = 2.0  # a read that takes longer leaves the last answer standing
+WAIT_SECONDS = 0.25  # a probe waits no longer for a read (which goes on and is taken when it comes)
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,8 @@ class Role:
         self.name, self.read_leader, self._read_at = STANDBY, read_leader, 0.0
 
     async def refresh(self) -> None:
-        """A standby reads the leader key again unless it did within READ_SECONDS (concurrent callers
-        share one read); a read that fails or times out keeps what it knew."""
+        """A standby reads the leader key again unless it did within READ_SECONDS (one read at a time,
+        shared by the callers), and waits up to WAIT_SECONDS for it; a read that fails keeps what it knew."""
         if self.name != STANDBY or self.read_leader is None:
             return
         if self._reading is None:
@@ -76,16 +78,19 @@ class Role:
                 return
             loop = asyncio.get_running_loop()
             self._reading = asyncio.ensure_future(loop.run_in_executor(None, self.read_leader))
-        reading = self._reading
-        try:
-            found = await asyncio.wait_for(asyncio.shield(reading), READ_TIMEOUT)
-        except Exception as exc:  # etcd cannot be asked now: the last answer stands
-            log.debug("cannot read the leader key: %s", exc)
-            found = None
-        if reading.done():
-            self._reading, self._read_at = None, time.monotonic()
-        if found is not None and self.name == STANDBY:
-            self.leadership = found
+            self._reading.add_done_callback(self._read)
+        await asyncio.wait({self._reading}, timeout=WAIT_SECONDS)
+
+    def _read(self, reading: asyncio.Future[Leadership]) -> None:
+        """A read ended (runs before its waiters resume): take what it found while still a standby."""
+        self._reading, self._read_at = None, time.monotonic()
+        if reading.cancelled():
+            return
+        failure = reading.exception()
+        if failure is not None:  # etcd cannot be asked now: the last answer stands
+            log.debug("cannot read the leader key: %s", failure)
+        elif self.name == STANDBY:
+            self.leadership = reading.result()
 
     def describe(self) -> dict[str, object]:
         """The role as /health says it."""

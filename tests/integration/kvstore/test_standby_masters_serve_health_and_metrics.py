@@ -84,13 +84,14 @@ def until(check: Any, seconds: float, what: str) -> Any:
 class Candidates:
     """Candidate masters of CLUSTER in a real etcd, each with its own HTTP port."""
 
-    def __init__(self, stack: ExitStack, etcd_address: str) -> None:
+    def __init__(self, stack: ExitStack, etcd_address: str, *options: str) -> None:
+        """`options`: the candidates' own, after (so over) the HA tests' settings."""
         self.stack, self.all = stack, list[Candidate]()
         where = ["--etcd", etcd_address, "--cluster", CLUSTER]
-        self.args = ["master", "--port", "0", "--http-port", "0", *where]
+        self.args = ["master", "--port", "0", "--http-port", "0", *where, *HA, *options]
 
     def start(self) -> Candidate:
-        candidate = Candidate(*self.stack.enter_context(kvstore_process([*self.args, *HA])))
+        candidate = Candidate(*self.stack.enter_context(kvstore_process(self.args)))
         self.all.append(candidate)
         return candidate
 
