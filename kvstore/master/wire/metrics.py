@@ -170,8 +170,8 @@ class RoleCollector(Collector):
         yield _one(
             GaugeMetricFamily(
                 "kvstore_master_epoch",
-                "Epoch of the leadership this master knows (its own as leader; the leader's it sees in etcd "
-                "as standby; 0 when none): it grows with every new leader",
+                "Epoch of the leadership this master knows (its own as leader; as standby the leader's it "
+                "last saw in etcd, 0 before it saw one): it grows with every new leader, never goes back",
                 labels=labels,
             ),
             values,

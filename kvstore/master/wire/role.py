@@ -32,7 +32,7 @@ WAIT_SECONDS = 0.25  # a probe waits no longer for a read (which goes on and is 
 @dataclass(frozen=True)
 class Leadership:
     """The leader a master knows of: its address and epoch (the revision of the write that made it
-    leader); an empty address when none is known."""
+    leader); an empty address when there is none (the epoch then is the last leader's)."""
 
     address: str = ""
     epoch: int = 0
@@ -90,7 +90,10 @@ class Role:
         if failure is not None:  # etcd cannot be asked now: the last answer stands
             log.debug("cannot read the leader key: %s", failure)
         elif self.name == STANDBY:
-            self.leadership = reading.result()
+            found = reading.result()
+            # No leader now (its lease ended, or a record that does not verify): the epoch stays the last
+            # one known, so it never goes back (a failover is one change of it, not two).
+            self.leadership = found if found.address else Leadership("", self.leadership.epoch)
 
     def describe(self) -> dict[str, object]:
         """The role as /health says it."""
