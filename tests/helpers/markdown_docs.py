@@ -126,6 +126,14 @@ def leaves_repository(target: str, page: Path, root: Path) -> str | None:
     return None
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors a Markdown page's headings get, as GitHub and MkDocs make them (lowercase; what is not
+    a letter, digit, space, '-' or '_' dropped; spaces to '-')."""
+    _, outside = split_fences(page.read_text(encoding="utf-8"))
+    titles = re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", outside, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
+
+
 @dataclass(frozen=True)
 class Command:
     argv: list[str]  # from "kvstore" on, its arguments only

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.markdown_docs import SOURCE, doc_files, leaves_repository, links, relative_paths
+from tests.helpers.markdown_docs import (
+    SOURCE,
+    doc_files,
+    heading_anchors,
+    leaves_repository,
+    links,
+    relative_paths,
+)
 
 
 def _outside(page: Path) -> list[str]:
@@ -31,6 +38,26 @@ def test_the_readme_and_every_docs_page_link_only_inside_the_repository() -> Non
 def test_the_readme_links_into_the_docs() -> None:
     targets = {link.target for link in links((SOURCE / "README.md").read_text(encoding="utf-8"))}
     assert {"docs/quickstart.md", "docs/operators/index.md", "docs/engines/index.md"} <= targets
+
+
+def test_the_readmes_anchors_name_headings_of_their_pages() -> None:
+    """mkdocs build --strict checks the docs' anchors; the README is no page of the site, so here."""
+    readme = SOURCE / "README.md"
+    wrong = []
+    for link in links(readme.read_text(encoding="utf-8")):
+        path, _, anchor = link.target.partition("#")
+        page = readme if not path else readme.parent / path
+        if anchor and page.suffix == ".md" and anchor not in heading_anchors(page):
+            wrong.append(f"README.md:{link.line}: {link.target}")
+    assert wrong == []
+
+
+def test_heading_anchors_are_made_as_github_and_mkdocs_make_them(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Two commands\n\n## Under a supervisor: systemd, Kubernetes\n\n```bash\n# not a heading\n```\n"
+    )
+    assert heading_anchors(page) == {"two-commands", "under-a-supervisor-systemd-kubernetes"}
 
 
 @pytest.mark.parametrize(
