@@ -1,12 +1,14 @@
 """Finding the master that leads: from etcd (the cluster's leader key, kvstore.rpc.etcd) or from a
 comma-separated list of master addresses (the one that accepts a connection: standbys do not listen).
 MasterClient asks again whenever it opens a connection, so a call after a failover reaches the new
-leader with no user code."""
+leader with no user code; a process that lost its master waits for news of the next one
+(Locator.wait_for_news: with etcd, a watch of the leader key) rather than a fixed pause."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from kvstore.config.etcd import EtcdConfig
@@ -29,6 +31,12 @@ class Locator:
 
     def describe(self) -> str:
         raise NotImplementedError
+
+    def wait_for_news(self, seconds: float) -> bool:
+        """Waits up to `seconds`, less when there is news of the leader (True: ask the candidates again
+        now). A list of addresses has none: it sleeps."""
+        time.sleep(seconds)
+        return False
 
     def close(self) -> None:
         """Lets go of what finding the leader holds (an etcd connection)."""
@@ -76,6 +84,18 @@ class EtcdLeader(Locator):
         self._trusted = ""  # the address of the last leader whose record verified
         self._ignored = 0  # the revision of the last record ignored (said once)
         self._lock = threading.Lock()
+        # (made at the first wait for news: a process whose master never failed watches nothing)
+        self._leader_key = etcd.KeyWatch(self._connected, etcd.leader_key(self.cluster))
+
+    def _connected(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = etcd.connect(self.endpoints, self.timeout, self.settings)
+            return self._client
+
+    def wait_for_news(self, seconds: float) -> bool:
+        """Up to `seconds`, less once the leader key changes in etcd (the leader's end, a new leader)."""
+        return self._leader_key.wait(seconds)
 
     def candidates(self) -> list[str]:
         with self._lock:
@@ -127,6 +147,7 @@ class EtcdLeader(Locator):
             self._client = None
 
     def close(self) -> None:
+        self._leader_key.close()
         with self._lock:
             self._drop()
 

@@ -27,6 +27,9 @@ from transfer_engine import Peer, TransferEngine
 log = logging.getLogger("kvstore.cluster")
 
 LEADER_POLL_SECONDS = 0.2  # how often a process starting between two leaders asks for the new one
+# The first pause after a failed heartbeat (doubled up to the interval while it fails, and after news of a
+# leader): a node whose master died joins the next leader as soon as it listens, and names its holds back.
+FIRST_RETRY_SECONDS = 0.01
 
 
 class Session:
@@ -185,19 +188,35 @@ class Session:
         self._heartbeat.start()
 
     def _heartbeat_loop(self) -> None:
-        interval = self.terms.heartbeat_interval
-        while not self._closed.wait(interval):
-            try:
-                fields: dict[str, Any] = {}
-                for report in self._reporters:
-                    fields.update(report())
-                reply = self.master.call(
-                    m.Heartbeat(client_id=self.client_id, **fields), timeout=interval * 2
-                )
-                if not reply.known or not self._joined:  # dropped (e.g. the master restarted): join again
-                    self.rejoin()
-            except KVStoreError as exc:
-                log.debug("heartbeat failed: %s", exc)
+        retry = 0.0  # after a failed heartbeat: the pause before the next (0: the interval, all is well)
+        while True:
+            interval = self.terms.heartbeat_interval
+            news = False
+            if not retry:
+                if self._closed.wait(interval):
+                    return
+            else:  # the master is lost: try again once the next leader is named, or soon
+                news = self.master.locator.wait_for_news(retry)
+                if self._closed.is_set():
+                    return
+            if self._beat(interval):
+                retry = 0.0
+            else:  # (a leader just named may not listen yet: its first tries come quickly)
+                retry = FIRST_RETRY_SECONDS if news or not retry else min(interval, retry * 2)
+
+    def _beat(self, interval: float) -> bool:
+        """One heartbeat, and a join again when the master forgot us; False when it failed."""
+        try:
+            fields: dict[str, Any] = {}
+            for report in self._reporters:
+                fields.update(report())
+            reply = self.master.call(m.Heartbeat(client_id=self.client_id, **fields), timeout=interval * 2)
+            if not reply.known or not self._joined:  # dropped (e.g. the master restarted): join again
+                self.rejoin()
+            return True
+        except KVStoreError as exc:
+            log.debug("heartbeat failed: %s", exc)
+            return False
 
     def rejoin(self) -> None:
         """Registers again after the master forgot this process (it restarted, or judged us dead). Safe

@@ -9,6 +9,11 @@ cluster is named.
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError, PermissionDeniedError
@@ -17,6 +22,8 @@ from transfer_engine.security import is_loopback
 
 if TYPE_CHECKING:
     from kvstore.config.etcd import EtcdConfig
+
+log = logging.getLogger("kvstore.cluster")
 
 ROOT = "/kvstore"
 MAX_SHARDS = 256  # the most shards a cluster's key space is split over
@@ -130,6 +137,75 @@ def explain(exc: BaseException) -> str:
         except Exception:  # not grpc's
             pass
     return str(exc) or type(exc).__name__
+
+
+class KeyWatch:
+    """Wakes a waiter as soon as one etcd key changes (put or deleted), so a standby or a node learns of a
+    leader's end or a new leader at once instead of at its next poll. The watch is made at the first wait
+    (an idle process holds none) and made again when it ends (etcd restarted, the connection failed over,
+    the login was lost); while it cannot be made, at most once per REWATCH_SECONDS, a wait sleeps its
+    whole time: callers always poll as well, so a lost watch costs latency, never correctness.
+
+    `client_of()`: the etcd client to watch with, as it is now (its owner may replace it)."""
+
+    REWATCH_SECONDS = 1.0
+
+    def __init__(self, client_of: Callable[[], Any], key: str) -> None:
+        self._client_of, self.key = client_of, key
+        self._changed = threading.Event()
+        self._lock = threading.Lock()
+        self._watching: tuple[Any, int] | None = None  # (client, watch id) while a watch is alive
+        self._tried = -float("inf")  # monotonic: the last try to make the watch
+        self._closed = False
+
+    def wait(self, seconds: float) -> bool:
+        """Up to `seconds`; True when woken by a change of the key (or the watch ended, or close): the
+        caller reads the key again."""
+        self._arm()
+        woken = self._changed.wait(seconds)
+        self._changed.clear()
+        return woken
+
+    @property
+    def watching(self) -> bool:
+        return self._watching is not None
+
+    def _arm(self) -> None:
+        with self._lock:
+            if self._watching is not None or self._closed:
+                return
+            if time.monotonic() - self._tried < self.REWATCH_SECONDS:
+                return
+            self._tried = time.monotonic()
+            try:
+                client = self._client_of()
+                on_response = functools.partial(self._on_response, client)
+                self._watching = (client, client.add_watch_callback(self.key, on_response))
+            except Exception as exc:  # etcd out of reach, a timeout: the caller polls meanwhile
+                log.debug("cannot watch %s: %s", self.key, explain(exc))
+
+    def _on_response(self, client: Any, response: Any) -> None:
+        """etcd3's watch thread: events of the key, or the end of the watch made on `client` (an error,
+        or None)."""
+        if not hasattr(response, "events"):
+            with self._lock:
+                if self._watching is not None and self._watching[0] is client:
+                    self._watching = None
+            log.debug("the watch of %s ended: %s", self.key, response)
+        self._changed.set()
+
+    def close(self) -> None:
+        """Ends the watch and wakes a waiter."""
+        with self._lock:
+            self._closed = True
+            watching, self._watching = self._watching, None
+        self._changed.set()
+        if watching is not None:
+            client, watch_id = watching
+            try:
+                client.cancel_watch(watch_id)
+            except Exception as exc:  # the connection is gone already
+                log.debug("cancelling the watch of %s: %s", self.key, explain(exc))
 
 
 def _tls_credentials(settings: EtcdConfig) -> Any:

@@ -14,6 +14,10 @@ leader could serve on it and the last leader it saw has lost its lease; past a d
 lease has ended too. A record that verifies and is not the leader's own is a leader elected meanwhile:
 the old one steps down.
 
+A standby watches the leader key (kvstore.rpc.etcd.KeyWatch): it tries to lead as soon as etcd deletes
+the key (the leader resigned, or its lease ended), polling as well in case the watch is lost. What it may
+do then is the same either way: the watch only ends the wait sooner.
+
 The epoch of a leadership is the etcd revision of the write that made it leader: it grows with each new
 leader, and clients refuse to follow a leader older than one they have seen (kvstore.cluster.master_client).
 
@@ -36,7 +40,7 @@ from kvstore.rpc.etcd_records import CANDIDATE, LEADER, MasterRecord, Records
 
 log = logging.getLogger("kvstore.master")
 
-POLL_SECONDS = 0.2  # how often a standby looks at the leader key
+POLL_SECONDS = 0.2  # how often a standby looks at the leader key (a watch wakes it sooner)
 FORGED_GRACE = 1.0  # seconds past the TTL a record that does not verify stands before a standby replaces it
 
 
@@ -61,6 +65,7 @@ class Election:
         self._timeout = max(0.5, min(1.0, ttl / 4))
         self._endpoints, self._settings = endpoints, settings or EtcdConfig.load()
         self.client = etcd.connect(endpoints, self._timeout, self._settings)
+        self._leader_key = etcd.KeyWatch(lambda: self.client, self.key)  # (the client may be replaced)
         self._lease: Any = None
         self.record = b""  # our leader record (it names the lease)
         self._held_until = 0.0  # monotonic: the lease surely lives until then
@@ -113,7 +118,8 @@ class Election:
                 log.debug("campaign: %s", exc)
                 self._lease = None
                 self._login_again_if(exc)
-            stop.wait(POLL_SECONDS)
+            if not stop.is_set():  # (close() wakes the wait)
+                self._leader_key.wait(POLL_SECONDS)
         return None
 
     def _try_to_lead(self) -> int | None:
@@ -297,6 +303,7 @@ class Election:
                 log.debug("cannot revoke the lease: %s", exc)
 
     def close(self) -> None:
+        self._leader_key.close()
         self.resign()
         try:
             self.client.close()
