@@ -2,12 +2,14 @@
 // a batch ended, each in one crossing with no Python object per key, and the puts in progress it keeps.
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bind/meta_keys.h"
 #include "bind/meta_object_table.h"
+#include "meta/object_orders.h"
 #include "meta/object_refs.h"
 #include "meta/puts.h"
 
@@ -72,11 +74,13 @@ py::list start_puts(ObjectTable& t, const py::list& keys, const py::list& sizes,
   return refs;
 }
 
-py::tuple end_puts(ObjectTable& t, const py::list& keys, uint32_t writer) {
-  const meta::EndedPuts e = meta::end_puts(t, keys_of(keys), writer);
+py::tuple end_puts(ObjectTable& t, const py::list& keys, uint32_t writer, int link, uint32_t sample) {
+  const std::optional<meta::Order> order = link < 0 ? std::nullopt : std::optional(meta::order_of(link));
+  const meta::EndedPuts e = meta::end_puts(t, keys_of(keys), writer, order, sample);
   py::dict marks;
   for (const auto& [segment, seq] : e.marks) marks[py::int_(segment)] = py::int_(seq);
-  return py::make_tuple(e.bytes, e.missing, picked(keys, e.ended), picked(keys, e.short_of_copies), marks);
+  return py::make_tuple(e.bytes, e.missing, picked(keys, e.ended), picked(keys, e.short_of_copies), marks,
+                        picked(keys, e.sampled));
 }
 
 // [(key, reference)] of the rows.
@@ -100,10 +104,13 @@ void register_puts(py::class_<ObjectTable>& c) {
         "`hold_seqs` "
         "empty: none yet. Returns their references in order. All or nothing: ValueError when a key is "
         "present or twice, or the columns disagree.")
-      .def("end_puts", &end_puts, py::arg("keys"), py::arg("writer"),
-           "Commits the writer's puts of `keys`. Returns (bytes committed, indexes of the keys it had no put "
-           "of in progress, the keys committed, those of them short of the copies asked, {segment id: the "
-           "highest hold number of a put committed with a copy there}).")
+      .def("end_puts", &end_puts, py::arg("keys"), py::arg("writer"), py::arg("link") = -1,
+           py::arg("sample") = 0,
+           "Commits the writer's puts of `keys`, each object committed going last in order `link` (-1: "
+           "none). Returns (bytes committed, indexes of the keys it had no put of in progress, the keys "
+           "committed, those of them short of the copies asked, {segment id: the highest hold number of a "
+           "put committed with a copy there}, the keys committed whose CRC-32 is divisible by `sample` "
+           "(0: none)).")
       .def(
           "puts_expired", [](ObjectTable& t, double now) { return keyed(t, meta::expired_puts(t, now)); },
           py::arg("now"),

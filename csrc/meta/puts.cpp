@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <unordered_set>
+
+#include "meta/crc32.h"
 
 namespace kvs::meta {
 namespace {
@@ -14,18 +15,26 @@ bool in_progress(const ObjectTable& t, const Entry& e) {
   return t.alive(e.row, e.incarnation) && t.at(e.row).put_copies != 0;
 }
 
-void check_columns(const ObjectTable& t, const StartedPuts& p) {
+void check_columns(const StartedPuts& p) {
   const size_t n = p.keys.size();
   if (p.sizes.size() != n || p.checksums.size() != n || (!p.hold_seqs.empty() && p.hold_seqs.size() != n))
     throw std::invalid_argument("one size, checksum (and hold number) per key");
   if (p.count == 0 || p.count > 255) throw std::invalid_argument("1 to 255 copies per put");
   if (p.copies.size() != n * p.count) throw std::invalid_argument("count copies per key");
-  std::unordered_set<std::string_view> seen;
-  seen.reserve(n);
-  for (const std::string_view key : p.keys) {
-    if (t.find(key) != kNoRow || !seen.insert(key).second)
+}
+
+// A new row per key, or none: a key in the table already or twice in the batch (insert refuses it) has
+// the rows made before it erased. One lookup a key (a check before inserting took two, and a set).
+std::vector<Row> insert_all(ObjectTable& t, const std::vector<std::string_view>& keys) {
+  std::vector<Row> rows(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    rows[i] = t.insert(keys[i]);
+    if (rows[i] == kNoRow) {
+      for (size_t j = 0; j < i; ++j) t.erase(rows[j]);
       throw std::invalid_argument("a key is in the table already, or twice in the batch");
+    }
   }
+  return rows;
 }
 
 // Drops the ended entries from the queue (they outnumber the live ones).
@@ -37,10 +46,10 @@ void compact(ObjectTable& t) {
 }  // namespace
 
 std::vector<Row> start_puts(ObjectTable& t, const StartedPuts& p) {
-  check_columns(t, p);
-  std::vector<Row> rows(p.keys.size());
+  check_columns(p);
+  std::vector<Row> rows = insert_all(t, p.keys);
   for (size_t i = 0; i < p.keys.size(); ++i) {
-    const Row row = rows[i] = t.insert(p.keys[i]);
+    const Row row = rows[i];
     Object& o = t.at(row);
     o.size = p.sizes[i];
     o.checksum = p.checksums[i];
@@ -57,7 +66,8 @@ std::vector<Row> start_puts(ObjectTable& t, const StartedPuts& p) {
   return rows;
 }
 
-EndedPuts end_puts(ObjectTable& t, const std::vector<std::string_view>& keys, uint32_t writer) {
+EndedPuts end_puts(ObjectTable& t, const std::vector<std::string_view>& keys, uint32_t writer,
+                   std::optional<Order> link, uint32_t sample) {
   EndedPuts out;
   out.ended.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -70,8 +80,10 @@ EndedPuts end_puts(ObjectTable& t, const std::vector<std::string_view>& keys, ui
     Object& o = t.at(row);
     o.complete = true;
     t.end_put(row);
+    if (link) t.push_back(*link, row);
     out.bytes += o.size;
     out.ended.push_back(index);
+    if (sample != 0 && crc32(keys[i]) % sample == 0) out.sampled.push_back(index);
     const size_t copies = t.copy_count(row);
     if (copies < o.base_replicas) out.short_of_copies.push_back(index);
     for (size_t c = 0; c < copies; ++c) {

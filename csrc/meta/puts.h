@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -41,14 +42,18 @@ struct EndedPuts {
   std::vector<uint32_t> missing;          // indexes of the keys with no put in progress by the writer
   std::vector<uint32_t> ended;            // indexes of the keys committed, in order
   std::vector<uint32_t> short_of_copies;  // of those, the ones with fewer copies than their put asked for
+  std::vector<uint32_t> sampled;          // of those, the ones in the eviction policy's sample (end_puts)
   uint64_t bytes = 0;                     // of the objects committed
   // Per memory segment of their copies, the highest hold number of a put placed there.
   std::unordered_map<uint32_t, uint64_t> marks;
 };
 
 // Commits `writer`'s puts of `keys`; a key with no put of it in progress by `writer` (absent, committed,
-// another's, or named twice: the second) is missing and unchanged.
-EndedPuts end_puts(ObjectTable& t, const std::vector<std::string_view>& keys, uint32_t writer);
+// another's, or named twice: the second) is missing and unchanged. With `link`, each object committed
+// goes last in that order (the eviction policy's plain insertion, done in the same walk of the rows); with
+// `sample` above 0, those committed whose key's CRC-32 is divisible by it are named (the policy's sample).
+EndedPuts end_puts(ObjectTable& t, const std::vector<std::string_view>& keys, uint32_t writer,
+                   std::optional<Order> link = std::nullopt, uint32_t sample = 0);
 
 // The rows of the puts in progress whose deadline passed at `now`, oldest first (reads no further than the
 // first that has not); ended entries met at the front are dropped.

@@ -65,14 +65,15 @@ class Carved(NamedTuple):
 class EndedPuts(NamedTuple):
     """What Ledger.end_puts did: the indexes of the keys with no put in progress by the client, the keys
     committed, those of them short of the copies their put asked for, per memory segment id the highest
-    hold number of a put committed with a copy there (its node must acknowledge it), and the bytes
-    committed."""
+    hold number of a put committed with a copy there (its node must acknowledge it), the bytes
+    committed, and the keys committed in the eviction policy's sample (end_puts' `sample`)."""
 
     missing: list[int]
     ended: list[str]
     short_of_copies: list[str]
     marks: dict[int, int]
     bytes: int
+    sampled: list[str]
 
 
 class Ledger:
@@ -255,19 +256,24 @@ class Ledger:
         self.stored_bytes += self.objects.commit_many(r.keys)
         self._committed(r.keys)
 
-    def end_puts(self, client_id: str, keys: list[str]) -> EndedPuts:
+    def end_puts(self, client_id: str, keys: list[str], link: int = -1, sample: int = 0) -> EndedPuts:
         """Commits the client's puts of `keys` in one table crossing (PutsCommitted of those it had in
         progress: the put path makes no record per key). A key with no put of it in progress by this
-        client (absent, committed, another's, or named twice: the second) is left as it is."""
+        client (absent, committed, another's, or named twice: the second) is left as it is. The eviction
+        policy's insertion in the same crossing (EvictionPolicy.insert_last): each object committed goes
+        last in table order `link` (-1: none), and those whose key's CRC-32 is divisible by `sample` (0:
+        none) are named back."""
         writer = self.objects.known_writer(client_id)
         if writer is None:  # (never wrote: it has no put in progress, and naming it would keep a number)
-            return EndedPuts(list(range(len(keys))), [], [], {}, 0)
-        bytes_added, missing, ended, short, marks = self.objects.table.end_puts(keys, writer)
+            return EndedPuts(list(range(len(keys))), [], [], {}, 0, [])
+        bytes_added, missing, ended, short, marks, sampled = self.objects.table.end_puts(
+            keys, writer, link, sample
+        )
         if ended:
             self.stored_bytes += bytes_added
             self._committed(ended)
             self._tell([PutsCommitted(ended)])
-        return EndedPuts(missing, ended, short, marks, bytes_added)
+        return EndedPuts(missing, ended, short, marks, bytes_added, sampled)
 
     def _committed(self, keys: list[str]) -> None:
         """Objects were committed: group members among them are shown or hidden (kvstore.master.ledger.groups;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "meta/crc32.h"
 #include "meta/object_batches.h"
 
 namespace kvs::meta {
@@ -77,6 +78,73 @@ TEST(Puts, StartIsAllOrNothing) {
   EXPECT_EQ(t.find("d"), kNoRow);
   EXPECT_EQ(t.size(), 1u);
   EXPECT_EQ(t.puts().held(1).objects, 1u);
+}
+
+// A refused batch leaves the table as it was even when its inserts grew the index (the rows made before
+// the refused key are erased), and the same keys start afterwards.
+TEST(Puts, StartIsAllOrNothingWhileTheIndexGrows) {
+  ObjectTable t;
+  start_puts(t, started({"kept"}, 1));
+  std::vector<std::string> names;
+  for (int i = 0; i < 5000; ++i) names.push_back("k" + std::to_string(i));
+  std::vector<std::string_view> keys(names.begin(), names.end());
+  std::vector<std::string_view> twice = keys;
+  twice.push_back("k17");
+  EXPECT_THROW(start_puts(t, started(twice, 1)), std::invalid_argument);
+  std::vector<std::string_view> present = keys;
+  present.push_back("kept");
+  EXPECT_THROW(start_puts(t, started(present, 1)), std::invalid_argument);
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_EQ(t.puts().held(1).objects, 1u);
+  for (const std::string_view key : keys) ASSERT_EQ(t.find(key), kNoRow) << key;
+  const std::vector<Row> rows = start_puts(t, started(keys, 1));
+  EXPECT_EQ(t.size(), 5001u);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(t.find(keys[i]), rows[i]) << keys[i];
+  EXPECT_NE(t.find("kept"), kNoRow);
+}
+
+std::vector<std::string> order_keys(const ObjectTable& t, Order o) {
+  std::vector<std::string> out;
+  for (Row r = t.first(o); r != kNoRow; r = t.next(o, r)) out.emplace_back(t.key(r));
+  return out;
+}
+
+// end_puts given an order links each object it commits last there, in key order (the eviction policy's
+// plain insertion in the same walk); the keys it does not commit stay out; without one it links nothing.
+TEST(Puts, EndLinksWhatItCommitsLastInTheOrderGiven) {
+  ObjectTable t;
+  start_puts(t, started({"old", "a", "b", "c"}, 1));
+  start_puts(t, started({"x"}, 2));
+  end_puts(t, {"old"}, 1, Order::kMemory);
+  end_puts(t, {"c"}, 1);
+  EXPECT_EQ(order_keys(t, Order::kMemory), (std::vector<std::string>{"old"}));
+  EXPECT_TRUE(end_puts(t, {"b", "x", "gone", "a", "b"}, 1, Order::kMemory).sampled.empty());  // (sample 0)
+  EXPECT_EQ(order_keys(t, Order::kMemory), (std::vector<std::string>{"old", "b", "a"}));
+  EXPECT_TRUE(order_keys(t, Order::kDisk).empty());
+  EXPECT_EQ(t.length(Order::kMemory), 3u);
+}
+
+// With a sample, end_puts names the keys it committed whose CRC-32 (zlib's) is divisible by it, in order;
+// the ones it did not commit are never named.
+TEST(Puts, EndNamesTheCommittedKeysOfTheSample) {
+  ObjectTable t;
+  std::vector<std::string> names;
+  for (int i = 0; i < 64; ++i) names.push_back("s" + std::to_string(i));
+  std::vector<std::string_view> keys(names.begin(), names.end());
+  start_puts(t, started(keys, 1));
+  std::vector<std::string_view> asked = keys;
+  asked.insert(asked.begin() + 5, "never");
+  asked.push_back("s3");  // (the second of a key: missing)
+  const EndedPuts e = end_puts(t, asked, 1, std::nullopt, 4);
+  std::vector<uint32_t> expected;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    if (crc32(keys[i]) % 4 == 0) expected.push_back(i < 5 ? i : i + 1);
+  }
+  EXPECT_EQ(e.sampled, expected);
+  EXPECT_GT(expected.size(), 4u);  // (about a quarter of 64)
+  EXPECT_LT(expected.size(), 32u);
+  EXPECT_EQ(crc32("a"), 0xE8B7BE43u);       // zlib.crc32(b"a"): the policy's rule
+  EXPECT_EQ(t.length(Order::kMemory), 0u);  // (no order given: nothing linked)
 }
 
 TEST(Puts, EndCommitsTheWritersPutsAndNamesTheRest) {
