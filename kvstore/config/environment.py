@@ -10,7 +10,7 @@ from kvstore.errors import InvalidArgumentError
 
 # Variables that are not component settings: build switches, process plumbing, test knobs.
 OTHER_VARIABLES = {
-    "KVSTORE_BUILD_JOBS": "parallel compile jobs of `pip install .`",
+    "KVSTORE_BUILD_JOBS": "N: `pip install .` runs at most N compiles and links at once",
     "KVSTORE_DEBUG_BUILD": "1: build the C++ extensions with -O0 -g",
     "KVSTORE_BUILD_PROGRESS": "0: `pip install .` does not name each file it compiles on the terminal",
     "KVSTORE_LIFELINE": "stdin: stop when stdin closes (set by the benches and tests for their children)",

@@ -104,7 +104,10 @@ def test_a_note_and_a_wrong_mode(tmp_path: Path) -> None:
     assert wrong.returncode == 2 and "unknown mode 'assemble'" in wrong.stderr
 
 
-def _configure(build: Path) -> tuple[str, str]:
+_BUILD_VARIABLES = ("CMAKE_CXX_COMPILER_LAUNCHER", "KVSTORE_BUILD_JOBS")
+
+
+def _configure(build: Path, **env: str) -> tuple[str, str]:
     """Configures the project as scikit-build-core does (SKBUILD on, Ninja) without compiling; returns the
     build's edges and its rules (build.ninja, CMakeFiles/rules.ninja)."""
     pybind11 = subprocess.run(
@@ -119,7 +122,7 @@ def _configure(build: Path) -> tuple[str, str]:
         [cmake, "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DSKBUILD=ON",
          f"-Dpybind11_DIR={pybind11.stdout.strip()}", f"-DPython_EXECUTABLE={sys.executable}"],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if k != "CMAKE_CXX_COMPILER_LAUNCHER"},
+        env={**{k: v for k, v in os.environ.items() if k not in _BUILD_VARIABLES}, **env},
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return (build / "build.ninja").read_text(), (build / "CMakeFiles" / "rules.ninja").read_text()
@@ -142,3 +145,17 @@ def test_the_wheel_build_runs_every_compile_and_link_through_it_and_configures_t
     edges_again, rules_again = _configure(tmp_path / "build")
     assert re.findall(r"^  LAUNCHER = (.*)$", edges_again, re.MULTILINE) == launchers
     assert rules_again == rules
+
+
+def test_build_jobs_caps_the_compiles_and_links_at_once(tmp_path: Path) -> None:
+    """KVSTORE_BUILD_JOBS=N puts every compile and link in a Ninja pool of depth N; a value that is not a
+    number of jobs stops the configure saying so."""
+    edges, rules = _configure(tmp_path / "capped", KVSTORE_BUILD_JOBS="1")
+    assert re.search(r"^pool kvstore_jobs\n  depth = 1$", rules + edges, re.MULTILINE)
+    objects = re.findall(r"^build \S+\.o: CXX_COMPILER", edges, re.MULTILINE)
+    pooled = re.findall(r"^  pool = kvstore_jobs$", edges, re.MULTILINE)
+    assert objects and len(pooled) == len(objects) + 3  # every compile and the three links
+    free, _ = _configure(tmp_path / "free")
+    assert "kvstore_jobs" not in free
+    with pytest.raises(AssertionError, match="KVSTORE_BUILD_JOBS must be a number of jobs"):
+        _configure(tmp_path / "wrong", KVSTORE_BUILD_JOBS="two")
