@@ -16,6 +16,7 @@ from typing import Any
 
 from kvstore import cli_args as arg
 from kvstore import cli_flags as flags
+from kvstore import log_lines
 from kvstore.bench.cli import Runner, add_bench_commands
 from kvstore.cli_flags import Flag, add_flags, flag, from_setting
 from kvstore.config import IndexConfig, MasterConfig, NodeConfig
@@ -89,6 +90,7 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
 def _run_master(args: argparse.Namespace) -> int:
     from kvstore.master.wire.process import run_master
 
+    log_lines.configure("master")
     _apply_insecure(args)
     _apply_etcd_access(args)
     config = MasterConfig.load(**_given(args, _MASTER_FLAGS))
@@ -127,11 +129,9 @@ def _add_index(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_index(args: argparse.Namespace) -> int:
-    import logging
-
     from kvstore.index.process import run_index
 
-    logging.basicConfig(format="kvstore index: %(message)s", level=logging.WARNING)
+    log_lines.configure("index")
     _apply_insecure(args)
     config = IndexConfig.load(**_given(args, flags.dests(_INDEX_SETTINGS)))
     try:
@@ -172,13 +172,10 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_node(args: argparse.Namespace) -> int:
-    import logging
-
     from kvstore.node.process import run_node
 
     # Warnings on stderr, and what the node itself says as it starts (how far its memory is ready).
-    logging.basicConfig(format="kvstore node: %(message)s", level=logging.WARNING)
-    logging.getLogger("kvstore.node").setLevel(logging.INFO)
+    log_lines.configure("node", info=["kvstore.node"])
     _apply_insecure(args)
     _apply_etcd_access(args)
     settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]

@@ -10,6 +10,7 @@ from kvstore.errors import PermissionDeniedError
 from kvstore.index.http_api import IndexHttpServer, IndexService, serve
 from kvstore.index.subscriptions import Subscriptions
 from kvstore.index.table import PrefixIndex
+from kvstore.log_lines import status
 from transfer_engine.procs import READY_PREFIX, on_stop_request
 from transfer_engine.security import is_loopback
 
@@ -36,7 +37,7 @@ def run_index(config: IndexConfig) -> None:
     on_stop_request(stopped.set)
     host, port = str(server.server_address[0]), server.server_address[1]
     print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
-    print(f"kvstore index serving Conductor's API on http://{host}:{port}", flush=True)
+    status(f"serving Conductor's API on http://{host}:{port}")
     try:
         stopped.wait()
     except KeyboardInterrupt:

@@ -23,6 +23,7 @@ from typing import Any
 from kvstore import sd_notify
 from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
 from kvstore.errors import AddressInUseError, InvalidArgumentError
+from kvstore.log_lines import status
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
 from kvstore.master.wire.heap import keep_freed_heap
@@ -75,19 +76,15 @@ async def _single(config: MasterConfig, done: asyncio.Event) -> None:
     try:
         print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
         sd_notify.ready(f"master serving on {master.address}")  # (a Type=notify unit: deploy/systemd)
-        print(
-            f"kvstore master listening on {master.address} (authentication: {master.authentication()})",
-            flush=True,
-        )
+        status(f"listening on {master.address} (authentication: {master.authentication()})")
         table = master.table
-        print(
+        status(
             f"connections: up to {table.budget} (RLIMIT_NOFILE {table.fd_limit}, {FD_RESERVE} kept for the "
             f"master), {table.unauthenticated} of them proving the secret; idle ones closed after "
-            f"{config.idle_timeout:g} s",
-            flush=True,
+            f"{config.idle_timeout:g} s"
         )
         if master.http_address:
-            print(f"metrics on http://{master.http_address}/metrics", flush=True)
+            status(f"metrics on http://{master.http_address}/metrics")
         await done.wait()
     finally:
         await master.stop()
@@ -164,7 +161,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
             role.lead(epoch)
             master = Master(config, epoch=epoch, sock=sock, election=election, http=http)
             await master.start()
-            print(f"leading cluster {config.cluster} as epoch {epoch} on {address}", flush=True)
+            status(f"leading cluster {config.cluster} as epoch {epoch} on {address}")
             held = threading.Event()
             holding = loop.run_in_executor(None, election.hold, held)
             watching = asyncio.ensure_future(_until_deadline(election))
@@ -176,7 +173,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
             role.stand_by(leader_reader(election))
             if done.is_set():
                 break
-            print(f"stepped down from epoch {epoch}: the leadership could not be kept", flush=True)
+            status(f"stepped down from epoch {epoch}: the leadership could not be kept")
             with contextlib.suppress(Exception):  # let a standby lead now rather than at the lease's end
                 await loop.run_in_executor(None, election.resign)
             await holding
