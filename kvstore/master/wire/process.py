@@ -22,6 +22,7 @@ from typing import Any
 
 from kvstore import sd_notify
 from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
+from kvstore.config.security import SecurityConfig
 from kvstore.errors import AddressInUseError, InvalidArgumentError
 from kvstore.log_lines import status
 from kvstore.master.wire.connection_table import FD_RESERVE
@@ -131,6 +132,8 @@ def _open_http(config: MasterConfig, role: Role, election: Election) -> HttpEndp
 async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple[str, int]) -> None:
     """`shard_map`: the cluster this master's shard is part of and how many shards it has."""
     loop = asyncio.get_running_loop()
+    # (the leading Master refuses it too: refused now, before it campaigns, binds or wins)
+    SecurityConfig.load().check_listen(config.host, "the master")
     sock = _bound(config.host, config.port)
     try:
         address, port = published_address(config, sock), sock.getsockname()[1]

@@ -24,6 +24,7 @@ from kvstore.rpc import etcd as etcd_keys
 from kvstore.rpc.etcd_records import CANDIDATE, LEADER, Records
 from tests.integration.kvstore.conftest import wait_for_mounts
 from tests.integration.kvstore.test_ha import HA, etcd_server
+from transfer_engine.procs import READY_PREFIX
 
 CLUSTER = "advertised"
 ADVERTISED = "localhost"  # (resolves to 127.0.0.1 here, where the master listens; never what it binds)
@@ -129,3 +130,25 @@ def test_advertise_host_values_are_checked() -> None:
             MasterConfig.load(advertise_host=bad)
     with pytest.raises(InvalidArgumentError, match="--advertise-host"):
         MasterConfig.load(host="0.0.0.0", **etcd)
+
+
+def test_a_candidate_without_a_secret_on_every_address_is_refused_before_it_campaigns(
+    etcd_address: str,
+) -> None:
+    """Listening beyond loopback needs the cluster secret (or --insecure); a candidate learnt that only
+    once it had won, and exited leaderless. Now it exits before it publishes anything."""
+    without = {k: v for k, v in os.environ.items() if not k.startswith("KVSTORE_CLUSTER_SECRET")}
+    etcd = etcd_keys.connect(etcd_address, 1.0)
+    before = etcd.status().raft_index
+    where = ["--host", "0.0.0.0", "--advertise-host", "10.9.8.7", "--port", "0"]
+    run = subprocess.run(
+        [sys.executable, "-m", "kvstore.cli", "master", *where, "--etcd", etcd_address, "--cluster", CLUSTER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=without,
+    )
+    assert run.returncode == 1 and "no cluster secret" in run.stderr, (run.stdout, run.stderr)
+    assert READY_PREFIX not in run.stdout  # it never said it campaigns
+    assert etcd.status().raft_index == before  # nor wrote anything to etcd (a lease, its keys)
