@@ -9,9 +9,16 @@
 
 namespace kvs {
 
+// One line of the engine's log as every kvstore process writes its lines (kvstore.log_lines): its time
+// (ISO 8601 in UTC, to the millisecond), its level, then "kvstore engine: <line>".
+std::string engine_log_line(const char* level, const std::string& line);
+
+// Writes engine_log_line(level, line) to stderr in one call.
+void log_engine(const char* level, const std::string& line);
+
 class LimitedLog {
  public:
-  // Writes "kvstore engine: <line>" unless a line was written less than a second ago.
+  // Writes a WARNING line unless a line was written less than a second ago.
   void log(const std::string& line);
 
  private:

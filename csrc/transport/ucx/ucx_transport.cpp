@@ -1,11 +1,11 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
+#include "common/limited_log.h"
 #include "transport/path/path_plan.h"
 #include "transport/ucx/ucx_channel.h"
 #include "transport/ucx/ucx_sections.h"
@@ -90,7 +90,7 @@ class UcxTransport : public Transport, public Rails {
   ~UcxTransport() override { stop(); }
 
   Status start() override {
-    if (untrusted_) std::fprintf(stderr, "kvstore engine: ucx %s\n", unavailable().c_str());
+    if (untrusted_) log_engine("WARNING", "ucx " + unavailable());
     if (!wanted_) return Status::OK();  // (unavailable() says why)
     api_ = &ucp();
     if (!api_->status.ok()) return Status::OK();  // unavailable: offers nothing, reaches nobody
