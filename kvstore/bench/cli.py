@@ -13,7 +13,7 @@ from kvstore import cli_args as arg
 from kvstore import cli_flags as flags
 from kvstore.bench.trace_command import add_trace_bench, run_trace_bench
 from kvstore.cli_flags import add_flags, flag
-from transfer_engine.errors import KVStoreError
+from transfer_engine.errors import AddressInUseError, KVStoreError
 
 Runner = Callable[[argparse.Namespace], int]
 
@@ -97,7 +97,10 @@ def _run_transfer_bench(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         nics=args.nics,
     )
-    return bench.main(cfg, args.mode, args.port, args.json)
+    try:
+        return bench.main(cfg, args.mode, args.port, args.json)
+    except AddressInUseError as exc:  # (target mode: --port, not the engine's own variable, chose it)
+        raise exc.naming("--port") if args.port and exc.port == args.port else exc from None
 
 
 def _add_store_bench(sub: argparse._SubParsersAction) -> None:

@@ -99,3 +99,8 @@ def test_node_engine_port(taken_port: int) -> None:
     finally:
         master.terminate()
         master.wait(timeout=30)
+
+
+def test_bench_transfer_target_port(taken_port: int) -> None:
+    run = kvstore("bench", "transfer", "--mode", "target", "--port", str(taken_port))
+    _one_clear_line(run, taken_port, "--port")
