@@ -148,3 +148,8 @@ def test_kvstore_runs_as_non_root_and_its_secret_file_stays_owner_only() -> None
         assert copier["command"][-1] == path
         assert str(pod["securityContext"]["runAsUser"]) == "10001"
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        # ... so /tmp is a volume: without a writable temporary directory a node cannot start (tried:
+        # uid 10001, a read-only root in a mount namespace; tempfile.gettempdir() raises)
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        (tmp,) = [v for v in pod["volumes"] if v["name"] == mounts["/tmp"]]
+        assert "emptyDir" in tmp
