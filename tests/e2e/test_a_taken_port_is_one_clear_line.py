@@ -104,3 +104,9 @@ def test_node_engine_port(taken_port: int) -> None:
 def test_bench_transfer_target_port(taken_port: int) -> None:
     run = kvstore("bench", "transfer", "--mode", "target", "--port", str(taken_port))
     _one_clear_line(run, taken_port, "--port")
+
+
+def test_master_kv_events_port(taken_port: int) -> None:
+    endpoint = f"tcp://127.0.0.1:{taken_port}"
+    run = kvstore("master", "--port", "0", "--kv-events-endpoint", endpoint, "--kv-events-tcp")
+    _one_clear_line(run, taken_port, "--kv-events-endpoint (KVSTORE_MASTER_KV_EVENTS_ENDPOINT)")

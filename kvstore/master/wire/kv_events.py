@@ -22,6 +22,7 @@ drops batches and counts them; a subscriber sees the gap in the sequence numbers
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -33,7 +34,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from kvstore.blocks import group_of, seq_of
-from kvstore.errors import PermissionDeniedError
+from kvstore.errors import AddressInUseError, InvalidArgumentError, PermissionDeniedError
 from kvstore.local_files import unsafe_directory
 from kvstore.master.ledger.changes import (
     DiskRecordDropped,
@@ -156,6 +157,20 @@ def _bind_private(socket: Any, path: str) -> None:
     os.chmod(path, 0o600)
 
 
+def _bind_tcp(socket: Any, endpoint: str) -> None:
+    """Binds a tcp:// endpoint; one taken, or refused, is one error naming the setting (not a ZMQ trace)."""
+    import zmq
+
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as exc:
+        setting = "--kv-events-endpoint (KVSTORE_MASTER_KV_EVENTS_ENDPOINT)"
+        host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+        if exc.errno == errno.EADDRINUSE and port.isdigit():
+            raise AddressInUseError(host.strip("[]"), int(port), setting) from None
+        raise InvalidArgumentError(f"cannot publish KV events on {endpoint}: {exc}; see {setting}") from None
+
+
 class StoreEvents:
     def __init__(self, ledger: Ledger, endpoint: str, backend_id: str) -> None:
         import zmq  # (only a master asked to publish needs ZMQ)
@@ -168,7 +183,7 @@ class StoreEvents:
         if endpoint.startswith("ipc://"):
             _bind_private(self._socket, endpoint.removeprefix("ipc://"))
         else:
-            self._socket.bind(endpoint)
+            _bind_tcp(self._socket, endpoint)
         self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._queue: queue.Queue[tuple[int, list[dict[str, Any]]] | None] = queue.Queue(MAX_QUEUED_BATCHES)
         self._seq = 0
