@@ -1,7 +1,8 @@
 """deploy/systemd's units pass `systemd-analyze verify` without a warning (run on instances of the
 templates whose ExecStart names this environment's kvstore: verify refuses a command it cannot find), wait
 for kvstore's READY=1 (Type=notify, from the main process), and their example settings name only
-variables kvstore reads (its servers refuse any other KVSTORE_* variable)."""
+variables kvstore reads (its servers refuse any other KVSTORE_* variable); systemd-sysusers makes the
+user they run as from kvstore.sysusers (in a scratch root)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,23 @@ def test_units_wait_for_kvstore_to_say_it_is_ready(template: Path) -> None:
     assert service["ExecStart"] == f"{INSTALLED_AT} {role}"
     assert service["EnvironmentFile"] == f"/etc/kvstore/{role}-%i.env"
     assert (SYSTEMD / f"{role}.env.example").is_file()
-    assert service["User"] == "kvstore"
-    assert re.search(r"^u kvstore ", (SYSTEMD / "kvstore.sysusers").read_text(), re.M)
+    assert service["User"] == "kvstore" and service["Group"] == "kvstore"
+
+
+def test_sysusers_makes_the_user_the_units_run_as(tmp_path: Path) -> None:
+    sysusers = require_tool("systemd-sysusers", "Debian's systemd")
+    (tmp_path / "etc").mkdir()
+    done = subprocess.run(
+        [sysusers, f"--root={tmp_path}", str(SYSTEMD / "kvstore.sysusers")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    passwd = [line.split(":") for line in (tmp_path / "etc/passwd").read_text().splitlines()]
+    users = {fields[0]: fields for fields in passwd}
+    groups = {line.split(":")[0] for line in (tmp_path / "etc/group").read_text().splitlines()}
+    assert users["kvstore"][5] == "/var/lib/kvstore" and "kvstore" in groups
 
 
 @pytest.mark.parametrize("example", sorted(SYSTEMD.glob("*.env.example")), ids=lambda p: p.name)
