@@ -58,7 +58,9 @@ class ObjectTable:
         hot_heat: float,
         places: dict[int, tuple[int, str, str, int]],
         transient: bool,
-    ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]]]: ...
+        touch_order: int = -1,
+        sample: int = 1,
+    ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]], int]: ...
     def use_many(
         self,
         keys: list[str],

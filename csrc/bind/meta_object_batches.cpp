@@ -34,17 +34,20 @@ std::optional<meta::Place> place_in(const py::dict& places, uint32_t segment) {
 }
 
 py::tuple locate_many(ObjectTable& t, const py::list& keys, bool prefix, double now, double lease_until,
-                      double half_life, double hot_heat, const py::dict& places, bool transient) {
+                      double half_life, double hot_heat, const py::dict& places, bool transient,
+                      int touch_order, uint32_t sample) {
   const meta::UseRule rule{now, lease_until, half_life, hot_heat};
-  const meta::Located got =
-      meta::locate_many(t, keys_of(keys), prefix, rule, transient,
-                        [&places](uint32_t segment) { return place_in(places, segment); });
+  meta::ReadTouch touch{std::nullopt, sample};
+  if (touch_order >= 0) touch.order = order_of(touch_order);
+  const meta::Located got = meta::locate_many(
+      t, keys_of(keys), prefix, rule, transient,
+      [&places](uint32_t segment) { return place_in(places, segment); }, touch);
   py::list notes;
   for (const meta::LocateNote& n : got.notes) {
     notes.append(py::make_tuple(n.index, py::handle(PyList_GET_ITEM(keys.ptr(), n.index)), n.in_memory,
                                 n.disk_segment, n.attention));
   }
-  return py::make_tuple(py::bytes(got.reply), picked(keys, got.hits), notes);
+  return py::make_tuple(py::bytes(got.reply), picked(keys, got.sampled), notes, got.hits.size());
 }
 
 // A NewObject (kvstore.master.objects) read in C++; its key is read (and admitted) by the caller.
@@ -190,10 +193,13 @@ void writes(py::class_<ObjectTable>& c) {
 void reads(py::class_<ObjectTable>& c) {
   c.def("locate_many", &locate_many, py::arg("keys"), py::arg("prefix"), py::arg("now"),
         py::arg("lease_until"), py::arg("half_life"), py::arg("hot_heat"), py::arg("places"),
-        py::arg("transient"),
-        "A reader's lookup of a batch (meta/locate.h): (reply, hits, notes) — the get_replicas reply, "
-        "msgpack-encoded; the keys found, in order; (index, key, in memory, disk segment, attention) of the "
-        "hits the caller must look at. `places`: segment id -> (tier, host, engine, region).")
+        py::arg("transient"), py::arg("touch_order") = -1, py::arg("sample") = 1,
+        "A reader's lookup of a batch (meta/locate.h): (reply, sampled, notes, hits) — the get_replicas "
+        "reply, msgpack-encoded; the hit keys the eviction policy is told of (each hit linked in order "
+        "`touch_order` is moved last there, and those whose CRC-32 is divisible by `sample` are named; no "
+        "order: every hit, sample 1: all); (index, key, in memory, disk segment, attention) of the hits "
+        "the caller must look at; how many keys were found. `places`: segment id -> (tier, host, engine, "
+        "region).")
       .def(
           "use_many",
           [](ObjectTable& t, const py::list& keys, double now, double lease_until, double half_life,

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "meta/crc32.h"
 #include "meta/msgpack_writer.h"
 #include "meta/object_groups.h"
 
@@ -51,10 +52,19 @@ void write_copies(MsgpackWriter& reply, const ObjectTable& t, Row row, PlaceCach
   }
 }
 
+// A hit's part for the eviction policy (ReadTouch): moved last in its order; whether it is named back.
+bool touched_and_sampled(ObjectTable& t, Row row, std::string_view key, const ReadTouch& touch) {
+  if (touch.order) {
+    if (!t.linked(*touch.order, row)) return false;
+    t.push_back(*touch.order, row);
+  }
+  return touch.sample != 0 && (touch.sample == 1 || crc32(key) % touch.sample == 0);
+}
+
 }  // namespace
 
 Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, bool prefix,
-                    const UseRule& rule, bool transient, const PlaceOf& place_of) {
+                    const UseRule& rule, bool transient, const PlaceOf& place_of, const ReadTouch& touch) {
   if (!(rule.half_life > 0)) throw std::invalid_argument("half_life must be positive");
   PlaceCache places(place_of);
   const size_t n = keys.size();
@@ -74,6 +84,7 @@ Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, b
     const bool attention = use_object(t, row, keys[i], rule, leased);
     const Object& o = t.at(row);
     out.hits.push_back(static_cast<uint32_t>(i));
+    if (touched_and_sampled(t, row, keys[i], touch)) out.sampled.push_back(static_cast<uint32_t>(i));
     const size_t copies = t.copy_count(row);
     if (copies == 0) {
       reply.nil();

@@ -35,17 +35,29 @@ struct LocateNote {
   bool attention = false;
 };
 
+// What a lookup does in the same pass for the memory tier's eviction policy, whose order is the table's
+// (kvstore.master.planners.eviction read_touch): each hit linked in `order` moves last, and those whose
+// key's CRC-32 (crc32.h) is divisible by `sample` are named back, the references the policy samples. With
+// no order nothing moves and the sample is of every hit (sample 1: all of them, as the caller's own
+// policy needs); sample 0 names none.
+struct ReadTouch {
+  std::optional<Order> order;
+  uint32_t sample = 1;
+};
+
 struct Located {
   // Per key nil (a miss; with `prefix`, every key after the first miss too; also a hit with no copy in
   // memory, which the caller fills) or [size, checksum, [[tier, host, engine, region, offset, slot, gen,
   // ""], ...]].
   std::string reply;
-  std::vector<uint32_t> hits;  // the indexes of the keys found, in order
+  std::vector<uint32_t> hits;     // the indexes of the keys found, in order
+  std::vector<uint32_t> sampled;  // the indexes of the hits ReadTouch names, in order
   std::vector<LocateNote> notes;
 };
 
 // The lookup of `keys` under `rule` (std::invalid_argument unless rule.half_life > 0).
 Located locate_many(ObjectTable& t, const std::vector<std::string_view>& keys, bool prefix,
-                    const UseRule& rule, bool transient, const PlaceOf& place_of);
+                    const UseRule& rule, bool transient, const PlaceOf& place_of,
+                    const ReadTouch& touch = {});
 
 }  // namespace kvs::meta

@@ -605,13 +605,27 @@ class Ledger:
         half_life: float,
         hot_heat: float,
         transient: bool,
-    ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]]]:
+        touch_order: int = -1,
+        sample: int = 1,
+    ) -> tuple[bytes, list[str], list[tuple[int, str, bool, int, bool]], int]:
         """A reader's lookup of a batch (ObjectTable.locate_many): every hit a use as use() with a lease and
-        a count, and the reply encoded in the table. Returns (reply, the keys found, the notes of the hits
-        the caller completes: index, key, in memory, disk segment, attention)."""
+        a count, and the reply encoded in the table; with `touch_order` (an eviction policy's read_touch)
+        each hit linked in that order moves last there in the same pass. Returns (the reply; the hits the
+        policy is told of: those moved whose CRC-32 is divisible by `sample`, or every hit without an
+        order; the notes of the hits the caller completes, as (index, key, in memory, disk segment,
+        attention); how many keys were found)."""
         objects = self.objects
         return objects.table.locate_many(
-            keys, prefix, now, lease_until, half_life, hot_heat, objects.places, transient
+            keys,
+            prefix,
+            now,
+            lease_until,
+            half_life,
+            hot_heat,
+            objects.places,
+            transient,
+            touch_order,
+            sample,
         )
 
     def heat_at(self, meta: ObjectMeta, now: float, half_life: float) -> float:

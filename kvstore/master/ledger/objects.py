@@ -135,6 +135,7 @@ class TableOrder:
 
     def __init__(self, objects: Objects, order: int) -> None:
         self._table, self._order = objects.table, order
+        self.table_order: int | None = order  # (KeyOrder: a lookup in the table may move its hits)
 
     def add(self, key: str, front: bool = False) -> None:
         self._table.order_add(self._order, key, front)

@@ -21,6 +21,10 @@ from kvstore._meta import HashOrder
 class KeyOrder(Protocol):
     """An ordered set of keys, first to evict first."""
 
+    # The object table's order number when this is one of the table's orders (links through its rows: a
+    # reader's lookup in the table can move its hits in the same pass); None otherwise.
+    table_order: int | None
+
     def add(self, key: str, front: bool = False) -> None:
         """Puts the key last (or first), moving it if present."""
 
@@ -48,6 +52,8 @@ class KeyOrder(Protocol):
 
 class DictOrder:
     """A KeyOrder in an OrderedDict (standalone policies: simulators, tests)."""
+
+    table_order: int | None = None
 
     def __init__(self) -> None:
         self._keys: OrderedDict[str, None] = OrderedDict()
@@ -109,6 +115,17 @@ class EvictionPolicy(ABC):
         for key in keys:
             self.on_access(key)
 
+    def read_touch(self) -> tuple[int, int] | None:
+        """How a reader's lookup in the object table does on_access_many's work in its own pass, where
+        this policy's order is the table's: (that order's number, n: the lookup names back the hits it
+        moved whose key's CRC-32 is divisible by n, for on_touched; 0: none). None: the caller gives
+        on_access_many every hit."""
+        return None
+
+    def on_touched(self, sampled: list[str]) -> None:
+        """A lookup moved its hits last in this policy's order (read_touch); `sampled`: those it names."""
+        raise NotImplementedError(f"{self.name} reads no touches from the table")
+
     @abstractmethod
     def on_remove(self, key: str) -> None: ...
 
@@ -144,6 +161,13 @@ class LRUPolicy(EvictionPolicy):
 
     def on_access_many(self, keys: list[str]) -> None:
         self._order.touch_many(keys)
+
+    def read_touch(self) -> tuple[int, int] | None:
+        order = self._order.table_order
+        return None if order is None else (order, 0)  # (LRU samples nothing)
+
+    def on_touched(self, sampled: list[str]) -> None:
+        pass
 
     def on_remove(self, key: str) -> None:
         self._order.discard(key)
@@ -267,6 +291,13 @@ class AdaptivePolicy(EvictionPolicy):
     def on_access_many(self, keys: list[str]) -> None:
         touched = list(itertools.compress(keys, self._order.touch_many(keys)))
         self._reference_many(self._ghost.sampled(touched, self._sample))
+
+    def read_touch(self) -> tuple[int, int] | None:
+        order = self._order.table_order
+        return None if order is None else (order, self._sample)  # (the keys HashOrder.sampled would pick)
+
+    def on_touched(self, sampled: list[str]) -> None:
+        self._reference_many(sampled)
 
     def on_remove(self, key: str) -> None:
         if self._order.discard(key):

@@ -43,14 +43,17 @@ class Access:
 
     def locate_many(self, keys: list[str], prefix: bool) -> tuple[bytes, list[Note]]:
         """get_replicas of a batch in one crossing into the table (Ledger.locate_many: leases, accesses and
-        heat are updated there, and the reply is encoded there), then what the eviction orders,
+        heat are updated there, the reply is encoded there, and the hits move last in the eviction order
+        when the policy's order is the table's: EvictionPolicy.read_touch), then what the eviction orders,
         replication and the disk tier see of the hits. Returns the reply, msgpack-encoded (per key its
         ObjectLocation, or nil: a miss, with `prefix` every key after the first miss; also a hit with no
         copy in memory), and the notes of the hits with no copy in memory (index, key, False, disk
         segment, attention) among others. Not while a segment is suspect: its replicas must not be
         offered (get_replicas filters them)."""
-        cfg, now, disk = self.config, self.clock(), self.disk
-        reply, hit_keys, notes = self.ledger.locate_many(
+        cfg, now, disk, policy = self.config, self.clock(), self.disk, self.policy
+        touch = policy.read_touch()  # (the policy's order is the table's: the lookup moves the hits too)
+        order, sample = touch if touch is not None else (-1, 1)
+        reply, told, notes, hits = self.ledger.locate_many(
             keys,
             prefix,
             now,
@@ -58,8 +61,13 @@ class Access:
             cfg.heat_half_life,
             self.replicator.hot_heat,
             bool(disk.transient),
+            order,
+            sample,
         )
-        self.policy.on_access_many(hit_keys)
+        if touch is None:
+            policy.on_access_many(told)  # (every hit)
+        else:
+            policy.on_touched(told)
         replicator = self.replicator
         for _, key, in_memory, on_disk, attention in notes:
             if attention:
@@ -72,7 +80,6 @@ class Access:
                     disk.reread(meta)
                 if on_disk:
                     disk.policy.on_access(key)
-        hits = len(hit_keys)
         self.counters.hits += hits
         asked = len(keys) if not prefix or hits == len(keys) else hits + 1
         self.counters.misses += asked - hits

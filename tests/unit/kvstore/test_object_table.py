@@ -205,16 +205,16 @@ def test_a_batch_lookup_encodes_the_reply_as_msgpack_python_would() -> None:
             t.add_copy(ref, seg, offset, slot, gen)
         where = [[*places[seg], offset, slot, gen, ""] for seg, offset, slot, gen in copies]
         expected.append([size, checksum, where] if i % 11 != 5 else None)
-    reply, hits, notes = t.locate_many(keys, False, 10.0, 20.0, 60.0, 1e9, places, False)
-    assert reply == msgpack.packb(expected)
+    reply, hits, notes, found = t.locate_many(keys, False, 10.0, 20.0, 60.0, 1e9, places, False)
+    assert reply == msgpack.packb(expected) and found == len(hits)
     assert hits == [k for k, e in zip(keys, expected, strict=True) if e is not None]
     assert notes == []  # none to look at: not hot, not short of copies, not on a disk
     t.set_base_replicas(t.find("k0"), 30)  # short of copies: replication must look at it
     t.set_disk_segment(t.find("k1"), 4)
-    _, _, notes = t.locate_many(keys[:2], False, 10.0, 20.0, 60.0, 1e9, places, False)
+    _, _, notes, _ = t.locate_many(keys[:2], False, 10.0, 20.0, 60.0, 1e9, places, False)
     assert notes == [(0, "k0", True, 0, True), (1, "k1", True, 4, False)]
     # With `prefix`, every key after the first miss is nil, and not a use.
-    reply, hits, _ = t.locate_many(keys, True, 10.0, 20.0, 60.0, 1e9, places, False)
+    reply, hits, _, _ = t.locate_many(keys, True, 10.0, 20.0, 60.0, 1e9, places, False)
     assert msgpack.unpackb(reply) == expected[:3] + [None] * 37 and hits == keys[:3]
 
 

@@ -52,7 +52,7 @@ def test_a_location_the_table_writes_decodes_field_by_field() -> None:
     # The place of a segment is a Location's leading fields (the master's ledger keeps them per segment)
     head = m.Location._fields[:4]
     places = {SEGMENT: tuple(getattr(want, name) for name in head)}
-    reply, hits, _ = table.locate_many(["k", "missing"], False, 200.0, 210.0, 60.0, 1e9, places, False)
+    reply, hits, _, _ = table.locate_many(["k", "missing"], False, 200.0, 210.0, 60.0, 1e9, places, False)
     assert hits == ["k"]
     found, miss = m.GetReplicas.decode_reply(Packed(reply).value())
     assert miss is None and found is not None
