@@ -15,11 +15,11 @@ import yaml
 
 from kvstore import cli
 from kvstore.config.environment import known_variables
-from tests.deploy.deploy_files import DEPLOY
+from tests.deploy.deploy_files import ALERTS, DEPLOY
 
 K8S = DEPLOY / "k8s"
 VERSIONS = ["1.27.0", "latest"]  # (policy/v1 PodDisruptionBudget: 1.21 on; the package ships 1.25 on)
-NOT_CORE = {"ServiceMonitor", "Kustomization"}  # a CRD and kustomize's file: checked by hand below
+NOT_CORE = {"ServiceMonitor", "PrometheusRule", "Kustomization"}  # CRDs, kustomize's file: checked below
 WORKLOADS = {"StatefulSet", "DaemonSet", "Deployment"}
 
 
@@ -88,6 +88,12 @@ def test_selectors_select_their_pods_and_named_ports_exist() -> None:
     assert watched["metadata"]["name"] == "kvstore-master"  # the job name the alert rules select
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["http"]
     assert "http" in {p["name"] for p in watched["spec"]["ports"]}
+
+
+def test_the_prometheus_rule_holds_the_alert_rules_as_they_are() -> None:
+    (rule,) = of_kind("PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
 
 
 def _selects(selector: dict[str, str], workload: dict[str, Any]) -> bool:
