@@ -1,7 +1,8 @@
 """A real Prometheus (Debian's) scrapes a live cluster (etcd, a leader and a standby master, a node, a
 client that puts and gets over tcp) with deploy/prometheus's rules loaded: every metric the Grafana
 dashboard and the alert rules read exists, every dashboard query returns data, every alert expression
-evaluates without error, and the standby shows as standby."""
+evaluates without error and none fires on the healthy cluster, and the standby shows as standby. Then the
+leader is killed: the standby shows as leader and KVStoreMasterFailover fires."""
 
 from __future__ import annotations
 
@@ -94,18 +95,18 @@ def api(url: str, path: str, **params: str) -> Any:
 
 
 @contextmanager
-def ha_cluster_with_metrics(etcd: str, cluster: str) -> Iterator[list[str]]:
-    """Two candidate masters of `cluster` serving /metrics, and a node; yields their HTTP addresses."""
+def ha_cluster_with_metrics(etcd: str, cluster: str) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """Two candidate masters of `cluster` serving /metrics, and a node; yields the masters by HTTP address."""
     with ExitStack() as stack:
-        http = []
+        masters = {}
         for _ in range(2):
             args = ["master", "--port", "0", "--http-port", "0", "--etcd", etcd, "--cluster", cluster]
-            _, ready = stack.enter_context(kvstore_process([*args, "--leader-ttl", "3"]))
+            proc, ready = stack.enter_context(kvstore_process([*args, "--leader-ttl", "3"]))
             fields = dict(f.split("=", 1) for f in ready.split()[1:])
-            http.append(fields["http"])
+            masters[fields["http"]] = proc
         node = ["node", "--etcd", etcd, "--cluster", cluster, "--segment-size", "32MiB"]
         stack.enter_context(kvstore_process(node))
-        yield http
+        yield masters
 
 
 def _empty_queries(url: str, expressions: dict[str, str]) -> dict[str, str]:
@@ -123,9 +124,9 @@ def test_prometheus_scraping_a_live_cluster_finds_every_series_used(
     others.update(rule_expressions())
     with (
         etcd_server(tmp_path, "127.0.0.1") as (etcd, _),
-        ha_cluster_with_metrics(etcd, "prom") as targets,
+        ha_cluster_with_metrics(etcd, "prom") as masters,
         Store.connect(etcd=etcd, cluster="prom", transport="tcp") as store,
-        prometheus(tmp_path, targets) as url,
+        prometheus(tmp_path, list(masters)) as url,
     ):
         for i in range(40):
             store.put(f"prom/{i}", bytes([i]) * 65536)
@@ -144,10 +145,34 @@ def test_prometheus_scraping_a_live_cluster_finds_every_series_used(
         rules = [r for g in api(url, "rules")["groups"] for r in g["rules"]]
         assert len(rules) == len(rule_expressions())
         assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
-        roles = api(url, "query", query="kvstore_master_role == 1")["result"]
-        assert sorted(r["metric"]["role"] for r in roles) == ["leader", "standby"]
-        assert {r["metric"]["instance"] for r in roles} == set(targets)
+        assert [
+            a["labels"]["alertname"] for a in api(url, "alerts")["alerts"] if a["state"] == "firing"
+        ] == []
+        roles = _roles(url)
+        assert sorted(roles.values()) == ["leader", "standby"] and set(roles) == set(masters)
         leaders = api(
             url, "query", query='sum by (cluster, shard) (kvstore_master_is_leader{cluster="prom"})'
         )
         assert [float(r["value"][1]) for r in leaders["result"]] == [1.0]
+
+        (leader,) = [at for at, role in roles.items() if role == "leader"]
+        masters[leader].kill()
+        deadline = time.monotonic() + 60
+        while not _firing(url, "KVStoreMasterFailover") and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _firing(url, "KVStoreMasterFailover") == [
+            {"alertname": "KVStoreMasterFailover", "cluster": "prom", "shard": "0", "severity": "warning"}
+        ]
+        (standby,) = set(masters) - {leader}
+        assert _roles(url)[standby] == "leader"
+
+
+def _roles(url: str) -> dict[str, str]:
+    """Each scraped master's role as Prometheus last saw it, by instance."""
+    found = api(url, "query", query='kvstore_master_role{cluster="prom"} == 1')["result"]
+    return {r["metric"]["instance"]: r["metric"]["role"] for r in found}
+
+
+def _firing(url: str, name: str) -> list[dict[str, str]]:
+    alerts = api(url, "alerts")["alerts"]
+    return [a["labels"] for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
