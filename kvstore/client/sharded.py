@@ -10,8 +10,11 @@ keys and never wrong bytes. One shard never comes here: Store.connect is today's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -22,9 +25,10 @@ from kvstore.client.deadline import Deadline
 from kvstore.client.put_chunk import PutResult
 from kvstore.client.read_batch import MISS
 from kvstore.client.store import Store
+from kvstore.cluster.shard_joins import ShardJoins
 from kvstore.cluster.shards import shard_of, split_by_shard
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidArgumentError, KVStoreError, NotSupportedError
+from kvstore.errors import InvalidArgumentError, KVStoreError, MasterUnavailableError, NotSupportedError
 from kvstore.rpc import validate as v
 from kvstore.rpc.messages import ObjectLocation, PrefixMatch
 
@@ -35,42 +39,75 @@ class ShardedStore:
     """Store's data operations over S shards (put, get, exists, remove, their batch forms, blocks and
     buffers); close() leaves every shard."""
 
-    def __init__(self, stores: Sequence[Store], config: StoreConfig | None = None) -> None:
-        """`config`: the settings the cluster was joined with (a connector reads them: head_split...);
-        shard 0's when not given."""
-        self.stores = list(stores)
-        self.config = config if config is not None else self.stores[0].config
-        self.shards = len(self.stores)
-        self._pool = ThreadPoolExecutor(self.shards, thread_name_prefix="kvstore-shard")
+    def __init__(self, shards: int, config: StoreConfig) -> None:
+        """`config`: the settings the cluster was joined with (a connector reads them: head_split...).
+        The shards are joined by join()."""
+        self.config = config
+        self.shards = shards
+        self._stores: list[Store | None] = [None] * shards
+        self._buffers: list[Any] = []  # registered with every shard, one joined later included
+        self._lock = threading.Lock()  # (the two above: a shard joined later sets its place)
+        self._joins: ShardJoins[Store] | None = None
+        self._pool = ThreadPoolExecutor(shards, thread_name_prefix="kvstore-shard")
 
     @classmethod
     def join(
         cls, store_class: type[Store], shards: Sequence[StoreConfig], config: StoreConfig | None = None
     ) -> ShardedStore:
         """Joins each shard (its settings from kvstore.cluster.shards.shard_configs) as a `store_class`;
-        a process that contributes memory gives each shard an even part of its segment_size."""
-        stores: list[Store] = []
+        a process that contributes memory gives each shard an even part of its segment_size. A shard
+        whose master cannot be reached now (down; between leaders for longer than the RPC timeout) is
+        joined once it answers, on a thread (kvstore.cluster.shard_joins, as a node joins it): meanwhile
+        its keys fail as a shard's that went down do. Any other refusal is raised."""
+        sharded = cls(len(shards), config if config is not None else shards[0])
+        parts = [dataclasses.replace(s, segment_size=s.segment_size // len(shards)) for s in shards]
+        where = [p.master or f"etcd={p.etcd} cluster={p.cluster}" for p in parts]
+        sharded._joins = ShardJoins(len(parts), lambda i: sharded._joined(store_class, i, parts[i]), where)
         try:
-            for shard in shards:
-                part = dataclasses.replace(shard, segment_size=shard.segment_size // len(shards))
-                stores.append(store_class.from_config(part))
+            sharded._joins.start(retry=True)
         except BaseException:
-            for store in stores:
-                store.close()
+            sharded.close()
             raise
-        return cls(stores, config)
+        return sharded
+
+    @contextmanager
+    def _joined(self, store_class: type[Store], shard: int, config: StoreConfig) -> Iterator[Store]:
+        """Shard `shard` joined as a `store_class`, with every buffer registered so far; left on the way
+        out."""
+        store = store_class.from_config(config)
+        try:
+            with self._lock:  # (a buffer registered meanwhile is registered here or by register_buffer)
+                for buffer in self._buffers:
+                    store.register_buffer(buffer)
+                self._stores[shard] = store
+            yield store
+        finally:
+            with self._lock:
+                self._stores[shard] = None
+            store.close()
+
+    @property
+    def stores(self) -> list[Store | None]:
+        """Each shard's Store, in shard order; None for a shard not joined yet (its master has not
+        answered since this client started)."""
+        with self._lock:
+            return list(self._stores)
+
+    def _store(self, shard: int) -> Store:
+        """Shard `shard`'s Store; MasterUnavailableError while it is not joined."""
+        store = self._stores[shard]
+        if store is None:
+            raise MasterUnavailableError(_not_joined(shard, self.shards))
+        return store
 
     def close(self) -> None:
-        """Leaves every shard, even when leaving one raises (the first error is raised after)."""
-        errors: list[BaseException] = []
-        for store in self.stores:
-            try:
-                store.close()
-            except BaseException as exc:  # (every shard is left all the same)
-                errors.append(exc)
-        self._pool.shutdown(wait=True)
-        if errors:
-            raise errors[0]
+        """Leaves every shard joined (even when leaving one raises: the error is raised after); a shard
+        still being joined is left by its own thread."""
+        try:
+            if self._joins is not None:
+                self._joins.close()
+        finally:
+            self._pool.shutdown(wait=True)
 
     def __enter__(self) -> ShardedStore:
         return self
@@ -79,8 +116,8 @@ class ShardedStore:
         self.close()
 
     def store_for(self, key: str) -> Store:
-        """The shard's Store that holds `key`."""
-        return self.stores[shard_of(key, self.shards)]
+        """The shard's Store that holds `key` (MasterUnavailableError while that shard is not joined)."""
+        return self._store(shard_of(key, self.shards))
 
     @property
     def engine(self) -> Any:
@@ -105,12 +142,18 @@ class ShardedStore:
 
     # -- buffers: every shard's engine moves bytes in and out of them ---------------------------------
     def register_buffer(self, buffer: Any) -> None:
-        for store in self.stores:
-            store.register_buffer(buffer)
+        with self._lock:  # (a shard joined later registers it too)
+            for store in self._stores:
+                if store is not None:
+                    store.register_buffer(buffer)
+            self._buffers.append(buffer)
 
     def unregister_buffer(self, buffer: Any) -> None:
-        for store in self.stores:
-            store.unregister_buffer(buffer)
+        with self._lock:
+            for store in self._stores:
+                if store is not None:
+                    store.unregister_buffer(buffer)
+            self._buffers = [b for b in self._buffers if b is not buffer]
 
     # -- one key: its shard's store -------------------------------------------------------------------
     def put(self, key: str, value: Any, *, replicas: int | None = None, pin: bool = False) -> None:
@@ -271,12 +314,13 @@ class ShardedStore:
             return []
         if len(parts) == 1 and len(parts[0][1]) == len(keys):  # every key on one shard: no split
             shard, _ = parts[0]
-            return _guarded(call, failed, self.stores[shard], list(keys), *map(list, columns))
+            return _guarded(call, failed, partial(self._store, shard), list(keys), *map(list, columns))
         out: list[Any] = [None] * len(keys)
 
         def run(shard: int, positions: list[int]) -> list[T]:
             picked = [[column[i] for i in positions] for column in columns]
-            return _guarded(call, failed, self.stores[shard], [keys[i] for i in positions], *picked)
+            store = partial(self._store, shard)
+            return _guarded(call, failed, store, [keys[i] for i in positions], *picked)
 
         # the other parts on the pool, the first in this thread meanwhile (one hand-off fewer)
         futures = [(positions, self._pool.submit(run, shard, positions)) for shard, positions in parts[1:]]
@@ -293,7 +337,10 @@ class ShardedStore:
         return out
 
     def _each(self, call: Callable[[Store], T]) -> list[T]:
-        futures = [self._pool.submit(call, store) for store in self.stores]
+        def run(shard: int) -> T:
+            return call(self._store(shard))
+
+        futures = [self._pool.submit(run, shard) for shard in range(self.shards)]
         wait(futures)  # every shard's call has ended before one's error is raised
         return [f.result() for f in futures]
 
@@ -301,18 +348,25 @@ class ShardedStore:
 def _guarded(
     call: Callable[..., list[T]],
     failed: Callable[[KVStoreError], T],
-    store: Store,
+    store: Callable[[], Store],
     keys: list[str],
     *cols: Any,
 ) -> list[T]:
-    """One shard's part; its failure (its master unreachable, a refusal) is its keys' alone. A caller's
-    own mistake is raised, as one Store raises it."""
+    """One shard's part; its failure (its master unreachable, a refusal, the shard not joined yet) is
+    its keys' alone. A caller's own mistake is raised, as one Store raises it."""
     try:
-        return call(store, keys, *cols)
+        return call(store(), keys, *cols)
     except InvalidArgumentError:
         raise
     except KVStoreError as exc:
         return [failed(exc)] * len(keys)
+
+
+def _not_joined(shard: int, shards: int) -> str:
+    return (
+        f"shard {shard} of {shards} is not joined yet: its master has not answered since this client "
+        "started (it is joined once it does)"
+    )
 
 
 def _located_prefix(store: Store, keys: list[str]) -> list[tuple[Any, bool]]:
