@@ -32,7 +32,9 @@ class NodeConfig(Component):
         "This node's name on its host, part of its identity (a node restarted with the same identity "
         "takes over its old registration and records at once); empty: derived from its settings.",
     )
-    segment_size: int = setting(4 << 30, "Bytes of pre-faulted memory this node contributes.", "size")
+    segment_size: int = setting(
+        4 << 30, "Bytes of pre-faulted memory this node contributes (at least 1MiB).", "size"
+    )
     buffer_size: int = setting(
         4 << 20, "Staging area of the node's own client (it moves little itself).", "size"
     )
@@ -46,8 +48,8 @@ class NodeConfig(Component):
     memory_dir: str = setting(
         "/dev/shm",
         "Directory of the shared-memory file that is the segment (tmpfs or hugetlbfs), named by the node's "
-        "identity: a node killed and started again with the same settings keeps its objects. Empty: "
-        "anonymous memory, lost with the process.",
+        "identity: a node killed and started again with the same settings keeps its objects. A directory "
+        "without room for the segment is refused at start. Empty: anonymous memory, lost with the process.",
     )
 
     disk: str = setting(
