@@ -119,8 +119,9 @@ def test_a_killed_leaders_shard_misses_only_until_its_lease_ends_and_is_back_wit
         writer.stop()
         lease_ended = None if deleted.at is None else deleted.at - killed
         print(
-            f"shard {failing} killed: its keys hit again {back} s later (leader_ttl {DEFAULTS.leader_ttl} s, "
-            f"read lease {DEFAULTS.lease_ttl} s); etcd ended its lease {lease_ended} s after the kill"
+            f"shard {failing} killed: its keys hit again {_seconds(back)} later (leader_ttl "
+            f"{DEFAULTS.leader_ttl} s, read lease {DEFAULTS.lease_ttl:g} s); etcd ended its lease "
+            f"{_seconds(lease_ended)} after the kill"
         )
         assert wrong == [] and missed[other] == 0, (wrong, missed)
         assert missed[failing] > 0, "the shard's keys never missed: was its leader killed?"
@@ -130,3 +131,7 @@ def test_a_killed_leaders_shard_misses_only_until_its_lease_ends_and_is_back_wit
         assert len(writer.acked[failing]) > 0 and len(writer.acked[other]) > 0
         assert [w.stop() for w in watches] == [1, 1]  # never two masters of one shard at once
         check_all_acknowledged(reader, writer)
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.3f} s"
