@@ -107,6 +107,17 @@ class EvictionPolicy(ABC):
         for key in keys:
             self.on_insert(key, 0)
 
+    def insert_last(self) -> tuple[int, int] | None:
+        """How the put path's commit in the object table (Ledger.end_puts) does on_insert_many's work in
+        its own pass, where this policy's order is the table's and a batch inserted now only goes last
+        in it: (that order's number, n: the commit names back the keys whose CRC-32 is divisible by n,
+        for on_inserted; 0: none). None: the caller gives on_insert_many every key."""
+        return None
+
+    def on_inserted(self, sampled: list[str]) -> None:
+        """A commit linked its keys last in this policy's order (insert_last); `sampled`: those it names."""
+        raise NotImplementedError(f"{self.name} reads no inserts from the table")
+
     @abstractmethod
     def on_access(self, key: str) -> None: ...
 
@@ -155,6 +166,13 @@ class LRUPolicy(EvictionPolicy):
 
     def on_insert_many(self, keys: list[str]) -> None:
         self._order.add_many(keys)
+
+    def insert_last(self) -> tuple[int, int] | None:
+        order = self._order.table_order
+        return None if order is None else (order, 0)  # (LRU samples nothing)
+
+    def on_inserted(self, sampled: list[str]) -> None:
+        pass
 
     def on_access(self, key: str) -> None:
         self._order.touch(key)
@@ -283,6 +301,17 @@ class AdaptivePolicy(EvictionPolicy):
             for key in keys:
                 _insert(self._order, self._ghost, key, True)
         self._reference_many(self._ghost.sampled(keys, self._sample))
+
+    def insert_last(self) -> tuple[int, int] | None:
+        """While insertion is LRU's (every key last), where the order is the table's; bimodal insertion
+        asks the ghost of each key (on_insert_many)."""
+        order = self._order.table_order
+        if order is None or self.bimodal:
+            return None
+        return order, self._sample  # (the keys HashOrder.sampled would pick)
+
+    def on_inserted(self, sampled: list[str]) -> None:
+        self._reference_many(sampled)  # (as on_insert_many: the shadows replay with the batch in the cache)
 
     def on_access(self, key: str) -> None:
         if self._order.touch(key):

@@ -233,7 +233,8 @@ class Puts:
         acknowledgements must reach for it to hold them all (HoldBook.when_held: the master can lose
         them only until then). `plan`: plan demotions once, after the last (planning walks the coldest
         part of memory)."""
-        ended = self.ledger.end_puts(client_id, keys)
+        inserting = self.policy.insert_last()  # (the policy's insertion in the commit's crossing)
+        ended = self.ledger.end_puts(client_id, keys, *(inserting or (-1, 0)))
         errors: list[NotFoundError | None] = [None] * len(keys)
         for i in ended.missing:
             errors[i] = NotFoundError(f"no put of {keys[i]!r} in progress by this client")
@@ -247,7 +248,10 @@ class Puts:
                 marks[node] = seq
         if ended.ended:
             self.replicator.touched.update(ended.short_of_copies)  # the next plan adds copies where room is
-            self.policy.on_insert_many(ended.ended)
+            if inserting is None:
+                self.policy.on_insert_many(ended.ended)
+            else:
+                self.policy.on_inserted(ended.sampled)
             self.counters.puts += len(ended.ended)
             self.counters.put_bytes += ended.bytes
         if plan and self.disk.segments:  # puts push the coldest objects toward eviction: give them records
