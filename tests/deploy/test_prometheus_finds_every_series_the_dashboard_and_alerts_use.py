@@ -2,7 +2,8 @@
 client that puts and gets over tcp) with deploy/prometheus's rules loaded: every metric the Grafana
 dashboard and the alert rules read exists, every dashboard query returns data, every alert expression
 evaluates without error and none fires on the healthy cluster, and the standby shows as standby. Then the
-leader is killed: the standby shows as leader and KVStoreMasterFailover fires."""
+leader is killed: the standby shows as leader and KVStoreMasterFailover fires; then etcd is stopped: the
+last master steps down and KVStoreNoLeader fires."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def test_prometheus_scraping_a_live_cluster_finds_every_series_used(
     others = {w: e for w, e in dashboard_expressions().items() if w.startswith("annotation")}
     others.update(rule_expressions())
     with (
-        etcd_server(tmp_path, "127.0.0.1") as (etcd, _),
+        etcd_server(tmp_path, "127.0.0.1") as (etcd, etcd_process),
         ha_cluster_with_metrics(etcd, "prom") as masters,
         Store.connect(etcd=etcd, cluster="prom", transport="tcp") as store,
         prometheus(tmp_path, list(masters)) as url,
@@ -165,6 +166,14 @@ def test_prometheus_scraping_a_live_cluster_finds_every_series_used(
         ]
         (standby,) = set(masters) - {leader}
         assert _roles(url)[standby] == "leader"
+
+        etcd_process.kill()  # (the leader cannot renew its lease: it steps down and stands by)
+        deadline = time.monotonic() + 90
+        while not _firing(url, "KVStoreNoLeader") and time.monotonic() < deadline:
+            time.sleep(1)
+        no_leader = {"alertname": "KVStoreNoLeader", "cluster": "prom", "shard": "0", "severity": "critical"}
+        assert _firing(url, "KVStoreNoLeader") == [no_leader]
+        assert _roles(url) == {standby: "standby"}
 
 
 def _roles(url: str) -> dict[str, str]:
