@@ -32,7 +32,7 @@ from kvstore.rpc.put_items import PutColumns
 # A put's outcome: its replicas, None (stored already), its error, or (in StartedOutcomes) an int naming its
 # copies among the request's placed columns.
 Outcome = list[Replica] | KVStoreError | None | int
-RUN_FIRST, MAX_RUN = 16, 4096  # items the first run of a put_start looks at; the most any looks at
+RUN_LEAST, MAX_RUN = 16, 4096  # the fewest items a run after the first looks at; the most any looks at
 
 
 class Puts:
@@ -65,12 +65,16 @@ class Puts:
         (those before it are in `out` and recorded: call again to go on from it)."""
         self._client(client_id)  # only registered clients may write: the request fails, not each item
         items = PutColumns.of(items)  # (runs slice the columns)
-        window = RUN_FIRST  # items a run looks at: twice the last run's, so a batch whose plain puts
-        while len(out) < len(items):  # are few and scattered costs O(items), not O(items^2)
+        # Items a run looks at: all of them at first (a batch of new puts is one run: each run costs ~20-40 us
+        # however few it takes), then twice the last run's, halved by a run that took none, so a batch whose
+        # plain puts are few and scattered costs O(items), not O(items^2).
+        window = MAX_RUN
+        while len(out) < len(items):
             taken = self._start_run(client_id, items, window, replicas, pin, min_replicas, wait_for_room, out)
             if taken:
-                window = min(max(RUN_FIRST, 2 * taken), MAX_RUN)
+                window = min(max(RUN_LEAST, 2 * taken), MAX_RUN)
                 continue
+            window = max(RUN_LEAST, window // 2)
             item = items[len(out)]  # one at a time: it fails, waits or evicts
             try:
                 out.append(self._start(client_id, replicas, pin, min_replicas, wait_for_room, item))

@@ -159,7 +159,7 @@ def test_a_slot_freed_while_its_segment_is_restored_is_free_once_the_restore_end
 
 
 def test_a_long_batch_of_scattered_new_puts_starts_as_one_at_a_time() -> None:
-    """Runs look at a window of items that doubles while runs fill it (kvstore.master.puts.RUN_FIRST):
+    """Runs look at a window of items that doubles while runs fill it (kvstore.master.puts.RUN_LEAST):
     a long batch, new keys among stored ones, starts exactly as its items would one at a time."""
     batched, single = _state(client_put_bytes=64 * MiB), _state(client_put_bytes=64 * MiB)
     stored = [PutItem(f"old{i % 6}", 512 * KiB, i % 6) for i in range(300)]  # offered again, the same bytes
