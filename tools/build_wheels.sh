@@ -48,14 +48,15 @@ fi
 
 repaired=()
 built=()
-for python in "${pythons[@]}"; do
-  raw="$work/raw-$python"
+for i in "${!pythons[@]}"; do
+  python="${pythons[$i]}"
+  raw="$work/raw-$i"
   echo "== building with $python ($("$python" --version 2>&1))"
   "$python" -m pip wheel --no-deps -w "$raw" -C "build-dir=build/release-{wheel_tag}" "$root"
   wheel="$(ls "$raw"/kvstore_llm-*.whl)"
   echo "== repairing $(basename "$wheel")"
-  "$auditwheel" repair -w "$work/fixed-$python" "$wheel"
-  fixed="$(ls "$work/fixed-$python"/kvstore_llm-*.whl)"
+  "$auditwheel" repair -w "$work/fixed-$i" "$wheel"
+  fixed="$(ls "$work/fixed-$i"/kvstore_llm-*.whl)"
   mv -f "$fixed" "$out/"
   repaired+=("$out/$(basename "$fixed")")
   built+=("$python")
