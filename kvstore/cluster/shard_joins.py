@@ -29,7 +29,9 @@ from kvstore.errors import MasterUnavailableError
 log = logging.getLogger("kvstore.cluster")
 
 FIRST_RETRY_SECONDS = 0.5
-LONGEST_RETRY_SECONDS = 10.0
+# A shard back is joined at most this long after it answers (its keys miss meanwhile); a try that fails
+# is a refused connection or one hello, cheap enough to make every 2 s for as long as a shard is down.
+LONGEST_RETRY_SECONDS = 2.0
 HELLO_SECONDS = 2.0  # a try's wait for the shard's master to say hello (the RPC timeout if shorter)
 
 M = TypeVar("M")
