@@ -253,6 +253,7 @@ class HoldBook:
     @property
     def outstanding(self) -> int: ...
 
+def plain_keys(values: list[Any], max_bytes: int) -> bool: ...
 def encode_put_reply(
     outcomes: list[Any],
     placed: tuple[list[int], list[int], list[int], list[int]] | None = None,

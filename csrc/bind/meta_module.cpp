@@ -80,6 +80,22 @@ PYBIND11_MODULE(_meta, m) {
         d["fragmentation"] = s.fragmentation();
         return d;
       });
+  m.def(
+      "plain_keys",
+      [](const py::list& values, Py_ssize_t max_bytes) {
+        // One pass over the objects, nothing made: the check of every keyed request's keys (the msgpack
+        // decoder's strs are exact and ready, their ASCII flag set when they are).
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values.ptr()); ++i) {
+          PyObject* v = PyList_GET_ITEM(values.ptr(), i);
+          if (!PyUnicode_CheckExact(v)) return false;
+          if (PyUnicode_READY(v) != 0) throw py::error_already_set();
+          const Py_ssize_t length = PyUnicode_GET_LENGTH(v);
+          if (!PyUnicode_IS_ASCII(v) || length < 1 || length > max_bytes) return false;
+        }
+        return true;
+      },
+      py::arg("values"), py::arg("max_bytes"),
+      "Whether every value is a str (not a subclass) of 1..max_bytes ASCII characters.");
   kvs::bind::register_object_table(m);
   kvs::bind::register_hash_order(m);
   kvs::bind::register_memory_space(m);
