@@ -28,7 +28,8 @@ def print_topology(topology: Topology, as_json: bool = False, console: Console |
     if as_json:
         print(json.dumps(topology.to_json()))
         return
-    console = console or Console()
+    # Off a terminal rich draws 80 columns and cuts the cells (a host's NIC lists run longer): whole lines.
+    console = console or Console(width=None if sys.stdout.isatty() else 10_000)
     nics = Table(title="NICs", title_justify="left")
     for column in ("net", "rdma", "pci", "numa", "speed", "state"):
         nics.add_column(column)
