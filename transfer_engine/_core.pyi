@@ -62,6 +62,14 @@ class Engine:
         self, region_id: int, slots: list[int], gens: list[int], timeout_ms: int
     ) -> bool: ...
     def raise_fence_floor(self, region_id: int, floor: int, timeout_ms: int) -> bool: ...
+    def kill_allocations_but(
+        self,
+        region_id: int,
+        floor: int,
+        kept_slots: npt.NDArray[np.uint32],
+        kept_gens: npt.NDArray[np.uint64],
+        timeout_ms: int,
+    ) -> bool: ...
     def fence_enter(self, region_id: int, slot: int, gen: int) -> bool: ...
     def announce_allocations(
         self, region_id: int, slots: list[int], gens: list[int], starts: list[int], sizes: list[int]

@@ -472,6 +472,20 @@ class TransferEngine:
         region_id = region.id if isinstance(region, Region) else int(region)
         return bool(self._core_engine().raise_fence_floor(region_id, floor, int(timeout * 1000)))
 
+    def kill_allocations_but(
+        self, region: Region | int, floor: int, kept_slots: Any, kept_gens: Any, *, timeout: float = 0.05
+    ) -> bool:
+        """Fences off every allocation of generation <= floor but the kept ones (kept_slots[i],
+        kept_gens[i]: sequences or arrays, any order, a slot at most once), each of which stays alive in
+        its own generation only (its slot's older ones die): a storage node mounting its segment again
+        with the objects it still holds, in one pass over the fence table. True once drained, False as
+        :meth:`kill_allocations` (call again). InvalidArgumentError, nothing killed, for a kept slot past
+        the table or named twice, or a kept generation of 0."""
+        region_id = region.id if isinstance(region, Region) else int(region)
+        slots, gens = _as_column(kept_slots, np.uint32), _as_column(kept_gens, np.uint64)
+        core = self._core_engine()
+        return bool(core.kill_allocations_but(region_id, floor, slots, gens, int(timeout * 1000)))
+
     def unregister(self, region: Region | int) -> None:
         """Removes a region; waits until no transfer touches it, so the memory may be freed after."""
         region_id = region.id if isinstance(region, Region) else int(region)

@@ -177,6 +177,21 @@ void bind_engine_fences(py::class_<Engine>& c) {
           py::arg("region_id"), py::arg("floor"), py::arg("timeout_ms"),
           "Fences off every allocation of generation <= floor; True once drained.")
       .def(
+          "kill_allocations_but",
+          [](Engine& e, uint64_t region_id, uint64_t floor, const Flat<uint32_t>& kept_slots,
+             const Flat<uint64_t>& kept_gens, int timeout_ms) {
+            const std::vector<uint32_t> slots(kept_slots.data(), kept_slots.data() + kept_slots.size());
+            const std::vector<uint64_t> gens(kept_gens.data(), kept_gens.data() + kept_gens.size());
+            return unlocked([&] {
+              return kill_allocations_but(e.registry(), region_id, floor, slots, gens, timeout_ms);
+            });
+          },
+          py::arg("region_id"), py::arg("floor"), py::arg("kept_slots"), py::arg("kept_gens"),
+          py::arg("timeout_ms"),
+          "Fences off every allocation of generation <= floor but the kept (slot, generation) ones (flat "
+          "arrays, any order), each alive in its own generation only, in one pass over the table: "
+          "True once drained.")
+      .def(
           "fence_enter",
           [](Engine& e, uint64_t region_id, uint32_t slot, uint64_t gen) {
             return value_or_throw(fence_enter(e.registry(), region_id, slot, gen));

@@ -87,11 +87,7 @@ FenceTable::~FenceTable() {
 bool FenceTable::kill(const std::vector<uint32_t>& slots, const std::vector<uint64_t>& gens, int timeout_ms) {
   const uint64_t n = header_->slots;
   for (size_t i = 0; i < slots.size() && i < gens.size(); ++i) {
-    if (slots[i] >= n) continue;
-    auto& killed = entries()[slots[i]].killed;
-    uint64_t seen = killed.load();
-    while (seen < gens[i] && !killed.compare_exchange_weak(seen, gens[i])) {
-    }
+    if (slots[i] < n) kill_up_to(entries()[slots[i]], gens[i]);
   }
   wake_waiters();  // (one waiting for a killed allocation gives up at once)
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -111,6 +107,36 @@ bool FenceTable::raise_floor(uint64_t floor, int timeout_ms) {
     if (!wait_zero(entries()[slot].active, until)) return false;
   }
   return true;
+}
+
+bool FenceTable::kill_all_but(uint64_t floor, const std::vector<std::pair<uint32_t, uint64_t>>& kept,
+                              int timeout_ms) {
+  const uint64_t n = header_->slots;
+  std::vector<uint32_t> busy;  // slots with copies admitted before their kill: waited for below
+  size_t next = 0;
+  for (uint64_t slot = 0; slot < n; ++slot) {
+    uint64_t dead = floor;
+    while (next < kept.size() && kept[next].first < slot) ++next;  // (out of order: not kept)
+    if (next < kept.size() && kept[next].first == slot && kept[next].second >= 1)
+      dead = kept[next].second - 1;
+    FenceSlot& e = entries()[slot];
+    kill_up_to(e, dead);
+    // Read after this slot's kill (Dekker with enter): a copy not counted here sees the kill. Waiting
+    // only after the pass keeps it one walk through the table's memory.
+    if (e.active.load() != 0) busy.push_back(static_cast<uint32_t>(slot));
+  }
+  wake_waiters();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t slot : busy) {
+    if (!wait_zero(entries()[slot].active, until)) return false;
+  }
+  return true;
+}
+
+void FenceTable::kill_up_to(FenceSlot& e, uint64_t gen) {
+  uint64_t seen = e.killed.load();
+  while (seen < gen && !e.killed.compare_exchange_weak(seen, gen)) {
+  }
 }
 
 void FenceTable::announce(uint32_t slot, uint64_t gen, uint64_t start, uint64_t size) {

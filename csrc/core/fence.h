@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -87,6 +88,11 @@ class FenceTable {
   // Kills every generation <= floor (a storage node that (re)joins: whatever was handed out before is
   // dead). Same waiting rule as kill, over every slot.
   bool raise_floor(uint64_t floor, int timeout_ms);
+  // Kills every generation <= floor in every slot but the kept ones, and in a kept (slot, generation)'s
+  // slot every generation below the kept one: a storage node that mounts again with objects it still
+  // holds. `kept` ascending by slot, each slot once, generations >= 1 (others are not kept: killed to the
+  // floor). One pass over the table; same waiting rule as kill, over every slot.
+  bool kill_all_but(uint64_t floor, const std::vector<std::pair<uint32_t, uint64_t>>& kept, int timeout_ms);
 
   // Owner side: the allocation the master handed out in `slot` is (gen, [start, start + size)). An
   // announcement older than the slot's last one or its kill is ignored. Thread-safe.
@@ -117,6 +123,8 @@ class FenceTable {
   // the slot's next allocation is never mixed with this one's range.
   bool matches(const FenceSlot& e, uint64_t gen, uint64_t offset, uint64_t length) const;
   bool wait_announced(const FenceSlot& e, uint64_t gen, int wait_ms, const std::function<bool()>& abandon);
+  // killed = max(killed, gen): every generation <= gen of the slot is dead.
+  static void kill_up_to(FenceSlot& e, uint64_t gen);
   // Wakes the requests waiting for an announcement (they check theirs again), if any.
   void wake_waiters();
   static bool take_unwritten(FenceSlot& e, uint64_t length);

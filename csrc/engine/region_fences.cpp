@@ -1,6 +1,8 @@
 #include "engine/region_fences.h"
 
+#include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "core/fence.h"
 
@@ -18,7 +20,37 @@ Status no_fenced_region(bool or_lists) {
                 or_lists ? "no fenced region with that id, or bad lists" : "no fenced region with that id");
 }
 
+// The kept (slot, generation) pairs ascending by slot, or why they cannot be kept in a table of `slots`.
+StatusOr<std::vector<std::pair<uint32_t, uint64_t>>> kept_by_slot(const std::vector<uint32_t>& slots,
+                                                                  const std::vector<uint64_t>& gens,
+                                                                  uint32_t table_slots) {
+  if (slots.size() != gens.size()) return no_fenced_region(true);
+  std::vector<std::pair<uint32_t, uint64_t>> kept(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] >= table_slots) return Status(Code::kInvalidArgument, "a kept slot lies past the table");
+    if (gens[i] == 0) return Status(Code::kInvalidArgument, "a kept allocation has generation 0");
+    kept[i] = {slots[i], gens[i]};
+  }
+  const auto by_slot = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(kept.begin(), kept.end(), by_slot)) std::sort(kept.begin(), kept.end(), by_slot);
+  const auto same_slot = [](const auto& a, const auto& b) { return a.first == b.first; };
+  if (std::adjacent_find(kept.begin(), kept.end(), same_slot) != kept.end()) {
+    return Status(Code::kInvalidArgument, "a kept slot is named twice");
+  }
+  return kept;
+}
+
 }  // namespace
+
+StatusOr<bool> kill_allocations_but(MemoryRegistry& registry, uint64_t region_id, uint64_t floor,
+                                    const std::vector<uint32_t>& kept_slots,
+                                    const std::vector<uint64_t>& kept_gens, int timeout_ms) {
+  auto region = fenced(registry, region_id);
+  if (!region) return no_fenced_region(kept_slots.size() != kept_gens.size());
+  auto kept = kept_by_slot(kept_slots, kept_gens, region->fence()->slots());
+  if (!kept.ok()) return kept.status();
+  return region->fence()->kill_all_but(floor, kept.value(), timeout_ms);
+}
 
 StatusOr<bool> kill_allocations(MemoryRegistry& registry, uint64_t region_id,
                                 const std::vector<uint32_t>& slots, const std::vector<uint64_t>& gens,

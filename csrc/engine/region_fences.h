@@ -20,6 +20,14 @@ StatusOr<bool> kill_allocations(MemoryRegistry& registry, uint64_t region_id,
 StatusOr<bool> raise_fence_floor(MemoryRegistry& registry, uint64_t region_id, uint64_t floor,
                                  int timeout_ms);
 
+// Fences off every allocation of generation <= floor but the kept (slot, generation) ones, each of which
+// stays alive in its own generation only (its slot's older ones are killed): a storage node mounting again
+// with objects it holds. One pass over the table; true once drained. kInvalidArgument when the lists
+// differ in length, a kept slot lies past the table or is named twice, or a kept generation is 0.
+StatusOr<bool> kill_allocations_but(MemoryRegistry& registry, uint64_t region_id, uint64_t floor,
+                                    const std::vector<uint32_t>& kept_slots,
+                                    const std::vector<uint64_t>& kept_gens, int timeout_ms);
+
 // Admits the owner's own access to a live allocation (FenceTable::enter_owned): true when alive; the
 // caller then calls fence_leave once done.
 StatusOr<bool> fence_enter(MemoryRegistry& registry, uint64_t region_id, uint32_t slot, uint64_t gen);

@@ -21,7 +21,6 @@ from transfer_engine import Op, Region, RequestState, TransferEngine
 log = logging.getLogger("kvstore.node")
 
 FENCE_DRAIN_SECONDS = 0.05  # how long a kill waits for copies admitted before it (else: retried)
-KILL_CHUNK = 1 << 20  # fence slots killed per call when a node mounts again with objects it holds
 
 
 def prepare_segment(engine: TransferEngine, config: NodeConfig, backing_file: str = "") -> Region:
@@ -119,13 +118,15 @@ class MemoryTier:
             while not engine.raise_fence_floor(segment, s.terms.generation, timeout=FENCE_DRAIN_SECONDS):
                 log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
             return
-        keep = {r.slot: r.gen for r in held}
+        # One pass in the engine: a large segment has tens of millions of slots. (A record of a slot past
+        # the table, from a larger segment before, has nothing there to keep alive.)
         table = fence_slots_for(segment.length)
-        for start in range(0, table, KILL_CHUNK):  # a large segment has tens of millions of slots
-            slots = range(start, min(start + KILL_CHUNK, table))
-            gens = [keep[i] - 1 if i in keep else s.terms.generation for i in slots]
-            while not engine.kill_allocations(segment, slots, gens, timeout=FENCE_DRAIN_SECONDS):
-                log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
+        inside = [r for r in held if r.slot < table]
+        slots, gens = [r.slot for r in inside], [r.gen for r in inside]
+        while not engine.kill_allocations_but(
+            segment, s.terms.generation, slots, gens, timeout=FENCE_DRAIN_SECONDS
+        ):
+            log.warning("a peer's copy into the segment has not ended; waiting before mounting it")
 
     def apply_fences(self, orders: list[m.FenceOrder]) -> list[int]:
         """Applies the master's kills to the segment; returns the ids of those applied (to acknowledge)."""
