@@ -60,6 +60,9 @@ void register_hash_order(py::module_& m) {
           },
           "Removes the first entry; its hash, or None when empty.")
       .def(
+          "trim", [](PyHashOrder& o, size_t limit) { return o.order.trim(limit); }, py::arg("limit"),
+          "Removes first entries until at most `limit` are left; the number removed.")
+      .def(
           "sampled",
           [](const PyHashOrder& o, const py::list& keys, uint64_t sample) {
             // The CRC-32 of the key's UTF-8 (zlib.crc32's) picks the sample: the one the policy was tuned

@@ -112,6 +112,12 @@ std::optional<uint64_t> HashOrder::pop_first() {
   return h;
 }
 
+size_t HashOrder::trim(size_t limit) {
+  size_t removed = 0;
+  for (; size_ > limit; ++removed) discard(nodes_[first_].h);
+  return removed;
+}
+
 size_t HashOrder::memory_bytes() const {
   return nodes_.capacity() * sizeof(Node) + free_.capacity() * sizeof(uint32_t) +
          index_.capacity() * sizeof(uint32_t);

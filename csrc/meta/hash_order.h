@@ -24,6 +24,9 @@ class HashOrder {
   bool contains(uint64_t h) const { return find(h) != kNone; }
   // Removes and returns the first entry (none when empty).
   std::optional<uint64_t> pop_first();
+  // pop_first until at most `limit` entries are left (a ghost list cut to its bound once per batch of
+  // removals); the number removed.
+  size_t trim(size_t limit);
   size_t size() const { return size_; }
   size_t memory_bytes() const;
 
