@@ -110,6 +110,18 @@ class HoldBook:
         if node is not None and self._book.cancel(node, region_id, slot, gen):
             self._acks.check(client_id)
 
+    def cancel_many(self, copies: Sequence[tuple[str, int, int, int]]) -> None:
+        """cancel() of each (client id, region, slot, generation); the puts waiting on a node are checked
+        once for the batch, after its last cancel (a check per copy walked every waiting put each time)."""
+        nodes, book = self._nodes, self._book
+        cancelled: dict[str, None] = {}  # (in the order of their first cancel)
+        for client_id, region_id, slot, gen in copies:
+            node = nodes.get(client_id)
+            if node is not None and book.cancel(node, region_id, slot, gen):
+                cancelled[client_id] = None
+        for client_id in cancelled:
+            self._acks.check(client_id)
+
     def take_packed(self, client_id: str, limit: int) -> Packed | None:
         """At most `limit` holds for the node, oldest first (sent again until acknowledged), as the wire
         carries NodeWork.holds (msgpack, kvstore.rpc.messages.HeldReplica's fields); None when none."""

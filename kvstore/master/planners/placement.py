@@ -8,7 +8,7 @@ index itself."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from kvstore.allocator import OffsetAllocator
@@ -257,6 +257,16 @@ class SegmentSpace:
         seg = copy.segment
         self.holds.cancel(seg.client_id, seg.region_id, copy.slot, copy.gen)
         self.ledger.free(key, copy, hold=hold, read_until=read_until)
+
+    def free_many(self, copies: Sequence[tuple[str, Replica, float]]) -> None:
+        """free() of each (key, replica, read_until), none held for a writer (finished objects'): the holds
+        cancelled in one pass, each node's waiting puts checked once (HoldBook.cancel_many)."""
+        self.holds.cancel_many(
+            [(c.segment.client_id, c.segment.region_id, c.slot, c.gen) for _, c, _ in copies]
+        )
+        free = self.ledger.free
+        for key, copy, read_until in copies:
+            free(key, copy, read_until=read_until)
 
     def location(self, copy: Replica, local: bool = False) -> m.Location:
         return memory_location(copy)

@@ -23,7 +23,7 @@ class Removal:
         self.objects, self.ledger, self.space, self.disk = core.objects, core.ledger, core.space, core.disk
         self.policy, self.replicator, self.victims = core.policy, core.replicator, core.victims
         self.corrupt_checks = core.corrupt_checks
-        self._delete, self.usage = core.delete, core.usage
+        self._delete, self._delete_many, self.usage = core.delete, core.delete_many, core.usage
         self.check_admin = roles.check_admin
 
     def remove(self, key: str, force: bool = False, by: str | None = None) -> None:
@@ -40,8 +40,7 @@ class Removal:
             if by is not None and (not by or any(m.writer != by for m in whole)):
                 self.check_admin(by, f"forcing the removal of {key!r} (another client's, leased to a reader)")
         self._bury([m.key for m in whole])
-        for m in whole:
-            self._delete(m)
+        self._delete_many(whole)
 
     def _whole(self, meta: ObjectMeta) -> list[ObjectMeta]:
         """`meta` and, when it is a committed group member, every other committed member of its group."""
@@ -62,8 +61,7 @@ class Removal:
                 continue
             self.counters.incomplete_groups_dropped += 1
             self._bury([m.key for m in doomed], evicted=True)
-            for m in doomed:
-                self._delete(m)
+            self._delete_many(doomed)
 
     def remove_all(self, force: bool = False, by: str | None = None) -> list[str]:
         """Removes every finished object (leased ones only with `force`); returns their keys. For a
@@ -73,8 +71,7 @@ class Removal:
         now = self.clock()
         doomed = [m for m in self.objects.values() if m.complete and (force or m.lease_until <= now)]
         self._bury([m.key for m in doomed])
-        for meta in doomed:
-            self._delete(meta)
+        self._delete_many(doomed)  # (in passes: 100k objects one at a time took seconds)
         return [m.key for m in doomed]
 
     def _bury(self, keys: list[str], evicted: bool = False) -> None:
@@ -148,8 +145,7 @@ class Removal:
         self.counters.evicted_bytes += sum([m.size for m in whole])
         if any(m.disk is None for m in whole):
             self._bury([m.key for m in whole], evicted=True)
-            for m in whole:
-                self._delete(m)
+            self._delete_many(whole)
             return True
         for m in whole:
             self._evict_to_disk(m)
