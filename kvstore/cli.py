@@ -21,7 +21,7 @@ from kvstore.bench.cli import Runner, add_bench_commands
 from kvstore.cli_flags import Flag, add_flags, flag, from_setting
 from kvstore.config import IndexConfig, MasterConfig, NodeConfig
 from kvstore.config.master import EVICTION_POLICIES
-from transfer_engine.errors import AddressInUseError, InvalidArgumentError, KVStoreError
+from transfer_engine.errors import AddressInUseError, HostNotUsableError, InvalidArgumentError, KVStoreError
 
 
 def _master(name: str, **options: Any) -> Flag:
@@ -102,6 +102,8 @@ def _run_master(args: argparse.Namespace) -> int:
             config.http_port: "--http-port (KVSTORE_MASTER_HTTP_PORT)",
         }
         raise _naming(exc, ports) from None
+    except HostNotUsableError as exc:
+        raise exc.naming("--host (KVSTORE_MASTER_HOST)") from None
     return 0
 
 
@@ -138,6 +140,8 @@ def _run_index(args: argparse.Namespace) -> int:
         run_index(config)
     except AddressInUseError as exc:
         raise _naming(exc, {config.port: "--port (KVSTORE_INDEX_PORT)"}) from None
+    except HostNotUsableError as exc:
+        raise exc.naming("--host (KVSTORE_INDEX_HOST)") from None
     return 0
 
 
@@ -179,10 +183,13 @@ def _run_node(args: argparse.Namespace) -> int:
     _apply_insecure(args)
     _apply_etcd_access(args)
     settings = ["name", "segment_size", "pinned", "disk", "disk_size", "disk_backend", "memory_dir"]
-    run_node(
-        NodeConfig.load(**_given(args, settings)),
-        **_given(args, ["master", "etcd", "cluster", "host", "transport"]),
-    )
+    try:
+        run_node(
+            NodeConfig.load(**_given(args, settings)),
+            **_given(args, ["master", "etcd", "cluster", "host", "transport"]),
+        )
+    except HostNotUsableError as exc:
+        raise exc.naming("--host (KVSTORE_HOST)") from None
     return 0
 
 

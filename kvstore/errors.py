@@ -10,6 +10,7 @@ from transfer_engine import errors as _core_errors
 from transfer_engine.errors import (
     AddressInUseError,
     EngineClosedError,
+    HostNotUsableError,
     InternalError,
     InvalidArgumentError,
     KVStoreError,
@@ -105,6 +106,7 @@ __all__ = [
     "AddressInUseError",
     "DeadlineExceededError",
     "EngineClosedError",
+    "HostNotUsableError",
     "InternalError",
     "InvalidArgumentError",
     "KVStoreError",

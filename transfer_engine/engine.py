@@ -23,6 +23,7 @@ from transfer_engine.errors import (
     CODE_NAMES,
     AddressInUseError,
     EngineClosedError,
+    HostNotUsableError,
     InvalidArgumentError,
     KVStoreError,
     NotSupportedError,
@@ -228,11 +229,20 @@ class BatchHandle:
 
 
 def _explained(exc: KVStoreError, config: EngineConfig) -> KVStoreError:
-    """The core's failure to listen on a handshake port someone else holds, as the error that says which
-    setting chose it (the core's own text is the errno's: "bind/listen on H:P: Address already in use")."""
-    taken = f"bind/listen on {config.host}:{config.port}: {os.strerror(errno.EADDRINUSE)}"
-    if config.port and str(exc) == taken:
+    """The core's failure to listen on a handshake port someone else holds, or on a host that is not this
+    machine's, as the error that says which setting chose it (the core's own text is the errno's:
+    "bind/listen on H:P: Address already in use", or the resolver's: "cannot resolve 'H': ...")."""
+    bind_failed = f"bind/listen on {config.host}:{config.port}: "
+    if config.port and str(exc) == bind_failed + os.strerror(errno.EADDRINUSE):
         return AddressInUseError(config.host, config.port, "KVSTORE_PORT (the transfer engine's port)")
+    host = "KVSTORE_HOST (the transfer engine's host)"
+    if str(exc) == bind_failed + os.strerror(errno.EADDRNOTAVAIL):
+        reason = f"{config.host!r} is not an address of this host"
+        return HostNotUsableError(config.host, config.port, reason, host)
+    unresolved = f"cannot resolve '{config.host}': "
+    if str(exc).startswith(unresolved):
+        reason = f"the name {config.host!r} does not resolve ({str(exc)[len(unresolved) :]})"
+        return HostNotUsableError(config.host, config.port, reason, host)
     return exc
 
 

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 
 class KVStoreError(Exception):
     """Base class of every error raised by kvstore and its transfer engine."""
@@ -32,6 +35,33 @@ class AddressInUseError(InvalidArgumentError):
     def naming(self, setting: str) -> AddressInUseError:
         """The same error, saying which setting to change."""
         return AddressInUseError(self.host, self.port, setting)
+
+
+class HostNotUsableError(InvalidArgumentError):
+    """A host this process was told to listen on is not one of this machine's addresses, or its name does
+    not resolve. `setting` names what sets it (a flag, a variable), for the message; local, not on a wire."""
+
+    def __init__(self, host: str, port: int, reason: str, setting: str = "") -> None:
+        self.host, self.port, self.reason, self.setting = host, port, reason, setting
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        change = f"set {setting} to" if setting else "listen on"
+        super().__init__(
+            f"cannot listen on {where}: {reason}; {change} an address of this host "
+            "(127.0.0.1, one of its interfaces' addresses, or 0.0.0.0 for all)"
+        )
+
+    def naming(self, setting: str) -> HostNotUsableError:
+        """The same error, saying which setting to change."""
+        return HostNotUsableError(self.host, self.port, self.reason, setting)
+
+    @classmethod
+    def of(cls, exc: OSError, host: str, port: int) -> HostNotUsableError | None:
+        """The error for a failed bind or name lookup of `host`, when that is what `exc` says; else None."""
+        if isinstance(exc, socket.gaierror):
+            return cls(host, port, f"the name {host!r} does not resolve ({exc.strerror or exc})")
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return cls(host, port, f"{host!r} is not an address of this host")
+        return None
 
 
 class NotFoundError(KVStoreError, LookupError):

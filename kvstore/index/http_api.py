@@ -34,7 +34,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kvstore.errors import AddressInUseError, InternalError, InvalidArgumentError, KVStoreError
+from kvstore.errors import (
+    AddressInUseError,
+    HostNotUsableError,
+    InternalError,
+    InvalidArgumentError,
+    KVStoreError,
+)
 from kvstore.index.hashing import U64, seq_hashes
 from kvstore.index.subscriptions import Registration, Subscriptions
 from kvstore.index.table import MEDIA, STORE, Match, Matches, PrefixIndex, Scope
@@ -349,7 +355,7 @@ def serve(
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:  # (one line, not a traceback: kvstore.cli names the flag)
             raise AddressInUseError(host, port) from None
-        raise
+        raise HostNotUsableError.of(exc, host, port) or exc from None
     thread = threading.Thread(target=server.serve_forever, name="kvstore-index-http", daemon=True)
     thread.start()
     return server, thread

@@ -18,7 +18,7 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from kvstore.errors import AddressInUseError
+from kvstore.errors import AddressInUseError, HostNotUsableError
 from kvstore.limited_log import LimitedLog
 
 log = logging.getLogger("kvstore.master")
@@ -156,7 +156,10 @@ def _peer(peer: object) -> str:
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound TCP socket for `host`:`port` (not listening yet: Listener.start)."""
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:  # (the caller names the setting: HostNotUsableError.naming)
+        raise HostNotUsableError.of(exc, host, port) or exc from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -166,5 +169,5 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         if exc.errno == errno.EADDRINUSE:  # (the caller names the setting: AddressInUseError.naming)
             raise AddressInUseError(host, port) from None
-        raise
+        raise HostNotUsableError.of(exc, host, port) or exc from None
     return sock

@@ -23,7 +23,7 @@ from typing import Any
 from kvstore import sd_notify
 from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
 from kvstore.config.security import SecurityConfig
-from kvstore.errors import AddressInUseError, InvalidArgumentError
+from kvstore.errors import AddressInUseError, HostNotUsableError, InvalidArgumentError
 from kvstore.log_lines import status
 from kvstore.master.wire.connection_table import FD_RESERVE
 from kvstore.master.wire.election import Election
@@ -102,7 +102,7 @@ def _bound(host: str, port: int) -> socket.socket:
         sock.close()
         if exc.errno == errno.EADDRINUSE:  # (one line, not a traceback: kvstore.cli names the flag)
             raise AddressInUseError(host, port) from None
-        raise
+        raise HostNotUsableError.of(exc, host, port) or exc from None
     return sock
 
 
