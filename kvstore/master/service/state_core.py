@@ -102,6 +102,9 @@ class StateCore:
         waiting puts checked once (SegmentSpace.free_many), the policy's removal in one step
         (on_remove_many: the ghost cut to its bound once) and the table's drop in one crossing. The same
         end state as delete() one at a time (the records come grouped by kind, each key's in its order)."""
+        if len(doomed) == 1:  # (a remove() of one key: delete's calls cost less than the passes' lists)
+            self.delete(doomed[0])
+            return
         self.space.free_many([(m.key, r, m.lease_until) for m in doomed for r in m.replicas])
         drop_record = self.disk.drop_record
         for meta in doomed:
