@@ -56,6 +56,9 @@ class Deferred:
             callback()
 
 
+_DONE = m.ItemResult(0, "", None)  # (_per_item's result of a call that returned None)
+
+
 def _per_item(fn: Callable[[], Any]) -> m.ItemResult:
     try:
         return m.ItemResult(0, "", fn())
@@ -375,7 +378,8 @@ class Handlers:
 
     def remove(self, r: m.Remove) -> list[m.ItemResult] | Deferred:
         first_kill = self.fences.next_id
-        results = [_per_item(functools.partial(self.removal.remove, k, r.force, r.client_id)) for k in r.keys]
+        errors = self.removal.remove_many(r.keys, r.force, r.client_id)  # (one batch: each key as alone)
+        results = [_DONE if e is None else m.ItemResult(e.code, str(e), None) for e in errors]
         removed = [k for k, res in zip(r.keys, results, strict=True) if not res.code]
         return self._once_fenced(removed, self._once_forgotten(first_kill, results))
 

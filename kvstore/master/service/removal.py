@@ -4,7 +4,9 @@ to the low watermark or for room a put needs."""
 
 from __future__ import annotations
 
-from kvstore.errors import ObjectBusyError, ObjectNotFoundError
+from collections.abc import Collection
+
+from kvstore.errors import KVStoreError, ObjectBusyError, ObjectNotFoundError
 from kvstore.master.ledger.changes import ObjectsBuried, ReplicaDropped
 from kvstore.master.ledger.groups import Group, group_id, members
 from kvstore.master.ledger.model import Replica
@@ -30,7 +32,37 @@ class Removal:
         """Removes `key` for client `by` (None: the master's own call). A leased object goes only with
         `force`, and of an object another client wrote only an admin may force it: no member cuts off
         the readers of others' data."""
-        meta = self.objects.get(key)
+        whole = self._removable(key, force, by, ())
+        self._bury([m.key for m in whole])
+        self._delete_many(whole)
+
+    def remove_many(
+        self, keys: list[str], force: bool = False, by: str | None = None
+    ) -> list[KVStoreError | None]:
+        """remove() of each key in turn, as one batch: each key is checked as if the ones before it were
+        gone already (a group's second member, a key named twice: not found), then those that may go go
+        together (one _bury, delete_many). Per key, its error or None."""
+        errors: list[KVStoreError | None] = []
+        doomed: list[ObjectMeta] = []
+        gone: set[str] = set()
+        for key in keys:
+            try:
+                whole = self._removable(key, force, by, gone)
+            except KVStoreError as exc:
+                errors.append(exc)
+                continue
+            errors.append(None)
+            doomed += whole
+            gone.update([m.key for m in whole])
+        if doomed:
+            self._bury([m.key for m in doomed])
+            self._delete_many(doomed)
+        return errors
+
+    def _removable(self, key: str, force: bool, by: str | None, gone: Collection[str]) -> list[ObjectMeta]:
+        """What removing `key` takes (its group's committed members with it), checked as remove() says;
+        `gone`: keys taken already (not found)."""
+        meta = None if key in gone else self.objects.get(key)
         if meta is None or not meta.complete:
             raise ObjectNotFoundError(f"no object {key!r}")
         whole = self._whole(meta)  # removing a group member removes its group
@@ -39,8 +71,7 @@ class Removal:
                 raise ObjectBusyError(f"{key!r} is leased to a reader; retry later or force")
             if by is not None and (not by or any(m.writer != by for m in whole)):
                 self.check_admin(by, f"forcing the removal of {key!r} (another client's, leased to a reader)")
-        self._bury([m.key for m in whole])
-        self._delete_many(whole)
+        return whole
 
     def _whole(self, meta: ObjectMeta) -> list[ObjectMeta]:
         """`meta` and, when it is a committed group member, every other committed member of its group."""
