@@ -16,23 +16,15 @@ import pytest
 from kvstore import Store
 from kvstore.errors import KVStoreError
 from kvstore.procs import kvstore_process
-from tests.integration.kvstore.test_restarts import FAST, read_all, values, wait_for_objects
+from tests.integration.kvstore.test_restarts import (
+    FAST,
+    read_all,
+    values,
+    wait_for_objects,
+    wait_for_segments,
+)
 
 LAG = 64  # batches a churning writer keeps before it removes them
-
-
-def wait_for_segments(store: Store, count: int, seconds: float) -> dict:
-    """The master's stats once `count` segments are mounted and none is being restored."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            stats = store.stats()["master"]
-        except KVStoreError:  # the master is not back yet
-            stats = {"segments": 0, "segments_restoring": 0}
-        if stats["segments"] >= count and stats["segments_restoring"] == 0:
-            return stats
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.1)
 
 
 def test_keys_removed_while_a_restarted_master_restores_do_not_come_back_from_a_late_node() -> None:
