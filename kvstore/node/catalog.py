@@ -4,9 +4,11 @@ given these back (RestoreSegment) and rebuilds the objects from them; a node tha
 shared-memory segment (kvstore.node.segment_memory) reads them back from the catalog's file beside it.
 
 The file is a log of msgpack records, appended as holds and kills arrive (shared memory: it outlives
-the process, not the host), replayed on open and compacted when mostly dead. A torn last record ends
-the replay; whatever the catalog names is checked against the object's checksum before it is offered,
-so a record whose bytes were overwritten or never finished is a miss, never data.
+the process, not the host), replayed on open and compacted when mostly dead, or when it outgrows the
+bytes it was given (max_log_bytes: half the room its node reserved beside the segment, so churn alone
+never fills a small tmpfs; the compaction's new file and the old fit in that room together). A torn
+last record ends the replay; whatever the catalog names is checked against the object's checksum before
+it is offered, so a record whose bytes were overwritten or never finished is a miss, never data.
 
 It also keeps what the master removed while the node held it (a kill that names a tombstone generation:
 kvstore.master.tombstones), for TOMB_SECONDS: the node names those first when it mounts again, so a
@@ -115,10 +117,15 @@ def _tomb(raw: object) -> tuple[str, int, float]:
 
 
 class SegmentCatalog:
-    def __init__(self, path: str = "", secret: bytes = b"") -> None:
+    def __init__(self, path: str = "", secret: bytes = b"", max_log_bytes: int = 0) -> None:
         """`path`: the catalog's file (replayed now, then appended to); empty: kept in memory only.
-        `secret`: the cluster secret, which the file's tags prove its writer knew."""
+        `secret`: the cluster secret, which the file's tags prove its writer knew. `max_log_bytes`: the
+        file is compacted once it grows past this (and past twice what it holds); 0: by record count only."""
         self.path = path
+        self.max_log_bytes = max_log_bytes
+        self.lost = ""  # why the file was given up for memory only ("" while it is written, or never was)
+        self._bytes = 0  # the file's size
+        self._snapshot = 0  # its size after its last compaction
         self._key = catalog_key(secret)
         self._chain = b""  # the tag of the file's last record (its header's, before any)
         self._lock = threading.Lock()
@@ -291,8 +298,14 @@ class SegmentCatalog:
             return
         self._chain = tag
         self._logged += 1
-        if self._logged > COMPACT_MIN and self._logged > 4 * len(self._entries):
+        self._bytes += len(data) + len(_TAG_HEADER) + len(tag)
+        if (self._logged > COMPACT_MIN and self._logged > 4 * len(self._entries)) or self._too_big():
             self._rewrite()
+
+    def _too_big(self) -> bool:
+        """Past its byte bound, and mostly dead (a log of what is held only would be compacted again at
+        every write: past the bound that way, the file system's room says whether it fits)."""
+        return 0 < self.max_log_bytes < self._bytes and self._bytes > 2 * self._snapshot
 
     def _rewrite(self) -> None:
         """Replaces the log with one record of what is held (a new file, renamed over the old)."""
@@ -323,6 +336,7 @@ class SegmentCatalog:
             self._give_up(exc)
             return
         self._logged = 2 if self._tombs else 1
+        self._bytes = self._snapshot = len(data)
         self._chain = tag
         if self._fd >= 0:
             os.close(self._fd)
@@ -344,6 +358,7 @@ class SegmentCatalog:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         self.path = ""
+        self.lost = f"cannot write its catalog ({exc.strerror or exc}): what it holds is lost at a restart"
 
     def close(self, remove: bool = False) -> None:
         """Closes the file; `remove`: deletes it (the node leaves for good: nothing will be restored)."""

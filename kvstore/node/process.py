@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +21,7 @@ from kvstore.node.identity import NodeIdentity
 from kvstore.node.memory_tier import prepare_segment
 from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
-from kvstore.node.segment_memory import SegmentFiles
+from kvstore.node.segment_memory import SegmentFiles, catalog_room
 from kvstore.node.shard_disk import disk_of_shard, refuse_another_layout
 from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
@@ -116,6 +118,7 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         if node.disk:
             held.append(file_lock.hold(node.disk, "disk"))
         files = SegmentFiles.named(node.memory_dir, identity.stem)
+        made = bool(files.memory) and not os.path.lexists(files.memory)  # (removed if this start fails)
         if files.memory:
             held.append(file_lock.hold(files.memory, "segment memory file"))
         files.check_room(node.segment_size)
@@ -128,12 +131,16 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
             load_node_key(identity.stem, node.disk),
         )
     except BaseException:
+        if made:  # (still held: no other node has opened it meanwhile)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(files.memory)
         _release(identity, held)
         raise
     try:
         if files.memory and not files.kept(node.segment_size):  # given up for anonymous memory (said):
             files = _anonymous(files)  # (another process took the room between the check and the file)
-        catalog = SegmentCatalog(files.catalog, secret=session.master.secret)
+        room = catalog_room(node.segment_size) // 2
+        catalog = SegmentCatalog(files.catalog, secret=session.master.secret, max_log_bytes=room)
         if not reused or not files.kept(node.segment_size):
             catalog.clear()  # new memory: nothing in it
         member = _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)

@@ -26,7 +26,15 @@ log = logging.getLogger("kvstore.node")
 
 CHUNK = 256 << 20  # bytes one thread faults in at a time
 PROGRESS_SECONDS = 2.0
-CATALOG_ROOM = 1 << 20  # room asked beside the segment's file for its catalog (records of what it holds)
+CATALOG_ROOM = 1 << 20  # room asked beside the segment's file for its catalog (records of what it holds)...
+CATALOG_SHARE = 64  # ...or this fraction of the segment, when larger
+
+
+def catalog_room(segment_size: int) -> int:
+    """Room reserved beside a segment for its catalog. The catalog's log is compacted at half of it
+    (SegmentCatalog.max_log_bytes), so the old log and its compacted copy fit together; what it holds
+    alone outgrows that only with objects of under ~1 KiB filling the segment (~60 bytes a record)."""
+    return max(CATALOG_ROOM, segment_size // CATALOG_SHARE)
 
 
 def prefault_threads() -> int:
@@ -81,14 +89,16 @@ class SegmentFiles:
         except OSError:
             return  # (its files' own errors say more, and fall back)
         free = usage.f_bavail * usage.f_frsize
-        with contextlib.suppress(FileNotFoundError):
-            free += os.stat(self.memory).st_blocks * 512
-        if free < size + CATALOG_ROOM:
+        for path in (self.memory, self.catalog):
+            with contextlib.suppress(FileNotFoundError):
+                free += os.stat(path).st_blocks * 512
+        if free < size + catalog_room(size):
             raise InvalidArgumentError(
                 f"the memory dir's file system ({directory}) has {format_size(free)} free, too little for a "
-                f"{format_size(size)} segment and its catalog: give it more room (a larger tmpfs; in a "
-                "container, --shm-size), choose another --memory-dir (KVSTORE_NODE_MEMORY_DIR), a smaller "
-                "--segment-size, or --memory-dir '' for anonymous memory, which a restart of the node loses"
+                f"{format_size(size)} segment and its catalog ({format_size(catalog_room(size))}): give it "
+                "more room (a larger tmpfs; in a container, --shm-size), choose another --memory-dir "
+                "(KVSTORE_NODE_MEMORY_DIR), a smaller --segment-size, or --memory-dir '' for anonymous "
+                "memory, which a restart of the node loses"
             )
 
     def kept(self, size: int) -> bool:
