@@ -44,10 +44,11 @@ def test_without_notify_socket_nothing_is_sent() -> None:
     assert not sd_notify.ready("x", environ={"NOTIFY_SOCKET": ""})
 
 
-@pytest.mark.parametrize("value", ["relative/path", "@", "vsock:2:1234"])
-def test_a_notify_socket_that_is_no_unix_socket_address_is_refused(value: str) -> None:
+@pytest.mark.parametrize("value", ["relative/path", "@"])
+def test_a_notify_socket_that_is_no_socket_address_is_refused(value: str) -> None:
+    # (notify() warns instead: test_sd_notify_failures_never_stop_a_server)
     with pytest.raises(InvalidArgumentError, match="NOTIFY_SOCKET") as caught:
-        sd_notify.notify("READY=1", environ={"NOTIFY_SOCKET": value})
+        sd_notify.notify_address(value)
     assert isinstance(caught.value, KVStoreError)
 
 
