@@ -5,6 +5,7 @@ kvstore.errors or kvstore.config, never loads the transfer engine's extension.""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from kvstore.errors import (
@@ -24,6 +25,9 @@ from kvstore.errors import (
     TransferTimeoutError,
 )
 from transfer_engine.lazy import lazy_names
+from transfer_engine.source_tree import refuse_unbuilt_extensions
+
+refuse_unbuilt_extensions(sys.modules[__name__])  # (a clone's tree shadowing the installed package)
 
 __version__ = "0.1.0"
 __all__ = [

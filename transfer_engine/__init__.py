@@ -6,6 +6,7 @@ errors and settings never carries the engine."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from transfer_engine.errors import (
@@ -24,6 +25,9 @@ from transfer_engine.errors import (
     TransferTimeoutError,
 )
 from transfer_engine.lazy import lazy_names
+from transfer_engine.source_tree import refuse_unbuilt_extensions
+
+refuse_unbuilt_extensions(sys.modules[__name__])  # (a clone's tree shadowing the installed package)
 
 __all__ = [
     "BatchHandle",
