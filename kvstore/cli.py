@@ -21,6 +21,7 @@ from kvstore.bench.cli import Runner, add_bench_commands
 from kvstore.cli_flags import Flag, add_flags, flag, from_setting
 from kvstore.config import IndexConfig, MasterConfig, NodeConfig
 from kvstore.config.master import EVICTION_POLICIES
+from kvstore.rpc.etcd import MAX_SHARDS
 from transfer_engine.errors import AddressInUseError, HostNotUsableError, InvalidArgumentError, KVStoreError
 
 
@@ -46,6 +47,8 @@ _MASTER_SETTINGS = (
     _master("etcd", type=arg.host_ports),
     _master("cluster"),
     _master("leader_ttl", type=int),
+    _master("shard", type=arg.number(int, 0, MAX_SHARDS - 1, f"a shard number (0..{MAX_SHARDS - 1})")),
+    _master("shards", type=arg.number(int, 1, MAX_SHARDS, f"a shard count (1..{MAX_SHARDS})")),
 )
 _MASTER_SERVICES = (
     _master("kv_events_endpoint"),
@@ -61,8 +64,6 @@ def _add_master(commands: argparse._SubParsersAction) -> None:
     add_flags(
         p,
         *_MASTER_SETTINGS,
-        flags.SHARD,
-        flags.SHARDS,
         *flags.ETCD_ACCESS_FLAGS,
         *_MASTER_SERVICES,
         flags.INSECURE,
@@ -95,7 +96,7 @@ def _run_master(args: argparse.Namespace) -> int:
     _apply_etcd_access(args)
     config = MasterConfig.load(**_given(args, _MASTER_FLAGS))
     try:
-        run_master(config, args.shard or 0, args.shards or 1)
+        run_master(config)
     except AddressInUseError as exc:
         ports = {
             config.port: "--port (KVSTORE_MASTER_PORT)",
@@ -283,9 +284,12 @@ def _add_secret(commands: argparse._SubParsersAction) -> None:
 
 def _run_secret(args: argparse.Namespace) -> int:
 
-    from kvstore.config.secret_file import new_secret_file
+    from kvstore.config.secret_file import made_directory, new_secret_file
 
     path = Path(args.path).absolute()
+    made = made_directory(path)
+    if made is not None:
+        print(f"made the directory {made} (mode 0700)")
     new_secret_file(path, overwrite=args.force)
     print(f"wrote a new cluster secret to {path}; give it to every master, node and client:")
     print(f"  export KVSTORE_CLUSTER_SECRET_FILE={path}")

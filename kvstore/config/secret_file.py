@@ -12,6 +12,23 @@ from pathlib import Path
 from kvstore.errors import InvalidArgumentError, PermissionDeniedError
 
 
+def made_directory(path: Path) -> Path | None:
+    """The directory of `path`, made (mode 0700: the secret's readers are its owner's to add) when it is
+    missing, as on a fresh host's /etc/kvstore; returns it when it was made, None when it was there."""
+    directory = path.parent
+    if directory.is_dir():
+        return None
+    try:
+        os.makedirs(directory, mode=0o700)
+    except FileExistsError as exc:  # (a file of that name: not a directory)
+        raise InvalidArgumentError(f"{directory} is not a directory: cannot write {path}") from exc
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"cannot make the directory {directory} for {path}: {exc.strerror or exc}"
+        ) from exc
+    return directory
+
+
 def new_secret_file(path: Path, overwrite: bool = False) -> None:
     """Writes a fresh random secret (256 bits, hex) to `path`, readable by its owner only. `overwrite`
     replaces only this user's own regular file with one link: never through a symbolic link, a hard link
