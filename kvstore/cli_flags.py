@@ -85,18 +85,6 @@ MASTERS = flag(
     help="HOST:PORT of the master, or of a cluster's masters comma-separated; the shards of a cluster "
     "split over shards ';'-separated in shard order, e.g. 'h:1,h:2;h:3,h:4' (default: KVSTORE_MASTER)",
 )
-SHARD = flag(
-    "--shard",
-    type=arg.number(int, 0, 255, "a shard number (0..255)"),
-    help="which shard of --shards this master serves (0..S-1, default 0): with --etcd, the shard's "
-    "masters elect their leader apart from the other shards'",
-)
-SHARDS = flag(
-    "--shards",
-    type=arg.number(int, 1, 256, "a shard count (1..256)"),
-    help="how many shards the cluster's key space is split over (default 1: one master); run one "
-    "master process (or leader and standbys) per shard, each with its --shard",
-)
 TRANSPORT = flag(
     "--transport", type=arg.transport, help="auto or a transport; default: KVSTORE_TRANSPORT, else auto"
 )

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from kvstore.config.component import Component
 from kvstore.errors import InvalidArgumentError
-from kvstore.rpc.etcd import check_cluster, parse_endpoints
+from kvstore.rpc.etcd import MAX_SHARDS, check_cluster, parse_endpoints
 from transfer_engine.settings import setting
 
 # The eviction policies a master can run (kvstore.master.planners.eviction.POLICIES, which loads the C++
@@ -215,9 +215,22 @@ class MasterConfig(Component):
         "and a standby leads once it has (a failover takes about this long).",
     )
 
-    # Not a setting: the part of the cluster's key space this master serves, (shard, shards), from `kvstore
-    # master --shard/--shards` (kvstore.master.wire.process); told to clients in Hello's reply.
-    shard: tuple[int, int] = (0, 1)
+    shard: int = setting(
+        0,
+        "Which shard of `shards` this master serves (0..shards-1): with `etcd`, the shard's masters elect "
+        "their leader apart from the other shards' (under '<cluster>.shard-<i>'); told to clients in Hello's "
+        "reply.",
+    )
+    shards: int = setting(
+        1,
+        f"How many shards the cluster's key space is split over (1..{MAX_SHARDS}; 1: one master): run one "
+        "master (or leader and standbys) per shard, each with its `shard`, all of one `cluster`.",
+    )
+
+    @property
+    def shard_of(self) -> tuple[int, int]:
+        """(shard, shards): the part of the cluster's key space this master serves."""
+        return self.shard, self.shards
 
     def validate(self) -> None:
         if self.etcd:
@@ -231,6 +244,11 @@ class MasterConfig(Component):
             raise InvalidArgumentError(
                 f"advertise_host must be an address others reach this master at (a host name or IP, no "
                 f"port), not {self.advertise_host!r}"
+            )
+        if not 0 <= self.shard < self.shards <= MAX_SHARDS:
+            raise InvalidArgumentError(
+                f"shard must be 0..shards-1 and shards 1..{MAX_SHARDS} (--shard/KVSTORE_MASTER_SHARD, "
+                f"--shards/KVSTORE_MASTER_SHARDS): got shard {self.shard} of {self.shards}"
             )
         if not 2 <= self.leader_ttl <= 60:
             raise InvalidArgumentError("leader_ttl must be 2..60 seconds")

@@ -139,7 +139,7 @@ class Handlers:
                 f"client speaks RPC protocol {r.version}, this master speaks {m.PROTOCOL_VERSION}: "
                 "run the same kvstore release on both"
             )
-        return m.hello_reply(self.epoch, *self.config.shard)
+        return m.hello_reply(self.epoch, *self.config.shard_of)
 
     def register_client(self, r: m.RegisterClient, peer: str = "") -> m.RegisterReply | Deferred:
         """Registers; a node identity another registration holds (with memory or a disk) is taken only
@@ -281,7 +281,7 @@ class Handlers:
         """Places each item. When room is on its way (an object being demoted, slots being fenced), the
         reply waits for it (all such waits of one request together at most put_room_wait), then goes on."""
         self.members.client(r.client_id)  # an unknown writer fails the request, not each item
-        check_put_items(self.config.shard, r.items)  # (a sharded master stores its own keys only)
+        check_put_items(self.config.shard_of, r.items)  # (a sharded master stores its own keys only)
         return self._start_items(r, StartedOutcomes(), self.clock() + self.config.put_room_wait)
 
     def _start_items(self, r: m.PutStart, started: StartedOutcomes, deadline: float) -> Packed | Deferred:

@@ -41,18 +41,16 @@ log = logging.getLogger("kvstore.master")
 WATCH_SECONDS = 0.05  # how often a leader checks it may still serve
 
 
-def run_master(config: MasterConfig, shard: int = 0, shards: int = 1) -> None:
+def run_master(config: MasterConfig) -> None:
     """Serves until SIGTERM/SIGINT (or stdin EOF when its parent asked for that lifeline).
 
-    `shard` of `shards`: the part of a cluster's key space this master serves (kvstore.cluster.shards:
-    clients route each key to its shard). Without etcd a shard is just the master clients list in that
-    place; with etcd its masters elect their leader under the shard's own name, and the cluster's
-    shard map in etcd says how many shards there are."""
+    The config's `shard` of `shards`: the part of a cluster's key space this master serves
+    (kvstore.cluster.shards: clients route each key to its shard). Without etcd a shard is just the
+    master clients list in that place; with etcd its masters elect their leader under the shard's own
+    name, and the cluster's shard map in etcd says how many shards there are."""
     cluster = config.cluster
     # (shard_cluster checks the pair: a client's Hello reply and the election both name it)
-    config = dataclasses.replace(
-        config, cluster=etcd.shard_cluster(cluster, shard, shards), shard=(shard, shards)
-    )
+    config = dataclasses.replace(config, cluster=etcd.shard_cluster(cluster, config.shard, config.shards))
     loop = new_event_loop(config.busy_poll_us)
     done = asyncio.Event()
 
@@ -63,7 +61,7 @@ def run_master(config: MasterConfig, shard: int = 0, shards: int = 1) -> None:
     settle_collector()
     keep_freed_heap()  # (each request's buffers reuse the last one's pages)
     try:
-        running = _candidate(config, done, (cluster, shards)) if config.etcd else _single(config, done)
+        running = _candidate(config, done, (cluster, config.shards)) if config.etcd else _single(config, done)
         loop.run_until_complete(running)
     except KeyboardInterrupt:
         pass
@@ -143,7 +141,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
     election = Election(config.etcd, config.cluster, address, config.leader_ttl)
     # (with one shard it writes no map, but refuses to serve a cluster whose map says more)
     await loop.run_in_executor(None, election.publish_shards, *shard_map)
-    role = Role(shard_map[0], config.shard, address)
+    role = Role(shard_map[0], config.shard_of, address)
     role.stand_by(leader_reader(election))
     stop, http = threading.Event(), None
     stopping = asyncio.ensure_future(done.wait())

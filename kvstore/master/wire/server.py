@@ -119,7 +119,7 @@ class Master:
         c = self.config
         if self.http is None and c.http_port is not None:
             cluster = c.cluster.partition(SHARD_INFIX)[0]  # (the cluster's own name, as a candidate's)
-            role = Role(cluster, c.shard, self.advertised, leadership=Leadership(self.advertised))
+            role = Role(cluster, c.shard_of, self.advertised, leadership=Leadership(self.advertised))
             self.http = HttpEndpoint(listening_socket(c.host, c.http_port), role)
             self._listeners.append(self.http.listener)  # (stop() closes it)
             self.http.start()

@@ -411,7 +411,7 @@ def test_a_bad_value_is_still_refused(
 
 def test_the_options_passed_on_as_settings_are_the_settings_fields() -> None:
     assert set(cli._MASTER_FLAGS) <= {f.name for f in dataclasses.fields(MasterConfig)}
-    assert len(cli._MASTER_FLAGS) == 20  # (--advertise-host, issue 43)
+    assert len(cli._MASTER_FLAGS) == 22  # (--advertise-host, issue 43; --shard/--shards as settings, s44)
     index = cli.flags.dests(cli._INDEX_SETTINGS)
     assert index == ["host", "port", "hash_seed", "max_blocks"]
     assert set(index) <= {f.name for f in dataclasses.fields(IndexConfig)}

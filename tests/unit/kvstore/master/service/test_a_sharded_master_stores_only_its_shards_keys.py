@@ -5,8 +5,6 @@ key. The batch check agrees with the clients' per-key rule (kvstore.rpc.shard_ke
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from kvstore.blocks import member_key
@@ -21,7 +19,7 @@ from tests.unit.kvstore.master.state_helpers import Clock, MiB, started_items
 
 
 def _handlers(shard: tuple[int, int]) -> Handlers:
-    state = MasterState(dataclasses.replace(MasterConfig.load(), shard=shard), clock=Clock())
+    state = MasterState(MasterConfig.load(shard=shard[0], shards=shard[1]), clock=Clock())
     state.members.register_client("c0", "h0")
     state.members.mount_segment(m.MountSegment("c0", "127.0.0.1:7000", 1, 64 * MiB, "h0", 1 << 20))
     return Handlers(state)
