@@ -33,6 +33,11 @@ class EtcdConfig(Component):
         "", "The etcd user's password (prefer password_file: the environment leaks).", "secret"
     )
     password_file: str = setting("", "A file holding the etcd user's password, readable by its owner only.")
+    start_wait: float = setting(
+        60.0,
+        "Seconds a starting master or node waits for etcd to answer (etcd started beside it, as a "
+        "Kubernetes apply does) before it gives up with the error; 0: give up at once.",
+    )
 
     def validate(self) -> None:
         if bool(self.cert) != bool(self.key):
@@ -41,6 +46,8 @@ class EtcdConfig(Component):
             raise InvalidArgumentError(
                 "KVSTORE_ETCD_CERT is presented over TLS only: set KVSTORE_ETCD_CA (etcd's CA) too"
             )
+        if not self.start_wait >= 0:  # (and not NaN)
+            raise InvalidArgumentError(f"KVSTORE_ETCD_START_WAIT must be >= 0 seconds, got {self.start_wait}")
         if self.password and self.password_file:
             raise InvalidArgumentError(
                 "KVSTORE_ETCD_PASSWORD and KVSTORE_ETCD_PASSWORD_FILE are both set: name the password once"

@@ -14,6 +14,7 @@ from kvstore import sd_notify
 from kvstore.cluster.session import Session
 from kvstore.cluster.shards import shard_configs
 from kvstore.config import NodeConfig, StoreConfig
+from kvstore.config.etcd import EtcdConfig
 from kvstore.errors import InvalidArgumentError
 from kvstore.node import file_lock
 from kvstore.node.catalog import SegmentCatalog
@@ -26,6 +27,7 @@ from kvstore.node.shard_disk import disk_of_shard, refuse_another_layout
 from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
 from kvstore.procs import settle_collector
+from kvstore.rpc import etcd
 from transfer_engine import Region
 from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
 
@@ -41,7 +43,11 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     each with its own registration, identity and holds, so each shard restores from it on its own.
     """
     config = StoreConfig.load(buffer_size=node.buffer_size, **client_settings)
-    shards = shard_configs(config)
+    if config.etcd:  # (etcd started beside this node may answer a little later)
+        wait = EtcdConfig.load().start_wait
+        shards = etcd.when_up(lambda: shard_configs(config), config.etcd, wait)
+    else:
+        shards = shard_configs(config)
     if node.disk:  # (before any shard is joined: records of another shard count would never be read)
         refuse_another_layout(node.disk, len(shards))
     # Each shard's session heartbeats from its join on (_joined), while the next shards' memory is still

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvstore.errors import InvalidArgumentError, MasterUnavailableError, PermissionDeniedError
 from kvstore.rpc.framing import parse_address
@@ -114,6 +114,37 @@ def connect(endpoints: str, timeout: float = 2.0, settings: EtcdConfig | None = 
         for point in points:
             point.close()
         raise _login_refused(exc, endpoints, user or "") from exc
+
+
+START_SAY_SECONDS = 10.0  # how often a start waiting for etcd says it still waits
+_T = TypeVar("_T")
+
+
+def when_up(first: Callable[[], _T], endpoints: str, seconds: float) -> _T:
+    """`first` (a starting master's or node's first etcd request), tried again while etcd cannot be
+    reached, for up to `seconds`: etcd started beside it (a Kubernetes apply, a host's boot) answers a
+    little later, and a process that exited at once would be restarted with a growing back-off. Said on
+    the log when it starts waiting and every START_SAY_SECONDS; then the last failure is raised. Only an
+    etcd out of reach is waited for (MasterUnavailableError caused by etcd's own error): a refused login
+    or a shard map that disagrees is raised at once."""
+    deadline = time.monotonic() + seconds
+    said = 0.0
+    while True:
+        try:
+            return first()
+        except MasterUnavailableError as exc:
+            left = deadline - time.monotonic()
+            if exc.__cause__ is None or left <= 0:
+                raise
+            if time.monotonic() - said >= START_SAY_SECONDS:
+                said = time.monotonic()
+                log.warning(
+                    "etcd %s does not answer yet (%s); waiting up to %.0f s more (KVSTORE_ETCD_START_WAIT)",
+                    endpoints,
+                    explain(exc.__cause__),
+                    left,
+                )
+            time.sleep(min(1.0, max(left, 0.0)))
 
 
 def needs_login(exc: BaseException) -> bool:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import socket
 import threading
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from kvstore import sd_notify
+from kvstore.config.etcd import EtcdConfig
 from kvstore.config.master import WILDCARD_HOSTS, MasterConfig, unpublishable
 from kvstore.config.security import SecurityConfig
 from kvstore.errors import AddressInUseError, HostNotUsableError, InvalidArgumentError
@@ -140,7 +142,9 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
         raise
     election = Election(config.etcd, config.cluster, address, config.leader_ttl)
     # (with one shard it writes no map, but refuses to serve a cluster whose map says more)
-    await loop.run_in_executor(None, election.publish_shards, *shard_map)
+    publish = functools.partial(election.publish_shards, *shard_map)
+    wait = EtcdConfig.load().start_wait  # (etcd started beside this master may answer a little later)
+    await loop.run_in_executor(None, etcd.when_up, publish, config.etcd, wait)
     role = Role(shard_map[0], config.shard_of, address)
     role.stand_by(leader_reader(election))
     stop, http = threading.Event(), None
