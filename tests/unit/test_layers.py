@@ -57,6 +57,7 @@ EXTENSION_GATES = {
         "kvstore.master.planners.eviction",
         "kvstore.master.service.handlers",  # (put_start's reply, encoded in C++: csrc/meta/put_reply)
         "kvstore.rpc.locations_frame",  # (a get's reply frame, read in C++: csrc/meta/locations_reply)
+        "kvstore.rpc.validate",  # (a request's keys checked in one C++ pass: plain_keys)
     },
 }
 
