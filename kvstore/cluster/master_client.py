@@ -184,6 +184,14 @@ class MasterClient:
         every connection opens with it."""
         self._connection()
 
+    def close_this_threads_connection(self) -> None:
+        """Closes the calling thread's connection (its next call opens another): a thread done calling
+        for a long while (a node's joining thread, until it leaves) would hold one that the master
+        cuts as idle, with a WARNING, and that sits in CLOSE_WAIT here."""
+        sock = getattr(self._local, "sock", None)
+        if sock is not None and not self._local.out:
+            self._drop(sock)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -151,6 +151,7 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
             catalog.clear()  # new memory: nothing in it
         member = _Member(session, StorageNode(session, node, prepared[0], catalog), files, identity, node)
         session.start()  # heartbeats from here on
+        session.master.close_this_threads_connection()  # (this thread calls again only to leave)
         yield member
     finally:
         session.close()
