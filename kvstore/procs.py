@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
+import os
 import subprocess
+import sys
 from collections.abc import Sequence
 
 from transfer_engine.procs import READY_PREFIX, module_process, stop_process
@@ -15,6 +18,22 @@ def kvstore_process(
 ) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[str], str]]:
     """Runs `kvstore ARGS` (the CLI) as a child (after `prefix`, e.g. `ip netns exec NAME`)."""
     return module_process("kvstore.cli", args, prefix)
+
+
+def say_ready(fields: str) -> None:
+    """Prints the READY line a supervisor or a parent waits for. A stdout that is gone (a pipe whose
+    reader exited: `kvstore node ... | head -1`) is not a reason to stop serving: a server killed by it
+    died after it joined, leaving its segment files and its registration behind. Its stdout then goes
+    to /dev/null (so no later flush fails either), said once in the log."""
+    try:
+        print(f"{READY_PREFIX}{fields}", flush=True)
+    except (BrokenPipeError, ValueError, OSError) as exc:  # (ValueError: a closed sys.stdout)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno() if not sys.stdout.closed else 1)
+        os.close(null)
+        logging.getLogger("kvstore").warning(
+            "stdout is gone (%s): the READY line went nowhere; serving on", exc
+        )
 
 
 GC_YOUNG_THRESHOLD = 100_000
@@ -33,4 +52,11 @@ def settle_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
-__all__ = ["READY_PREFIX", "kvstore_process", "module_process", "settle_collector", "stop_process"]
+__all__ = [
+    "READY_PREFIX",
+    "kvstore_process",
+    "module_process",
+    "say_ready",
+    "settle_collector",
+    "stop_process",
+]

@@ -11,7 +11,8 @@ from kvstore.index.http_api import IndexHttpServer, IndexService, serve
 from kvstore.index.subscriptions import Subscriptions
 from kvstore.index.table import PrefixIndex
 from kvstore.log_lines import status
-from transfer_engine.procs import READY_PREFIX, on_stop_request
+from kvstore.procs import say_ready
+from transfer_engine.procs import on_stop_request
 from transfer_engine.security import is_loopback
 
 
@@ -36,7 +37,7 @@ def run_index(config: IndexConfig) -> None:
     stopped = threading.Event()
     on_stop_request(stopped.set)
     host, port = str(server.server_address[0]), server.server_address[1]
-    print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
+    say_ready(f"http://{host}:{port}")
     status(f"serving Conductor's API on http://{host}:{port}")
     try:
         stopped.wait()

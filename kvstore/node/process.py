@@ -26,10 +26,10 @@ from kvstore.node.segment_memory import SegmentFiles, catalog_room
 from kvstore.node.shard_disk import disk_of_shard, refuse_another_layout
 from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
-from kvstore.procs import settle_collector
+from kvstore.procs import say_ready, settle_collector
 from kvstore.rpc import etcd
 from transfer_engine import Region
-from transfer_engine.procs import READY_PREFIX, wait_for_stop_request
+from transfer_engine.procs import wait_for_stop_request
 
 log = logging.getLogger("kvstore.node")
 
@@ -63,7 +63,7 @@ def run_node(node: NodeConfig, **client_settings: Any) -> None:
     try:
         joins.start(retry=len(shards) > 1)
         settle_collector()
-        print(f"{READY_PREFIX}{_ready_fields(joins.members())}", flush=True)
+        say_ready(_ready_fields(joins.members()))
         sd_notify.ready(f"node serving: {_ready_fields(joins.members())}")  # (Type=notify: deploy/systemd)
         wait_for_stop_request()
         joins.stop_joining()  # (a join still under way is left by its own thread)

@@ -34,9 +34,9 @@ from kvstore.master.wire.http_endpoint import HttpEndpoint
 from kvstore.master.wire.listener import address_of, listening_socket
 from kvstore.master.wire.role import Role, leader_reader
 from kvstore.master.wire.server import Master, new_event_loop
-from kvstore.procs import settle_collector
+from kvstore.procs import say_ready, settle_collector
 from kvstore.rpc import etcd
-from transfer_engine.procs import READY_PREFIX, on_stop_request
+from transfer_engine.procs import on_stop_request
 
 log = logging.getLogger("kvstore.master")
 
@@ -75,7 +75,7 @@ async def _single(config: MasterConfig, done: asyncio.Event) -> None:
     master = Master(config)
     await master.start()
     try:
-        print(f"{READY_PREFIX}{master.address} http={master.http_address or '-'}", flush=True)
+        say_ready(f"{master.address} http={master.http_address or '-'}")
         sd_notify.ready(f"master serving on {master.address}")  # (a Type=notify unit: deploy/systemd)
         status(f"listening on {master.address} (authentication: {master.authentication()})")
         table = master.table
@@ -152,7 +152,7 @@ async def _candidate(config: MasterConfig, done: asyncio.Event, shard_map: tuple
     try:
         http = _open_http(config, role, election)
         where = http.address if http is not None else "-"
-        print(f"{READY_PREFIX}{address} http={where} role=candidate cluster={config.cluster}", flush=True)
+        say_ready(f"{address} http={where} role=candidate cluster={config.cluster}")
         sd_notify.ready(f"master candidate of cluster {config.cluster} on {address}")
         while not done.is_set():
             campaign = loop.run_in_executor(None, election.campaign, stop)
