@@ -168,7 +168,9 @@ def _add_node(commands: argparse._SubParsersAction) -> None:
         _node("disk"),
         _node("disk_size", type=arg.size),
         _node("disk_backend", choices=["auto", "io_uring", "threads"]),
-        flags.HOST.but(help="address this node's transfer engine serves on (default 127.0.0.1)"),
+        flags.HOST.but(
+            help="address this node's transfer engine serves on (KVSTORE_HOST; default 127.0.0.1)"
+        ),
         flags.TRANSPORT,
         _node("name"),
         _node("memory_dir"),

@@ -52,8 +52,8 @@ class Session:
         None); the Session's master connection owns it."""
         if not config.master and not config.etcd:
             raise InvalidArgumentError(
-                "no master address: pass one, or set KVSTORE_MASTER=HOST:PORT (or KVSTORE_ETCD and "
-                "KVSTORE_CLUSTER for a cluster whose masters elect a leader in etcd)"
+                "no master address: pass --master HOST:PORT (master= in code), or set KVSTORE_MASTER (or "
+                "KVSTORE_ETCD and KVSTORE_CLUSTER for a cluster whose masters elect a leader in etcd)"
             )
         self.config = config
         self._admin_secret = admin.load_secret(

@@ -156,8 +156,8 @@ def _ready(engine: TransferEngine, size: int, fence_slots: int, pinned: bool, ba
             raise
     seconds = time.monotonic() - began
     log.info(
-        "segment of %.1f GiB ready in %.1f s (%d threads, %.2f GB/s)",
-        size / 2**30,
+        "segment of %s ready in %.1f s (%d threads, %.2f GB/s)",  # (not GiB: a small one read '0.0 GiB')
+        format_size(size),
         seconds,
         threads,
         size / max(seconds, 1e-9) / 1e9,
