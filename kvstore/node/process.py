@@ -118,13 +118,14 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
     identity = NodeIdentity(node, _where(config))
     held: list[file_lock.Held] = []
     prepared: list[Region] = []
+    made = False  # this start made the segment's memory file (removed if the start fails)
     try:
         # Its files are this node's alone, before any memory is made for them (a second node on the
         # same disk file stops here, naming the first)
         if node.disk:
             held.append(file_lock.hold(node.disk, "disk"))
         files = SegmentFiles.named(node.memory_dir, identity.stem)
-        made = bool(files.memory) and not os.path.lexists(files.memory)  # (removed if this start fails)
+        made = bool(files.memory) and not os.path.lexists(files.memory)
         if files.memory:
             held.append(file_lock.hold(files.memory, "segment memory file"))
         files.check_room(node.segment_size)
