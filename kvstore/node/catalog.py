@@ -26,6 +26,7 @@ catch damage only, and what keeps others from the file is its private directory 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
@@ -72,6 +73,17 @@ _SLOT = operator.itemgetter(_SLOT_AT)
 if HeldReplica._fields[2:] != RestoreRecord._fields:
     raise TypeError("HeldReplica less its seq and region_id must be RestoreRecord")
 _KIND_HEADER = {kind: b"\x92" + msgpack.packb(kind) for kind in (_HOLD, _DROP, _BURY)}  # [kind, ...
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Writes all of `data` or raises OSError: a write cut short (a full file system, a file size limit)
+    would leave a torn record that ends every later replay there, the records after it (kills) unread."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def _batch(kind: int, packed: list[bytes]) -> bytes:
@@ -292,7 +304,7 @@ class SegmentCatalog:
             return
         tag = _tag(self._key, self._chain, data)
         try:
-            os.write(self._fd, data + _TAG_HEADER + tag)
+            _write_all(self._fd, data + _TAG_HEADER + tag)
         except OSError as exc:  # the objects stay served; only a restart would not find them
             self._give_up(exc)
             return
@@ -326,7 +338,7 @@ class SegmentCatalog:
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, data)
+                _write_all(fd, data)
             finally:
                 os.close(fd)
             os.replace(temporary, self.path)
