@@ -154,16 +154,25 @@ def summary(duration: float = 3.0) -> int:
     return 0 if not failed else 1
 
 
+def _rate_columns(
+    ops_per_s: float, p50_us: float, p99_us: float, baseline: float | None, ratio: float | None
+) -> list[str]:
+    """A row's ops/s, p50, p99, baseline and ratio columns ("-" for a baseline or ratio not measured)."""
+    return [
+        f"{ops_per_s:,.0f}",
+        f"{p50_us:.0f}",
+        f"{p99_us:.0f}",
+        f"{baseline:.2f}" if baseline else "-",
+        f"{ratio:.2f}" if ratio else "-",
+    ]
+
+
 def _store_row(r: OpResult) -> list[str]:
     return [
         f"store {r.op}",
         f"{format_size(r.value_size)} x {r.batch_size}" if r.op != "exists" else f"{r.batch_size} keys",
         f"{r.gbps:.2f}" if r.op != "exists" else "-",
-        f"{r.ops_per_s:,.0f}",
-        f"{r.p50_us:.0f}",
-        f"{r.p99_us:.0f}",
-        f"{r.baseline_gbps:.2f}" if r.baseline_gbps else "-",
-        f"{r.ratio:.2f}" if r.ratio else "-",
+        *_rate_columns(r.ops_per_s, r.p50_us, r.p99_us, r.baseline_gbps, r.ratio),
     ]
 
 
@@ -173,11 +182,7 @@ def _transfer_row(cfg: TransferBenchConfig) -> list[str]:
         f"transfer {t.transport} {t.op}",
         f"{format_size(cfg.block_size)} x {t.batch_size}",
         f"{t.gbps:.2f}",
-        f"{t.ops_per_s:,.0f}",
-        f"{t.p50_us:.0f}",
-        f"{t.p99_us:.0f}",
-        f"{t.baseline_gbps:.2f}" if t.baseline_gbps else "-",
-        f"{t.ratio:.2f}" if t.ratio else "-",
+        *_rate_columns(t.ops_per_s, t.p50_us, t.p99_us, t.baseline_gbps, t.ratio),
     ]
 
 
