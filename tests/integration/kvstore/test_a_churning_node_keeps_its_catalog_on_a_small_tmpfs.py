@@ -8,12 +8,7 @@ needs root: skipped otherwise."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,34 +16,7 @@ import numpy as np
 from kvstore import Store
 from kvstore.node.segment_memory import CATALOG_ROOM
 from tests.conftest import tiny_tmpfs
-from tests.integration.kvstore.test_a_memory_dir_without_room import master
-
-
-@contextlib.contextmanager
-def node(address: str, memory_dir: Path, log: Path, segment: str) -> Iterator[subprocess.Popen[str]]:
-    """`kvstore node` with its stderr in `log`; yields it once it is ready (or has exited)."""
-    with open(log, "w") as err:
-        args = ["node", "--master", address, "--segment-size", segment, "--memory-dir", str(memory_dir)]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kvstore.cli", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env={**os.environ, "KVSTORE_LIFELINE": "stdin"},
-        )
-        try:
-            assert proc.stdout is not None
-            proc.stdout.readline()  # READY ..., or nothing when it exits
-            yield proc
-        finally:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+from tests.integration.kvstore.test_a_memory_dir_without_room import master, node
 
 
 def test_churn_on_a_small_tmpfs_keeps_the_catalog_written(tmp_path: Path) -> None:

@@ -36,10 +36,12 @@ def master() -> Iterator[EmbeddedMaster]:
 
 
 @contextlib.contextmanager
-def node(address: str, memory_dir: str, log: Path) -> Iterator[subprocess.Popen[str]]:
+def node(
+    address: str, memory_dir: str | Path, log: Path, segment: str = SEGMENT
+) -> Iterator[subprocess.Popen[str]]:
     """`kvstore node` with its stderr in `log`; yields it once it is ready (or has exited)."""
     with open(log, "w") as err:
-        args = ["node", "--master", address, "--segment-size", SEGMENT, "--memory-dir", memory_dir]
+        args = ["node", "--master", address, "--segment-size", segment, "--memory-dir", str(memory_dir)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "kvstore.cli", *args],
             stdin=subprocess.PIPE,
