@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 SCENARIO = r"""
 import json, os, resource, signal, sys
@@ -36,7 +37,7 @@ print(json.dumps({"lost": lost, "named": sorted(reopened._entries), "file": os.p
 """
 
 
-def _run(tmp_path: Path, room: int) -> dict[str, object]:
+def _run(tmp_path: Path, room: int) -> dict[str, Any]:
     path = tmp_path / "segment.catalog"
     done = subprocess.run(
         [sys.executable, "-c", SCENARIO, str(path), str(room)],
