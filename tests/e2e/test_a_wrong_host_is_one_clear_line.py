@@ -1,11 +1,14 @@
 """A host that is not this machine's (an address of another host: EADDRNOTAVAIL) or a name that does not
-resolve, as an operator's typo in a flag or an env file gives it: every listening command (master, a master
-candidate of etcd, the index, a node's transfer engine) exits 1 with one line on stderr that names the host
-and the option or variable to change, never a traceback."""
+resolve, as an operator's typo in a flag or an env file gives it: every listening command (master, a
+master candidate of etcd, the index, a node's transfer engine) exits 1 with one line on stderr that names
+the host and the option or variable to change, never a traceback. A name that does not resolve is tried
+in a network namespace of its own (root; skipped otherwise): a lookup sends a query to the host's DNS
+server, which these tests never contact."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,9 +19,26 @@ NOT_HERE = "192.0.2.1"  # TEST-NET-1 (RFC 5737): documentation only, never an ad
 NO_SUCH_NAME = "nosuchhost.invalid"  # (.invalid never resolves: RFC 2606)
 
 
-def kvstore(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+# Its loopback up, nothing else: a DNS query fails there at once (no route), never reaching a server.
+ISOLATED = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "isolated"]
+
+
+def _isolated(host: str) -> list[str]:
+    """The command's prefix for `host`: a namespace of its own for a name (its lookup would ask DNS)."""
+    if host == NOT_HERE:
+        return []
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("unshare", "nsenter", "ip")):
+        pytest.skip(
+            "a name's lookup is tried only in a network namespace of its own (root, unshare, nsenter, ip)"
+        )
+    return ISOLATED
+
+
+def kvstore(
+    *args: str, prefix: tuple[str, ...] | list[str] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", *args],
+        [*prefix, sys.executable, "-m", "kvstore.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -46,7 +66,7 @@ def _nowhere() -> str:
 
 @pytest.mark.parametrize("host", [NOT_HERE, NO_SUCH_NAME])
 def test_master_host(host: str) -> None:
-    run = kvstore("master", "--port", "0", "--host", host)
+    run = kvstore("master", "--port", "0", "--host", host, prefix=_isolated(host))
     _one_clear_line(run, host, "--host (KVSTORE_MASTER_HOST)")
 
 
@@ -58,20 +78,24 @@ def test_master_host_from_the_environment() -> None:
 @pytest.mark.parametrize("host", [NOT_HERE, NO_SUCH_NAME])
 def test_master_candidate_host(host: str) -> None:
     """A candidate binds its RPC address before it asks etcd anything (none answers here)."""
-    run = kvstore("master", "--port", "0", "--host", host, "--etcd", _nowhere(), "--advertise-host", host)
+    args = ("master", "--port", "0", "--host", host, "--etcd", _nowhere(), "--advertise-host", host)
+    run = kvstore(*args, prefix=_isolated(host))
     _one_clear_line(run, host, "--host (KVSTORE_MASTER_HOST)")
 
 
 @pytest.mark.parametrize("host", [NOT_HERE, NO_SUCH_NAME])
 def test_index_host(host: str) -> None:
-    run = kvstore("index", "--port", "0", "--host", host, "--insecure")  # (off loopback it needs that)
+    run = kvstore(
+        "index", "--port", "0", "--host", host, "--insecure", prefix=_isolated(host)
+    )  # (off loopback)
     _one_clear_line(run, host, "--host (KVSTORE_INDEX_HOST)")
 
 
 @pytest.mark.parametrize("host", [NOT_HERE, NO_SUCH_NAME])
 def test_node_host(host: str) -> None:
+    isolated = _isolated(host)  # (the node joins a master in its own namespace: it asks the master first)
     master = subprocess.Popen(
-        [sys.executable, "-m", "kvstore.cli", "master", "--port", "0"],
+        [*isolated, sys.executable, "-m", "kvstore.cli", "master", "--port", "0"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -82,7 +106,8 @@ def test_node_host(host: str) -> None:
         ready = master.stdout.readline().split()
         assert ready and ready[0] == "READY", ready
         args = ("node", "--master", ready[1], "--segment-size", "16MiB", "--memory-dir", "", "--host", host)
-        _one_clear_line(kvstore(*args), host, "--host (KVSTORE_HOST)")
+        inside = ["nsenter", f"--net=/proc/{master.pid}/ns/net"] if isolated else []
+        _one_clear_line(kvstore(*args, prefix=inside), host, "--host (KVSTORE_HOST)")
     finally:
         master.terminate()
         master.wait(timeout=30)
