@@ -766,12 +766,28 @@ def range_tags(
 
 def _as_column(values: Any, dtype: Any) -> np.ndarray:
     """A batch column as a flat array of `dtype`; a value that does not fit is a clear error."""
+    target = np.dtype(dtype)
+    if isinstance(values, np.ndarray) and values.dtype != target:
+        _check_cast(values, target)  # (numpy casts an array silently: -1 would become 2**64 - 1)
     try:
-        return np.ascontiguousarray(values, dtype=dtype).reshape(-1)
+        return np.ascontiguousarray(values, dtype=target).reshape(-1)
     except (OverflowError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"a batch column holds a value that is not a {np.dtype(dtype).name}: {exc}"
         ) from None
+
+
+def _check_cast(values: np.ndarray, target: np.dtype) -> None:
+    """An array of another dtype is taken only if every value is an integer (or bool) `target` holds."""
+    if values.dtype.kind == "b":
+        return
+    if values.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"a batch column of {values.dtype} values, not integers")
+    if values.size:
+        low, high, bounds = int(values.min()), int(values.max()), np.iinfo(target)
+        if low < bounds.min or high > bounds.max:
+            outside = low if low < bounds.min else high
+            raise InvalidArgumentError(f"a batch column holds a value that is not a {target.name}: {outside}")
 
 
 def peer_owned_regions(name: str, timeout: float, secret: bytes) -> tuple[str, dict[int, int]]:
