@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from kvstore.config.etcd import EtcdConfig
@@ -32,11 +31,14 @@ class Locator:
     def describe(self) -> str:
         raise NotImplementedError
 
-    def wait_for_news(self, seconds: float) -> bool:
+    def wait_for_news(self, seconds: float, stop: threading.Event | None = None) -> bool:
         """Waits up to `seconds`, less when there is news of the leader (True: ask the candidates again
-        now). A list of addresses has none: it sleeps."""
-        time.sleep(seconds)
+        now) or `stop` is set (its owner closes: see wake). A list of addresses has no news: it waits."""
+        (stop or threading.Event()).wait(seconds)
         return False
+
+    def wake(self) -> None:
+        """Ends a wait for news now (its owner closes and has set the wait's `stop`)."""
 
     def close(self) -> None:
         """Lets go of what finding the leader holds (an etcd connection)."""
@@ -93,9 +95,13 @@ class EtcdLeader(Locator):
                 self._client = etcd.connect(self.endpoints, self.timeout, self.settings)
             return self._client
 
-    def wait_for_news(self, seconds: float) -> bool:
-        """Up to `seconds`, less once the leader key changes in etcd (the leader's end, a new leader)."""
+    def wait_for_news(self, seconds: float, stop: threading.Event | None = None) -> bool:
+        """Up to `seconds`, less once the leader key changes in etcd (the leader's end, a new leader) or
+        wake is called."""
         return self._leader_key.wait(seconds)
+
+    def wake(self) -> None:
+        self._leader_key.wake()
 
     def candidates(self) -> list[str]:
         with self._lock:

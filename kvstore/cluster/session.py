@@ -196,7 +196,7 @@ class Session:
                 if self._closed.wait(interval):
                     return
             else:  # the master is lost: try again once the next leader is named, or soon
-                news = self.master.locator.wait_for_news(retry)
+                news = self.master.locator.wait_for_news(retry, self._closed)
                 if self._closed.is_set():
                     return
             if self._beat(interval):
@@ -275,6 +275,7 @@ class Session:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.master.locator.wake()  # (a heartbeat waiting for news of a lost master's successor)
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=self.terms.heartbeat_interval * 3)
         with contextlib.suppress(KVStoreError):  # else the master drops us after the heartbeat TTL

@@ -225,6 +225,10 @@ class KeyWatch:
             log.debug("the watch of %s ended: %s", self.key, response)
         self._changed.set()
 
+    def wake(self) -> None:
+        """Ends a wait now, as a change of the key would."""
+        self._changed.set()
+
     def close(self) -> None:
         """Ends the watch and wakes a waiter."""
         with self._lock:
