@@ -333,7 +333,9 @@ def _run_master_bench(args: argparse.Namespace) -> int:
         return master_bench.client_main(cfg, args.master)
     from kvstore.bench import report
 
-    rates, memory = report.with_progress(lambda advance: master_bench.run(cfg, advance), len(cfg.ops) + 2)
+    rates, memory = report.with_progress(
+        lambda advance: master_bench.run(cfg, advance), len(cfg.ops) + 2, "master bench"
+    )
     theirs = master_bench.run_mooncake(cfg, args.mooncake) if args.mooncake else None
     if args.json:
         for r in rates:

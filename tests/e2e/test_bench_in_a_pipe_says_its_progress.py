@@ -40,3 +40,18 @@ def test_bench_store_steps_arrive_as_they_end_and_the_json_is_unchanged() -> Non
     assert [r["op"] for r in rows][:2] == ["put", "get"]  # (and get's variants)
     assert [s.split(" done (")[0] for s in said[1:]] == [f"store bench: {r['op']}" for r in rows]
     assert all(set(r) == {f.name for f in dataclasses.fields(OpResult)} for r in rows)
+
+
+def test_bench_master_says_its_own_name() -> None:
+    """`kvstore bench master` piped said 'store bench: ...' (the store bench's label)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "kvstore.cli", "bench", "master", "--objects", "2000", "--json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    steps = [line for line in run.stderr.splitlines() if line.startswith(("master bench: ", "store bench: "))]
+    assert steps and steps[0] == "master bench: started", steps
+    assert all(line.startswith("master bench: ") for line in steps), steps
