@@ -16,7 +16,7 @@ pytestmark = [
         platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only"
     ),
     pytest.mark.skipif(
-        "san" in os.environ.get("LD_PRELOAD", ""),  # (tests/run --sanitize preloads libasan, libubsan)
+        any(f"lib{s}san" in os.environ.get("LD_PRELOAD", "") for s in ("a", "t", "m", "hwa")),  # (--sanitize)
         reason="a sanitizer's allocator stands in for glibc's malloc (mallopt does nothing there)",
     ),
 ]
