@@ -5,6 +5,7 @@ rather than route every key as if there were one shard (review finding 1)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -31,9 +32,13 @@ def etcd_address(tmp_path: Path) -> Iterator[str]:
 
 
 def kvstore_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`kvstore ARGS` run to its end (60 s at most: a process that serves instead of refusing)."""
+    """`kvstore ARGS` run to its end (60 s at most: a process that serves instead of refusing). An etcd
+    that does not answer is waited for 2 s (KVSTORE_ETCD_START_WAIT; 60 by default), then refused."""
     command = [sys.executable, "-m", "kvstore.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    env = {**os.environ, "KVSTORE_ETCD_START_WAIT": "2"}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env
+    )
 
 
 def nothing_listens() -> str:
