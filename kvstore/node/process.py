@@ -125,10 +125,10 @@ def _joined(node: NodeConfig, config: StoreConfig) -> Iterator[_Member]:
         if node.disk:
             held.append(file_lock.hold(node.disk, "disk"))
         files = SegmentFiles.named(node.memory_dir, identity.stem)
+        existed = bool(files.memory) and os.path.lexists(files.memory)  # (the lock below creates it)
         if files.memory:
             held.append(file_lock.hold(files.memory, "segment memory file"))
-        # (looked at once the lock is ours: a start refused at the lock removes nothing of another's)
-        made = bool(files.memory) and not os.path.lexists(files.memory)
+            made = not existed  # (once the lock is ours: a start refused there removes nothing)
         files.check_room(node.segment_size)
         reused = files.kept(node.segment_size)  # the memory a killed node with these settings left
         # the node joins once its memory is ready (a node that joined first must heartbeat meanwhile)
