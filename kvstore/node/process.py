@@ -12,6 +12,7 @@ from typing import Any
 
 from kvstore import sd_notify
 from kvstore.cluster.session import Session
+from kvstore.cluster.shard_joins import ShardJoins, master_answers
 from kvstore.cluster.shards import shard_configs
 from kvstore.config import NodeConfig, StoreConfig
 from kvstore.config.etcd import EtcdConfig
@@ -24,7 +25,6 @@ from kvstore.node.node_key import forget as forget_node_key
 from kvstore.node.node_key import load as load_node_key
 from kvstore.node.segment_memory import SegmentFiles, catalog_room
 from kvstore.node.shard_disk import disk_of_shard, refuse_another_layout
-from kvstore.node.shard_joins import ShardJoins, master_answers
 from kvstore.node.storage import StorageNode
 from kvstore.procs import say_ready, settle_collector
 from kvstore.rpc import etcd

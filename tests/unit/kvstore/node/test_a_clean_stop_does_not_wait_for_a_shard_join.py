@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kvstore.cluster.shard_joins import ShardJoins
 from kvstore.errors import MasterUnavailableError
-from kvstore.node.shard_joins import ShardJoins
 
 
 class _Shards:
