@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.cli import kvstore
+
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:
@@ -21,17 +23,6 @@ def taken_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
-
-
-def kvstore(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env},
-    )
 
 
 def _one_clear_line(run: subprocess.CompletedProcess[str], port: int, change: str) -> None:

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from tests.helpers.cli import kvstore
+
 NOT_HERE = "192.0.2.1"  # TEST-NET-1 (RFC 5737): documentation only, never an address of this host
 NO_SUCH_NAME = "nosuchhost.invalid"  # (.invalid never resolves: RFC 2606)
 
@@ -32,19 +34,6 @@ def _isolated(host: str) -> list[str]:
             "a name's lookup is tried only in a network namespace of its own (root, unshare, nsenter, ip)"
         )
     return ISOLATED
-
-
-def kvstore(
-    *args: str, prefix: tuple[str, ...] | list[str] = (), **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "kvstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env},
-    )
 
 
 def _one_clear_line(run: subprocess.CompletedProcess[str], host: str, change: str) -> None:

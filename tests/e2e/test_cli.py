@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ucx_missing
+from tests.helpers.cli import kvstore
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_FIELDS = {
@@ -30,18 +31,6 @@ JSON_FIELDS = {
     "baseline_gbps",
     "ratio",
 }
-
-
-def kvstore(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    """Runs the CLI as a user would: a new process, stdin at /dev/null, `env` added to the environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **env},
-    )
 
 
 @pytest.mark.parametrize(

@@ -10,18 +10,9 @@ import sys
 from pathlib import Path
 
 from kvstore.procs import kvstore_process
+from tests.helpers.cli import kvstore
 
-
-def kvstore(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("KVSTORE_MASTER", "KVSTORE_ETCD")}
-    return subprocess.run(
-        [sys.executable, "-m", "kvstore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**clean, **env},
-    )
+NO_MASTER = ("KVSTORE_MASTER", "KVSTORE_ETCD")  # (a node told of none by this environment)
 
 
 def test_a_small_segment_is_said_in_its_own_unit(tmp_path: Path) -> None:
@@ -45,14 +36,14 @@ def test_a_small_segment_is_said_in_its_own_unit(tmp_path: Path) -> None:
 
 
 def test_a_node_without_a_master_names_the_option() -> None:
-    run = kvstore("node", "--segment-size", "1MiB", "--memory-dir", "")
+    run = kvstore("node", "--segment-size", "1MiB", "--memory-dir", "", drop=NO_MASTER)
     assert run.returncode != 0
     assert "no master address: pass --master HOST:PORT" in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
 def test_the_nodes_host_option_names_its_variable() -> None:
-    run = kvstore("node", "--help")
+    run = kvstore("node", "--help", drop=NO_MASTER)
     assert run.returncode == 0
     flat = " ".join(run.stdout.split())
     assert "serves on (KVSTORE_HOST; default 127.0.0.1)" in flat, run.stdout
